@@ -1,0 +1,149 @@
+package bpf_test
+
+import (
+	"math"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/bpf/bpftest"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// XDP actions (include/uapi/linux/bpf.h enum xdp_action).
+const (
+	xdpDrop = 1
+	xdpPass = 2
+)
+
+// harness is one loaded limiter with a policy applied.
+type harness struct {
+	tb  testing.TB
+	l   *bpf.Limiter
+	p   tiers.Policy
+	tab tiers.Table
+}
+
+func newHarness(tb testing.TB, p tiers.Policy) *harness {
+	tb.Helper()
+	return newHarnessOpts(tb, p, bpf.Options{})
+}
+
+func newHarnessOpts(tb testing.TB, p tiers.Policy, opts bpf.Options) *harness {
+	tb.Helper()
+	bpftest.Require(tb)
+	l, err := bpf.Load(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	h := &harness{tb: tb, l: l}
+	h.apply(p)
+	return h
+}
+
+func (h *harness) apply(p tiers.Policy) {
+	h.tb.Helper()
+	tab, err := tiers.Compile(p)
+	if err != nil {
+		h.tb.Fatalf("compile: %v", err)
+	}
+	if err := h.l.Apply(p, tab); err != nil {
+		h.tb.Fatalf("apply: %v", err)
+	}
+	h.p, h.tab = p, tab
+}
+
+// run runs the program once on frame and returns the XDP action.
+func (h *harness) run(frame []byte) uint32 {
+	h.tb.Helper()
+	ret, err := h.l.Program().Run(&ebpf.RunOptions{Data: frame})
+	if err != nil {
+		h.tb.Fatalf("run program on %d-byte frame: %v", len(frame), err)
+	}
+	return ret
+}
+
+// repeat runs the program n times on frame in one BPF_PROG_TEST_RUN.
+func (h *harness) repeat(frame []byte, n uint32) uint32 {
+	h.tb.Helper()
+	ret, err := h.l.Program().Run(&ebpf.RunOptions{Data: frame, Repeat: n})
+	if err != nil {
+		h.tb.Fatalf("run program %d times: %v", n, err)
+	}
+	return ret
+}
+
+func (h *harness) stats() bpf.Stats {
+	h.tb.Helper()
+	st, err := h.l.Stats()
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	return st
+}
+
+func (h *harness) window() bpf.Window {
+	h.tb.Helper()
+	w, err := h.l.Window()
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	return w
+}
+
+// preload makes the current window hold count packets, opened now, so the
+// next selected packet has n = count+1.
+func (h *harness) preload(count uint64) {
+	h.tb.Helper()
+	w := h.window()
+	w.StartNs, w.Count = monotonicNow(h.tb), count
+	if err := h.l.SetWindow(w); err != nil {
+		h.tb.Fatal(err)
+	}
+}
+
+// expire backdates the window so that the next selected packet opens a new one.
+func (h *harness) expire() {
+	h.tb.Helper()
+	w := h.window()
+	w.StartNs = monotonicNow(h.tb) - uint64(h.p.Window) - uint64(time.Millisecond)
+	if err := h.l.SetWindow(w); err != nil {
+		h.tb.Fatal(err)
+	}
+}
+
+// monotonicNow is the clock bpf_ktime_get_ns reads, in ns.
+func monotonicNow(tb testing.TB) uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		tb.Fatal(err)
+	}
+	return uint64(ts.Nano())
+}
+
+// testPolicy is the seed's default with a long window, an exempt prefix per
+// family and a rule narrowed to destination prefixes.
+func testPolicy(tb testing.TB) tiers.Policy {
+	tb.Helper()
+	p := tiers.Default()
+	p.Window = time.Hour
+	p.Exempt = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8:ee::/48")}
+	p.Select = append(p.Select,
+		tiers.Rule{Proto: tiers.ProtoUDP, Ports: []tiers.PortRange{{First: 5514, Last: 5515}}, Dests: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8::2/128")}},
+		tiers.Rule{Proto: tiers.ProtoTCP, Ports: []tiers.PortRange{{First: 7000, Last: 7000}}, Dests: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, Count: tiers.CountSYN},
+	)
+	if err := p.Validate(); err != nil {
+		tb.Fatalf("test policy: %v", err)
+	}
+	return p
+}
+
+// sigmaBound is the 5-sigma half-width of a binomial proportion over n trials.
+func sigmaBound(p float64, n int) float64 {
+	return 5 * math.Sqrt(p*(1-p)/float64(n))
+}

@@ -1,0 +1,423 @@
+// Package bpf holds the tierlimit XDP program (limiter.c), its bpf2go
+// bindings, and the small API that loads it, writes a compiled policy into
+// its maps and reads its counters back. The agent and the tests share this
+// one path to the kernel.
+//
+// The program needs Linux >= 5.12 (BPF atomics with -mcpu=v3,
+// bpf_ktime_get_coarse_ns) with CONFIG_BPF_SYSCALL and CONFIG_XDP_SOCKETS
+// not required; loading needs CAP_BPF and CAP_NET_ADMIN (root).
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// Limits compiled into the program; they mirror bpf/consts.h.
+const (
+	// MaxTiers is the most tiers a policy may have (consts.h TL_MAX_TIERS).
+	MaxTiers = 16
+	// TableMax is the most entries of one compiled table (TL_TABLE_MAX).
+	TableMax = 1 << 20
+	// MaxRules is the most select rules (TL_MAX_RULES).
+	MaxRules = 32
+	// Verdicts is the number of verdicts per tier in the stats map.
+	Verdicts = 3
+)
+
+// Indexes of the misc_stats map (types.h enum tl_misc).
+const (
+	miscUnselected = 0
+	miscExempt     = 1
+	miscFragPass   = 2
+	miscFragDrop   = 3
+	miscMax        = 4
+)
+
+// tl_port flags and tl_settings flags (types.h).
+const (
+	portPackets = 1
+	portSYN     = 2
+	hasExempt   = 1
+)
+
+// thrAlways is the table threshold that drops every packet (limiter.c TL_THR_ALWAYS).
+const thrAlways = 0xffffffff
+
+// slotGrace is how long Apply waits after a slot stopped being active before
+// it overwrites that slot. A packet reads active_slot once and finishes in
+// well under a microsecond, so a packet still on the old slot is long gone.
+const slotGrace = 20 * time.Millisecond
+
+// Clock is the clock the window runs on, chosen at load time.
+type Clock uint32
+
+const (
+	// ClockExact uses bpf_ktime_get_ns: windows open to the nanosecond.
+	ClockExact Clock = 0
+	// ClockCoarse uses bpf_ktime_get_coarse_ns, which is cheaper but only
+	// advances once per tick (1/CONFIG_HZ): a window may open up to one tick
+	// late.
+	ClockCoarse Clock = 1
+)
+
+// Options configure Load.
+type Options struct {
+	// PinPath, when set, is a bpffs directory: maps are pinned there by name
+	// and maps already pinned there are reused, so the window and counters
+	// survive a reload of the program. Empty means no pinning.
+	PinPath string
+	// Clock selects the window's clock. The zero value is ClockExact.
+	Clock Clock
+}
+
+// Limiter is the loaded XDP program and its maps.
+type Limiter struct {
+	objs      LimiterObjects
+	lastFlip  time.Time
+	lastSlot  uint32
+	hasPolicy bool
+}
+
+// ErrPolicy is returned by Apply for a policy or table that the program
+// cannot hold (too many tiers, rules or table entries).
+var ErrPolicy = errors.New("policy does not fit the program")
+
+// Load loads the program and creates (or, with PinPath, reuses) its maps.
+// Nothing is attached.
+func Load(opts Options) (*Limiter, error) {
+	spec, err := LoadLimiter()
+	if err != nil {
+		return nil, fmt.Errorf("load limiter spec: %w", err)
+	}
+	if err := spec.Variables["tl_clock"].Set(uint32(opts.Clock)); err != nil {
+		return nil, fmt.Errorf("set clock: %w", err)
+	}
+	var copts ebpf.CollectionOptions
+	if opts.PinPath != "" {
+		for _, m := range spec.Maps {
+			if m.Name == "" || m.Name[0] == '.' {
+				continue
+			}
+			m.Pinning = ebpf.PinByName
+		}
+		copts.Maps.PinPath = opts.PinPath
+	}
+	l := &Limiter{}
+	if err := spec.LoadAndAssign(&l.objs, &copts); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load limiter: %+v", verr)
+		}
+		return nil, fmt.Errorf("load limiter: %w", err)
+	}
+	return l, nil
+}
+
+// Program is the XDP program, to attach or to run with BPF_PROG_TEST_RUN.
+func (l *Limiter) Program() *ebpf.Program { return l.objs.Tierlimit }
+
+// Maps are the program's maps, for pinning and inspection.
+func (l *Limiter) Maps() *LimiterMaps { return &l.objs.LimiterMaps }
+
+// Close releases the program and the maps (pinned maps stay pinned).
+func (l *Limiter) Close() error { return l.objs.Close() }
+
+// Apply writes policy p, compiled into t by tiers.Compile, into the inactive
+// slot and then makes that slot active with one 4-byte map update, so that
+// every packet sees either the whole old policy or the whole new one. The
+// window and the counters carry on. Returns ErrPolicy when p or t exceed the
+// program's limits; on any error the active policy is unchanged.
+func (l *Limiter) Apply(p tiers.Policy, t tiers.Table) error {
+	if err := fits(p, t); err != nil {
+		return err
+	}
+	active, err := l.activeSlot()
+	if err != nil {
+		return err
+	}
+	slot := active ^ 1
+	// The slot we are about to write was active until the last flip.
+	if l.hasPolicy && l.lastSlot == active {
+		if wait := slotGrace - time.Since(l.lastFlip); wait > 0 {
+			time.Sleep(wait)
+		}
+	}
+
+	if err := l.writeTable(slot, t); err != nil {
+		return err
+	}
+	synRules, err := l.writeSelectors(slot, p)
+	if err != nil {
+		return err
+	}
+	set := LimiterTlSettings{
+		WindowNs: uint64(p.Window.Nanoseconds()),
+		TableLen: uint32(len(t.Thresholds)),
+		Shift:    uint32(t.Shift),
+		Mode:     uint32(p.Mode),
+		SynRules: synRules,
+	}
+	if len(p.Exempt) > 0 {
+		set.Flags |= hasExempt
+	}
+	if err := l.objs.Settings.Put(slot, &set); err != nil {
+		return fmt.Errorf("write settings of slot %d: %w", slot, err)
+	}
+	if err := l.objs.ActiveSlot.Put(uint32(0), slot); err != nil {
+		return fmt.Errorf("activate slot %d: %w", slot, err)
+	}
+	l.lastFlip, l.lastSlot, l.hasPolicy = time.Now(), slot, true
+	return nil
+}
+
+func fits(p tiers.Policy, t tiers.Table) error {
+	switch {
+	case len(p.Tiers) > MaxTiers:
+		return fmt.Errorf("%w: %d tiers, at most %d", ErrPolicy, len(p.Tiers), MaxTiers)
+	case len(p.Select) > MaxRules:
+		return fmt.Errorf("%w: %d select rules, at most %d", ErrPolicy, len(p.Select), MaxRules)
+	case len(t.Thresholds) == 0 || len(t.Thresholds) > TableMax:
+		return fmt.Errorf("%w: table of %d entries, want 1..%d", ErrPolicy, len(t.Thresholds), TableMax)
+	case len(t.Tiers) != len(t.Thresholds):
+		return fmt.Errorf("%w: table has %d tiers for %d thresholds", ErrPolicy, len(t.Tiers), len(t.Thresholds))
+	case t.Shift > 63:
+		return fmt.Errorf("%w: table step 2^%d", ErrPolicy, t.Shift)
+	}
+	return nil
+}
+
+// ActiveSlot returns the slot (0 or 1) packets currently read.
+func (l *Limiter) activeSlot() (uint32, error) {
+	var slot uint32
+	if err := l.objs.ActiveSlot.Lookup(uint32(0), &slot); err != nil {
+		return 0, fmt.Errorf("read active slot: %w", err)
+	}
+	return slot & 1, nil
+}
+
+func (l *Limiter) writeTable(slot uint32, t tiers.Table) error {
+	keys := make([]uint32, len(t.Thresholds))
+	vals := make([]LimiterTlEntry, len(t.Thresholds))
+	base := slot * TableMax
+	for i, thr := range t.Thresholds {
+		keys[i] = base + uint32(i)
+		vals[i] = LimiterTlEntry{Thr: thr, Tier: uint32(t.Tiers[i])}
+	}
+	if err := putAll(l.objs.TierTable, keys, vals); err != nil {
+		return fmt.Errorf("write tier table of slot %d: %w", slot, err)
+	}
+	return nil
+}
+
+// writeSelectors fills the slot's port array and LPM tries and returns the
+// syn_rules mask.
+func (l *Limiter) writeSelectors(slot uint32, p tiers.Policy) (uint32, error) {
+	const ports = 65536
+	keys := make([]uint32, 2*ports)
+	vals := make([]LimiterTlPort, 2*ports)
+	for i := range keys {
+		keys[i] = slot*2*ports + uint32(i)
+	}
+	var synRules uint32
+	var dests []LimiterTlLpmKey
+	for i, r := range p.Select {
+		half := 0
+		if r.Proto == tiers.ProtoTCP {
+			half = ports
+		}
+		for _, pr := range r.Ports {
+			for port := int(pr.First); port <= int(pr.Last); port++ {
+				v := &vals[half+port]
+				switch {
+				case len(r.Dests) > 0:
+					v.CidrRules |= 1 << i
+				case r.Count == tiers.CountSYN:
+					v.Flags |= portSYN
+				default:
+					v.Flags |= portPackets
+				}
+			}
+		}
+		if len(r.Dests) > 0 && r.Count == tiers.CountSYN {
+			synRules |= 1 << i
+		}
+		for _, d := range r.Dests {
+			dests = append(dests, lpmKey(slot<<8|uint32(i), d))
+		}
+	}
+	if err := putAll(l.objs.Ports, keys, vals); err != nil {
+		return 0, fmt.Errorf("write ports of slot %d: %w", slot, err)
+	}
+	if err := replaceLPM(l.objs.SelectDests, func(tag uint32) bool { return tag>>8 == slot }, dests); err != nil {
+		return 0, fmt.Errorf("write select dests of slot %d: %w", slot, err)
+	}
+	var exempt []LimiterTlLpmKey
+	for _, e := range p.Exempt {
+		exempt = append(exempt, lpmKey(slot, e))
+	}
+	if err := replaceLPM(l.objs.ExemptSources, func(tag uint32) bool { return tag == slot }, exempt); err != nil {
+		return 0, fmt.Errorf("write exempt sources of slot %d: %w", slot, err)
+	}
+	return synRules, nil
+}
+
+// lpmKey encodes a prefix as the program looks it up: IPv4 as IPv4-mapped
+// IPv6 (RFC 4291 §2.5.5.2), prefixlen counting the 32-bit tag.
+func lpmKey(tag uint32, pfx netip.Prefix) LimiterTlLpmKey {
+	pfx = pfx.Masked()
+	bits := pfx.Bits()
+	if pfx.Addr().Is4() {
+		bits += 96
+	}
+	return LimiterTlLpmKey{Prefixlen: uint32(32 + bits), Tag: tag, Addr: pfx.Addr().As16()}
+}
+
+// replaceLPM deletes the trie's keys whose tag matches and inserts want.
+func replaceLPM(m *ebpf.Map, mine func(tag uint32) bool, want []LimiterTlLpmKey) error {
+	var (
+		k     LimiterTlLpmKey
+		v     uint8
+		stale []LimiterTlLpmKey
+	)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if mine(k.Tag) {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	for _, k := range stale {
+		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	for _, k := range want {
+		if err := m.Put(&k, uint8(1)); err != nil {
+			return fmt.Errorf("prefix %v/%d: %w", netip.AddrFrom16(k.Addr), k.Prefixlen-32, err)
+		}
+	}
+	return nil
+}
+
+// putAll writes an array map in batches, one element at a time where the
+// kernel has no batch operations.
+func putAll[V any](m *ebpf.Map, keys []uint32, vals []V) error {
+	const chunk = 1 << 16
+	for i := 0; i < len(keys); i += chunk {
+		j := min(i+chunk, len(keys))
+		_, err := m.BatchUpdate(keys[i:j], vals[i:j], nil)
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			for x := i; x < j; x++ {
+				if err := m.Put(keys[x], &vals[x]); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Counter is a packet and byte count; bytes are L2 frame lengths.
+type Counter struct {
+	Packets uint64
+	Bytes   uint64
+}
+
+func (c *Counter) add(s LimiterTlStat) {
+	c.Packets += s.Packets
+	c.Bytes += s.Bytes
+}
+
+// Stats are the program's counters summed over CPUs.
+type Stats struct {
+	// Selected is indexed by [tier][tiers.Verdict], tier 0..MaxTiers.
+	Selected [MaxTiers + 1][Verdicts]Counter
+	// Unselected counts packets passed without counting: not selected,
+	// malformed, truncated or nested too deep.
+	Unselected Counter
+	// Exempt counts selected packets from exempt sources.
+	Exempt Counter
+	// FragmentPass and FragmentDrop count non-first fragments, which follow
+	// the verdict of their first fragment.
+	FragmentPass, FragmentDrop Counter
+}
+
+// SelectedTotal sums Selected over tiers for verdict v.
+func (s *Stats) SelectedTotal(v tiers.Verdict) Counter {
+	var c Counter
+	for t := range s.Selected {
+		c.Packets += s.Selected[t][v].Packets
+		c.Bytes += s.Selected[t][v].Bytes
+	}
+	return c
+}
+
+// Stats reads and sums the per-CPU counters.
+func (l *Limiter) Stats() (Stats, error) {
+	var st Stats
+	var per []LimiterTlStat
+	for t := range st.Selected {
+		for v := range Verdicts {
+			if err := l.objs.Stats.Lookup(uint32(t*Verdicts+v), &per); err != nil {
+				return Stats{}, fmt.Errorf("read stats[%d][%d]: %w", t, v, err)
+			}
+			for _, s := range per {
+				st.Selected[t][v].add(s)
+			}
+		}
+	}
+	misc := [miscMax]*Counter{&st.Unselected, &st.Exempt, &st.FragmentPass, &st.FragmentDrop}
+	for i, c := range misc {
+		if err := l.objs.MiscStats.Lookup(uint32(i), &per); err != nil {
+			return Stats{}, fmt.Errorf("read misc_stats[%d]: %w", i, err)
+		}
+		for _, s := range per {
+			c.add(s)
+		}
+	}
+	return st, nil
+}
+
+// Window is the shared window's state.
+type Window struct {
+	// StartNs is the clock (CLOCK_MONOTONIC, ns) of the packet that opened the window.
+	StartNs uint64
+	// Count is n of the latest selected packet: packets in this window.
+	Count uint64
+	// LastCount is the final n of the previous window.
+	LastCount uint64
+	// Opened counts the windows opened since the maps were created.
+	Opened uint64
+}
+
+// Window reads the window state.
+func (l *Limiter) Window() (Window, error) {
+	var w LimiterTlWindow
+	if err := l.objs.Window.Lookup(uint32(0), &w); err != nil {
+		return Window{}, fmt.Errorf("read window: %w", err)
+	}
+	return Window{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened}, nil
+}
+
+// SetWindow overwrites the window state, for tests and tools that preload
+// a count. Racing packets may be lost; do not use it under traffic.
+func (l *Limiter) SetWindow(w Window) error {
+	v := LimiterTlWindow{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened}
+	if err := l.objs.Window.Put(uint32(0), &v); err != nil {
+		return fmt.Errorf("write window: %w", err)
+	}
+	return nil
+}

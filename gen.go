@@ -1,0 +1,9 @@
+// Package tierlimit is the root of the tierlimit module: an XDP tiered load
+// shedder for log collectors. The code lives in tiers/, bpf/, agent/ and
+// cmd/tierlimit; this file only holds the bpf2go generate line.
+//
+// Run `make generate`: it pins the compiler (BPF2GO_CC) and flags
+// (BPF2GO_CFLAGS) that produced the committed objects.
+package tierlimit
+
+//go:generate go tool bpf2go -output-dir bpf -go-package bpf -target bpfel -type tl_stat -type tl_window -type tl_settings -type tl_entry -type tl_port -type tl_lpm_key -type tl_frag_key Limiter bpf/limiter.c

@@ -1,0 +1,83 @@
+// Package tiers parses, validates and compiles a tierlimit policy, and holds
+// the pure-Go reference model of the XDP limiter that the BPF tests compare
+// against. It needs no kernel support and touches nothing outside memory.
+//
+// The semantics are those of the seed's Java tiered limiter (count requests
+// per window, look the count up in a precompiled table, drop at random at the
+// tier's rate), made exact in DESIGN.md §2.
+package tiers
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Mode is what the limiter does with a packet whose tier says drop.
+type Mode uint8
+
+const (
+	// ModeEnforce drops packets (the seed's limiter.switch=true).
+	ModeEnforce Mode = iota
+	// ModeDryRun computes every verdict, counts would_drop, and passes.
+	ModeDryRun
+	// ModeOff passes everything but still counts the window and the tiers
+	// (the seed's limiter.switch=false).
+	ModeOff
+)
+
+// Proto is an L4 protocol that a select rule matches, by IANA number.
+type Proto uint8
+
+const (
+	ProtoTCP Proto = 6
+	ProtoUDP Proto = 17
+)
+
+// Count says which packets of a selected flow enter the window.
+type Count uint8
+
+const (
+	// CountPackets counts every packet (every UDP datagram, every TCP segment).
+	CountPackets Count = iota
+	// CountSYN counts only TCP connection attempts (SYN without ACK); other
+	// segments of the rule pass uncounted. Valid for tcp only.
+	CountSYN
+)
+
+// PortRange is an inclusive range of L4 destination ports, 1..65535.
+type PortRange struct {
+	First, Last uint16
+}
+
+// Rule selects traffic to be counted: an L4 protocol, destination ports and,
+// optionally, destination prefixes. An empty Dests matches any destination.
+type Rule struct {
+	Proto Proto
+	Ports []PortRange
+	Dests []netip.Prefix
+	Count Count
+}
+
+// Tier is one step of the policy. At is a percent of Policy.Max (> 0, may
+// exceed 100); Drop is the drop percent in [0, 100].
+type Tier struct {
+	At   float64
+	Drop float64
+}
+
+// Policy is a parsed and validated tierlimit policy.
+type Policy struct {
+	Mode Mode
+	// Window is the length of a counting window (the seed's one second).
+	Window time.Duration
+	// Max is the number of selected packets per window the host is meant
+	// to handle (the seed's limiter.max).
+	Max uint64
+	// Tiers in strictly increasing At order.
+	Tiers []Tier
+	// Select lists the rules; a packet matching any rule is selected.
+	Select []Rule
+	// Exempt lists source prefixes that always pass and are never counted
+	// in the window.
+	Exempt []netip.Prefix
+}
