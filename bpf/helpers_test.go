@@ -3,6 +3,7 @@ package bpf_test
 import (
 	"math"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -28,9 +29,19 @@ type harness struct {
 	tab tiers.Table
 }
 
+// newHarness loads the limiter as the agent does: with the tick gate on
+// where the kernel's tick is known.
 func newHarness(tb testing.TB, p tiers.Policy) *harness {
 	tb.Helper()
-	return newHarnessOpts(tb, p, bpf.Options{})
+	return newHarnessOpts(tb, p, bpf.Options{TickNs: kernelTick(tb)})
+}
+
+func kernelTick(tb testing.TB) uint64 {
+	tick, err := bpf.KernelTick()
+	if err != nil {
+		tb.Logf("tick gate off: %v", err)
+	}
+	return tick
 }
 
 func newHarnessOpts(tb testing.TB, p tiers.Policy, opts bpf.Options) *harness {
@@ -71,11 +82,28 @@ func (h *harness) run(frame []byte) uint32 {
 // repeat runs the program n times on frame in one BPF_PROG_TEST_RUN.
 func (h *harness) repeat(frame []byte, n uint32) uint32 {
 	h.tb.Helper()
-	ret, err := h.l.Program().Run(&ebpf.RunOptions{Data: frame, Repeat: n})
+	ret, err := runExact(h.l.Program(), frame, n)
 	if err != nil {
 		h.tb.Fatalf("run program %d times: %v", n, err)
 	}
 	return ret
+}
+
+// runExact runs prog repeat times with SIGURG blocked on the calling
+// thread. BPF_PROG_TEST_RUN with Repeat > 1 stops with EINTR when a signal
+// is pending, and cilium/ebpf then runs the whole batch again, so the window
+// would count some packets twice; the Go runtime's preemption signal, SIGURG,
+// is the usual one. Blocking it keeps the count of a repeated run exact.
+func runExact(prog *ebpf.Program, frame []byte, repeat uint32) (uint32, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var block, old unix.Sigset_t
+	block.Val[0] = 1 << (uint(unix.SIGURG) - 1)
+	if err := unix.PthreadSigmask(unix.SIG_BLOCK, &block, &old); err != nil {
+		return 0, err
+	}
+	defer unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
+	return prog.Run(&ebpf.RunOptions{Data: frame, Repeat: repeat})
 }
 
 func (h *harness) stats() bpf.Stats {
@@ -97,11 +125,12 @@ func (h *harness) window() bpf.Window {
 }
 
 // preload makes the current window hold count packets, opened now, so the
-// next selected packet has n = count+1.
+// next selected packet has n = count+1. StartJiffies 0 keeps the window's
+// packets on the exact clock path.
 func (h *harness) preload(count uint64) {
 	h.tb.Helper()
 	w := h.window()
-	w.StartNs, w.Count = monotonicNow(h.tb), count
+	w.StartNs, w.Count, w.StartJiffies = monotonicNow(h.tb), count, 0
 	if err := h.l.SetWindow(w); err != nil {
 		h.tb.Fatal(err)
 	}
@@ -112,6 +141,7 @@ func (h *harness) expire() {
 	h.tb.Helper()
 	w := h.window()
 	w.StartNs = monotonicNow(h.tb) - uint64(h.p.Window) - uint64(time.Millisecond)
+	w.StartJiffies = 0
 	if err := h.l.SetWindow(w); err != nil {
 		h.tb.Fatal(err)
 	}

@@ -16,12 +16,6 @@
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
-/* Clock the window runs on, fixed at load time (spec.Variables):
- * 0: bpf_ktime_get_ns, exact; 1: bpf_ktime_get_coarse_ns, which is cheaper
- * and lags the exact clock by at most one tick (1/CONFIG_HZ), so a window may
- * open up to one tick late. */
-volatile const __u32 tl_clock = 0;
-
 #define TL_THR_ALWAYS 0xffffffffU
 #define READ_ONCE(x) (*(volatile typeof(x) *)&(x))
 
@@ -334,35 +328,51 @@ static __always_inline int is_exempt(const struct pkt *p, __u32 slot)
 	return bpf_map_lookup_elem(&exempt_sources, &k) != NULL;
 }
 
-static __always_inline __u64 tl_now(void)
-{
-	return tl_clock ? bpf_ktime_get_coarse_ns() : bpf_ktime_get_ns();
-}
-
 /* Counts a selected packet in the shared window and returns its n (1-based).
  *
  * The seed's rule: a window opens at the first selected packet that arrives
- * more than window_ns after the current window opened. The CPU whose
- * compare-and-swap moves start_ns opens it and resets the count to 1.
+ * more than window_ns after the current window opened, on bpf_ktime_get_ns.
+ * The CPU whose compare-and-swap moves start_ns opens it and resets the
+ * count to 1.
  *
- * Accepted race: between that CPU's CAS on start_ns and its exchange of
+ * The tick gate: bpf_ktime_get_ns costs more than the whole parse, while
+ * bpf_jiffies64 is one load. If fewer than window_jiffies ticks (window_ns
+ * divided by the tick, rounded down) passed since the window opened, then
+ * less than window_ns did and the window cannot have expired, so the clock
+ * is not read. Only packets in a window's last tick read it, and the rule
+ * stays exact to the nanosecond. start_jiffies is read before the clock, so
+ * it never runs ahead of start_ns. If jiffies lag (a tickless CPU that has
+ * not caught up yet), a window may open late by that lag; the agent sets
+ * window_jiffies = 0, which disables the gate, where the tick is unknown.
+ *
+ * Accepted race: between the opener's CAS on start_ns and its exchange of
  * count, another CPU may read the new start_ns and add to the old count; the
  * exchange then erases that increment, so the new window undercounts by the
  * packets other CPUs count in those few nanoseconds (at most one per other
- * CPU in practice). Those packets were already judged at the old window's n,
- * which is the tier the offered load was in. last_count and opened are
- * plain stores by the single opener and read only by the agent. */
-static __always_inline __u64 window_count(struct tl_window *w, __u64 window_ns)
+ * CPU in practice). Those packets were judged at the old window's n, the
+ * tier the offered load was in. start_jiffies, last_count and opened are
+ * plain stores by the single opener; a CPU that reads a stale start_jiffies
+ * only takes the exact path. */
+static __always_inline __u64 window_count(struct tl_window *w, const struct tl_settings *s)
 {
-	__u64 now = tl_now();
-	__u64 start = READ_ONCE(w->start_ns);
+	__u64 jiffies = 0;
 
-	if ((__s64)(now - start) > (__s64)window_ns &&
+	if (s->window_jiffies) {
+		jiffies = bpf_jiffies64();
+		if (jiffies - READ_ONCE(w->start_jiffies) < s->window_jiffies)
+			goto count;
+	}
+
+	__u64 now = bpf_ktime_get_ns();
+	__u64 start = READ_ONCE(w->start_ns);
+	if ((__s64)(now - start) > (__s64)s->window_ns &&
 	    __sync_bool_compare_and_swap(&w->start_ns, start, now)) {
+		w->start_jiffies = jiffies;
 		w->last_count = __sync_lock_test_and_set(&w->count, 1);
 		w->opened++;
 		return 1;
 	}
+count:
 	return __sync_fetch_and_add(&w->count, 1) + 1;
 }
 
@@ -427,7 +437,7 @@ int tierlimit(struct xdp_md *ctx)
 	struct tl_window *w = bpf_map_lookup_elem(&window, &zero);
 	if (!w)
 		goto unselected;
-	__u64 n = window_count(w, s->window_ns);
+	__u64 n = window_count(w, s);
 
 	/* n past the table's end takes the last entry: the last tier runs to infinity. */
 	__u64 idx = n >> (s->shift & 63);

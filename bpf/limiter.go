@@ -3,9 +3,9 @@
 // its maps and reads its counters back. The agent and the tests share this
 // one path to the kernel.
 //
-// The program needs Linux >= 5.12 (BPF atomics with -mcpu=v3,
-// bpf_ktime_get_coarse_ns) with CONFIG_BPF_SYSCALL and CONFIG_XDP_SOCKETS
-// not required; loading needs CAP_BPF and CAP_NET_ADMIN (root).
+// The program needs Linux >= 5.12 (BPF atomics with -mcpu=v3, bounded
+// loops, bpf_jiffies64) built with CONFIG_BPF_SYSCALL and CONFIG_BPF_JIT;
+// loading needs CAP_BPF and CAP_NET_ADMIN (root).
 package bpf
 
 import (
@@ -55,31 +55,23 @@ const thrAlways = 0xffffffff
 // well under a microsecond, so a packet still on the old slot is long gone.
 const slotGrace = 20 * time.Millisecond
 
-// Clock is the clock the window runs on, chosen at load time.
-type Clock uint32
-
-const (
-	// ClockExact uses bpf_ktime_get_ns: windows open to the nanosecond.
-	ClockExact Clock = 0
-	// ClockCoarse uses bpf_ktime_get_coarse_ns, which is cheaper but only
-	// advances once per tick (1/CONFIG_HZ): a window may open up to one tick
-	// late.
-	ClockCoarse Clock = 1
-)
-
 // Options configure Load.
 type Options struct {
 	// PinPath, when set, is a bpffs directory: maps are pinned there by name
 	// and maps already pinned there are reused, so the window and counters
 	// survive a reload of the program. Empty means no pinning.
 	PinPath string
-	// Clock selects the window's clock. The zero value is ClockExact.
-	Clock Clock
+	// TickNs is the kernel's tick (1/CONFIG_HZ) in ns, from KernelTick. It
+	// enables the program's tick gate, which skips bpf_ktime_get_ns for
+	// packets that cannot be at a window's end (limiter.c window_count).
+	// 0 disables the gate: every selected packet reads the clock.
+	TickNs uint64
 }
 
 // Limiter is the loaded XDP program and its maps.
 type Limiter struct {
 	objs      LimiterObjects
+	tickNs    uint64
 	lastFlip  time.Time
 	lastSlot  uint32
 	hasPolicy bool
@@ -96,9 +88,6 @@ func Load(opts Options) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load limiter spec: %w", err)
 	}
-	if err := spec.Variables["tl_clock"].Set(uint32(opts.Clock)); err != nil {
-		return nil, fmt.Errorf("set clock: %w", err)
-	}
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
 		for _, m := range spec.Maps {
@@ -109,7 +98,7 @@ func Load(opts Options) (*Limiter, error) {
 		}
 		copts.Maps.PinPath = opts.PinPath
 	}
-	l := &Limiter{}
+	l := &Limiter{tickNs: opts.TickNs}
 	if err := spec.LoadAndAssign(&l.objs, &copts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
@@ -159,10 +148,12 @@ func (l *Limiter) Apply(p tiers.Policy, t tiers.Table) error {
 	}
 	set := LimiterTlSettings{
 		WindowNs: uint64(p.Window.Nanoseconds()),
-		TableLen: uint32(len(t.Thresholds)),
-		Shift:    uint32(t.Shift),
-		Mode:     uint32(p.Mode),
-		SynRules: synRules,
+		// Whole ticks in a window: the tick gate's bound.
+		WindowJiffies: l.windowJiffies(p.Window),
+		TableLen:      uint32(len(t.Thresholds)),
+		Shift:         uint32(t.Shift),
+		Mode:          uint32(p.Mode),
+		SynRules:      synRules,
 	}
 	if len(p.Exempt) > 0 {
 		set.Flags |= hasExempt
@@ -175,6 +166,13 @@ func (l *Limiter) Apply(p tiers.Policy, t tiers.Table) error {
 	}
 	l.lastFlip, l.lastSlot, l.hasPolicy = time.Now(), slot, true
 	return nil
+}
+
+func (l *Limiter) windowJiffies(w time.Duration) uint64 {
+	if l.tickNs == 0 {
+		return 0
+	}
+	return uint64(w.Nanoseconds()) / l.tickNs
 }
 
 func fits(p tiers.Policy, t tiers.Table) error {
@@ -401,6 +399,9 @@ type Window struct {
 	LastCount uint64
 	// Opened counts the windows opened since the maps were created.
 	Opened uint64
+	// StartJiffies is bpf_jiffies64 when the window opened. SetWindow with
+	// 0 makes the next packets read the clock until a window opens.
+	StartJiffies uint64
 }
 
 // Window reads the window state.
@@ -409,13 +410,13 @@ func (l *Limiter) Window() (Window, error) {
 	if err := l.objs.Window.Lookup(uint32(0), &w); err != nil {
 		return Window{}, fmt.Errorf("read window: %w", err)
 	}
-	return Window{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened}, nil
+	return Window{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, StartJiffies: w.StartJiffies}, nil
 }
 
 // SetWindow overwrites the window state, for tests and tools that preload
 // a count. Racing packets may be lost; do not use it under traffic.
 func (l *Limiter) SetWindow(w Window) error {
-	v := LimiterTlWindow{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened}
+	v := LimiterTlWindow{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, StartJiffies: w.StartJiffies}
 	if err := l.objs.Window.Put(uint32(0), &v); err != nil {
 		return fmt.Errorf("write window: %w", err)
 	}

@@ -41,14 +41,15 @@ type LimiterTlPort struct {
 }
 
 type LimiterTlSettings struct {
-	_        structs.HostLayout
-	WindowNs uint64
-	TableLen uint32
-	Shift    uint32
-	Mode     uint32
-	Flags    uint32
-	SynRules uint32
-	Pad      uint32
+	_             structs.HostLayout
+	WindowNs      uint64
+	WindowJiffies uint64
+	TableLen      uint32
+	Shift         uint32
+	Mode          uint32
+	Flags         uint32
+	SynRules      uint32
+	Pad           uint32
 }
 
 type LimiterTlStat struct {
@@ -58,11 +59,12 @@ type LimiterTlStat struct {
 }
 
 type LimiterTlWindow struct {
-	_         structs.HostLayout
-	StartNs   uint64
-	Count     uint64
-	LastCount uint64
-	Opened    uint64
+	_            structs.HostLayout
+	StartNs      uint64
+	Count        uint64
+	LastCount    uint64
+	Opened       uint64
+	StartJiffies uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -80,7 +82,6 @@ const (
 	LimiterMapTierTable     = "tier_table"
 	LimiterMapWindow        = "window"
 	LimiterProgTierlimit    = "tierlimit"
-	LimiterVarTlClock       = "tl_clock"
 )
 
 // LoadLimiter returns the embedded CollectionSpec for Limiter.
@@ -148,7 +149,6 @@ type LimiterMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterVariableSpecs struct {
-	TlClock *ebpf.VariableSpec `ebpf:"tl_clock"`
 }
 
 // LimiterObjects contains all objects after they have been loaded into the kernel.
@@ -202,7 +202,6 @@ func (m *LimiterMaps) Close() error {
 //
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterVariables struct {
-	TlClock *ebpf.Variable `ebpf:"tl_clock"`
 }
 
 // LimiterPrograms contains all programs after they have been loaded into the kernel.

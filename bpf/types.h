@@ -54,11 +54,13 @@ struct tl_window {
 	__u64 count;      /* selected packets in this window so far */
 	__u64 last_count; /* final count of the previous window */
 	__u64 opened;     /* windows opened since the maps were created */
+	__u64 start_jiffies; /* bpf_jiffies64() read just before start_ns; 0: unknown */
 };
 
 /* The policy of one slot, besides its table and its selectors. */
 struct tl_settings {
-	__u64 window_ns; /* window length, ns */
+	__u64 window_ns;      /* window length, ns */
+	__u64 window_jiffies; /* whole ticks in a window; 0: no tick gate */
 	__u32 table_len; /* entries of this slot's table; 0: no policy */
 	__u32 shift;     /* the table is indexed by n >> shift */
 	__u32 mode;      /* enum tl_mode */

@@ -86,7 +86,7 @@ type verdictCase struct {
 	wantClass tiers.Class
 }
 
-func verdictCases(t *testing.T) []verdictCase {
+func verdictCases(t testing.TB) []verdictCase {
 	ip4 := func() *layers.IPv4 { return IPv4(Src4, Dst4, layers.IPProtocolUDP) }
 	eth4 := func() *layers.Ethernet { return Eth(layers.EthernetTypeIPv4) }
 

@@ -1,0 +1,78 @@
+package bpf_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tierlimit/tierlimit/bpf"
+	. "github.com/tierlimit/tierlimit/bpf/bpftest"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// benchChunk is how many packets one BPF_PROG_TEST_RUN call runs.
+const benchChunk = 1 << 20
+
+// BenchmarkProgram measures the program's cost per packet with
+// BPF_PROG_TEST_RUN on each path, beside a bare XDP_DROP program measured
+// in the same benchmark, chunk by chunk, on the same frame. It reports
+// ns/pkt for both (the kernel's timing, per repeat) and their ratio
+// (x-bare). "gate" is the agent's configuration (tick gate on); "exact"
+// reads bpf_ktime_get_ns for every selected packet.
+func BenchmarkProgram(b *testing.B) {
+	policy := func(max uint64, ts ...tiers.Tier) tiers.Policy {
+		p := tiers.Default()
+		p.Window, p.Max = time.Hour, max
+		if len(ts) > 0 {
+			p.Tiers = ts
+		}
+		return p
+	}
+	paths := []struct {
+		name  string
+		p     tiers.Policy
+		frame []byte
+	}{
+		// Tier 0 for 7*10^7 packets: every packet passes.
+		{"selected-pass", policy(100_000_000), UDP4(b, 514)},
+		// From n = 1, a 50% tier: every packet draws bpf_get_prandom_u32.
+		{"selected-random", policy(100, tiers.Tier{At: 1, Drop: 50}), UDP4(b, 514)},
+		// From n = 100, the 100% tier: every packet is dropped, no draw.
+		{"selected-drop", policy(100), UDP4(b, 514)},
+		{"unselected", policy(100), TCP4(b, 22, true, false)},
+	}
+	for _, gate := range []bool{true, false} {
+		opts := bpf.Options{}
+		name := "exact"
+		if gate {
+			opts.TickNs = kernelTick(b)
+			name = "gate"
+		}
+		for _, path := range paths {
+			b.Run(name+"/"+path.name, func(b *testing.B) {
+				h := newHarnessOpts(b, path.p, opts)
+				bareProg := BareProgram(b, xdpDrop)
+				h.expire() // the first packet opens a window, as in traffic
+				var progNs, bareNs float64
+				var runs int
+				for done := 0; done < b.N; done += benchChunk {
+					n := min(benchChunk, b.N-done)
+					_, d, err := h.l.Program().Benchmark(path.frame, n, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					_, db, err := bareProg.Benchmark(path.frame, n, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					progNs += float64(d.Nanoseconds())
+					bareNs += float64(db.Nanoseconds())
+					runs++
+				}
+				b.ReportMetric(progNs/float64(runs), "ns/pkt")
+				b.ReportMetric(bareNs/float64(runs), "bare-ns/pkt")
+				b.ReportMetric(progNs/bareNs, "x-bare")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}

@@ -1,0 +1,68 @@
+package bpf
+
+import (
+	"bufio"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNoKernelConfig is returned by KernelTick when neither /proc/config.gz
+// nor /boot/config-$(uname -r) can be read, or neither sets CONFIG_HZ.
+var ErrNoKernelConfig = errors.New("kernel config with CONFIG_HZ not found")
+
+// KernelTick returns the kernel's tick, 1/CONFIG_HZ, in ns, from the
+// running kernel's config: /proc/config.gz (CONFIG_IKCONFIG_PROC), else
+// /boot/config-<release>. Returns ErrNoKernelConfig when neither says.
+func KernelTick() (uint64, error) {
+	var uts unix.Utsname
+	var paths = []string{"/proc/config.gz"}
+	if err := unix.Uname(&uts); err == nil {
+		paths = append(paths, "/boot/config-"+unix.ByteSliceToString(uts.Release[:]))
+	}
+	for _, path := range paths {
+		hz, err := configHZ(path)
+		if err != nil {
+			continue
+		}
+		return 1_000_000_000 / hz, nil
+	}
+	return 0, fmt.Errorf("%w (looked in %s)", ErrNoKernelConfig, strings.Join(paths, ", "))
+}
+
+func configHZ(path string) (uint64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if strings.HasSuffix(path, ".gz") {
+		gz, err := gzip.NewReader(f)
+		if err != nil {
+			return 0, err
+		}
+		defer gz.Close()
+		r = gz
+	}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "CONFIG_HZ="); ok {
+			hz, err := strconv.ParseUint(v, 10, 32)
+			if err != nil || hz == 0 || hz > 10_000 {
+				return 0, fmt.Errorf("%s: CONFIG_HZ=%q", path, v)
+			}
+			return hz, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s: no CONFIG_HZ", path)
+}
