@@ -29,7 +29,9 @@ const (
 type Proto uint8
 
 const (
+	// ProtoTCP is TCP (IANA protocol 6); its rules count SYNs by default.
 	ProtoTCP Proto = 6
+	// ProtoUDP is UDP (IANA protocol 17); its rules count every datagram.
 	ProtoUDP Proto = 17
 )
 

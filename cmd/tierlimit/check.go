@@ -1,0 +1,180 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+func init() { subcommands = append(subcommands, newCheckCmd) }
+
+func newCheckCmd(g *globals) *cobra.Command {
+	var config string
+	cmd := &cobra.Command{
+		Use:   "check [--config F]",
+		Short: "Validate a policy and print it compiled",
+		Long: `check validates a policy file (YAML, or the seed's .properties) and prints the
+compiled policy: each tier's packet range and drop rate, the table size and
+its rounding, and the expected passed and dropped packets per window at
+several offered loads. Without --config it checks the embedded default.
+
+A bad policy is reported on one line, naming the key, the value and the line,
+with exit code 2.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, source := tiers.Default(), "embedded default"
+			if config != "" {
+				var err error
+				if p, err = tiers.LoadFile(config); err != nil {
+					return configError{err}
+				}
+				source = config
+			}
+			t, err := tiers.Compile(p)
+			if err != nil {
+				return configError{err}
+			}
+			warnEmptyTiers(g.logger(), t)
+			return printCheck(g.stdout, source, p, t)
+		},
+	}
+	cmd.Flags().StringVar(&config, "config", "", "policy file, YAML or .properties (default: the embedded default)")
+	return cmd
+}
+
+// warnEmptyTiers logs the tiers that no packet can reach, because max is
+// too small for their at to make a difference after flooring.
+func warnEmptyTiers(log *slog.Logger, t tiers.Table) {
+	if len(t.Bounds) > 0 && t.Bounds[0] <= 1 {
+		log.Warn("tier 0 is empty: the first threshold is at most 1 packet", "threshold", t.Bounds[0])
+	}
+	for k := 1; k < len(t.Bounds); k++ {
+		if t.Bounds[k-1] == t.Bounds[k] {
+			log.Warn("tier is empty: its threshold floors to the next tier's", "tier", k, "threshold", t.Bounds[k])
+		}
+	}
+}
+
+// checkLoads are the offered loads check prints, as multiples of max.
+var checkLoads = []struct {
+	name     string
+	num, den uint64
+}{{"0.5 × max", 1, 2}, {"1 × max", 1, 1}, {"2 × max", 2, 1}, {"10 × max", 10, 1}}
+
+// printCheck writes the compiled policy as aligned tables.
+func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "policy\t%s: valid\n", source)
+	fmt.Fprintf(w, "mode\t%s\n", p.Mode)
+	fmt.Fprintf(w, "window\t%s\n", p.Window)
+	fmt.Fprintf(w, "max\t%d selected packets per window\n", p.Max)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(out)
+	rounded := t.Shift > 0
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprint(w, "TIER\tAT\tPACKETS n\tDROP")
+	if rounded {
+		fmt.Fprint(w, "\tTABLE FROM n")
+	}
+	fmt.Fprintln(w)
+	K := len(t.Bounds)
+	for k := 0; k <= K; k++ {
+		at, drop, from := "-", "0%", uint64(1)
+		if k > 0 {
+			at, drop, from = percent(p.Tiers[k-1].At), percent(p.Tiers[k-1].Drop), t.Bounds[k-1]
+		}
+		rng := fmt.Sprintf("[%d, ∞)", from)
+		if k < K {
+			rng = fmt.Sprintf("[%d, %d)", from, t.Bounds[k])
+			if t.Bounds[k] <= from {
+				rng += " empty"
+			}
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s", k, at, rng, drop)
+		if rounded {
+			fmt.Fprintf(w, "\t%d", t.TierStart(k))
+		}
+		fmt.Fprintln(w)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	switch {
+	case !rounded:
+		fmt.Fprintf(w, "table\t%d entries, step 1 packet\trounding: exact\n", t.Len())
+	case t.MaxRoundingError == 0:
+		fmt.Fprintf(w, "table\t%d entries, step %d packets (n >> %d)\trounding: exact, every threshold is a multiple of the step\n",
+			t.Len(), uint64(1)<<t.Shift, t.Shift)
+	default:
+		fmt.Fprintf(w, "table\t%d entries, step %d packets (n >> %d)\trounding: tier boundaries move later by at most %d packets\n",
+			t.Len(), uint64(1)<<t.Shift, t.Shift, t.MaxRoundingError)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(out)
+	switch p.Mode {
+	case tiers.ModeDryRun:
+		fmt.Fprintln(out, "expected per window (mode dry-run: nothing is dropped; DROPPED is counted as would_drop)")
+	case tiers.ModeOff:
+		fmt.Fprintln(out, "expected per window (mode off: nothing is dropped; as if mode were enforce)")
+	default:
+		fmt.Fprintln(out, "expected per window")
+	}
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "OFFERED\tn\tPASSED\t± σ\tDROPPED\tDROP %\t")
+	for _, l := range checkLoads {
+		offered := p.Max * l.num / l.den
+		e := t.Expected(offered)
+		ratio := 0.0
+		if offered > 0 {
+			ratio = 100 * e.Dropped / float64(offered)
+		}
+		fmt.Fprintf(w, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f%%\t\n", l.name, offered, e.Passed, math.Sqrt(e.Variance), e.Dropped, ratio)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "SELECT\tPROTO\tPORTS\tCOUNT\tDESTS")
+	for i, r := range p.Select {
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", i, r.Proto, r.PortsString(), r.Count, prefixes(r.Dests, "any"))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nexempt sources: %s\n", prefixes(p.Exempt, "none"))
+	return nil
+}
+
+func percent(f float64) string {
+	return strconv.FormatFloat(f, 'f', -1, 64) + "%"
+}
+
+func prefixes[P fmt.Stringer](ps []P, none string) string {
+	if len(ps) == 0 {
+		return none
+	}
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,28 @@
+package tiers
+
+import "time"
+
+// Limits of a policy. The first three match the sizes the BPF program is
+// built with (bpf/consts.h: TL_MAX_TIERS, TL_MAX_RULES, TL_TABLE_MAX); the
+// others keep every threshold exact in 64-bit arithmetic.
+const (
+	// MaxTiers is the most tiers a policy may have; tier 0, below the first
+	// threshold, comes on top. Validate returns ErrTooMany beyond it.
+	MaxTiers = 16
+	// MaxSelectRules is the most select rules a policy may have. Validate
+	// returns ErrTooMany beyond it.
+	MaxSelectRules = 32
+	// MaxTableEntries is the most entries of a compiled Table. A policy
+	// whose last threshold needs more is compiled at a coarser step
+	// (Table.Shift), as DESIGN.md §2 says.
+	MaxTableEntries = 1 << 20
+	// MaxPackets is the largest Policy.Max, in packets per window (2^40,
+	// about 10^12). Validate returns ErrMax beyond it.
+	MaxPackets = 1 << 40
+	// MaxAtPercent is the largest Tier.At, in percent of Max (1000 × max).
+	// Validate returns ErrPercentRange beyond it.
+	MaxAtPercent = 100000
+	// MaxWindow is the longest Policy.Window. Validate returns ErrWindow
+	// beyond it.
+	MaxWindow = time.Hour
+)

@@ -1,0 +1,94 @@
+package tiers
+
+import (
+	"math/rand/v2"
+)
+
+// Decision is the Model's account of one selected packet.
+type Decision struct {
+	// N is the packet's 1-based count in its window, dropped packets
+	// included.
+	N uint64
+	// Tier is the packet's tier from the Table, 0 below the first threshold.
+	Tier int
+	// Verdict is what the limiter does with the packet under the Mode.
+	Verdict Verdict
+	// WindowOpened is true when this packet opened a new window (N is 1).
+	WindowOpened bool
+}
+
+// Model is the reference model of the XDP limiter for one stream of
+// selected packets: the behaviour the BPF program must match, sequentially.
+// It is not safe for concurrent use.
+type Model struct {
+	table  Table
+	mode   Mode
+	window uint64 // ns
+	rand   func() uint32
+
+	open  bool   // a window has been opened
+	start uint64 // ns, clock of the packet that opened the window
+	count uint64 // selected packets in the window so far
+}
+
+// NewModel returns a model of policy p compiled as t, with no window open.
+// It takes Mode and Window from p and the tiers from t. rand stands for
+// bpf_get_prandom_u32; nil uses math/rand/v2.
+func NewModel(p Policy, t Table, rand func() uint32) *Model {
+	if rand == nil {
+		rand = randUint32
+	}
+	return &Model{table: t, mode: p.Mode, window: uint64(p.Window), rand: rand}
+}
+
+func randUint32() uint32 { return rand.Uint32() }
+
+// Packet accounts for a selected packet that arrives at nowNs (a monotonic
+// clock, ns) and returns its decision.
+//
+// The window rule is the seed's TrafficMonitorWindow (DESIGN.md §2): the
+// first packet ever opens a window, and so does the first packet that
+// arrives more than Window after the current window opened (strictly:
+// nowNs - start > Window; a packet at exactly start + Window stays in the
+// window). Opening restarts the count, so that packet has N = 1; any other
+// packet has N = count + 1. Dropped packets count too. A clock earlier than
+// the window's start stays in the window.
+//
+// The tier and threshold come from Table.Lookup(N). Under ModeEnforce the
+// verdict is VerdictDrop when Dropped(thr, rand()); under ModeDryRun it is
+// VerdictWouldDrop in that case; otherwise, and always under ModeOff, it is
+// VerdictPass. rand is drawn only when the outcome depends on it, that is
+// when thr is neither 0 nor AlwaysDrop, and never under ModeOff.
+func (m *Model) Packet(nowNs uint64) Decision {
+	var d Decision
+	if !m.open || nowNs > m.start && nowNs-m.start > m.window {
+		m.open, m.start, m.count = true, nowNs, 0
+		d.WindowOpened = true
+	}
+	m.count++
+	d.N = m.count
+	tier, thr := m.table.Lookup(d.N)
+	d.Tier = tier
+	if m.mode == ModeOff || thr == 0 {
+		return d
+	}
+	drop := thr == AlwaysDrop || Dropped(thr, m.rand())
+	switch {
+	case !drop:
+	case m.mode == ModeEnforce:
+		d.Verdict = VerdictDrop
+	case m.mode == ModeDryRun:
+		d.Verdict = VerdictWouldDrop
+	}
+	return d
+}
+
+// N returns the count of the current window: the N of the latest packet,
+// or 0 before the first.
+func (m *Model) N() uint64 { return m.count }
+
+// SetWindow puts the model in a window that opened at startNs (ns) and has
+// counted count packets so far, for tests that start mid-window.
+func (m *Model) SetWindow(startNs, count uint64) {
+	m.open, m.start, m.count = true, startNs, count
+}

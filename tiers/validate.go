@@ -1,0 +1,114 @@
+package tiers
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// configErr builds a *ConfigError whose Err wraps sentinel, followed by the
+// formatted detail when format is not empty.
+func configErr(key, value string, sentinel error, format string, args ...any) *ConfigError {
+	err := sentinel
+	if format != "" {
+		err = fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))
+	}
+	return &ConfigError{Key: key, Value: value, Err: err}
+}
+
+// Validate checks a policy against DESIGN.md §2 and §3 and returns the
+// first fault as a *ConfigError (Line 0; the parsers fill it in), or nil.
+// Keys are named as in YAML: "mode", "tiers[1].at", "select[0].ports[2]".
+//
+// Returns ErrMode for an undefined Mode; ErrWindow when Window is not in
+// (0, MaxWindow]; ErrMax when Max is not in [1, MaxPackets]; ErrEmptyTiers
+// for no tiers; ErrTooMany for more than MaxTiers tiers or MaxSelectRules
+// rules; ErrPercentRange when an At is not in (0, MaxAtPercent], a Drop not
+// in [0, 100], or either has more than six decimal places; ErrTierOrder when
+// At does not strictly increase; ErrEmptySelect for no select rules;
+// ErrProto for a protocol other than tcp or udp; ErrPort for a rule without
+// ports, a port 0 or a range with First > Last; ErrCIDR for an invalid
+// prefix in Dests or Exempt; ErrCount for an undefined Count, or CountSYN on
+// a udp rule (the seed counted requests; only TCP has connection attempts).
+func (p Policy) Validate() error {
+	switch p.Mode {
+	case ModeEnforce, ModeDryRun, ModeOff:
+	default:
+		return configErr("mode", p.Mode.String(), ErrMode, "want enforce, dry-run or off")
+	}
+	if p.Window <= 0 || p.Window > MaxWindow {
+		return configErr("window", p.Window.String(), ErrWindow, "must be more than 0 and at most %s", MaxWindow)
+	}
+	if p.Max == 0 || p.Max > MaxPackets {
+		return configErr("max", strconv.FormatUint(p.Max, 10), ErrMax, "must be from 1 to %d packets", uint64(MaxPackets))
+	}
+	if len(p.Tiers) == 0 {
+		return configErr("tiers", "", ErrEmptyTiers, "a policy needs at least one tier")
+	}
+	if len(p.Tiers) > MaxTiers {
+		return configErr("tiers", "", ErrTooMany, "%d tiers, at most %d", len(p.Tiers), MaxTiers)
+	}
+	for i, t := range p.Tiers {
+		key := fmt.Sprintf("tiers[%d]", i)
+		at, ok := floatMicro(t.At)
+		if !ok || at <= 0 || at > MaxAtPercent*microPerPercent {
+			return configErr(key+".at", formatPercent(t.At), ErrPercentRange,
+				"at must be more than 0%% and at most %d%%, with at most %d decimal places", MaxAtPercent, percentDecimals)
+		}
+		drop, ok := floatMicro(t.Drop)
+		if !ok || drop < 0 || drop > microHundred {
+			return configErr(key+".drop", formatPercent(t.Drop), ErrPercentRange,
+				"drop must be from 0%% to 100%%, with at most %d decimal places", percentDecimals)
+		}
+		if i > 0 && t.At <= p.Tiers[i-1].At {
+			return configErr(key+".at", formatPercent(t.At), ErrTierOrder,
+				"at must be greater than tiers[%d].at (%s)", i-1, formatPercent(p.Tiers[i-1].At))
+		}
+	}
+	if len(p.Select) == 0 {
+		return configErr("select", "", ErrEmptySelect, "a policy needs at least one select rule")
+	}
+	if len(p.Select) > MaxSelectRules {
+		return configErr("select", "", ErrTooMany, "%d rules, at most %d", len(p.Select), MaxSelectRules)
+	}
+	for i, r := range p.Select {
+		if err := r.validate(fmt.Sprintf("select[%d]", i)); err != nil {
+			return err
+		}
+	}
+	for i, pfx := range p.Exempt {
+		if !pfx.IsValid() {
+			return configErr(fmt.Sprintf("exempt.sources[%d]", i), pfx.String(), ErrCIDR, "invalid prefix")
+		}
+	}
+	return nil
+}
+
+func (r Rule) validate(key string) error {
+	if r.Proto != ProtoTCP && r.Proto != ProtoUDP {
+		return configErr(key+".proto", r.Proto.String(), ErrProto, "want udp or tcp")
+	}
+	if len(r.Ports) == 0 {
+		return configErr(key+".ports", "", ErrPort, "a rule needs at least one port")
+	}
+	for j, pr := range r.Ports {
+		if pr.First == 0 || pr.First > pr.Last {
+			return configErr(fmt.Sprintf("%s.ports[%d]", key, j), fmt.Sprintf("%d-%d", pr.First, pr.Last), ErrPort,
+				"want a port from 1 to 65535, or a range first-last with first <= last")
+		}
+	}
+	for j, pfx := range r.Dests {
+		if !pfx.IsValid() {
+			return configErr(fmt.Sprintf("%s.dests[%d]", key, j), pfx.String(), ErrCIDR, "invalid prefix")
+		}
+	}
+	switch r.Count {
+	case CountPackets:
+	case CountSYN:
+		if r.Proto != ProtoTCP {
+			return configErr(key+".count", r.Count.String(), ErrCount, "count syn is for tcp rules only")
+		}
+	default:
+		return configErr(key+".count", r.Count.String(), ErrCount, "want packets or syn")
+	}
+	return nil
+}

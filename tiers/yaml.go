@@ -1,0 +1,559 @@
+package tiers
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// ParseYAML parses and validates a YAML policy (DESIGN.md §3). The file is
+// read into a yaml.Node tree and walked strictly: unknown and duplicate keys
+// are errors, as are values of the wrong kind, and every error carries its
+// line. Keys the file leaves out take the values of Default(); an empty file
+// is Default(). An explicitly empty `select: []` or `tiers: []` is an error.
+//
+// at and drop accept 70, 12.5, "70%" and "12.5%". window is a Go duration.
+// ports accept numbers and "first-last" ranges. count defaults to syn for
+// tcp rules and to packets for udp rules. A CIDR without a length is one
+// host; host bits under the mask are cleared.
+//
+// Every error is a *ConfigError. Returns ErrSyntax for malformed YAML or
+// more than one document, ErrUnknownKey, ErrDuplicateKey, ErrMissingKey,
+// ErrType, and any error of Validate, with the line it concerns.
+func ParseYAML(data []byte) (Policy, error) {
+	return parseYAML(data, defaultPolicy)
+}
+
+// parseYAML parses data over base, which supplies the values of omitted keys.
+func parseYAML(data []byte, base Policy) (Policy, error) {
+	p := base.Clone()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return p, p.Validate()
+		}
+		return Policy{}, yamlSyntaxError(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return Policy{}, &ConfigError{Line: extra.Line, Err: fmt.Errorf("%w: more than one YAML document", ErrSyntax)}
+	} else if !errors.Is(err, io.EOF) {
+		return Policy{}, yamlSyntaxError(err)
+	}
+	ps := yamlParser{lines: map[string]int{}}
+	if len(doc.Content) == 1 {
+		if err := ps.policy(doc.Content[0], &p); err != nil {
+			return Policy{}, err
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return Policy{}, ps.locate(err)
+	}
+	return p, nil
+}
+
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+func yamlSyntaxError(err error) error {
+	msg := err.Error()
+	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return &ConfigError{Line: line, Err: fmt.Errorf("%w: %s", ErrSyntax, m[2])}
+	}
+	return &ConfigError{Err: fmt.Errorf("%w: %s", ErrSyntax, strings.TrimPrefix(msg, "yaml: "))}
+}
+
+// yamlParser walks the node tree. lines maps each key path it met to the
+// line of its value, so that Validate's errors can be located.
+type yamlParser struct {
+	lines map[string]int
+}
+
+// locate fills in the line of a Validate error from the key, or from the
+// closest enclosing key that has one.
+func (ps *yamlParser) locate(err error) error {
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Line != 0 {
+		return err
+	}
+	located := *ce
+	for key := ce.Key; key != ""; key = parentKey(key) {
+		if line, ok := ps.lines[key]; ok {
+			located.Line = line
+			break
+		}
+	}
+	return &located
+}
+
+// parentKey strips the last ".name" or "[i]" from a key path.
+func parentKey(key string) string {
+	i := strings.LastIndexAny(key, ".[")
+	if i < 0 {
+		return ""
+	}
+	return key[:i]
+}
+
+// resolve follows aliases, so that *anchor works wherever a value does.
+func resolve(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 100; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// kindName names what a node is, for "want X, got Y" messages.
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!null":
+			return "nothing"
+		case "!!str":
+			return "text"
+		case "!!int", "!!float":
+			return "a number"
+		case "!!bool":
+			return "a boolean"
+		}
+		return "a scalar " + n.ShortTag()
+	}
+	return "an alias"
+}
+
+// nodeValue is the value of a node as ConfigError.Value shows it.
+func nodeValue(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		return n.Value
+	case yaml.SequenceNode:
+		if len(n.Content) == 0 {
+			return "[]"
+		}
+		return "[...]"
+	case yaml.MappingNode:
+		if len(n.Content) == 0 {
+			return "{}"
+		}
+		return "{...}"
+	}
+	return ""
+}
+
+func typeErr(key string, n *yaml.Node, want string) *ConfigError {
+	ce := configErr(key, nodeValue(n), ErrType, "want %s, got %s", want, kindName(n))
+	ce.Line = n.Line
+	return ce
+}
+
+func valueErr(key string, n *yaml.Node, sentinel error, format string, args ...any) *ConfigError {
+	ce := configErr(key, nodeValue(n), sentinel, format, args...)
+	ce.Line = n.Line
+	return ce
+}
+
+// field handles the value of one known key of a mapping; key is its path.
+type field struct {
+	name string
+	set  func(key string, v *yaml.Node) error
+}
+
+// mapping walks mapping node n at path, calling each field's set for the
+// keys present and failing on unknown or duplicate keys. It returns the set
+// of names present.
+func (ps *yamlParser) mapping(path string, n *yaml.Node, fields []field) (map[string]bool, error) {
+	if n.Kind != yaml.MappingNode {
+		return nil, typeErr(path, n, "a mapping")
+	}
+	seen := make(map[string]bool, len(fields))
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		if k.Kind != yaml.ScalarNode {
+			return nil, typeErr(path, k, "a key")
+		}
+		key := k.Value
+		if path != "" {
+			key = path + "." + k.Value
+		}
+		var f *field
+		for j := range fields {
+			if fields[j].name == k.Value {
+				f = &fields[j]
+				break
+			}
+		}
+		if f == nil {
+			names := make([]string, len(fields))
+			for j := range fields {
+				names[j] = fields[j].name
+			}
+			return nil, &ConfigError{Key: key, Line: k.Line,
+				Err: fmt.Errorf("%w: want one of %s", ErrUnknownKey, strings.Join(names, ", "))}
+		}
+		if seen[k.Value] {
+			return nil, &ConfigError{Key: key, Line: k.Line, Err: ErrDuplicateKey}
+		}
+		seen[k.Value] = true
+		ps.lines[key] = v.Line
+		if err := f.set(key, v); err != nil {
+			return nil, err
+		}
+	}
+	return seen, nil
+}
+
+// sequence checks that n is a list of at most limit items (limit 0: no
+// limit) and records the line of each item.
+func (ps *yamlParser) sequence(key string, n *yaml.Node, limit int, what string) ([]*yaml.Node, error) {
+	if n.Kind != yaml.SequenceNode {
+		return nil, typeErr(key, n, "a list")
+	}
+	if limit > 0 && len(n.Content) > limit {
+		return nil, valueErr(key, n, ErrTooMany, "%d %s, at most %d", len(n.Content), what, limit)
+	}
+	items := make([]*yaml.Node, len(n.Content))
+	for i, item := range n.Content {
+		items[i] = resolve(item)
+		ps.lines[fmt.Sprintf("%s[%d]", key, i)] = items[i].Line
+	}
+	return items, nil
+}
+
+// scalar returns the text of a scalar node that is not null.
+func scalar(key string, n *yaml.Node, want string) (string, error) {
+	if n.Kind != yaml.ScalarNode || isNull(n) {
+		return "", typeErr(key, n, want)
+	}
+	return n.Value, nil
+}
+
+func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
+	root = resolve(root)
+	if isNull(root) {
+		return nil
+	}
+	_, err := ps.mapping("", root, []field{
+		{"mode", func(key string, v *yaml.Node) error {
+			s, err := scalar(key, v, "enforce, dry-run or off")
+			if err != nil {
+				return err
+			}
+			m, err := ParseMode(s)
+			if err != nil {
+				return valueErr(key, v, ErrMode, "want enforce, dry-run or off")
+			}
+			p.Mode = m
+			return nil
+		}},
+		{"window", func(key string, v *yaml.Node) error {
+			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
+				return typeErr(key, v, "a duration such as 1s or 500ms")
+			}
+			d, err := time.ParseDuration(v.Value)
+			if err != nil {
+				return valueErr(key, v, ErrWindow, "want a duration such as 1s or 500ms")
+			}
+			p.Window = d
+			return nil
+		}},
+		{"max", func(key string, v *yaml.Node) error {
+			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
+				return typeErr(key, v, "a whole number of packets")
+			}
+			var i int64
+			if err := v.Decode(&i); err != nil || i <= 0 || i > MaxPackets {
+				return valueErr(key, v, ErrMax, "must be from 1 to %d packets", uint64(MaxPackets))
+			}
+			p.Max = uint64(i)
+			return nil
+		}},
+		{"tiers", func(key string, v *yaml.Node) error {
+			tiers, err := ps.tiers(key, v)
+			p.Tiers = tiers
+			return err
+		}},
+		{"select", func(key string, v *yaml.Node) error {
+			rules, err := ps.rules(key, v)
+			p.Select = rules
+			return err
+		}},
+		{"exempt", func(key string, v *yaml.Node) error {
+			p.Exempt = nil
+			if isNull(v) {
+				return nil
+			}
+			_, err := ps.mapping(key, v, []field{
+				{"sources", func(key string, v *yaml.Node) error {
+					if isNull(v) {
+						return nil
+					}
+					pfx, err := ps.prefixes(key, v)
+					p.Exempt = pfx
+					return err
+				}},
+			})
+			return err
+		}},
+	})
+	return err
+}
+
+func (ps *yamlParser) tiers(key string, v *yaml.Node) ([]Tier, error) {
+	if isNull(v) || v.Kind == yaml.SequenceNode && len(v.Content) == 0 {
+		return nil, valueErr(key, v, ErrEmptyTiers, "a policy needs at least one tier")
+	}
+	items, err := ps.sequence(key, v, MaxTiers, "tiers")
+	if err != nil {
+		return nil, err
+	}
+	tiers := make([]Tier, len(items))
+	for i, item := range items {
+		path := fmt.Sprintf("%s[%d]", key, i)
+		t := &tiers[i]
+		seen, err := ps.mapping(path, item, []field{
+			{"at", func(key string, v *yaml.Node) (err error) {
+				t.At, err = percentNode(key, v)
+				return err
+			}},
+			{"drop", func(key string, v *yaml.Node) (err error) {
+				t.Drop, err = percentNode(key, v)
+				return err
+			}},
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range []string{"at", "drop"} {
+			if !seen[name] {
+				return nil, &ConfigError{Key: path + "." + name, Line: item.Line,
+					Err: fmt.Errorf("%w: a tier needs at and drop", ErrMissingKey)}
+			}
+		}
+	}
+	return tiers, nil
+}
+
+// percentNode parses at or drop: a number or text like "70%" or "12.5%".
+func percentNode(key string, v *yaml.Node) (float64, error) {
+	s, err := scalar(key, v, "a percent such as 70 or 12.5%")
+	if err != nil {
+		return 0, err
+	}
+	f, err := parsePercent(s)
+	if err != nil {
+		return 0, &ConfigError{Key: key, Value: s, Line: v.Line, Err: err}
+	}
+	return f, nil
+}
+
+// parsePercent parses "70", "12.5" or "12.5%" exactly (see parseMicro) and
+// returns it as float64. Returns ErrType for text that is not a plain
+// decimal and ErrPercentRange for more than six decimal places; ranges are
+// Validate's job.
+func parsePercent(s string) (float64, error) {
+	m, ok, fine := parseMicro(strings.TrimSuffix(strings.TrimSpace(s), "%"))
+	if !ok {
+		if fine {
+			return 0, fmt.Errorf("%w: at most %d decimal places", ErrPercentRange, percentDecimals)
+		}
+		return 0, fmt.Errorf("%w: want a percent such as 70, 70%% or 12.5%%", ErrType)
+	}
+	return microFloat(m), nil
+}
+
+func (ps *yamlParser) rules(key string, v *yaml.Node) ([]Rule, error) {
+	if isNull(v) || v.Kind == yaml.SequenceNode && len(v.Content) == 0 {
+		return nil, valueErr(key, v, ErrEmptySelect, "a policy needs at least one select rule")
+	}
+	items, err := ps.sequence(key, v, MaxSelectRules, "rules")
+	if err != nil {
+		return nil, err
+	}
+	rules := make([]Rule, len(items))
+	for i, item := range items {
+		path := fmt.Sprintf("%s[%d]", key, i)
+		r := &rules[i]
+		seen, err := ps.mapping(path, item, []field{
+			{"proto", func(key string, v *yaml.Node) error {
+				s, err := scalar(key, v, "udp or tcp")
+				if err != nil {
+					return err
+				}
+				switch s {
+				case "udp":
+					r.Proto = ProtoUDP
+				case "tcp":
+					r.Proto = ProtoTCP
+				default:
+					return valueErr(key, v, ErrProto, "want udp or tcp")
+				}
+				return nil
+			}},
+			{"ports", func(key string, v *yaml.Node) error {
+				ports, err := ps.ports(key, v)
+				r.Ports = ports
+				return err
+			}},
+			{"dests", func(key string, v *yaml.Node) error {
+				if isNull(v) || v.Kind == yaml.SequenceNode && len(v.Content) == 0 {
+					return valueErr(key, v, ErrCIDR, "empty dests: leave the key out to match any destination")
+				}
+				pfx, err := ps.prefixes(key, v)
+				r.Dests = pfx
+				return err
+			}},
+			{"count", func(key string, v *yaml.Node) error {
+				s, err := scalar(key, v, "packets or syn")
+				if err != nil {
+					return err
+				}
+				switch s {
+				case "packets":
+					r.Count = CountPackets
+				case "syn":
+					r.Count = CountSYN
+				default:
+					return valueErr(key, v, ErrCount, "want packets or syn")
+				}
+				return nil
+			}},
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range []string{"proto", "ports"} {
+			if !seen[name] {
+				return nil, &ConfigError{Key: path + "." + name, Line: item.Line,
+					Err: fmt.Errorf("%w: a select rule needs proto and ports", ErrMissingKey)}
+			}
+		}
+		if !seen["count"] && r.Proto == ProtoTCP {
+			r.Count = CountSYN
+		}
+	}
+	return rules, nil
+}
+
+func (ps *yamlParser) ports(key string, v *yaml.Node) ([]PortRange, error) {
+	if isNull(v) || v.Kind == yaml.SequenceNode && len(v.Content) == 0 {
+		return nil, valueErr(key, v, ErrPort, "a rule needs at least one port")
+	}
+	items, err := ps.sequence(key, v, 0, "ports")
+	if err != nil {
+		return nil, err
+	}
+	ports := make([]PortRange, len(items))
+	for i, item := range items {
+		path := fmt.Sprintf("%s[%d]", key, i)
+		if item.Kind != yaml.ScalarNode || (item.ShortTag() != "!!int" && item.ShortTag() != "!!str") {
+			return nil, typeErr(path, item, `a port such as 514 or a range such as "1000-2000"`)
+		}
+		pr, ok := parsePortRange(item.Value)
+		if !ok {
+			return nil, valueErr(path, item, ErrPort, "want a port from 1 to 65535, or a range first-last with first <= last")
+		}
+		ports[i] = pr
+	}
+	return ports, nil
+}
+
+// parsePortRange parses "514" or "1000-2000" (decimal digits only) into a
+// range within 1..65535 with First <= Last.
+func parsePortRange(s string) (PortRange, bool) {
+	first, last, isRange := strings.Cut(s, "-")
+	a, ok := parsePort(strings.TrimSpace(first))
+	if !ok {
+		return PortRange{}, false
+	}
+	b := a
+	if isRange {
+		if b, ok = parsePort(strings.TrimSpace(last)); !ok || b < a {
+			return PortRange{}, false
+		}
+	}
+	return PortRange{First: a, Last: b}, true
+}
+
+func parsePort(s string) (uint16, bool) {
+	if s == "" || len(s) > 5 {
+		return 0, false
+	}
+	n := 0
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return 0, false
+		}
+		n = n*10 + int(r-'0')
+	}
+	if n < 1 || n > 65535 {
+		return 0, false
+	}
+	return uint16(n), true
+}
+
+func (ps *yamlParser) prefixes(key string, v *yaml.Node) ([]netip.Prefix, error) {
+	items, err := ps.sequence(key, v, 0, "prefixes")
+	if err != nil {
+		return nil, err
+	}
+	if len(items) == 0 {
+		return nil, nil
+	}
+	out := make([]netip.Prefix, len(items))
+	for i, item := range items {
+		path := fmt.Sprintf("%s[%d]", key, i)
+		s, err := scalar(path, item, "a CIDR such as 192.0.2.0/24")
+		if err != nil {
+			return nil, err
+		}
+		pfx, err := parsePrefix(s)
+		if err != nil {
+			return nil, valueErr(path, item, ErrCIDR, "%v", err)
+		}
+		out[i] = pfx
+	}
+	return out, nil
+}
+
+// parsePrefix parses a CIDR, or a bare address as a one-host prefix, and
+// clears the host bits.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			// netip's message repeats the input: keep only its reason.
+			msg := err.Error()
+			if i := strings.LastIndex(msg, "): "); i >= 0 {
+				msg = msg[i+3:]
+			}
+			return netip.Prefix{}, errors.New(msg)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, errors.New("want a CIDR such as 192.0.2.0/24 or 2001:db8::/32")
+	}
+	if a.Zone() != "" {
+		return netip.Prefix{}, errors.New("an address with a zone is not a prefix")
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
