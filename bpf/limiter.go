@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -154,6 +155,8 @@ func (l *Limiter) Apply(p tiers.Policy, t tiers.Table) error {
 		Shift:         uint32(t.Shift),
 		Mode:          uint32(p.Mode),
 		SynRules:      synRules,
+		Tiers:         uint32(len(p.Tiers)),
+		Max:           p.Max,
 	}
 	if len(p.Exempt) > 0 {
 		set.Flags |= hasExempt
@@ -421,4 +424,117 @@ func (l *Limiter) SetWindow(w Window) error {
 		return fmt.Errorf("write window: %w", err)
 	}
 	return nil
+}
+
+// OpenPinned opens the maps pinned in dir by a Limiter loaded with
+// Options.PinPath = dir, without loading the program: enough for Stats,
+// Window and Active, as `tierlimit status` needs with no agent running.
+// Program returns nil on the result; Apply must not be called.
+func OpenPinned(dir string) (*Limiter, error) {
+	l := &Limiter{}
+	open := func(name string) (*ebpf.Map, error) {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			return nil, fmt.Errorf("open pinned map %s: %w", name, err)
+		}
+		return m, nil
+	}
+	for _, f := range []struct {
+		dst  **ebpf.Map
+		name string
+	}{
+		{&l.objs.ActiveSlot, "active_slot"}, {&l.objs.Settings, "settings"}, {&l.objs.TierTable, "tier_table"},
+		{&l.objs.Ports, "ports"}, {&l.objs.ExemptSources, "exempt_sources"}, {&l.objs.SelectDests, "select_dests"},
+		{&l.objs.Window, "window"}, {&l.objs.Stats, "stats"}, {&l.objs.MiscStats, "misc_stats"},
+		{&l.objs.FragVerdicts, "frag_verdicts"},
+	} {
+		m, err := open(f.name)
+		if err != nil {
+			l.objs.Close()
+			return nil, err
+		}
+		*f.dst = m
+	}
+	return l, nil
+}
+
+// Active is the policy in force, as the program's maps hold it.
+type Active struct {
+	// Mode is the mode (tiers.Mode).
+	Mode tiers.Mode
+	// Window is the window length.
+	Window time.Duration
+	// Max is the policy's max, packets per window.
+	Max uint64
+	// Bounds are the first n of tiers 1..K as the table applies them: T_k,
+	// rounded up to the table's step when Shift > 0.
+	Bounds []uint64
+	// DropRatios of tiers 0..K, 0..1, on the bpf_get_prandom_u32 scale.
+	DropRatios []float64
+	// TableLen and Shift describe the table: entry i covers n>>Shift == i.
+	TableLen int
+	Shift    uint
+}
+
+// Active reads the active slot's settings and table. Returns ErrPolicy when
+// no policy has been applied.
+func (l *Limiter) Active() (Active, error) {
+	slot, err := l.activeSlot()
+	if err != nil {
+		return Active{}, err
+	}
+	var set LimiterTlSettings
+	if err := l.objs.Settings.Lookup(slot, &set); err != nil {
+		return Active{}, fmt.Errorf("read settings: %w", err)
+	}
+	if set.TableLen == 0 {
+		return Active{}, fmt.Errorf("%w: no policy applied", ErrPolicy)
+	}
+	a := Active{
+		Mode:       tiers.Mode(set.Mode),
+		Window:     time.Duration(set.WindowNs),
+		Max:        set.Max,
+		TableLen:   int(set.TableLen),
+		Shift:      uint(set.Shift),
+		Bounds:     make([]uint64, set.Tiers),
+		DropRatios: make([]float64, set.Tiers+1),
+	}
+	base := slot * TableMax
+	entry := func(i uint32) (LimiterTlEntry, error) {
+		var e LimiterTlEntry
+		err := l.objs.TierTable.Lookup(base+i, &e)
+		return e, err
+	}
+	// The table is monotone in tier: find where each tier starts by
+	// binary search, about 20 lookups per tier.
+	for k := 0; k <= int(set.Tiers); k++ {
+		lo, hi := uint32(0), set.TableLen // first i with tier >= k is in [lo, hi]
+		for lo < hi {
+			mid := lo + (hi-lo)/2
+			e, err := entry(mid)
+			if err != nil {
+				return Active{}, fmt.Errorf("read tier table: %w", err)
+			}
+			if int(e.Tier) >= k {
+				hi = mid
+			} else {
+				lo = mid + 1
+			}
+		}
+		if k > 0 {
+			a.Bounds[k-1] = uint64(lo) << set.Shift
+		}
+		if lo == set.TableLen {
+			a.DropRatios[k] = 0 // unreachable: no entry in this tier or above
+			continue
+		}
+		e, err := entry(lo)
+		if err != nil {
+			return Active{}, fmt.Errorf("read tier table: %w", err)
+		}
+		if int(e.Tier) == k {
+			a.DropRatios[k] = tiers.DropRatio(e.Thr)
+		}
+	}
+	return a, nil
 }

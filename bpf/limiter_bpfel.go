@@ -49,7 +49,8 @@ type LimiterTlSettings struct {
 	Mode          uint32
 	Flags         uint32
 	SynRules      uint32
-	Pad           uint32
+	Tiers         uint32
+	Max           uint64
 }
 
 type LimiterTlStat struct {

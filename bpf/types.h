@@ -66,7 +66,8 @@ struct tl_settings {
 	__u32 mode;      /* enum tl_mode */
 	__u32 flags;     /* enum tl_settings_flag */
 	__u32 syn_rules; /* bit i: select rule i (with dests) counts SYN only */
-	__u32 _pad;
+	__u32 tiers;     /* tiers of the policy; for tierlimit status */
+	__u64 max;       /* the policy's max, packets; for tierlimit status */
 };
 
 /* One entry of a compiled tier table. */

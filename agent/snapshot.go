@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// Snapshot is everything the limiter's maps say at one moment: what
+// /metrics and `tierlimit status` both show.
+type Snapshot struct {
+	Policy bpf.Active
+	Stats  bpf.Stats
+	// WindowPackets is n of the current window: 0 once the window has
+	// expired, since the next selected packet opens a new one.
+	WindowPackets uint64
+	// LastWindowPackets is the final n of the previous window (the offered
+	// load), or of the expired current one.
+	LastWindowPackets uint64
+	// CurrentTier is the tier of the latest selected packet of the current
+	// window, 0 when the window is empty.
+	CurrentTier int
+	// WindowsOpened counts windows since the maps were created.
+	WindowsOpened uint64
+}
+
+// TakeSnapshot reads the limiter's maps.
+func TakeSnapshot(l *bpf.Limiter) (Snapshot, error) {
+	var s Snapshot
+	var err error
+	if s.Policy, err = l.Active(); err != nil {
+		return s, err
+	}
+	if s.Stats, err = l.Stats(); err != nil {
+		return s, err
+	}
+	w, err := l.Window()
+	if err != nil {
+		return s, err
+	}
+	s.WindowsOpened = w.Opened
+	s.WindowPackets, s.LastWindowPackets = w.Count, w.LastCount
+	if now, err := monotonic(); err == nil && w.Opened > 0 && int64(now-w.StartNs) > int64(s.Policy.Window) {
+		s.WindowPackets, s.LastWindowPackets = 0, w.Count
+	}
+	s.CurrentTier = tierOf(s.Policy.Bounds, s.WindowPackets)
+	return s, nil
+}
+
+// tierOf is the tier of packet n: the largest k with bounds[k-1] <= n, 0 for n = 0.
+func tierOf(bounds []uint64, n uint64) int {
+	if n == 0 {
+		return 0
+	}
+	k := 0
+	for i, b := range bounds {
+		if n >= b {
+			k = i + 1
+		}
+	}
+	return k
+}
+
+func monotonic() (uint64, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0, fmt.Errorf("read clock: %w", err)
+	}
+	return uint64(ts.Nano()), nil
+}
+
+// verdicts in the order of tiers.Verdict.
+var verdicts = []tiers.Verdict{tiers.VerdictPass, tiers.VerdictDrop, tiers.VerdictWouldDrop}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+func init() { subcommands = append(subcommands, newStatusCmd, newDetachCmd) }
+
+func newStatusCmd(g *globals) *cobra.Command {
+	var pin string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [--json]",
+		Short: "Show the pinned limiter: interfaces, policy, window and totals",
+		Long: `status reads the pinned links and maps, with no agent running, and prints the
+interfaces and their XDP mode, the policy in force (tiers with thresholds and
+drop rates), the current window's count and tier, and the totals per tier and
+verdict: the same numbers /metrics shows.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := agent.ReadStatus(pin)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeStatusJSON(g.stdout, st)
+			}
+			return writeStatus(g.stdout, st)
+		},
+	}
+	cmd.Flags().StringVar(&pin, "pin-path", agent.DefaultPinPath, "bpffs directory of the pinned links and maps")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// statusJSON is the --json shape: stable, snake_case, counters as numbers.
+type statusJSON struct {
+	PinPath    string             `json:"pin_path"`
+	Interfaces []agent.PinnedLink `json:"interfaces"`
+	Policy     struct {
+		Mode     string       `json:"mode"`
+		WindowNs int64        `json:"window_ns"`
+		Max      uint64       `json:"max_packets"`
+		Tiers    []tierJSON   `json:"tiers"`
+		Table    tableJSONish `json:"table"`
+	} `json:"policy"`
+	Window struct {
+		Packets     uint64 `json:"packets"`
+		LastPackets uint64 `json:"last_packets"`
+		Tier        int    `json:"tier"`
+		Opened      uint64 `json:"opened"`
+	} `json:"window"`
+	Selected   []selectedJSON    `json:"selected"`
+	Unselected uint64            `json:"unselected_packets"`
+	Exempt     uint64            `json:"exempt_packets"`
+	Fragments  map[string]uint64 `json:"fragment_packets"`
+}
+
+type tierJSON struct {
+	Tier      int     `json:"tier"`
+	Threshold uint64  `json:"threshold_packets"`
+	DropRatio float64 `json:"drop_ratio"`
+}
+
+type tableJSONish struct {
+	Entries int    `json:"entries"`
+	Step    uint64 `json:"step_packets"`
+}
+
+type selectedJSON struct {
+	Tier    int    `json:"tier"`
+	Verdict string `json:"verdict"`
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+func writeStatusJSON(w io.Writer, st agent.Status) error {
+	var out statusJSON
+	out.PinPath = st.PinPath
+	out.Interfaces = st.Links
+	if out.Interfaces == nil {
+		out.Interfaces = []agent.PinnedLink{}
+	}
+	pol := st.Policy
+	out.Policy.Mode = pol.Mode.String()
+	out.Policy.WindowNs = pol.Window.Nanoseconds()
+	out.Policy.Max = pol.Max
+	out.Policy.Table = tableJSONish{Entries: pol.TableLen, Step: 1 << pol.Shift}
+	for k := 0; k <= len(pol.Bounds); k++ {
+		t := tierJSON{Tier: k, DropRatio: pol.DropRatios[k]}
+		if k > 0 {
+			t.Threshold = pol.Bounds[k-1]
+		}
+		out.Policy.Tiers = append(out.Policy.Tiers, t)
+		for _, v := range []tiers.Verdict{tiers.VerdictPass, tiers.VerdictDrop, tiers.VerdictWouldDrop} {
+			c := st.Stats.Selected[k][v]
+			out.Selected = append(out.Selected, selectedJSON{Tier: k, Verdict: v.String(), Packets: c.Packets, Bytes: c.Bytes})
+		}
+	}
+	out.Window.Packets = st.WindowPackets
+	out.Window.LastPackets = st.LastWindowPackets
+	out.Window.Tier = st.CurrentTier
+	out.Window.Opened = st.WindowsOpened
+	out.Unselected = st.Stats.Unselected.Packets
+	out.Exempt = st.Stats.Exempt.Packets
+	out.Fragments = map[string]uint64{"pass": st.Stats.FragmentPass.Packets, "drop": st.Stats.FragmentDrop.Packets}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func writeStatus(w io.Writer, st agent.Status) error {
+	pol := st.Policy
+	fmt.Fprintf(w, "pinned under %s\n\ninterfaces:\n", st.PinPath)
+	if len(st.Links) == 0 {
+		fmt.Fprintln(w, "  none")
+	}
+	for _, l := range st.Links {
+		fmt.Fprintf(w, "  %s (ifindex %d): %s XDP, link %d, program %d\n", l.Iface, l.Ifindex, l.Mode, l.LinkID, l.ProgramID)
+	}
+	fmt.Fprintf(w, "\npolicy: mode %s, window %v, max %d packets, table %d entries, step %d\n\n",
+		pol.Mode, pol.Window, pol.Max, pol.TableLen, uint64(1)<<pol.Shift)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "tier\tfrom n\tdrop\tpass\tdrop\twould_drop\t")
+	for k := 0; k <= len(pol.Bounds); k++ {
+		from := uint64(1)
+		if k > 0 {
+			from = pol.Bounds[k-1]
+		}
+		s := st.Stats.Selected[k]
+		fmt.Fprintf(tw, "%d\t%d\t%s%%\t%d\t%d\t%d\t\n", k, from, strconv.FormatFloat(100*pol.DropRatios[k], 'g', 6, 64),
+			s[tiers.VerdictPass].Packets, s[tiers.VerdictDrop].Packets, s[tiers.VerdictWouldDrop].Packets)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nwindow: n=%d (tier %d), previous window %d packets, %d windows opened\n",
+		st.WindowPackets, st.CurrentTier, st.LastWindowPackets, st.WindowsOpened)
+	fmt.Fprintf(w, "unselected %d packets, exempt %d, non-first fragments passed %d, dropped %d\n",
+		st.Stats.Unselected.Packets, st.Stats.Exempt.Packets, st.Stats.FragmentPass.Packets, st.Stats.FragmentDrop.Packets)
+	return nil
+}
+
+func newDetachCmd(g *globals) *cobra.Command {
+	var pin, iface string
+	cmd := &cobra.Command{
+		Use:   "detach --iface IF",
+		Short: "Remove the pinned limiter from an interface (and the maps after the last)",
+		Long: `detach removes tierlimit's pinned link from the interface, which detaches the
+program. Once no interface is left, it removes the pinned maps too. It refuses
+to touch an XDP program that is not tierlimit's.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if iface == "" {
+				return usageErrorf("detach: --iface is required")
+			}
+			if err := agent.Detach(pin, iface); err != nil {
+				return err
+			}
+			g.logger().Info("detached", "iface", iface)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&iface, "iface", "", "interface to detach from")
+	cmd.Flags().StringVar(&pin, "pin-path", agent.DefaultPinPath, "bpffs directory of the pinned links and maps")
+	return cmd
+}
