@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -117,7 +118,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // process collectors.
 func (a *Agent) Registry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(a.Collector(), prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(a.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 

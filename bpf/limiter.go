@@ -48,9 +48,6 @@ const (
 	hasExempt   = 1
 )
 
-// thrAlways is the table threshold that drops every packet (limiter.c TL_THR_ALWAYS).
-const thrAlways = 0xffffffff
-
 // slotGrace is how long Apply waits after a slot stopped being active before
 // it overwrites that slot. A packet reads active_slot once and finishes in
 // well under a microsecond, so a packet still on the old slot is long gone.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/tierlimit/tierlimit/bpf"
+
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -15,9 +17,9 @@ var (
 	commit  = "unknown"
 )
 
-// bpfObjectHash returns the hash of the embedded BPF object, to be wired to
-// the bpf package.
-var bpfObjectHash = func() string { return "unknown" }
+// bpfObjectHash returns the hash of the embedded BPF object; a variable so
+// that tests can pin it.
+var bpfObjectHash = bpf.ObjectHash
 
 func init() { subcommands = append(subcommands, newVersionCmd) }
 

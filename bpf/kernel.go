@@ -3,6 +3,8 @@ package bpf
 import (
 	"bufio"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -65,4 +67,11 @@ func configHZ(path string) (uint64, error) {
 		return 0, err
 	}
 	return 0, fmt.Errorf("%s: no CONFIG_HZ", path)
+}
+
+// ObjectHash is the SHA-256 of the embedded BPF object, as "sha256:<hex>":
+// it names the exact program a binary loads.
+func ObjectHash() string {
+	sum := sha256.Sum256(_LimiterBytes)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
