@@ -46,9 +46,7 @@ func ReadStatus(pin string) (Status, error) {
 		if err != nil {
 			return st, err
 		}
-		if pl.Iface == "" {
-			pl.Iface = e.Name()
-		}
+		pl.Iface = e.Name() // links are pinned by interface name
 		st.Links = append(st.Links, pl)
 	}
 	lim, err := bpf.OpenPinned(filepath.Join(pin, "maps"))
@@ -73,11 +71,10 @@ func readPinnedLink(path string) (PinnedLink, error) {
 	pl := PinnedLink{LinkID: uint32(info.ID), ProgramID: uint32(info.Program), Mode: "unknown"}
 	if x := info.XDP(); x != nil {
 		pl.Ifindex = int(x.Ifindex)
+		// The mode as this network namespace sees ifindex: run status in
+		// the namespace the agent ran in.
 		if nh, err := netlink.NewHandle(); err == nil {
 			pl.Mode = xdpModeOf(nh, pl.Ifindex)
-			if l, err := nh.LinkByIndex(pl.Ifindex); err == nil {
-				pl.Iface = l.Attrs().Name
-			}
 			nh.Close()
 		}
 	}

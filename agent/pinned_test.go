@@ -1,0 +1,272 @@
+package agent_test
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+
+	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/bpf/bpftest"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// testPin returns a fresh pin directory on bpffs, removed in Cleanup.
+func testPin(t *testing.T) string {
+	t.Helper()
+	if err := os.MkdirAll("/sys/fs/bpf", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pin := fmt.Sprintf("/sys/fs/bpf/tltest-%d-%d", os.Getpid(), time.Now().UnixNano())
+	t.Cleanup(func() { os.RemoveAll(pin) })
+	return pin
+}
+
+// startPinned starts an agent on the pair's collector veth, pinned under pin.
+func startPinned(t *testing.T, p *bpftest.Pair, pin string, policy tiers.Policy) *agent.Agent {
+	t.Helper()
+	var a *agent.Agent
+	err := p.Coll.Do(func() (err error) {
+		a, err = agent.New(agent.Config{Interfaces: []string{p.CollIf}, PinPath: pin}, policy)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("start agent: %v", err)
+	}
+	return a
+}
+
+// xdpProg returns the id and name of the XDP program on the collector veth, 0 if none.
+func xdpProg(t *testing.T, p *bpftest.Pair) (uint32, string) {
+	t.Helper()
+	var id uint32
+	err := p.Coll.Do(func() error {
+		l, err := netlink.LinkByName(p.CollIf)
+		if err != nil {
+			return err
+		}
+		if x := l.Attrs().Xdp; x != nil && x.Attached {
+			id = x.ProgId
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id == 0 {
+		return 0, ""
+	}
+	prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	info, err := prog.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, info.Name
+}
+
+// sendUDP sends n datagrams from the sender namespace to the collector's port.
+func sendUDP(t *testing.T, p *bpftest.Pair, port, n int) {
+	t.Helper()
+	err := p.Send.Do(func() error {
+		// Unconnected, so that ICMP port unreachable (no listener) is ignored.
+		c, err := net.ListenPacket("udp", ":0")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		dst := &net.UDPAddr{IP: p.CollAddr.AsSlice(), Port: port}
+		for i := range n {
+			if _, err := c.WriteTo(fmt.Appendf(nil, "<134>1 - sender test - - - message %d", i), dst); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("send: %v", err)
+	}
+}
+
+func defaultPolicy() tiers.Policy {
+	p := tiers.Default()
+	p.Max = 100
+	return p
+}
+
+// TestRestartAdoptsPinnedState stops an agent, checks the limiter stays
+// attached and counting, and starts another that adopts it: the program is
+// replaced in place and the counters continue.
+func TestRestartAdoptsPinnedState(t *testing.T) {
+	bpftest.Require(t)
+	p := bpftest.NewPair(t)
+	pin := testPin(t)
+	t.Cleanup(func() { p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }) })
+
+	a := startPinned(t, p, pin, defaultPolicy())
+	id1, name := xdpProg(t, p)
+	if id1 == 0 || name != agent.ProgramName {
+		t.Fatalf("after start: program %d %q attached, want %q", id1, name, agent.ProgramName)
+	}
+	sendUDP(t, p, 514, 10)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := xdpProg(t, p); id != id1 {
+		t.Fatalf("after the agent stopped: program %d attached, want %d still", id, id1)
+	}
+	sendUDP(t, p, 514, 10) // counted while no agent runs
+
+	st, err := agent.ReadStatus(pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := selected(st); got != 20 {
+		t.Fatalf("status with no agent: %d selected packets, want 20", got)
+	}
+
+	a2 := startPinned(t, p, pin, defaultPolicy())
+	defer a2.Close()
+	id2, _ := xdpProg(t, p)
+	if id2 == 0 || id2 == id1 {
+		t.Fatalf("after restart: program %d, want a new program replacing %d", id2, id1)
+	}
+	sendUDP(t, p, 514, 10)
+	err = p.Coll.Do(func() (err error) { st, err = agent.ReadStatus(pin); return err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := selected(st); got != 30 {
+		t.Fatalf("after restart: %d selected packets, want 30 (counters continue)", got)
+	}
+	if len(st.Links) != 1 || st.Links[0].Iface != p.CollIf || st.Links[0].ProgramID != id2 || st.Links[0].Mode != "native" {
+		t.Fatalf("status links %+v, want %s running program %d", st.Links, p.CollIf, id2)
+	}
+}
+
+func selected(st agent.Status) uint64 {
+	var n uint64
+	for _, v := range []tiers.Verdict{tiers.VerdictPass, tiers.VerdictDrop, tiers.VerdictWouldDrop} {
+		n += st.Stats.SelectedTotal(v).Packets
+	}
+	return n
+}
+
+// TestDetachRemovesEverything: after detach no pinned file and no XDP remain.
+func TestDetachRemovesEverything(t *testing.T) {
+	bpftest.Require(t)
+	p := bpftest.NewPair(t)
+	pin := testPin(t)
+	a := startPinned(t, p, pin, defaultPolicy())
+	a.Close()
+	if err := p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }); err != nil {
+		t.Fatalf("detach: %v", err)
+	}
+	if id, _ := xdpProg(t, p); id != 0 {
+		t.Fatalf("program %d still attached after detach", id)
+	}
+	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("pin dir %s still there after detach (err %v)", pin, err)
+	}
+	if _, err := agent.ReadStatus(pin); !errors.Is(err, agent.ErrNotPinned) {
+		t.Fatalf("status after detach: %v, want ErrNotPinned", err)
+	}
+}
+
+// attachForeign attaches a bare XDP_PASS program named "foreign" in generic
+// mode through netlink, as `ip link set dev X xdpgeneric obj ...` does.
+func attachForeign(t *testing.T, p *bpftest.Pair) uint32 {
+	t.Helper()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "foreign", Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	err = p.Coll.Do(func() error {
+		l, err := netlink.LinkByName(p.CollIf)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetXdpFdWithFlags(l, prog.FD(), nl.XDP_FLAGS_SKB_MODE)
+	})
+	if err != nil {
+		t.Fatalf("attach foreign program: %v", err)
+	}
+	id, name := xdpProg(t, p)
+	if name != "foreign" {
+		t.Fatalf("foreign program not attached: %d %q", id, name)
+	}
+	return id
+}
+
+// TestForeignProgramUntouched: run and detach both refuse to touch another
+// XDP program, and say whose it is.
+func TestForeignProgramUntouched(t *testing.T) {
+	bpftest.Require(t)
+	p := bpftest.NewPair(t)
+	pin := testPin(t)
+	id := attachForeign(t, p)
+
+	err := p.Coll.Do(func() error {
+		_, err := agent.New(agent.Config{Interfaces: []string{p.CollIf}, PinPath: pin}, defaultPolicy())
+		return err
+	})
+	if !errors.Is(err, agent.ErrForeignProgram) {
+		t.Fatalf("start on a foreign program: %v, want ErrForeignProgram", err)
+	}
+	for _, want := range []string{fmt.Sprint(id), `"foreign"`, "--replace"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if got, _ := xdpProg(t, p); got != id {
+		t.Fatalf("foreign program %d replaced by %d", id, got)
+	}
+	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused start left %s behind", pin)
+	}
+	matches, _ := filepath.Glob(pin + "-tmp-*")
+	if len(matches) > 0 {
+		t.Errorf("a refused start left %v behind", matches)
+	}
+
+	err = p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) })
+	if !errors.Is(err, agent.ErrForeignProgram) || !strings.Contains(err.Error(), "foreign") {
+		t.Fatalf("detach of a foreign program: %v, want ErrForeignProgram naming it", err)
+	}
+	if got, _ := xdpProg(t, p); got != id {
+		t.Fatalf("detach removed the foreign program")
+	}
+
+	// With Replace, the agent takes over the interface.
+	var a *agent.Agent
+	err = p.Coll.Do(func() (err error) {
+		a, err = agent.New(agent.Config{Interfaces: []string{p.CollIf}, Replace: true}, defaultPolicy())
+		return err
+	})
+	if err != nil {
+		t.Fatalf("start with Replace: %v", err)
+	}
+	if _, name := xdpProg(t, p); name != agent.ProgramName {
+		t.Fatalf("with Replace: %q attached", name)
+	}
+	a.Close()
+	if got, _ := xdpProg(t, p); got != 0 {
+		t.Fatalf("unpinned agent left program %d attached", got)
+	}
+}
