@@ -276,7 +276,9 @@ func TestReloadUnderFlood(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "tierlimit.yaml")
 	writeConfig(t, cfg, lenientYAML)
 	agent := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--pin-path", pin)
-	t.Cleanup(func() { p.Coll.Command(context.Background(), cli(t), "detach", "--iface", p.CollIf, "--pin-path", pin).Run() })
+	t.Cleanup(func() {
+		p.Coll.Command(context.Background(), cli(t), "detach", "--iface", p.CollIf, "--pin-path", pin).Run()
+	})
 	f := startFlood(t, p, 60*time.Second)
 
 	prev := scrape(t, p.Coll)
@@ -408,7 +410,9 @@ func TestKillDashNineUnderFlood(t *testing.T) {
 	recv := bpftest.NewReceiver(t, p.Coll, netip.AddrPortFrom(p.CollAddr, 514))
 	args := []string{"--iface", p.CollIf, "--config", cfg, "--pin-path", pin}
 	first := startRun(t, p.Coll, args...)
-	t.Cleanup(func() { p.Coll.Command(context.Background(), cli(t), "detach", "--iface", p.CollIf, "--pin-path", pin).Run() })
+	t.Cleanup(func() {
+		p.Coll.Command(context.Background(), cli(t), "detach", "--iface", p.CollIf, "--pin-path", pin).Run()
+	})
 	watch := watchXDP(t, p)
 	f := startFlood(t, p, 30*time.Second)
 
@@ -469,7 +473,9 @@ func TestPingSurvivesReloadAndRestart(t *testing.T) {
 	writeConfig(t, cfg, strictYAML)
 	args := []string{"--iface", p.CollIf, "--config", cfg, "--pin-path", pin}
 	a := startRun(t, p.Coll, args...)
-	t.Cleanup(func() { p.Coll.Command(context.Background(), cli(t), "detach", "--iface", p.CollIf, "--pin-path", pin).Run() })
+	t.Cleanup(func() {
+		p.Coll.Command(context.Background(), cli(t), "detach", "--iface", p.CollIf, "--pin-path", pin).Run()
+	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
