@@ -240,21 +240,25 @@ func (a *Agent) Attachments() []Attachment {
 
 // Attached reports whether the limiter is attached to every interface.
 func (a *Agent) Attached() bool {
-	if a.closed.Load() {
+	atts := a.Attachments()
+	if len(atts) == 0 {
 		return false
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.attached) == 0 {
-		return false
-	}
-	for _, att := range a.attached {
-		l, err := a.nh.LinkByIndex(att.Index)
-		if err != nil || l.Attrs().Xdp == nil || !l.Attrs().Xdp.Attached {
+	for _, att := range atts {
+		if !a.attachedTo(att.Index) {
 			return false
 		}
 	}
 	return true
+}
+
+// attachedTo reports whether ifindex runs an XDP program and the agent is open.
+func (a *Agent) attachedTo(ifindex int) bool {
+	if a.closed.Load() {
+		return false
+	}
+	l, err := a.nh.LinkByIndex(ifindex)
+	return err == nil && l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
 }
 
 // Policy returns the policy in force and its table.

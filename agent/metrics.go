@@ -79,7 +79,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.reloads, a.reloadErr.Load(), "error")
 	for _, att := range a.Attachments() {
 		up := 0.0
-		if a.Attached() {
+		if a.attachedTo(att.Index) {
 			up = 1
 		}
 		gauge(c.attached, up, att.Iface, att.Mode)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // NS is a named network namespace (/run/netns/Name) that a test created.
@@ -163,7 +164,7 @@ func NewPair(tb testing.TB) *Pair {
 				if err != nil {
 					return err
 				}
-				addr.Flags |= 0x80 // IFA_F_NODAD: usable at once
+				addr.Flags |= unix.IFA_F_NODAD // no DAD: usable at once
 				if err := netlink.AddrAdd(l, addr); err != nil {
 					return fmt.Errorf("add %s: %w", a, err)
 				}
