@@ -1,0 +1,284 @@
+package bpftest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// SyslogMessage is an RFC 5424 message tagged "burst=<burst> seq=<seq>", so
+// that a receiver can tell which burst (window) each datagram belongs to.
+func SyslogMessage(burst, seq int) []byte {
+	return fmt.Appendf(nil, "<134>1 2026-11-29T17:00:00.000Z sender tltest 4242 ID47 - burst=%d seq=%d", burst, seq)
+}
+
+// burstOf returns the burst number of a SyslogMessage, false for anything else.
+func burstOf(msg []byte) (int, bool) {
+	i := bytes.Index(msg, []byte("burst="))
+	if i < 0 {
+		return 0, false
+	}
+	rest := msg[i+len("burst="):]
+	end := bytes.IndexByte(rest, ' ')
+	if end < 0 {
+		end = len(rest)
+	}
+	b, err := strconv.Atoi(string(rest[:end]))
+	return b, err == nil
+}
+
+// Receiver is a UDP socket inside a namespace that counts the
+// SyslogMessages it receives, by burst.
+type Receiver struct {
+	conn *net.UDPConn
+
+	mu       sync.Mutex
+	perBurst map[int]int
+	total    int
+	last     time.Time
+	done     chan struct{}
+}
+
+// RecvBuf is the receive buffer that Receiver forces (SO_RCVBUFFORCE): large
+// enough that a whole test's passed traffic fits even if the reader stalls,
+// so that the socket never drops what XDP passed.
+const RecvBuf = 32 << 20
+
+// NewReceiver listens on addr inside ns and counts datagrams until tb ends.
+func NewReceiver(tb testing.TB, ns *NS, addr netip.AddrPort) *Receiver {
+	tb.Helper()
+	r := &Receiver{perBurst: map[int]int{}, done: make(chan struct{})}
+	err := ns.Do(func() error {
+		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr))
+		if err != nil {
+			return err
+		}
+		r.conn = c
+		return setRecvBuf(c, RecvBuf)
+	})
+	if err != nil {
+		if r.conn != nil {
+			r.conn.Close()
+		}
+		tb.Fatalf("receiver on %s in %s: %v", addr, ns.Name, err)
+	}
+	go r.loop()
+	tb.Cleanup(func() {
+		r.conn.Close()
+		<-r.done
+	})
+	return r
+}
+
+func setRecvBuf(c syscall.Conn, size int) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+func (r *Receiver) loop() {
+	defer close(r.done)
+	buf := make([]byte, 64<<10)
+	for {
+		n, _, err := r.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			return
+		}
+		b, ok := burstOf(buf[:n])
+		r.mu.Lock()
+		r.total++
+		if ok {
+			r.perBurst[b]++
+		}
+		r.last = time.Now()
+		r.mu.Unlock()
+	}
+}
+
+// WaitQuiet returns once nothing has arrived for quiet, or after limit.
+// It reports whether the receiver went quiet.
+func (r *Receiver) WaitQuiet(quiet, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		last := r.last
+		r.mu.Unlock()
+		if time.Since(last) >= quiet {
+			return true
+		}
+		time.Sleep(quiet / 4)
+	}
+	return false
+}
+
+// Counts returns the datagrams received per burst and in total (including
+// any that were not SyslogMessages).
+func (r *Receiver) Counts() (perBurst map[int]int, total int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	perBurst = make(map[int]int, len(r.perBurst))
+	for k, v := range r.perBurst {
+		perBurst[k] = v
+	}
+	return perBurst, r.total
+}
+
+// Sender is an unconnected UDP socket inside a namespace. Being
+// unconnected, it ignores the ICMP errors that an absent listener causes,
+// so every write is a datagram on the wire.
+type Sender struct {
+	conn *net.UDPConn
+	dst  netip.AddrPort
+}
+
+// NewSender opens a UDP socket in ns that sends to dst, closed when tb ends.
+func NewSender(tb testing.TB, ns *NS, dst netip.AddrPort) *Sender {
+	tb.Helper()
+	s := &Sender{dst: dst}
+	err := ns.Do(func() error {
+		var err error
+		s.conn, err = net.ListenUDP("udp", nil)
+		return err
+	})
+	if err != nil {
+		tb.Fatalf("sender in %s: %v", ns.Name, err)
+	}
+	tb.Cleanup(func() { s.conn.Close() })
+	return s
+}
+
+// Pace sends count datagrams msg(0..count-1) spread evenly over spread,
+// catching up after a late wakeup, and stops early once budget has passed
+// since it started or ctx ends. It returns how many it sent. A datagram the
+// kernel refused (ENOBUFS, say) is an error: the caller's counts would be
+// wrong.
+func (s *Sender) Pace(ctx context.Context, count int, spread, budget time.Duration, msg func(i int) []byte) (int, error) {
+	start := time.Now()
+	var interval time.Duration
+	if count > 0 {
+		interval = spread / time.Duration(count)
+	}
+	sent := 0
+	for sent < count {
+		if err := ctx.Err(); err != nil {
+			return sent, err
+		}
+		elapsed := time.Since(start)
+		if elapsed > budget {
+			return sent, nil
+		}
+		due := count
+		if interval > 0 {
+			due = min(count, int(elapsed/interval)+1)
+		}
+		for ; sent < due; sent++ {
+			if _, err := s.conn.WriteToUDPAddrPort(msg(sent), s.dst); err != nil {
+				return sent, fmt.Errorf("datagram %d: %w", sent, err)
+			}
+		}
+		if sent < count {
+			time.Sleep(time.Duration(sent)*interval - time.Since(start))
+		}
+	}
+	return sent, nil
+}
+
+// Bursts describes traffic that opens exactly one window per burst: each
+// burst is spread over Spread (< the window) and the next one starts
+// Spread+Pause (> the window) after it, so that its first datagram is the
+// first one more than a window after the previous opening.
+type Bursts struct {
+	Count    int           // bursts
+	PerBurst int           // datagrams per burst
+	Spread   time.Duration // a burst's datagrams spread over this
+	Budget   time.Duration // a late burst stops after this, so that it stays in its window
+	Period   time.Duration // from one burst's start to the next's
+}
+
+// SendBursts sends b's bursts of SyslogMessage(burst, seq) and returns how
+// many datagrams each burst sent. A burst that the scheduler delays past
+// Budget is cut short, never spilled into the next window; the caller
+// compares each window with what its burst actually offered.
+func (s *Sender) SendBursts(ctx context.Context, b Bursts) ([]int, error) {
+	if b.Budget <= b.Spread || b.Period <= b.Budget {
+		return nil, errors.New("bursts: want Spread < Budget < Period")
+	}
+	sent := make([]int, b.Count)
+	next := time.Now()
+	for i := range b.Count {
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return sent, ctx.Err()
+			}
+		}
+		// Period counts from when the burst really started.
+		next = time.Now().Add(b.Period)
+		n, err := s.Pace(ctx, b.PerBurst, b.Spread, b.Budget, func(seq int) []byte { return SyslogMessage(i, seq) })
+		sent[i] = n
+		if err != nil {
+			return sent, fmt.Errorf("burst %d: %w", i, err)
+		}
+	}
+	return sent, nil
+}
+
+// Get issues an HTTP GET for url over a TCP connection dialled inside ns
+// (nil: the caller's namespace), for servers that listen in a namespace: a
+// plain http.Client dials from whatever thread its goroutine lands on, in
+// the host's namespace.
+func Get(ns *NS, url string) (status int, body []byte, err error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	var conn net.Conn
+	dial := func() error {
+		var err error
+		conn, err = net.DialTimeout("tcp", req.URL.Host, 5*time.Second)
+		return err
+	}
+	if ns == nil {
+		err = dial()
+	} else {
+		err = ns.Do(dial)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	req.Close = true
+	if err := req.Write(conn); err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, err = buf.ReadFrom(resp.Body)
+	return resp.StatusCode, buf.Bytes(), err
+}
