@@ -17,6 +17,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // NS is a named network namespace, bind-mounted at /run/netns/Name.
@@ -180,7 +181,7 @@ func NewPair(prefix string) (_ *Pair, err error) {
 				if err != nil {
 					return err
 				}
-				addr.Flags |= 0x80 // IFA_F_NODAD: usable at once
+				addr.Flags |= unix.IFA_F_NODAD // no DAD: usable at once (0x80 is IFA_F_PERMANENT)
 				if err := netlink.AddrAdd(l, addr); err != nil {
 					return fmt.Errorf("add %s: %w", a, err)
 				}
