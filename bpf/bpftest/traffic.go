@@ -131,6 +131,24 @@ func (r *Receiver) WaitQuiet(quiet, limit time.Duration) bool {
 	return false
 }
 
+// WaitTotal returns once want datagrams have arrived in all, or after
+// limit. It reports whether they did.
+func (r *Receiver) WaitTotal(want int, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for {
+		r.mu.Lock()
+		total := r.total
+		r.mu.Unlock()
+		if total >= want {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // Counts returns the datagrams received per burst and in total (including
 // any that were not SyslogMessages).
 func (r *Receiver) Counts() (perBurst map[int]int, total int) {
