@@ -66,7 +66,7 @@ var (
 	// runs an XDP program that is not tierlimit's.
 	ErrForeignProgram = errors.New("interface runs another XDP program")
 	// ErrNotRoot is returned by New when the process lacks root.
-	ErrNotRoot = errors.New("tierlimit needs root (CAP_BPF, CAP_NET_ADMIN)")
+	ErrNotRoot = errors.New("not running as root: loading and attaching XDP needs root (CAP_BPF, CAP_NET_ADMIN)")
 	// ErrNotPinned is returned by Detach and Status when no pinned state exists.
 	ErrNotPinned = errors.New("no pinned tierlimit state")
 )
@@ -144,10 +144,16 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("netlink: %w", err)
 	}
+	// Until a is built, close nh on error; from then on a.abort does.
+	var a *Agent
+	defer func() {
+		if err != nil && a == nil {
+			nh.Close()
+		}
+	}()
 	links := make([]netlink.Link, len(cfg.Interfaces))
 	for i, name := range cfg.Interfaces {
 		if links[i], err = nh.LinkByName(name); err != nil {
-			nh.Close()
 			return nil, fmt.Errorf("interface %q: %w", name, ErrNoInterface)
 		}
 	}
@@ -155,10 +161,9 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
 	}
 
-	a := &Agent{cfg: cfg, log: cfg.Logger, policy: p, table: tab, nh: nh}
 	tick, terr := bpf.KernelTick()
 	if terr != nil {
-		a.log.Warn("kernel tick unknown: every selected packet reads the clock", "reason", terr)
+		cfg.Logger.Warn("kernel tick unknown: every selected packet reads the clock", "reason", terr)
 	}
 	opts := bpf.Options{TickNs: tick}
 	// dir is where this run pins: cfg.PinPath itself when adopting, else a
@@ -183,13 +188,14 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 			}
 		}()
 	}
-	if a.lim, err = bpf.Load(opts); err != nil {
-		nh.Close()
+	lim, err := bpf.Load(opts)
+	if err != nil {
 		if cfg.PinPath != "" {
 			return nil, fmt.Errorf("%w (the maps pinned under %s may be from an incompatible version: tierlimit detach removes them)", err, cfg.PinPath)
 		}
 		return nil, err
 	}
+	a = &Agent{cfg: cfg, log: cfg.Logger, policy: p, table: tab, nh: nh, lim: lim}
 	defer func() {
 		if err != nil {
 			a.abort()
@@ -405,6 +411,11 @@ func (a *Agent) attach(l netlink.Link, pin string) (*Attachment, error) {
 		err = try(a.cfg.XDPMode)
 	}
 	if err != nil {
+		if a.cfg.XDPMode == XDPNative {
+			// bpf_link creation carries no extack: the errno is all the
+			// kernel says. EOPNOTSUPP means the driver has no native XDP.
+			return nil, fmt.Errorf("native mode refused by the driver: %w (try --xdp-mode generic, or auto to fall back)", err)
+		}
 		return nil, fmt.Errorf("%s mode: %w", a.cfg.XDPMode, err)
 	}
 	att.Mode = xdpModeOf(a.nh, idx)
