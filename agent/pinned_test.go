@@ -45,38 +45,6 @@ func startPinned(t *testing.T, p *bpftest.Pair, pin string, policy tiers.Policy)
 	return a
 }
 
-// xdpProg returns the id and name of the XDP program on the collector veth, 0 if none.
-func xdpProg(t *testing.T, p *bpftest.Pair) (uint32, string) {
-	t.Helper()
-	var id uint32
-	err := p.Coll.Do(func() error {
-		l, err := netlink.LinkByName(p.CollIf)
-		if err != nil {
-			return err
-		}
-		if x := l.Attrs().Xdp; x != nil && x.Attached {
-			id = x.ProgId
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if id == 0 {
-		return 0, ""
-	}
-	prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prog.Close()
-	info, err := prog.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id, info.Name
-}
-
 // sendUDP sends n datagrams from the sender namespace to the collector's port.
 func sendUDP(t *testing.T, p *bpftest.Pair, port, n int) {
 	t.Helper()
@@ -116,7 +84,8 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 	t.Cleanup(func() { p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }) })
 
 	a := startPinned(t, p, pin, defaultPolicy())
-	id1, name := xdpProg(t, p)
+	x := bpftest.XDP(t, p.Coll, p.CollIf)
+	id1, name := x.ID, x.Name
 	if id1 == 0 || name != agent.ProgramName {
 		t.Fatalf("after start: program %d %q attached, want %q", id1, name, agent.ProgramName)
 	}
@@ -124,7 +93,7 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if id, _ := xdpProg(t, p); id != id1 {
+	if id := bpftest.XDP(t, p.Coll, p.CollIf).ID; id != id1 {
 		t.Fatalf("after the agent stopped: program %d attached, want %d still", id, id1)
 	}
 	sendUDP(t, p, 514, 10) // counted while no agent runs
@@ -139,7 +108,7 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 
 	a2 := startPinned(t, p, pin, defaultPolicy())
 	defer a2.Close()
-	id2, _ := xdpProg(t, p)
+	id2 := bpftest.XDP(t, p.Coll, p.CollIf).ID
 	if id2 == 0 || id2 == id1 {
 		t.Fatalf("after restart: program %d, want a new program replacing %d", id2, id1)
 	}
@@ -174,7 +143,7 @@ func TestDetachRemovesEverything(t *testing.T) {
 	if err := p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }); err != nil {
 		t.Fatalf("detach: %v", err)
 	}
-	if id, _ := xdpProg(t, p); id != 0 {
+	if id := bpftest.XDP(t, p.Coll, p.CollIf).ID; id != 0 {
 		t.Fatalf("program %d still attached after detach", id)
 	}
 	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
@@ -207,7 +176,8 @@ func attachForeign(t *testing.T, p *bpftest.Pair) uint32 {
 	if err != nil {
 		t.Fatalf("attach foreign program: %v", err)
 	}
-	id, name := xdpProg(t, p)
+	x := bpftest.XDP(t, p.Coll, p.CollIf)
+	id, name := x.ID, x.Name
 	if name != "foreign" {
 		t.Fatalf("foreign program not attached: %d %q", id, name)
 	}
@@ -234,7 +204,7 @@ func TestForeignProgramUntouched(t *testing.T) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
 	}
-	if got, _ := xdpProg(t, p); got != id {
+	if got := bpftest.XDP(t, p.Coll, p.CollIf).ID; got != id {
 		t.Fatalf("foreign program %d replaced by %d", id, got)
 	}
 	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
@@ -249,7 +219,7 @@ func TestForeignProgramUntouched(t *testing.T) {
 	if !errors.Is(err, agent.ErrForeignProgram) || !strings.Contains(err.Error(), "foreign") {
 		t.Fatalf("detach of a foreign program: %v, want ErrForeignProgram naming it", err)
 	}
-	if got, _ := xdpProg(t, p); got != id {
+	if got := bpftest.XDP(t, p.Coll, p.CollIf).ID; got != id {
 		t.Fatalf("detach removed the foreign program")
 	}
 
@@ -262,11 +232,11 @@ func TestForeignProgramUntouched(t *testing.T) {
 	if err != nil {
 		t.Fatalf("start with Replace: %v", err)
 	}
-	if _, name := xdpProg(t, p); name != agent.ProgramName {
+	if name := bpftest.XDP(t, p.Coll, p.CollIf).Name; name != agent.ProgramName {
 		t.Fatalf("with Replace: %q attached", name)
 	}
 	a.Close()
-	if got, _ := xdpProg(t, p); got != 0 {
+	if got := bpftest.XDP(t, p.Coll, p.CollIf).ID; got != 0 {
 		t.Fatalf("unpinned agent left program %d attached", got)
 	}
 }

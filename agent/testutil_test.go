@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/bpf/bpftest"
@@ -191,34 +189,4 @@ func ping(t *testing.T, ns *bpftest.NS, dst string, count int, interval string) 
 		t.Errorf("ping %s: want %q:\n%s", dst, want, out)
 	}
 	return string(out)
-}
-
-// xdpOn reports the XDP attach mode the kernel shows for iface in ns:
-// "native", "generic" or "" when nothing is attached.
-func xdpOn(t *testing.T, ns *bpftest.NS, iface string) string {
-	t.Helper()
-	var mode string
-	err := ns.Do(func() error {
-		l, err := netlink.LinkByName(iface)
-		if err != nil {
-			return err
-		}
-		x := l.Attrs().Xdp
-		if x == nil || !x.Attached {
-			return nil
-		}
-		switch x.AttachMode {
-		case nl.XDP_ATTACHED_DRV:
-			mode = "native"
-		case nl.XDP_ATTACHED_SKB:
-			mode = "generic"
-		default:
-			mode = fmt.Sprint("mode ", x.AttachMode)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("link %s in %s: %v", iface, ns.Name, err)
-	}
-	return mode
 }

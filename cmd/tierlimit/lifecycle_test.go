@@ -56,28 +56,10 @@ func cli(t *testing.T) string {
 	return cliPath
 }
 
-// lockedBuffer is a bytes.Buffer safe for a process's stderr and a reader.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // agentProc is `tierlimit run` running in a namespace.
 type agentProc struct {
 	cmd  *exec.Cmd
-	log  *lockedBuffer
+	log  *syncBuffer
 	done chan struct{}
 }
 
@@ -85,7 +67,7 @@ type agentProc struct {
 // "started" log line. Cleanup kills it if it still runs.
 func startRun(t *testing.T, ns *bpftest.NS, args ...string) *agentProc {
 	t.Helper()
-	p := &agentProc{log: &lockedBuffer{}, done: make(chan struct{})}
+	p := &agentProc{log: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = ns.Command(context.Background(), cli(t), append([]string{"run"}, args...)...)
 	p.cmd.Stderr = p.log
 	p.cmd.Stdout = p.log
@@ -188,6 +170,18 @@ func sum(m map[string]float64, name string, match ...string) float64 {
 	return s
 }
 
+// testPin is a fresh pin directory for p's collector veth. Cleanup detaches
+// whatever the test left attached there, then removes the directory.
+func testPin(t *testing.T, p *bpftest.Pair) string {
+	t.Helper()
+	pin := filepath.Join("/sys/fs/bpf", fmt.Sprintf("tltest-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	t.Cleanup(func() {
+		p.Coll.Command(context.Background(), cli(t), "detach", "--iface", p.CollIf, "--pin-path", pin).Run()
+		os.RemoveAll(pin)
+	})
+	return pin
+}
+
 func writeConfig(t *testing.T, path, body string) {
 	t.Helper()
 	// Write a new file and rename it over the old one, as editors do.
@@ -271,14 +265,10 @@ func monotone(t *testing.T, a, b map[string]float64) {
 func TestReloadUnderFlood(t *testing.T) {
 	bpftest.Require(t)
 	p := bpftest.NewPair(t)
-	pin := filepath.Join("/sys/fs/bpf", fmt.Sprintf("tltest-%d-%d", os.Getpid(), time.Now().UnixNano()))
-	t.Cleanup(func() { os.RemoveAll(pin) })
+	pin := testPin(t, p)
 	cfg := filepath.Join(t.TempDir(), "tierlimit.yaml")
 	writeConfig(t, cfg, lenientYAML)
 	agent := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--pin-path", pin)
-	t.Cleanup(func() {
-		p.Coll.Command(context.Background(), cli(t), "detach", "--iface", p.CollIf, "--pin-path", pin).Run()
-	})
 	f := startFlood(t, p, 60*time.Second)
 
 	prev := scrape(t, p.Coll)
@@ -403,16 +393,12 @@ func (w *xdpWatch) close() {
 func TestKillDashNineUnderFlood(t *testing.T) {
 	bpftest.Require(t)
 	p := bpftest.NewPair(t)
-	pin := filepath.Join("/sys/fs/bpf", fmt.Sprintf("tltest-%d-%d", os.Getpid(), time.Now().UnixNano()))
-	t.Cleanup(func() { os.RemoveAll(pin) })
+	pin := testPin(t, p)
 	cfg := filepath.Join(t.TempDir(), "tierlimit.yaml")
 	writeConfig(t, cfg, strictYAML)
 	recv := bpftest.NewReceiver(t, p.Coll, netip.AddrPortFrom(p.CollAddr, 514))
 	args := []string{"--iface", p.CollIf, "--config", cfg, "--pin-path", pin}
 	first := startRun(t, p.Coll, args...)
-	t.Cleanup(func() {
-		p.Coll.Command(context.Background(), cli(t), "detach", "--iface", p.CollIf, "--pin-path", pin).Run()
-	})
 	watch := watchXDP(t, p)
 	f := startFlood(t, p, 30*time.Second)
 
@@ -467,15 +453,11 @@ func TestKillDashNineUnderFlood(t *testing.T) {
 func TestPingSurvivesReloadAndRestart(t *testing.T) {
 	bpftest.Require(t)
 	p := bpftest.NewPair(t)
-	pin := filepath.Join("/sys/fs/bpf", fmt.Sprintf("tltest-%d-%d", os.Getpid(), time.Now().UnixNano()))
-	t.Cleanup(func() { os.RemoveAll(pin) })
+	pin := testPin(t, p)
 	cfg := filepath.Join(t.TempDir(), "tierlimit.yaml")
 	writeConfig(t, cfg, strictYAML)
 	args := []string{"--iface", p.CollIf, "--config", cfg, "--pin-path", pin}
 	a := startRun(t, p.Coll, args...)
-	t.Cleanup(func() {
-		p.Coll.Command(context.Background(), cli(t), "detach", "--iface", p.CollIf, "--pin-path", pin).Run()
-	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -580,8 +562,7 @@ func TestDryRunAndOff(t *testing.T) {
 func TestStatusMatchesMetricsAndDetach(t *testing.T) {
 	bpftest.Require(t)
 	p := bpftest.NewPair(t)
-	pin := filepath.Join("/sys/fs/bpf", fmt.Sprintf("tltest-%d-%d", os.Getpid(), time.Now().UnixNano()))
-	t.Cleanup(func() { os.RemoveAll(pin) })
+	pin := testPin(t, p)
 	cfg := filepath.Join(t.TempDir(), "tierlimit.yaml")
 	writeConfig(t, cfg, "window: 1h\nmax: 100\nselect: [{proto: udp, ports: [514]}]\n")
 	a := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--pin-path", pin)

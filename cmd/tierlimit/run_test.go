@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/bpf/bpftest"
@@ -95,30 +94,6 @@ func newNS(t *testing.T) *bpftest.NS {
 	return ns
 }
 
-// xdpMode is the attach mode the kernel reports for iface inside ns:
-// "native", "generic" or "" when no program is attached.
-func xdpMode(t *testing.T, ns *bpftest.NS, iface string) string {
-	t.Helper()
-	var mode string
-	err := ns.Do(func() error {
-		l, err := netlink.LinkByName(iface)
-		if err != nil {
-			return err
-		}
-		if x := l.Attrs().Xdp; x != nil && x.Attached {
-			mode = map[uint32]string{nl.XDP_ATTACHED_DRV: "native", nl.XDP_ATTACHED_SKB: "generic"}[x.AttachMode]
-			if mode == "" {
-				mode = fmt.Sprint("attach mode ", x.AttachMode)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("link %s in %s: %v", iface, ns.Name, err)
-	}
-	return mode
-}
-
 // runningCLI is run() executing in a goroutine inside a namespace.
 type runningCLI struct {
 	cancel context.CancelFunc
@@ -189,7 +164,7 @@ func TestRunAttachModes(t *testing.T) {
 		t.Run(c.flag, func(t *testing.T) {
 			r, addr := startCLI(t, p.Coll, "run", "--iface", p.CollIf, "--xdp-mode", c.flag, "--config", cfg,
 				"--no-pin", "--metrics-addr", "127.0.0.1:0")
-			if got := xdpMode(t, p.Coll, p.CollIf); got != c.want {
+			if got := bpftest.XDP(t, p.Coll, p.CollIf).Mode; got != c.want {
 				t.Errorf("kernel reports %q, want %q", got, c.want)
 			}
 			// The listener was made on run's thread, inside the namespace.
@@ -220,7 +195,7 @@ func TestRunAttachModes(t *testing.T) {
 			if err := r.stop(t); err != nil {
 				t.Errorf("run returned %v after cancel, want nil", err)
 			}
-			if got := xdpMode(t, p.Coll, p.CollIf); got != "" {
+			if got := bpftest.XDP(t, p.Coll, p.CollIf).Mode; got != "" {
 				t.Errorf("after run stopped, %s still has XDP (%s) despite --no-pin", p.CollIf, got)
 			}
 			for _, want := range []string{"msg=stopping", "msg=detached iface=" + p.CollIf, "msg=stopped"} {
@@ -285,12 +260,12 @@ func TestRunXDPRefused(t *testing.T) {
 	}
 	t.Logf("native on a bridge: %s", strings.TrimSpace(line.String()))
 	oneLine(t, line.String(), "attach xdp to "+brIf, "native", "not supported")
-	if got := xdpMode(t, ns, brIf); got != "" {
+	if got := bpftest.XDP(t, ns, brIf).Mode; got != "" {
 		t.Errorf("a failed run left XDP (%s) on %s", got, brIf)
 	}
 
 	r, _ := startCLI(t, ns, "run", "--iface", brIf, "--xdp-mode", "auto", "--no-pin", "--metrics-addr", "127.0.0.1:0")
-	if got := xdpMode(t, ns, brIf); got != "generic" {
+	if got := bpftest.XDP(t, ns, brIf).Mode; got != "generic" {
 		t.Errorf("auto on a bridge: kernel reports %q, want generic", got)
 	}
 	if log := r.log.String(); !strings.Contains(log, `msg="native XDP refused, falling back to generic" iface=`+brIf+" reason=") {
@@ -299,7 +274,7 @@ func TestRunXDPRefused(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Errorf("run: %v", err)
 	}
-	if got := xdpMode(t, ns, brIf); got != "" {
+	if got := bpftest.XDP(t, ns, brIf).Mode; got != "" {
 		t.Errorf("after run stopped, %s still has XDP (%s)", brIf, got)
 	}
 }
