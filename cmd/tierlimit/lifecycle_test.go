@@ -637,3 +637,47 @@ func TestStatusMatchesMetricsAndDetach(t *testing.T) {
 		t.Errorf("XDP still on %s after detach: %s %v", p.CollIf, out, err)
 	}
 }
+
+// TestReloadOnSymlinkSwap: a config that is a symlink swapped to a new
+// target (as Kubernetes updates a mounted ConfigMap) reloads once, and an
+// event that leaves the content unchanged does not reload.
+func TestReloadOnSymlinkSwap(t *testing.T) {
+	bpftest.Require(t)
+	p := bpftest.NewPair(t)
+	dir := t.TempDir()
+	for name, body := range map[string]string{"a.yaml": strictYAML, "b.yaml": lenientYAML} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(dir, "tierlimit.yaml")
+	if err := os.Symlink("a.yaml", cfg); err != nil {
+		t.Fatal(err)
+	}
+	a := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--no-pin")
+	// Unrelated churn in the directory: no reload.
+	if err := os.WriteFile(filepath.Join(dir, "unrelated"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if strings.Contains(a.log.String(), "msg=reloaded") {
+		t.Fatalf("reloaded on an unrelated file:\n%s", a.log)
+	}
+	// Swap the symlink atomically, as kubelet does.
+	tmp := filepath.Join(dir, "tierlimit.yaml.tmp")
+	if err := os.Symlink("b.yaml", tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !a.waitLog("max=1000000", 5*time.Second) {
+		t.Fatalf("no reload after the symlink swap:\n%s", a.log)
+	}
+	if n := strings.Count(a.log.String(), "msg=reloaded"); n != 1 {
+		t.Fatalf("%d reloads after one swap:\n%s", n, a.log)
+	}
+	if got := sum(scrape(t, p.Coll), "tierlimit_policy_max_packets"); got != 1_000_000 {
+		t.Fatalf("policy_max_packets %v after the swap, want 1000000", got)
+	}
+}

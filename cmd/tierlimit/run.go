@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -158,7 +159,9 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	defer signal.Stop(hup)
 
 	var changed <-chan struct{}
+	var lastSum [sha256.Size]byte
 	if f.config != "" {
+		lastSum, _ = fileSum(f.config)
 		c, stop, err := watchFile(f.config, log)
 		if err != nil {
 			log.Warn("config file not watched; reload with SIGHUP", "error", err)
@@ -175,14 +178,30 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 		case <-hup:
 			reload("SIGHUP")
 		case <-changed:
-			reload("file change")
+			// Any event in the config's directory lands here (editors that
+			// save by rename, Kubernetes ConfigMaps that swap a symlink);
+			// reload only when the file's content differs from the last read.
+			if sum, err := fileSum(f.config); err != nil || sum != lastSum {
+				lastSum = sum
+				reload("file change")
+			}
 		}
 	}
 }
 
-// watchFile reports changes to path. It watches the directory, so that an
-// editor that saves by writing a new file and renaming it over path is
-// seen, and coalesces bursts of events into one report after 200ms.
+// fileSum is the SHA-256 of the file at path (following symlinks).
+func fileSum(path string) ([sha256.Size]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	return sha256.Sum256(b), nil
+}
+
+// watchFile reports events in path's directory, coalescing bursts into one
+// report 200ms after the last event. Watching the directory, not the file,
+// sees an editor that writes a new file and renames it over path, and a
+// symlink swapped to a new target.
 func watchFile(path string, log *slog.Logger) (<-chan struct{}, func(), error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -208,7 +227,7 @@ func watchFile(path string, log *slog.Logger) (<-chan struct{}, func(), error) {
 				if !ok {
 					return
 				}
-				if filepath.Clean(ev.Name) != abs || !ev.Has(fsnotify.Write|fsnotify.Create|fsnotify.Rename) {
+				if !ev.Has(fsnotify.Write | fsnotify.Create | fsnotify.Rename | fsnotify.Remove) {
 					continue
 				}
 				timer = time.After(200 * time.Millisecond)
