@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,7 +67,7 @@ var (
 	// runs an XDP program that is not tierlimit's.
 	ErrForeignProgram = errors.New("interface runs another XDP program")
 	// ErrNotRoot is returned by New when the process lacks root.
-	ErrNotRoot = errors.New("not running as root: loading and attaching XDP needs root (CAP_BPF, CAP_NET_ADMIN)")
+	ErrNotRoot = errors.New("not running as root: loading and attaching XDP needs root, or CAP_BPF and CAP_NET_ADMIN")
 	// ErrNotPinned is returned by Detach and Status when no pinned state exists.
 	ErrNotPinned = errors.New("no pinned tierlimit state")
 )
@@ -111,6 +112,8 @@ type Agent struct {
 	table    tiers.Table
 	attached []*Attachment
 
+	lock *pinLock // held while the agent runs, when pinning
+
 	reloadOK, reloadErr atomic.Uint64
 	scrapeErrors        atomic.Uint64
 	closed              atomic.Bool
@@ -133,8 +136,8 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if len(cfg.Interfaces) == 0 {
 		return nil, fmt.Errorf("%w: no interface given", ErrNoInterface)
 	}
-	if os.Geteuid() != 0 {
-		return nil, ErrNotRoot
+	if err := checkCaps(); err != nil {
+		return nil, err
 	}
 	tab, err := tiers.Compile(p)
 	if err != nil {
@@ -166,6 +169,22 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 		cfg.Logger.Warn("kernel tick unknown: every selected packet reads the clock", "reason", terr)
 	}
 	opts := bpf.Options{TickNs: tick}
+	var lock *pinLock
+	if cfg.PinPath != "" {
+		if strings.Contains(filepath.Base(cfg.PinPath), ".") {
+			return nil, fmt.Errorf("pin path %s: bpffs refuses names with a dot", cfg.PinPath)
+		}
+		// Taken before anything reads or writes the pinned state, so that
+		// a second agent can change nothing of a running one's.
+		if lock, err = lockPin(cfg.PinPath); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				lock.unlock()
+			}
+		}()
+	}
 	// dir is where this run pins: cfg.PinPath itself when adopting, else a
 	// temporary sibling renamed into place at the end.
 	var dir string
@@ -195,7 +214,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 		}
 		return nil, err
 	}
-	a = &Agent{cfg: cfg, log: cfg.Logger, policy: p, table: tab, nh: nh, lim: lim}
+	a = &Agent{cfg: cfg, log: cfg.Logger, policy: p, table: tab, nh: nh, lim: lim, lock: lock}
 	defer func() {
 		if err != nil {
 			a.abort()
@@ -212,7 +231,27 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 		a.attached = append(a.attached, att)
 		a.log.Info("attached", "iface", att.Iface, "ifindex", att.Index, "mode", att.Mode)
 	}
+	if dir != "" {
+		a.warnOtherLinks(dir)
+	}
 	return a, nil
+}
+
+// warnOtherLinks logs the interfaces that a pinned link from an earlier run
+// still limits although this run was not asked to: they share this run's
+// maps and policy, and only tierlimit detach removes them.
+func (a *Agent) warnOtherLinks(dir string) {
+	entries, _ := os.ReadDir(filepath.Join(dir, "links"))
+	for _, e := range entries {
+		mine := false
+		for _, att := range a.attached {
+			mine = mine || att.Iface == e.Name()
+		}
+		if !mine {
+			a.log.Warn("interface still limited by a pinned link from an earlier run", "iface", e.Name(),
+				"remove_with", "tierlimit detach --iface "+e.Name()+" --pin-path "+a.cfg.PinPath)
+		}
+	}
 }
 
 // abort undoes a failed New: detaches what it attached unless pinned.
@@ -326,11 +365,16 @@ func (a *Agent) Close() error {
 		if att.link != nil {
 			att.link.Close()
 		}
-		a.log.Info("limiter stays attached and pinned", "iface", att.Iface, "pin", a.cfg.PinPath,
-			"remove_with", "tierlimit detach --iface "+att.Iface)
+		remove := "tierlimit detach --iface " + att.Iface
+		if a.cfg.PinPath != DefaultPinPath {
+			remove += " --pin-path " + a.cfg.PinPath
+		}
+		a.log.Info("limiter stays attached and pinned", "iface", att.Iface, "pin", a.cfg.PinPath, "remove_with", remove)
 	}
 	a.nh.Close()
-	return a.lim.Close()
+	err := a.lim.Close()
+	a.lock.unlock()
+	return err
 }
 
 func (a *Agent) detachOne(att *Attachment) {
@@ -354,28 +398,48 @@ func (a *Agent) attach(l netlink.Link, pin string) (*Attachment, error) {
 	var linkPin string
 	if pin != "" {
 		linkPin = filepath.Join(pin, "links", name)
-		if lk, err := adoptLink(linkPin, idx); err != nil {
+		lk, err := adoptLink(linkPin, idx)
+		if err != nil {
 			return nil, err
-		} else if lk != nil {
-			if err := lk.Update(prog); err != nil {
+		}
+		if lk != nil {
+			cur := xdpModeOf(a.nh, idx)
+			if want := string(a.cfg.XDPMode); a.cfg.XDPMode != XDPAuto && want != cur {
+				// A link cannot change mode: detach and attach anew.
+				a.log.Warn("switching XDP mode: the interface is without the limiter for a moment",
+					"iface", name, "from", cur, "to", want)
+				_ = lk.Unpin()
 				lk.Close()
-				return nil, fmt.Errorf("update pinned link %s: %w", linkPin, err)
+				if l, err = a.nh.LinkByIndex(idx); err != nil {
+					return nil, err
+				}
+			} else {
+				if err := lk.Update(prog); err != nil {
+					lk.Close()
+					return nil, fmt.Errorf("update pinned link %s: %w", linkPin, err)
+				}
+				att.link, att.Mode = lk, cur
+				a.log.Info("adopted pinned link, program replaced in place", "iface", name, "pin", linkPin)
+				return att, nil
 			}
-			att.link = lk
-			att.Mode = xdpModeOf(a.nh, idx)
-			a.log.Info("adopted pinned link, program replaced in place", "iface", name, "pin", linkPin)
-			return att, nil
 		}
 	}
 
 	if x := l.Attrs().Xdp; x != nil && x.Attached {
 		owner := describeProgram(x.ProgId)
+		if programName(x.ProgId) == ProgramName {
+			return nil, fmt.Errorf("%s already runs tierlimit (%s), attached by another agent or pinned under another --pin-path: "+
+				"use that pin path, or remove it with tierlimit detach --iface %s [--pin-path P]", name, owner, name)
+		}
 		if !a.cfg.Replace {
 			return nil, fmt.Errorf("%w: %s (pass --replace to replace it)", ErrForeignProgram, owner)
 		}
 		a.log.Warn("replacing XDP program", "iface", name, "program", owner)
 		for _, f := range []int{nl.XDP_FLAGS_DRV_MODE, nl.XDP_FLAGS_SKB_MODE} {
 			_ = netlink.LinkSetXdpFdWithFlags(l, -1, f)
+		}
+		if l, err := a.nh.LinkByIndex(idx); err == nil && l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached {
+			return nil, fmt.Errorf("%w: %s is held by a bpf_link, which only its owner can remove", ErrForeignProgram, owner)
 		}
 	}
 

@@ -453,7 +453,7 @@ func TestAttachModes(t *testing.T) {
 	} {
 		t.Run(string(c.mode), func(t *testing.T) {
 			a := startAgent(t, p, c.mode, pol)
-			if got := xdpOn(t, p.Coll, p.CollIf); got != c.want {
+			if got := bpftest.XDP(t, p.Coll, p.CollIf).Mode; got != c.want {
 				t.Errorf("kernel reports %q, want %q", got, c.want)
 			}
 			if att := a.Attachments(); len(att) != 1 || att[0].Iface != p.CollIf || att[0].Mode != c.want {
@@ -491,7 +491,7 @@ func TestAttachModes(t *testing.T) {
 			if err := a.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if got := xdpOn(t, p.Coll, p.CollIf); got != "" {
+			if got := bpftest.XDP(t, p.Coll, p.CollIf).Mode; got != "" {
 				t.Errorf("after Close the kernel still reports XDP in %s mode", got)
 			}
 			if status, _ := scrape(t, a, "/healthz"); status != 503 {

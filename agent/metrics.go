@@ -12,6 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // DefaultMetricsAddr is where /metrics listens unless told otherwise.
@@ -29,6 +32,7 @@ type collector struct {
 	windowPackets, lastWindow, tier  *prometheus.Desc
 	windowsOpened                    *prometheus.Desc
 	policyMax, tierThreshold, tierDr *prometheus.Desc
+	policyMode                       *prometheus.Desc
 	reloads, attached, scrapeErrors  *prometheus.Desc
 }
 
@@ -49,6 +53,7 @@ func (a *Agent) Collector() prometheus.Collector {
 		tier:            d("current_tier", "Tier of the latest selected packet of the current window (0 below the first threshold)."),
 		windowsOpened:   d("windows_opened_total", "Windows opened since the maps were created."),
 		policyMax:       d("policy_max_packets", "The policy's max: selected packets per window the host is meant to handle."),
+		policyMode:      d("policy_mode", "1 for the policy's mode (enforce, dry-run, off), 0 for the others.", "mode"),
 		tierThreshold:   d("policy_tier_threshold_packets", "First packet count n of each tier (T_k), as the compiled table applies it.", "tier"),
 		tierDr:          d("policy_tier_drop_ratio", "Drop ratio (0..1) of each tier.", "tier"),
 		reloads:         d("config_reloads_total", "Policy reloads by result (success, error).", "result"),
@@ -60,7 +65,7 @@ func (a *Agent) Collector() prometheus.Collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.selectedPackets, c.selectedBytes, c.unselected, c.exempt, c.fragments,
-		c.windowPackets, c.lastWindow, c.tier, c.windowsOpened, c.policyMax, c.tierThreshold, c.tierDr,
+		c.windowPackets, c.lastWindow, c.tier, c.windowsOpened, c.policyMax, c.policyMode, c.tierThreshold, c.tierDr,
 		c.reloads, c.attached, c.scrapeErrors,
 	} {
 		ch <- d
@@ -90,16 +95,31 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		a.scrapeErrors.Add(1)
 		a.log.Warn("scrape: read BPF maps", "error", err)
 	} else {
-		for t := 0; t <= len(s.Policy.Bounds); t++ {
+		for t := range s.Stats.Selected {
 			tier := strconv.Itoa(t)
+			// Every tier of the policy, and any tier an earlier policy
+			// counted in: counters never vanish.
+			if t > len(s.Policy.Bounds) && s.Stats.Selected[t] == [bpf.Verdicts]bpf.Counter{} {
+				continue
+			}
 			for _, v := range verdicts {
 				counter(c.selectedPackets, s.Stats.Selected[t][v].Packets, tier, v.String())
 				counter(c.selectedBytes, s.Stats.Selected[t][v].Bytes, tier, v.String())
+			}
+			if t > len(s.Policy.Bounds) {
+				continue
 			}
 			if t > 0 {
 				gauge(c.tierThreshold, float64(s.Policy.Bounds[t-1]), tier)
 			}
 			gauge(c.tierDr, s.Policy.DropRatios[t], tier)
+		}
+		for _, m := range []tiers.Mode{tiers.ModeEnforce, tiers.ModeDryRun, tiers.ModeOff} {
+			v := 0.0
+			if m == s.Policy.Mode {
+				v = 1
+			}
+			gauge(c.policyMode, v, m.String())
 		}
 		counter(c.unselected, s.Stats.Unselected.Packets)
 		counter(c.exempt, s.Stats.Exempt.Packets)
@@ -143,13 +163,9 @@ func (a *Agent) Handler() http.Handler {
 	return mux
 }
 
-// Serve listens on addr and serves Handler until ctx ends. It returns once
-// the listener is up (or failed); errors after that are logged.
-func (a *Agent) Serve(ctx context.Context, addr string) (net.Addr, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
+// Serve serves Handler on ln until ctx ends, then shuts the server down.
+// It returns at once; errors after that are logged.
+func (a *Agent) Serve(ctx context.Context, ln net.Listener) {
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -162,5 +178,4 @@ func (a *Agent) Serve(ctx context.Context, addr string) (net.Addr, error) {
 			a.log.Error("metrics server", "error", err)
 		}
 	}()
-	return ln.Addr(), nil
 }

@@ -34,8 +34,10 @@ type Status struct {
 // ErrNotPinned when nothing is pinned there.
 func ReadStatus(pin string) (Status, error) {
 	st := Status{PinPath: pin}
-	if _, err := os.Stat(filepath.Join(pin, "maps")); err != nil {
+	if _, err := os.Stat(filepath.Join(pin, "maps")); errors.Is(err, os.ErrNotExist) {
 		return st, fmt.Errorf("%w under %s", ErrNotPinned, pin)
+	} else if err != nil {
+		return st, fmt.Errorf("read pinned state: %w (bpffs is usually root-only: run as root)", err)
 	}
 	entries, err := os.ReadDir(filepath.Join(pin, "links"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -86,9 +88,17 @@ func readPinnedLink(path string) (PinnedLink, error) {
 // netlink. Once no interface is left, the pinned maps go too, and the
 // window and the counters with them.
 //
-// Returns ErrForeignProgram, touching nothing, when the program on iface
-// is not tierlimit's, and ErrNotPinned when iface has no limiter.
+// Returns ErrAgentRunning while an agent runs with pin, ErrForeignProgram,
+// touching nothing, when the program on iface is not tierlimit's, and
+// ErrNotPinned when iface has no limiter.
 func Detach(pin, iface string) error {
+	// A running agent holds the lock: pulling its pins from under it
+	// would leave it reporting a limiter that is gone.
+	lock, err := lockPin(pin)
+	if err != nil {
+		return err
+	}
+	defer lock.unlock()
 	linkPin := filepath.Join(pin, "links", iface)
 	lk, err := link.LoadPinnedLink(linkPin, nil)
 	switch {

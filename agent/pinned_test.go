@@ -240,3 +240,66 @@ func TestForeignProgramUntouched(t *testing.T) {
 		t.Fatalf("unpinned agent left program %d attached", got)
 	}
 }
+
+// TestSecondAgentRefused: while an agent runs, a second one on the same pin
+// path and `detach` are refused, and the running agent's policy is
+// untouched.
+func TestSecondAgentRefused(t *testing.T) {
+	bpftest.Require(t)
+	p := bpftest.NewPair(t)
+	pin := testPin(t)
+	a := startPinned(t, p, pin, defaultPolicy())
+	defer func() {
+		a.Close()
+		p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) })
+	}()
+	other := defaultPolicy()
+	other.Max, other.Mode = 50, tiers.ModeDryRun
+	err := p.Coll.Do(func() error {
+		_, err := agent.New(agent.Config{Interfaces: []string{p.CollIf}, PinPath: pin}, other)
+		return err
+	})
+	if !errors.Is(err, agent.ErrAgentRunning) || !strings.Contains(err.Error(), fmt.Sprint("pid ", os.Getpid())) {
+		t.Fatalf("second agent: %v, want ErrAgentRunning naming pid %d", err, os.Getpid())
+	}
+	if err := p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }); !errors.Is(err, agent.ErrAgentRunning) {
+		t.Fatalf("detach under a running agent: %v, want ErrAgentRunning", err)
+	}
+	act, err := a.Limiter().Active()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if act.Max != 100 || act.Mode != tiers.ModeEnforce {
+		t.Fatalf("the refused agent changed the policy: max %d mode %v", act.Max, act.Mode)
+	}
+	if bpftest.XDP(t, p.Coll, p.CollIf).Name != agent.ProgramName {
+		t.Fatal("limiter gone after a refused second agent")
+	}
+}
+
+// TestModeSwitchOnAdoption: restarting with an explicit --xdp-mode other
+// than the pinned link's re-attaches in that mode; auto keeps the link.
+func TestModeSwitchOnAdoption(t *testing.T) {
+	bpftest.Require(t)
+	p := bpftest.NewPair(t)
+	pin := testPin(t)
+	t.Cleanup(func() { p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }) })
+	for _, step := range []struct {
+		mode agent.XDPMode
+		want string
+	}{{agent.XDPGeneric, "generic"}, {agent.XDPAuto, "generic"}, {agent.XDPNative, "native"}, {agent.XDPGeneric, "generic"}} {
+		var a *agent.Agent
+		err := p.Coll.Do(func() (err error) {
+			a, err = agent.New(agent.Config{Interfaces: []string{p.CollIf}, PinPath: pin, XDPMode: step.mode}, defaultPolicy())
+			return err
+		})
+		if err != nil {
+			t.Fatalf("start in %s: %v", step.mode, err)
+		}
+		got := bpftest.XDP(t, p.Coll, p.CollIf).Mode
+		a.Close()
+		if got != step.want {
+			t.Fatalf("--xdp-mode %s after a restart: attached %s, want %s", step.mode, got, step.want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"path/filepath"
 	"time"
@@ -530,7 +531,9 @@ func (l *Limiter) Active() (Active, error) {
 			return Active{}, fmt.Errorf("read tier table: %w", err)
 		}
 		if int(e.Tier) == k {
-			a.DropRatios[k] = tiers.DropRatio(e.Thr)
+			// thr = round(p·2^32) is within 2^-33 of p: 9 decimals give
+			// back the configured ratio.
+			a.DropRatios[k] = math.Round(tiers.DropRatio(e.Thr)*1e9) / 1e9
 		}
 	}
 	return a, nil

@@ -28,6 +28,10 @@ var (
 	// ErrTierOrder: a tier's at is not strictly greater than the previous
 	// tier's (tiers are in config order, DESIGN.md §2).
 	ErrTierOrder = errors.New("tiers out of order")
+	// ErrEmptyConfig: the file holds no policy at all (empty, or only
+	// comments; for .properties, no limiter.* key). A truncated or
+	// half-rendered file must not silently become the default policy.
+	ErrEmptyConfig = errors.New("config holds no policy")
 	// ErrEmptyTiers: tiers is present but empty.
 	ErrEmptyTiers = errors.New("empty tiers")
 	// ErrPercentRange: a percent outside its range: at must be in

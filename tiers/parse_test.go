@@ -71,8 +71,6 @@ func TestParseYAML(t *testing.T) {
 		name, src string
 		want      func(p *Policy)
 	}{
-		{"empty file is the default", "", func(p *Policy) {}},
-		{"comments only", "# nothing\n", func(p *Policy) {}},
 		{"omitted keys take the default", "max: 1000\nmode: dry-run\n", func(p *Policy) {
 			p.Max, p.Mode = 1000, ModeDryRun
 		}},
@@ -120,7 +118,7 @@ func TestParseYAML(t *testing.T) {
 }
 
 var sentinels = []error{
-	ErrSyntax, ErrUnknownKey, ErrDuplicateKey, ErrMissingKey, ErrType, ErrTierOrder, ErrEmptyTiers,
+	ErrEmptyConfig, ErrSyntax, ErrUnknownKey, ErrDuplicateKey, ErrMissingKey, ErrType, ErrTierOrder, ErrEmptyTiers,
 	ErrPercentRange, ErrMax, ErrEmptySelect, ErrCIDR, ErrPort, ErrProto, ErrMode, ErrCount, ErrWindow, ErrTooMany,
 }
 
@@ -210,6 +208,8 @@ func TestParseYAMLInvalid(t *testing.T) {
 		{"window as a number", "window: 1\n", ErrType, "window", 1},
 		{"tiers not a list", "tiers: 70\n", ErrType, "tiers", 1},
 		{"top level list", "- 1\n", ErrType, "", 1},
+		{"empty file", "", ErrEmptyConfig, "", 0},
+		{"only comments", "# nothing here\n\n", ErrEmptyConfig, "", 0},
 		{"syntax", "max: 1\ntiers: [\n", ErrSyntax, "", 2},
 		{"two documents", "max: 1\n---\nmax: 2\n", ErrSyntax, "", 2},
 	} {
@@ -300,7 +300,6 @@ func TestParseProperties(t *testing.T) {
 		name, src string
 		want      func(p *Policy)
 	}{
-		{"empty", "", func(p *Policy) {}},
 		{"switch off, any index order, other keys ignored", `
 # a Spring application.properties
 server.port=8080
@@ -353,6 +352,8 @@ func TestParsePropertiesInvalid(t *testing.T) {
 		{"max 0", "limiter.max=0 # none\n", ErrMax, "limiter.max", 1},
 		{"max too big", "limiter.max=1099511627777\n", ErrMax, "limiter.max", 1},
 		{"empty value", "limiter.max=\n", ErrType, "limiter.max", 1},
+		{"empty file", "", ErrEmptyConfig, "", 0},
+		{"no limiter key", "server.port=8080\n", ErrEmptyConfig, "", 0},
 		{"rate not a number", "limiter.strategys[0].limit=70\nlimiter.strategys[0].rate=a lot\n", ErrType, "limiter.strategys[0].rate", 2},
 		{"out of order", "limiter.strategys[0].limit=80\nlimiter.strategys[0].rate=20\nlimiter.strategys[1].limit=70\nlimiter.strategys[1].rate=50\n", ErrTierOrder, "limiter.strategys[1].limit", 3},
 		{"rate over 100", "limiter.strategys[0].limit=80\nlimiter.strategys[0].rate=120\n", ErrPercentRange, "limiter.strategys[0].rate", 2},

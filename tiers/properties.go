@@ -152,6 +152,9 @@ func ParseProperties(data []byte) (Policy, error) {
 			keys[fmt.Sprintf("tiers[%d]", j)] = *s.limit
 		}
 	}
+	if len(seen) == 0 {
+		return Policy{}, &ConfigError{Err: fmt.Errorf("%w: no limiter.* key (limiter.switch, limiter.max, limiter.strategys[i].limit and .rate)", ErrEmptyConfig)}
+	}
 	if err := p.Validate(); err != nil {
 		var ce *ConfigError
 		if errors.As(err, &ce) {

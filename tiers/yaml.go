@@ -17,8 +17,9 @@ import (
 // ParseYAML parses and validates a YAML policy (DESIGN.md §3). The file is
 // read into a yaml.Node tree and walked strictly: unknown and duplicate keys
 // are errors, as are values of the wrong kind, and every error carries its
-// line. Keys the file leaves out take the values of Default(); an empty file
-// is Default(). An explicitly empty `select: []` or `tiers: []` is an error.
+// line. Keys the file leaves out take the values of Default(), but a file
+// with no key at all (empty, or only comments) is ErrEmptyConfig. An
+// explicitly empty `select: []` or `tiers: []` is an error.
 //
 // at and drop accept 70, 12.5, "70%" and "12.5%". window is a Go duration.
 // ports accept numbers and "first-last" ranges. count defaults to syn for
@@ -39,7 +40,7 @@ func parseYAML(data []byte, base Policy) (Policy, error) {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return p, p.Validate()
+			return Policy{}, emptyConfig()
 		}
 		return Policy{}, yamlSyntaxError(err)
 	}
@@ -48,6 +49,9 @@ func parseYAML(data []byte, base Policy) (Policy, error) {
 		return Policy{}, &ConfigError{Line: extra.Line, Err: fmt.Errorf("%w: more than one YAML document", ErrSyntax)}
 	} else if !errors.Is(err, io.EOF) {
 		return Policy{}, yamlSyntaxError(err)
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" {
+		return Policy{}, emptyConfig()
 	}
 	ps := yamlParser{lines: map[string]int{}}
 	if len(doc.Content) == 1 {
@@ -59,6 +63,10 @@ func parseYAML(data []byte, base Policy) (Policy, error) {
 		return Policy{}, ps.locate(err)
 	}
 	return p, nil
+}
+
+func emptyConfig() error {
+	return &ConfigError{Err: fmt.Errorf("%w: write the keys you mean (omitted keys take the defaults; tierlimit check shows them)", ErrEmptyConfig)}
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)

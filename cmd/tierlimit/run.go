@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -106,6 +107,18 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	if f.noPin {
 		pin = ""
 	}
+	// Bind the metrics listener before anything touches the kernel, so that
+	// a bad or busy address fails with nothing attached or changed.
+	var ln net.Listener
+	if f.metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(f.metricsAddr); err != nil {
+			return usageErrorf("--metrics-addr %q: %v", f.metricsAddr, err)
+		}
+		if ln, err = net.Listen("tcp", f.metricsAddr); err != nil {
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		defer ln.Close()
+	}
 	a, err := agent.New(agent.Config{
 		Interfaces: f.ifaces,
 		XDPMode:    xdpMode,
@@ -132,12 +145,9 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	log.Info("started", "interfaces", strings.Join(ifs, ","), "mode", p.Mode.String(), "policy", p.String(),
 		"config", source, "pin", pin)
 
-	if f.metricsAddr != "" {
-		addr, err := a.Serve(ctx, f.metricsAddr)
-		if err != nil {
-			return fmt.Errorf("metrics listener on %s: %w", f.metricsAddr, err)
-		}
-		log.Info("serving metrics", "addr", "http://"+addr.String()+"/metrics")
+	if ln != nil {
+		a.Serve(ctx, ln)
+		log.Info("serving metrics", "addr", "http://"+ln.Addr().String()+"/metrics")
 	}
 
 	reload := func(why string) {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -394,5 +395,33 @@ func TestRunNotRoot(t *testing.T) {
 	oneLine(t, stderr.String(), "needs root")
 	if stdout.Len() != 0 {
 		t.Errorf("stdout %q, want nothing", stdout.String())
+	}
+}
+
+// TestRunMetricsAddrFailsFirst: a bad --metrics-addr (exit 2) or a busy one
+// (exit 1) fails before anything is attached.
+func TestRunMetricsAddrFailsFirst(t *testing.T) {
+	bpftest.Require(t)
+	p := bpftest.NewPair(t)
+	var busy net.Listener
+	if err := p.Coll.Do(func() (err error) { busy, err = net.Listen("tcp", "127.0.0.1:0"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, c := range []struct {
+		addr string
+		code int
+		want string
+	}{{"bogus", exitUsage, "--metrics-addr"}, {busy.Addr().String(), exitFailure, "address already in use"}} {
+		var stderr bytes.Buffer
+		err := p.Coll.Do(func() error {
+			return run(context.Background(), []string{"run", "--iface", p.CollIf, "--no-pin", "--metrics-addr", c.addr}, io.Discard, &stderr)
+		})
+		if code := exitCode(err); code != c.code || err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--metrics-addr %s: exit %d (%v), want %d mentioning %q", c.addr, code, err, c.code, c.want)
+		}
+		if m := bpftest.XDP(t, p.Coll, p.CollIf).Mode; m != "" {
+			t.Errorf("--metrics-addr %s: the limiter was attached (%s) before the listener failed", c.addr, m)
+		}
 	}
 }
