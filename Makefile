@@ -12,7 +12,7 @@ export BPF2GO_CC := $(CLANG)
 export BPF2GO_STRIP := $(STRIP)
 export BPF2GO_CFLAGS
 
-.PHONY: all build generate check-generate test lint bench clean
+.PHONY: all build generate check-generate test lint bench clean bench-quick vagrant-validate vagrant-e2e provision-check
 
 all: build
 
@@ -36,8 +36,55 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
+# The performance suite (issue 6; root, two CPUs, trafgen and nft): figures
+# 1-3 from the bpf benchmarks, figure 4 from veth floods, the offered-vs-
+# passed plot. Writes $(BENCH_OUT)/results.md, the PNG and raw/. < 10 min.
+BENCH_OUT ?= deploy/bench
+BENCH_TMP ?= $(or $(TMPDIR),/tmp)/tierlimit-bench
+BENCH_FLAGS ?=
+
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s -count 5 ./bpf/ | tee bench.txt
+	@mkdir -p $(BENCH_TMP)
+	$(GO) test -c -o $(BENCH_TMP)/bpf.test ./bpf/
+	$(GO) build -o $(BENCH_TMP)/tierlimit-bench ./cmd/tierlimit-bench
+	$(BENCH_TMP)/tierlimit-bench suite -out $(BENCH_OUT) -bpf-test $(BENCH_TMP)/bpf.test \
+		-command 'make bench' $(BENCH_FLAGS)
+
+# CI's smoke run of the same harness: 1 run each, short floods, no timing
+# assertions; writes to a scratch directory, not deploy/bench.
+bench-quick:
+	@mkdir -p $(BENCH_TMP)
+	$(GO) test -c -o $(BENCH_TMP)/bpf.test ./bpf/
+	$(GO) build -o $(BENCH_TMP)/tierlimit-bench ./cmd/tierlimit-bench
+	$(BENCH_TMP)/tierlimit-bench suite -quick -out $(BENCH_TMP)/quick -bpf-test $(BENCH_TMP)/bpf.test \
+		-command 'make bench-quick' $(BENCH_FLAGS)
+	@grep -q '^## 4. System-level' $(BENCH_TMP)/quick/results.md && test -s $(BENCH_TMP)/quick/offered-vs-passed.png
+
+# The two-VM path (deploy/README.md). vagrant-e2e needs a provider that can
+# boot guests (libvirt or VirtualBox); it cannot run on CI's machine.
+VAGRANT ?= vagrant
+
+vagrant-validate:
+	@command -v $(VAGRANT) >/dev/null || { echo "vagrant not found: deploy/vagrant/provision.sh --packages-only --with-vagrant"; exit 1; }
+	$(VAGRANT) validate --ignore-provider
+
+vagrant-e2e:
+	$(VAGRANT) up collector sender
+	$(VAGRANT) ssh collector -c 'sudo /vagrant/deploy/vagrant/e2e.sh collector-start'
+	$(VAGRANT) ssh sender -c 'sudo /vagrant/deploy/vagrant/e2e.sh flood'
+	$(VAGRANT) ssh collector -c 'sudo /vagrant/deploy/vagrant/e2e.sh collector-report'
+
+# CI runs the provisioning script on its own Debian machine in the mode that
+# installs Debian packages only, then checks that the tools are there.
+provision-check:
+	bash deploy/vagrant/provision.sh --packages-only
+	bash deploy/vagrant/provision.sh --check
+	@go=$$(sed -n 's/^go //p' go.mod); \
+	grep -q "^GO_VERSION *= \"$$go\"" Vagrantfile || { echo "Vagrantfile: GO_VERSION is not go.mod's $$go"; exit 1; }; \
+	grep -q "^CLANG_VERSION *= \"$(CLANG_VERSION)\"" Vagrantfile || { echo "Vagrantfile: CLANG_VERSION is not the Makefile's $(CLANG_VERSION)"; exit 1; }; \
+	grep -q "^CLANG_VERSION=\$${CLANG_VERSION:-$(CLANG_VERSION)}" deploy/vagrant/provision.sh || { echo "provision.sh: CLANG_VERSION is not the Makefile's"; exit 1; }; \
+	grep -q "^GO_VERSION=\$${GO_VERSION:-$$go}" deploy/vagrant/provision.sh || { echo "provision.sh: GO_VERSION is not go.mod's"; exit 1; }; \
+	echo "provision-check: Vagrantfile and provision.sh pin go$$go and clang-$(CLANG_VERSION)"
 
 clean:
 	rm -f bench.txt
