@@ -283,27 +283,7 @@ func BenchmarkBarePass(b *testing.B) {
 	Require(b)
 	pass := BareProgram(b, xdpPass)
 	drop := BareProgram(b, xdpDrop)
-	frame := UDP4(b, 514)
-	var passNs, dropNs float64
-	var runs int
-	for done := 0; done < b.N; done += benchChunk {
-		n := min(benchChunk, b.N-done)
-		_, dp, err := pass.Benchmark(frame, n, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, dd, err := drop.Benchmark(frame, n, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		passNs += float64(dp.Nanoseconds())
-		dropNs += float64(dd.Nanoseconds())
-		runs++
-	}
-	b.ReportMetric(passNs/float64(runs), "ns/pkt")
-	b.ReportMetric(dropNs/float64(runs), "bare-ns/pkt")
-	b.ReportMetric(passNs/dropNs, "x-bare")
-	b.ReportMetric(0, "ns/op")
+	benchPaired(b, pass, drop, UDP4(b, 514))
 }
 
 // counterProgs builds the two counters of the scaling proposal as minimal
