@@ -1,10 +1,12 @@
 package agent_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -187,10 +189,52 @@ func attachForeign(t *testing.T, p *bpftest.Pair) uint32 {
 // TestForeignProgramUntouched: run and detach both refuse to touch another
 // XDP program, and say whose it is.
 func TestForeignProgramUntouched(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		attach func(*testing.T, *bpftest.Pair) uint32
+	}{{"netlink", attachForeign}, {"ip link obj", attachForeignObj}} {
+		t.Run(c.name, func(t *testing.T) { testForeignProgramUntouched(t, c.attach) })
+	}
+}
+
+// attachForeignObj compiles a one-line XDP_PASS program with the Makefile's
+// clang and attaches it with `ip link set dev X xdpgeneric obj F sec xdp`,
+// as an operator would.
+func attachForeignObj(t *testing.T, p *bpftest.Pair) uint32 {
+	t.Helper()
+	clang := "clang-19"
+	if _, err := exec.LookPath(clang); err != nil {
+		if os.Getenv(bpftest.RequireEnv) == "1" {
+			t.Fatalf("%s not installed (CI installs it)", clang)
+		}
+		t.Skipf("%s not installed", clang)
+	}
+	dir := t.TempDir()
+	src, obj := filepath.Join(dir, "foreign.c"), filepath.Join(dir, "foreign.o")
+	prog := `__attribute__((section("xdp"), used)) int foreign(void *ctx) { return 2; }
+char _license[] __attribute__((section("license"), used)) = "GPL";
+`
+	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(clang, "-O2", "-g", "-target", "bpf", "-c", src, "-o", obj).CombinedOutput(); err != nil {
+		t.Fatalf("compile foreign program: %v\n%s", err, out)
+	}
+	if out, err := p.Coll.Command(context.Background(), "ip", "link", "set", "dev", p.CollIf, "xdpgeneric", "obj", obj, "sec", "xdp").CombinedOutput(); err != nil {
+		t.Fatalf("ip link set xdpgeneric obj: %v\n%s", err, out)
+	}
+	x := bpftest.XDP(t, p.Coll, p.CollIf)
+	if x.Name != "foreign" || x.Mode != "generic" {
+		t.Fatalf("foreign program not attached: %+v", x)
+	}
+	return x.ID
+}
+
+func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *bpftest.Pair) uint32) {
 	bpftest.Require(t)
 	p := bpftest.NewPair(t)
 	pin := testPin(t)
-	id := attachForeign(t, p)
+	id := attach(t, p)
 
 	err := p.Coll.Do(func() error {
 		_, err := agent.New(agent.Config{Interfaces: []string{p.CollIf}, PinPath: pin}, defaultPolicy())
