@@ -156,14 +156,7 @@ func runLive(prog *ebpf.Program, frame []byte, ctx xdpMD, repeat uint32) (time.D
 // 1-CPU rate, the target is >= 1.8), bare-x-scaling, and contention-% (how
 // much of the bare program's scaling the shared counter costs).
 func BenchmarkScaling(b *testing.B) {
-	cpus, err := usableCPUs()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if len(cpus) < 2 {
-		b.Skipf("need 2 CPUs, have %v", cpus)
-	}
-	cpus = cpus[:2]
+	cpus := twoCPUs(b)
 	for _, path := range []struct {
 		name string
 		p    tiers.Policy
@@ -260,6 +253,20 @@ func rate(prog *ebpf.Program, frame []byte, n uint32, cpus []int) (float64, erro
 }
 
 // usableCPUs lists the CPUs this process may run on.
+// twoCPUs returns the first two CPUs the process may run on, skipping tb
+// on a machine with fewer.
+func twoCPUs(tb testing.TB) []int {
+	tb.Helper()
+	cpus, err := usableCPUs()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if len(cpus) < 2 {
+		tb.Skipf("need 2 CPUs, have %v", cpus)
+	}
+	return cpus[:2]
+}
+
 func usableCPUs() ([]int, error) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
@@ -361,14 +368,7 @@ const batchK = 32
 // size the proposal, not the limiter.
 func BenchmarkCounterScaling(b *testing.B) {
 	Require(b)
-	cpus, err := usableCPUs()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if len(cpus) < 2 {
-		b.Skipf("need 2 CPUs, have %v", cpus)
-	}
-	cpus = cpus[:2]
+	cpus := twoCPUs(b)
 	shared, batched, _, _ := counterProgs(b, batchK)
 	bare := BareProgram(b, xdpDrop)
 	frame := UDP4(b, 514)

@@ -182,6 +182,17 @@ func testPin(t *testing.T, p *bpftest.Pair) string {
 	return pin
 }
 
+// pinnedSetup makes a namespace pair, a pin path and a config file holding
+// body, for tests that run a pinned agent.
+func pinnedSetup(t *testing.T, body string) (p *bpftest.Pair, pin, cfg string) {
+	t.Helper()
+	p = bpftest.NewPair(t)
+	pin = testPin(t, p)
+	cfg = filepath.Join(t.TempDir(), "tierlimit.yaml")
+	writeConfig(t, cfg, body)
+	return p, pin, cfg
+}
+
 func writeConfig(t *testing.T, path, body string) {
 	t.Helper()
 	// Write a new file and rename it over the old one, as editors do.
@@ -264,10 +275,7 @@ func monotone(t *testing.T, a, b map[string]float64) {
 // fixed file and a SIGHUP reload again.
 func TestReloadUnderFlood(t *testing.T) {
 	bpftest.Require(t)
-	p := bpftest.NewPair(t)
-	pin := testPin(t, p)
-	cfg := filepath.Join(t.TempDir(), "tierlimit.yaml")
-	writeConfig(t, cfg, lenientYAML)
+	p, pin, cfg := pinnedSetup(t, lenientYAML)
 	agent := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--pin-path", pin)
 	f := startFlood(t, p, 60*time.Second)
 
@@ -392,10 +400,7 @@ func (w *xdpWatch) close() {
 // double: pass + drop equals what was sent, pass equals what arrived.
 func TestKillDashNineUnderFlood(t *testing.T) {
 	bpftest.Require(t)
-	p := bpftest.NewPair(t)
-	pin := testPin(t, p)
-	cfg := filepath.Join(t.TempDir(), "tierlimit.yaml")
-	writeConfig(t, cfg, strictYAML)
+	p, pin, cfg := pinnedSetup(t, strictYAML)
 	recv := bpftest.NewReceiver(t, p.Coll, netip.AddrPortFrom(p.CollAddr, 514))
 	args := []string{"--iface", p.CollIf, "--config", cfg, "--pin-path", pin}
 	first := startRun(t, p.Coll, args...)
@@ -452,10 +457,7 @@ func TestKillDashNineUnderFlood(t *testing.T) {
 // restarts after SIGKILL.
 func TestPingSurvivesReloadAndRestart(t *testing.T) {
 	bpftest.Require(t)
-	p := bpftest.NewPair(t)
-	pin := testPin(t, p)
-	cfg := filepath.Join(t.TempDir(), "tierlimit.yaml")
-	writeConfig(t, cfg, strictYAML)
+	p, pin, cfg := pinnedSetup(t, strictYAML)
 	args := []string{"--iface", p.CollIf, "--config", cfg, "--pin-path", pin}
 	a := startRun(t, p.Coll, args...)
 
@@ -561,10 +563,7 @@ func TestDryRunAndOff(t *testing.T) {
 // pinned file and no XDP program.
 func TestStatusMatchesMetricsAndDetach(t *testing.T) {
 	bpftest.Require(t)
-	p := bpftest.NewPair(t)
-	pin := testPin(t, p)
-	cfg := filepath.Join(t.TempDir(), "tierlimit.yaml")
-	writeConfig(t, cfg, "window: 1h\nmax: 100\nselect: [{proto: udp, ports: [514]}]\n")
+	p, pin, cfg := pinnedSetup(t, "window: 1h\nmax: 100\nselect: [{proto: udp, ports: [514]}]\n")
 	a := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--pin-path", pin)
 	s := bpftest.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
 	if _, err := s.Pace(context.Background(), 300, 100*time.Millisecond, 5*time.Second, func(i int) []byte { return bpftest.SyslogMessage(0, i) }); err != nil {
