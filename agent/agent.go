@@ -9,6 +9,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -299,11 +300,44 @@ func (a *Agent) Attached() bool {
 
 // attachedTo reports whether ifindex runs an XDP program and the agent is open.
 func (a *Agent) attachedTo(ifindex int) bool {
-	if a.closed.Load() {
-		return false
-	}
+	return !a.closed.Load() && a.xdpOn(ifindex)
+}
+
+// xdpOn reports whether ifindex runs an XDP program.
+func (a *Agent) xdpOn(ifindex int) bool {
 	l, err := a.nh.LinkByIndex(ifindex)
 	return err == nil && l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
+}
+
+// Watch logs, every interval until ctx ends, when an interface loses the
+// limiter (the interface was deleted, or someone detached it) or gets it
+// back: /healthz and xdp_attached show it too, but an operator reads logs.
+func (a *Agent) Watch(ctx context.Context, interval time.Duration) {
+	up := map[string]bool{}
+	for _, att := range a.Attachments() {
+		up[att.Iface] = true
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, att := range a.Attachments() {
+			now := a.attachedTo(att.Index)
+			if now == up[att.Iface] || ctx.Err() != nil {
+				continue
+			}
+			up[att.Iface] = now
+			if now {
+				a.log.Info("limiter attached again", "iface", att.Iface)
+			} else {
+				a.log.Error("limiter no longer attached: interface gone or program detached", "iface", att.Iface, "ifindex", att.Index)
+			}
+		}
+	}
 }
 
 // Policy returns the policy in force and its table.
@@ -362,8 +396,13 @@ func (a *Agent) Close() error {
 			a.log.Info("detached", "iface", att.Iface)
 			continue
 		}
+		gone := !a.xdpOn(att.Index)
 		if att.link != nil {
 			att.link.Close()
+		}
+		if gone {
+			a.log.Warn("interface no longer runs the limiter", "iface", att.Iface)
+			continue
 		}
 		remove := "tierlimit detach --iface " + att.Iface
 		if a.cfg.PinPath != DefaultPinPath {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -345,5 +346,43 @@ func TestModeSwitchOnAdoption(t *testing.T) {
 		if got != step.want {
 			t.Fatalf("--xdp-mode %s after a restart: attached %s, want %s", step.mode, got, step.want)
 		}
+	}
+}
+
+// TestWatchLogsLostInterface: when the limited interface goes away, the
+// agent logs it, /healthz turns 503, and the exit log does not claim the
+// limiter stays attached there.
+func TestWatchLogsLostInterface(t *testing.T) {
+	bpftest.Require(t)
+	p := bpftest.NewPair(t)
+	var logs bpftest.SyncBuffer
+	var a *agent.Agent
+	err := p.Coll.Do(func() (err error) {
+		a, err = agent.New(agent.Config{Interfaces: []string{p.CollIf}, PinPath: testPin(t), Logger: slog.New(slog.NewTextHandler(&logs, nil))}, defaultPolicy())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.Watch(ctx, 20*time.Millisecond)
+	if err := p.Coll.Command(ctx, "ip", "link", "del", p.CollIf).Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for !strings.Contains(logs.String(), "limiter no longer attached") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "limiter no longer attached") {
+		t.Fatalf("no log line for the lost interface:\n%s", logs.String())
+	}
+	if a.Attached() {
+		t.Fatal("Attached() with the interface gone")
+	}
+	cancel()
+	a.Close()
+	if strings.Contains(logs.String(), "stays attached") {
+		t.Fatalf("exit log claims the limiter stays on a deleted interface:\n%s", logs.String())
 	}
 }

@@ -300,3 +300,22 @@ func Get(ns *NS, url string) (status int, body []byte, err error) {
 	_, err = buf.ReadFrom(resp.Body)
 	return resp.StatusCode, buf.Bytes(), err
 }
+
+// SyncBuffer is a bytes.Buffer that a process's output or a logger and the
+// test can share.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -59,7 +59,7 @@ func cli(t *testing.T) string {
 // agentProc is `tierlimit run` running in a namespace.
 type agentProc struct {
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *bpftest.SyncBuffer
 	done chan struct{}
 }
 
@@ -67,7 +67,7 @@ type agentProc struct {
 // "started" log line. Cleanup kills it if it still runs.
 func startRun(t *testing.T, ns *bpftest.NS, args ...string) *agentProc {
 	t.Helper()
-	p := &agentProc{log: &syncBuffer{}, done: make(chan struct{})}
+	p := &agentProc{log: &bpftest.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd = ns.Command(context.Background(), cli(t), append([]string{"run"}, args...)...)
 	p.cmd.Stderr = p.log
 	p.cmd.Stdout = p.log

@@ -164,6 +164,8 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 		log.Info("reloaded", "trigger", why, "mode", np.Mode.String(), "policy", np.String())
 	}
 
+	go a.Watch(ctx, 2*time.Second)
+
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,24 +31,6 @@ const runPolicy = `max: 2000
 tiers: [{at: 70%, drop: 20%}, {at: 80%, drop: 50%}, {at: 100%, drop: 100%}]
 select: [{proto: udp, ports: [514]}]
 `
-
-// syncBuffer is a bytes.Buffer that run's logger and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // leftovers registers, before the namespaces exist, a cleanup that runs
 // after they are removed and checks that none of them is listed by `ip
@@ -99,7 +80,7 @@ func newNS(t *testing.T) *bpftest.NS {
 type runningCLI struct {
 	cancel context.CancelFunc
 	errc   chan error
-	log    *syncBuffer
+	log    *bpftest.SyncBuffer
 	err    error
 	done   bool
 }
@@ -110,7 +91,7 @@ type runningCLI struct {
 func startCLI(t *testing.T, ns *bpftest.NS, args ...string) (*runningCLI, string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningCLI{cancel: cancel, errc: make(chan error, 1), log: &syncBuffer{}}
+	r := &runningCLI{cancel: cancel, errc: make(chan error, 1), log: &bpftest.SyncBuffer{}}
 	go func() {
 		r.errc <- ns.Do(func() error { return run(ctx, args, io.Discard, r.log) })
 	}()
