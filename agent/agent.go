@@ -68,7 +68,7 @@ var (
 	// runs an XDP program that is not tierlimit's.
 	ErrForeignProgram = errors.New("interface runs another XDP program")
 	// ErrNotRoot is returned by New when the process lacks root.
-	ErrNotRoot = errors.New("not running as root: loading and attaching XDP needs root, or CAP_BPF and CAP_NET_ADMIN")
+	ErrNotRoot = errors.New("not running as root: loading and attaching XDP needs root, or CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN")
 	// ErrNotPinned is returned by Detach and Status when no pinned state exists.
 	ErrNotPinned = errors.New("no pinned tierlimit state")
 )
@@ -435,6 +435,9 @@ func (a *Agent) attach(l netlink.Link, pin string) (*Attachment, error) {
 	att := &Attachment{Iface: name, Index: idx}
 	prog := a.lim.Program()
 	var linkPin string
+	// restore is the mode the interface ran in before a mode switch: if the
+	// new mode is refused, the limiter goes back on in that one.
+	var restore XDPMode
 	if pin != "" {
 		linkPin = filepath.Join(pin, "links", name)
 		lk, err := adoptLink(linkPin, idx)
@@ -449,6 +452,7 @@ func (a *Agent) attach(l netlink.Link, pin string) (*Attachment, error) {
 					"iface", name, "from", cur, "to", want)
 				_ = lk.Unpin()
 				lk.Close()
+				restore = XDPMode(cur)
 				if l, err = a.nh.LinkByIndex(idx); err != nil {
 					return nil, err
 				}
@@ -517,9 +521,23 @@ func (a *Agent) attach(l netlink.Link, pin string) (*Attachment, error) {
 		if a.cfg.XDPMode == XDPNative {
 			// bpf_link creation carries no extack: the errno is all the
 			// kernel says. EOPNOTSUPP means the driver has no native XDP.
-			return nil, fmt.Errorf("native mode refused by the driver: %w (try --xdp-mode generic, or auto to fall back)", err)
+			err = fmt.Errorf("native mode refused by the driver: %w (try --xdp-mode generic, or auto to fall back)", err)
+		} else {
+			err = fmt.Errorf("%s mode: %w", a.cfg.XDPMode, err)
 		}
-		return nil, fmt.Errorf("%s mode: %w", a.cfg.XDPMode, err)
+		if restore == XDPNative || restore == XDPGeneric {
+			if rerr := try(restore); rerr != nil {
+				return nil, fmt.Errorf("%w; putting the limiter back in %s mode failed too: %v", err, restore, rerr)
+			}
+			if att.link != nil && linkPin != "" {
+				if perr := att.link.Pin(linkPin); perr != nil {
+					return nil, fmt.Errorf("%w; the limiter is back in %s mode but could not be pinned: %v", err, restore, perr)
+				}
+				att.link.Close() // pinned: it stays attached
+			}
+			return nil, fmt.Errorf("%w; the limiter stays attached in %s mode", err, restore)
+		}
+		return nil, err
 	}
 	att.Mode = xdpModeOf(a.nh, idx)
 	if linkPin != "" && att.link != nil {

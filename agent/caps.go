@@ -11,12 +11,16 @@ import (
 const (
 	capNetAdmin = 12
 	capSysAdmin = 21
+	capPerfmon  = 38
 	capBPF      = 39
 )
 
 // checkCaps returns ErrNotRoot, naming what is missing, unless the process
-// has CAP_NET_ADMIN and either CAP_BPF or CAP_SYS_ADMIN in its effective
-// set: root, or a hardened service with just those capabilities.
+// has CAP_NET_ADMIN and either CAP_SYS_ADMIN or both CAP_BPF and
+// CAP_PERFMON in its effective set: root, or a hardened service with just
+// those. The verifier needs CAP_PERFMON (or CAP_SYS_ADMIN) for the
+// program's packet-pointer arithmetic (kernel/bpf/verifier.c,
+// allow_ptr_leaks).
 func checkCaps() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
@@ -28,11 +32,16 @@ func checkCaps() error {
 	if !has(capNetAdmin) {
 		missing = append(missing, "CAP_NET_ADMIN")
 	}
-	if !has(capBPF) && !has(capSysAdmin) {
-		missing = append(missing, "CAP_BPF (or CAP_SYS_ADMIN)")
+	if !has(capSysAdmin) {
+		if !has(capBPF) {
+			missing = append(missing, "CAP_BPF")
+		}
+		if !has(capPerfmon) {
+			missing = append(missing, "CAP_PERFMON")
+		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: missing %s", ErrNotRoot, strings.Join(missing, ", "))
+		return fmt.Errorf("%w: missing %s (CAP_SYS_ADMIN covers CAP_BPF and CAP_PERFMON)", ErrNotRoot, strings.Join(missing, ", "))
 	}
 	return nil
 }

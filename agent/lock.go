@@ -25,6 +25,9 @@ var ErrAgentRunning = errors.New("another tierlimit agent is running with this p
 // on SIGKILL.
 type pinLock struct{ f *os.File }
 
+// LockFile is the lock file of pin path pin.
+func LockFile(pin string) string { return lockPath(pin) }
+
 func lockPath(pin string) string {
 	name := strings.ReplaceAll(strings.Trim(filepath.Clean(pin), "/"), "/", "_")
 	return filepath.Join(LockDir, name+".lock")
@@ -38,6 +41,9 @@ func lockPin(pin string) (*pinLock, error) {
 	}
 	path := lockPath(pin)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if errors.Is(err, os.ErrPermission) {
+		return nil, fmt.Errorf("lock %s: %w (the lock and the pins are root's: run as root, or with CAP_DAC_OVERRIDE)", pin, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", pin, err)
 	}
@@ -53,6 +59,20 @@ func lockPin(pin string) (*pinLock, error) {
 		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return &pinLock{f: f}, nil
+}
+
+// LockHolder reports whether an agent holds pin's lock now, and its pid.
+func LockHolder(pin string) (pid string, held bool) {
+	l, err := lockPin(pin)
+	if err == nil {
+		l.unlock()
+		return "", false
+	}
+	if !errors.Is(err, ErrAgentRunning) {
+		return "", false
+	}
+	b, _ := os.ReadFile(lockPath(pin))
+	return strings.TrimSpace(string(b)), true
 }
 
 func (l *pinLock) unlock() {

@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
 )
@@ -144,7 +145,10 @@ func detachNetlink(iface string) error {
 	case nl.XDP_ATTACHED_SKB:
 		flags = nl.XDP_FLAGS_SKB_MODE
 	}
-	if err := netlink.LinkSetXdpFdWithFlags(l, -1, flags); err != nil {
+	if err := netlink.LinkSetXdpFdWithFlags(l, -1, flags); errors.Is(err, unix.EBUSY) {
+		return fmt.Errorf("%w for %s here: its tierlimit (%s) is attached through a bpf_link pinned under another --pin-path, or held by a running agent: pass that --pin-path",
+			ErrNotPinned, iface, describeProgram(x.ProgId))
+	} else if err != nil {
 		return fmt.Errorf("detach xdp from %s: %w", iface, err)
 	}
 	return nil

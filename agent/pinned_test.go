@@ -30,7 +30,10 @@ func testPin(t *testing.T) string {
 		t.Fatal(err)
 	}
 	pin := fmt.Sprintf("/sys/fs/bpf/tltest-%d-%d", os.Getpid(), time.Now().UnixNano())
-	t.Cleanup(func() { os.RemoveAll(pin) })
+	t.Cleanup(func() {
+		os.RemoveAll(pin)
+		os.Remove(agent.LockFile(pin))
+	})
 	return pin
 }
 
@@ -346,6 +349,28 @@ func TestModeSwitchOnAdoption(t *testing.T) {
 		if got != step.want {
 			t.Fatalf("--xdp-mode %s after a restart: attached %s, want %s", step.mode, got, step.want)
 		}
+	}
+
+	// A switch the driver refuses puts the limiter back in the old mode:
+	// veth refuses native XDP when its peer's MTU exceeds a page (ERANGE).
+	if out, err := p.Send.Command(context.Background(), "ip", "link", "set", "dev", p.SendIf, "mtu", "9000").CombinedOutput(); err != nil {
+		t.Fatalf("set mtu: %v %s", err, out)
+	}
+	err := p.Coll.Do(func() error {
+		a, err := agent.New(agent.Config{Interfaces: []string{p.CollIf}, PinPath: pin, XDPMode: agent.XDPNative}, defaultPolicy())
+		if err == nil {
+			a.Close()
+		}
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "stays attached in generic mode") {
+		t.Fatalf("refused switch to native: %v, want an error saying the limiter stays in generic mode", err)
+	}
+	if x := bpftest.XDP(t, p.Coll, p.CollIf); x.Mode != "generic" || x.Name != agent.ProgramName {
+		t.Fatalf("after a refused switch: %+v attached, want tierlimit in generic mode", x)
+	}
+	if _, err := os.Stat(filepath.Join(pin, "links", p.CollIf)); err != nil {
+		t.Fatalf("after a refused switch the link is not pinned: %v", err)
 	}
 }
 

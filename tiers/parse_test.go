@@ -210,6 +210,7 @@ func TestParseYAMLInvalid(t *testing.T) {
 		{"top level list", "- 1\n", ErrType, "", 1},
 		{"empty file", "", ErrEmptyConfig, "", 0},
 		{"only comments", "# nothing here\n\n", ErrEmptyConfig, "", 0},
+		{"empty mapping", "{}\n", ErrEmptyConfig, "", 0},
 		{"syntax", "max: 1\ntiers: [\n", ErrSyntax, "", 2},
 		{"two documents", "max: 1\n---\nmax: 2\n", ErrSyntax, "", 2},
 	} {

@@ -50,7 +50,8 @@ func parseYAML(data []byte, base Policy) (Policy, error) {
 	} else if !errors.Is(err, io.EOF) {
 		return Policy{}, yamlSyntaxError(err)
 	}
-	if len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" {
+	if len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" ||
+		doc.Content[0].Kind == yaml.MappingNode && len(doc.Content[0].Content) == 0 {
 		return Policy{}, emptyConfig()
 	}
 	ps := yamlParser{lines: map[string]int{}}

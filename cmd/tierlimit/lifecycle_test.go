@@ -21,6 +21,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/bpf/bpftest"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -178,6 +179,7 @@ func testPin(t *testing.T, p *bpftest.Pair) string {
 	t.Cleanup(func() {
 		p.Coll.Command(context.Background(), cli(t), "detach", "--iface", p.CollIf, "--pin-path", pin).Run()
 		os.RemoveAll(pin)
+		os.Remove(agent.LockFile(pin))
 	})
 	return pin
 }
@@ -295,7 +297,7 @@ func monotone(t *testing.T, a, b map[string]float64) {
 func TestReloadUnderFlood(t *testing.T) {
 	bpftest.Require(t)
 	p, pin, cfg := pinnedSetup(t, lenientYAML)
-	agent := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--pin-path", pin)
+	a := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--pin-path", pin)
 	f := startFlood(t, p, 60*time.Second)
 
 	prev := scrape(t, p.Coll)
@@ -312,7 +314,7 @@ func TestReloadUnderFlood(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		t.Fatalf("%s reloads did not reach %v:\n%s", key, want, agent.log)
+		t.Fatalf("%s reloads did not reach %v:\n%s", key, want, a.log)
 	}
 
 	for i := 1; i <= 20; i++ {
@@ -330,14 +332,14 @@ func TestReloadUnderFlood(t *testing.T) {
 	// A bad file is refused: the old (lenient) policy keeps running.
 	writeConfig(t, cfg, "window: 200ms\nmax: 100\ntiers:\n  - {at: 80%, drop: 20%}\n  - {at: 70%, drop: 50%}\n")
 	waitReloads(1, "result=error")
-	if !agent.waitLog("tiers[1].at", 2*time.Second) {
-		t.Fatalf("the log does not name the bad key:\n%s", agent.log)
+	if !a.waitLog("tiers[1].at", 2*time.Second) {
+		t.Fatalf("the log does not name the bad key:\n%s", a.log)
 	}
 	perWindow, share := passRate(t, p.Coll, &prev)
 	checkFollows(t, "after a bad reload, the old lenient policy", false, perWindow, share)
 	writeConfig(t, cfg, strictYAML)
 	waitReloads(21, "result=success")
-	agent.signal(t, syscall.SIGHUP)
+	a.signal(t, syscall.SIGHUP)
 	waitReloads(22, "result=success")
 	perWindow, share = passRate(t, p.Coll, &prev)
 	checkFollows(t, "after fixing the file", true, perWindow, share)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -111,10 +112,17 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	// a bad or busy address fails with nothing attached or changed.
 	var ln net.Listener
 	if f.metricsAddr != "" {
-		if _, _, err := net.SplitHostPort(f.metricsAddr); err != nil {
-			return usageErrorf("--metrics-addr %q: %v", f.metricsAddr, err)
+		_, port, err := net.SplitHostPort(f.metricsAddr)
+		if err == nil {
+			_, err = strconv.ParseUint(port, 10, 16)
+		}
+		if err != nil {
+			return usageErrorf("--metrics-addr %q: want host:port, port 0..65535: %v", f.metricsAddr, err)
 		}
 		if ln, err = net.Listen("tcp", f.metricsAddr); err != nil {
+			if pid, held := agent.LockHolder(pin); pin != "" && held {
+				return fmt.Errorf("%w (%s, pid %s), and it serves %s: stop it first", agent.ErrAgentRunning, pin, pid, f.metricsAddr)
+			}
 			return fmt.Errorf("metrics listener: %w", err)
 		}
 		defer ln.Close()
