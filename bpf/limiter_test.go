@@ -405,3 +405,31 @@ func TestModes(t *testing.T) {
 		}
 	}
 }
+
+// TestActiveReadsBackThePolicy: Active recovers mode, window, max, the tier
+// starts and drop ratios from the maps, for an exact table and for one
+// compiled at a coarser step.
+func TestActiveReadsBackThePolicy(t *testing.T) {
+	for _, max := range []uint64{40000, 100_000_003} {
+		p := tiers.Default()
+		p.Max, p.Mode, p.Window = max, tiers.ModeDryRun, 250*time.Millisecond
+		p.Tiers = []tiers.Tier{{At: 50, Drop: 0}, {At: 70, Drop: 12.5}, {At: 70.5, Drop: 50}, {At: 120, Drop: 100}}
+		h := newHarness(t, p)
+		a, err := h.l.Active()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Mode != p.Mode || a.Window != p.Window || a.Max != max || a.Shift != h.tab.Shift || a.TableLen != len(h.tab.Thresholds) {
+			t.Fatalf("max %d: Active %+v does not match the policy", max, a)
+		}
+		for k := range p.Tiers {
+			if want := h.tab.TierStart(k + 1); a.Bounds[k] != want {
+				t.Errorf("max %d: tier %d starts at %d, the table says %d", max, k+1, a.Bounds[k], want)
+			}
+			if want := p.Tiers[k].Drop / 100; a.DropRatios[k+1] != want {
+				t.Errorf("max %d: tier %d drop ratio %v, want %v", max, k+1, a.DropRatios[k+1], want)
+			}
+		}
+		t.Logf("max %d: step 2^%d, tiers start at %v", max, a.Shift, a.Bounds)
+	}
+}
