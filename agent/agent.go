@@ -124,7 +124,8 @@ type Agent struct {
 // cfg.PinPath if there are any), applies policy p and attaches to every
 // interface. On error nothing stays attached that was not before.
 //
-// Returns ErrNotRoot without root, ErrNoInterface for a missing interface,
+// Returns ErrNotRoot without the capabilities, ErrNoInterface for a missing
+// interface, ErrAgentRunning when another agent holds cfg.PinPath,
 // ErrForeignProgram when an interface runs another XDP program and
 // cfg.Replace is false, and tiers errors for a policy that does not compile.
 func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
@@ -170,7 +171,12 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 		cfg.Logger.Warn("kernel tick unknown: every selected packet reads the clock", "reason", terr)
 	}
 	opts := bpf.Options{TickNs: tick}
-	var lock *pinLock
+	// dir is where this run pins: cfg.PinPath itself when adopting, else a
+	// temporary sibling renamed into place at the end.
+	var (
+		lock *pinLock
+		dir  string
+	)
 	if cfg.PinPath != "" {
 		if strings.Contains(filepath.Base(cfg.PinPath), ".") {
 			return nil, fmt.Errorf("pin path %s: bpffs refuses names with a dot", cfg.PinPath)
@@ -185,17 +191,11 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 				lock.unlock()
 			}
 		}()
-	}
-	// dir is where this run pins: cfg.PinPath itself when adopting, else a
-	// temporary sibling renamed into place at the end.
-	var dir string
-	if cfg.PinPath != "" {
 		if err := ensureBPFFS(cfg.PinPath); err != nil {
 			return nil, err
 		}
 		var commit func() error
-		dir, commit, err = preparePinDir(cfg.PinPath)
-		if err != nil {
+		if dir, commit, err = preparePinDir(cfg.PinPath); err != nil {
 			return nil, err
 		}
 		opts.PinPath = filepath.Join(dir, "maps")
@@ -203,7 +203,6 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 			if err == nil {
 				err = commit()
 			} else {
-				_ = commit
 				cleanupTmp(dir, cfg.PinPath)
 			}
 		}()
