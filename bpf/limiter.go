@@ -192,7 +192,7 @@ func fits(p tiers.Policy, t tiers.Table) error {
 	return nil
 }
 
-// ActiveSlot returns the slot (0 or 1) packets currently read.
+// activeSlot returns the slot (0 or 1) that packets currently read.
 func (l *Limiter) activeSlot() (uint32, error) {
 	var slot uint32
 	if err := l.objs.ActiveSlot.Lookup(uint32(0), &slot); err != nil {
