@@ -20,7 +20,9 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 #define READ_ONCE(x) (*(volatile typeof(x) *)&(x))
 
 /* The active policy slot: 0 or 1. The agent writes the other slot's settings,
- * table and selectors, then flips this with one 4-byte store. */
+ * table and selectors, then flips this with one map update. 0 and 1 differ in
+ * one byte, so however the kernel copies the value, a packet reads either the
+ * old slot or the new one. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
