@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,11 +19,18 @@ func LoadFile(path string) (Policy, error) {
 		return Policy{}, err
 	}
 	parse := ParseYAML
-	if strings.EqualFold(filepath.Ext(path), ".properties") {
+	isProps := strings.EqualFold(filepath.Ext(path), ".properties")
+	if isProps {
 		parse = ParseProperties
 	}
 	p, err := parse(data)
 	if err != nil {
+		// A seed-style file under another name fails as YAML: say why.
+		if !isProps && bytes.Contains(data, []byte("limiter.")) {
+			if _, perr := ParseProperties(data); perr == nil {
+				return Policy{}, fmt.Errorf("%s: %w (this is the seed's .properties format: name the file *.properties)", path, err)
+			}
+		}
 		return Policy{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return p, nil

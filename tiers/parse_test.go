@@ -395,6 +395,14 @@ func TestLoadFile(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Line != 2 {
 		t.Errorf("LoadFile(b.yml): no *ConfigError at line 2 in %v", err)
 	}
+	// The seed's file under another name: the error says what it is.
+	seed, err := os.ReadFile("testdata/seed.properties")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadFile(write("limiter.conf", string(seed))); err == nil || !strings.Contains(err.Error(), "name the file *.properties") {
+		t.Errorf("LoadFile(limiter.conf) = %v, want a hint about .properties", err)
+	}
 	if _, err := LoadFile(filepath.Join(dir, "missing.yaml")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("LoadFile(missing) = %v", err)
 	}
