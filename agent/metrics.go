@@ -102,7 +102,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			if t > len(s.Policy.Bounds) && s.Stats.Selected[t] == [bpf.Verdicts]bpf.Counter{} {
 				continue
 			}
-			for _, v := range verdicts {
+			for _, v := range tiers.Verdicts {
 				counter(c.selectedPackets, s.Stats.Selected[t][v].Packets, tier, v.String())
 				counter(c.selectedBytes, s.Stats.Selected[t][v].Bytes, tier, v.String())
 			}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,36 +40,19 @@ func testPin(t *testing.T) string {
 // startPinned starts an agent on the pair's collector veth, pinned under pin.
 func startPinned(t *testing.T, p *bpftest.Pair, pin string, policy tiers.Policy) *agent.Agent {
 	t.Helper()
-	var a *agent.Agent
-	err := p.Coll.Do(func() (err error) {
-		a, err = agent.New(agent.Config{Interfaces: []string{p.CollIf}, PinPath: pin}, policy)
-		return err
-	})
+	a, err := newAgent(p, agent.Config{PinPath: pin}, policy)
 	if err != nil {
 		t.Fatalf("start agent: %v", err)
 	}
 	return a
 }
 
-// sendUDP sends n datagrams from the sender namespace to the collector's port.
-func sendUDP(t *testing.T, p *bpftest.Pair, port, n int) {
+// sendUDP sends n syslog datagrams at once from the sender namespace to the
+// collector's port.
+func sendUDP(t *testing.T, p *bpftest.Pair, port uint16, n int) {
 	t.Helper()
-	err := p.Send.Do(func() error {
-		// Unconnected, so that ICMP port unreachable (no listener) is ignored.
-		c, err := net.ListenPacket("udp", ":0")
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		dst := &net.UDPAddr{IP: p.CollAddr.AsSlice(), Port: port}
-		for i := range n {
-			if _, err := c.WriteTo(fmt.Appendf(nil, "<134>1 - sender test - - - message %d", i), dst); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	s := bpftest.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, port))
+	if _, err := s.Pace(context.Background(), n, 0, 5*time.Second, func(i int) []byte { return bpftest.SyslogMessage(0, i) }); err != nil {
 		t.Fatalf("send: %v", err)
 	}
 }
@@ -108,7 +91,7 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := selected(st); got != 20 {
+	if got := st.Stats.SelectedPackets(); got != 20 {
 		t.Fatalf("status with no agent: %d selected packets, want 20", got)
 	}
 
@@ -123,20 +106,12 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := selected(st); got != 30 {
+	if got := st.Stats.SelectedPackets(); got != 30 {
 		t.Fatalf("after restart: %d selected packets, want 30 (counters continue)", got)
 	}
 	if len(st.Links) != 1 || st.Links[0].Iface != p.CollIf || st.Links[0].ProgramID != id2 || st.Links[0].Mode != "native" {
 		t.Fatalf("status links %+v, want %s running program %d", st.Links, p.CollIf, id2)
 	}
-}
-
-func selected(st agent.Status) uint64 {
-	var n uint64
-	for _, v := range []tiers.Verdict{tiers.VerdictPass, tiers.VerdictDrop, tiers.VerdictWouldDrop} {
-		n += st.Stats.SelectedTotal(v).Packets
-	}
-	return n
 }
 
 // TestDetachRemovesEverything: after detach no pinned file and no XDP remain.
@@ -240,10 +215,7 @@ func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *bpftest.
 	pin := testPin(t)
 	id := attach(t, p)
 
-	err := p.Coll.Do(func() error {
-		_, err := agent.New(agent.Config{Interfaces: []string{p.CollIf}, PinPath: pin}, defaultPolicy())
-		return err
-	})
+	_, err := newAgent(p, agent.Config{PinPath: pin}, defaultPolicy())
 	if !errors.Is(err, agent.ErrForeignProgram) {
 		t.Fatalf("start on a foreign program: %v, want ErrForeignProgram", err)
 	}
@@ -272,11 +244,7 @@ func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *bpftest.
 	}
 
 	// With Replace, the agent takes over the interface.
-	var a *agent.Agent
-	err = p.Coll.Do(func() (err error) {
-		a, err = agent.New(agent.Config{Interfaces: []string{p.CollIf}, Replace: true}, defaultPolicy())
-		return err
-	})
+	a, err := newAgent(p, agent.Config{Replace: true}, defaultPolicy())
 	if err != nil {
 		t.Fatalf("start with Replace: %v", err)
 	}
@@ -303,10 +271,7 @@ func TestSecondAgentRefused(t *testing.T) {
 	}()
 	other := defaultPolicy()
 	other.Max, other.Mode = 50, tiers.ModeDryRun
-	err := p.Coll.Do(func() error {
-		_, err := agent.New(agent.Config{Interfaces: []string{p.CollIf}, PinPath: pin}, other)
-		return err
-	})
+	_, err := newAgent(p, agent.Config{PinPath: pin}, other)
 	if !errors.Is(err, agent.ErrAgentRunning) || !strings.Contains(err.Error(), fmt.Sprint("pid ", os.Getpid())) {
 		t.Fatalf("second agent: %v, want ErrAgentRunning naming pid %d", err, os.Getpid())
 	}
@@ -336,11 +301,7 @@ func TestModeSwitchOnAdoption(t *testing.T) {
 		mode agent.XDPMode
 		want string
 	}{{agent.XDPGeneric, "generic"}, {agent.XDPAuto, "generic"}, {agent.XDPNative, "native"}, {agent.XDPGeneric, "generic"}} {
-		var a *agent.Agent
-		err := p.Coll.Do(func() (err error) {
-			a, err = agent.New(agent.Config{Interfaces: []string{p.CollIf}, PinPath: pin, XDPMode: step.mode}, defaultPolicy())
-			return err
-		})
+		a, err := newAgent(p, agent.Config{PinPath: pin, XDPMode: step.mode}, defaultPolicy())
 		if err != nil {
 			t.Fatalf("start in %s: %v", step.mode, err)
 		}
@@ -356,13 +317,10 @@ func TestModeSwitchOnAdoption(t *testing.T) {
 	if out, err := p.Send.Command(context.Background(), "ip", "link", "set", "dev", p.SendIf, "mtu", "9000").CombinedOutput(); err != nil {
 		t.Fatalf("set mtu: %v %s", err, out)
 	}
-	err := p.Coll.Do(func() error {
-		a, err := agent.New(agent.Config{Interfaces: []string{p.CollIf}, PinPath: pin, XDPMode: agent.XDPNative}, defaultPolicy())
-		if err == nil {
-			a.Close()
-		}
-		return err
-	})
+	a, err := newAgent(p, agent.Config{PinPath: pin, XDPMode: agent.XDPNative}, defaultPolicy())
+	if err == nil {
+		a.Close()
+	}
 	if err == nil || !strings.Contains(err.Error(), "stays attached in generic mode") {
 		t.Fatalf("refused switch to native: %v, want an error saying the limiter stays in generic mode", err)
 	}
@@ -381,11 +339,7 @@ func TestWatchLogsLostInterface(t *testing.T) {
 	bpftest.Require(t)
 	p := bpftest.NewPair(t)
 	var logs bpftest.SyncBuffer
-	var a *agent.Agent
-	err := p.Coll.Do(func() (err error) {
-		a, err = agent.New(agent.Config{Interfaces: []string{p.CollIf}, PinPath: testPin(t), Logger: slog.New(slog.NewTextHandler(&logs, nil))}, defaultPolicy())
-		return err
-	})
+	a, err := newAgent(p, agent.Config{PinPath: testPin(t), Logger: slog.New(slog.NewTextHandler(&logs, nil))}, defaultPolicy())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
-	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // Snapshot is everything the limiter's maps say at one moment: what
@@ -71,6 +70,3 @@ func monotonic() (uint64, error) {
 	}
 	return uint64(ts.Nano()), nil
 }
-
-// verdicts in the order of tiers.Verdict.
-var verdicts = []tiers.Verdict{tiers.VerdictPass, tiers.VerdictDrop, tiers.VerdictWouldDrop}

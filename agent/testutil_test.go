@@ -67,17 +67,25 @@ func newPair(t *testing.T) *bpftest.Pair {
 	return p
 }
 
-// startAgent runs agent.New inside the collector namespace (it resolves the
-// interface and attaches in the calling thread's namespace), unpinned, and
-// closes it (detaching) before the namespace goes.
-func startAgent(t *testing.T, p *bpftest.Pair, mode agent.XDPMode, pol tiers.Policy) *agent.Agent {
-	t.Helper()
-	var a *agent.Agent
-	err := p.Coll.Do(func() error {
-		var err error
-		a, err = agent.New(agent.Config{Interfaces: []string{p.CollIf}, XDPMode: mode}, pol)
+// newAgent runs agent.New for the pair's collector veth inside its
+// namespace (New resolves and attaches by ifindex in the caller's one).
+// cfg.Interfaces defaults to the collector veth.
+func newAgent(p *bpftest.Pair, cfg agent.Config, pol tiers.Policy) (a *agent.Agent, err error) {
+	if cfg.Interfaces == nil {
+		cfg.Interfaces = []string{p.CollIf}
+	}
+	err = p.Coll.Do(func() error {
+		a, err = agent.New(cfg, pol)
 		return err
 	})
+	return a, err
+}
+
+// startAgent starts an unpinned agent in mode on the collector veth and
+// closes it in Cleanup.
+func startAgent(t *testing.T, p *bpftest.Pair, mode agent.XDPMode, pol tiers.Policy) *agent.Agent {
+	t.Helper()
+	a, err := newAgent(p, agent.Config{XDPMode: mode}, pol)
 	if err != nil {
 		t.Fatalf("agent.New on %s (%s): %v", p.CollIf, mode, err)
 	}

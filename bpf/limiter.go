@@ -30,7 +30,7 @@ const (
 	// MaxRules is the most select rules (TL_MAX_RULES).
 	MaxRules = 32
 	// Verdicts is the number of verdicts per tier in the stats map.
-	Verdicts = 3
+	Verdicts = tiers.NumVerdicts
 )
 
 // Indexes of the misc_stats map (types.h enum tl_misc).
@@ -110,9 +110,6 @@ func Load(opts Options) (*Limiter, error) {
 
 // Program is the XDP program, to attach or to run with BPF_PROG_TEST_RUN.
 func (l *Limiter) Program() *ebpf.Program { return l.objs.Tierlimit }
-
-// Maps are the program's maps, for pinning and inspection.
-func (l *Limiter) Maps() *LimiterMaps { return &l.objs.LimiterMaps }
 
 // Close releases the program and the maps (pinned maps stay pinned).
 func (l *Limiter) Close() error { return l.objs.Close() }
@@ -362,6 +359,16 @@ func (s *Stats) SelectedTotal(v tiers.Verdict) Counter {
 		c.Bytes += s.Selected[t][v].Bytes
 	}
 	return c
+}
+
+// SelectedPackets sums Selected over tiers and verdicts: every selected
+// packet counted in a window.
+func (s *Stats) SelectedPackets() uint64 {
+	var n uint64
+	for _, v := range tiers.Verdicts {
+		n += s.SelectedTotal(v).Packets
+	}
+	return n
 }
 
 // Stats reads and sums the per-CPU counters.

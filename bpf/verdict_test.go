@@ -18,15 +18,8 @@ type delta struct {
 }
 
 func diff(a, b bpf.Stats, wa, wb bpf.Window) delta {
-	sel := func(s bpf.Stats) uint64 {
-		var n uint64
-		for _, v := range []tiers.Verdict{tiers.VerdictPass, tiers.VerdictDrop, tiers.VerdictWouldDrop} {
-			n += s.SelectedTotal(v).Packets
-		}
-		return n
-	}
 	d := delta{
-		selected:   sel(b) - sel(a),
+		selected:   b.SelectedPackets() - a.SelectedPackets(),
 		unselected: b.Unselected.Packets - a.Unselected.Packets,
 		exempt:     b.Exempt.Packets - a.Exempt.Packets,
 		fragPass:   b.FragmentPass.Packets - a.FragmentPass.Packets,

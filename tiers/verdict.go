@@ -21,6 +21,9 @@ const (
 // NumVerdicts is the number of verdicts, the size of a per-verdict array.
 const NumVerdicts = 3
 
+// Verdicts lists every verdict in value order, for loops over counters.
+var Verdicts = [NumVerdicts]Verdict{VerdictPass, VerdictDrop, VerdictWouldDrop}
+
 // String returns the metrics label of the verdict: "pass", "drop" or
 // "would_drop"; "Verdict(N)" for an undefined value.
 func (v Verdict) String() string {

@@ -101,7 +101,7 @@ func writeStatusJSON(w io.Writer, st agent.Status) error {
 			t.Threshold = pol.Bounds[k-1]
 		}
 		out.Policy.Tiers = append(out.Policy.Tiers, t)
-		for _, v := range []tiers.Verdict{tiers.VerdictPass, tiers.VerdictDrop, tiers.VerdictWouldDrop} {
+		for _, v := range tiers.Verdicts {
 			c := st.Stats.Selected[k][v]
 			out.Selected = append(out.Selected, selectedJSON{Tier: k, Verdict: v.String(), Packets: c.Packets, Bytes: c.Bytes})
 		}
