@@ -108,9 +108,8 @@ type Agent struct {
 	// later calls from any goroutine see the same interfaces.
 	nh *netlink.Handle
 
+	// mu serialises reloads (Limiter.Apply) and guards attached.
 	mu       sync.Mutex
-	policy   tiers.Policy
-	table    tiers.Table
 	attached []*Attachment
 
 	lock *pinLock // held while the agent runs, when pinning
@@ -214,7 +213,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 		}
 		return nil, err
 	}
-	a = &Agent{cfg: cfg, log: cfg.Logger, policy: p, table: tab, nh: nh, lim: lim, lock: lock}
+	a = &Agent{cfg: cfg, log: cfg.Logger, nh: nh, lim: lim, lock: lock}
 	defer func() {
 		if err != nil {
 			a.abort()
@@ -339,13 +338,6 @@ func (a *Agent) Watch(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Policy returns the policy in force and its table.
-func (a *Agent) Policy() (tiers.Policy, tiers.Table) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.policy, a.table
-}
-
 // Reload compiles p and swaps it in atomically (bpf.Limiter.Apply). On
 // error the old policy keeps running, and the error is counted in
 // config_reloads_total{result="error"}.
@@ -364,20 +356,13 @@ func (a *Agent) Reload(p tiers.Policy) error {
 func (a *Agent) ReloadFailed() { a.reloadErr.Add(1) }
 
 func (a *Agent) reload(p tiers.Policy) error {
-	if err := p.Validate(); err != nil {
-		return err
-	}
-	tab, err := tiers.Compile(p)
+	tab, err := tiers.Compile(p) // validates p
 	if err != nil {
 		return err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.lim.Apply(p, tab); err != nil {
-		return err
-	}
-	a.policy, a.table = p, tab
-	return nil
+	return a.lim.Apply(p, tab)
 }
 
 // Close stops the agent. Without pinning it detaches the limiter; with

@@ -101,9 +101,6 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	if err != nil {
 		return err
 	}
-	if _, err := tiers.Compile(p); err != nil {
-		return configError{err}
-	}
 	pin := f.pinPath
 	if f.noPin {
 		pin = ""
