@@ -23,20 +23,6 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// testPin returns a fresh pin directory on bpffs, removed in Cleanup.
-func testPin(t *testing.T) string {
-	t.Helper()
-	if err := os.MkdirAll("/sys/fs/bpf", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	pin := fmt.Sprintf("/sys/fs/bpf/tltest-%d-%d", os.Getpid(), time.Now().UnixNano())
-	t.Cleanup(func() {
-		os.RemoveAll(pin)
-		os.Remove(agent.LockFile(pin))
-	})
-	return pin
-}
-
 // startPinned starts an agent on the pair's collector veth, pinned under pin.
 func startPinned(t *testing.T, p *bpftest.Pair, pin string, policy tiers.Policy) *agent.Agent {
 	t.Helper()
@@ -69,7 +55,7 @@ func defaultPolicy() tiers.Policy {
 func TestRestartAdoptsPinnedState(t *testing.T) {
 	bpftest.Require(t)
 	p := bpftest.NewPair(t)
-	pin := testPin(t)
+	pin := bpftest.PinPath(t)
 	t.Cleanup(func() { p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }) })
 
 	a := startPinned(t, p, pin, defaultPolicy())
@@ -118,7 +104,7 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 func TestDetachRemovesEverything(t *testing.T) {
 	bpftest.Require(t)
 	p := bpftest.NewPair(t)
-	pin := testPin(t)
+	pin := bpftest.PinPath(t)
 	a := startPinned(t, p, pin, defaultPolicy())
 	a.Close()
 	if err := p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }); err != nil {
@@ -212,7 +198,7 @@ char _license[] __attribute__((section("license"), used)) = "GPL";
 func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *bpftest.Pair) uint32) {
 	bpftest.Require(t)
 	p := bpftest.NewPair(t)
-	pin := testPin(t)
+	pin := bpftest.PinPath(t)
 	id := attach(t, p)
 
 	_, err := newAgent(p, agent.Config{PinPath: pin}, defaultPolicy())
@@ -263,7 +249,7 @@ func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *bpftest.
 func TestSecondAgentRefused(t *testing.T) {
 	bpftest.Require(t)
 	p := bpftest.NewPair(t)
-	pin := testPin(t)
+	pin := bpftest.PinPath(t)
 	a := startPinned(t, p, pin, defaultPolicy())
 	defer func() {
 		a.Close()
@@ -295,7 +281,7 @@ func TestSecondAgentRefused(t *testing.T) {
 func TestModeSwitchOnAdoption(t *testing.T) {
 	bpftest.Require(t)
 	p := bpftest.NewPair(t)
-	pin := testPin(t)
+	pin := bpftest.PinPath(t)
 	t.Cleanup(func() { p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }) })
 	for _, step := range []struct {
 		mode agent.XDPMode
@@ -339,7 +325,7 @@ func TestWatchLogsLostInterface(t *testing.T) {
 	bpftest.Require(t)
 	p := bpftest.NewPair(t)
 	var logs bpftest.SyncBuffer
-	a, err := newAgent(p, agent.Config{PinPath: testPin(t), Logger: slog.New(slog.NewTextHandler(&logs, nil))}, defaultPolicy())
+	a, err := newAgent(p, agent.Config{PinPath: bpftest.PinPath(t), Logger: slog.New(slog.NewTextHandler(&logs, nil))}, defaultPolicy())
 	if err != nil {
 		t.Fatal(err)
 	}

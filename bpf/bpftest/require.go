@@ -5,12 +5,15 @@ package bpftest
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/rlimit"
+	"github.com/tierlimit/tierlimit/agent"
 )
 
 // RequireEnv is the variable that turns a skip into a failure: .ci/run sets
@@ -67,4 +70,16 @@ func BareProgram(tb testing.TB, action int32) *ebpf.Program {
 	}
 	tb.Cleanup(func() { prog.Close() })
 	return prog
+}
+
+// PinPath returns a fresh pin directory on /sys/fs/bpf for tb (not made
+// yet: the agent makes it), and removes it and its lock file in Cleanup.
+func PinPath(tb testing.TB) string {
+	tb.Helper()
+	pin := fmt.Sprintf("/sys/fs/bpf/tltest-%d-%d", os.Getpid(), time.Now().UnixNano())
+	tb.Cleanup(func() {
+		os.RemoveAll(pin)
+		os.Remove(agent.LockFile(pin))
+	})
+	return pin
 }

@@ -175,11 +175,9 @@ func sum(m map[string]float64, name string, match ...string) float64 {
 // whatever the test left attached there, then removes the directory.
 func testPin(t *testing.T, p *bpftest.Pair) string {
 	t.Helper()
-	pin := filepath.Join("/sys/fs/bpf", fmt.Sprintf("tltest-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	pin := bpftest.PinPath(t)
 	t.Cleanup(func() {
 		p.Coll.Command(context.Background(), cli(t), "detach", "--iface", p.CollIf, "--pin-path", pin).Run()
-		os.RemoveAll(pin)
-		os.Remove(agent.LockFile(pin))
 	})
 	return pin
 }
