@@ -2,7 +2,7 @@ package agent_test
 
 // Acceptance tests of issue 4: the agent on a real veth between two network
 // namespaces that each test makes and removes, with real traffic. They need
-// root and BPF (bpftest.Require). Traffic stays inside the namespaces, every
+// root and BPF (testenv.Require). Traffic stays inside the namespaces, every
 // loop is bounded in count and time, and rates stay at or below ~12k pps,
 // since the machine is shared.
 
@@ -22,13 +22,13 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/tierlimit/tierlimit/agent"
-	"github.com/tierlimit/tierlimit/bpf/bpftest"
+	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // linkStats are an interface's kernel counters as seen from ns, for
 // failure messages: drops before XDP would explain missing packets.
-func linkStats(ns *bpftest.NS, iface string) string {
+func linkStats(ns *testenv.NS, iface string) string {
 	var s string
 	_ = ns.Do(func() error {
 		l, err := netlink.LinkByName(iface)
@@ -47,7 +47,7 @@ func linkStats(ns *bpftest.NS, iface string) string {
 // for 5 windows and checks what a UDP receiver behind the XDP interface
 // gets against the reference model, and the metrics against both ends.
 func TestEndToEndVeth(t *testing.T) {
-	bpftest.Require(t)
+	testenv.Require(t)
 	const (
 		max     = 2000
 		bursts  = 5
@@ -57,8 +57,8 @@ func TestEndToEndVeth(t *testing.T) {
 	pol := policy(t, max)
 	a := startAgent(t, p, agent.XDPAuto, pol)
 	dst := netip.AddrPortFrom(p.CollAddr, 514)
-	rx := bpftest.NewReceiver(t, p.Coll, dst)
-	tx := bpftest.NewSender(t, p.Send, dst)
+	rx := testenv.NewReceiver(t, p.Coll, dst)
+	tx := testenv.NewSender(t, p.Send, dst)
 	// Resolve the neighbour first (ARP and ICMP are unselected), so that no
 	// datagram waits in, or overflows, the unresolved-neighbour queue.
 	ping(t, p.Send, p.CollAddr.String(), 1, "0.2")
@@ -75,7 +75,7 @@ func TestEndToEndVeth(t *testing.T) {
 	// spilling into the next window.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	sent, err := tx.SendBursts(ctx, bpftest.Bursts{
+	sent, err := tx.SendBursts(ctx, testenv.Bursts{
 		Count: bursts, PerBurst: offered,
 		Spread: 850 * time.Millisecond, Budget: 950 * time.Millisecond, Period: 1100 * time.Millisecond,
 	})
@@ -166,8 +166,8 @@ func TestEndToEndVeth(t *testing.T) {
 // TestRsyslogLogger sends real syslog with util-linux logger to rsyslogd
 // listening on UDP 514 behind the XDP interface.
 func TestRsyslogLogger(t *testing.T) {
-	bpftest.Require(t)
-	bpftest.RequireRsyslog(t)
+	testenv.Require(t)
+	testenv.RequireRsyslog(t)
 	if _, err := exec.LookPath("logger"); err != nil {
 		t.Skip("logger (util-linux/bsdutils) not installed")
 	}
@@ -176,7 +176,7 @@ func TestRsyslogLogger(t *testing.T) {
 	pol := policy(t, max)
 	a := startAgent(t, p, agent.XDPAuto, pol)
 	dst := netip.AddrPortFrom(p.CollAddr, 514)
-	rs := bpftest.StartRsyslog(t, p.Coll, dst)
+	rs := testenv.StartRsyslog(t, p.Coll, dst)
 	ping(t, p.Send, p.CollAddr.String(), 1, "0.2")
 	if t.Failed() {
 		t.FailNow()
@@ -194,7 +194,7 @@ func TestRsyslogLogger(t *testing.T) {
 
 	// Below the first tier (100 < T_1 = 140): every message gets through.
 	const below = 100
-	if err := bpftest.Logger(ctx, p.Send, dst, "tltest", lines("below-tier", below)); err != nil {
+	if err := testenv.Logger(ctx, p.Send, dst, "tltest", lines("below-tier", below)); err != nil {
 		t.Fatal(err)
 	}
 	// logger has exited, so its last datagram left after the window opened.
@@ -217,7 +217,7 @@ func TestRsyslogLogger(t *testing.T) {
 	// (checked below with windows_opened_total).
 	time.Sleep(time.Until(firstDone.Add(1100 * time.Millisecond)))
 	const burst = 3 * max
-	if err := bpftest.Logger(ctx, p.Send, dst, "tltest", lines("burst", burst)); err != nil {
+	if err := testenv.Logger(ctx, p.Send, dst, "tltest", lines("burst", burst)); err != nil {
 		t.Fatal(err)
 	}
 	e, err := tiers.Expected(pol, burst)
@@ -254,7 +254,7 @@ func TestRsyslogLogger(t *testing.T) {
 // connections to another port and UDP to an unselected port all get
 // through, and that every drop is a selected packet's.
 func TestControlTrafficSurvivesFlood(t *testing.T) {
-	bpftest.Require(t)
+	testenv.Require(t)
 	const (
 		max      = 2000
 		rate     = 5 * max // pps
@@ -291,11 +291,11 @@ func TestControlTrafficSurvivesFlood(t *testing.T) {
 		}
 	}()
 	otherDst := netip.AddrPortFrom(p.CollAddr, 5514)
-	otherRx := bpftest.NewReceiver(t, p.Coll, otherDst)
-	otherTx := bpftest.NewSender(t, p.Send, otherDst)
+	otherRx := testenv.NewReceiver(t, p.Coll, otherDst)
+	otherTx := testenv.NewSender(t, p.Send, otherDst)
 
 	before := gather(t, a)
-	flood := bpftest.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
+	flood := testenv.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
 	type result struct {
@@ -306,7 +306,7 @@ func TestControlTrafficSurvivesFlood(t *testing.T) {
 	floodStart := time.Now()
 	go func() {
 		n, err := flood.Pace(ctx, int(rate*duration/time.Second), duration, duration+time.Second,
-			func(i int) []byte { return bpftest.SyslogMessage(0, i) })
+			func(i int) []byte { return testenv.SyslogMessage(0, i) })
 		done <- result{n, err}
 	}()
 	time.Sleep(300 * time.Millisecond) // into the flood, past max
@@ -314,7 +314,7 @@ func TestControlTrafficSurvivesFlood(t *testing.T) {
 	// Neighbour resolution under flood: forget both sides' neighbours, then
 	// ping, which has to resolve them again.
 	for _, side := range []struct {
-		ns    *bpftest.NS
+		ns    *testenv.NS
 		iface string
 	}{{p.Coll, p.CollIf}, {p.Send, p.SendIf}} {
 		if out, err := side.ns.Command(ctx, "ip", "neigh", "flush", "dev", side.iface).CombinedOutput(); err != nil {
@@ -325,7 +325,7 @@ func TestControlTrafficSurvivesFlood(t *testing.T) {
 	ping(t, p.Coll, p.SendAddr.String(), pings, "0.02")
 	ping(t, p.Send, p.CollAddr6.String(), pings, "0.02")
 	for _, side := range []struct {
-		ns   *bpftest.NS
+		ns   *testenv.NS
 		peer netip.Addr
 	}{{p.Send, p.CollAddr}, {p.Coll, p.SendAddr}, {p.Send, p.CollAddr6}} {
 		out, err := side.ns.Command(ctx, "ip", "neigh", "show", side.peer.String()).CombinedOutput()
@@ -358,7 +358,7 @@ func TestControlTrafficSurvivesFlood(t *testing.T) {
 	}
 
 	// Unselected UDP, counted at both ends.
-	n, err := otherTx.Pace(ctx, other, 200*time.Millisecond, 5*time.Second, func(i int) []byte { return bpftest.SyslogMessage(1, i) })
+	n, err := otherTx.Pace(ctx, other, 200*time.Millisecond, 5*time.Second, func(i int) []byte { return testenv.SyslogMessage(1, i) })
 	if err != nil || n != other {
 		t.Fatalf("sent %d of %d datagrams to port %d: %v", n, other, otherDst.Port(), err)
 	}
@@ -409,7 +409,7 @@ func TestControlTrafficSurvivesFlood(t *testing.T) {
 
 // vethXDPDrops sums the xdp_drops counters of ethtool -S for a veth in
 // native mode; ok is false when ethtool or the counters are missing.
-func vethXDPDrops(t *testing.T, ns *bpftest.NS, iface string) (uint64, bool) {
+func vethXDPDrops(t *testing.T, ns *testenv.NS, iface string) (uint64, bool) {
 	t.Helper()
 	out, err := ns.Command(context.Background(), "ethtool", "-S", iface).CombinedOutput()
 	if err != nil {
@@ -436,12 +436,12 @@ func vethXDPDrops(t *testing.T, ns *bpftest.NS, iface string) (uint64, bool) {
 // the kernel's view, the Attachment, tierlimit_xdp_attached{iface,mode},
 // /healthz, that the program limits in that mode, and the detach.
 func TestAttachModes(t *testing.T) {
-	bpftest.Require(t)
+	testenv.Require(t)
 	p := newPair(t)
 	const max = 100
 	pol := policy(t, max)
 	dst := netip.AddrPortFrom(p.CollAddr, 514)
-	tx := bpftest.NewSender(t, p.Send, dst)
+	tx := testenv.NewSender(t, p.Send, dst)
 	ping(t, p.Send, p.CollAddr.String(), 1, "0.2")
 	for _, c := range []struct {
 		mode agent.XDPMode
@@ -453,7 +453,7 @@ func TestAttachModes(t *testing.T) {
 	} {
 		t.Run(string(c.mode), func(t *testing.T) {
 			a := startAgent(t, p, c.mode, pol)
-			if got := bpftest.XDP(t, p.Coll, p.CollIf).Mode; got != c.want {
+			if got := testenv.XDP(t, p.Coll, p.CollIf).Mode; got != c.want {
 				t.Errorf("kernel reports %q, want %q", got, c.want)
 			}
 			if att := a.Attachments(); len(att) != 1 || att[0].Iface != p.CollIf || att[0].Mode != c.want {
@@ -475,7 +475,7 @@ func TestAttachModes(t *testing.T) {
 			// one window (sent within 50 ms) passes exactly tier 0 and
 			// drops everything from T_3 = 100 on.
 			n, err := tx.Pace(context.Background(), 3*max, 50*time.Millisecond, 900*time.Millisecond,
-				func(i int) []byte { return bpftest.SyslogMessage(0, i) })
+				func(i int) []byte { return testenv.SyslogMessage(0, i) })
 			if err != nil || n != 3*max {
 				t.Fatalf("sent %d of %d: %v", n, 3*max, err)
 			}
@@ -491,7 +491,7 @@ func TestAttachModes(t *testing.T) {
 			if err := a.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if got := bpftest.XDP(t, p.Coll, p.CollIf).Mode; got != "" {
+			if got := testenv.XDP(t, p.Coll, p.CollIf).Mode; got != "" {
 				t.Errorf("after Close the kernel still reports XDP in %s mode", got)
 			}
 			if status, _ := scrape(t, a, "/healthz"); status != 503 {
@@ -534,13 +534,13 @@ func waitSelected(t *testing.T, a *agent.Agent, want int) {
 // registers it in a pedantic registry, and checks that /metrics has every
 // metric of DESIGN.md §5 with its type and the policy's values.
 func TestMetrics(t *testing.T) {
-	bpftest.Require(t)
+	testenv.Require(t)
 	p := newPair(t)
 	pol := policy(t, 2000)
 	a := startAgent(t, p, agent.XDPAuto, pol)
 	ping(t, p.Send, p.CollAddr.String(), 1, "0.2")
-	tx := bpftest.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
-	if _, err := tx.Pace(context.Background(), 50, 10*time.Millisecond, time.Second, func(i int) []byte { return bpftest.SyslogMessage(0, i) }); err != nil {
+	tx := testenv.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
+	if _, err := tx.Pace(context.Background(), 50, 10*time.Millisecond, time.Second, func(i int) []byte { return testenv.SyslogMessage(0, i) }); err != nil {
 		t.Fatal(err)
 	}
 	waitSelected(t, a, 50)

@@ -19,12 +19,12 @@ import (
 	"github.com/vishvananda/netlink/nl"
 
 	"github.com/tierlimit/tierlimit/agent"
-	"github.com/tierlimit/tierlimit/bpf/bpftest"
+	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // startPinned starts an agent on the pair's collector veth, pinned under pin.
-func startPinned(t *testing.T, p *bpftest.Pair, pin string, policy tiers.Policy) *agent.Agent {
+func startPinned(t *testing.T, p *testenv.Pair, pin string, policy tiers.Policy) *agent.Agent {
 	t.Helper()
 	a, err := newAgent(p, agent.Config{PinPath: pin}, policy)
 	if err != nil {
@@ -35,10 +35,10 @@ func startPinned(t *testing.T, p *bpftest.Pair, pin string, policy tiers.Policy)
 
 // sendUDP sends n syslog datagrams at once from the sender namespace to the
 // collector's port.
-func sendUDP(t *testing.T, p *bpftest.Pair, port uint16, n int) {
+func sendUDP(t *testing.T, p *testenv.Pair, port uint16, n int) {
 	t.Helper()
-	s := bpftest.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, port))
-	if _, err := s.Pace(context.Background(), n, 0, 5*time.Second, func(i int) []byte { return bpftest.SyslogMessage(0, i) }); err != nil {
+	s := testenv.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, port))
+	if _, err := s.Pace(context.Background(), n, 0, 5*time.Second, func(i int) []byte { return testenv.SyslogMessage(0, i) }); err != nil {
 		t.Fatalf("send: %v", err)
 	}
 }
@@ -53,13 +53,13 @@ func defaultPolicy() tiers.Policy {
 // attached and counting, and starts another that adopts it: the program is
 // replaced in place and the counters continue.
 func TestRestartAdoptsPinnedState(t *testing.T) {
-	bpftest.Require(t)
-	p := bpftest.NewPair(t)
-	pin := bpftest.PinPath(t)
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	pin := testenv.PinPath(t, agent.LockFile)
 	t.Cleanup(func() { p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }) })
 
 	a := startPinned(t, p, pin, defaultPolicy())
-	x := bpftest.XDP(t, p.Coll, p.CollIf)
+	x := testenv.XDP(t, p.Coll, p.CollIf)
 	id1, name := x.ID, x.Name
 	if id1 == 0 || name != agent.ProgramName {
 		t.Fatalf("after start: program %d %q attached, want %q", id1, name, agent.ProgramName)
@@ -68,7 +68,7 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if id := bpftest.XDP(t, p.Coll, p.CollIf).ID; id != id1 {
+	if id := testenv.XDP(t, p.Coll, p.CollIf).ID; id != id1 {
 		t.Fatalf("after the agent stopped: program %d attached, want %d still", id, id1)
 	}
 	sendUDP(t, p, 514, 10) // counted while no agent runs
@@ -83,7 +83,7 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 
 	a2 := startPinned(t, p, pin, defaultPolicy())
 	defer a2.Close()
-	id2 := bpftest.XDP(t, p.Coll, p.CollIf).ID
+	id2 := testenv.XDP(t, p.Coll, p.CollIf).ID
 	if id2 == 0 || id2 == id1 {
 		t.Fatalf("after restart: program %d, want a new program replacing %d", id2, id1)
 	}
@@ -102,15 +102,15 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 
 // TestDetachRemovesEverything: after detach no pinned file and no XDP remain.
 func TestDetachRemovesEverything(t *testing.T) {
-	bpftest.Require(t)
-	p := bpftest.NewPair(t)
-	pin := bpftest.PinPath(t)
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	pin := testenv.PinPath(t, agent.LockFile)
 	a := startPinned(t, p, pin, defaultPolicy())
 	a.Close()
 	if err := p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }); err != nil {
 		t.Fatalf("detach: %v", err)
 	}
-	if id := bpftest.XDP(t, p.Coll, p.CollIf).ID; id != 0 {
+	if id := testenv.XDP(t, p.Coll, p.CollIf).ID; id != 0 {
 		t.Fatalf("program %d still attached after detach", id)
 	}
 	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
@@ -123,7 +123,7 @@ func TestDetachRemovesEverything(t *testing.T) {
 
 // attachForeign attaches a bare XDP_PASS program named "foreign" in generic
 // mode through netlink, as `ip link set dev X xdpgeneric obj ...` does.
-func attachForeign(t *testing.T, p *bpftest.Pair) uint32 {
+func attachForeign(t *testing.T, p *testenv.Pair) uint32 {
 	t.Helper()
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name: "foreign", Type: ebpf.XDP, License: "GPL",
@@ -143,7 +143,7 @@ func attachForeign(t *testing.T, p *bpftest.Pair) uint32 {
 	if err != nil {
 		t.Fatalf("attach foreign program: %v", err)
 	}
-	x := bpftest.XDP(t, p.Coll, p.CollIf)
+	x := testenv.XDP(t, p.Coll, p.CollIf)
 	id, name := x.ID, x.Name
 	if name != "foreign" {
 		t.Fatalf("foreign program not attached: %d %q", id, name)
@@ -156,7 +156,7 @@ func attachForeign(t *testing.T, p *bpftest.Pair) uint32 {
 func TestForeignProgramUntouched(t *testing.T) {
 	for _, c := range []struct {
 		name   string
-		attach func(*testing.T, *bpftest.Pair) uint32
+		attach func(*testing.T, *testenv.Pair) uint32
 	}{{"netlink", attachForeign}, {"ip link obj", attachForeignObj}} {
 		t.Run(c.name, func(t *testing.T) { testForeignProgramUntouched(t, c.attach) })
 	}
@@ -165,11 +165,11 @@ func TestForeignProgramUntouched(t *testing.T) {
 // attachForeignObj compiles a one-line XDP_PASS program with the Makefile's
 // clang and attaches it with `ip link set dev X xdpgeneric obj F sec xdp`,
 // as an operator would.
-func attachForeignObj(t *testing.T, p *bpftest.Pair) uint32 {
+func attachForeignObj(t *testing.T, p *testenv.Pair) uint32 {
 	t.Helper()
 	clang := "clang-19"
 	if _, err := exec.LookPath(clang); err != nil {
-		if os.Getenv(bpftest.RequireEnv) == "1" {
+		if os.Getenv(testenv.RequireEnv) == "1" {
 			t.Fatalf("%s not installed (CI installs it)", clang)
 		}
 		t.Skipf("%s not installed", clang)
@@ -188,17 +188,17 @@ char _license[] __attribute__((section("license"), used)) = "GPL";
 	if out, err := p.Coll.Command(context.Background(), "ip", "link", "set", "dev", p.CollIf, "xdpgeneric", "obj", obj, "sec", "xdp").CombinedOutput(); err != nil {
 		t.Fatalf("ip link set xdpgeneric obj: %v\n%s", err, out)
 	}
-	x := bpftest.XDP(t, p.Coll, p.CollIf)
+	x := testenv.XDP(t, p.Coll, p.CollIf)
 	if x.Name != "foreign" || x.Mode != "generic" {
 		t.Fatalf("foreign program not attached: %+v", x)
 	}
 	return x.ID
 }
 
-func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *bpftest.Pair) uint32) {
-	bpftest.Require(t)
-	p := bpftest.NewPair(t)
-	pin := bpftest.PinPath(t)
+func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *testenv.Pair) uint32) {
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	pin := testenv.PinPath(t, agent.LockFile)
 	id := attach(t, p)
 
 	_, err := newAgent(p, agent.Config{PinPath: pin}, defaultPolicy())
@@ -210,7 +210,7 @@ func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *bpftest.
 			t.Errorf("error %q does not name %s", err, want)
 		}
 	}
-	if got := bpftest.XDP(t, p.Coll, p.CollIf).ID; got != id {
+	if got := testenv.XDP(t, p.Coll, p.CollIf).ID; got != id {
 		t.Fatalf("foreign program %d replaced by %d", id, got)
 	}
 	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
@@ -225,7 +225,7 @@ func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *bpftest.
 	if !errors.Is(err, agent.ErrForeignProgram) || !strings.Contains(err.Error(), "foreign") {
 		t.Fatalf("detach of a foreign program: %v, want ErrForeignProgram naming it", err)
 	}
-	if got := bpftest.XDP(t, p.Coll, p.CollIf).ID; got != id {
+	if got := testenv.XDP(t, p.Coll, p.CollIf).ID; got != id {
 		t.Fatalf("detach removed the foreign program")
 	}
 
@@ -234,11 +234,11 @@ func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *bpftest.
 	if err != nil {
 		t.Fatalf("start with Replace: %v", err)
 	}
-	if name := bpftest.XDP(t, p.Coll, p.CollIf).Name; name != agent.ProgramName {
+	if name := testenv.XDP(t, p.Coll, p.CollIf).Name; name != agent.ProgramName {
 		t.Fatalf("with Replace: %q attached", name)
 	}
 	a.Close()
-	if got := bpftest.XDP(t, p.Coll, p.CollIf).ID; got != 0 {
+	if got := testenv.XDP(t, p.Coll, p.CollIf).ID; got != 0 {
 		t.Fatalf("unpinned agent left program %d attached", got)
 	}
 }
@@ -247,9 +247,9 @@ func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *bpftest.
 // path and `detach` are refused, and the running agent's policy is
 // untouched.
 func TestSecondAgentRefused(t *testing.T) {
-	bpftest.Require(t)
-	p := bpftest.NewPair(t)
-	pin := bpftest.PinPath(t)
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	pin := testenv.PinPath(t, agent.LockFile)
 	a := startPinned(t, p, pin, defaultPolicy())
 	defer func() {
 		a.Close()
@@ -271,7 +271,7 @@ func TestSecondAgentRefused(t *testing.T) {
 	if act.Max != 100 || act.Mode != tiers.ModeEnforce {
 		t.Fatalf("the refused agent changed the policy: max %d mode %v", act.Max, act.Mode)
 	}
-	if bpftest.XDP(t, p.Coll, p.CollIf).Name != agent.ProgramName {
+	if testenv.XDP(t, p.Coll, p.CollIf).Name != agent.ProgramName {
 		t.Fatal("limiter gone after a refused second agent")
 	}
 }
@@ -279,9 +279,9 @@ func TestSecondAgentRefused(t *testing.T) {
 // TestModeSwitchOnAdoption: restarting with an explicit --xdp-mode other
 // than the pinned link's re-attaches in that mode; auto keeps the link.
 func TestModeSwitchOnAdoption(t *testing.T) {
-	bpftest.Require(t)
-	p := bpftest.NewPair(t)
-	pin := bpftest.PinPath(t)
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	pin := testenv.PinPath(t, agent.LockFile)
 	t.Cleanup(func() { p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }) })
 	for _, step := range []struct {
 		mode agent.XDPMode
@@ -291,7 +291,7 @@ func TestModeSwitchOnAdoption(t *testing.T) {
 		if err != nil {
 			t.Fatalf("start in %s: %v", step.mode, err)
 		}
-		got := bpftest.XDP(t, p.Coll, p.CollIf).Mode
+		got := testenv.XDP(t, p.Coll, p.CollIf).Mode
 		a.Close()
 		if got != step.want {
 			t.Fatalf("--xdp-mode %s after a restart: attached %s, want %s", step.mode, got, step.want)
@@ -310,7 +310,7 @@ func TestModeSwitchOnAdoption(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "stays attached in generic mode") {
 		t.Fatalf("refused switch to native: %v, want an error saying the limiter stays in generic mode", err)
 	}
-	if x := bpftest.XDP(t, p.Coll, p.CollIf); x.Mode != "generic" || x.Name != agent.ProgramName {
+	if x := testenv.XDP(t, p.Coll, p.CollIf); x.Mode != "generic" || x.Name != agent.ProgramName {
 		t.Fatalf("after a refused switch: %+v attached, want tierlimit in generic mode", x)
 	}
 	if _, err := os.Stat(filepath.Join(pin, "links", p.CollIf)); err != nil {
@@ -322,10 +322,10 @@ func TestModeSwitchOnAdoption(t *testing.T) {
 // agent logs it, /healthz turns 503, and the exit log does not claim the
 // limiter stays attached there.
 func TestWatchLogsLostInterface(t *testing.T) {
-	bpftest.Require(t)
-	p := bpftest.NewPair(t)
-	var logs bpftest.SyncBuffer
-	a, err := newAgent(p, agent.Config{PinPath: bpftest.PinPath(t), Logger: slog.New(slog.NewTextHandler(&logs, nil))}, defaultPolicy())
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	var logs testenv.SyncBuffer
+	a, err := newAgent(p, agent.Config{PinPath: testenv.PinPath(t, agent.LockFile), Logger: slog.New(slog.NewTextHandler(&logs, nil))}, defaultPolicy())
 	if err != nil {
 		t.Fatal(err)
 	}

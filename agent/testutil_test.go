@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tierlimit/tierlimit/agent"
-	"github.com/tierlimit/tierlimit/bpf/bpftest"
+	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -43,9 +43,9 @@ func policy(t *testing.T, max int) tiers.Policy {
 // newPair makes a netns pair with a veth for t. Its first cleanup, which
 // runs last, checks that nothing of it is left: neither namespace in `ip
 // netns list`, neither veth end in the host's `ip -o link show type veth`.
-func newPair(t *testing.T) *bpftest.Pair {
+func newPair(t *testing.T) *testenv.Pair {
 	t.Helper()
-	var p *bpftest.Pair
+	var p *testenv.Pair
 	t.Cleanup(func() {
 		if p == nil {
 			return
@@ -63,14 +63,14 @@ func newPair(t *testing.T) *bpftest.Pair {
 			}
 		}
 	})
-	p = bpftest.NewPair(t)
+	p = testenv.NewPair(t)
 	return p
 }
 
 // newAgent runs agent.New for the pair's collector veth inside its
 // namespace (New resolves and attaches by ifindex in the caller's one).
 // cfg.Interfaces defaults to the collector veth.
-func newAgent(p *bpftest.Pair, cfg agent.Config, pol tiers.Policy) (a *agent.Agent, err error) {
+func newAgent(p *testenv.Pair, cfg agent.Config, pol tiers.Policy) (a *agent.Agent, err error) {
 	if cfg.Interfaces == nil {
 		cfg.Interfaces = []string{p.CollIf}
 	}
@@ -83,7 +83,7 @@ func newAgent(p *bpftest.Pair, cfg agent.Config, pol tiers.Policy) (a *agent.Age
 
 // startAgent starts an unpinned agent in mode on the collector veth and
 // closes it in Cleanup.
-func startAgent(t *testing.T, p *bpftest.Pair, mode agent.XDPMode, pol tiers.Policy) *agent.Agent {
+func startAgent(t *testing.T, p *testenv.Pair, mode agent.XDPMode, pol tiers.Policy) *agent.Agent {
 	t.Helper()
 	a, err := newAgent(p, agent.Config{XDPMode: mode}, pol)
 	if err != nil {
@@ -165,7 +165,7 @@ func scrape(t *testing.T, a *agent.Agent, path string) (int, string) {
 	t.Helper()
 	srv := httptest.NewServer(a.Handler())
 	defer srv.Close()
-	status, body, err := bpftest.Get(nil, srv.URL+path)
+	status, body, err := testenv.Get(nil, srv.URL+path)
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
@@ -185,7 +185,7 @@ func within(t *testing.T, what string, got int, e tiers.Expectation, slack float
 }
 
 // ping runs ping from ns and fails t unless every reply came back.
-func ping(t *testing.T, ns *bpftest.NS, dst string, count int, interval string) string {
+func ping(t *testing.T, ns *testenv.NS, dst string, count int, interval string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

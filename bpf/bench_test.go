@@ -6,7 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/tierlimit/tierlimit/bpf"
-	. "github.com/tierlimit/tierlimit/bpf/bpftest"
+	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 

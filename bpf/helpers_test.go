@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
-	"github.com/tierlimit/tierlimit/bpf/bpftest"
+	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -46,7 +46,7 @@ func kernelTick(tb testing.TB) uint64 {
 
 func newHarnessOpts(tb testing.TB, p tiers.Policy, opts bpf.Options) *harness {
 	tb.Helper()
-	bpftest.Require(tb)
+	testenv.Require(tb)
 	l, err := bpf.Load(opts)
 	if err != nil {
 		tb.Fatal(err)

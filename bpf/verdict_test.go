@@ -8,7 +8,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/tierlimit/tierlimit/bpf"
-	. "github.com/tierlimit/tierlimit/bpf/bpftest"
+	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 

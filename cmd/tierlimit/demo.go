@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierlimit/tierlimit/agent"
-	"github.com/tierlimit/tierlimit/agent/sandbox"
+	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 

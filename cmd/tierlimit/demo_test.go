@@ -8,14 +8,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tierlimit/tierlimit/bpf/bpftest"
+	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
 // TestDemo runs `tierlimit demo` as a function: below max everything
 // passes, at 3× max the tiers shed what the model says, and the sandbox is
 // gone afterwards.
 func TestDemo(t *testing.T) {
-	bpftest.Require(t)
+	testenv.Require(t)
 	var out, errs bytes.Buffer
 	err := run(context.Background(), []string{"demo", "--max", "200", "--window", "200ms", "--loads", "0.5,3"}, &out, &errs)
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/tierlimit/tierlimit/agent"
-	"github.com/tierlimit/tierlimit/bpf/bpftest"
+	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -60,15 +60,15 @@ func cli(t *testing.T) string {
 // agentProc is `tierlimit run` running in a namespace.
 type agentProc struct {
 	cmd  *exec.Cmd
-	log  *bpftest.SyncBuffer
+	log  *testenv.SyncBuffer
 	done chan struct{}
 }
 
 // startRun starts `tierlimit run args...` inside ns and waits for its
 // "started" log line. Cleanup kills it if it still runs.
-func startRun(t *testing.T, ns *bpftest.NS, args ...string) *agentProc {
+func startRun(t *testing.T, ns *testenv.NS, args ...string) *agentProc {
 	t.Helper()
-	p := &agentProc{log: &bpftest.SyncBuffer{}, done: make(chan struct{})}
+	p := &agentProc{log: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd = ns.Command(context.Background(), cli(t), append([]string{"run"}, args...)...)
 	p.cmd.Stderr = p.log
 	p.cmd.Stdout = p.log
@@ -120,9 +120,9 @@ func (p *agentProc) stop(t *testing.T, sig syscall.Signal) {
 }
 
 // scrape reads the agent's /metrics inside ns: name{labels} -> value.
-func scrape(t *testing.T, ns *bpftest.NS) map[string]float64 {
+func scrape(t *testing.T, ns *testenv.NS) map[string]float64 {
 	t.Helper()
-	status, body, err := bpftest.Get(ns, "http://127.0.0.1:9713/metrics")
+	status, body, err := testenv.Get(ns, "http://127.0.0.1:9713/metrics")
 	if err != nil || status != 200 {
 		t.Fatalf("scrape: %d %v", status, err)
 	}
@@ -173,9 +173,9 @@ func sum(m map[string]float64, name string, match ...string) float64 {
 
 // testPin is a fresh pin directory for p's collector veth. Cleanup detaches
 // whatever the test left attached there, then removes the directory.
-func testPin(t *testing.T, p *bpftest.Pair) string {
+func testPin(t *testing.T, p *testenv.Pair) string {
 	t.Helper()
-	pin := bpftest.PinPath(t)
+	pin := testenv.PinPath(t, agent.LockFile)
 	t.Cleanup(func() {
 		p.Coll.Command(context.Background(), cli(t), "detach", "--iface", p.CollIf, "--pin-path", pin).Run()
 	})
@@ -184,9 +184,9 @@ func testPin(t *testing.T, p *bpftest.Pair) string {
 
 // pinnedSetup makes a namespace pair, a pin path and a config file holding
 // body, for tests that run a pinned agent.
-func pinnedSetup(t *testing.T, body string) (p *bpftest.Pair, pin, cfg string) {
+func pinnedSetup(t *testing.T, body string) (p *testenv.Pair, pin, cfg string) {
 	t.Helper()
-	p = bpftest.NewPair(t)
+	p = testenv.NewPair(t)
 	pin = testPin(t, p)
 	cfg = filepath.Join(t.TempDir(), "tierlimit.yaml")
 	writeConfig(t, cfg, body)
@@ -223,15 +223,15 @@ type flood struct {
 
 // startFlood sends UDP/514 syslog at pps from the sender namespace for at
 // most limit, until stopped.
-func startFlood(t *testing.T, p *bpftest.Pair, limit time.Duration) *flood {
+func startFlood(t *testing.T, p *testenv.Pair, limit time.Duration) *flood {
 	t.Helper()
-	s := bpftest.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
+	s := testenv.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	f := &flood{cancel: cancel, done: make(chan struct{})}
 	count := int(limit.Seconds() * pps)
 	go func() {
 		defer close(f.done)
-		f.sent, f.err = s.Pace(ctx, count, limit, limit, func(i int) []byte { return bpftest.SyslogMessage(0, i) })
+		f.sent, f.err = s.Pace(ctx, count, limit, limit, func(i int) []byte { return testenv.SyslogMessage(0, i) })
 		if f.err == context.Canceled || f.err == context.DeadlineExceeded {
 			f.err = nil
 		}
@@ -249,7 +249,7 @@ func (f *flood) stop() {
 // selected packets passed per window and the share of the offered
 // (selected) packets that passed, and checks that no counter decreases.
 // The share does not depend on how fast the sender managed to send.
-func passRate(t *testing.T, ns *bpftest.NS, prev *map[string]float64) (perWindow, share float64) {
+func passRate(t *testing.T, ns *testenv.NS, prev *map[string]float64) (perWindow, share float64) {
 	t.Helper()
 	a := scrape(t, ns)
 	monotone(t, *prev, a)
@@ -293,7 +293,7 @@ func monotone(t *testing.T, a, b map[string]float64) {
 // refused, with the old policy still limiting and the key in the log, and a
 // fixed file and a SIGHUP reload again.
 func TestReloadUnderFlood(t *testing.T) {
-	bpftest.Require(t)
+	testenv.Require(t)
 	p, pin, cfg := pinnedSetup(t, lenientYAML)
 	a := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--pin-path", pin)
 	f := startFlood(t, p, 60*time.Second)
@@ -358,7 +358,7 @@ type xdpWatch struct {
 	done    chan struct{}
 }
 
-func watchXDP(t *testing.T, p *bpftest.Pair) *xdpWatch {
+func watchXDP(t *testing.T, p *testenv.Pair) *xdpWatch {
 	t.Helper()
 	var h *netlink.Handle
 	err := p.Coll.Do(func() error {
@@ -412,9 +412,9 @@ func (w *xdpWatch) close() {
 // state with no moment without XDP, and the counters neither reset nor
 // double: pass + drop equals what was sent, pass equals what arrived.
 func TestKillDashNineUnderFlood(t *testing.T) {
-	bpftest.Require(t)
+	testenv.Require(t)
 	p, pin, cfg := pinnedSetup(t, strictYAML)
-	recv := bpftest.NewReceiver(t, p.Coll, netip.AddrPortFrom(p.CollAddr, 514))
+	recv := testenv.NewReceiver(t, p.Coll, netip.AddrPortFrom(p.CollAddr, 514))
 	args := []string{"--iface", p.CollIf, "--config", cfg, "--pin-path", pin}
 	first := startRun(t, p.Coll, args...)
 	watch := watchXDP(t, p)
@@ -469,7 +469,7 @@ func TestKillDashNineUnderFlood(t *testing.T) {
 // nothing while the agent reloads three times, restarts with SIGTERM and
 // restarts after SIGKILL.
 func TestPingSurvivesReloadAndRestart(t *testing.T) {
-	bpftest.Require(t)
+	testenv.Require(t)
 	p, pin, cfg := pinnedSetup(t, strictYAML)
 	args := []string{"--iface", p.CollIf, "--config", cfg, "--pin-path", pin}
 	a := startRun(t, p.Coll, args...)
@@ -507,15 +507,15 @@ func TestPingSurvivesReloadAndRestart(t *testing.T) {
 // nothing is dropped, dry-run's would_drop is within 5σ of what enforce
 // would drop (tiers.Expected), and off still counts.
 func TestDryRunAndOff(t *testing.T) {
-	bpftest.Require(t)
-	p := bpftest.NewPair(t)
+	testenv.Require(t)
+	p := testenv.NewPair(t)
 	cfg := filepath.Join(t.TempDir(), "tierlimit.yaml")
 	const windowYAML = "mode: %s\nwindow: 200ms\nmax: 200\nselect: [{proto: udp, ports: [514]}]\n"
 	writeConfig(t, cfg, fmt.Sprintf(windowYAML, "dry-run"))
-	recv := bpftest.NewReceiver(t, p.Coll, netip.AddrPortFrom(p.CollAddr, 514))
+	recv := testenv.NewReceiver(t, p.Coll, netip.AddrPortFrom(p.CollAddr, 514))
 	a := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--no-pin")
-	s := bpftest.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
-	bursts := bpftest.Bursts{Count: 5, PerBurst: 600, Spread: 120 * time.Millisecond, Budget: 170 * time.Millisecond, Period: 260 * time.Millisecond}
+	s := testenv.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
+	bursts := testenv.Bursts{Count: 5, PerBurst: 600, Spread: 120 * time.Millisecond, Budget: 170 * time.Millisecond, Period: 260 * time.Millisecond}
 	pol, err := tiers.ParseYAML(fmt.Appendf(nil, windowYAML, "enforce"))
 	if err != nil {
 		t.Fatal(err)
@@ -575,11 +575,11 @@ func TestDryRunAndOff(t *testing.T) {
 // --json` (no agent running) show what /metrics showed; `detach` leaves no
 // pinned file and no XDP program.
 func TestStatusMatchesMetricsAndDetach(t *testing.T) {
-	bpftest.Require(t)
+	testenv.Require(t)
 	p, pin, cfg := pinnedSetup(t, "window: 1h\nmax: 100\nselect: [{proto: udp, ports: [514]}]\n")
 	a := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--pin-path", pin)
-	s := bpftest.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
-	if _, err := s.Pace(context.Background(), 300, 100*time.Millisecond, 5*time.Second, func(i int) []byte { return bpftest.SyslogMessage(0, i) }); err != nil {
+	s := testenv.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
+	if _, err := s.Pace(context.Background(), 300, 100*time.Millisecond, 5*time.Second, func(i int) []byte { return testenv.SyslogMessage(0, i) }); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -654,8 +654,8 @@ func TestStatusMatchesMetricsAndDetach(t *testing.T) {
 // target (as Kubernetes updates a mounted ConfigMap) reloads once, and an
 // event that leaves the content unchanged does not reload.
 func TestReloadOnSymlinkSwap(t *testing.T) {
-	bpftest.Require(t)
-	p := bpftest.NewPair(t)
+	testenv.Require(t)
+	p := testenv.NewPair(t)
 	dir := t.TempDir()
 	for name, body := range map[string]string{"a.yaml": strictYAML, "b.yaml": lenientYAML} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
@@ -698,8 +698,8 @@ func TestReloadOnSymlinkSwap(t *testing.T) {
 // private mount namespace with it unmounted, as some containers and
 // distributions leave it): the agent mounts bpffs and pins there.
 func TestMountsBPFFS(t *testing.T) {
-	bpftest.Require(t)
-	p := bpftest.NewPair(t)
+	testenv.Require(t)
+	p := testenv.NewPair(t)
 	bin := cli(t)
 	const pin = "/sys/fs/bpf/tltest-mount"
 	t.Cleanup(func() { os.Remove(agent.LockFile(pin)) })
@@ -725,7 +725,7 @@ kill $pid; wait $pid
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if x := bpftest.XDP(t, p.Coll, p.CollIf); x.ID != 0 {
+	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != 0 {
 		t.Errorf("program %d left attached", x.ID)
 	}
 }

@@ -2,7 +2,7 @@ package main
 
 // Acceptance tests of `tierlimit run` (issue 4): attach modes on a veth,
 // driven through run() as a function inside the collector namespace, and
-// the one-line failure messages. The BPF ones need root (bpftest.Require)
+// the one-line failure messages. The BPF ones need root (testenv.Require)
 // and work only on interfaces they create, in namespaces they create.
 
 import (
@@ -23,7 +23,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/tierlimit/tierlimit/agent"
-	"github.com/tierlimit/tierlimit/bpf/bpftest"
+	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
 // runPolicy is a small policy: max 2000 per 1 s window, UDP 514 only.
@@ -49,30 +49,30 @@ func leftovers(t *testing.T, names func() []string) {
 }
 
 // runPair makes a namespace pair whose leftovers are checked at the end.
-func runPair(t *testing.T) *bpftest.Pair {
+func runPair(t *testing.T) *testenv.Pair {
 	t.Helper()
-	var p *bpftest.Pair
+	var p *testenv.Pair
 	leftovers(t, func() []string {
 		if p == nil {
 			return nil
 		}
 		return []string{p.Coll.Name, p.Send.Name, p.CollIf, p.SendIf}
 	})
-	p = bpftest.NewPair(t)
+	p = testenv.NewPair(t)
 	return p
 }
 
 // newNS makes a namespace whose removal is checked at the end.
-func newNS(t *testing.T) *bpftest.NS {
+func newNS(t *testing.T) *testenv.NS {
 	t.Helper()
-	var ns *bpftest.NS
+	var ns *testenv.NS
 	leftovers(t, func() []string {
 		if ns == nil {
 			return nil
 		}
 		return []string{ns.Name}
 	})
-	ns = bpftest.NewNS(t)
+	ns = testenv.NewNS(t)
 	return ns
 }
 
@@ -80,7 +80,7 @@ func newNS(t *testing.T) *bpftest.NS {
 type runningCLI struct {
 	cancel context.CancelFunc
 	errc   chan error
-	log    *bpftest.SyncBuffer
+	log    *testenv.SyncBuffer
 	err    error
 	done   bool
 }
@@ -88,10 +88,10 @@ type runningCLI struct {
 // startCLI calls run(ctx, args) on a thread inside ns, as `nsenter --net`
 // would run the binary, and waits (bounded) for the metrics listener. Its
 // cleanup stops run before the namespace goes.
-func startCLI(t *testing.T, ns *bpftest.NS, args ...string) (*runningCLI, string) {
+func startCLI(t *testing.T, ns *testenv.NS, args ...string) (*runningCLI, string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningCLI{cancel: cancel, errc: make(chan error, 1), log: &bpftest.SyncBuffer{}}
+	r := &runningCLI{cancel: cancel, errc: make(chan error, 1), log: &testenv.SyncBuffer{}}
 	go func() {
 		r.errc <- ns.Do(func() error { return run(ctx, args, io.Discard, r.log) })
 	}()
@@ -135,7 +135,7 @@ func (r *runningCLI) stop(t *testing.T) error {
 // tierlimit_xdp_attached{iface,mode} on /metrics, /healthz, and that stopping
 // (the context, as SIGINT/SIGTERM do) detaches.
 func TestRunAttachModes(t *testing.T) {
-	bpftest.Require(t)
+	testenv.Require(t)
 	p := runPair(t)
 	cfg := writeFile(t, "policy.yaml", runPolicy)
 	for _, c := range []struct{ flag, want string }{
@@ -146,11 +146,11 @@ func TestRunAttachModes(t *testing.T) {
 		t.Run(c.flag, func(t *testing.T) {
 			r, addr := startCLI(t, p.Coll, "run", "--iface", p.CollIf, "--xdp-mode", c.flag, "--config", cfg,
 				"--no-pin", "--metrics-addr", "127.0.0.1:0")
-			if got := bpftest.XDP(t, p.Coll, p.CollIf).Mode; got != c.want {
+			if got := testenv.XDP(t, p.Coll, p.CollIf).Mode; got != c.want {
 				t.Errorf("kernel reports %q, want %q", got, c.want)
 			}
 			// The listener was made on run's thread, inside the namespace.
-			status, body, err := bpftest.Get(p.Coll, "http://"+addr+"/metrics")
+			status, body, err := testenv.Get(p.Coll, "http://"+addr+"/metrics")
 			line := fmt.Sprintf("tierlimit_xdp_attached{iface=%q,mode=%q} 1\n", p.CollIf, c.want)
 			if err != nil || status != 200 || !strings.Contains(string(body), line) {
 				t.Errorf("/metrics: %d, %v; want the line %q in:\n%.2000s", status, err, line, body)
@@ -158,7 +158,7 @@ func TestRunAttachModes(t *testing.T) {
 			if !strings.Contains(string(body), "tierlimit_policy_max_packets 2000\n") {
 				t.Errorf("/metrics does not show the config's max 2000")
 			}
-			if status, _, err := bpftest.Get(p.Coll, "http://"+addr+"/healthz"); err != nil || status != 200 {
+			if status, _, err := testenv.Get(p.Coll, "http://"+addr+"/healthz"); err != nil || status != 200 {
 				t.Errorf("/healthz: %d, %v; want 200", status, err)
 			}
 			log := r.log.String()
@@ -177,7 +177,7 @@ func TestRunAttachModes(t *testing.T) {
 			if err := r.stop(t); err != nil {
 				t.Errorf("run returned %v after cancel, want nil", err)
 			}
-			if got := bpftest.XDP(t, p.Coll, p.CollIf).Mode; got != "" {
+			if got := testenv.XDP(t, p.Coll, p.CollIf).Mode; got != "" {
 				t.Errorf("after run stopped, %s still has XDP (%s) despite --no-pin", p.CollIf, got)
 			}
 			for _, want := range []string{"msg=stopping", "msg=detached iface=" + p.CollIf, "msg=stopped"} {
@@ -192,7 +192,7 @@ func TestRunAttachModes(t *testing.T) {
 // bridgeNS makes a namespace holding a bridge, which has no native XDP (no
 // ndo_bpf): the kernel refuses XDP_FLAGS_DRV_MODE. A bridge rather than a
 // dummy, since the dummy driver is a module that kernels may lack.
-func bridgeNS(t *testing.T, name string) *bpftest.NS {
+func bridgeNS(t *testing.T, name string) *testenv.NS {
 	t.Helper()
 	ns := newNS(t)
 	if err := ns.Do(func() error {
@@ -225,7 +225,7 @@ func oneLine(t *testing.T, stderr string, want ...string) {
 // none: one line with the kernel's reason, exit 1, nothing attached. auto
 // falls back to generic on the same interface and logs why.
 func TestRunXDPRefused(t *testing.T) {
-	bpftest.Require(t)
+	testenv.Require(t)
 	const brIf = "tlbridge0"
 	ns := bridgeNS(t, brIf)
 
@@ -242,12 +242,12 @@ func TestRunXDPRefused(t *testing.T) {
 	}
 	t.Logf("native on a bridge: %s", strings.TrimSpace(line.String()))
 	oneLine(t, line.String(), "attach xdp to "+brIf, "native", "not supported")
-	if got := bpftest.XDP(t, ns, brIf).Mode; got != "" {
+	if got := testenv.XDP(t, ns, brIf).Mode; got != "" {
 		t.Errorf("a failed run left XDP (%s) on %s", got, brIf)
 	}
 
 	r, _ := startCLI(t, ns, "run", "--iface", brIf, "--xdp-mode", "auto", "--no-pin", "--metrics-addr", "127.0.0.1:0")
-	if got := bpftest.XDP(t, ns, brIf).Mode; got != "generic" {
+	if got := testenv.XDP(t, ns, brIf).Mode; got != "generic" {
 		t.Errorf("auto on a bridge: kernel reports %q, want generic", got)
 	}
 	if log := r.log.String(); !strings.Contains(log, `msg="native XDP refused, falling back to generic" iface=`+brIf+" reason=") {
@@ -256,7 +256,7 @@ func TestRunXDPRefused(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Errorf("run: %v", err)
 	}
-	if got := bpftest.XDP(t, ns, brIf).Mode; got != "" {
+	if got := testenv.XDP(t, ns, brIf).Mode; got != "" {
 		t.Errorf("after run stopped, %s still has XDP (%s)", brIf, got)
 	}
 }
@@ -264,7 +264,7 @@ func TestRunXDPRefused(t *testing.T) {
 // TestRunMissingInterface drives run() as a function in an empty namespace:
 // one line naming the interface, exit 1.
 func TestRunMissingInterface(t *testing.T) {
-	bpftest.Require(t)
+	testenv.Require(t)
 	ns := newNS(t)
 	var stdout, stderr bytes.Buffer
 	err := ns.Do(func() error {
@@ -382,8 +382,8 @@ func TestRunNotRoot(t *testing.T) {
 // TestRunMetricsAddrFailsFirst: a bad --metrics-addr (exit 2) or a busy one
 // (exit 1) fails before anything is attached.
 func TestRunMetricsAddrFailsFirst(t *testing.T) {
-	bpftest.Require(t)
-	p := bpftest.NewPair(t)
+	testenv.Require(t)
+	p := testenv.NewPair(t)
 	var busy net.Listener
 	if err := p.Coll.Do(func() (err error) { busy, err = net.Listen("tcp", "127.0.0.1:0"); return err }); err != nil {
 		t.Fatal(err)
@@ -401,7 +401,7 @@ func TestRunMetricsAddrFailsFirst(t *testing.T) {
 		if code := exitCode(err); code != c.code || err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("--metrics-addr %s: exit %d (%v), want %d mentioning %q", c.addr, code, err, c.code, c.want)
 		}
-		if m := bpftest.XDP(t, p.Coll, p.CollIf).Mode; m != "" {
+		if m := testenv.XDP(t, p.Coll, p.CollIf).Mode; m != "" {
 			t.Errorf("--metrics-addr %s: the limiter was attached (%s) before the listener failed", c.addr, m)
 		}
 	}

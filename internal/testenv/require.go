@@ -1,7 +1,7 @@
-// Package bpftest holds what the tierlimit BPF and integration tests share:
+// Package testenv holds what the tierlimit BPF and integration tests share:
 // the root/BPF gate, frames crafted with gopacket, and network namespaces
 // that a test creates and always removes. It is imported by tests only.
-package bpftest
+package testenv
 
 import (
 	"errors"
@@ -13,7 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/rlimit"
-	"github.com/tierlimit/tierlimit/agent"
 )
 
 // RequireEnv is the variable that turns a skip into a failure: .ci/run sets
@@ -73,13 +72,16 @@ func BareProgram(tb testing.TB, action int32) *ebpf.Program {
 }
 
 // PinPath returns a fresh pin directory on /sys/fs/bpf for tb (not made
-// yet: the agent makes it), and removes it and its lock file in Cleanup.
-func PinPath(tb testing.TB) string {
+// yet: the agent makes it), and removes it in Cleanup, together with the
+// file that each of extra names for it (the agent's lock file, say).
+func PinPath(tb testing.TB, extra ...func(pin string) string) string {
 	tb.Helper()
 	pin := fmt.Sprintf("/sys/fs/bpf/tltest-%d-%d", os.Getpid(), time.Now().UnixNano())
 	tb.Cleanup(func() {
 		os.RemoveAll(pin)
-		os.Remove(agent.LockFile(pin))
+		for _, f := range extra {
+			os.Remove(f(pin))
+		}
 	})
 	return pin
 }

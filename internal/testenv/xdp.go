@@ -1,4 +1,4 @@
-package bpftest
+package testenv
 
 import (
 	"fmt"

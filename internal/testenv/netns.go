@@ -1,9 +1,9 @@
-package bpftest
+package testenv
 
 import (
 	"testing"
 
-	"github.com/tierlimit/tierlimit/agent/sandbox"
+	"github.com/tierlimit/tierlimit/internal/sandbox"
 )
 
 // NS is a named network namespace that a test created (sandbox.NS).

@@ -1,0 +1,100 @@
+package tierlimit_test
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// rank orders the module's layers: a package may import its own layer or a
+// lower one, never a higher one (tiers ← bpf ← agent ← cmd). internal/ holds
+// helpers shared by the tests of several layers and by cmd; tiers and bpf may
+// use it only from their tests.
+var rank = []struct {
+	prefix string
+	rank   int
+}{
+	{"tiers", 0},
+	{"bpf", 1},
+	{"internal", 2},
+	{"agent", 3},
+	{"cmd", 4},
+}
+
+func layerOf(module, pkg string) (string, int, bool) {
+	rel := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
+	if rel == pkg || rel == "" {
+		return "", 0, false
+	}
+	for _, r := range rank {
+		if rel == r.prefix || strings.HasPrefix(rel, r.prefix+"/") {
+			return r.prefix, r.rank, true
+		}
+	}
+	return rel, -1, true
+}
+
+// TestLayersPointDown fails when a package of the module depends, directly
+// or not, on a package of a higher layer, or sits outside every layer.
+func TestLayersPointDown(t *testing.T) {
+	module := strings.TrimSpace(goCmd(t, "list", "-m"))
+	out := goCmd(t, "list", "-json=ImportPath,Deps,TestImports,XTestImports", "./...")
+	dec := json.NewDecoder(strings.NewReader(out))
+	seen := 0
+	for {
+		var p struct {
+			ImportPath   string
+			Deps         []string
+			TestImports  []string
+			XTestImports []string
+		}
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("decode go list: %v", err)
+		}
+		layer, r, ok := layerOf(module, p.ImportPath)
+		if !ok {
+			continue // the root package: gen.go only
+		}
+		seen++
+		if r < 0 {
+			t.Errorf("%s is in no layer (tiers, bpf, internal, agent, cmd)", p.ImportPath)
+			continue
+		}
+		for _, d := range p.Deps {
+			dl, dr, ok := layerOf(module, d)
+			if ok && dr > r {
+				t.Errorf("%s (layer %s) depends on %s (layer %s, higher)", p.ImportPath, layer, d, dl)
+			}
+		}
+		// Tests may also use the shared helpers in internal/, whose own
+		// dependencies the loop above checks.
+		for _, d := range append(p.TestImports, p.XTestImports...) {
+			dl, dr, ok := layerOf(module, d)
+			if ok && dr > r && dl != "internal" {
+				t.Errorf("tests of %s (layer %s) import %s (layer %s, higher)", p.ImportPath, layer, d, dl)
+			}
+		}
+	}
+	if seen < 5 {
+		t.Fatalf("go list found %d packages of %s; want the whole module", seen, module)
+	}
+}
+
+func goCmd(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, ee.Stderr)
+		}
+		t.Fatalf("go %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out)
+}
