@@ -6,6 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // Snapshot is everything the limiter's maps say at one moment: what
@@ -45,22 +46,10 @@ func TakeSnapshot(l *bpf.Limiter) (Snapshot, error) {
 	if now, err := monotonic(); err == nil && w.Opened > 0 && int64(now-w.StartNs) > int64(s.Policy.Window) {
 		s.WindowPackets, s.LastWindowPackets = 0, w.Count
 	}
-	s.CurrentTier = tierOf(s.Policy.Bounds, s.WindowPackets)
+	if s.WindowPackets > 0 {
+		s.CurrentTier = tiers.TierOf(s.Policy.Bounds, s.WindowPackets)
+	}
 	return s, nil
-}
-
-// tierOf is the tier of packet n: the largest k with bounds[k-1] <= n, 0 for n = 0.
-func tierOf(bounds []uint64, n uint64) int {
-	if n == 0 {
-		return 0
-	}
-	k := 0
-	for i, b := range bounds {
-		if n >= b {
-			k = i + 1
-		}
-	}
-	return k
 }
 
 func monotonic() (uint64, error) {

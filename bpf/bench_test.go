@@ -36,7 +36,7 @@ func BenchmarkProgram(b *testing.B) {
 		// Tier 0 for 7*10^7 packets: every packet passes.
 		{"selected-pass", policy(100_000_000), UDP4(b, 514)},
 		// From n = 1, a 50% tier: every packet draws bpf_get_prandom_u32.
-		{"selected-random", policy(100, tiers.Tier{At: 1, Drop: 50}), UDP4(b, 514)},
+		{"selected-random", policy(100, tiers.Tier{At: tiers.Pct(1), Drop: tiers.Pct(50)}), UDP4(b, 514)},
 		// From n = 100, the 100% tier: every packet is dropped, no draw.
 		{"selected-drop", policy(100), UDP4(b, 514)},
 		{"unselected", policy(100), TCP4(b, 22, true, false)},

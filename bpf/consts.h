@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* Compile-time limits of the tierlimit XDP program. Each can be overridden
- * with -D at build time; the Go side reads the sizes back from the map specs,
- * so the two never disagree. */
+ * with -D at build time. Go never restates them: types.h exports each one in
+ * enum tl_const (bpf2go -type), package bpf takes its limits from there and
+ * from the map specs' max_entries, and bpf's contract test fails when
+ * package tiers' mirror of them disagrees. */
 #ifndef __TL_CONSTS_H
 #define __TL_CONSTS_H
 

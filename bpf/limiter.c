@@ -16,7 +16,9 @@
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
-#define TL_THR_ALWAYS 0xffffffffU
+/* Never read: puts the shared enums in BTF for bpf2go (types.h). */
+const struct tl_contract *tl_contract_btf __attribute__((unused));
+
 #define READ_ONCE(x) (*(volatile typeof(x) *)&(x))
 
 /* The active policy slot: 0 or 1. The agent writes the other slot's settings,
@@ -46,10 +48,10 @@ struct {
 	__type(value, struct tl_entry);
 } tier_table SEC(".maps");
 
-/* Port selectors: key ((slot * 2 + is_tcp) << 16) | destination port. */
+/* Port selectors: key (slot * 2 + is_tcp) * TL_PORT_KEYS + destination port. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, TL_SLOTS * 2 * 65536);
+	__uint(max_entries, TL_SLOTS * 2 * TL_PORT_KEYS);
 	__type(key, __u32);
 	__type(value, struct tl_port);
 } ports SEC(".maps");
@@ -63,7 +65,7 @@ struct {
 	__type(value, __u8);
 } exempt_sources SEC(".maps");
 
-/* Destination prefixes of select rules that have dests, tag = slot << 8 | rule. */
+/* Destination prefixes of select rules that have dests, tag = slot << TL_DEST_RULE_BITS | rule. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, TL_LPM_ENTRIES);
@@ -297,7 +299,7 @@ static __always_inline void count(void *map, __u32 key, __u64 bytes)
 /* Does a select rule of this slot count the packet? */
 static __always_inline int is_selected(const struct pkt *p, __u32 slot, const struct tl_settings *s)
 {
-	__u32 key = ((slot * 2 + (p->l4proto == IPPROTO_TCP)) << 16) | p->dport;
+	__u32 key = (slot * 2 + (p->l4proto == IPPROTO_TCP)) * TL_PORT_KEYS + p->dport;
 	struct tl_port *pe = bpf_map_lookup_elem(&ports, &key);
 	if (!pe)
 		return 0;
@@ -309,14 +311,14 @@ static __always_inline int is_selected(const struct pkt *p, __u32 slot, const st
 	__u32 rules = pe->cidr_rules;
 	if (!rules)
 		return 0;
-	struct tl_lpm_key k = { .prefixlen = 32 + 128 };
+	struct tl_lpm_key k = { .prefixlen = TL_LPM_TAG_BITS + TL_LPM_ADDR_BITS };
 	load_addr(p, 1, k.addr);
 	for (__u32 i = 0; i < TL_MAX_RULES; i++) {
 		if (!(rules & (1U << i)))
 			continue;
 		if ((s->syn_rules & (1U << i)) && !p->syn)
 			continue;
-		k.tag = slot << 8 | i;
+		k.tag = slot << TL_DEST_RULE_BITS | i;
 		if (bpf_map_lookup_elem(&select_dests, &k))
 			return 1;
 	}
@@ -325,7 +327,7 @@ static __always_inline int is_selected(const struct pkt *p, __u32 slot, const st
 
 static __always_inline int is_exempt(const struct pkt *p, __u32 slot)
 {
-	struct tl_lpm_key k = { .prefixlen = 32 + 128, .tag = slot };
+	struct tl_lpm_key k = { .prefixlen = TL_LPM_TAG_BITS + TL_LPM_ADDR_BITS, .tag = slot };
 	load_addr(p, 0, k.addr);
 	return bpf_map_lookup_elem(&exempt_sources, &k) != NULL;
 }
@@ -442,7 +444,7 @@ int tierlimit(struct xdp_md *ctx)
 	__u64 n = window_count(w, s);
 
 	/* n past the table's end takes the last entry: the last tier runs to infinity. */
-	__u64 idx = n >> (s->shift & 63);
+	__u64 idx = n >> (s->shift & TL_SHIFT_MASK);
 	if (idx >= s->table_len)
 		idx = s->table_len - 1;
 	__u32 key = slot * TL_TABLE_MAX + (__u32)idx;
@@ -450,10 +452,10 @@ int tierlimit(struct xdp_md *ctx)
 	if (!e)
 		goto unselected;
 
-	/* 0 never drops and TL_THR_ALWAYS always does, whatever the draw. */
+	/* TL_THR_NEVER never drops and TL_THR_ALWAYS always does, whatever the draw. */
 	__u32 verdict = TL_PASS;
 	__u32 thr = e->thr;
-	if (thr && s->mode != TL_MODE_OFF && (thr == TL_THR_ALWAYS || bpf_get_prandom_u32() < thr))
+	if (thr != TL_THR_NEVER && s->mode != TL_MODE_OFF && (thr == TL_THR_ALWAYS || bpf_get_prandom_u32() < thr))
 		verdict = s->mode == TL_MODE_ENFORCE ? TL_DROP : TL_WOULD_DROP;
 
 	count(&stats, e->tier * TL_VERDICTS + verdict, bytes);

@@ -11,7 +11,6 @@ package bpf
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"path/filepath"
 	"time"
@@ -21,32 +20,45 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// Limits compiled into the program; they mirror bpf/consts.h.
+// Limits compiled into the program, from consts.h through types.h's enum
+// tl_const (bpf2go -type): C is their one source.
 const (
-	// MaxTiers is the most tiers a policy may have (consts.h TL_MAX_TIERS).
-	MaxTiers = 16
+	// MaxTiers is the most tiers a policy may have (TL_MAX_TIERS).
+	MaxTiers = int(LimiterTlConstTL_C_MAX_TIERS)
 	// TableMax is the most entries of one compiled table (TL_TABLE_MAX).
-	TableMax = 1 << 20
+	TableMax = int(LimiterTlConstTL_C_TABLE_MAX)
 	// MaxRules is the most select rules (TL_MAX_RULES).
-	MaxRules = 32
+	MaxRules = int(LimiterTlConstTL_C_MAX_RULES)
 	// Verdicts is the number of verdicts per tier in the stats map.
-	Verdicts = tiers.NumVerdicts
+	Verdicts = int(LimiterTlVerdictTL_VERDICTS)
+	// PrefixEntries is the most prefixes each LPM trie (exempt sources,
+	// select dests) holds, over both policy slots (TL_LPM_ENTRIES).
+	PrefixEntries = int(LimiterTlConstTL_C_LPM_ENTRIES)
+	// FragmentEntries is the most first fragments whose verdict is
+	// remembered at once (TL_FRAG_ENTRIES).
+	FragmentEntries = int(LimiterTlConstTL_C_FRAG_ENTRIES)
+	// slots is the number of policy slots (TL_SLOTS).
+	slots = uint32(LimiterTlConstTL_C_SLOTS)
+	// portKeys is the number of ports keys per slot and protocol.
+	portKeys = uint32(LimiterTlConstTL_PORT_KEYS)
+	// lpmTagBits is the part of an LPM key's prefixlen that covers its tag.
+	lpmTagBits = uint32(LimiterTlConstTL_LPM_TAG_BITS)
+	// destRuleBits is the width of the rule in a select_dests tag.
+	destRuleBits = uint32(LimiterTlConstTL_DEST_RULE_BITS)
 )
 
-// Indexes of the misc_stats map (types.h enum tl_misc).
+// Indexes of the misc_stats map (types.h enum tl_misc), and flags of
+// tl_port and tl_settings.
 const (
-	miscUnselected = 0
-	miscExempt     = 1
-	miscFragPass   = 2
-	miscFragDrop   = 3
-	miscMax        = 4
-)
+	miscUnselected = LimiterTlMiscTL_MISC_UNSELECTED
+	miscExempt     = LimiterTlMiscTL_MISC_EXEMPT
+	miscFragPass   = LimiterTlMiscTL_MISC_FRAG_PASS
+	miscFragDrop   = LimiterTlMiscTL_MISC_FRAG_DROP
+	miscMax        = int(LimiterTlMiscTL_MISC_MAX)
 
-// tl_port flags and tl_settings flags (types.h).
-const (
-	portPackets = 1
-	portSYN     = 2
-	hasExempt   = 1
+	portPackets = uint32(LimiterTlPortFlagTL_PORT_PACKETS)
+	portSYN     = uint32(LimiterTlPortFlagTL_PORT_SYN)
+	hasExempt   = uint32(LimiterTlSettingsFlagTL_HAS_EXEMPT)
 )
 
 // slotGrace is how long Apply waits after a slot stopped being active before
@@ -138,8 +150,7 @@ func (l *Limiter) Apply(p tiers.Policy, t tiers.Table) error {
 	if err := l.writeTable(slot, t); err != nil {
 		return err
 	}
-	synRules, err := l.writeSelectors(slot, p)
-	if err != nil {
+	if err := l.writeSelectors(slot, t.Selectors); err != nil {
 		return err
 	}
 	set := LimiterTlSettings{
@@ -149,10 +160,14 @@ func (l *Limiter) Apply(p tiers.Policy, t tiers.Table) error {
 		TableLen:      uint32(len(t.Thresholds)),
 		Shift:         uint32(t.Shift),
 		Mode:          uint32(p.Mode),
-		SynRules:      synRules,
+		SynRules:      t.Selectors.SynRules,
 		Tiers:         uint32(len(p.Tiers)),
 		Max:           p.Max,
 	}
+	for k := range t.Bounds {
+		set.Bounds[k] = t.TierStart(k + 1)
+	}
+	copy(set.Drops[:], t.Drops)
 	if len(p.Exempt) > 0 {
 		set.Flags |= hasExempt
 	}
@@ -181,6 +196,8 @@ func fits(p tiers.Policy, t tiers.Table) error {
 		return fmt.Errorf("%w: %d select rules, at most %d", ErrPolicy, len(p.Select), MaxRules)
 	case len(t.Thresholds) == 0 || len(t.Thresholds) > TableMax:
 		return fmt.Errorf("%w: table of %d entries, want 1..%d", ErrPolicy, len(t.Thresholds), TableMax)
+	case len(t.Bounds) != len(p.Tiers) || len(t.Drops) != len(p.Tiers)+1:
+		return fmt.Errorf("%w: table compiled for %d tiers, policy has %d", ErrPolicy, len(t.Bounds), len(p.Tiers))
 	case len(t.Tiers) != len(t.Thresholds):
 		return fmt.Errorf("%w: table has %d tiers for %d thresholds", ErrPolicy, len(t.Tiers), len(t.Thresholds))
 	case t.Shift > 63:
@@ -201,7 +218,7 @@ func (l *Limiter) activeSlot() (uint32, error) {
 func (l *Limiter) writeTable(slot uint32, t tiers.Table) error {
 	keys := make([]uint32, len(t.Thresholds))
 	vals := make([]LimiterTlEntry, len(t.Thresholds))
-	base := slot * TableMax
+	base := slot * uint32(TableMax)
 	for i, thr := range t.Thresholds {
 		keys[i] = base + uint32(i)
 		vals[i] = LimiterTlEntry{Thr: thr, Tier: uint32(t.Tiers[i])}
@@ -212,67 +229,35 @@ func (l *Limiter) writeTable(slot uint32, t tiers.Table) error {
 	return nil
 }
 
-// writeSelectors fills the slot's port array and LPM tries and returns the
-// syn_rules mask.
-func (l *Limiter) writeSelectors(slot uint32, p tiers.Policy) (uint32, error) {
-	const ports = 65536
-	keys := make([]uint32, 2*ports)
-	vals := make([]LimiterTlPort, 2*ports)
+// writeSelectors fills the slot's port array and LPM tries with what
+// tiers.Compile encoded, adding the slot to each key.
+func (l *Limiter) writeSelectors(slot uint32, sel tiers.Selectors) error {
+	keys := make([]uint32, 2*portKeys)
+	vals := make([]LimiterTlPort, 2*portKeys)
 	for i := range keys {
-		keys[i] = slot*2*ports + uint32(i)
+		keys[i] = slot*2*portKeys + uint32(i)
 	}
-	var synRules uint32
-	var dests []LimiterTlLpmKey
-	for i, r := range p.Select {
-		half := 0
-		if r.Proto == tiers.ProtoTCP {
-			half = ports
-		}
-		for _, pr := range r.Ports {
-			for port := int(pr.First); port <= int(pr.Last); port++ {
-				v := &vals[half+port]
-				switch {
-				case len(r.Dests) > 0:
-					v.CidrRules |= 1 << i
-				case r.Count == tiers.CountSYN:
-					v.Flags |= portSYN
-				default:
-					v.Flags |= portPackets
-				}
-			}
-		}
-		if len(r.Dests) > 0 && r.Count == tiers.CountSYN {
-			synRules |= 1 << i
-		}
-		for _, d := range r.Dests {
-			dests = append(dests, lpmKey(slot<<8|uint32(i), d))
-		}
+	for _, ps := range sel.Ports {
+		vals[ps.Key] = LimiterTlPort{Flags: ps.Flags, CidrRules: ps.CidrRules}
 	}
 	if err := putAll(l.objs.Ports, keys, vals); err != nil {
-		return 0, fmt.Errorf("write ports of slot %d: %w", slot, err)
+		return fmt.Errorf("write ports of slot %d: %w", slot, err)
 	}
-	if err := replaceLPM(l.objs.SelectDests, func(tag uint32) bool { return tag>>8 == slot }, dests); err != nil {
-		return 0, fmt.Errorf("write select dests of slot %d: %w", slot, err)
+	dests := make([]LimiterTlLpmKey, len(sel.Dests))
+	for i, k := range sel.Dests {
+		dests[i] = LimiterTlLpmKey{Prefixlen: k.Prefixlen, Tag: slot<<destRuleBits | k.Tag, Addr: k.Addr}
 	}
-	var exempt []LimiterTlLpmKey
-	for _, e := range p.Exempt {
-		exempt = append(exempt, lpmKey(slot, e))
+	if err := replaceLPM(l.objs.SelectDests, func(tag uint32) bool { return tag>>destRuleBits == slot }, dests); err != nil {
+		return fmt.Errorf("write select dests of slot %d: %w", slot, err)
+	}
+	exempt := make([]LimiterTlLpmKey, len(sel.Exempt))
+	for i, k := range sel.Exempt {
+		exempt[i] = LimiterTlLpmKey{Prefixlen: k.Prefixlen, Tag: slot | k.Tag, Addr: k.Addr}
 	}
 	if err := replaceLPM(l.objs.ExemptSources, func(tag uint32) bool { return tag == slot }, exempt); err != nil {
-		return 0, fmt.Errorf("write exempt sources of slot %d: %w", slot, err)
+		return fmt.Errorf("write exempt sources of slot %d: %w", slot, err)
 	}
-	return synRules, nil
-}
-
-// lpmKey encodes a prefix as the program looks it up: IPv4 as IPv4-mapped
-// IPv6 (RFC 4291 §2.5.5.2), prefixlen counting the 32-bit tag.
-func lpmKey(tag uint32, pfx netip.Prefix) LimiterTlLpmKey {
-	pfx = pfx.Masked()
-	bits := pfx.Bits()
-	if pfx.Addr().Is4() {
-		bits += 96
-	}
-	return LimiterTlLpmKey{Prefixlen: uint32(32 + bits), Tag: tag, Addr: pfx.Addr().As16()}
+	return nil
 }
 
 // replaceLPM deletes the trie's keys whose tag matches and inserts want.
@@ -298,7 +283,7 @@ func replaceLPM(m *ebpf.Map, mine func(tag uint32) bool, want []LimiterTlLpmKey)
 	}
 	for _, k := range want {
 		if err := m.Put(&k, uint8(1)); err != nil {
-			return fmt.Errorf("prefix %v/%d: %w", netip.AddrFrom16(k.Addr), k.Prefixlen-32, err)
+			return fmt.Errorf("prefix %v/%d: %w", netip.AddrFrom16(k.Addr), k.Prefixlen-lpmTagBits, err)
 		}
 	}
 	return nil
@@ -474,15 +459,20 @@ type Active struct {
 	// Bounds are the first n of tiers 1..K as the table applies them: T_k,
 	// rounded up to the table's step when Shift > 0.
 	Bounds []uint64
-	// DropRatios of tiers 0..K, 0..1, on the bpf_get_prandom_u32 scale.
+	// Drops are the drop thresholds of tiers 0..K on the
+	// bpf_get_prandom_u32 scale (tiers.Table.Drops).
+	Drops []uint32
+	// DropRatios of tiers 0..K, 0..1: tiers.DropRatio of Drops, within
+	// 2^-33 of the configured drop percent.
 	DropRatios []float64
 	// TableLen and Shift describe the table: entry i covers n>>Shift == i.
 	TableLen int
 	Shift    uint
 }
 
-// Active reads the active slot's settings and table. Returns ErrPolicy when
-// no policy has been applied.
+// Active reads the active slot's settings, which hold what tiers.Compile
+// made: nothing is derived again. Returns ErrPolicy when no policy has been
+// applied, or when the settings claim more tiers than the program holds.
 func (l *Limiter) Active() (Active, error) {
 	slot, err := l.activeSlot()
 	if err != nil {
@@ -495,6 +485,9 @@ func (l *Limiter) Active() (Active, error) {
 	if set.TableLen == 0 {
 		return Active{}, fmt.Errorf("%w: no policy applied", ErrPolicy)
 	}
+	if int(set.Tiers) > MaxTiers {
+		return Active{}, fmt.Errorf("%w: settings of slot %d claim %d tiers", ErrPolicy, slot, set.Tiers)
+	}
 	a := Active{
 		Mode:       tiers.Mode(set.Mode),
 		Window:     time.Duration(set.WindowNs),
@@ -503,45 +496,14 @@ func (l *Limiter) Active() (Active, error) {
 		Shift:      uint(set.Shift),
 		Bounds:     make([]uint64, set.Tiers),
 		DropRatios: make([]float64, set.Tiers+1),
+		Drops:      make([]uint32, set.Tiers+1),
 	}
-	base := slot * TableMax
-	entry := func(i uint32) (LimiterTlEntry, error) {
-		var e LimiterTlEntry
-		err := l.objs.TierTable.Lookup(base+i, &e)
-		return e, err
+	for k := range a.Bounds {
+		a.Bounds[k] = set.Bounds[k]
 	}
-	// The table is monotone in tier: find where each tier starts by
-	// binary search, about 20 lookups per tier.
-	for k := 0; k <= int(set.Tiers); k++ {
-		lo, hi := uint32(0), set.TableLen // first i with tier >= k is in [lo, hi]
-		for lo < hi {
-			mid := lo + (hi-lo)/2
-			e, err := entry(mid)
-			if err != nil {
-				return Active{}, fmt.Errorf("read tier table: %w", err)
-			}
-			if int(e.Tier) >= k {
-				hi = mid
-			} else {
-				lo = mid + 1
-			}
-		}
-		if k > 0 {
-			a.Bounds[k-1] = uint64(lo) << set.Shift
-		}
-		if lo == set.TableLen {
-			a.DropRatios[k] = 0 // unreachable: no entry in this tier or above
-			continue
-		}
-		e, err := entry(lo)
-		if err != nil {
-			return Active{}, fmt.Errorf("read tier table: %w", err)
-		}
-		if int(e.Tier) == k {
-			// thr = round(p·2^32) is within 2^-33 of p: 9 decimals give
-			// back the configured ratio.
-			a.DropRatios[k] = math.Round(tiers.DropRatio(e.Thr)*1e9) / 1e9
-		}
+	for k := range a.Drops {
+		a.Drops[k] = set.Drops[k]
+		a.DropRatios[k] = tiers.DropRatio(set.Drops[k])
 	}
 	return a, nil
 }

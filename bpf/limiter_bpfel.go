@@ -13,6 +13,22 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type LimiterTlConst uint32
+
+const (
+	LimiterTlConstTL_C_MAX_TIERS    LimiterTlConst = 16
+	LimiterTlConstTL_C_MAX_RULES    LimiterTlConst = 32
+	LimiterTlConstTL_C_TABLE_MAX    LimiterTlConst = 1048576
+	LimiterTlConstTL_C_SLOTS        LimiterTlConst = 2
+	LimiterTlConstTL_C_LPM_ENTRIES  LimiterTlConst = 16384
+	LimiterTlConstTL_C_FRAG_ENTRIES LimiterTlConst = 16384
+	LimiterTlConstTL_PORT_KEYS      LimiterTlConst = 65536
+	LimiterTlConstTL_LPM_TAG_BITS   LimiterTlConst = 32
+	LimiterTlConstTL_LPM_ADDR_BITS  LimiterTlConst = 128
+	LimiterTlConstTL_DEST_RULE_BITS LimiterTlConst = 8
+	LimiterTlConstTL_SHIFT_MASK     LimiterTlConst = 63
+)
+
 type LimiterTlEntry struct {
 	_    structs.HostLayout
 	Thr  uint32
@@ -34,11 +50,36 @@ type LimiterTlLpmKey struct {
 	Addr      [16]uint8
 }
 
+type LimiterTlMisc uint32
+
+const (
+	LimiterTlMiscTL_MISC_UNSELECTED LimiterTlMisc = 0
+	LimiterTlMiscTL_MISC_EXEMPT     LimiterTlMisc = 1
+	LimiterTlMiscTL_MISC_FRAG_PASS  LimiterTlMisc = 2
+	LimiterTlMiscTL_MISC_FRAG_DROP  LimiterTlMisc = 3
+	LimiterTlMiscTL_MISC_MAX        LimiterTlMisc = 4
+)
+
+type LimiterTlMode uint32
+
+const (
+	LimiterTlModeTL_MODE_ENFORCE LimiterTlMode = 0
+	LimiterTlModeTL_MODE_DRY_RUN LimiterTlMode = 1
+	LimiterTlModeTL_MODE_OFF     LimiterTlMode = 2
+)
+
 type LimiterTlPort struct {
 	_         structs.HostLayout
 	Flags     uint32
 	CidrRules uint32
 }
+
+type LimiterTlPortFlag uint32
+
+const (
+	LimiterTlPortFlagTL_PORT_PACKETS LimiterTlPortFlag = 1
+	LimiterTlPortFlagTL_PORT_SYN     LimiterTlPortFlag = 2
+)
 
 type LimiterTlSettings struct {
 	_             structs.HostLayout
@@ -51,13 +92,38 @@ type LimiterTlSettings struct {
 	SynRules      uint32
 	Tiers         uint32
 	Max           uint64
+	Bounds        [16]uint64
+	Drops         [17]uint32
+	Pad           uint32
 }
+
+type LimiterTlSettingsFlag uint32
+
+const (
+	LimiterTlSettingsFlagTL_HAS_EXEMPT LimiterTlSettingsFlag = 1
+)
 
 type LimiterTlStat struct {
 	_       structs.HostLayout
 	Packets uint64
 	Bytes   uint64
 }
+
+type LimiterTlThr uint32
+
+const (
+	LimiterTlThrTL_THR_NEVER  LimiterTlThr = 0
+	LimiterTlThrTL_THR_ALWAYS LimiterTlThr = 4294967295
+)
+
+type LimiterTlVerdict uint32
+
+const (
+	LimiterTlVerdictTL_PASS       LimiterTlVerdict = 0
+	LimiterTlVerdictTL_DROP       LimiterTlVerdict = 1
+	LimiterTlVerdictTL_WOULD_DROP LimiterTlVerdict = 2
+	LimiterTlVerdictTL_VERDICTS   LimiterTlVerdict = 3
+)
 
 type LimiterTlWindow struct {
 	_            structs.HostLayout
@@ -83,6 +149,7 @@ const (
 	LimiterMapTierTable     = "tier_table"
 	LimiterMapWindow        = "window"
 	LimiterProgTierlimit    = "tierlimit"
+	LimiterVarTlContractBtf = "tl_contract_btf"
 )
 
 // LoadLimiter returns the embedded CollectionSpec for Limiter.
@@ -150,6 +217,7 @@ type LimiterMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterVariableSpecs struct {
+	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
 }
 
 // LimiterObjects contains all objects after they have been loaded into the kernel.
@@ -203,6 +271,7 @@ func (m *LimiterMaps) Close() error {
 //
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterVariables struct {
+	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
 }
 
 // LimiterPrograms contains all programs after they have been loaded into the kernel.

@@ -24,7 +24,7 @@ func accuracyPolicy(tb testing.TB) tiers.Policy {
 	p := tiers.Default()
 	p.Window = time.Hour
 	p.Max = 1_000_000
-	p.Tiers = []tiers.Tier{{At: 50, Drop: 0}, {At: 70, Drop: 20}, {At: 80, Drop: 50}, {At: 100, Drop: 100}}
+	p.Tiers = []tiers.Tier{{At: tiers.Pct(50), Drop: tiers.Pct(0)}, {At: tiers.Pct(70), Drop: tiers.Pct(20)}, {At: tiers.Pct(80), Drop: tiers.Pct(50)}, {At: tiers.Pct(100), Drop: tiers.Pct(100)}}
 	if err := p.Validate(); err != nil {
 		tb.Fatal(err)
 	}
@@ -413,7 +413,7 @@ func TestActiveReadsBackThePolicy(t *testing.T) {
 	for _, max := range []uint64{40000, 100_000_003} {
 		p := tiers.Default()
 		p.Max, p.Mode, p.Window = max, tiers.ModeDryRun, 250*time.Millisecond
-		p.Tiers = []tiers.Tier{{At: 50, Drop: 0}, {At: 70, Drop: 12.5}, {At: 70.5, Drop: 50}, {At: 120, Drop: 100}}
+		p.Tiers = []tiers.Tier{{At: tiers.Pct(50), Drop: tiers.Pct(0)}, {At: tiers.Pct(70), Drop: tiers.MustParsePercent("12.5")}, {At: tiers.MustParsePercent("70.5"), Drop: tiers.Pct(50)}, {At: tiers.Pct(120), Drop: tiers.Pct(100)}}
 		h := newHarness(t, p)
 		a, err := h.l.Active()
 		if err != nil {
@@ -426,8 +426,12 @@ func TestActiveReadsBackThePolicy(t *testing.T) {
 			if want := h.tab.TierStart(k + 1); a.Bounds[k] != want {
 				t.Errorf("max %d: tier %d starts at %d, the table says %d", max, k+1, a.Bounds[k], want)
 			}
-			if want := p.Tiers[k].Drop / 100; a.DropRatios[k+1] != want {
-				t.Errorf("max %d: tier %d drop ratio %v, want %v", max, k+1, a.DropRatios[k+1], want)
+			if a.Drops[k+1] != h.tab.Drops[k+1] {
+				t.Errorf("max %d: tier %d drop threshold %#x, compiled %#x", max, k+1, a.Drops[k+1], h.tab.Drops[k+1])
+			}
+			// round(drop × 2^32) is within 2^-33 of the configured ratio.
+			if want := p.Tiers[k].Drop.Ratio(); math.Abs(a.DropRatios[k+1]-want) > 0x1p-33 {
+				t.Errorf("max %d: tier %d drop ratio %v, want %v ± 2^-33", max, k+1, a.DropRatios[k+1], want)
 			}
 		}
 		t.Logf("max %d: step 2^%d, tiers start at %v", max, a.Shift, a.Bounds)

@@ -5,6 +5,36 @@
 #ifndef __TL_TYPES_H
 #define __TL_TYPES_H
 
+#include "consts.h"
+
+/* The limits and key encodings that Go must agree with, exported to Go as
+ * LimiterTlConst* (bpf2go -type tl_const). */
+enum tl_const {
+	TL_C_MAX_TIERS = TL_MAX_TIERS,
+	TL_C_MAX_RULES = TL_MAX_RULES,
+	TL_C_TABLE_MAX = TL_TABLE_MAX,
+	TL_C_SLOTS = TL_SLOTS,
+	TL_C_LPM_ENTRIES = TL_LPM_ENTRIES,
+	TL_C_FRAG_ENTRIES = TL_FRAG_ENTRIES,
+	/* ports key: ((slot * 2 + is_tcp) * TL_PORT_KEYS) + destination port */
+	TL_PORT_KEYS = 65536,
+	/* tier_table key: slot * TL_TABLE_MAX + entry */
+	/* LPM keys: prefixlen counts the tag's bits before the address's */
+	TL_LPM_TAG_BITS = 32,
+	TL_LPM_ADDR_BITS = 128,
+	/* select_dests tag: slot << TL_DEST_RULE_BITS | rule; exempt tag: slot */
+	TL_DEST_RULE_BITS = 8,
+	/* settings.shift is applied modulo 64 (a u64 shift), so the verifier
+	 * sees a bounded shift */
+	TL_SHIFT_MASK = 63,
+};
+
+/* Drop thresholds on the bpf_get_prandom_u32() scale (tl_entry.thr). */
+enum tl_thr {
+	TL_THR_NEVER = 0,           /* tier 0 and drop 0%: never drops */
+	TL_THR_ALWAYS = 0xffffffffU, /* drop 100%: always, whatever the draw */
+};
+
 /* The verdict of a selected packet; values match tiers.Verdict. */
 enum tl_verdict {
 	TL_PASS = 0,
@@ -68,11 +98,16 @@ struct tl_settings {
 	__u32 syn_rules; /* bit i: select rule i (with dests) counts SYN only */
 	__u32 tiers;     /* tiers of the policy; for tierlimit status */
 	__u64 max;       /* the policy's max, packets; for tierlimit status */
+	/* For tierlimit status only, never read by the program: the first n of
+	 * tiers 1..tiers as the table applies them, and each tier's threshold. */
+	__u64 bounds[TL_MAX_TIERS];
+	__u32 drops[TL_MAX_TIERS + 1];
+	__u32 _pad;
 };
 
 /* One entry of a compiled tier table. */
 struct tl_entry {
-	__u32 thr;  /* drop if bpf_get_prandom_u32() < thr; 0xffffffff: always */
+	__u32 thr;  /* drop if bpf_get_prandom_u32() < thr; enum tl_thr */
 	__u32 tier; /* tier number, 0 = below the first threshold */
 };
 
@@ -83,7 +118,8 @@ struct tl_port {
 };
 
 /* Key of the exempt and dests LPM tries. IPv4 addresses are stored as
- * IPv4-mapped IPv6 (::ffff:a.b.c.d). prefixlen counts the 32 bits of tag. */
+ * IPv4-mapped IPv6 (::ffff:a.b.c.d). prefixlen counts the TL_LPM_TAG_BITS of
+ * tag before the address. */
 struct tl_lpm_key {
 	__u32 prefixlen;
 	__u32 tag;       /* exempt: slot; dests: slot << 8 | rule */
@@ -96,6 +132,19 @@ struct tl_frag_key {
 	__u8 dst[16];
 	__u32 id;
 	__u32 proto;
+};
+
+/* bpf2go -type exports only what the object's BTF holds, and an enum is in
+ * BTF only where something has its type: this struct names every enum Go
+ * needs, and one pointer to it (never read) puts it in BTF. */
+struct tl_contract {
+	enum tl_const c;
+	enum tl_thr thr;
+	enum tl_verdict verdict;
+	enum tl_mode mode;
+	enum tl_misc misc;
+	enum tl_port_flag port_flag;
+	enum tl_settings_flag settings_flag;
 };
 
 #endif /* __TL_TYPES_H */

@@ -36,6 +36,9 @@ type Table struct {
 	// a multiple of 1<<Shift). It is 0 when Shift is 0 and at most
 	// (1<<Shift) - 1.
 	MaxRoundingError uint64
+	// Selectors are the policy's select rules and exempt sources, encoded
+	// for the program's maps.
+	Selectors Selectors
 }
 
 // thresholdOf is floor(max × at / 100) for at in micro-percent, exactly.
@@ -64,18 +67,27 @@ func dropThreshold(dropMicro int64) uint32 {
 	return uint32(v)
 }
 
-// bounds returns T_1..T_K of a valid policy; ok is false when a percent
-// cannot be read exactly (the policy does not Validate).
-func (p Policy) bounds() (b []uint64, ok bool) {
-	b = make([]uint64, len(p.Tiers))
+// bounds returns T_1..T_K of a policy whose percents and max are in range
+// (Validate keeps every product below 2^64).
+func (p Policy) bounds() []uint64 {
+	b := make([]uint64, len(p.Tiers))
 	for k, t := range p.Tiers {
-		at, ok := floatMicro(t.At)
-		if !ok || at <= 0 || at > MaxAtPercent*microPerPercent || p.Max > MaxPackets {
-			return nil, false
-		}
-		b[k] = thresholdOf(p.Max, at)
+		b[k] = thresholdOf(p.Max, t.At.micro)
 	}
-	return b, true
+	return b
+}
+
+// TierOf returns the tier of the n-th selected packet of a window (n from 1)
+// given the first n of tiers 1..K in bounds: the largest k with
+// bounds[k-1] <= n, or 0 when n < bounds[0]. Compile fills the
+// table with it, Policy.TierOf applies it to the exact thresholds, and the
+// agent to the bounds the program's table applies (bpf.Active).
+func TierOf(bounds []uint64, n uint64) int {
+	k := 0
+	for k < len(bounds) && bounds[k] <= n {
+		k++
+	}
+	return k
 }
 
 // tableLen is the number of entries that puts T_last in the last one at
@@ -90,7 +102,8 @@ func ceilShift(x uint64, s uint) uint64 {
 }
 
 // Compile validates p and compiles it into the Table the XDP program reads
-// (DESIGN.md §2). Thresholds are exact: T_k = floor(max × at_k / 100) in
+// (DESIGN.md §2): the tier table, and the selectors in their key encoding,
+// so that package bpf only writes what Compile made. Thresholds are exact: T_k = floor(max × at_k / 100) in
 // integer arithmetic, so 40000 × 70% is 28000. The last tier runs from
 // T_last to infinity, which fixes the seed's fill loops (a gap or an
 // overwrite when the last tier is not at 100%).
@@ -107,11 +120,10 @@ func Compile(p Policy) (Table, error) {
 	if err := p.Validate(); err != nil {
 		return Table{}, err
 	}
-	bounds, _ := p.bounds()
+	bounds := p.bounds()
 	drops := make([]uint32, len(p.Tiers)+1)
 	for k, t := range p.Tiers {
-		d, _ := floatMicro(t.Drop)
-		drops[k+1] = dropThreshold(d)
+		drops[k+1] = dropThreshold(t.Drop.micro)
 	}
 	last := bounds[len(bounds)-1]
 	var shift uint
@@ -125,12 +137,10 @@ func Compile(p Policy) (Table, error) {
 		Shift:      shift,
 		Bounds:     bounds,
 		Drops:      drops,
+		Selectors:  compileSelectors(p),
 	}
-	k := 0
 	for i := range n {
-		for k < len(bounds) && bounds[k] <= i<<shift {
-			k++
-		}
+		k := TierOf(bounds, i<<shift)
 		t.Tiers[i] = uint8(k)
 		t.Thresholds[i] = drops[k]
 	}
@@ -169,19 +179,10 @@ func (t Table) TierStart(k int) uint64 {
 }
 
 // TierOf returns the exact tier of the n-th selected packet of a window
-// (n from 1): the largest k with T_k <= n, or 0 when n < T_1. Unlike
-// Table.Lookup it never rounds, and it computes the thresholds on each call.
-// p should be valid; if a percent or Max is out of range, TierOf returns 0.
+// (n from 1): TierOf(p.Thresholds(), n). Unlike Table.Lookup it never
+// rounds. It returns 0 when p does not Validate.
 func (p Policy) TierOf(n uint64) int {
-	bounds, ok := p.bounds()
-	if !ok {
-		return 0
-	}
-	k := 0
-	for k < len(bounds) && bounds[k] <= n {
-		k++
-	}
-	return k
+	return TierOf(p.Thresholds(), n)
 }
 
 // Thresholds returns T_1..T_K in packets, T_k = floor(max × at_k / 100)
@@ -190,6 +191,5 @@ func (p Policy) Thresholds() []uint64 {
 	if p.Validate() != nil {
 		return nil
 	}
-	b, _ := p.bounds()
-	return b
+	return p.bounds()
 }

@@ -94,7 +94,7 @@ func (r Rule) PortsString() string {
 
 // String returns "at%→drop%", such as "70%→20%".
 func (t Tier) String() string {
-	return formatPercent(t.At) + "→" + formatPercent(t.Drop)
+	return t.At.String() + "→" + t.Drop.String()
 }
 
 // String returns the policy on one line for logs, such as

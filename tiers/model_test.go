@@ -50,7 +50,7 @@ func TestModelCountsDropped(t *testing.T) {
 	// Every packet from n = 1 on is in a tier that drops all.
 	p := Default()
 	p.Max = 10
-	p.Tiers = []Tier{{10, 100}}
+	p.Tiers = []Tier{{Pct(10), Pct(100)}}
 	tab := mustCompile(t, p)
 	m := NewModel(p, tab, func() uint32 { t.Fatal("rand drawn for drop 100%"); return 0 })
 	for i := uint64(1); i <= 20; i++ {
@@ -64,7 +64,7 @@ func TestModelCountsDropped(t *testing.T) {
 func TestModelModes(t *testing.T) {
 	p := Default()
 	p.Max = 100
-	p.Tiers = []Tier{{10, 0}, {20, 50}, {30, 100}} // T = 10, 20, 30
+	p.Tiers = []Tier{{Pct(10), Pct(0)}, {Pct(20), Pct(50)}, {Pct(30), Pct(100)}} // T = 10, 20, 30
 	tab := mustCompile(t, p)
 	type want struct {
 		n       uint64
@@ -113,7 +113,7 @@ func TestModelAgreesWithExpected(t *testing.T) {
 			p := Default()
 			p.Mode = c.mode
 			p.Max = 1000
-			p.Tiers = []Tier{{50, 10}, {70, 20}, {80, 50}, {100, 90}, {150, 100}}
+			p.Tiers = []Tier{{Pct(50), Pct(10)}, {Pct(70), Pct(20)}, {Pct(80), Pct(50)}, {Pct(100), Pct(90)}, {Pct(150), Pct(100)}}
 			const windows, perWindow = 400, 2500
 			tab := mustCompile(t, p)
 			e, err := Expected(p, perWindow)

@@ -3,7 +3,6 @@ package tiers
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -18,7 +17,7 @@ func TestDefault(t *testing.T) {
 		Mode:   ModeEnforce,
 		Window: time.Second,
 		Max:    40000,
-		Tiers:  []Tier{{70, 20}, {80, 50}, {100, 100}},
+		Tiers:  []Tier{{Pct(70), Pct(20)}, {Pct(80), Pct(50)}, {Pct(100), Pct(100)}},
 		Select: []Rule{
 			{Proto: ProtoUDP, Ports: []PortRange{{514, 514}}, Count: CountPackets},
 			{Proto: ProtoTCP, Ports: []PortRange{{601, 601}, {6514, 6514}}, Count: CountSYN},
@@ -29,7 +28,7 @@ func TestDefault(t *testing.T) {
 		t.Fatalf("Default() = %+v\nwant %+v", got, want)
 	}
 	// Each call is a fresh copy.
-	got.Tiers[0].At = 1
+	got.Tiers[0].At = Pct(1)
 	got.Select[0].Ports[0].First = 1
 	if again := Default(); !reflect.DeepEqual(again, want) {
 		t.Fatalf("Default() changed by its caller: %+v", again)
@@ -78,10 +77,10 @@ func TestParseYAML(t *testing.T) {
 			p.Mode, p.Window = ModeOff, 500*time.Millisecond
 		}},
 		{"percent forms", `tiers: [{at: 12.5, drop: "7%"}, {at: "70", drop: 20.25%}, {at: 100%, drop: 100}]`, func(p *Policy) {
-			p.Tiers = []Tier{{12.5, 7}, {70, 20.25}, {100, 100}}
+			p.Tiers = []Tier{{MustParsePercent("12.5"), Pct(7)}, {Pct(70), MustParsePercent("20.25")}, {Pct(100), Pct(100)}}
 		}},
 		{"at over 100%", `tiers: [{at: 150%, drop: 100%}]`, func(p *Policy) {
-			p.Tiers = []Tier{{150, 100}}
+			p.Tiers = []Tier{{Pct(150), Pct(100)}}
 		}},
 		{"count defaults by proto", "select:\n  - {proto: tcp, ports: [601]}\n  - {proto: udp, ports: [514]}\n  - {proto: tcp, ports: [10514], count: packets}\n", func(p *Policy) {
 			p.Select = []Rule{
@@ -100,7 +99,7 @@ func TestParseYAML(t *testing.T) {
 		}},
 		{"empty exempt", "exempt: {sources: []}\n", func(p *Policy) {}},
 		{"anchors", "max: &m 500\ntiers: [{at: *m, drop: 100}]\n", func(p *Policy) {
-			p.Max, p.Tiers = 500, []Tier{{500, 100}}
+			p.Max, p.Tiers = 500, []Tier{{Pct(500), Pct(100)}}
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -253,10 +252,11 @@ func TestValidate(t *testing.T) {
 		{"window", func(p *Policy) { p.Window = 0 }, ErrWindow, "window"},
 		{"max", func(p *Policy) { p.Max = 0 }, ErrMax, "max"},
 		{"no tiers", func(p *Policy) { p.Tiers = nil }, ErrEmptyTiers, "tiers"},
-		{"float at", func(p *Policy) { p.Tiers[0].At = tenth + 2*tenth }, ErrPercentRange, "tiers[0].at"},
-		{"NaN drop", func(p *Policy) { p.Tiers[1].Drop = math.NaN() }, ErrPercentRange, "tiers[1].drop"},
-		{"infinite at", func(p *Policy) { p.Tiers[2].At = math.Inf(1) }, ErrPercentRange, "tiers[2].at"},
-		{"order", func(p *Policy) { p.Tiers[2].At = 80 }, ErrTierOrder, "tiers[2].at"},
+		{"zero at", func(p *Policy) { p.Tiers[0].At = Pct(0) }, ErrPercentRange, "tiers[0].at"},
+		{"negative drop", func(p *Policy) { p.Tiers[1].Drop = PercentFromMicro(-1) }, ErrPercentRange, "tiers[1].drop"},
+		{"drop over 100", func(p *Policy) { p.Tiers[1].Drop = PercentFromMicro(100_000_001) }, ErrPercentRange, "tiers[1].drop"},
+		{"huge at", func(p *Policy) { p.Tiers[2].At = Pct(MaxAtPercent + 1) }, ErrPercentRange, "tiers[2].at"},
+		{"order", func(p *Policy) { p.Tiers[2].At = Pct(80) }, ErrTierOrder, "tiers[2].at"},
 		{"no select", func(p *Policy) { p.Select = nil }, ErrEmptySelect, "select"},
 		{"proto", func(p *Policy) { p.Select[1].Proto = 1 }, ErrProto, "select[1].proto"},
 		{"no ports", func(p *Policy) { p.Select[0].Ports = nil }, ErrPort, "select[0].ports"},
@@ -276,10 +276,6 @@ func TestValidate(t *testing.T) {
 		t.Errorf("Default().Validate() = %v", err)
 	}
 }
-
-// tenth is a variable, so that tenth + 2*tenth is computed in float64
-// (0.30000000000000004), not as an exact constant.
-var tenth = 0.1
 
 func TestParsePropertiesSeed(t *testing.T) {
 	// The seed's config block, verbatim, comments and all.
@@ -314,7 +310,7 @@ limiter.max 1000
 limiter.strategys[0].limit=50% // half
 `, func(p *Policy) {
 			p.Mode, p.Max = ModeOff, 1000
-			p.Tiers = []Tier{{50, 12.5}, {90, 100}}
+			p.Tiers = []Tier{{Pct(50), MustParsePercent("12.5")}, {Pct(90), Pct(100)}}
 		}},
 		{"switch true, max only", "limiter.switch=TRUE\nlimiter.max=5", func(p *Policy) { p.Max = 5 }},
 		{"continuation", "limiter.max=40\\\n   000\n", func(p *Policy) { p.Max = 40000 }},

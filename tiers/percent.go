@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -66,23 +67,41 @@ func parseMicro(s string) (micro int64, ok, fine bool) {
 	return v, true, false
 }
 
-// floatMicro converts a percent held as float64 to micro-percent, exactly:
-// it reads back the shortest decimal that round-trips to f, which is the
-// decimal the config wrote. ok is false for NaN, infinities, magnitudes over
-// maxMicro and more than six decimal places.
-func floatMicro(f float64) (micro int64, ok bool) {
-	if f != f || f > 1e9 || f < -1e9 {
-		return 0, false
-	}
-	m, ok, _ := parseMicro(strconv.FormatFloat(f, 'f', -1, 64))
-	return m, ok
-}
+// Percent is an exact percent, held as an integer count of micro-percent
+// (1% = 10^6) from parse onward, so that T_k = floor(max × at / 100) and the
+// drop thresholds are computed without floating-point error. It is a struct
+// so that an untyped number cannot be mistaken for one: write Pct(70),
+// PercentFromMicro(12_500_000) or ParsePercent("12.5%"). The zero value is 0%.
+type Percent struct{ micro int64 }
 
-// microFloat is the float64 nearest to a micro-percent value. For the
-// values parseMicro accepts it round-trips through floatMicro.
-func microFloat(m int64) float64 {
-	f, _ := strconv.ParseFloat(formatMicro(m), 64)
-	return f
+// Pct returns whole percent p: Pct(70) is 70%.
+func Pct(p int64) Percent { return Percent{p * microPerPercent} }
+
+// PercentFromMicro returns m micro-percent: PercentFromMicro(12_500_000) is 12.5%.
+func PercentFromMicro(m int64) Percent { return Percent{m} }
+
+// Micro returns the percent in micro-percent (70% is 70_000_000).
+func (p Percent) Micro() int64 { return p.micro }
+
+// Ratio returns the percent as a ratio, 0..1 for 0%..100%: 70% is 0.7. It is
+// for display and statistics only; thresholds never go through it.
+func (p Percent) Ratio() float64 { return float64(p.micro) / microHundred }
+
+// String returns the percent as a minimal decimal with its sign: "70%", "12.5%".
+func (p Percent) String() string { return formatMicro(p.micro) + "%" }
+
+// ParsePercent parses "70", "12.5" or "12.5%" exactly (see parseMicro).
+// Returns ErrType for text that is not a plain decimal and ErrPercentRange
+// for more than six decimal places; ranges are Validate's job.
+func ParsePercent(s string) (Percent, error) {
+	m, ok, fine := parseMicro(strings.TrimSuffix(strings.TrimSpace(s), "%"))
+	if !ok {
+		if fine {
+			return Percent{}, fmt.Errorf("%w: at most %d decimal places", ErrPercentRange, percentDecimals)
+		}
+		return Percent{}, fmt.Errorf("%w: want a percent such as 70, 70%% or 12.5%%", ErrType)
+	}
+	return Percent{m}, nil
 }
 
 // formatMicro prints micro-percent as a minimal decimal, without the sign %.
@@ -102,7 +121,12 @@ func formatMicro(m int64) string {
 	return s
 }
 
-// formatPercent prints a percent for messages and summaries: "70%", "12.5%".
-func formatPercent(f float64) string {
-	return strconv.FormatFloat(f, 'f', -1, 64) + "%"
+// MustParsePercent is ParsePercent for literals known to be valid, such as
+// defaults and tests; it panics on an error.
+func MustParsePercent(s string) Percent {
+	p, err := ParsePercent(s)
+	if err != nil {
+		panic(fmt.Sprintf("tiers: MustParsePercent(%q): %v", s, err))
+	}
+	return p
 }

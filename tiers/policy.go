@@ -63,8 +63,8 @@ type Rule struct {
 // Tier is one step of the policy. At is a percent of Policy.Max (> 0, may
 // exceed 100); Drop is the drop percent in [0, 100].
 type Tier struct {
-	At   float64
-	Drop float64
+	At   Percent
+	Drop Percent
 }
 
 // Policy is a parsed and validated tierlimit policy.

@@ -141,10 +141,10 @@ func ParseProperties(data []byte) (Policy, error) {
 					Err: fmt.Errorf("%w: a strategy needs limit and rate", ErrMissingKey)}
 			}
 			var err error
-			if p.Tiers[j].At, err = parsePercent(s.limit.value); err != nil {
+			if p.Tiers[j].At, err = ParsePercent(s.limit.value); err != nil {
 				return Policy{}, s.limit.wrap(err)
 			}
-			if p.Tiers[j].Drop, err = parsePercent(s.rate.value); err != nil {
+			if p.Tiers[j].Drop, err = ParsePercent(s.rate.value); err != nil {
 				return Policy{}, s.rate.wrap(err)
 			}
 			keys[fmt.Sprintf("tiers[%d].at", j)] = *s.limit

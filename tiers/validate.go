@@ -23,7 +23,7 @@ func configErr(key, value string, sentinel error, format string, args ...any) *C
 // (0, MaxWindow]; ErrMax when Max is not in [1, MaxPackets]; ErrEmptyTiers
 // for no tiers; ErrTooMany for more than MaxTiers tiers or MaxSelectRules
 // rules; ErrPercentRange when an At is not in (0, MaxAtPercent], a Drop not
-// in [0, 100], or either has more than six decimal places; ErrTierOrder when
+// in [0, 100]; ErrTierOrder when
 // At does not strictly increase; ErrEmptySelect for no select rules;
 // ErrProto for a protocol other than tcp or udp; ErrPort for a rule without
 // ports, a port 0 or a range with First > Last; ErrCIDR for an invalid
@@ -49,19 +49,16 @@ func (p Policy) Validate() error {
 	}
 	for i, t := range p.Tiers {
 		key := fmt.Sprintf("tiers[%d]", i)
-		at, ok := floatMicro(t.At)
-		if !ok || at <= 0 || at > MaxAtPercent*microPerPercent {
-			return configErr(key+".at", formatPercent(t.At), ErrPercentRange,
-				"at must be more than 0%% and at most %d%%, with at most %d decimal places", MaxAtPercent, percentDecimals)
+		if t.At.micro <= 0 || t.At.micro > MaxAtPercent*microPerPercent {
+			return configErr(key+".at", t.At.String(), ErrPercentRange,
+				"at must be more than 0%% and at most %d%%", MaxAtPercent)
 		}
-		drop, ok := floatMicro(t.Drop)
-		if !ok || drop < 0 || drop > microHundred {
-			return configErr(key+".drop", formatPercent(t.Drop), ErrPercentRange,
-				"drop must be from 0%% to 100%%, with at most %d decimal places", percentDecimals)
+		if t.Drop.micro < 0 || t.Drop.micro > microHundred {
+			return configErr(key+".drop", t.Drop.String(), ErrPercentRange, "drop must be from 0%% to 100%%")
 		}
-		if i > 0 && t.At <= p.Tiers[i-1].At {
-			return configErr(key+".at", formatPercent(t.At), ErrTierOrder,
-				"at must be greater than tiers[%d].at (%s)", i-1, formatPercent(p.Tiers[i-1].At))
+		if i > 0 && t.At.micro <= p.Tiers[i-1].At.micro {
+			return configErr(key+".at", t.At.String(), ErrTierOrder,
+				"at must be greater than tiers[%d].at (%s)", i-1, p.Tiers[i-1].At)
 		}
 	}
 	if len(p.Select) == 0 {

@@ -361,31 +361,16 @@ func (ps *yamlParser) tiers(key string, v *yaml.Node) ([]Tier, error) {
 }
 
 // percentNode parses at or drop: a number or text like "70%" or "12.5%".
-func percentNode(key string, v *yaml.Node) (float64, error) {
+func percentNode(key string, v *yaml.Node) (Percent, error) {
 	s, err := scalar(key, v, "a percent such as 70 or 12.5%")
 	if err != nil {
-		return 0, err
+		return Percent{}, err
 	}
-	f, err := parsePercent(s)
+	pc, err := ParsePercent(s)
 	if err != nil {
-		return 0, &ConfigError{Key: key, Value: s, Line: v.Line, Err: err}
+		return Percent{}, &ConfigError{Key: key, Value: s, Line: v.Line, Err: err}
 	}
-	return f, nil
-}
-
-// parsePercent parses "70", "12.5" or "12.5%" exactly (see parseMicro) and
-// returns it as float64. Returns ErrType for text that is not a plain
-// decimal and ErrPercentRange for more than six decimal places; ranges are
-// Validate's job.
-func parsePercent(s string) (float64, error) {
-	m, ok, fine := parseMicro(strings.TrimSuffix(strings.TrimSpace(s), "%"))
-	if !ok {
-		if fine {
-			return 0, fmt.Errorf("%w: at most %d decimal places", ErrPercentRange, percentDecimals)
-		}
-		return 0, fmt.Errorf("%w: want a percent such as 70, 70%% or 12.5%%", ErrType)
-	}
-	return microFloat(m), nil
+	return pc, nil
 }
 
 func (ps *yamlParser) rules(key string, v *yaml.Node) ([]Rule, error) {

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -50,12 +49,12 @@ func nftRules(p tiers.Policy, dev string) (string, error) {
 		drop := p.Tiers[k-1].Drop
 		w("\tchain tier%d {", k)
 		switch {
-		case drop >= 100:
+		case drop.Ratio() >= 1:
 			w("\t\tcounter drop")
-		case drop <= 0:
+		case drop.Micro() <= 0:
 			w("\t\tcounter accept")
 		default:
-			w("\t\tnumgen random mod 10000 < %d counter drop", int(math.Round(drop*100)))
+			w("\t\tnumgen random mod 10000 < %d counter drop", (drop.Micro()+5_000)/10_000)
 			w("\t\tcounter accept")
 		}
 		w("\t}")
@@ -95,7 +94,7 @@ func nftRules(p tiers.Policy, dev string) (string, error) {
 func tierString(p tiers.Policy) string {
 	var s []string
 	for _, t := range p.Tiers {
-		s = append(s, fmt.Sprintf("%g%%→%g%%", t.At, t.Drop))
+		s = append(s, t.String())
 	}
 	return strings.Join(s, ", ")
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -92,7 +91,7 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	for k := 0; k <= K; k++ {
 		at, drop, from := "-", "0%", uint64(1)
 		if k > 0 {
-			at, drop, from = percent(p.Tiers[k-1].At), percent(p.Tiers[k-1].Drop), t.Bounds[k-1]
+			at, drop, from = p.Tiers[k-1].At.String(), p.Tiers[k-1].Drop.String(), t.Bounds[k-1]
 		}
 		rng := fmt.Sprintf("[%d, ∞)", from)
 		if k < K {
@@ -162,10 +161,6 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	}
 	fmt.Fprintf(out, "\nexempt sources: %s\n", prefixes(p.Exempt, "none"))
 	return nil
-}
-
-func percent(f float64) string {
-	return strconv.FormatFloat(f, 'f', -1, 64) + "%"
 }
 
 func prefixes[P fmt.Stringer](ps []P, none string) string {

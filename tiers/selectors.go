@@ -1,0 +1,130 @@
+package tiers
+
+import (
+	"net/netip"
+	"slices"
+)
+
+// Key encodings of the XDP program's selector maps. They mirror bpf/types.h
+// (enum tl_const, enum tl_port_flag); bpf's TestContract fails when the two
+// disagree. Keys here are slot-relative: package bpf adds the slot.
+const (
+	// PortKeys is the number of destination-port keys per protocol: a
+	// PortSelector's Key is PortKeys × isTCP + port.
+	PortKeys = 65536
+	// PortFlagPackets marks a port that a rule without dests selects for
+	// every packet.
+	PortFlagPackets = 1
+	// PortFlagSYN marks a port that a tcp rule without dests selects for
+	// connection attempts (SYN without ACK) only.
+	PortFlagSYN = 2
+	// LPMTagBits is how many bits of a PrefixKey's Prefixlen cover its Tag,
+	// which comes before the address.
+	LPMTagBits = 32
+	// LPMAddrBits is how many bits of a PrefixKey's Prefixlen can cover its
+	// address: IPv6, or IPv4 as IPv4-mapped IPv6 (RFC 4291 §2.5.5.2).
+	LPMAddrBits = 128
+	// DestRuleBits is the width of the rule number in a dests Tag; the
+	// program's tag is slot << DestRuleBits | rule.
+	DestRuleBits = 8
+)
+
+// PortSelector is what the select rules say about one destination port of
+// one protocol: an entry of the program's ports map.
+type PortSelector struct {
+	// Key is PortKeys × isTCP + port.
+	Key uint32
+	// Flags holds PortFlagPackets and PortFlagSYN, for rules without dests.
+	Flags uint32
+	// CidrRules has bit i set when rule i, which has dests, selects the port.
+	CidrRules uint32
+}
+
+// PrefixKey is a prefix as the program's LPM tries hold it.
+type PrefixKey struct {
+	// Prefixlen is LPMTagBits plus the prefix length in Addr's 128 bits.
+	Prefixlen uint32
+	// Tag is the rule number for dests (the program adds the slot above
+	// DestRuleBits) and 0 for exempt sources (the program's tag is the slot).
+	Tag uint32
+	// Addr is the masked address, IPv4 as IPv4-mapped IPv6.
+	Addr [16]byte
+}
+
+// Prefix returns the prefix that k encodes, as written in the config.
+func (k PrefixKey) Prefix() netip.Prefix {
+	a := netip.AddrFrom16(k.Addr)
+	bits := int(k.Prefixlen - LPMTagBits)
+	if a.Is4In6() && bits >= 96 {
+		return netip.PrefixFrom(a.Unmap(), bits-96)
+	}
+	return netip.PrefixFrom(a, bits)
+}
+
+// Selectors are a policy's select rules and exempt sources in the key
+// encoding of the program's maps.
+type Selectors struct {
+	// Ports lists the ports that some rule selects, by increasing Key.
+	Ports []PortSelector
+	// SynRules has bit i set when rule i has dests and counts SYN only.
+	SynRules uint32
+	// Dests holds the destination prefixes of the rules that have dests.
+	Dests []PrefixKey
+	// Exempt holds the exempt source prefixes.
+	Exempt []PrefixKey
+}
+
+// prefixKey encodes pfx with tag.
+func prefixKey(tag uint32, pfx netip.Prefix) PrefixKey {
+	pfx = pfx.Masked()
+	bits := pfx.Bits()
+	if pfx.Addr().Is4() {
+		bits += 96
+	}
+	return PrefixKey{Prefixlen: LPMTagBits + uint32(bits), Tag: tag, Addr: pfx.Addr().As16()}
+}
+
+// compileSelectors encodes the select rules and exempt sources of a valid
+// policy.
+func compileSelectors(p Policy) Selectors {
+	var s Selectors
+	byKey := map[uint32]*PortSelector{}
+	for i, r := range p.Select {
+		base := uint32(0)
+		if r.Proto == ProtoTCP {
+			base = PortKeys
+		}
+		for _, pr := range r.Ports {
+			for port := uint32(pr.First); port <= uint32(pr.Last); port++ {
+				ps := byKey[base+port]
+				if ps == nil {
+					ps = &PortSelector{Key: base + port}
+					byKey[ps.Key] = ps
+				}
+				switch {
+				case len(r.Dests) > 0:
+					ps.CidrRules |= 1 << i
+				case r.Count == CountSYN:
+					ps.Flags |= PortFlagSYN
+				default:
+					ps.Flags |= PortFlagPackets
+				}
+			}
+		}
+		if len(r.Dests) > 0 && r.Count == CountSYN {
+			s.SynRules |= 1 << i
+		}
+		for _, d := range r.Dests {
+			s.Dests = append(s.Dests, prefixKey(uint32(i), d))
+		}
+	}
+	s.Ports = make([]PortSelector, 0, len(byKey))
+	for _, ps := range byKey {
+		s.Ports = append(s.Ports, *ps)
+	}
+	slices.SortFunc(s.Ports, func(a, b PortSelector) int { return int(a.Key) - int(b.Key) })
+	for _, e := range p.Exempt {
+		s.Exempt = append(s.Exempt, prefixKey(0, e))
+	}
+	return s
+}
