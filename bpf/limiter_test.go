@@ -2,6 +2,7 @@ package bpf_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -352,6 +353,110 @@ func TestApplySwapsWholePolicy(t *testing.T) {
 				t.Fatalf("lenient policy: udp/1514 should be unselected")
 			}
 		}
+	}
+}
+
+// TestApplySwapsUnderTraffic runs packets through the program on one
+// goroutine while another applies three policies in turn as fast as Apply
+// allows (three, so that each slot is rewritten with a different policy
+// than it held), and checks that every packet saw one whole policy: its
+// action and the one counter it moved are policy A's, B's or C's answer for
+// that frame, never a mix such as A's selectors with B's settings.
+func TestApplySwapsUnderTraffic(t *testing.T) {
+	udp := func(ports ...uint16) []tiers.Rule {
+		var r []tiers.Rule
+		for _, p := range ports {
+			r = append(r, tiers.Rule{Proto: tiers.ProtoUDP, Ports: []tiers.PortRange{{First: p, Last: p}}})
+		}
+		return r
+	}
+	always := []tiers.Tier{{At: tiers.Pct(100), Drop: tiers.Pct(100)}}
+	a := tiers.Default() // both ports, max 1: every packet in tier 1, dropped
+	a.Window, a.Max, a.Tiers, a.Select = time.Hour, 1, always, udp(514, 1514)
+	b := tiers.Default() // udp/514, max 10^6: tier 0, passed
+	b.Window, b.Max, b.Select = time.Hour, 1_000_000, udp(514)
+	c := tiers.Default() // udp/1514, max 1, dry-run: tier 1, would_drop
+	c.Window, c.Max, c.Tiers, c.Select, c.Mode = time.Hour, 1, always, udp(1514), tiers.ModeDryRun
+	pols := []tiers.Policy{a, b, c}
+	tabs := []tiers.Table{mustCompile(t, a), mustCompile(t, b), mustCompile(t, c)}
+	h := newHarness(t, c)
+
+	type outcome struct {
+		action  uint32
+		counter string
+	}
+	// What each frame does under A, B and C.
+	want := map[string][3]outcome{
+		"udp/514":  {{xdpDrop, "tier1/drop"}, {xdpPass, "tier0/pass"}, {xdpPass, "unselected"}},
+		"udp/1514": {{xdpDrop, "tier1/drop"}, {xdpPass, "unselected"}, {xdpPass, "tier1/would_drop"}},
+	}
+	frames := map[string][]byte{"udp/514": UDP4(t, 514), "udp/1514": UDP4(t, 1514)}
+	moved := func(before, after bpf.Stats) string {
+		for _, c := range []struct {
+			name string
+			n    func(bpf.Stats) uint64
+		}{
+			{"unselected", func(s bpf.Stats) uint64 { return s.Unselected.Packets }},
+			{"tier1/drop", func(s bpf.Stats) uint64 { return s.Selected[1][tiers.VerdictDrop].Packets }},
+			{"tier1/would_drop", func(s bpf.Stats) uint64 { return s.Selected[1][tiers.VerdictWouldDrop].Packets }},
+			{"tier0/pass", func(s bpf.Stats) uint64 { return s.Selected[0][tiers.VerdictPass].Packets }},
+		} {
+			if c.n(after) != c.n(before) {
+				return c.name
+			}
+		}
+		return "other"
+	}
+
+	stop := make(chan struct{})
+	applied := make(chan int)
+	errc := make(chan error, 1)
+	go func() {
+		n := 0
+		defer func() { applied <- n }()
+		for i := 0; ; i = (i + 1) % 3 {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := h.l.Apply(pols[i], tabs[i]); err != nil {
+				errc <- err
+				return
+			}
+			n++
+		}
+	}()
+	seen := map[string]int{}
+	var bad string
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; i < 6000 && bad == "" && time.Now().Before(deadline); i++ {
+		name := []string{"udp/514", "udp/1514"}[i%2]
+		before := h.stats()
+		got := outcome{h.run(frames[name]), ""}
+		got.counter = moved(before, h.stats())
+		bad = fmt.Sprintf("packet %d (%s): action %d, counter %s: no whole policy gives that (A, B, C: %v)",
+			i, name, got.action, got.counter, want[name])
+		for k, w := range want[name] {
+			if got == w {
+				seen[fmt.Sprintf("%s %c", name, 'A'+k)]++
+				bad = ""
+			}
+		}
+	}
+	close(stop)
+	n := <-applied
+	select {
+	case err := <-errc:
+		t.Fatal(err)
+	default:
+	}
+	if bad != "" {
+		t.Fatal(bad)
+	}
+	t.Logf("%d applies; outcomes %v", n, seen)
+	if len(seen) < 4 {
+		t.Errorf("packets saw only %v over %d applies: the swaps did not interleave with traffic", seen, n)
 	}
 }
 
