@@ -107,58 +107,72 @@ func runReceive(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	}
 	pc := ipv4.NewPacketConn(conn)
 
-	var (
-		received, processed, appDropped, bytes, malformed, windows atomic.Uint64
-		readErr                                                    = make(chan error, 1)
-	)
-	snapshot := func() receiverStats {
-		return receiverStats{
-			Received: received.Load(), Processed: processed.Load(), AppDropped: appDropped.Load(),
-			Windows: windows.Load(), Bytes: bytes.Load(), Malformed: malformed.Load(),
-		}
-	}
-	go func() {
-		msgs := make([]ipv4.Message, *batch)
-		for i := range msgs {
-			msgs[i].Buffers = [][]byte{make([]byte, 2048)}
-		}
-		for {
-			n, err := pc.ReadBatch(msgs, 0)
-			if err != nil {
-				readErr <- err
-				return
-			}
-			var rec, proc, drop, b, bad uint64
-			for _, m := range msgs[:n] {
-				rec++
-				if lim != nil && !lim.admit(time.Now().UnixNano()) {
-					drop++
-					continue
-				}
-				// The "application": check the RFC 5424 PRI and account.
-				if msg := m.Buffers[0][:m.N]; len(msg) < 3 || msg[0] != '<' {
-					bad++
-				}
-				proc++
-				b += uint64(m.N)
-			}
-			received.Add(rec)
-			processed.Add(proc)
-			appDropped.Add(drop)
-			bytes.Add(b)
-			malformed.Add(bad)
-			if lim != nil {
-				windows.Store(lim.opened)
-			}
-		}
-	}()
-
-	out := json.NewEncoder(stdout)
-	fmt.Fprintln(stdout, "ready")
-	lines := make(chan string)
+	var c recvCounters
+	readErr := make(chan error, 1)
+	go func() { readErr <- c.readLoop(pc, *batch, lim) }()
 	if *untilSignal {
 		stdin = neverReader{}
 	}
+	return c.serve(ctx, stdin, stdout, readErr)
+}
+
+// recvCounters are the receiver's counters, written by readLoop and read
+// by serve.
+type recvCounters struct {
+	received, processed, appDropped, bytes, malformed, windows atomic.Uint64
+}
+
+func (c *recvCounters) snapshot() receiverStats {
+	return receiverStats{
+		Received: c.received.Load(), Processed: c.processed.Load(), AppDropped: c.appDropped.Load(),
+		Windows: c.windows.Load(), Bytes: c.bytes.Load(), Malformed: c.malformed.Load(),
+	}
+}
+
+// readLoop reads batches of datagrams with recvmmsg, runs the in-app
+// limiter (when lim is set) and the "application" on each, and counts.
+// It returns the first read error.
+func (c *recvCounters) readLoop(pc *ipv4.PacketConn, batch int, lim *appLimiter) error {
+	msgs := make([]ipv4.Message, batch)
+	for i := range msgs {
+		msgs[i].Buffers = [][]byte{make([]byte, 2048)}
+	}
+	for {
+		n, err := pc.ReadBatch(msgs, 0)
+		if err != nil {
+			return err
+		}
+		var rec, proc, drop, b, bad uint64
+		for _, m := range msgs[:n] {
+			rec++
+			if lim != nil && !lim.admit(time.Now().UnixNano()) {
+				drop++
+				continue
+			}
+			// The "application": check the RFC 5424 PRI and account.
+			if msg := m.Buffers[0][:m.N]; len(msg) < 3 || msg[0] != '<' {
+				bad++
+			}
+			proc++
+			b += uint64(m.N)
+		}
+		c.received.Add(rec)
+		c.processed.Add(proc)
+		c.appDropped.Add(drop)
+		c.bytes.Add(b)
+		c.malformed.Add(bad)
+		if lim != nil {
+			c.windows.Store(lim.opened)
+		}
+	}
+}
+
+// serve prints "ready", then the counters as JSON for each "stats" line on
+// stdin, and once more when stdin ends or ctx is done.
+func (c *recvCounters) serve(ctx context.Context, stdin io.Reader, stdout io.Writer, readErr <-chan error) error {
+	out := json.NewEncoder(stdout)
+	fmt.Fprintln(stdout, "ready")
+	lines := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(stdin)
 		for sc.Scan() {
@@ -169,15 +183,15 @@ func runReceive(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	for {
 		select {
 		case <-ctx.Done():
-			return out.Encode(snapshot())
+			return out.Encode(c.snapshot())
 		case err := <-readErr:
 			return fmt.Errorf("recvmmsg: %w", err)
 		case l, ok := <-lines:
 			if !ok {
-				return out.Encode(snapshot())
+				return out.Encode(c.snapshot())
 			}
 			if l == "stats" {
-				if err := out.Encode(snapshot()); err != nil {
+				if err := out.Encode(c.snapshot()); err != nil {
 					return err
 				}
 			}

@@ -75,17 +75,8 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	rep := &report{opts: o, env: environment(), start: start}
 
 	if o.bpfTest != "" {
-		fmt.Fprintln(stderr, "figures 1-3: bpf benchmarks")
-		out, err := runBPFBench(ctx, o, stderr)
-		if werr := os.WriteFile(filepath.Join(raw, "bpf-bench.txt"), out, 0o644); werr != nil {
-			return werr
-		}
-		if err != nil {
+		if err := rep.runBPFFigures(ctx, raw, stderr); err != nil {
 			return err
-		}
-		rep.bench = parseBench(out)
-		if len(rep.bench) == 0 {
-			return errors.New("the bpf benchmarks printed no results")
 		}
 	}
 
@@ -103,21 +94,8 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		rep.floods = append(rep.floods, floodSet{source: src, cfg: c, methods: ms, runs: res})
 	}
 
-	loads := sweepLoads
-	if o.quick {
-		loads = sweepLoadsQuick
-	}
-	fmt.Fprintf(stderr, "plot: sweep of %d loads\n", len(loads))
-	for _, m := range []method{methodXDP, methodApp, methodNFT} {
-		pts, err := sweep(ctx, cfg, m, loads)
-		if err != nil {
-			return err
-		}
-		rep.sweep = append(rep.sweep, pts...)
-	}
-	rep.plot = "offered-vs-passed.png"
-	if err := plotSweep(filepath.Join(o.out, rep.plot), cfg, rep.sweep); err != nil {
-		return fmt.Errorf("plot: %w", err)
+	if err := rep.runSweep(ctx, cfg, stderr); err != nil {
+		return err
 	}
 	rep.elapsed = time.Since(start)
 
@@ -134,6 +112,46 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s and %s in %v\n", path, filepath.Join(o.out, rep.plot), rep.elapsed.Round(time.Second))
+	return nil
+}
+
+// runBPFFigures runs figures 1-3, the bpf benchmarks, and keeps their raw
+// output in raw/.
+func (rep *report) runBPFFigures(ctx context.Context, raw string, stderr io.Writer) error {
+	fmt.Fprintln(stderr, "figures 1-3: bpf benchmarks")
+	out, err := runBPFBench(ctx, rep.opts, stderr)
+	if werr := os.WriteFile(filepath.Join(raw, "bpf-bench.txt"), out, 0o644); werr != nil {
+		return werr
+	}
+	if err != nil {
+		return err
+	}
+	rep.bench = parseBench(out)
+	if len(rep.bench) == 0 {
+		return errors.New("the bpf benchmarks printed no results")
+	}
+	return nil
+}
+
+// runSweep measures offered vs passed at each sweep load for each limiter
+// and plots it.
+func (rep *report) runSweep(ctx context.Context, cfg *floodConfig, stderr io.Writer) error {
+	loads := sweepLoads
+	if rep.opts.quick {
+		loads = sweepLoadsQuick
+	}
+	fmt.Fprintf(stderr, "plot: sweep of %d loads\n", len(loads))
+	for _, m := range []method{methodXDP, methodApp, methodNFT} {
+		pts, err := sweep(ctx, cfg, m, loads)
+		if err != nil {
+			return err
+		}
+		rep.sweep = append(rep.sweep, pts...)
+	}
+	rep.plot = "offered-vs-passed.png"
+	if err := plotSweep(filepath.Join(rep.opts.out, rep.plot), cfg, rep.sweep); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
 	return nil
 }
 
