@@ -40,6 +40,10 @@ func TestContract(t *testing.T) {
 	eq("tiers.ModeDryRun / TL_MODE_DRY_RUN", uint64(tiers.ModeDryRun), uint64(bpf.LimiterTlModeTL_MODE_DRY_RUN))
 	eq("tiers.ModeOff / TL_MODE_OFF", uint64(tiers.ModeOff), uint64(bpf.LimiterTlModeTL_MODE_OFF))
 	eq("tiers.AlwaysDrop / TL_THR_ALWAYS", tiers.AlwaysDrop, uint64(bpf.LimiterTlThrTL_THR_ALWAYS))
+	eq("tiers.SevNormal / TL_SEV_NORMAL", uint64(tiers.SevNormal), uint64(bpf.LimiterTlSevClassTL_SEV_NORMAL))
+	eq("tiers.SevProtected / TL_SEV_PROTECTED", uint64(tiers.SevProtected), uint64(bpf.LimiterTlSevClassTL_SEV_PROTECTED))
+	eq("tiers.SevShedFirst / TL_SEV_SHED_FIRST", uint64(tiers.SevShedFirst), uint64(bpf.LimiterTlSevClassTL_SEV_SHED_FIRST))
+	eq("tiers.NumSeverityClasses / TL_SEV_CLASSES", tiers.NumSeverityClasses, uint64(bpf.LimiterTlSevClassTL_SEV_CLASSES))
 	eq("tier 0 threshold / TL_THR_NEVER", uint64(mustCompile(t, tiers.Default()).Drops[0]), uint64(bpf.LimiterTlThrTL_THR_NEVER))
 
 	// Key encodings.
@@ -70,6 +74,7 @@ func TestContract(t *testing.T) {
 	eq("misc_stats entries / TL_MISC_MAX", uint64(bpf.LimiterTlMiscTL_MISC_MAX), size("misc_stats"))
 	eq("exempt_sources entries / bpf.PrefixEntries", uint64(bpf.PrefixEntries), size("exempt_sources"))
 	eq("select_dests entries / bpf.PrefixEntries", uint64(bpf.PrefixEntries), size("select_dests"))
+	eq("severity_stats entries / classes × verdicts + 2", tiers.NumSeverityClasses*tiers.NumVerdicts+2, size("severity_stats"))
 	eq("frag_verdicts entries / bpf.FragmentEntries", uint64(bpf.FragmentEntries), size("frag_verdicts"))
 	// The slot must fit the tags: exempt tag = slot, dests tag = slot << DestRuleBits | rule.
 	if slots<<tiers.DestRuleBits >= 1<<tiers.LPMTagBits {

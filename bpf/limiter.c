@@ -98,6 +98,15 @@ struct {
 	__type(value, struct tl_stat);
 } misc_stats SEC(".maps");
 
+/* Severity-aware shedding, per CPU: selected UDP packets by
+ * [class * TL_VERDICTS + verdict], then enum tl_sev_stat. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TL_SEV_STATS);
+	__type(key, __u32);
+	__type(value, struct tl_stat);
+} severity_stats SEC(".maps");
+
 /* Verdict (TL_PASS or TL_DROP) of recent first fragments, for their followers. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -262,6 +271,31 @@ static __always_inline int parse_tcp(struct cursor *c, struct pkt *p)
 	return 0;
 }
 
+/* The syslog <PRI> at the start of a UDP payload (RFC 5424 §6.2.1, RFC 3164
+ * §4.1.1): "<", 1 to 3 digits without a leading zero, a value 0..191, ">".
+ * Returns the severity (PRI mod 8), or -1 when it is missing, malformed or
+ * out of range, or the payload ends first. Reads at most 5 bytes. */
+static __always_inline int parse_pri(const struct cursor *c)
+{
+	const __u8 *b = c->pos;
+	__u32 v = 0;
+
+	if ((void *)(b + 3) > c->end || b[0] != '<')
+		return -1;
+#pragma unroll
+	for (int i = 1; i <= 4; i++) {
+		if ((void *)(b + i + 1) > c->end)
+			return -1;
+		__u8 ch = b[i];
+		if (ch == '>')
+			return (i == 1 || v > 191) ? -1 : (int)(v & 7);
+		if (i == 4 || ch < '0' || ch > '9' || (i == 2 && b[1] == '0'))
+			return -1;
+		v = v * 10 + (ch - '0');
+	}
+	return -1;
+}
+
 /* Writes the source (dst = 0) or destination address as 16 bytes, IPv4 as
  * IPv4-mapped IPv6 (RFC 4291 §2.5.5.2). */
 static __always_inline void load_addr(const struct pkt *p, int dst, __u8 out[16])
@@ -374,10 +408,46 @@ static __always_inline __u64 window_count(struct tl_window *w, const struct tl_s
 		w->start_jiffies = jiffies;
 		w->last_count = __sync_lock_test_and_set(&w->count, 1);
 		w->opened++;
+		/* A packet of the old window may still add to or pay the debt
+		 * after this: it then counts in the new window (one per other
+		 * CPU at most, in practice). */
+		__sync_lock_test_and_set(&w->debt, 0);
 		return 1;
 	}
 count:
 	return __sync_fetch_and_add(&w->count, 1) + 1;
+}
+
+/* Severity-aware shedding (DESIGN.md §7) of a UDP packet of class cls whose
+ * tier says drop (1) or pass (0); returns the final drop. A protected packet
+ * takes a drop verdict as a pass while the window's debt is under
+ * protect_budget, and adds one to it; any other packet takes a pass verdict
+ * as a drop while the debt is positive, and pays one off. Each side adds
+ * first and undoes when it overshot, so with any number of CPUs the debt
+ * that stays is in [0, protect_budget]: protection never gives the
+ * collector more than protect_budget extra packets per window. The debt is
+ * read as signed: an add and its undo may leave it at -1 for an instant. */
+static __always_inline int severity_verdict(struct tl_window *w, const struct tl_settings *s, __u32 cls,
+					    int drop, __u64 bytes)
+{
+	if (drop && cls == TL_SEV_PROTECTED) {
+		if ((__s64)READ_ONCE(w->debt) >= (__s64)s->protect_budget)
+			return drop;
+		if ((__s64)__sync_fetch_and_add(&w->debt, 1) < (__s64)s->protect_budget) {
+			count(&severity_stats, TL_SEV_PROTECTED_PASS, bytes);
+			return 0;
+		}
+		__sync_fetch_and_sub(&w->debt, 1);
+		return drop;
+	}
+	if (!drop && cls != TL_SEV_PROTECTED && (__s64)READ_ONCE(w->debt) > 0) {
+		if ((__s64)__sync_fetch_and_sub(&w->debt, 1) > 0) {
+			count(&severity_stats, TL_SEV_PAID_DROP, bytes);
+			return 1;
+		}
+		__sync_fetch_and_add(&w->debt, 1);
+	}
+	return drop;
 }
 
 /* A non-first fragment carries no L4 header: it is never counted, and takes
@@ -452,13 +522,34 @@ int tierlimit(struct xdp_md *ctx)
 	if (!e)
 		goto unselected;
 
+	__u32 thr = e->thr;
+	__u32 cls = TL_SEV_NORMAL;
+	int sev_on = s->sev_on && l4 == IPPROTO_UDP;
+	if (sev_on) {
+		int sev = parse_pri(&c);
+		if (sev >= 0)
+			cls = s->sev_class[sev & 7];
+		if (cls == TL_SEV_SHED_FIRST) {
+			__u32 tier = e->tier;
+			if (tier > TL_MAX_TIERS)
+				tier = TL_MAX_TIERS;
+			thr = s->shed_drops[tier];
+		}
+	}
+
 	/* TL_THR_NEVER never drops and TL_THR_ALWAYS always does, whatever the draw. */
 	__u32 verdict = TL_PASS;
-	__u32 thr = e->thr;
-	if (thr != TL_THR_NEVER && s->mode != TL_MODE_OFF && (thr == TL_THR_ALWAYS || bpf_get_prandom_u32() < thr))
-		verdict = s->mode == TL_MODE_ENFORCE ? TL_DROP : TL_WOULD_DROP;
+	if (s->mode != TL_MODE_OFF) {
+		int drop = thr != TL_THR_NEVER && (thr == TL_THR_ALWAYS || bpf_get_prandom_u32() < thr);
+		if (sev_on)
+			drop = severity_verdict(w, s, cls, drop, bytes);
+		if (drop)
+			verdict = s->mode == TL_MODE_ENFORCE ? TL_DROP : TL_WOULD_DROP;
+	}
 
 	count(&stats, e->tier * TL_VERDICTS + verdict, bytes);
+	if (sev_on)
+		count(&severity_stats, cls * TL_VERDICTS + verdict, bytes);
 
 	if (p.frag == FRAG_FIRST) {
 		struct tl_frag_key k = {};

@@ -59,6 +59,8 @@ const (
 	portPackets = uint32(LimiterTlPortFlagTL_PORT_PACKETS)
 	portSYN     = uint32(LimiterTlPortFlagTL_PORT_SYN)
 	hasExempt   = uint32(LimiterTlSettingsFlagTL_HAS_EXEMPT)
+
+	sevStats = int(LimiterTlSevStatTL_SEV_STATS)
 )
 
 // slotGrace is how long Apply waits after a slot stopped being active before
@@ -168,6 +170,14 @@ func (l *Limiter) Apply(p tiers.Policy, t tiers.Table) error {
 		set.Bounds[k] = t.TierStart(k + 1)
 	}
 	copy(set.Drops[:], t.Drops)
+	if sv := t.Severity; sv.On {
+		set.SevOn = 1
+		set.ProtectBudget = sv.ProtectBudget
+		copy(set.ShedDrops[:], sv.ShedDrops)
+		for sev, c := range sv.Class {
+			set.SevClass[sev] = uint8(c)
+		}
+	}
 	if len(p.Exempt) > 0 {
 		set.Flags |= hasExempt
 	}
@@ -334,6 +344,12 @@ type Stats struct {
 	// FragmentPass and FragmentDrop count non-first fragments, which follow
 	// the verdict of their first fragment.
 	FragmentPass, FragmentDrop Counter
+	// Severity counts selected UDP packets of policies with a severity
+	// block by [tiers.SeverityClass][tiers.Verdict].
+	Severity [tiers.NumSeverityClasses][Verdicts]Counter
+	// ProtectedPass counts drop verdicts that protection turned into
+	// passes; PaidDrop counts pass verdicts dropped to pay the debt.
+	ProtectedPass, PaidDrop Counter
 }
 
 // SelectedTotal sums Selected over tiers for verdict v.
@@ -371,15 +387,35 @@ func (l *Limiter) Stats() (Stats, error) {
 		}
 	}
 	misc := [miscMax]*Counter{&st.Unselected, &st.Exempt, &st.FragmentPass, &st.FragmentDrop}
-	for i, c := range misc {
-		if err := l.objs.MiscStats.Lookup(uint32(i), &per); err != nil {
-			return Stats{}, fmt.Errorf("read misc_stats[%d]: %w", i, err)
+	if err := sumInto(l.objs.MiscStats, "misc_stats", misc[:]); err != nil {
+		return Stats{}, err
+	}
+	sev := make([]*Counter, 0, sevStats)
+	for c := range st.Severity {
+		for v := range st.Severity[c] {
+			sev = append(sev, &st.Severity[c][v])
+		}
+	}
+	sev = append(sev, &st.ProtectedPass, &st.PaidDrop)
+	if err := sumInto(l.objs.SeverityStats, "severity_stats", sev); err != nil {
+		return Stats{}, err
+	}
+	return st, nil
+}
+
+// sumInto adds entry i of the per-CPU stats map m, summed over CPUs, to
+// dst[i].
+func sumInto(m *ebpf.Map, name string, dst []*Counter) error {
+	var per []LimiterTlStat
+	for i, c := range dst {
+		if err := m.Lookup(uint32(i), &per); err != nil {
+			return fmt.Errorf("read %s[%d]: %w", name, i, err)
 		}
 		for _, s := range per {
 			c.add(s)
 		}
 	}
-	return st, nil
+	return nil
 }
 
 // Window is the shared window's state.
@@ -395,6 +431,9 @@ type Window struct {
 	// StartJiffies is bpf_jiffies64 when the window opened. SetWindow with
 	// 0 makes the next packets read the clock until a window opens.
 	StartJiffies uint64
+	// Debt is the window's drop debt (severity, DESIGN.md §7): protected
+	// passes not yet paid off, packets.
+	Debt uint64
 }
 
 // Window reads the window state.
@@ -403,13 +442,17 @@ func (l *Limiter) Window() (Window, error) {
 	if err := l.objs.Window.Lookup(uint32(0), &w); err != nil {
 		return Window{}, fmt.Errorf("read window: %w", err)
 	}
-	return Window{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, StartJiffies: w.StartJiffies}, nil
+	debt := w.Debt
+	if int64(debt) < 0 { // an add and its undo in flight
+		debt = 0
+	}
+	return Window{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, StartJiffies: w.StartJiffies, Debt: debt}, nil
 }
 
 // SetWindow overwrites the window state, for tests and tools that preload
 // a count. Racing packets may be lost; do not use it under traffic.
 func (l *Limiter) SetWindow(w Window) error {
-	v := LimiterTlWindow{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, StartJiffies: w.StartJiffies}
+	v := LimiterTlWindow{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, StartJiffies: w.StartJiffies, Debt: w.Debt}
 	if err := l.objs.Window.Put(uint32(0), &v); err != nil {
 		return fmt.Errorf("write window: %w", err)
 	}
@@ -436,7 +479,7 @@ func OpenPinned(dir string) (*Limiter, error) {
 		{&l.objs.ActiveSlot, "active_slot"}, {&l.objs.Settings, "settings"}, {&l.objs.TierTable, "tier_table"},
 		{&l.objs.Ports, "ports"}, {&l.objs.ExemptSources, "exempt_sources"}, {&l.objs.SelectDests, "select_dests"},
 		{&l.objs.Window, "window"}, {&l.objs.Stats, "stats"}, {&l.objs.MiscStats, "misc_stats"},
-		{&l.objs.FragVerdicts, "frag_verdicts"},
+		{&l.objs.FragVerdicts, "frag_verdicts"}, {&l.objs.SeverityStats, "severity_stats"},
 	} {
 		m, err := open(f.name)
 		if err != nil {
@@ -468,6 +511,9 @@ type Active struct {
 	// TableLen and Shift describe the table: entry i covers n>>Shift == i.
 	TableLen int
 	Shift    uint
+	// Severity is the severity block's compiled form; Severity.On is false
+	// without one.
+	Severity tiers.SeverityTable
 }
 
 // Active reads the active slot's settings, which hold what tiers.Compile
@@ -504,6 +550,13 @@ func (l *Limiter) Active() (Active, error) {
 	for k := range a.Drops {
 		a.Drops[k] = set.Drops[k]
 		a.DropRatios[k] = tiers.DropRatio(set.Drops[k])
+	}
+	if set.SevOn != 0 {
+		a.Severity = tiers.SeverityTable{On: true, ProtectBudget: set.ProtectBudget,
+			ShedDrops: append([]uint32(nil), set.ShedDrops[:set.Tiers+1]...)}
+		for sev, c := range set.SevClass {
+			a.Severity.Class[sev] = tiers.SeverityClass(c)
+		}
 	}
 	return a, nil
 }

@@ -95,12 +95,33 @@ type LimiterTlSettings struct {
 	Bounds        [16]uint64
 	Drops         [17]uint32
 	Pad           uint32
+	ProtectBudget uint64
+	ShedDrops     [17]uint32
+	SevOn         uint32
+	SevClass      [8]uint8
 }
 
 type LimiterTlSettingsFlag uint32
 
 const (
 	LimiterTlSettingsFlagTL_HAS_EXEMPT LimiterTlSettingsFlag = 1
+)
+
+type LimiterTlSevClass uint32
+
+const (
+	LimiterTlSevClassTL_SEV_NORMAL     LimiterTlSevClass = 0
+	LimiterTlSevClassTL_SEV_PROTECTED  LimiterTlSevClass = 1
+	LimiterTlSevClassTL_SEV_SHED_FIRST LimiterTlSevClass = 2
+	LimiterTlSevClassTL_SEV_CLASSES    LimiterTlSevClass = 3
+)
+
+type LimiterTlSevStat uint32
+
+const (
+	LimiterTlSevStatTL_SEV_PROTECTED_PASS LimiterTlSevStat = 9
+	LimiterTlSevStatTL_SEV_PAID_DROP      LimiterTlSevStat = 10
+	LimiterTlSevStatTL_SEV_STATS          LimiterTlSevStat = 11
 )
 
 type LimiterTlStat struct {
@@ -132,6 +153,7 @@ type LimiterTlWindow struct {
 	LastCount    uint64
 	Opened       uint64
 	StartJiffies uint64
+	Debt         uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -145,6 +167,7 @@ const (
 	LimiterMapPorts         = "ports"
 	LimiterMapSelectDests   = "select_dests"
 	LimiterMapSettings      = "settings"
+	LimiterMapSeverityStats = "severity_stats"
 	LimiterMapStats         = "stats"
 	LimiterMapTierTable     = "tier_table"
 	LimiterMapWindow        = "window"
@@ -208,6 +231,7 @@ type LimiterMapSpecs struct {
 	Ports         *ebpf.MapSpec `ebpf:"ports"`
 	SelectDests   *ebpf.MapSpec `ebpf:"select_dests"`
 	Settings      *ebpf.MapSpec `ebpf:"settings"`
+	SeverityStats *ebpf.MapSpec `ebpf:"severity_stats"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
 	TierTable     *ebpf.MapSpec `ebpf:"tier_table"`
 	Window        *ebpf.MapSpec `ebpf:"window"`
@@ -247,6 +271,7 @@ type LimiterMaps struct {
 	Ports         *ebpf.Map `ebpf:"ports"`
 	SelectDests   *ebpf.Map `ebpf:"select_dests"`
 	Settings      *ebpf.Map `ebpf:"settings"`
+	SeverityStats *ebpf.Map `ebpf:"severity_stats"`
 	Stats         *ebpf.Map `ebpf:"stats"`
 	TierTable     *ebpf.Map `ebpf:"tier_table"`
 	Window        *ebpf.Map `ebpf:"window"`
@@ -261,6 +286,7 @@ func (m *LimiterMaps) Close() error {
 		m.Ports,
 		m.SelectDests,
 		m.Settings,
+		m.SeverityStats,
 		m.Stats,
 		m.TierTable,
 		m.Window,

@@ -60,6 +60,22 @@ enum tl_misc {
 	TL_MISC_MAX = 4,
 };
 
+/* Severity classes of UDP syslog (DESIGN.md §7); values match
+ * tiers.SeverityClass. */
+enum tl_sev_class {
+	TL_SEV_NORMAL = 0,     /* no list, or no valid <PRI> */
+	TL_SEV_PROTECTED = 1,  /* passes a drop verdict while the debt allows */
+	TL_SEV_SHED_FIRST = 2, /* judged at the next tier's rate */
+	TL_SEV_CLASSES = 3,
+};
+
+/* Indexes of severity_stats: class * TL_VERDICTS + verdict, then these. */
+enum tl_sev_stat {
+	TL_SEV_PROTECTED_PASS = TL_SEV_CLASSES * TL_VERDICTS, /* drop verdicts passed by protection */
+	TL_SEV_PAID_DROP = TL_SEV_PROTECTED_PASS + 1,         /* pass verdicts dropped to pay the debt */
+	TL_SEV_STATS = TL_SEV_PROTECTED_PASS + 2,
+};
+
 /* tl_port.flags */
 enum tl_port_flag {
 	TL_PORT_PACKETS = 1, /* a rule without dests counts every packet */
@@ -85,6 +101,7 @@ struct tl_window {
 	__u64 last_count; /* final count of the previous window */
 	__u64 opened;     /* windows opened since the maps were created */
 	__u64 start_jiffies; /* bpf_jiffies64() read just before start_ns; 0: unknown */
+	__u64 debt;          /* severity: protected passes not yet paid off */
 };
 
 /* The policy of one slot, besides its table and its selectors. */
@@ -103,6 +120,13 @@ struct tl_settings {
 	__u64 bounds[TL_MAX_TIERS];
 	__u32 drops[TL_MAX_TIERS + 1];
 	__u32 _pad;
+	/* Severity (DESIGN.md §7), read only when sev_on: the most drop debt
+	 * a window may carry, packets; the threshold of a shed-first datagram
+	 * in each tier; the class (enum tl_sev_class) of each severity 0..7. */
+	__u64 protect_budget;
+	__u32 shed_drops[TL_MAX_TIERS + 1];
+	__u32 sev_on;
+	__u8 sev_class[8];
 };
 
 /* One entry of a compiled tier table. */
@@ -145,6 +169,8 @@ struct tl_contract {
 	enum tl_misc misc;
 	enum tl_port_flag port_flag;
 	enum tl_settings_flag settings_flag;
+	enum tl_sev_class sev_class;
+	enum tl_sev_stat sev_stat;
 };
 
 #endif /* __TL_TYPES_H */

@@ -39,6 +39,8 @@ type Table struct {
 	// Selectors are the policy's select rules and exempt sources, encoded
 	// for the program's maps.
 	Selectors Selectors
+	// Severity is the policy's severity-aware shedding, if any.
+	Severity SeverityTable
 }
 
 // thresholdOf is floor(max × at / 100) for at in micro-percent, exactly.
@@ -138,6 +140,7 @@ func Compile(p Policy) (Table, error) {
 		Bounds:     bounds,
 		Drops:      drops,
 		Selectors:  compileSelectors(p),
+		Severity:   compileSeverity(p, drops),
 	}
 	for i := range n {
 		k := TierOf(bounds, i<<shift)

@@ -40,6 +40,7 @@ func (p Policy) Clone() Policy {
 	p.Tiers = slices.Clone(p.Tiers)
 	p.Exempt = slices.Clone(p.Exempt)
 	p.Select = slices.Clone(p.Select)
+	p.Severity = p.Severity.Clone()
 	for i := range p.Select {
 		p.Select[i].Ports = slices.Clone(p.Select[i].Ports)
 		p.Select[i].Dests = slices.Clone(p.Select[i].Dests)

@@ -15,6 +15,13 @@ type Decision struct {
 	Verdict Verdict
 	// WindowOpened is true when this packet opened a new window (N is 1).
 	WindowOpened bool
+	// Class is the packet's severity class (PacketSeverity), SevNormal
+	// otherwise.
+	Class SeverityClass
+	// Protected is true when protection passed the packet although its
+	// tier said drop; Paid when the packet was dropped (or would_drop)
+	// although its tier said pass, to pay off the window's drop debt.
+	Protected, Paid bool
 }
 
 // Model is the reference model of the XDP limiter for one stream of
@@ -29,6 +36,7 @@ type Model struct {
 	open  bool   // a window has been opened
 	start uint64 // ns, clock of the packet that opened the window
 	count uint64 // selected packets in the window so far
+	debt  uint64 // the window's drop debt (severity)
 }
 
 // NewModel returns a model of policy p compiled as t, with no window open.
@@ -60,19 +68,57 @@ func randUint32() uint32 { return rand.Uint32() }
 // VerdictPass. rand is drawn only when the outcome depends on it, that is
 // when thr is neither 0 nor AlwaysDrop, and never under ModeOff.
 func (m *Model) Packet(nowNs uint64) Decision {
+	return m.judge(nowNs, -1, false)
+}
+
+// PacketSeverity accounts for a selected UDP datagram whose <PRI> has
+// syslog severity sev (SyslogSeverity; -1 when it has none) under the
+// policy's severity block (DESIGN.md §7), as the program does; without one
+// it is Packet. The tier comes from N as in Packet, then:
+//
+//   - a SevShedFirst packet is judged at SeverityTable.ShedDrops[tier]
+//     instead of its tier's threshold;
+//   - unless the mode is ModeOff, a SevProtected packet whose verdict is a
+//     drop passes instead (Protected) while the window's drop debt is under
+//     SeverityTable.ProtectBudget, and adds one to the debt;
+//   - unless the mode is ModeOff, any other packet whose verdict is pass is
+//     dropped instead (Paid) while the debt is positive, and takes one off.
+//
+// Opening a window clears the debt.
+func (m *Model) PacketSeverity(nowNs uint64, sev int) Decision {
+	return m.judge(nowNs, sev, m.table.Severity.On)
+}
+
+func (m *Model) judge(nowNs uint64, sev int, severity bool) Decision {
 	var d Decision
 	if !m.open || nowNs > m.start && nowNs-m.start > m.window {
-		m.open, m.start, m.count = true, nowNs, 0
+		m.open, m.start, m.count, m.debt = true, nowNs, 0, 0
 		d.WindowOpened = true
 	}
 	m.count++
 	d.N = m.count
 	tier, thr := m.table.Lookup(d.N)
 	d.Tier = tier
-	if m.mode == ModeOff || thr == 0 {
+	if m.mode == ModeOff {
 		return d
 	}
-	drop := thr == AlwaysDrop || Dropped(thr, m.rand())
+	if severity && sev >= 0 && sev <= 7 {
+		d.Class = m.table.Severity.Class[sev]
+		if d.Class == SevShedFirst {
+			thr = m.table.Severity.ShedDrops[tier]
+		}
+	}
+	drop := thr == AlwaysDrop || thr != 0 && Dropped(thr, m.rand())
+	if severity {
+		switch {
+		case drop && d.Class == SevProtected && m.debt < m.table.Severity.ProtectBudget:
+			drop, d.Protected = false, true
+			m.debt++
+		case !drop && d.Class != SevProtected && m.debt > 0:
+			drop, d.Paid = true, true
+			m.debt--
+		}
+	}
 	switch {
 	case !drop:
 	case m.mode == ModeEnforce:
@@ -82,6 +128,9 @@ func (m *Model) Packet(nowNs uint64) Decision {
 	}
 	return d
 }
+
+// Debt returns the current window's drop debt (PacketSeverity).
+func (m *Model) Debt() uint64 { return m.debt }
 
 // N returns the count of the current window: the N of the latest packet,
 // or 0 before the first.

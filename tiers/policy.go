@@ -82,4 +82,7 @@ type Policy struct {
 	// Exempt lists source prefixes that always pass and are never counted
 	// in the window.
 	Exempt []netip.Prefix
+	// Severity configures severity-aware shedding of UDP syslog (DESIGN.md
+	// §7); nil turns it off.
+	Severity *Severity
 }

@@ -72,6 +72,9 @@ func (p Policy) Validate() error {
 			return err
 		}
 	}
+	if err := p.Severity.validate(); err != nil {
+		return err
+	}
 	for i, pfx := range p.Exempt {
 		if !pfx.IsValid() {
 			return configErr(fmt.Sprintf("exempt.sources[%d]", i), pfx.String(), ErrCIDR, "invalid prefix")

@@ -304,6 +304,10 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 			p.Select = rules
 			return err
 		}},
+		{"severity", func(key string, v *yaml.Node) (err error) {
+			p.Severity, err = ps.severity(key, v)
+			return err
+		}},
 		{"exempt", func(key string, v *yaml.Node) error {
 			p.Exempt = nil
 			if isNull(v) {

@@ -1,0 +1,283 @@
+package tiers
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// ErrSeverity: a severity that is not a syslog severity name or a number
+// 0..7, one listed twice, or one both protected and shed first.
+var ErrSeverity = errors.New("bad severity")
+
+// SeverityClass is how severity-aware shedding (DESIGN.md §7) treats a UDP
+// syslog datagram, by the severity of its <PRI>. Its values are the XDP
+// program's enum tl_sev_class.
+type SeverityClass uint8
+
+const (
+	// SevNormal datagrams are judged by the tiers as without severity:
+	// severities in no list, and datagrams with no valid <PRI>.
+	SevNormal SeverityClass = iota
+	// SevProtected datagrams pass when their tier says drop, while the
+	// window's drop debt is under the protect budget.
+	SevProtected
+	// SevShedFirst datagrams are judged at the next tier's drop rate in
+	// tiers >= 1, and always dropped in the last tier.
+	SevShedFirst
+	// NumSeverityClasses is the number of classes.
+	NumSeverityClasses = 3
+)
+
+// SeverityClasses lists the classes in order, for metrics and status.
+var SeverityClasses = [NumSeverityClasses]SeverityClass{SevNormal, SevProtected, SevShedFirst}
+
+// String returns "normal", "protected" or "shed_first".
+func (c SeverityClass) String() string {
+	switch c {
+	case SevNormal:
+		return "normal"
+	case SevProtected:
+		return "protected"
+	case SevShedFirst:
+		return "shed_first"
+	}
+	return "SeverityClass(" + strconv.Itoa(int(c)) + ")"
+}
+
+// severityNames are the syslog severity keywords of RFC 5424 §6.2.1 table 2
+// (and syslog.conf), indexed by severity.
+var severityNames = [8]string{"emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"}
+
+// severityAliases are the other spellings syslog.conf accepts.
+var severityAliases = map[string]int{"panic": 0, "error": 3, "warn": 4}
+
+// SeverityName returns the keyword of syslog severity s (0..7): "emerg" ..
+// "debug".
+func SeverityName(s int) string {
+	if s < 0 || s > 7 {
+		return "severity(" + strconv.Itoa(s) + ")"
+	}
+	return severityNames[s]
+}
+
+// ParseSeverity parses a syslog severity keyword (emerg, alert, crit, err,
+// warning, notice, info, debug, and the aliases panic, error, warn) or a
+// number 0..7. Returns an error wrapping ErrSeverity for anything else.
+func ParseSeverity(s string) (int, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if i := slices.Index(severityNames[:], s); i >= 0 {
+		return i, nil
+	}
+	if i, ok := severityAliases[s]; ok {
+		return i, nil
+	}
+	if n, err := strconv.Atoi(s); err == nil && n >= 0 && n <= 7 && s == strconv.Itoa(n) {
+		return n, nil
+	}
+	return 0, fmt.Errorf("%w %q: want a name (emerg, alert, crit, err, warning, notice, info, debug) or 0-7", ErrSeverity, s)
+}
+
+// Severity configures severity-aware shedding (`severity:`, DESIGN.md §7).
+// It applies to UDP select rules only: TCP rules count connection attempts,
+// which carry no syslog message.
+type Severity struct {
+	// Protect lists the protected severities, 0..7.
+	Protect []int
+	// ProtectBudget is the most packets per window, as a percent of max,
+	// that protection may pass over the tiers' verdict: the window's drop
+	// debt stays at or under floor(max × ProtectBudget / 100).
+	ProtectBudget Percent
+	// ShedFirst lists the severities shed first, 0..7.
+	ShedFirst []int
+}
+
+// Clone returns a deep copy of s (nil for nil).
+func (s *Severity) Clone() *Severity {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.Protect, c.ShedFirst = slices.Clone(s.Protect), slices.Clone(s.ShedFirst)
+	return &c
+}
+
+// ClassOf returns the class of syslog severity sev (0..7), or SevNormal
+// for any other value, such as -1 for a datagram without a valid <PRI>.
+func (s *Severity) ClassOf(sev int) SeverityClass {
+	switch {
+	case s == nil || sev < 0 || sev > 7:
+		return SevNormal
+	case slices.Contains(s.Protect, sev):
+		return SevProtected
+	case slices.Contains(s.ShedFirst, sev):
+		return SevShedFirst
+	}
+	return SevNormal
+}
+
+// validate checks the lists and the budget; keys are named as in YAML.
+func (s *Severity) validate() error {
+	if s == nil {
+		return nil
+	}
+	seen := map[int]string{}
+	for _, l := range []struct {
+		key  string
+		sevs []int
+	}{{"severity.protect", s.Protect}, {"severity.shed_first", s.ShedFirst}} {
+		for i, v := range l.sevs {
+			key := fmt.Sprintf("%s[%d]", l.key, i)
+			if v < 0 || v > 7 {
+				return configErr(key, strconv.Itoa(v), ErrSeverity, "want a severity from 0 (emerg) to 7 (debug)")
+			}
+			if prev, ok := seen[v]; ok {
+				return configErr(key, SeverityName(v), ErrSeverity, "already listed as %s", prev)
+			}
+			seen[v] = key
+		}
+	}
+	if b := s.ProtectBudget.micro; b < 0 || b > microHundred {
+		return configErr("severity.protect_budget", s.ProtectBudget.String(), ErrPercentRange, "protect_budget must be from 0%% to 100%% of max")
+	}
+	return nil
+}
+
+// SeverityTable is the severity part of a compiled policy, as the XDP
+// program's settings hold it.
+type SeverityTable struct {
+	// On is false when the policy has no severity block: the program then
+	// never reads a <PRI>.
+	On bool
+	// Class is the class of each severity 0..7.
+	Class [8]SeverityClass
+	// ProtectBudget is the most packets by which protection may raise a
+	// window's passed count: floor(max × protect_budget / 100).
+	ProtectBudget uint64
+	// ShedDrops[k] is the drop threshold of a shed-first datagram in tier k
+	// (0..K): 0 in tier 0, the threshold of tier k+1 in tiers 1..K-1, and
+	// AlwaysDrop in the last tier.
+	ShedDrops []uint32
+}
+
+// compileSeverity fills the severity table of a valid policy whose tier
+// drop thresholds are drops (tiers 0..K).
+func compileSeverity(p Policy, drops []uint32) SeverityTable {
+	if p.Severity == nil {
+		return SeverityTable{}
+	}
+	st := SeverityTable{On: true, ShedDrops: make([]uint32, len(drops))}
+	for sev := range st.Class {
+		st.Class[sev] = p.Severity.ClassOf(sev)
+	}
+	hi, lo := bits.Mul64(p.Max, uint64(p.Severity.ProtectBudget.micro))
+	st.ProtectBudget, _ = bits.Div64(hi, lo, microHundred)
+	last := len(drops) - 1
+	for k := 1; k <= last; k++ {
+		if k == last {
+			st.ShedDrops[k] = AlwaysDrop
+		} else {
+			st.ShedDrops[k] = drops[k+1]
+		}
+	}
+	return st
+}
+
+// SyslogSeverity reads the <PRI> at the start of a UDP syslog payload (RFC
+// 5424 §6.2.1, RFC 3164 §4.1.1: "<", 1 to 3 digits without a leading zero,
+// a value 0..191, ">") and returns its severity, PRI mod 8. ok is false for
+// a missing, malformed or out-of-range PRI, which the program treats as
+// class normal. It reads at most the first 5 bytes, as the program does.
+func SyslogSeverity(payload []byte) (sev int, ok bool) {
+	if len(payload) < 3 || payload[0] != '<' {
+		return 0, false
+	}
+	v := 0
+	for i := 1; i <= 4; i++ {
+		if i >= len(payload) {
+			return 0, false
+		}
+		c := payload[i]
+		switch {
+		case c == '>':
+			if i == 1 || v > 191 {
+				return 0, false
+			}
+			return v % 8, true
+		case i == 4, c < '0' || c > '9', i == 2 && payload[1] == '0':
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+	}
+	return 0, false
+}
+
+// severityList parses a YAML list of severities.
+func (ps *yamlParser) severityList(key string, v *yaml.Node) ([]int, error) {
+	if isNull(v) {
+		return nil, nil
+	}
+	items, err := ps.sequence(key, v, 8, "severities")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, len(items))
+	for i, item := range items {
+		k := fmt.Sprintf("%s[%d]", key, i)
+		s, err := scalar(k, item, "a severity name or 0-7")
+		if err != nil {
+			return nil, err
+		}
+		if out[i], err = ParseSeverity(s); err != nil {
+			return nil, &ConfigError{Key: k, Value: s, Line: item.Line, Err: err}
+		}
+	}
+	return out, nil
+}
+
+// severity parses the `severity:` block; null turns it off.
+func (ps *yamlParser) severity(key string, v *yaml.Node) (*Severity, error) {
+	if isNull(v) {
+		return nil, nil
+	}
+	s := &Severity{ProtectBudget: Pct(5)}
+	_, err := ps.mapping(key, v, []field{
+		{"protect", func(key string, v *yaml.Node) (err error) {
+			s.Protect, err = ps.severityList(key, v)
+			return err
+		}},
+		{"protect_budget", func(key string, v *yaml.Node) (err error) {
+			s.ProtectBudget, err = percentNode(key, v)
+			return err
+		}},
+		{"shed_first", func(key string, v *yaml.Node) (err error) {
+			s.ShedFirst, err = ps.severityList(key, v)
+			return err
+		}},
+	})
+	return s, err
+}
+
+// String returns the block on one line, such as "protect emerg,alert within
+// 5% of max, shed first debug".
+func (s *Severity) String() string {
+	if s == nil {
+		return "off"
+	}
+	names := func(l []int) string {
+		if len(l) == 0 {
+			return "none"
+		}
+		n := make([]string, len(l))
+		for i, v := range l {
+			n[i] = SeverityName(v)
+		}
+		return strings.Join(n, ",")
+	}
+	return fmt.Sprintf("protect %s within %s of max, shed first %s", names(s.Protect), s.ProtectBudget, names(s.ShedFirst))
+}
