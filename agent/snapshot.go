@@ -25,6 +25,9 @@ type Snapshot struct {
 	CurrentTier int
 	// WindowsOpened counts windows since the maps were created.
 	WindowsOpened uint64
+	// DropDebt is the current window's drop debt (severity): 0 once the
+	// window has expired.
+	DropDebt uint64
 }
 
 // TakeSnapshot reads the limiter's maps.
@@ -42,9 +45,9 @@ func TakeSnapshot(l *bpf.Limiter) (Snapshot, error) {
 		return s, err
 	}
 	s.WindowsOpened = w.Opened
-	s.WindowPackets, s.LastWindowPackets = w.Count, w.LastCount
+	s.WindowPackets, s.LastWindowPackets, s.DropDebt = w.Count, w.LastCount, w.Debt
 	if now, err := monotonic(); err == nil && w.Opened > 0 && int64(now-w.StartNs) > int64(s.Policy.Window) {
-		s.WindowPackets, s.LastWindowPackets = 0, w.Count
+		s.WindowPackets, s.LastWindowPackets, s.DropDebt = 0, w.Count, 0
 	}
 	if s.WindowPackets > 0 {
 		s.CurrentTier = tiers.TierOf(s.Policy.Bounds, s.WindowPackets)

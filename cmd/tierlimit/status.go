@@ -63,6 +63,7 @@ type statusJSON struct {
 	Unselected uint64            `json:"unselected_packets"`
 	Exempt     uint64            `json:"exempt_packets"`
 	Fragments  map[string]uint64 `json:"fragment_packets"`
+	Severity   *severityJSON     `json:"severity,omitempty"`
 }
 
 type tierJSON struct {
@@ -113,6 +114,7 @@ func writeStatusJSON(w io.Writer, st agent.Status) error {
 	out.Unselected = st.Stats.Unselected.Packets
 	out.Exempt = st.Stats.Exempt.Packets
 	out.Fragments = map[string]uint64{"pass": st.Stats.FragmentPass.Packets, "drop": st.Stats.FragmentDrop.Packets}
+	out.Severity = severityStatus(st)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
@@ -145,6 +147,7 @@ func writeStatus(w io.Writer, st agent.Status) error {
 		st.WindowPackets, st.CurrentTier, st.LastWindowPackets, st.WindowsOpened)
 	fmt.Fprintf(w, "unselected %d packets, exempt %d, non-first fragments passed %d, dropped %d\n",
 		st.Stats.Unselected.Packets, st.Stats.Exempt.Packets, st.Stats.FragmentPass.Packets, st.Stats.FragmentDrop.Packets)
+	writeSeverityStatus(w, st)
 	return nil
 }
 
