@@ -34,6 +34,7 @@ type collector struct {
 	policyMax, tierThreshold, tierDr *prometheus.Desc
 	policyMode                       *prometheus.Desc
 	reloads, attached, scrapeErrors  *prometheus.Desc
+	severity                         severityDescs
 }
 
 // Collector returns the agent's prometheus.Collector.
@@ -59,6 +60,7 @@ func (a *Agent) Collector() prometheus.Collector {
 		reloads:         d("config_reloads_total", "Policy reloads by result (success, error).", "result"),
 		attached:        d("xdp_attached", "1 while the limiter is attached to the interface, by XDP mode.", "iface", "mode"),
 		scrapeErrors:    d("scrape_errors_total", "BPF map reads that failed during a scrape."),
+		severity:        newSeverityDescs(d),
 	}
 }
 
@@ -70,6 +72,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	} {
 		ch <- d
 	}
+	c.severity.describe(ch)
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -130,6 +133,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.tier, float64(s.CurrentTier))
 		counter(c.windowsOpened, s.WindowsOpened)
 		gauge(c.policyMax, float64(s.Policy.Max))
+		c.severity.collect(ch, s)
 	}
 	counter(c.scrapeErrors, a.scrapeErrors.Load())
 }
@@ -138,7 +142,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // process collectors.
 func (a *Agent) Registry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(a.Collector(), a.severityCollector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(a.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 

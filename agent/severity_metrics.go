@@ -6,21 +6,15 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// severityCollector exports severity-aware shedding (DESIGN.md §7) from the
-// BPF maps at scrape time. Its label sets are bounded: three classes and
-// three verdicts, no severity or source labels.
-type severityCollector struct {
-	a                        *Agent
-	packets, protected, paid *prometheus.Desc
-	debt                     *prometheus.Desc
+// severityDescs are the metrics of severity-aware shedding (DESIGN.md §7),
+// part of the agent's collector. Their label sets are bounded: three
+// classes and three verdicts, no severity or source labels.
+type severityDescs struct {
+	packets, protected, paid, debt *prometheus.Desc
 }
 
-func (a *Agent) severityCollector() prometheus.Collector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, labels, nil)
-	}
-	return &severityCollector{
-		a:         a,
+func newSeverityDescs(d func(name, help string, labels ...string) *prometheus.Desc) severityDescs {
+	return severityDescs{
 		packets:   d("severity_packets_total", "Selected UDP packets of a policy with a severity block, by severity class (protected, normal, shed_first) and verdict.", "class", "verdict"),
 		protected: d("protected_passed_packets_total", "Packets of a protected severity passed although their tier said drop (the window's drop debt)."),
 		paid:      d("debt_paid_packets_total", "Unprotected packets dropped although their tier said pass, to pay off the window's drop debt."),
@@ -28,19 +22,13 @@ func (a *Agent) severityCollector() prometheus.Collector {
 	}
 }
 
-func (c *severityCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c severityDescs) describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.protected, c.paid, c.debt} {
 		ch <- d
 	}
 }
 
-// Collect reads the maps; a failed read is counted by the main collector's
-// scrape, which reads the same maps, so this one only skips its metrics.
-func (c *severityCollector) Collect(ch chan<- prometheus.Metric) {
-	s, err := TakeSnapshot(c.a.lim)
-	if err != nil {
-		return
-	}
+func (c severityDescs) collect(ch chan<- prometheus.Metric, s Snapshot) {
 	for _, cl := range tiers.SeverityClasses {
 		for _, v := range tiers.Verdicts {
 			ch <- prometheus.MustNewConstMetric(c.packets, prometheus.CounterValue, float64(s.Stats.Severity[cl][v].Packets), cl.String(), v.String())

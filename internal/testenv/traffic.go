@@ -24,6 +24,19 @@ func SyslogMessage(burst, seq int) []byte {
 	return fmt.Appendf(nil, "<134>1 2026-11-29T17:00:00.000Z sender tltest 4242 ID47 - burst=%d seq=%d", burst, seq)
 }
 
+// priOf returns the number between a message's leading "<" and ">", or -1.
+func priOf(msg []byte) int {
+	end := bytes.IndexByte(msg, '>')
+	if len(msg) < 3 || msg[0] != '<' || end < 2 {
+		return -1
+	}
+	v, err := strconv.Atoi(string(msg[1:end]))
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
 // burstOf returns the burst number of a SyslogMessage, false for anything else.
 func burstOf(msg []byte) (int, bool) {
 	i := bytes.Index(msg, []byte("burst="))
@@ -46,6 +59,7 @@ type Receiver struct {
 
 	mu       sync.Mutex
 	perBurst map[int]int
+	perPRI   map[int]int // by the message's syslog <PRI>, -1 without one
 	total    int
 	last     time.Time
 	done     chan struct{}
@@ -59,7 +73,7 @@ const RecvBuf = 32 << 20
 // NewReceiver listens on addr inside ns and counts datagrams until tb ends.
 func NewReceiver(tb testing.TB, ns *NS, addr netip.AddrPort) *Receiver {
 	tb.Helper()
-	r := &Receiver{perBurst: map[int]int{}, done: make(chan struct{})}
+	r := &Receiver{perBurst: map[int]int{}, perPRI: map[int]int{}, done: make(chan struct{})}
 	err := ns.Do(func() error {
 		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr))
 		if err != nil {
@@ -105,14 +119,27 @@ func (r *Receiver) loop() {
 			return
 		}
 		b, ok := burstOf(buf[:n])
+		pri := priOf(buf[:n])
 		r.mu.Lock()
 		r.total++
 		if ok {
 			r.perBurst[b]++
 		}
+		r.perPRI[pri]++
 		r.last = time.Now()
 		r.mu.Unlock()
 	}
+}
+
+// CountsByPRI returns the datagrams received by syslog <PRI> (-1: none).
+func (r *Receiver) CountsByPRI() map[int]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[int]int, len(r.perPRI))
+	for k, v := range r.perPRI {
+		out[k] = v
+	}
+	return out
 }
 
 // WaitQuiet returns once nothing has arrived for quiet, or after limit.
@@ -231,6 +258,9 @@ type Bursts struct {
 	Spread   time.Duration // a burst's datagrams spread over this
 	Budget   time.Duration // a late burst stops after this, so that it stays in its window
 	Period   time.Duration // from one burst's start to the next's
+	// Message makes datagram seq of burst; nil is SyslogMessage. It must
+	// keep SyslogMessage's "burst=<burst>" tag for the per-burst counts.
+	Message func(burst, seq int) []byte
 }
 
 // SendBursts sends b's bursts of SyslogMessage(burst, seq) and returns how
@@ -253,7 +283,11 @@ func (s *Sender) SendBursts(ctx context.Context, b Bursts) ([]int, error) {
 		}
 		// Period counts from when the burst really started.
 		next = time.Now().Add(b.Period)
-		n, err := s.Pace(ctx, b.PerBurst, b.Spread, b.Budget, func(seq int) []byte { return SyslogMessage(i, seq) })
+		msg := b.Message
+		if msg == nil {
+			msg = SyslogMessage
+		}
+		n, err := s.Pace(ctx, b.PerBurst, b.Spread, b.Budget, func(seq int) []byte { return msg(i, seq) })
 		sent[i] = n
 		if err != nil {
 			return sent, fmt.Errorf("burst %d: %w", i, err)
