@@ -40,6 +40,10 @@ func BenchmarkProgram(b *testing.B) {
 		// From n = 100, the 100% tier: every packet is dropped, no draw.
 		{"selected-drop", policy(100), UDP4(b, 514)},
 		{"unselected", policy(100), TCP4(b, 22, true, false)},
+		// Severity on (DESIGN.md §7): the <PRI> is read and classed on
+		// every selected UDP packet; <134> is local0.info, class normal.
+		{"selected-pass-severity", withSeverity(policy(100_000_000)), UDP4(b, 514)},
+		{"selected-drop-severity", withSeverity(policy(100)), UDP4(b, 514)},
 	}
 	for _, gate := range []bool{true, false} {
 		opts := bpf.Options{}
@@ -57,6 +61,11 @@ func BenchmarkProgram(b *testing.B) {
 			})
 		}
 	}
+}
+
+func withSeverity(p tiers.Policy) tiers.Policy {
+	p.Severity = &tiers.Severity{Protect: []int{0, 1, 2, 3}, ProtectBudget: tiers.Pct(5), ShedFirst: []int{7}}
+	return p
 }
 
 // benchPaired runs prog and bare on frame, alternating chunk by chunk so
