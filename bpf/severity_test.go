@@ -284,3 +284,35 @@ func TestSeverityDryRun(t *testing.T) {
 			prot, shed, after.ProtectedPass.Packets-before.ProtectedPass.Packets)
 	}
 }
+
+// TestSeverityReload: a reload changes the classes with the rest of the
+// policy, and one without a severity block stops reading the <PRI>; the
+// window and its debt carry on.
+func TestSeverityReload(t *testing.T) {
+	p := severityPolicy(t, 1_000_000)
+	h := newHarness(t, p)
+	frame := syslog4(t, "<10>crit")
+	classOfNext := func() int {
+		before := h.stats()
+		h.run(frame)
+		return classMoved(before, h.stats())
+	}
+	if c := classOfNext(); c != int(tiers.SevProtected) {
+		t.Fatalf("crit protected: class %d", c)
+	}
+	p2 := p.Clone()
+	p2.Severity = &tiers.Severity{ShedFirst: []int{2}, ProtectBudget: tiers.Pct(1)}
+	h.apply(p2)
+	if c := classOfNext(); c != int(tiers.SevShedFirst) {
+		t.Fatalf("after reload, crit shed first: class %d", c)
+	}
+	p3 := p.Clone()
+	p3.Severity = nil
+	h.apply(p3)
+	if c := classOfNext(); c != -1 {
+		t.Fatalf("after reload without severity, class %d counted", c)
+	}
+	if n := h.window().Count; n != 3 {
+		t.Fatalf("window count %d after 3 packets across reloads, want 3", n)
+	}
+}
