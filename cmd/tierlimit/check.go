@@ -50,16 +50,14 @@ with exit code 2.`,
 	return cmd
 }
 
-// warnEmptyTiers logs the tiers that no packet can reach, because max is
-// too small for their at to make a difference after flooring.
+// warnEmptyTiers logs the tiers that no packet can reach (tiers.EmptyTiers).
 func warnEmptyTiers(log *slog.Logger, t tiers.Table) {
-	if len(t.Bounds) > 0 && t.Bounds[0] <= 1 {
-		log.Warn("tier 0 is empty: the first threshold is at most 1 packet", "threshold", t.Bounds[0])
-	}
-	for k := 1; k < len(t.Bounds); k++ {
-		if t.Bounds[k-1] == t.Bounds[k] {
-			log.Warn("tier is empty: its threshold floors to the next tier's", "tier", k, "threshold", t.Bounds[k])
+	for _, k := range tiers.EmptyTiers(t) {
+		if k == 0 {
+			log.Warn("tier 0 is empty: the first threshold is at most 1 packet", "threshold", t.Bounds[0])
+			continue
 		}
+		log.Warn("tier is empty: its threshold floors to the next tier's", "tier", k, "threshold", t.Bounds[k])
 	}
 }
 
