@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tierlimit/tierlimit/internal/earlysignal"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -28,17 +29,16 @@ const (
 	exitUsage   = 2
 )
 
-// sighup receives the process's SIGHUPs, which run reloads on. main
-// subscribes to it, and to SIGINT and SIGTERM, before anything slow runs,
-// so that no signal the command documents finds Go's default action
-// (exit) while the agent starts: a SIGHUP before the agent is ready is
-// kept and reloads once it is. The other commands ignore SIGHUP. It stays
-// nil when tests call run directly.
-var sighup chan os.Signal
+// sighup receives the process's SIGHUPs, which run reloads on. The
+// earlysignal package subscribes to them while the program initialises, so
+// that a SIGHUP while the agent starts never finds Go's default action
+// (exit): one that arrives before the agent is ready is kept and reloads
+// once it is. The other commands ignore SIGHUP. It stays nil when tests
+// call run directly.
+var sighup <-chan os.Signal
 
 func main() {
-	sighup = make(chan os.Signal, 1)
-	signal.Notify(sighup, syscall.SIGHUP)
+	sighup = earlysignal.HUP
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
