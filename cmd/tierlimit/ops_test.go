@@ -113,6 +113,7 @@ func TestClosedStderr(t *testing.T) {
 	if !waitFor(15*time.Second, func() bool { return strings.Contains(logs.String(), "msg=started") }) {
 		t.Fatalf("agent did not start:\n%s", logs.String())
 	}
+	time.Sleep(300 * time.Millisecond) // past startup (TestHUPDuringStartup is that case)
 	reader.Process.Kill()
 	reader.Wait()
 	for range 3 {
