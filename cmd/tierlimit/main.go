@@ -86,6 +86,7 @@ func report(stderr io.Writer, err error) int {
 	if err == nil {
 		return exitOK
 	}
+	err = explain(err)
 	msg := strings.ReplaceAll(err.Error(), "\n", " ")
 	fmt.Fprintf(stderr, "tierlimit: %s\n", msg)
 	if isUsage(err) && !isConfig(err) {

@@ -165,7 +165,7 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 		Logger:     log,
 	}, p)
 	if err != nil {
-		return err
+		return explainRun(err, f)
 	}
 	defer func() {
 		a.Close()
