@@ -153,10 +153,3 @@ func (l *connCap) track(nc net.Conn, s http.ConnState) {
 		delete(l.conns, c)
 	}
 }
-
-// open is the number of connections held.
-func (l *connCap) open() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.conns)
-}
