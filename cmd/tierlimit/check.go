@@ -77,10 +77,21 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	for _, part := range []func(io.Writer, tiers.Policy, tiers.Table) error{printTiers, printTable, printExpected, printSelect} {
+		fmt.Fprintln(out)
+		if err := part(out, p, t); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "\nexempt sources: %s\n", prefixes(p.Exempt, "none"))
+	return nil
+}
 
-	fmt.Fprintln(out)
+// printTiers prints each tier's at, packet range and drop, and where a
+// coarse table makes the tier start.
+func printTiers(out io.Writer, p tiers.Policy, t tiers.Table) error {
 	rounded := t.Shift > 0
-	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprint(w, "TIER\tAT\tPACKETS n\tDROP")
 	if rounded {
 		fmt.Fprint(w, "\tTABLE FROM n")
@@ -105,14 +116,14 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 		}
 		fmt.Fprintln(w)
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
+	return w.Flush()
+}
 
-	fmt.Fprintln(out)
-	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+// printTable prints the table's size, step and rounding.
+func printTable(out io.Writer, _ tiers.Policy, t tiers.Table) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	switch {
-	case !rounded:
+	case t.Shift == 0:
 		fmt.Fprintf(w, "table\t%d entries, step 1 packet\trounding: exact\n", t.Len())
 	case t.MaxRoundingError == 0:
 		fmt.Fprintf(w, "table\t%d entries, step %d packets (n >> %d)\trounding: exact, every threshold is a multiple of the step\n",
@@ -121,11 +132,12 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 		fmt.Fprintf(w, "table\t%d entries, step %d packets (n >> %d)\trounding: tier boundaries move later by at most %d packets\n",
 			t.Len(), uint64(1)<<t.Shift, t.Shift, t.MaxRoundingError)
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
+	return w.Flush()
+}
 
-	fmt.Fprintln(out)
+// printExpected prints the expected passed and dropped packets per window
+// at the checkLoads.
+func printExpected(out io.Writer, p tiers.Policy, t tiers.Table) error {
 	switch p.Mode {
 	case tiers.ModeDryRun:
 		fmt.Fprintln(out, "expected per window (mode dry-run: nothing is dropped; DROPPED is counted as would_drop)")
@@ -134,7 +146,7 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	default:
 		fmt.Fprintln(out, "expected per window")
 	}
-	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "OFFERED\tn\tPASSED\t± σ\tDROPPED\tDROP %\t")
 	for _, l := range checkLoads {
 		offered := p.Max * l.num / l.den
@@ -145,21 +157,17 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 		}
 		fmt.Fprintf(w, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f%%\t\n", l.name, offered, e.Passed, math.Sqrt(e.Variance), e.Dropped, ratio)
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
+	return w.Flush()
+}
 
-	fmt.Fprintln(out)
-	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+// printSelect prints the select rules.
+func printSelect(out io.Writer, p tiers.Policy, _ tiers.Table) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "SELECT\tPROTO\tPORTS\tCOUNT\tDESTS")
 	for i, r := range p.Select {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", i, r.Proto, r.PortsString(), r.Count, prefixes(r.Dests, "any"))
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "\nexempt sources: %s\n", prefixes(p.Exempt, "none"))
-	return nil
+	return w.Flush()
 }
 
 func percent(f float64) string {
