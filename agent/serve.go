@@ -44,7 +44,7 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, maxConns in
 		IdleTimeout:       metricsIdleTimeout,
 		WriteTimeout:      metricsWriteTimeout,
 		ConnState:         capped.track,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	done := make(chan struct{})
 	served := make(chan struct{})
