@@ -118,7 +118,10 @@ func listenMetrics(f runFlags, pin string) (net.Listener, error) {
 	}
 	ln, err := net.Listen("tcp", f.metricsAddr)
 	if err != nil {
-		if pid, held := agent.LockHolder(pin); pin != "" && held {
+		if pin == "" {
+			return nil, fmt.Errorf("metrics listener: %w", err)
+		}
+		if pid, held := agent.LockHolder(pin); held {
 			return nil, fmt.Errorf("%w (%s, pid %s), and it serves %s: stop it first", agent.ErrAgentRunning, pin, pid, f.metricsAddr)
 		}
 		return nil, fmt.Errorf("metrics listener: %w", err)
