@@ -205,26 +205,40 @@ func fdCount(t *testing.T, pid int) int {
 	return len(fds)
 }
 
-// TestIdleMetricsConns (issue 11 case 8): 5 × the cap of idle connections
-// to the metrics port: the agent holds at most agent.MaxMetricsConns of
-// them, /healthz answers, and a SIGHUP reload still works.
+// TestIdleMetricsConns (issue 11 case 8): the agent runs with a hard limit
+// of 200 open files (as a small service limit would be) and gets 5 × the
+// cap of idle connections to its metrics port, more than that limit: it
+// holds at most agent.MaxMetricsConns of them, /healthz answers, and file
+// and SIGHUP reloads still get the fds they need.
 func TestIdleMetricsConns(t *testing.T) {
 	testenv.Require(t)
 	p := testenv.NewPair(t)
 	cfg := writeFile(t, "policy.yaml", runPolicy)
-	a := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--no-pin")
-	if !a.waitLog("serving metrics", 5*time.Second) {
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skip("prlimit (util-linux) not installed")
+	}
+	const nofile = 200
+	a := spawnRun(t, p.Coll, func(c *exec.Cmd) {
+		// prlimit and nsenter both exec: the pid stays the agent's.
+		c.Args = append([]string{prlimit, fmt.Sprintf("--nofile=%d", nofile), "--"}, c.Args...)
+		c.Path = prlimit
+	}, "--iface", p.CollIf, "--config", cfg, "--no-pin")
+	if !a.waitLog("serving metrics", 15*time.Second) {
 		t.Fatalf("no metrics server:\n%s", a.log)
 	}
 	base := fdCount(t, a.cmd.Process.Pid)
 	const idle = 5 * agent.MaxMetricsConns
+	if idle <= nofile {
+		t.Fatalf("%d idle connections do not exceed the limit of %d fds", idle, nofile)
+	}
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
 			c.Close()
 		}
 	}()
-	err := p.Coll.Do(func() error {
+	err = p.Coll.Do(func() error {
 		for range idle {
 			c, err := net.DialTimeout("tcp", "127.0.0.1:9713", 5*time.Second)
 			if err != nil {
