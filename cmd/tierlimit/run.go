@@ -48,8 +48,11 @@ agent is down and a restarted agent adopts them without an attach gap;
 'tierlimit detach --iface IF' removes them. With --no-pin the limiter is
 detached when run stops.
 
-A reload with a bad policy keeps the old one running, logs the error and
-counts it in tierlimit_config_reloads_total{result="error"}.`,
+A file change reloads when the content changes, also behind symlinks (a
+Kubernetes ConfigMap's ..data swap, a file symlinked from another
+directory). A reload with a bad policy keeps the old one running, logs the
+error once and counts it in tierlimit_config_reloads_total{result="error"}.
+The config must be a regular file of at most 4 MiB.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runAgent(cmd.Context(), g, f)
