@@ -209,7 +209,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	lim, err := bpf.Load(opts)
 	if err != nil {
 		if cfg.PinPath != "" {
-			return nil, fmt.Errorf("%w (the maps pinned under %s may be from an incompatible version: tierlimit detach removes them)", err, cfg.PinPath)
+			return nil, fmt.Errorf("%w: %s may hold another version's: %w", ErrIncompatiblePins, cfg.PinPath, err)
 		}
 		return nil, err
 	}
@@ -455,11 +455,11 @@ func (a *Agent) attach(l netlink.Link, pin string) (*Attachment, error) {
 	if x := l.Attrs().Xdp; x != nil && x.Attached {
 		owner := describeProgram(x.ProgId)
 		if programName(x.ProgId) == ProgramName {
-			return nil, fmt.Errorf("%s already runs tierlimit (%s), attached by another agent or pinned under another --pin-path: "+
-				"use that pin path, or remove it with tierlimit detach --iface %s [--pin-path P]", name, owner, name)
+			return nil, fmt.Errorf("%w: %s already runs tierlimit (%s), attached by another agent or pinned under another pin path",
+				ErrPinnedElsewhere, name, owner)
 		}
 		if !a.cfg.Replace {
-			return nil, fmt.Errorf("%w: %s (pass --replace to replace it)", ErrForeignProgram, owner)
+			return nil, fmt.Errorf("%w: %s", ErrForeignProgram, owner)
 		}
 		a.log.Warn("replacing XDP program", "iface", name, "program", owner)
 		for _, f := range []int{nl.XDP_FLAGS_DRV_MODE, nl.XDP_FLAGS_SKB_MODE} {
@@ -505,7 +505,7 @@ func (a *Agent) attach(l netlink.Link, pin string) (*Attachment, error) {
 		if a.cfg.XDPMode == XDPNative {
 			// bpf_link creation carries no extack: the errno is all the
 			// kernel says. EOPNOTSUPP means the driver has no native XDP.
-			err = fmt.Errorf("native mode refused by the driver: %w (try --xdp-mode generic, or auto to fall back)", err)
+			err = fmt.Errorf("%w: %w", ErrNativeRefused, err)
 		} else {
 			err = fmt.Errorf("%s mode: %w", a.cfg.XDPMode, err)
 		}

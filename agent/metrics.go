@@ -1,10 +1,7 @@
 package agent
 
 import (
-	"context"
-	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -165,21 +162,4 @@ func (a *Agent) Handler() http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	return mux
-}
-
-// Serve serves Handler on ln until ctx ends, then shuts the server down.
-// It returns at once; errors after that are logged.
-func (a *Agent) Serve(ctx context.Context, ln net.Listener) {
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-	}()
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("metrics server", "error", err)
-		}
-	}()
 }

@@ -146,8 +146,8 @@ func detachNetlink(iface string) error {
 		flags = nl.XDP_FLAGS_SKB_MODE
 	}
 	if err := netlink.LinkSetXdpFdWithFlags(l, -1, flags); errors.Is(err, unix.EBUSY) {
-		return fmt.Errorf("%w for %s here: its tierlimit (%s) is attached through a bpf_link pinned under another --pin-path, or held by a running agent: pass that --pin-path",
-			ErrNotPinned, iface, describeProgram(x.ProgId))
+		return fmt.Errorf("%w: %w for %s here: its tierlimit (%s) is attached through a bpf_link pinned under another pin path, or held by a running agent",
+			ErrNotPinned, ErrPinnedElsewhere, iface, describeProgram(x.ProgId))
 	} else if err != nil {
 		return fmt.Errorf("detach xdp from %s: %w", iface, err)
 	}

@@ -205,10 +205,13 @@ func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *testenv.
 	if !errors.Is(err, agent.ErrForeignProgram) {
 		t.Fatalf("start on a foreign program: %v, want ErrForeignProgram", err)
 	}
-	for _, want := range []string{fmt.Sprint(id), `"foreign"`, "--replace"} {
+	for _, want := range []string{fmt.Sprint(id), `"foreign"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
+	}
+	if strings.Contains(err.Error(), "--") {
+		t.Errorf("error %q names a command-line flag: that is cmd's wording", err)
 	}
 	if got := testenv.XDP(t, p.Coll, p.CollIf).ID; got != id {
 		t.Fatalf("foreign program %d replaced by %d", id, got)

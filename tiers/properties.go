@@ -37,134 +37,168 @@ func ParseProperties(data []byte) (Policy, error) {
 	if err != nil {
 		return Policy{}, err
 	}
-	p := Default()
-	seen := map[string]propEntry{}
-	type strategy struct{ limit, rate *propEntry }
-	strategies := map[int]*strategy{}
+	ps := propsParser{p: Default(), seen: map[string]propEntry{}, strategies: map[int]*strategy{}, keys: map[string]propEntry{}}
 	for _, e := range entries {
 		if !strings.HasPrefix(e.key, "limiter.") {
 			continue
 		}
-		if prev, ok := seen[e.key]; ok {
-			return Policy{}, e.err(ErrDuplicateKey, "also on line %d", prev.line)
-		}
-		seen[e.key] = e
-		if e.value == "" {
-			return Policy{}, e.err(ErrType, "missing value")
-		}
-		switch e.key {
-		case "limiter.switch":
-			switch strings.ToLower(e.value) {
-			case "true":
-				p.Mode = ModeEnforce
-			case "false":
-				p.Mode = ModeOff
-			default:
-				return Policy{}, e.err(ErrType, "want true or false")
-			}
-			continue
-		case "limiter.max":
-			n, err := strconv.ParseInt(e.value, 10, 64)
-			if err != nil {
-				if errors.Is(err, strconv.ErrRange) {
-					return Policy{}, e.err(ErrMax, "must be from 1 to %d packets", uint64(MaxPackets))
-				}
-				return Policy{}, e.err(ErrType, "want a whole number of packets")
-			}
-			if n <= 0 {
-				return Policy{}, e.err(ErrMax, "must be from 1 to %d packets", uint64(MaxPackets))
-			}
-			p.Max = uint64(n)
-			continue
-		}
-		m := strategyKeyRE.FindStringSubmatch(e.key)
-		if m == nil {
-			return Policy{}, e.err(ErrUnknownKey,
-				"want limiter.switch, limiter.max, limiter.strategys[i].limit or limiter.strategys[i].rate")
-		}
-		i, err := strconv.Atoi(m[1])
-		if err != nil || i >= MaxTiers {
-			return Policy{}, e.err(ErrTooMany, "index %s: at most %d tiers, indices 0 to %d", m[1], MaxTiers, MaxTiers-1)
-		}
-		s := strategies[i]
-		if s == nil {
-			s = &strategy{}
-			strategies[i] = s
-		}
-		// A key "[1]" and a key "[01]" are the same strategy.
-		entry := e
-		if m[2] == "limit" {
-			if s.limit != nil {
-				return Policy{}, e.err(ErrDuplicateKey, "also on line %d", s.limit.line)
-			}
-			s.limit = &entry
-		} else {
-			if s.rate != nil {
-				return Policy{}, e.err(ErrDuplicateKey, "also on line %d", s.rate.line)
-			}
-			s.rate = &entry
+		if err := ps.entry(e); err != nil {
+			return Policy{}, err
 		}
 	}
-
-	// keys maps Validate's key paths to the entries they came from.
-	keys := map[string]propEntry{}
-	if e, ok := seen["limiter.switch"]; ok {
-		keys["mode"] = e
-	}
-	if e, ok := seen["limiter.max"]; ok {
-		keys["max"] = e
-	}
-	if len(strategies) > 0 {
-		indices := make([]int, 0, len(strategies))
-		for i := range strategies {
-			indices = append(indices, i)
-		}
-		slices.Sort(indices)
-		p.Tiers = make([]Tier, len(indices))
-		for j, i := range indices {
-			s := strategies[i]
-			first := s.limit
-			if first == nil {
-				first = s.rate
-			}
-			if i != j {
-				return Policy{}, &ConfigError{Key: fmt.Sprintf("limiter.strategys[%d]", j), Line: first.line,
-					Err: fmt.Errorf("%w: indices must run 0, 1, 2, … without gaps, and strategys[%d] follows strategys[%d]", ErrMissingKey, i, j-1)}
-			}
-			prefix := fmt.Sprintf("limiter.strategys[%d].", i)
-			if s.limit == nil || s.rate == nil {
-				missing := "limit"
-				if s.limit != nil {
-					missing = "rate"
-				}
-				return Policy{}, &ConfigError{Key: prefix + missing, Line: first.line,
-					Err: fmt.Errorf("%w: a strategy needs limit and rate", ErrMissingKey)}
-			}
-			var err error
-			if p.Tiers[j].At, err = ParsePercent(s.limit.value); err != nil {
-				return Policy{}, s.limit.wrap(err)
-			}
-			if p.Tiers[j].Drop, err = ParsePercent(s.rate.value); err != nil {
-				return Policy{}, s.rate.wrap(err)
-			}
-			keys[fmt.Sprintf("tiers[%d].at", j)] = *s.limit
-			keys[fmt.Sprintf("tiers[%d].drop", j)] = *s.rate
-			keys[fmt.Sprintf("tiers[%d]", j)] = *s.limit
-		}
-	}
-	if len(seen) == 0 {
+	if len(ps.seen) == 0 {
 		return Policy{}, &ConfigError{Err: fmt.Errorf("%w: no limiter.* key (limiter.switch, limiter.max, limiter.strategys[i].limit and .rate)", ErrEmptyConfig)}
 	}
-	if err := p.Validate(); err != nil {
+	if err := ps.tiers(); err != nil {
+		return Policy{}, err
+	}
+	return ps.validate()
+}
+
+// propsParser holds what ParseProperties has read so far.
+type propsParser struct {
+	p          Policy
+	seen       map[string]propEntry // limiter.* entries by key
+	strategies map[int]*strategy    // by index
+	// keys maps Validate's key paths to the entries they came from.
+	keys map[string]propEntry
+}
+
+// strategy is one limiter.strategys[i]: its limit and rate entries.
+type strategy struct{ limit, rate *propEntry }
+
+// entry reads one limiter.* entry.
+func (ps *propsParser) entry(e propEntry) error {
+	if prev, ok := ps.seen[e.key]; ok {
+		return e.err(ErrDuplicateKey, "also on line %d", prev.line)
+	}
+	ps.seen[e.key] = e
+	if e.value == "" {
+		return e.err(ErrType, "missing value")
+	}
+	switch e.key {
+	case "limiter.switch":
+		ps.keys["mode"] = e
+		return ps.modeSwitch(e)
+	case "limiter.max":
+		ps.keys["max"] = e
+		return ps.max(e)
+	}
+	m := strategyKeyRE.FindStringSubmatch(e.key)
+	if m == nil {
+		return e.err(ErrUnknownKey,
+			"want limiter.switch, limiter.max, limiter.strategys[i].limit or limiter.strategys[i].rate")
+	}
+	return ps.strategyEntry(e, m[1], m[2])
+}
+
+// modeSwitch reads limiter.switch: true is enforce, false is off.
+func (ps *propsParser) modeSwitch(e propEntry) error {
+	switch strings.ToLower(e.value) {
+	case "true":
+		ps.p.Mode = ModeEnforce
+	case "false":
+		ps.p.Mode = ModeOff
+	default:
+		return e.err(ErrType, "want true or false")
+	}
+	return nil
+}
+
+// max reads limiter.max, a whole number of packets.
+func (ps *propsParser) max(e propEntry) error {
+	n, err := strconv.ParseInt(e.value, 10, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return e.err(ErrType, "want a whole number of packets")
+	}
+	if err != nil || n <= 0 {
+		return e.err(ErrMax, "must be from 1 to %d packets", uint64(MaxPackets))
+	}
+	ps.p.Max = uint64(n)
+	return nil
+}
+
+// strategyEntry reads limiter.strategys[index].field (limit or rate).
+func (ps *propsParser) strategyEntry(e propEntry, index, field string) error {
+	i, err := strconv.Atoi(index)
+	if err != nil || i >= MaxTiers {
+		return e.err(ErrTooMany, "index %s: at most %d tiers, indices 0 to %d", index, MaxTiers, MaxTiers-1)
+	}
+	s := ps.strategies[i]
+	if s == nil {
+		s = &strategy{}
+		ps.strategies[i] = s
+	}
+	// A key "[1]" and a key "[01]" are the same strategy.
+	slot := &s.rate
+	if field == "limit" {
+		slot = &s.limit
+	}
+	if *slot != nil {
+		return e.err(ErrDuplicateKey, "also on line %d", (*slot).line)
+	}
+	entry := e
+	*slot = &entry
+	return nil
+}
+
+// tiers turns the strategies into the policy's tiers, in index order. The
+// indices must run 0, 1, 2, … and each strategy needs limit and rate.
+func (ps *propsParser) tiers() error {
+	if len(ps.strategies) == 0 {
+		return nil
+	}
+	indices := make([]int, 0, len(ps.strategies))
+	for i := range ps.strategies {
+		indices = append(indices, i)
+	}
+	slices.Sort(indices)
+	ps.p.Tiers = make([]Tier, len(indices))
+	for j, i := range indices {
+		s := ps.strategies[i]
+		first := s.limit
+		if first == nil {
+			first = s.rate
+		}
+		if i != j {
+			return &ConfigError{Key: fmt.Sprintf("limiter.strategys[%d]", j), Line: first.line,
+				Err: fmt.Errorf("%w: indices must run 0, 1, 2, … without gaps, and strategys[%d] follows strategys[%d]", ErrMissingKey, i, j-1)}
+		}
+		if s.limit == nil || s.rate == nil {
+			missing := "limit"
+			if s.limit != nil {
+				missing = "rate"
+			}
+			return &ConfigError{Key: fmt.Sprintf("limiter.strategys[%d].%s", i, missing), Line: first.line,
+				Err: fmt.Errorf("%w: a strategy needs limit and rate", ErrMissingKey)}
+		}
+		var err error
+		if ps.p.Tiers[j].At, err = ParsePercent(s.limit.value); err != nil {
+			return s.limit.wrap(err)
+		}
+		if ps.p.Tiers[j].Drop, err = ParsePercent(s.rate.value); err != nil {
+			return s.rate.wrap(err)
+		}
+		ps.keys[fmt.Sprintf("tiers[%d].at", j)] = *s.limit
+		ps.keys[fmt.Sprintf("tiers[%d].drop", j)] = *s.rate
+		ps.keys[fmt.Sprintf("tiers[%d]", j)] = *s.limit
+	}
+	return nil
+}
+
+// validate validates the policy, naming the .properties key and line of
+// an error where Validate's key came from one.
+func (ps *propsParser) validate() (Policy, error) {
+	if err := ps.p.Validate(); err != nil {
 		var ce *ConfigError
 		if errors.As(err, &ce) {
-			if e, ok := keys[ce.Key]; ok {
+			if e, ok := ps.keys[ce.Key]; ok {
 				return Policy{}, e.wrap(ce.Err)
 			}
 		}
 		return Policy{}, err
 	}
-	return p, nil
+	return ps.p, nil
 }
 
 var strategyKeyRE = regexp.MustCompile(`^limiter\.strategys\[([0-9]+)\]\.(limit|rate)$`)

@@ -67,7 +67,7 @@ func parseYAML(data []byte, base Policy) (Policy, error) {
 }
 
 func emptyConfig() error {
-	return &ConfigError{Err: fmt.Errorf("%w: write the keys you mean (omitted keys take the defaults; tierlimit check shows them)", ErrEmptyConfig)}
+	return &ConfigError{Err: fmt.Errorf("%w: write the keys you mean (omitted keys take the defaults)", ErrEmptyConfig)}
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)

@@ -49,16 +49,14 @@ with exit code 2.`,
 	return cmd
 }
 
-// warnEmptyTiers logs the tiers that no packet can reach, because max is
-// too small for their at to make a difference after flooring.
+// warnEmptyTiers logs the tiers that no packet can reach (tiers.EmptyTiers).
 func warnEmptyTiers(log *slog.Logger, t tiers.Table) {
-	if len(t.Bounds) > 0 && t.Bounds[0] <= 1 {
-		log.Warn("tier 0 is empty: the first threshold is at most 1 packet", "threshold", t.Bounds[0])
-	}
-	for k := 1; k < len(t.Bounds); k++ {
-		if t.Bounds[k-1] == t.Bounds[k] {
-			log.Warn("tier is empty: its threshold floors to the next tier's", "tier", k, "threshold", t.Bounds[k])
+	for _, k := range tiers.EmptyTiers(t) {
+		if k == 0 {
+			log.Warn("tier 0 is empty: the first threshold is at most 1 packet", "threshold", t.Bounds[0])
+			continue
 		}
+		log.Warn("tier is empty: its threshold floors to the next tier's", "tier", k, "threshold", t.Bounds[k])
 	}
 }
 
@@ -78,10 +76,22 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	for _, part := range []func(io.Writer, tiers.Policy, tiers.Table) error{printTiers, printTable, printExpected, printSelect} {
+		fmt.Fprintln(out)
+		if err := part(out, p, t); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "\nexempt sources: %s\n", prefixes(p.Exempt, "none"))
+	printSeverityCheck(out, p, t)
+	return nil
+}
 
-	fmt.Fprintln(out)
+// printTiers prints each tier's at, packet range and drop, and where a
+// coarse table makes the tier start.
+func printTiers(out io.Writer, p tiers.Policy, t tiers.Table) error {
 	rounded := t.Shift > 0
-	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprint(w, "TIER\tAT\tPACKETS n\tDROP")
 	if rounded {
 		fmt.Fprint(w, "\tTABLE FROM n")
@@ -106,14 +116,14 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 		}
 		fmt.Fprintln(w)
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
+	return w.Flush()
+}
 
-	fmt.Fprintln(out)
-	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+// printTable prints the table's size, step and rounding.
+func printTable(out io.Writer, _ tiers.Policy, t tiers.Table) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	switch {
-	case !rounded:
+	case t.Shift == 0:
 		fmt.Fprintf(w, "table\t%d entries, step 1 packet\trounding: exact\n", t.Len())
 	case t.MaxRoundingError == 0:
 		fmt.Fprintf(w, "table\t%d entries, step %d packets (n >> %d)\trounding: exact, every threshold is a multiple of the step\n",
@@ -122,11 +132,12 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 		fmt.Fprintf(w, "table\t%d entries, step %d packets (n >> %d)\trounding: tier boundaries move later by at most %d packets\n",
 			t.Len(), uint64(1)<<t.Shift, t.Shift, t.MaxRoundingError)
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
+	return w.Flush()
+}
 
-	fmt.Fprintln(out)
+// printExpected prints the expected passed and dropped packets per window
+// at the checkLoads.
+func printExpected(out io.Writer, p tiers.Policy, t tiers.Table) error {
 	switch p.Mode {
 	case tiers.ModeDryRun:
 		fmt.Fprintln(out, "expected per window (mode dry-run: nothing is dropped; DROPPED is counted as would_drop)")
@@ -135,7 +146,7 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	default:
 		fmt.Fprintln(out, "expected per window")
 	}
-	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "OFFERED\tn\tPASSED\t± σ\tDROPPED\tDROP %\t")
 	for _, l := range checkLoads {
 		offered := p.Max * l.num / l.den
@@ -146,23 +157,19 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 		}
 		fmt.Fprintf(w, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f%%\t\n", l.name, offered, e.Passed, math.Sqrt(e.Variance), e.Dropped, ratio)
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
+	return w.Flush()
+}
 
-	fmt.Fprintln(out)
-	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+// printSelect prints the select rules.
+func printSelect(out io.Writer, p tiers.Policy, _ tiers.Table) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "SELECT\tPROTO\tPORTS\tCOUNT\tDESTS")
 	for i, r := range p.Select {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", i, r.Proto, r.PortsString(), r.Count, prefixes(r.Dests, "any"))
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "\nexempt sources: %s\n", prefixes(p.Exempt, "none"))
-	printSeverityCheck(out, p, t)
-	return nil
+	return w.Flush()
 }
+
 
 func prefixes[P fmt.Stringer](ps []P, none string) string {
 	if len(ps) == 0 {

@@ -2,19 +2,19 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
+	"github.com/tierlimit/tierlimit/internal/traffic"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -62,57 +62,88 @@ the model's expectation, then removes the sandbox. Needs root.`,
 	return cmd
 }
 
-func runDemo(ctx context.Context, g *globals, f demoFlags) error {
-	if os.Geteuid() != 0 {
-		return agent.ErrNotRoot
-	}
+// demoPolicy is the seed's policy scaled to f, selecting UDP 514 only.
+func demoPolicy(f demoFlags) (tiers.Policy, error) {
 	pol := tiers.Default()
 	pol.Max, pol.Window = f.max, f.window
 	pol.Select = []tiers.Rule{{Proto: tiers.ProtoUDP, Ports: []tiers.PortRange{{First: 514, Last: 514}}}}
 	if err := pol.Validate(); err != nil {
-		return configError{err}
+		return pol, configError{err}
 	}
+	return pol, nil
+}
 
+// demoRig is the demo's sandbox with the agent on the collector's veth end,
+// a counting receiver on UDP 514 behind it and a sender on the other end.
+type demoRig struct {
+	pair *sandbox.Pair
+	a    *agent.Agent
+	recv *traffic.Counter
+	send *net.UDPConn
+	dst  netip.AddrPort
+}
+
+// newDemoRig builds the sandbox and starts the agent. Close it when done.
+func newDemoRig(g *globals, pol tiers.Policy) (_ *demoRig, err error) {
 	pair, err := sandbox.NewPair("tldemo")
 	if err != nil {
-		return fmt.Errorf("sandbox: %w", err)
+		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	defer pair.Close()
-	fmt.Fprintf(g.stdout, "sandbox: %s (%s, %s) <-veth-> %s (%s, %s)\npolicy: %s\n\n",
-		pair.Send.Name, pair.SendIf, pair.SendAddr, pair.Coll.Name, pair.CollIf, pair.CollAddr, pol.String())
-
-	var a *agent.Agent
-	var recv, send *net.UDPConn
+	r := &demoRig{pair: pair, dst: netip.AddrPortFrom(pair.CollAddr, 514)}
+	defer func() {
+		if err != nil {
+			r.Close()
+		}
+	}()
 	err = pair.Coll.Do(func() (err error) {
-		if a, err = agent.New(agent.Config{Interfaces: []string{pair.CollIf}, Logger: g.logger()}, pol); err != nil {
+		if r.a, err = agent.New(agent.Config{Interfaces: []string{pair.CollIf}, Logger: g.logger()}, pol); err != nil {
 			return err
 		}
-		recv, err = net.ListenUDP("udp", &net.UDPAddr{IP: pair.CollAddr.AsSlice(), Port: 514})
-		return err
+		conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(r.dst))
+		if err != nil {
+			return err
+		}
+		conn.SetReadBuffer(8 << 20)
+		r.recv = traffic.NewCounter(conn)
+		return nil
 	})
-	if a != nil {
-		defer a.Close()
+	if err != nil {
+		return nil, err
 	}
+	err = pair.Send.Do(func() (err error) { r.send, err = net.ListenUDP("udp", nil); return err })
+	return r, err
+}
+
+// Close stops the agent, closes the sockets and removes the sandbox.
+func (r *demoRig) Close() {
+	if r.send != nil {
+		r.send.Close()
+	}
+	if r.recv != nil {
+		r.recv.Close()
+	}
+	if r.a != nil {
+		r.a.Close()
+	}
+	r.pair.Close()
+}
+
+func runDemo(ctx context.Context, g *globals, f demoFlags) error {
+	if os.Geteuid() != 0 {
+		return agent.ErrNotRoot
+	}
+	pol, err := demoPolicy(f)
 	if err != nil {
 		return err
 	}
-	defer recv.Close()
-	recv.SetReadBuffer(8 << 20)
-	if err := pair.Send.Do(func() (err error) { send, err = net.ListenUDP("udp", nil); return err }); err != nil {
+	r, err := newDemoRig(g, pol)
+	if err != nil {
 		return err
 	}
-	defer send.Close()
-
-	var received atomic.Int64
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			if _, _, err := recv.ReadFromUDP(buf); err != nil {
-				return
-			}
-			received.Add(1)
-		}
-	}()
+	defer r.Close()
+	pair := r.pair
+	fmt.Fprintf(g.stdout, "sandbox: %s (%s, %s) <-veth-> %s (%s, %s)\npolicy: %s\n\n",
+		pair.Send.Name, pair.SendIf, pair.SendAddr, pair.Coll.Name, pair.CollIf, pair.CollAddr, pol.String())
 
 	// Rows print as each window ends, so columns have fixed widths.
 	fmt.Fprintf(g.stdout, "%6s %8s %6s %8s %9s %8s", "window", "offered", "× max", "passed", "expected", "dropped")
@@ -120,63 +151,56 @@ func runDemo(ctx context.Context, g *globals, f demoFlags) error {
 		fmt.Fprintf(g.stdout, "  %14s", fmt.Sprintf("tier %d pass/drop", k))
 	}
 	fmt.Fprintln(g.stdout)
-	dst := &net.UDPAddr{IP: pair.CollAddr.AsSlice(), Port: 514}
 	for i, load := range f.loads {
-		offered := int(load * float64(f.max))
-		before, err := a.Limiter().Stats()
-		if err != nil {
+		if err := r.window(ctx, g, pol, i, load); err != nil || ctx.Err() != nil {
 			return err
 		}
-		got0 := received.Load()
-		// One window per load: the burst spreads over 80% of the window and
-		// the next starts more than a window after this one opened.
-		if err := paceBurst(ctx, send, dst, i, offered, f.window*8/10); err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(f.window * 4 / 10):
-		}
-		after, err := a.Limiter().Stats()
-		if err != nil {
-			return err
-		}
-		e, err := tiers.Expected(pol, uint64(offered))
-		if err != nil {
-			return err
-		}
-		var dropped uint64
-		var perTier strings.Builder
-		for k := 0; k <= len(pol.Tiers); k++ {
-			p := after.Selected[k][tiers.VerdictPass].Packets - before.Selected[k][tiers.VerdictPass].Packets
-			d := after.Selected[k][tiers.VerdictDrop].Packets - before.Selected[k][tiers.VerdictDrop].Packets
-			dropped += d
-			fmt.Fprintf(&perTier, "  %16s", fmt.Sprintf("%d/%d", p, d))
-		}
-		fmt.Fprintf(g.stdout, "%6d %8d %6.1f %8d %9.0f %8d%s\n", i+1, offered, load, received.Load()-got0, e.Passed, dropped, perTier.String())
 	}
 	return nil
 }
 
-// paceBurst sends n RFC 5424 datagrams spread evenly over spread.
-func paceBurst(ctx context.Context, c *net.UDPConn, dst *net.UDPAddr, burst, n int, spread time.Duration) error {
-	start := time.Now()
-	for i := 0; i < n; {
-		if err := ctx.Err(); err != nil {
+// window offers load × max packets in window i and prints what passed and
+// what dropped, by tier, beside the model's expectation.
+func (r *demoRig) window(ctx context.Context, g *globals, pol tiers.Policy, i int, load float64) error {
+	offered := int(load * float64(pol.Max))
+	before, err := r.a.Limiter().Stats()
+	if err != nil {
+		return err
+	}
+	got0 := r.recv.Count()
+	// One window per load: the burst spreads over 80% of the window and
+	// the next starts more than a window after this one opened. A burst
+	// the scheduler delays is finished late (within 10 windows) rather
+	// than cut, so that every row offers what it says.
+	spread := pol.Window * 8 / 10
+	msg := func(seq int) []byte { return traffic.SyslogMessage(i, seq) }
+	if _, err := traffic.Pace(ctx, r.send, r.dst, offered, spread, 10*pol.Window, msg); err != nil {
+		if ctx.Err() != nil {
 			return nil
 		}
-		due := min(n, int(float64(n)*float64(time.Since(start))/float64(spread))+1)
-		for ; i < due; i++ {
-			msg := fmt.Appendf(nil, "<134>1 - demo-sender tierlimit - - - window=%d seq=%d", burst, i)
-			if _, err := c.WriteToUDP(msg, dst); err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return nil
-				}
-				return fmt.Errorf("send: %w", err)
-			}
-		}
-		time.Sleep(time.Millisecond)
+		return fmt.Errorf("send: %w", err)
 	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(pol.Window * 4 / 10):
+	}
+	after, err := r.a.Limiter().Stats()
+	if err != nil {
+		return err
+	}
+	e, err := tiers.Expected(pol, uint64(offered))
+	if err != nil {
+		return err
+	}
+	var dropped uint64
+	var perTier strings.Builder
+	for k := 0; k <= len(pol.Tiers); k++ {
+		p := after.Selected[k][tiers.VerdictPass].Packets - before.Selected[k][tiers.VerdictPass].Packets
+		d := after.Selected[k][tiers.VerdictDrop].Packets - before.Selected[k][tiers.VerdictDrop].Packets
+		dropped += d
+		fmt.Fprintf(&perTier, "  %16s", fmt.Sprintf("%d/%d", p, d))
+	}
+	fmt.Fprintf(g.stdout, "%6d %8d %6.1f %8d %9.0f %8d%s\n", i+1, offered, load, r.recv.Count()-got0, e.Passed, dropped, perTier.String())
 	return nil
 }

@@ -68,10 +68,26 @@ type agentProc struct {
 // "started" log line. Cleanup kills it if it still runs.
 func startRun(t *testing.T, ns *testenv.NS, args ...string) *agentProc {
 	t.Helper()
+	p := spawnRun(t, ns, nil, args...)
+	if !p.waitLog("msg=started", 15*time.Second) {
+		t.Fatalf("tierlimit run did not start:\n%s", p.log)
+	}
+	return p
+}
+
+// spawnRun starts `tierlimit run args...` inside ns, logging into the
+// agentProc's log, and returns at once. setup, if not nil, can change the
+// command (its stderr, its environment) before it starts. Cleanup kills it
+// if it still runs.
+func spawnRun(t *testing.T, ns *testenv.NS, setup func(*exec.Cmd), args ...string) *agentProc {
+	t.Helper()
 	p := &agentProc{log: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd = ns.Command(context.Background(), cli(t), append([]string{"run"}, args...)...)
 	p.cmd.Stderr = p.log
 	p.cmd.Stdout = p.log
+	if setup != nil {
+		setup(p.cmd)
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -80,10 +96,17 @@ func startRun(t *testing.T, ns *testenv.NS, args ...string) *agentProc {
 		p.cmd.Process.Kill()
 		<-p.done
 	})
-	if !p.waitLog("msg=started", 15*time.Second) {
-		t.Fatalf("tierlimit run did not start:\n%s", p.log)
-	}
 	return p
+}
+
+// alive reports whether the process still runs.
+func (p *agentProc) alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
 }
 
 func (p *agentProc) waitLog(s string, limit time.Duration) bool {

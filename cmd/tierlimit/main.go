@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tierlimit/tierlimit/internal/earlysignal"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -28,7 +29,16 @@ const (
 	exitUsage   = 2
 )
 
+// sighup receives the process's SIGHUPs, which run reloads on. The
+// earlysignal package subscribes to them while the program initialises, so
+// that a SIGHUP while the agent starts never finds Go's default action
+// (exit): one that arrives before the agent is ready is kept and reloads
+// once it is. The other commands ignore SIGHUP. It stays nil when tests
+// call run directly.
+var sighup <-chan os.Signal
+
 func main() {
+	sighup = earlysignal.HUP
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -76,6 +86,7 @@ func report(stderr io.Writer, err error) int {
 	if err == nil {
 		return exitOK
 	}
+	err = explain(err)
 	msg := strings.ReplaceAll(err.Error(), "\n", " ")
 	fmt.Fprintf(stderr, "tierlimit: %s\n", msg)
 	if isUsage(err) && !isConfig(err) {

@@ -158,3 +158,12 @@ func TestVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestRunDuplicateIface (issue 11 D): the same --iface twice is a usage
+// error, found before anything is loaded.
+func TestRunDuplicateIface(t *testing.T) {
+	code, _, errs := runCmd(t, "run", "--iface", "tl-absent0", "--iface", "tl-absent0", "--metrics-addr", "")
+	if code != exitUsage || !strings.Contains(errs, "--iface tl-absent0 given twice") {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+}

@@ -2,20 +2,18 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/spf13/cobra"
 
 	"github.com/tierlimit/tierlimit/agent"
@@ -50,8 +48,11 @@ agent is down and a restarted agent adopts them without an attach gap;
 'tierlimit detach --iface IF' removes them. With --no-pin the limiter is
 detached when run stops.
 
-A reload with a bad policy keeps the old one running, logs the error and
-counts it in tierlimit_config_reloads_total{result="error"}.`,
+A file change reloads when the content changes, also behind symlinks (a
+Kubernetes ConfigMap's ..data swap, a file symlinked from another
+directory). A reload with a bad policy keeps the old one running, logs the
+error once and counts it in tierlimit_config_reloads_total{result="error"}.
+The config must be a regular file of at most 4 MiB.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runAgent(cmd.Context(), g, f)
@@ -69,59 +70,97 @@ counts it in tierlimit_config_reloads_total{result="error"}.`,
 	return cmd
 }
 
-// loadPolicy reads the policy of --config (or the default) and applies --mode.
-func loadPolicy(config, mode string) (tiers.Policy, error) {
-	p := tiers.Default()
-	if config != "" {
-		var err error
-		if p, err = tiers.LoadFile(config); err != nil {
-			return p, configError{err}
-		}
-	}
-	if mode != "" {
-		m, err := tiers.ParseMode(mode)
+// reloader builds the reload supervisor of --config and --mode.
+func reloader(f runFlags, log *slog.Logger) (*agent.Reloader, error) {
+	cfg := agent.ReloaderConfig{Path: f.config, Logger: log}
+	if f.mode != "" {
+		m, err := tiers.ParseMode(f.mode)
 		if err != nil {
-			return p, usageErrorf("--mode: %v", err)
+			return nil, usageErrorf("--mode: %v", err)
 		}
-		p.Mode = m
+		cfg.Mode = &m
 	}
-	return p, nil
+	return agent.NewReloader(cfg), nil
 }
 
-func runAgent(ctx context.Context, g *globals, f runFlags) error {
-	log := g.logger()
+// checkRunFlags refuses a command line that cannot run: no --iface, the
+// same --iface twice, a bad --xdp-mode or --metrics-addr.
+func checkRunFlags(f runFlags) (agent.XDPMode, error) {
 	if len(f.ifaces) == 0 {
-		return usageErrorf("run: at least one --iface is required")
+		return "", usageErrorf("run: at least one --iface is required")
+	}
+	seen := map[string]bool{}
+	for _, name := range f.ifaces {
+		if seen[name] {
+			return "", usageErrorf("--iface %s given twice", name)
+		}
+		seen[name] = true
 	}
 	xdpMode, err := agent.ParseXDPMode(f.xdpMode)
 	if err != nil {
-		return usageErrorf("--xdp-mode: %v", err)
+		return "", usageErrorf("--xdp-mode: %v", err)
 	}
-	p, err := loadPolicy(f.config, f.mode)
-	if err != nil {
-		return err
-	}
-	pin := f.pinPath
-	if f.noPin {
-		pin = ""
-	}
-	// Bind the metrics listener before anything touches the kernel, so that
-	// a bad or busy address fails with nothing attached or changed.
-	var ln net.Listener
 	if f.metricsAddr != "" {
 		_, port, err := net.SplitHostPort(f.metricsAddr)
 		if err == nil {
 			_, err = strconv.ParseUint(port, 10, 16)
 		}
 		if err != nil {
-			return usageErrorf("--metrics-addr %q: want host:port, port 0..65535: %v", f.metricsAddr, err)
+			return "", usageErrorf("--metrics-addr %q: want host:port, port 0..65535: %v", f.metricsAddr, err)
 		}
-		if ln, err = net.Listen("tcp", f.metricsAddr); err != nil {
-			if pid, held := agent.LockHolder(pin); pin != "" && held {
-				return fmt.Errorf("%w (%s, pid %s), and it serves %s: stop it first", agent.ErrAgentRunning, pin, pid, f.metricsAddr)
-			}
-			return fmt.Errorf("metrics listener: %w", err)
+	}
+	return xdpMode, nil
+}
+
+// listenMetrics binds --metrics-addr (nil when empty). It runs before
+// anything touches the kernel, so that a bad or busy address fails with
+// nothing attached or changed.
+func listenMetrics(f runFlags, pin string) (net.Listener, error) {
+	if f.metricsAddr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", f.metricsAddr)
+	if err != nil {
+		if pin == "" {
+			return nil, fmt.Errorf("metrics listener: %w", err)
 		}
+		if pid, held := agent.LockHolder(pin); held {
+			return nil, fmt.Errorf("%w (%s, pid %s), and it serves %s: stop it first", agent.ErrAgentRunning, pin, pid, f.metricsAddr)
+		}
+		return nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	return ln, nil
+}
+
+func runAgent(ctx context.Context, g *globals, f runFlags) error {
+	// A write to a closed stderr (journald restarting, a log reader gone)
+	// must not kill the agent: with SIGPIPE notified, Go returns EPIPE
+	// instead of exiting, and the log writer drops what it cannot write.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	g.stderr = dropEPIPE{g.stderr}
+	log := g.logger()
+	xdpMode, err := checkRunFlags(f)
+	if err != nil {
+		return err
+	}
+	r, err := reloader(f, log)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	p, err := r.Load()
+	if err != nil {
+		return configError{err}
+	}
+	pin := f.pinPath
+	if f.noPin {
+		pin = ""
+	}
+	ln, err := listenMetrics(f, pin)
+	if err != nil {
+		return err
+	}
+	if ln != nil {
 		defer ln.Close()
 	}
 	a, err := agent.New(agent.Config{
@@ -132,13 +171,29 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 		Logger:     log,
 	}, p)
 	if err != nil {
-		return err
+		return explainRun(err, f)
 	}
 	defer func() {
 		a.Close()
 		log.Info("stopped")
 	}()
+	logStarted(log, a, f, p, pin)
 
+	sctx, stopServe := context.WithCancel(ctx)
+	defer stopServe()
+	if ln != nil {
+		served := a.Serve(sctx, ln)
+		defer func() { stopServe(); <-served }()
+		log.Info("serving metrics", "addr", "http://"+ln.Addr().String()+"/metrics")
+	}
+	go a.Watch(ctx, 2*time.Second)
+	r.Run(ctx, a, sighup)
+	log.Info("stopping", "reason", context.Cause(ctx))
+	return nil
+}
+
+// logStarted logs what run attached and which policy it runs.
+func logStarted(log *slog.Logger, a *agent.Agent, f runFlags, p tiers.Policy, pin string) {
 	var ifs []string
 	for _, att := range a.Attachments() {
 		ifs = append(ifs, att.Iface+"("+att.Mode+")")
@@ -149,121 +204,16 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	}
 	log.Info("started", "interfaces", strings.Join(ifs, ","), "mode", p.Mode.String(), "policy", p.String(),
 		"config", source, "pin", pin)
-
-	if ln != nil {
-		a.Serve(ctx, ln)
-		log.Info("serving metrics", "addr", "http://"+ln.Addr().String()+"/metrics")
-	}
-
-	reload := func(why string) {
-		np, err := loadPolicy(f.config, f.mode)
-		if err == nil {
-			err = a.Reload(np)
-		} else {
-			a.ReloadFailed()
-		}
-		if err != nil {
-			log.Error("reload refused, the old policy keeps running", "trigger", why, "error", err)
-			return
-		}
-		log.Info("reloaded", "trigger", why, "mode", np.Mode.String(), "policy", np.String())
-	}
-
-	go a.Watch(ctx, 2*time.Second)
-
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-
-	var changed <-chan struct{}
-	var lastSum [sha256.Size]byte
-	if f.config != "" {
-		lastSum, _ = fileSum(f.config)
-		c, stop, err := watchFile(f.config, log)
-		if err != nil {
-			log.Warn("config file not watched; reload with SIGHUP", "error", err)
-		} else {
-			defer stop()
-			changed = c
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			log.Info("stopping", "reason", context.Cause(ctx))
-			return nil
-		case <-hup:
-			reload("SIGHUP")
-		case <-changed:
-			// Any event in the config's directory lands here (editors that
-			// save by rename, Kubernetes ConfigMaps that swap a symlink);
-			// reload only when the file's content differs from the last read.
-			if sum, err := fileSum(f.config); err != nil || sum != lastSum {
-				lastSum = sum
-				reload("file change")
-			}
-		}
-	}
 }
 
-// fileSum is the SHA-256 of the file at path (following symlinks).
-func fileSum(path string) ([sha256.Size]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return [sha256.Size]byte{}, err
-	}
-	return sha256.Sum256(b), nil
-}
+// dropEPIPE is a log writer that drops, rather than fails, a write to a
+// pipe or socket whose reader is gone (EPIPE).
+type dropEPIPE struct{ w io.Writer }
 
-// watchFile reports events in path's directory, coalescing bursts into one
-// report 200ms after the last event. Watching the directory, not the file,
-// sees an editor that writes a new file and renames it over path, and a
-// symlink swapped to a new target.
-func watchFile(path string, log *slog.Logger) (<-chan struct{}, func(), error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil, nil, err
+func (d dropEPIPE) Write(b []byte) (int, error) {
+	n, err := d.w.Write(b)
+	if errors.Is(err, syscall.EPIPE) {
+		return len(b), nil
 	}
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := w.Add(filepath.Dir(abs)); err != nil {
-		w.Close()
-		return nil, nil, err
-	}
-	out := make(chan struct{}, 1)
-	done := make(chan struct{})
-	go func() {
-		var timer <-chan time.Time
-		for {
-			select {
-			case <-done:
-				return
-			case ev, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				if !ev.Has(fsnotify.Write | fsnotify.Create | fsnotify.Rename | fsnotify.Remove) {
-					continue
-				}
-				timer = time.After(200 * time.Millisecond)
-			case err, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-				if !errors.Is(err, fsnotify.ErrEventOverflow) {
-					log.Warn("config watch", "error", err)
-				}
-				timer = time.After(200 * time.Millisecond)
-			case <-timer:
-				timer = nil
-				select {
-				case out <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
-	return out, func() { close(done); w.Close() }, nil
+	return n, err
 }

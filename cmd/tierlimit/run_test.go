@@ -389,6 +389,16 @@ func TestRunMetricsAddrFailsFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
+	// With --no-pin there is no pin path: nothing may create a lock file
+	// for the empty one (issue 11 D: "..lock").
+	noPinLock := agent.LockFile("")
+	os.Remove(noPinLock)
+	defer func() {
+		if _, err := os.Stat(noPinLock); err == nil {
+			t.Errorf("a --no-pin run created the lock file %s", noPinLock)
+			os.Remove(noPinLock)
+		}
+	}()
 	for _, c := range []struct {
 		addr string
 		code int

@@ -165,7 +165,7 @@ to touch an XDP program that is not tierlimit's.`,
 				return usageErrorf("detach: --iface is required")
 			}
 			if err := agent.Detach(pin, iface); err != nil {
-				return err
+				return explainDetach(err)
 			}
 			g.logger().Info("detached", "iface", iface)
 			return nil

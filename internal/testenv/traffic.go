@@ -16,13 +16,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tierlimit/tierlimit/internal/traffic"
 )
 
-// SyslogMessage is an RFC 5424 message tagged "burst=<burst> seq=<seq>", so
-// that a receiver can tell which burst (window) each datagram belongs to.
-func SyslogMessage(burst, seq int) []byte {
-	return fmt.Appendf(nil, "<134>1 2026-11-29T17:00:00.000Z sender tltest 4242 ID47 - burst=%d seq=%d", burst, seq)
-}
+// SyslogMessage is traffic.SyslogMessage: an RFC 5424 message tagged
+// "burst=<burst> seq=<seq>".
+func SyslogMessage(burst, seq int) []byte { return traffic.SyslogMessage(burst, seq) }
 
 // priOf returns the number between a message's leading "<" and ">", or -1.
 func priOf(msg []byte) int {
@@ -35,21 +35,6 @@ func priOf(msg []byte) int {
 		return -1
 	}
 	return v
-}
-
-// burstOf returns the burst number of a SyslogMessage, false for anything else.
-func burstOf(msg []byte) (int, bool) {
-	i := bytes.Index(msg, []byte("burst="))
-	if i < 0 {
-		return 0, false
-	}
-	rest := msg[i+len("burst="):]
-	end := bytes.IndexByte(rest, ' ')
-	if end < 0 {
-		end = len(rest)
-	}
-	b, err := strconv.Atoi(string(rest[:end]))
-	return b, err == nil
 }
 
 // Receiver is a UDP socket inside a namespace that counts the
@@ -118,7 +103,7 @@ func (r *Receiver) loop() {
 		if err != nil {
 			return
 		}
-		b, ok := burstOf(buf[:n])
+		b, ok := traffic.BurstOf(buf[:n])
 		pri := priOf(buf[:n])
 		r.mu.Lock()
 		r.total++
@@ -212,40 +197,11 @@ func NewSender(tb testing.TB, ns *NS, dst netip.AddrPort) *Sender {
 	return s
 }
 
-// Pace sends count datagrams msg(0..count-1) spread evenly over spread,
-// catching up after a late wakeup, and stops early once budget has passed
-// since it started or ctx ends. It returns how many it sent. A datagram the
-// kernel refused (ENOBUFS, say) is an error: the caller's counts would be
-// wrong.
+// Pace sends count datagrams msg(0..count-1) to the sender's destination
+// with traffic.Pace: spread evenly over spread, stopping once budget has
+// passed or ctx ends.
 func (s *Sender) Pace(ctx context.Context, count int, spread, budget time.Duration, msg func(i int) []byte) (int, error) {
-	start := time.Now()
-	var interval time.Duration
-	if count > 0 {
-		interval = spread / time.Duration(count)
-	}
-	sent := 0
-	for sent < count {
-		if err := ctx.Err(); err != nil {
-			return sent, err
-		}
-		elapsed := time.Since(start)
-		if elapsed > budget {
-			return sent, nil
-		}
-		due := count
-		if interval > 0 {
-			due = min(count, int(elapsed/interval)+1)
-		}
-		for ; sent < due; sent++ {
-			if _, err := s.conn.WriteToUDPAddrPort(msg(sent), s.dst); err != nil {
-				return sent, fmt.Errorf("datagram %d: %w", sent, err)
-			}
-		}
-		if sent < count {
-			time.Sleep(time.Duration(sent)*interval - time.Since(start))
-		}
-	}
-	return sent, nil
+	return traffic.Pace(ctx, s.conn, s.dst, count, spread, budget, msg)
 }
 
 // Bursts describes traffic that opens exactly one window per burst: each

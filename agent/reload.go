@@ -1,0 +1,211 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// DefaultDebounce is how long a config file must stay quiet after a change
+// before a Reloader reads it: editors and kubelet change a file in bursts.
+const DefaultDebounce = 200 * time.Millisecond
+
+// Reloadable is what a Reloader swaps policies into: *Agent.
+type Reloadable interface {
+	// Reload applies p, or keeps the old policy and returns why not; it
+	// counts the attempt in either case.
+	Reload(p tiers.Policy) error
+	// ReloadFailed counts a reload that failed before a policy existed.
+	ReloadFailed()
+}
+
+// ReloaderConfig configures a Reloader.
+type ReloaderConfig struct {
+	// Path is the policy file (YAML or .properties, see tiers.LoadFile).
+	// Empty means the embedded default policy, which only SIGHUP reloads
+	// (with Mode applied again).
+	Path string
+	// Mode, when set, overrides the mode of every policy the Reloader
+	// reads.
+	Mode *tiers.Mode
+	// Debounce is how long the file must stay quiet before it is read;
+	// zero means DefaultDebounce.
+	Debounce time.Duration
+	// Logger receives the reload logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Reloader is the agent's reload supervisor. It reloads the policy on every
+// SIGHUP, and when the content of the config file changes. It watches
+// every directory entry on the config path's symlink chain (symlinkChain),
+// resolved again after each change: an edit in place, an editor's rename
+// over the file, a swapped symlink, a symlinked file edited in another
+// directory and a Kubernetes ConfigMap's ..data swap all reload.
+//
+// A file change reloads only when the content differs from the last
+// content read (SHA-256), so an event that changes nothing is neither a
+// reload nor an error. A file that cannot be read (missing, not a regular
+// file, over tiers.MaxConfigBytes) or that holds a bad policy is one
+// logged and counted error; the same failure again is silent until the
+// file changes. A SIGHUP always reads, applies, logs and counts.
+type Reloader struct {
+	cfg   ReloaderConfig
+	log   *slog.Logger
+	watch *configWatch // nil without a file, or when it cannot be watched
+
+	// lastSum is the content last read; lastErr the failure last logged
+	// ("" after a success), and readErr whether it was a failure to read.
+	lastSum [sha256.Size]byte
+	lastErr string
+	readErr bool
+}
+
+// NewReloader starts watching cfg.Path, before anything reads it, so that
+// no change between the first Load and Run is missed. When the path cannot
+// be watched (inotify limits), it logs a warning and reloads on SIGHUP
+// only. Close it when done.
+func NewReloader(cfg ReloaderConfig) *Reloader {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = DefaultDebounce
+	}
+	r := &Reloader{cfg: cfg, log: cfg.Logger}
+	if cfg.Path != "" {
+		w, err := newConfigWatch(cfg.Path)
+		if err != nil {
+			r.log.Warn("config file not watched; reload with SIGHUP", "config", cfg.Path, "error", err)
+		} else {
+			r.watch = w
+		}
+	}
+	return r
+}
+
+// Load reads and parses the policy (the embedded default without a path)
+// and applies Mode. Returns the errors of tiers.ReadFile and tiers.Parse.
+func (r *Reloader) Load() (tiers.Policy, error) {
+	p := tiers.Default()
+	if r.cfg.Path != "" {
+		data, err := tiers.ReadFile(r.cfg.Path)
+		if err != nil {
+			return p, err
+		}
+		r.lastSum = sha256.Sum256(data)
+		if p, err = tiers.Parse(r.cfg.Path, data); err != nil {
+			return p, err
+		}
+	}
+	if r.cfg.Mode != nil {
+		p.Mode = *r.cfg.Mode
+	}
+	return p, nil
+}
+
+// Close stops watching.
+func (r *Reloader) Close() error {
+	if r.watch == nil {
+		return nil
+	}
+	return r.watch.close()
+}
+
+// Run reloads into target on every value from hup and on config file
+// changes until ctx ends. Signals that arrived before Run (hup buffered
+// from the start of the process) reload as soon as it starts.
+func (r *Reloader) Run(ctx context.Context, target Reloadable, hup <-chan os.Signal) {
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if r.watch != nil {
+		events, errs = r.watch.w.Events, r.watch.w.Errors
+	}
+	var quiet <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			r.reload(target, "SIGHUP", true)
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+			} else if r.watch.relevant(ev) {
+				quiet = time.After(r.cfg.Debounce)
+			}
+		case err, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
+			if !errors.Is(err, fsnotify.ErrEventOverflow) {
+				r.log.Warn("config watch", "error", err)
+			}
+			quiet = time.After(r.cfg.Debounce) // events may be lost: look
+		case <-quiet:
+			quiet = nil
+			if err := r.watch.rewatch(); err != nil {
+				r.log.Warn("config watch", "error", err)
+			}
+			r.reload(target, "file change", false)
+		}
+	}
+}
+
+// reload reads the file and applies it. Unforced (a file change), it
+// skips content it has read before and stays silent about a failure it
+// has already reported.
+func (r *Reloader) reload(target Reloadable, trigger string, forced bool) {
+	var data []byte
+	var err error
+	if r.cfg.Path != "" {
+		data, err = tiers.ReadFile(r.cfg.Path)
+	}
+	if err != nil {
+		if !forced && err.Error() == r.lastErr {
+			return
+		}
+		r.fail(target, trigger, err)
+		r.readErr = true
+		return
+	}
+	sum := sha256.Sum256(data)
+	if !forced && sum == r.lastSum {
+		if r.readErr {
+			r.lastErr, r.readErr = "", false
+			r.log.Info("config file readable again and unchanged: the running policy stays", "trigger", trigger)
+		}
+		return
+	}
+	r.lastSum, r.lastErr, r.readErr = sum, "", false
+	p := tiers.Default()
+	if r.cfg.Path != "" {
+		if p, err = tiers.Parse(r.cfg.Path, data); err != nil {
+			r.fail(target, trigger, err)
+			return
+		}
+	}
+	if r.cfg.Mode != nil {
+		p.Mode = *r.cfg.Mode
+	}
+	if err := target.Reload(p); err != nil {
+		r.lastErr = err.Error()
+		r.log.Error("reload refused, the old policy keeps running", "trigger", trigger, "error", err)
+		return
+	}
+	r.log.Info("reloaded", "trigger", trigger, "mode", p.Mode.String(), "policy", p.String())
+}
+
+// fail counts and logs a reload that got no policy to apply.
+func (r *Reloader) fail(target Reloadable, trigger string, err error) {
+	r.lastErr, r.readErr = err.Error(), false
+	target.ReloadFailed()
+	r.log.Error("reload refused, the old policy keeps running", "trigger", trigger, "error", err)
+}

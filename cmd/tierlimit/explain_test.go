@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+
+	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/internal/testenv"
+)
+
+// TestExplain: the typed errors of agent and tiers get the flag or command
+// that fixes them from cmd, and keep their identity (exit codes).
+func TestExplain(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{explain(fmt.Errorf("attach xdp to eth9: %w: %w", agent.ErrNativeRefused, fmt.Errorf("operation not supported"))), "try --xdp-mode generic"},
+		{explain(fmt.Errorf("%w: /sys/fs/bpf/x", agent.ErrIncompatiblePins)), "'tierlimit detach --iface IF --pin-path P' removes them"},
+		{explainRun(fmt.Errorf("attach xdp to eth9: %w: foreign", agent.ErrForeignProgram), runFlags{}), "pass --replace"},
+		{explainRun(fmt.Errorf("%w: eth9", agent.ErrPinnedElsewhere), runFlags{}), "run with that --pin-path"},
+		{explainDetach(fmt.Errorf("%w: %w for eth9", agent.ErrNotPinned, agent.ErrPinnedElsewhere)), "pass that --pin-path"},
+	} {
+		if !strings.Contains(c.err.Error(), c.want) {
+			t.Errorf("%q lacks %q", c.err, c.want)
+		}
+	}
+	if err := explainRun(fmt.Errorf("%w: held by a bpf_link", agent.ErrForeignProgram), runFlags{replace: true}); strings.Contains(err.Error(), "--replace") {
+		t.Errorf("--replace advised although given: %q", err)
+	}
+	code, _, errs := runCmd(t, "check", "--config", writeFile(t, "empty.yaml", "# nothing\n"))
+	if code != exitUsage || !strings.Contains(errs, "holds no policy") || !strings.Contains(errs, "'tierlimit check' without --config prints the defaults") {
+		t.Errorf("empty config: exit %d, %q", code, errs)
+	}
+}
+
+// TestRunForeignProgramHint: run on an interface with another XDP program
+// says to pass --replace (the agent's error names the program, cmd the
+// flag), exit 1, and leaves the program alone.
+func TestRunForeignProgramHint(t *testing.T) {
+	testenv.Require(t)
+	p := runPair(t)
+	prog := testenv.BareProgram(t, 2)
+	err := p.Coll.Do(func() error {
+		l, err := netlink.LinkByName(p.CollIf)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetXdpFdWithFlags(l, prog.FD(), nl.XDP_FLAGS_SKB_MODE)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := testenv.XDP(t, p.Coll, p.CollIf).ID
+	var line strings.Builder
+	var code int
+	p.Coll.Do(func() error {
+		var sink strings.Builder
+		code = report(&line, run(context.Background(), []string{"run", "--iface", p.CollIf, "--no-pin", "--metrics-addr", ""}, &sink, &sink))
+		return nil
+	})
+	if code != exitFailure || !strings.Contains(line.String(), `"bare"`) || !strings.Contains(line.String(), "pass --replace to replace it") {
+		t.Errorf("exit %d: %q", code, line.String())
+	}
+	if got := testenv.XDP(t, p.Coll, p.CollIf).ID; got != id {
+		t.Errorf("foreign program %d replaced by %d", id, got)
+	}
+	p.Coll.Do(func() error {
+		l, err := netlink.LinkByName(p.CollIf)
+		if err == nil {
+			err = netlink.LinkSetXdpFdWithFlags(l, -1, nl.XDP_FLAGS_SKB_MODE)
+		}
+		return err
+	})
+}
