@@ -170,7 +170,6 @@ func printSelect(out io.Writer, p tiers.Policy, _ tiers.Table) error {
 	return w.Flush()
 }
 
-
 func prefixes[P fmt.Stringer](ps []P, none string) string {
 	if len(ps) == 0 {
 		return none

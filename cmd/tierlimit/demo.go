@@ -24,13 +24,15 @@ type demoFlags struct {
 	max    uint64
 	window time.Duration
 	loads  []float64
+	// severity floods a mix of syslog severities under a severity block.
+	severity bool
 }
 
 func newDemoCmd(g *globals) *cobra.Command {
 	var f demoFlags
 	var loads string
 	cmd := &cobra.Command{
-		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5]",
+		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5] [--severity]",
 		Short: "Watch the limiter shed a syslog flood in a throwaway sandbox",
 		Long: `demo builds a sandbox (two network namespaces joined by a veth pair, nothing
 in the host's namespace), attaches the limiter to the collector's end with the
@@ -53,12 +55,16 @@ the model's expectation, then removes the sandbox. Needs root.`,
 			if f.window < 100*time.Millisecond || f.window > 10*time.Second {
 				return usageErrorf("--window %v: want 100ms..10s", f.window)
 			}
+			if f.severity {
+				return runSeverityDemo(cmd.Context(), g, f)
+			}
 			return runDemo(cmd.Context(), g, f)
 		},
 	}
 	cmd.Flags().Uint64Var(&f.max, "max", 1000, "selected packets per window the sandbox's collector is meant to handle")
 	cmd.Flags().DurationVar(&f.window, "window", 500*time.Millisecond, "window length")
 	cmd.Flags().StringVar(&loads, "loads", "0.5,1,1.5,2,3,5,10", "offered load of each window, as multiples of max")
+	cmd.Flags().BoolVar(&f.severity, "severity", false, "flood 1% crit, 49% info, 50% debug under a severity block (protect emerg..err, shed debug first)")
 	return cmd
 }
 

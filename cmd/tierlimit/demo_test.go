@@ -48,3 +48,44 @@ func TestDemo(t *testing.T) {
 		t.Errorf("demo left its sandbox behind: %s", list)
 	}
 }
+
+// TestDemoSeverity runs `tierlimit demo --severity`: at 5× max every crit
+// datagram passes while most debug is shed. (Debug against info is
+// TestSeverityFlood's, in agent: at this small max the pacing, not the
+// policy, decides it.)
+func TestDemoSeverity(t *testing.T) {
+	testenv.Require(t)
+	var out, errs bytes.Buffer
+	err := run(context.Background(), []string{"demo", "--severity", "--max", "400", "--window", "500ms", "--loads", "5"}, &out, &errs)
+	if err != nil {
+		t.Fatalf("demo --severity: %v\n%s", err, errs.String())
+	}
+	var row []string
+	for _, line := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(line); len(f) == 9 && f[0] == "1" {
+			row = f
+		}
+	}
+	if row == nil {
+		t.Fatalf("no window row:\n%s", out.String())
+	}
+	frac := func(s string) (int, int) {
+		a, b, _ := strings.Cut(s, "/")
+		x, _ := strconv.Atoi(a)
+		y, _ := strconv.Atoi(b)
+		return x, y
+	}
+	critP, critS := frac(row[5])
+	infoP, infoS := frac(row[6])
+	debugP, debugS := frac(row[7])
+	t.Logf("crit %d/%d, info %d/%d, debug %d/%d", critP, critS, infoP, infoS, debugP, debugS)
+	if critS != 20 || critP != critS {
+		t.Errorf("crit passed %d of %d, want all 20", critP, critS)
+	}
+	if debugS != 1000 || infoS != 980 || debugP*2 >= debugS {
+		t.Errorf("debug passed %d of %d (info %d), want under half", debugP, debugS, infoS)
+	}
+	if list, _ := exec.Command("ip", "netns", "list").Output(); bytes.Contains(list, []byte("tldemo")) {
+		t.Errorf("demo left its sandbox behind: %s", list)
+	}
+}

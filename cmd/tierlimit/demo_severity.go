@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/internal/traffic"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// demoSeverity is the severity block of `demo --severity` (DESIGN.md §7).
+var demoSeverity = tiers.Severity{Protect: []int{0, 1, 2, 3}, ProtectBudget: tiers.Pct(5), ShedFirst: []int{7}}
+
+// demoMix is the flood of `demo --severity`, by syslog PRI: 1% user.crit,
+// 49% user.info, 50% user.debug.
+var demoMix = []struct {
+	pri     int
+	percent int
+}{{10, 1}, {14, 49}, {15, 50}}
+
+// runSeverityDemo floods the sandbox with a mix of severities, one window
+// per load, and prints per window how much of each class got through.
+func runSeverityDemo(ctx context.Context, g *globals, f demoFlags) error {
+	if os.Geteuid() != 0 {
+		return agent.ErrNotRoot
+	}
+	pol, err := demoPolicy(f)
+	if err != nil {
+		return err
+	}
+	sev := demoSeverity
+	pol.Severity = &sev
+	if err := pol.Validate(); err != nil {
+		return configError{err}
+	}
+	r, err := newDemoRig(g, pol)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	fmt.Fprintf(g.stdout, "sandbox: %s <-veth-> %s\npolicy: %s\nseverity: %s\nflood: 1%% <10> user.crit, 49%% <14> user.info, 50%% <15> user.debug, shuffled\n\n",
+		r.pair.SendIf, r.pair.CollIf, pol.String(), pol.Severity)
+	fmt.Fprintf(g.stdout, "%6s %8s %6s %8s %9s  %14s %14s %14s %10s\n",
+		"window", "offered", "× max", "passed", "no-sev", "crit pass", "info pass", "debug pass", "protected")
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i, load := range f.loads {
+		if err := r.severityWindow(ctx, g, pol, rng, i, load); err != nil || ctx.Err() != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// severityWindow offers load × max datagrams of demoMix in window i and
+// prints the passes by class, from the program's counters, beside what the
+// tiers alone would pass.
+func (r *demoRig) severityWindow(ctx context.Context, g *globals, pol tiers.Policy, rng *rand.Rand, i int, load float64) error {
+	offered := int(load * float64(pol.Max))
+	pris := make([]int, 0, offered)
+	for _, m := range demoMix {
+		for range offered * m.percent / 100 {
+			pris = append(pris, m.pri)
+		}
+	}
+	for len(pris) < offered {
+		pris = append(pris, 15)
+	}
+	rng.Shuffle(len(pris), func(a, b int) { pris[a], pris[b] = pris[b], pris[a] })
+	before, err := r.a.Limiter().Stats()
+	if err != nil {
+		return err
+	}
+	got0 := r.recv.Count()
+	msg := func(seq int) []byte {
+		return fmt.Appendf(nil, "<%d>1 2026-11-30T00:00:00Z sender demo - - - window=%d seq=%d", pris[seq], i, seq)
+	}
+	if _, err := traffic.Pace(ctx, r.send, r.dst, offered, pol.Window*8/10, 10*pol.Window, msg); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("send: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(pol.Window * 4 / 10):
+	}
+	after, err := r.a.Limiter().Stats()
+	if err != nil {
+		return err
+	}
+	e, err := tiers.Expected(pol, uint64(offered))
+	if err != nil {
+		return err
+	}
+	sent := map[tiers.SeverityClass]int{}
+	for _, p := range pris {
+		sent[pol.Severity.ClassOf(p%8)]++
+	}
+	pass := func(c tiers.SeverityClass) string {
+		n := after.Severity[c][tiers.VerdictPass].Packets - before.Severity[c][tiers.VerdictPass].Packets
+		return fmt.Sprintf("%d/%d", n, sent[c])
+	}
+	fmt.Fprintf(g.stdout, "%6d %8d %6.1f %8d %9.0f  %14s %14s %14s %10d\n", i+1, offered, load, r.recv.Count()-got0, e.Passed,
+		pass(tiers.SevProtected), pass(tiers.SevNormal), pass(tiers.SevShedFirst),
+		after.ProtectedPass.Packets-before.ProtectedPass.Packets)
+	return nil
+}
