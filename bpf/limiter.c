@@ -106,6 +106,31 @@ struct {
 	__type(value, __u32);
 } frag_verdicts SEC(".maps");
 
+/* The count-min sketch of source groups: cell row * TL_SKETCH_COLS + column,
+ * a u64 with the count in its low 32 bits and the window id above. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TL_SKETCH_ROWS * TL_SKETCH_COLS);
+	__type(key, __u32);
+	__type(value, __u64);
+} source_sketch SEC(".maps");
+
+/* Over-budget packets by verdict (pass in mode off), per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TL_VERDICTS);
+	__type(key, __u32);
+	__type(value, struct tl_stat);
+} source_stats SEC(".maps");
+
+/* Source groups seen over budget, least recently over evicted first. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, TL_SRC_TOP_ENTRIES);
+	__type(key, struct tl_src_key);
+	__type(value, struct tl_src_top);
+} source_top SEC(".maps");
+
 enum {
 	FRAG_NONE = 0,
 	FRAG_FIRST = 1, /* offset 0, more fragments follow */
@@ -395,6 +420,179 @@ static __always_inline int follow_fragment(struct pkt *p, __u64 bytes)
 	return XDP_PASS;
 }
 
+/* Per-source budgets (DESIGN.md §6).
+ *
+ * A packet's source group is its source address masked per family. The
+ * group's count in the current window is estimated by a count-min sketch:
+ * TL_SKETCH_ROWS rows of TL_SKETCH_COLS cells, row r placing the group by
+ * MurmurHash3_x86_32 of the masked address (4 bytes for IPv4, 16 for IPv6)
+ * with seed src_seeds[r]. tiers.SourceHash and tiers.Sketch are the same
+ * functions in Go. Each cell carries the window id it counts for, so the
+ * sketch is never cleared: a cell of another window counts as 0 and is
+ * reset by the first packet that touches it. */
+
+static __always_inline __u32 rotl32(__u32 x, int r)
+{
+	return (x << r) | (x >> (32 - r));
+}
+
+static __always_inline __u32 murmur_block(__u32 h, __u32 k)
+{
+	k *= 0xcc9e2d51;
+	k = rotl32(k, 15);
+	k *= 0x1b873593;
+	h ^= k;
+	h = rotl32(h, 13);
+	return h * 5 + 0xe6546b64;
+}
+
+static __always_inline __u32 murmur_final(__u32 h, __u32 len)
+{
+	h ^= len;
+	h ^= h >> 16;
+	h *= 0x85ebca6b;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35;
+	h ^= h >> 16;
+	return h;
+}
+
+static __always_inline __u32 source_hash(const struct tl_src_key *k, __u32 seed)
+{
+	if (k->family == 4)
+		return murmur_final(murmur_block(seed, k->addr[0]), 4);
+	__u32 h = seed;
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		h = murmur_block(h, k->addr[i]);
+	return murmur_final(h, 16);
+}
+
+/* The packet's source group. The address words are loaded as they lie in
+ * the header and masked with masks tiers.Compile encoded the same way. */
+static __always_inline void source_group(const struct pkt *p, const struct tl_settings *s,
+					 struct tl_src_key *k)
+{
+	if (p->l3proto == ETH_P_IP) {
+		const struct iphdr *ip = p->l3;
+		k->addr[0] = ip->saddr & s->src_mask4;
+		k->family = 4;
+		return;
+	}
+	const struct ipv6hdr *ip6 = p->l3;
+	/* Word loads, as of iphdr's saddr: XDP does not enforce alignment. */
+	const __u32 *a = (const __u32 *)&ip6->saddr;
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		k->addr[i] = a[i] & s->src_mask6[i];
+	k->family = 6;
+}
+
+/* The id of the window the packet will be counted in: tl_window.opened, or
+ * one more when the window has expired and this packet (or a racing one)
+ * is about to open the next. It applies window_count's rule, tick gate
+ * included, so the two agree but for a packet at a window's very end that
+ * a racing CPU moves into the next window between the two reads: it is
+ * counted in the sketch under the old id (accepted: one packet's share of
+ * a group's budget is charged to the window that just ended). opened is
+ * bumped by the opener after start_ns, so a CPU may pair the new start_ns
+ * with the old opened for a few ns: same consequence. */
+static __always_inline __u64 source_window(struct tl_window *w, const struct tl_settings *s)
+{
+	__u64 id = READ_ONCE(w->opened);
+	if (s->window_jiffies && bpf_jiffies64() - READ_ONCE(w->start_jiffies) < s->window_jiffies)
+		return id;
+	if ((__s64)(bpf_ktime_get_ns() - READ_ONCE(w->start_ns)) > (__s64)s->window_ns)
+		return id + 1;
+	return id;
+}
+
+/* Adds one to a cell for window wid (already shifted above the count) and
+ * returns the cell's count for that window, this packet included.
+ *
+ * Accepted races: a cell of an old window is reset by compare-and-swap to
+ * (wid, 1); a CPU that loses the swap adds to what the winner wrote. A CPU
+ * that read a current cell and adds just after another CPU reset it for a
+ * newer window (a window boundary) adds to the newer window: an
+ * overestimate of one, which a count-min sketch allows anyway. A count of
+ * 2^32 packets in one window would carry into the window id (not reachable
+ * at line rate within tiers.MaxWindow per cell). */
+static __always_inline __u32 sketch_add(__u64 *cell, __u64 wid)
+{
+	__u64 old = READ_ONCE(*cell);
+	if ((old >> TL_CELL_COUNT_BITS) != (wid >> TL_CELL_COUNT_BITS) &&
+	    __sync_bool_compare_and_swap(cell, old, wid | 1))
+		return 1;
+	__u64 v = __sync_fetch_and_add(cell, 1) + 1;
+	if ((v >> TL_CELL_COUNT_BITS) != (wid >> TL_CELL_COUNT_BITS))
+		return 1; /* a newer window's cell: nothing of ours in it */
+	return (__u32)v;
+}
+
+/* The group's estimated count in window id, this packet included: the least
+ * of its cells (never below the true count). */
+static __always_inline __u32 sketch_count(const struct tl_src_key *k, const struct tl_settings *s, __u64 id)
+{
+	__u64 wid = (__u64)(__u32)id << TL_CELL_COUNT_BITS;
+	__u32 est = 0xffffffff;
+#pragma unroll
+	for (__u32 r = 0; r < TL_SKETCH_ROWS; r++) {
+		__u32 key = r * TL_SKETCH_COLS + (source_hash(k, s->src_seeds[r]) & (TL_SKETCH_COLS - 1));
+		__u64 *cell = bpf_map_lookup_elem(&source_sketch, &key);
+		if (!cell)
+			continue;
+		__u32 c = sketch_add(cell, wid);
+		if (c < est)
+			est = c;
+	}
+	return est;
+}
+
+/* Remembers a group over budget in window id for tierlimit status --top.
+ * Accepted race: two CPUs that miss at once both insert; the second
+ * insert fails (BPF_NOEXIST) and its packet goes uncounted here (the
+ * source_stats count has it). */
+static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id)
+{
+	struct tl_src_top *t = bpf_map_lookup_elem(&source_top, k);
+	if (!t) {
+		struct tl_src_top n = { .packets = 1, .last_window = id, .windows = 1 };
+		bpf_map_update_elem(&source_top, k, &n, BPF_NOEXIST);
+		return;
+	}
+	__sync_fetch_and_add(&t->packets, 1);
+	__u64 last = READ_ONCE(t->last_window);
+	if (last != id && __sync_bool_compare_and_swap(&t->last_window, last, id))
+		__sync_fetch_and_add(&t->windows, 1);
+}
+
+/* Judges a selected packet against its group's budget. Returns -1 when it
+ * is within budget (it goes on to the window and the tiers), or the XDP
+ * action for a packet over budget: dropped in enforce mode, passed in
+ * dry-run (would_drop) and off, counted in source_stats and never in the
+ * window. A first fragment's verdict is remembered for its followers. */
+static __always_inline int source_budget(const struct pkt *p, const struct tl_settings *s,
+					 struct tl_window *w, __u64 bytes)
+{
+	struct tl_src_key k = {};
+	source_group(p, s, &k);
+	__u64 id = source_window(w, s);
+	if (sketch_count(&k, s, id) <= s->src_budget)
+		return -1;
+
+	__u32 verdict = s->mode == TL_MODE_ENFORCE ? TL_DROP :
+			s->mode == TL_MODE_DRY_RUN ? TL_WOULD_DROP : TL_PASS;
+	count(&source_stats, verdict, bytes);
+	source_top_add(&k, id);
+	if (p->frag == FRAG_FIRST) {
+		struct tl_frag_key fk = {};
+		frag_key(p, &fk);
+		__u32 v = verdict == TL_DROP ? TL_DROP : TL_PASS;
+		bpf_map_update_elem(&frag_verdicts, &fk, &v, BPF_ANY);
+	}
+	return verdict == TL_DROP ? XDP_DROP : XDP_PASS;
+}
+
 SEC("xdp")
 int tierlimit(struct xdp_md *ctx)
 {
@@ -441,6 +639,11 @@ int tierlimit(struct xdp_md *ctx)
 	struct tl_window *w = bpf_map_lookup_elem(&window, &zero);
 	if (!w)
 		goto unselected;
+	if (s->src_budget) {
+		int act = source_budget(&p, s, w, bytes);
+		if (act >= 0)
+			return act;
+	}
 	__u64 n = window_count(w, s);
 
 	/* n past the table's end takes the last entry: the last tier runs to infinity. */

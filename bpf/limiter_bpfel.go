@@ -16,17 +16,21 @@ import (
 type LimiterTlConst uint32
 
 const (
-	LimiterTlConstTL_C_MAX_TIERS    LimiterTlConst = 16
-	LimiterTlConstTL_C_MAX_RULES    LimiterTlConst = 32
-	LimiterTlConstTL_C_TABLE_MAX    LimiterTlConst = 1048576
-	LimiterTlConstTL_C_SLOTS        LimiterTlConst = 2
-	LimiterTlConstTL_C_LPM_ENTRIES  LimiterTlConst = 16384
-	LimiterTlConstTL_C_FRAG_ENTRIES LimiterTlConst = 16384
-	LimiterTlConstTL_PORT_KEYS      LimiterTlConst = 65536
-	LimiterTlConstTL_LPM_TAG_BITS   LimiterTlConst = 32
-	LimiterTlConstTL_LPM_ADDR_BITS  LimiterTlConst = 128
-	LimiterTlConstTL_DEST_RULE_BITS LimiterTlConst = 8
-	LimiterTlConstTL_SHIFT_MASK     LimiterTlConst = 63
+	LimiterTlConstTL_C_MAX_TIERS       LimiterTlConst = 16
+	LimiterTlConstTL_C_MAX_RULES       LimiterTlConst = 32
+	LimiterTlConstTL_C_TABLE_MAX       LimiterTlConst = 1048576
+	LimiterTlConstTL_C_SLOTS           LimiterTlConst = 2
+	LimiterTlConstTL_C_LPM_ENTRIES     LimiterTlConst = 16384
+	LimiterTlConstTL_C_FRAG_ENTRIES    LimiterTlConst = 16384
+	LimiterTlConstTL_PORT_KEYS         LimiterTlConst = 65536
+	LimiterTlConstTL_LPM_TAG_BITS      LimiterTlConst = 32
+	LimiterTlConstTL_LPM_ADDR_BITS     LimiterTlConst = 128
+	LimiterTlConstTL_DEST_RULE_BITS    LimiterTlConst = 8
+	LimiterTlConstTL_SHIFT_MASK        LimiterTlConst = 63
+	LimiterTlConstTL_C_SKETCH_ROWS     LimiterTlConst = 4
+	LimiterTlConstTL_C_SKETCH_COLS     LimiterTlConst = 8192
+	LimiterTlConstTL_C_SRC_TOP_ENTRIES LimiterTlConst = 1024
+	LimiterTlConstTL_CELL_COUNT_BITS   LimiterTlConst = 32
 )
 
 type LimiterTlEntry struct {
@@ -95,6 +99,12 @@ type LimiterTlSettings struct {
 	Bounds        [16]uint64
 	Drops         [17]uint32
 	Pad           uint32
+	SrcBudget     uint32
+	SrcMask4      uint32
+	SrcMask6      [4]uint32
+	SrcSeeds      [4]uint32
+	SrcPrefixV4   uint32
+	SrcPrefixV6   uint32
 }
 
 type LimiterTlSettingsFlag uint32
@@ -102,6 +112,19 @@ type LimiterTlSettingsFlag uint32
 const (
 	LimiterTlSettingsFlagTL_HAS_EXEMPT LimiterTlSettingsFlag = 1
 )
+
+type LimiterTlSrcKey struct {
+	_      structs.HostLayout
+	Addr   [4]uint32
+	Family uint32
+}
+
+type LimiterTlSrcTop struct {
+	_          structs.HostLayout
+	Packets    uint64
+	LastWindow uint64
+	Windows    uint64
+}
 
 type LimiterTlStat struct {
 	_       structs.HostLayout
@@ -145,6 +168,9 @@ const (
 	LimiterMapPorts         = "ports"
 	LimiterMapSelectDests   = "select_dests"
 	LimiterMapSettings      = "settings"
+	LimiterMapSourceSketch  = "source_sketch"
+	LimiterMapSourceStats   = "source_stats"
+	LimiterMapSourceTop     = "source_top"
 	LimiterMapStats         = "stats"
 	LimiterMapTierTable     = "tier_table"
 	LimiterMapWindow        = "window"
@@ -208,6 +234,9 @@ type LimiterMapSpecs struct {
 	Ports         *ebpf.MapSpec `ebpf:"ports"`
 	SelectDests   *ebpf.MapSpec `ebpf:"select_dests"`
 	Settings      *ebpf.MapSpec `ebpf:"settings"`
+	SourceSketch  *ebpf.MapSpec `ebpf:"source_sketch"`
+	SourceStats   *ebpf.MapSpec `ebpf:"source_stats"`
+	SourceTop     *ebpf.MapSpec `ebpf:"source_top"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
 	TierTable     *ebpf.MapSpec `ebpf:"tier_table"`
 	Window        *ebpf.MapSpec `ebpf:"window"`
@@ -247,6 +276,9 @@ type LimiterMaps struct {
 	Ports         *ebpf.Map `ebpf:"ports"`
 	SelectDests   *ebpf.Map `ebpf:"select_dests"`
 	Settings      *ebpf.Map `ebpf:"settings"`
+	SourceSketch  *ebpf.Map `ebpf:"source_sketch"`
+	SourceStats   *ebpf.Map `ebpf:"source_stats"`
+	SourceTop     *ebpf.Map `ebpf:"source_top"`
 	Stats         *ebpf.Map `ebpf:"stats"`
 	TierTable     *ebpf.Map `ebpf:"tier_table"`
 	Window        *ebpf.Map `ebpf:"window"`
@@ -261,6 +293,9 @@ func (m *LimiterMaps) Close() error {
 		m.Ports,
 		m.SelectDests,
 		m.Settings,
+		m.SourceSketch,
+		m.SourceStats,
+		m.SourceTop,
 		m.Stats,
 		m.TierTable,
 		m.Window,

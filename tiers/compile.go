@@ -39,6 +39,9 @@ type Table struct {
 	// Selectors are the policy's select rules and exempt sources, encoded
 	// for the program's maps.
 	Selectors Selectors
+	// Sources is the per-source budget, encoded for the program's
+	// settings; the zero value is off.
+	Sources SourceBudget
 }
 
 // thresholdOf is floor(max × at / 100) for at in micro-percent, exactly.
@@ -138,6 +141,7 @@ func Compile(p Policy) (Table, error) {
 		Bounds:     bounds,
 		Drops:      drops,
 		Selectors:  compileSelectors(p),
+		Sources:    compileSources(p),
 	}
 	for i := range n {
 		k := TierOf(bounds, i<<shift)

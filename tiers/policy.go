@@ -82,4 +82,7 @@ type Policy struct {
 	// Exempt lists source prefixes that always pass and are never counted
 	// in the window.
 	Exempt []netip.Prefix
+	// Sources sets per-source budgets (fair shedding, DESIGN.md §6); the
+	// zero value is off.
+	Sources Sources
 }

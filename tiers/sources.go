@@ -1,0 +1,269 @@
+package tiers
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/bits"
+	"net/netip"
+	"strconv"
+)
+
+// Fair shedding (DESIGN.md §6): per-source budgets.
+//
+// Each selected packet belongs to a source group, its source address masked
+// to PrefixV4 or PrefixV6 bits. Within a window a group's first Budget
+// packets go on to the tiers; each further packet is over budget: dropped
+// (enforce), would_drop (dry-run) or passed (off), counted apart, and not
+// counted in the window's n.
+//
+// Group counts live in a count-min sketch (Cormode and Muthukrishnan, "An
+// improved data stream summary: the count-min sketch and its
+// applications", J. Algorithms 55(1), 2005) of SketchRows rows and
+// SketchCols columns: bounded memory whatever the number of sources. A
+// group's count is the least of its SketchRows cells, one per row, each
+// chosen by a hash with the row's seed. It never underestimates; it
+// overestimates only where every one of the group's cells is shared with
+// other traffic (SketchFalsePositive).
+
+// Sketch dimensions and limits. They mirror bpf/consts.h (TL_SKETCH_ROWS,
+// TL_SKETCH_COLS, TL_SRC_TOP_ENTRIES); bpf's TestContract fails when the
+// two disagree.
+const (
+	// SketchRows is the number of rows (independent hashes) of the sketch.
+	SketchRows = 4
+	// SketchCols is the number of columns of each row, a power of two: a
+	// group's cell in row r is SourceHash(group, seed_r) & (SketchCols-1).
+	SketchCols = 8192
+	// SketchCellBytes is the size of one cell: a 32-bit count in the low
+	// half and the 32-bit window id it belongs to in the high half.
+	SketchCellBytes = 8
+	// SketchBytes is the memory the sketch takes, whatever the traffic.
+	SketchBytes = SketchRows * SketchCols * SketchCellBytes
+	// TopSources is how many groups over budget the program remembers for
+	// `tierlimit status --top` (an LRU table).
+	TopSources = 1024
+	// MaxBudgetPackets is the largest budget in packets: a cell holds a
+	// 32-bit count.
+	MaxBudgetPackets = math.MaxUint32 - 1
+)
+
+// Sources configures fair shedding. The zero value is off.
+type Sources struct {
+	// Budget is each group's share of a window as a percent of Max, in
+	// (0, 100]. It is used when BudgetPackets is 0.
+	Budget Percent
+	// BudgetPackets is each group's share of a window in packets,
+	// 1..min(Max, MaxBudgetPackets). When non-zero it is the budget and
+	// Budget must be 0.
+	BudgetPackets uint64
+	// PrefixV4 and PrefixV6 are the prefix lengths that group IPv4 (1..32)
+	// and IPv6 (1..128) sources. The config's defaults are 32 and 64.
+	PrefixV4, PrefixV6 int
+}
+
+// DefaultPrefixV4 and DefaultPrefixV6 group sources when the config leaves
+// prefix_v4 and prefix_v6 out.
+const (
+	DefaultPrefixV4 = 32
+	DefaultPrefixV6 = 64
+)
+
+// Enabled reports whether per-source budgets are on.
+func (s Sources) Enabled() bool { return s.Budget.micro != 0 || s.BudgetPackets != 0 }
+
+// String returns the budget as written in the config: "10%" or "500".
+func (s Sources) String() string {
+	if s.BudgetPackets != 0 {
+		return strconv.FormatUint(s.BudgetPackets, 10)
+	}
+	return s.Budget.String()
+}
+
+// validate checks s against a policy whose max is valid; off is valid.
+func (s Sources) validate(max uint64) error {
+	if !s.Enabled() {
+		return nil
+	}
+	if s.BudgetPackets != 0 {
+		if s.Budget.micro != 0 {
+			return configErr("sources.budget", s.String(), ErrBudget, "a budget is a percent or a packet count, not both")
+		}
+		if s.BudgetPackets > min(max, MaxBudgetPackets) {
+			return configErr("sources.budget", s.String(), ErrBudget, "must be from 1 to max (%d) packets", max)
+		}
+	} else {
+		if s.Budget.micro < 0 || s.Budget.micro > microHundred {
+			return configErr("sources.budget", s.String(), ErrBudget, "must be more than 0%% and at most 100%%")
+		}
+		if thresholdOf(max, s.Budget.micro) == 0 {
+			return configErr("sources.budget", s.String(), ErrBudget, "%s of max %d is less than one packet", s.Budget, max)
+		}
+	}
+	if s.PrefixV4 < 1 || s.PrefixV4 > 32 {
+		return configErr("sources.prefix_v4", strconv.Itoa(s.PrefixV4), ErrPrefixLen, "want 1 to 32")
+	}
+	if s.PrefixV6 < 1 || s.PrefixV6 > 128 {
+		return configErr("sources.prefix_v6", strconv.Itoa(s.PrefixV6), ErrPrefixLen, "want 1 to 128")
+	}
+	return nil
+}
+
+// SourceBudget is the compiled form of Sources, as the program's settings
+// hold it. The zero value is off.
+type SourceBudget struct {
+	// Budget is the packets per group and window; 0 is off. A percent is
+	// floor(Max × Budget / 100).
+	Budget uint32
+	// PrefixV4 and PrefixV6 are the grouping prefix lengths.
+	PrefixV4, PrefixV6 uint8
+	// Mask4 is the IPv4 mask as the program applies it: the four mask
+	// bytes in network order, read as one little-endian uint32 (the
+	// program, built for bpfel, loads the source address that way).
+	Mask4 uint32
+	// Mask6 is the IPv6 mask, four words encoded like Mask4.
+	Mask6 [4]uint32
+}
+
+// compileSources encodes the Sources of a valid policy.
+func compileSources(p Policy) SourceBudget {
+	s := p.Sources
+	if !s.Enabled() {
+		return SourceBudget{}
+	}
+	b := SourceBudget{PrefixV4: uint8(s.PrefixV4), PrefixV6: uint8(s.PrefixV6)}
+	if s.BudgetPackets != 0 {
+		b.Budget = uint32(s.BudgetPackets)
+	} else {
+		b.Budget = uint32(min(thresholdOf(p.Max, s.Budget.micro), MaxBudgetPackets))
+	}
+	m4 := maskBytes(s.PrefixV4, 4)
+	b.Mask4 = binary.LittleEndian.Uint32(m4)
+	m6 := maskBytes(s.PrefixV6, 16)
+	for i := range b.Mask6 {
+		b.Mask6[i] = binary.LittleEndian.Uint32(m6[4*i:])
+	}
+	return b
+}
+
+// maskBytes returns a network-order mask of n bytes with the first bits set.
+func maskBytes(bitsSet, n int) []byte {
+	m := make([]byte, n)
+	for i := range m {
+		switch {
+		case bitsSet >= 8*(i+1):
+			m[i] = 0xff
+		case bitsSet > 8*i:
+			m[i] = byte(0xff << (8*(i+1) - bitsSet))
+		}
+	}
+	return m
+}
+
+// Group returns the source group of src: src masked to the prefix length of
+// its family. An IPv4-mapped IPv6 address (::ffff:a.b.c.d) is IPv6, as it
+// is in an IPv6 header: only netip's 4-byte form is IPv4. It returns the zero
+// Prefix when b is off or src is invalid.
+func (b SourceBudget) Group(src netip.Addr) netip.Prefix {
+	if b.Budget == 0 || !src.IsValid() {
+		return netip.Prefix{}
+	}
+	bitsLen := int(b.PrefixV6)
+	if src.Is4() {
+		bitsLen = int(b.PrefixV4)
+	}
+	pfx, _ := src.WithZone("").Prefix(bitsLen)
+	return pfx
+}
+
+// SourceHash is the hash that places a group in a sketch row: MurmurHash3
+// x86_32 (Austin Appleby, public domain) of the group's masked address
+// bytes (4 for IPv4, 16 for IPv6, so the family is part of the key) with
+// the row's seed. limiter.c computes the same function (source_hash).
+func SourceHash(group netip.Prefix, seed uint32) uint32 {
+	a := group.Addr()
+	if a.Is4() {
+		b := a.As4()
+		return murmur3(b[:], seed)
+	}
+	b := a.As16()
+	return murmur3(b[:], seed)
+}
+
+// murmur3 is MurmurHash3_x86_32 for keys whose length is a multiple of 4.
+func murmur3(key []byte, seed uint32) uint32 {
+	const c1, c2 = 0xcc9e2d51, 0x1b873593
+	h := seed
+	for i := 0; i+4 <= len(key); i += 4 {
+		k := binary.LittleEndian.Uint32(key[i:])
+		k *= c1
+		k = bits.RotateLeft32(k, 15)
+		k *= c2
+		h ^= k
+		h = bits.RotateLeft32(h, 13)
+		h = h*5 + 0xe6546b64
+	}
+	h ^= uint32(len(key))
+	h ^= h >> 16
+	h *= 0x85ebca6b
+	h ^= h >> 13
+	h *= 0xc2b2ae35
+	h ^= h >> 16
+	return h
+}
+
+// Sketch is the count-min sketch of the reference model: the program's
+// source_sketch map, sequentially. Each cell is a count and the window id
+// it belongs to; a cell of another window counts as 0 and is reset by the
+// first packet that touches it, so no pass ever clears the sketch.
+type Sketch struct {
+	seeds [SketchRows]uint32
+	cells [SketchRows][SketchCols]uint64
+}
+
+// NewSketch returns an empty sketch whose rows hash with seeds.
+func NewSketch(seeds [SketchRows]uint32) *Sketch {
+	return &Sketch{seeds: seeds}
+}
+
+// Add counts one packet of group in window (the program's window id, which
+// is truncated to 32 bits) and returns the group's estimated count in that
+// window including this packet: the least of its cells, never less than
+// the true count.
+func (s *Sketch) Add(group netip.Prefix, window uint64) uint32 {
+	wid := uint64(uint32(window)) << 32
+	est := uint32(math.MaxUint32)
+	for r := range s.seeds {
+		c := &s.cells[r][SourceHash(group, s.seeds[r])&(SketchCols-1)]
+		if *c&^math.MaxUint32 != wid {
+			*c = wid
+		}
+		*c++
+		est = min(est, uint32(*c))
+	}
+	return est
+}
+
+// SketchFalsePositive bounds the probability that a group with few packets
+// is judged over budget when heavy groups (each over budget) share the
+// window: each of its SketchRows cells must collide with some heavy group,
+// and with independent row hashes that is (1 - (1 - 1/w)^heavy)^d for d
+// rows of w columns (the count-min sketch's collision analysis, Cormode and
+// Muthukrishnan 2005). It ignores the light groups' own sum in a cell,
+// which stays far below a budget unless the window holds about
+// SketchCols × budget packets.
+func SketchFalsePositive(heavy int) float64 {
+	if heavy <= 0 {
+		return 0
+	}
+	hit := 1 - math.Pow(1-1.0/SketchCols, float64(heavy))
+	return math.Pow(hit, SketchRows)
+}
+
+// String returns a compact form for logs: "budget 100 packets per /32 or /64".
+func (b SourceBudget) String() string {
+	if b.Budget == 0 {
+		return "off"
+	}
+	return fmt.Sprintf("budget %d packets per /%d (IPv4) or /%d (IPv6) group", b.Budget, b.PrefixV4, b.PrefixV6)
+}
