@@ -152,3 +152,21 @@ func groupPrefix(k LimiterTlSrcKey, b tiers.SourceBudget) netip.Prefix {
 	}
 	return netip.PrefixFrom(netip.AddrFrom16(a), bits)
 }
+
+// SourceMemory returns the kernel memory (memlock, bytes) of the sketch and
+// the table of groups over budget: fixed at load, whatever the traffic.
+func (l *Limiter) SourceMemory() (uint64, error) {
+	var total uint64
+	for _, m := range []*ebpf.Map{l.objs.SourceSketch, l.objs.SourceTop} {
+		info, err := m.Info()
+		if err != nil {
+			return 0, fmt.Errorf("read map info: %w", err)
+		}
+		b, ok := info.Memlock()
+		if !ok {
+			return 0, fmt.Errorf("map %s: memlock: %w", info.Name, ebpf.ErrNotSupported)
+		}
+		total += b
+	}
+	return total, nil
+}
