@@ -40,6 +40,14 @@ func BenchmarkProgram(b *testing.B) {
 		// From n = 100, the 100% tier: every packet is dropped, no draw.
 		{"selected-drop", policy(100), UDP4(b, 514)},
 		{"unselected", policy(100), TCP4(b, 22, true, false)},
+		// selected-pass with per-source budgets on (DESIGN.md §6): the
+		// group stays within its budget, so each packet pays the hash and
+		// the sketch's TL_SKETCH_ROWS cells, then the tiers as before.
+		{"sources-pass", withSources(policy(100_000_000), tiers.Sources{Budget: tiers.Pct(100), PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514)},
+		{"sources-pass-ipv6", withSources(policy(100_000_000), tiers.Sources{Budget: tiers.Pct(100), PrefixV4: 32, PrefixV6: 64}), UDP6(b, 514)},
+		// From the second packet on, over budget: sketch, over-budget
+		// counter and the top table's LRU lookup, then XDP_DROP.
+		{"sources-over", withSources(policy(100_000_000), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514)},
 	}
 	for _, gate := range []bool{true, false} {
 		opts := bpf.Options{}
@@ -57,6 +65,11 @@ func BenchmarkProgram(b *testing.B) {
 			})
 		}
 	}
+}
+
+func withSources(p tiers.Policy, s tiers.Sources) tiers.Policy {
+	p.Sources = s
+	return p
 }
 
 // benchPaired runs prog and bare on frame, alternating chunk by chunk so

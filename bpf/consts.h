@@ -55,9 +55,10 @@
 #ifndef TL_SKETCH_ROWS
 #define TL_SKETCH_ROWS 4
 #endif
-#ifndef TL_SKETCH_COLS
-#define TL_SKETCH_COLS 8192
+#ifndef TL_SKETCH_COL_BITS
+#define TL_SKETCH_COL_BITS 13
 #endif
+#define TL_SKETCH_COLS (1 << TL_SKETCH_COL_BITS)
 #ifndef TL_SRC_TOP_ENTRIES
 #define TL_SRC_TOP_ENTRIES 1024
 #endif

@@ -73,7 +73,10 @@ func TestContract(t *testing.T) {
 	eq("frag_verdicts entries / bpf.FragmentEntries", uint64(bpf.FragmentEntries), size("frag_verdicts"))
 	// Per-source budgets: the sketch, its cells and the top table.
 	eq("tiers.SketchRows / TL_SKETCH_ROWS", tiers.SketchRows, uint64(bpf.LimiterTlConstTL_C_SKETCH_ROWS))
+	eq("tiers.SketchColBits / TL_SKETCH_COL_BITS", tiers.SketchColBits, uint64(bpf.LimiterTlConstTL_C_SKETCH_COL_BITS))
 	eq("tiers.SketchCols / TL_SKETCH_COLS", tiers.SketchCols, uint64(bpf.LimiterTlConstTL_C_SKETCH_COLS))
+	eq("tiers.SeedWords / TL_SEED_WORDS", tiers.SeedWords, uint64(bpf.LimiterTlConstTL_SEED_WORDS))
+	eq("tl_settings.src_seeds / tiers.SketchRows × tiers.SeedWords", tiers.SketchRows*tiers.SeedWords, uint64(len(bpf.LimiterTlSettings{}.SrcSeeds)))
 	eq("tiers.TopSources / TL_SRC_TOP_ENTRIES", tiers.TopSources, uint64(bpf.LimiterTlConstTL_C_SRC_TOP_ENTRIES))
 	eq("bpf.SketchRows", uint64(bpf.SketchRows), tiers.SketchRows)
 	eq("source_sketch entries / tiers.SketchRows × tiers.SketchCols", tiers.SketchRows*tiers.SketchCols, size("source_sketch"))

@@ -425,47 +425,25 @@ static __always_inline int follow_fragment(struct pkt *p, __u64 bytes)
  * A packet's source group is its source address masked per family. The
  * group's count in the current window is estimated by a count-min sketch:
  * TL_SKETCH_ROWS rows of TL_SKETCH_COLS cells, row r placing the group by
- * MurmurHash3_x86_32 of the masked address (4 bytes for IPv4, 16 for IPv6)
- * with seed src_seeds[r]. tiers.SourceHash and tiers.Sketch are the same
- * functions in Go. Each cell carries the window id it counts for, so the
+ * source_col with its own seeds. tiers.SourceColumn and tiers.Sketch are
+ * the same functions in Go. Each cell carries the window id it counts for, so the
  * sketch is never cleared: a cell of another window counts as 0 and is
  * reset by the first packet that touches it. */
 
-static __always_inline __u32 rotl32(__u32 x, int r)
+/* The column of a group in one row: the multiply-shift hash (Dietzfelbinger
+ * et al. 1997; Thorup 2015, "High speed hashing for integers and strings",
+ * vector multiply-shift), strongly universal over the key (x_0..x_3,
+ * family): (a_0 x_0 + a_1 x_1 + a_2 x_2 + a_3 x_3 + a_4 [IPv6] + b) mod 2^64,
+ * top TL_SKETCH_COL_BITS bits, with 64-bit seeds a_i, b of the row and the
+ * 32-bit address words x_i (IPv4: x_0 only). Pairwise independence per row
+ * is what the count-min sketch's analysis needs; the products do not depend
+ * on each other, so the rows cost a few cycles each. */
+static __always_inline __u32 source_col(const struct tl_src_key *k, const __u64 *a)
 {
-	return (x << r) | (x >> (32 - r));
-}
-
-static __always_inline __u32 murmur_block(__u32 h, __u32 k)
-{
-	k *= 0xcc9e2d51;
-	k = rotl32(k, 15);
-	k *= 0x1b873593;
-	h ^= k;
-	h = rotl32(h, 13);
-	return h * 5 + 0xe6546b64;
-}
-
-static __always_inline __u32 murmur_final(__u32 h, __u32 len)
-{
-	h ^= len;
-	h ^= h >> 16;
-	h *= 0x85ebca6b;
-	h ^= h >> 13;
-	h *= 0xc2b2ae35;
-	h ^= h >> 16;
-	return h;
-}
-
-static __always_inline __u32 source_hash(const struct tl_src_key *k, __u32 seed)
-{
-	if (k->family == 4)
-		return murmur_final(murmur_block(seed, k->addr[0]), 4);
-	__u32 h = seed;
-#pragma unroll
-	for (int i = 0; i < 4; i++)
-		h = murmur_block(h, k->addr[i]);
-	return murmur_final(h, 16);
+	__u64 h = a[5] + a[0] * k->addr[0];
+	if (k->family == 6)
+		h += a[1] * k->addr[1] + a[2] * k->addr[2] + a[3] * k->addr[3] + a[4];
+	return h >> (64 - TL_SKETCH_COL_BITS);
 }
 
 /* The packet's source group. The address words are loaded as they lie in
@@ -529,23 +507,45 @@ static __always_inline __u32 sketch_add(__u64 *cell, __u64 wid)
 	return (__u32)v;
 }
 
-/* The group's estimated count in window id, this packet included: the least
- * of its cells (never below the true count). */
-static __always_inline __u32 sketch_count(const struct tl_src_key *k, const struct tl_settings *s, __u64 id)
+/* Counts the packet in its group's cells for window id and returns whether
+ * the group is over budget: whether the least of its cells (never below the
+ * group's true count) exceeds the budget, this packet included.
+ *
+ * A group already over budget in every one of its cells is judged by plain
+ * reads and not added: its cells all exceed the budget already, so adding
+ * changes no decision, for it or for any group that shares a cell. The
+ * flood's own packets thus touch the sketch without atomics, and counts
+ * stop just above the budget. tiers.Sketch.Count does the same. A stale
+ * read only sees a lower count (or an older window, read as 0), which
+ * sends the packet to the atomic path. */
+static __always_inline int sketch_over(const struct tl_src_key *k, const struct tl_settings *s, __u64 id)
 {
 	__u64 wid = (__u64)(__u32)id << TL_CELL_COUNT_BITS;
+	__u64 *cells[TL_SKETCH_ROWS];
 	__u32 est = 0xffffffff;
 #pragma unroll
 	for (__u32 r = 0; r < TL_SKETCH_ROWS; r++) {
-		__u32 key = r * TL_SKETCH_COLS + (source_hash(k, s->src_seeds[r]) & (TL_SKETCH_COLS - 1));
+		__u32 key = r * TL_SKETCH_COLS + source_col(k, &s->src_seeds[r * TL_SEED_WORDS]);
 		__u64 *cell = bpf_map_lookup_elem(&source_sketch, &key);
 		if (!cell)
-			continue;
-		__u32 c = sketch_add(cell, wid);
+			return 0; /* cannot happen: key < max_entries */
+		cells[r] = cell;
+		__u64 v = READ_ONCE(*cell);
+		__u32 c = (v >> TL_CELL_COUNT_BITS) == (wid >> TL_CELL_COUNT_BITS) ? (__u32)v : 0;
 		if (c < est)
 			est = c;
 	}
-	return est;
+	if (est > s->src_budget)
+		return 1;
+
+	est = 0xffffffff;
+#pragma unroll
+	for (__u32 r = 0; r < TL_SKETCH_ROWS; r++) {
+		__u32 c = sketch_add(cells[r], wid);
+		if (c < est)
+			est = c;
+	}
+	return est > s->src_budget;
 }
 
 /* Remembers a group over budget in window id for tierlimit status --top.
@@ -577,7 +577,7 @@ static __always_inline int source_budget(const struct pkt *p, const struct tl_se
 	struct tl_src_key k = {};
 	source_group(p, s, &k);
 	__u64 id = source_window(w, s);
-	if (sketch_count(&k, s, id) <= s->src_budget)
+	if (!sketch_over(&k, s, id))
 		return -1;
 
 	__u32 verdict = s->mode == TL_MODE_ENFORCE ? TL_DROP :

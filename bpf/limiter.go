@@ -86,7 +86,7 @@ type Limiter struct {
 	lastFlip  time.Time
 	lastSlot  uint32
 	hasPolicy bool
-	seeds     [SketchRows]uint32 // sketch row seeds (sources.go)
+	seeds     [SketchRows * seedWords]uint64 // sketch row seeds (sources.go)
 }
 
 // ErrPolicy is returned by Apply for a policy or table that the program

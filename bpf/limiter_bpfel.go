@@ -31,6 +31,8 @@ const (
 	LimiterTlConstTL_C_SKETCH_COLS     LimiterTlConst = 8192
 	LimiterTlConstTL_C_SRC_TOP_ENTRIES LimiterTlConst = 1024
 	LimiterTlConstTL_CELL_COUNT_BITS   LimiterTlConst = 32
+	LimiterTlConstTL_C_SKETCH_COL_BITS LimiterTlConst = 13
+	LimiterTlConstTL_SEED_WORDS        LimiterTlConst = 6
 )
 
 type LimiterTlEntry struct {
@@ -102,9 +104,9 @@ type LimiterTlSettings struct {
 	SrcBudget     uint32
 	SrcMask4      uint32
 	SrcMask6      [4]uint32
-	SrcSeeds      [4]uint32
 	SrcPrefixV4   uint32
 	SrcPrefixV6   uint32
+	SrcSeeds      [24]uint64
 }
 
 type LimiterTlSettingsFlag uint32

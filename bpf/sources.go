@@ -20,23 +20,26 @@ import (
 // (TL_SKETCH_ROWS); tiers.SketchRows matches it.
 const SketchRows = int(LimiterTlConstTL_C_SKETCH_ROWS)
 
+// seedWords is the number of 64-bit hash seeds per sketch row.
+const seedWords = int(LimiterTlConstTL_SEED_WORDS)
+
 // initSeeds takes the sketch seeds from the active slot's settings of
 // reused (pinned) maps, so that the current window's group counts stay
 // valid across an agent restart, and draws new ones otherwise.
 func (l *Limiter) initSeeds() error {
 	if slot, err := l.activeSlot(); err == nil {
 		var set LimiterTlSettings
-		if err := l.objs.Settings.Lookup(slot, &set); err == nil && set.TableLen != 0 && set.SrcSeeds != [SketchRows]uint32{} {
+		if err := l.objs.Settings.Lookup(slot, &set); err == nil && set.TableLen != 0 && set.SrcSeeds != [len(set.SrcSeeds)]uint64{} {
 			l.seeds = set.SrcSeeds
 			return nil
 		}
 	}
-	var b [4 * SketchRows]byte
+	var b [8 * len(l.seeds)]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return fmt.Errorf("draw sketch seeds: %w", err)
 	}
 	for i := range l.seeds {
-		l.seeds[i] = binary.LittleEndian.Uint32(b[4*i:])
+		l.seeds[i] = binary.LittleEndian.Uint64(b[8*i:])
 	}
 	return nil
 }
@@ -44,7 +47,13 @@ func (l *Limiter) initSeeds() error {
 // SketchSeeds returns the seeds of the sketch rows, for the reference model
 // (tiers.Model.SetSketchSeeds). They are drawn at Load, or taken over from
 // pinned maps, and never change while the Limiter lives.
-func (l *Limiter) SketchSeeds() [SketchRows]uint32 { return l.seeds }
+func (l *Limiter) SketchSeeds() tiers.SketchSeeds {
+	var s tiers.SketchSeeds
+	for r := range s {
+		copy(s[r][:], l.seeds[r*tiers.SeedWords:])
+	}
+	return s
+}
 
 // setSources writes the compiled budget and the seeds into set.
 func (l *Limiter) setSources(set *LimiterTlSettings, b tiers.SourceBudget) {

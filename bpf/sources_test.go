@@ -300,9 +300,11 @@ func TestSourcesReload(t *testing.T) {
 	if d := send(30); d != 10 {
 		t.Errorf("budget 20 turned on: %d of 30 dropped, want 10", d)
 	}
-	h.apply(on(50)) // the group has 30 in the sketch: 20 more pass
-	if d := send(30); d != 10 {
-		t.Errorf("budget raised to 50: %d of 30 dropped, want 10", d)
+	// Over budget, the group's cells stopped at 21 (sketch_over): raised
+	// to 50, the budget lets 29 more through in this window.
+	h.apply(on(50))
+	if d := send(30); d != 1 {
+		t.Errorf("budget raised to 50: %d of 30 dropped, want 1", d)
 	}
 	h.apply(off)
 	if d := send(30); d != 0 {

@@ -33,6 +33,9 @@ enum tl_const {
 	/* source_sketch key: row * TL_SKETCH_COLS + column; a cell is a u64,
 	 * the count in its low TL_CELL_COUNT_BITS, the window id above */
 	TL_CELL_COUNT_BITS = 32,
+	TL_C_SKETCH_COL_BITS = TL_SKETCH_COL_BITS,
+	/* seeds per sketch row: a_0..a_4 and b of a multiply-shift hash */
+	TL_SEED_WORDS = 6,
 };
 
 /* Drop thresholds on the bpf_get_prandom_u32() scale (tl_entry.thr). */
@@ -114,9 +117,10 @@ struct tl_settings {
 	__u32 src_budget;    /* packets per source group and window */
 	__u32 src_mask4;     /* IPv4 group mask, network order as loaded */
 	__u32 src_mask6[4];  /* IPv6 group mask, the same per 32-bit word */
-	__u32 src_seeds[TL_SKETCH_ROWS]; /* hash seed of each sketch row */
 	__u32 src_prefix_v4; /* prefix lengths; for tierlimit status */
 	__u32 src_prefix_v6;
+	/* hash seeds: row r uses [r * TL_SEED_WORDS, (r + 1) * TL_SEED_WORDS) */
+	__u64 src_seeds[TL_SKETCH_ROWS * 6];
 };
 
 /* One entry of a compiled tier table. */

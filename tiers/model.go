@@ -50,7 +50,7 @@ func NewModel(p Policy, t Table, rand func() uint32) *Model {
 	}
 	m := &Model{table: t, mode: p.Mode, window: uint64(p.Window), rand: rand, sources: t.Sources}
 	if t.Sources.Budget != 0 {
-		m.sketch = NewSketch([SketchRows]uint32{})
+		m.sketch = NewSketch(SketchSeeds{})
 	}
 	return m
 }
@@ -58,7 +58,7 @@ func NewModel(p Policy, t Table, rand func() uint32) *Model {
 // SetSketchSeeds sets the seeds of the sketch rows, which the program
 // draws at load (bpf.Limiter.SketchSeeds), and empties the sketch. It does
 // nothing while sources are off.
-func (m *Model) SetSketchSeeds(seeds [SketchRows]uint32) {
+func (m *Model) SetSketchSeeds(seeds SketchSeeds) {
 	if m.sketch != nil {
 		m.sketch = NewSketch(seeds)
 	}
@@ -103,7 +103,7 @@ func (m *Model) PacketFrom(nowNs uint64, src netip.Addr) Decision {
 		d.WindowOpened = true
 	}
 	if m.sketch != nil && src.IsValid() {
-		if m.sketch.Add(m.sources.Group(src), m.opened) > m.sources.Budget {
+		if m.sketch.Over(m.sources.Group(src), m.opened, m.sources.Budget) {
 			d.OverBudget = true
 			d.Verdict = [...]Verdict{ModeEnforce: VerdictDrop, ModeDryRun: VerdictWouldDrop, ModeOff: VerdictPass}[m.mode]
 			return d

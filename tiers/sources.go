@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"math/bits"
 	"net/netip"
 	"strconv"
 )
@@ -27,14 +26,18 @@ import (
 // other traffic (SketchFalsePositive).
 
 // Sketch dimensions and limits. They mirror bpf/consts.h (TL_SKETCH_ROWS,
-// TL_SKETCH_COLS, TL_SRC_TOP_ENTRIES); bpf's TestContract fails when the
+// TL_SKETCH_COL_BITS, TL_SRC_TOP_ENTRIES, TL_SEED_WORDS); bpf's TestContract fails when the
 // two disagree.
 const (
 	// SketchRows is the number of rows (independent hashes) of the sketch.
 	SketchRows = 4
-	// SketchCols is the number of columns of each row, a power of two: a
-	// group's cell in row r is SourceHash(group, seed_r) & (SketchCols-1).
-	SketchCols = 8192
+	// SketchColBits is log2 of SketchCols.
+	SketchColBits = 13
+	// SketchCols is the number of columns of each row: a group's cell in
+	// row r is SourceColumn(group, seeds[r]).
+	SketchCols = 1 << SketchColBits
+	// SeedWords is the number of 64-bit seeds per row (SourceColumn).
+	SeedWords = 6
 	// SketchCellBytes is the size of one cell: a 32-bit count in the low
 	// half and the 32-bit window id it belongs to in the high half.
 	SketchCellBytes = 8
@@ -176,40 +179,36 @@ func (b SourceBudget) Group(src netip.Addr) netip.Prefix {
 	return pfx
 }
 
-// SourceHash is the hash that places a group in a sketch row: MurmurHash3
-// x86_32 (Austin Appleby, public domain) of the group's masked address
-// bytes (4 for IPv4, 16 for IPv6, so the family is part of the key) with
-// the row's seed. limiter.c computes the same function (source_hash).
-func SourceHash(group netip.Prefix, seed uint32) uint32 {
-	a := group.Addr()
-	if a.Is4() {
-		b := a.As4()
-		return murmur3(b[:], seed)
-	}
-	b := a.As16()
-	return murmur3(b[:], seed)
-}
+// SketchSeeds are the seeds of the sketch's rows: row r places a group by
+// SourceColumn(group, seeds[r]). The program draws them at load.
+type SketchSeeds [SketchRows][SeedWords]uint64
 
-// murmur3 is MurmurHash3_x86_32 for keys whose length is a multiple of 4.
-func murmur3(key []byte, seed uint32) uint32 {
-	const c1, c2 = 0xcc9e2d51, 0x1b873593
-	h := seed
-	for i := 0; i+4 <= len(key); i += 4 {
-		k := binary.LittleEndian.Uint32(key[i:])
-		k *= c1
-		k = bits.RotateLeft32(k, 15)
-		k *= c2
-		h ^= k
-		h = bits.RotateLeft32(h, 13)
-		h = h*5 + 0xe6546b64
+// SourceColumn is the column of group in a sketch row whose seeds are
+// a_0..a_4, b: the vector multiply-shift hash (Dietzfelbinger et al. 1997;
+// Thorup, "High speed hashing for integers and strings", 2015)
+//
+//	(a_0 x_0 + a_1 x_1 + a_2 x_2 + a_3 x_3 + a_4 f + b) mod 2^64 >> (64 - SketchColBits)
+//
+// of the masked address's 32-bit words x_i (little-endian loads of its
+// network-order bytes, as the program loads them; IPv4 has only x_0) and
+// the family f (0 for IPv4, 1 for IPv6). It is strongly universal: two
+// different groups share a column with probability 2^-SketchColBits over
+// random seeds, which is all the count-min sketch's analysis asks of a
+// row. limiter.c's source_col is the same function.
+func SourceColumn(group netip.Prefix, a [SeedWords]uint64) uint32 {
+	addr := group.Addr()
+	h := a[5]
+	if addr.Is4() {
+		b := addr.As4()
+		h += a[0] * uint64(binary.LittleEndian.Uint32(b[:]))
+	} else {
+		b := addr.As16()
+		for i := range 4 {
+			h += a[i] * uint64(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		h += a[4]
 	}
-	h ^= uint32(len(key))
-	h ^= h >> 16
-	h *= 0x85ebca6b
-	h ^= h >> 13
-	h *= 0xc2b2ae35
-	h ^= h >> 16
-	return h
+	return uint32(h >> (64 - SketchColBits))
 }
 
 // Sketch is the count-min sketch of the reference model: the program's
@@ -217,12 +216,12 @@ func murmur3(key []byte, seed uint32) uint32 {
 // it belongs to; a cell of another window counts as 0 and is reset by the
 // first packet that touches it, so no pass ever clears the sketch.
 type Sketch struct {
-	seeds [SketchRows]uint32
+	seeds SketchSeeds
 	cells [SketchRows][SketchCols]uint64
 }
 
 // NewSketch returns an empty sketch whose rows hash with seeds.
-func NewSketch(seeds [SketchRows]uint32) *Sketch {
+func NewSketch(seeds SketchSeeds) *Sketch {
 	return &Sketch{seeds: seeds}
 }
 
@@ -234,7 +233,7 @@ func (s *Sketch) Add(group netip.Prefix, window uint64) uint32 {
 	wid := uint64(uint32(window)) << 32
 	est := uint32(math.MaxUint32)
 	for r := range s.seeds {
-		c := &s.cells[r][SourceHash(group, s.seeds[r])&(SketchCols-1)]
+		c := &s.cells[r][SourceColumn(group, s.seeds[r])]
 		if *c&^math.MaxUint32 != wid {
 			*c = wid
 		}
@@ -244,20 +243,43 @@ func (s *Sketch) Add(group netip.Prefix, window uint64) uint32 {
 	return est
 }
 
+// Over counts one packet of group in window against budget as the program
+// does, and reports whether the group is over budget. A group whose cells
+// all exceed the budget already is over, and its cells are left as they
+// are: adding to them would change no decision, for it or for any group
+// that shares a cell. Otherwise it is Add(group, window) > budget. So
+// counts stop just above the budget; below it they are Add's.
+func (s *Sketch) Over(group netip.Prefix, window uint64, budget uint32) bool {
+	wid := uint64(uint32(window)) << 32
+	est := uint32(math.MaxUint32)
+	for r := range s.seeds {
+		c := s.cells[r][SourceColumn(group, s.seeds[r])]
+		if c&^math.MaxUint32 != wid {
+			c = wid
+		}
+		est = min(est, uint32(c))
+	}
+	if est > budget {
+		return true
+	}
+	return s.Add(group, window) > budget
+}
+
 // SketchFalsePositive bounds the probability that a group with few packets
 // is judged over budget when heavy groups (each over budget) share the
-// window: each of its SketchRows cells must collide with some heavy group,
-// and with independent row hashes that is (1 - (1 - 1/w)^heavy)^d for d
-// rows of w columns (the count-min sketch's collision analysis, Cormode and
-// Muthukrishnan 2005). It ignores the light groups' own sum in a cell,
-// which stays far below a budget unless the window holds about
-// SketchCols × budget packets.
-func SketchFalsePositive(heavy int) float64 {
+// window: each of its SketchRows cells must collide with some heavy group.
+// It returns (1 - (1 - 1/w)^heavy)^d for d rows of w columns, the
+// probability with random row hashes (the count-min sketch's collision
+// analysis, Cormode and Muthukrishnan 2005), and union, min(1, heavy/w)^d,
+// which holds for any pairwise-independent rows such as SourceColumn's.
+// Both ignore the light groups' own sum in a cell, which stays far below a
+// budget unless the window holds about SketchCols × budget packets.
+func SketchFalsePositive(heavy int) (random, union float64) {
 	if heavy <= 0 {
-		return 0
+		return 0, 0
 	}
 	hit := 1 - math.Pow(1-1.0/SketchCols, float64(heavy))
-	return math.Pow(hit, SketchRows)
+	return math.Pow(hit, SketchRows), math.Pow(min(1, float64(heavy)/SketchCols), SketchRows)
 }
 
 // String returns a compact form for logs: "budget 100 packets per /32 or /64".

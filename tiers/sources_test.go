@@ -97,35 +97,63 @@ func TestCompileSourcesMasks(t *testing.T) {
 	}
 }
 
-// TestMurmur3 checks the sketch hash against published MurmurHash3_x86_32
-// vectors (SMHasher's; the same bytes limiter.c hashes).
-func TestMurmur3(t *testing.T) {
-	for _, c := range []struct {
-		key  []byte
-		seed uint32
-		want uint32
-	}{
-		{nil, 0, 0},
-		{nil, 1, 0x514e28b7},
-		{nil, 0xffffffff, 0x81f16f39},
-		{[]byte{0, 0, 0, 0}, 0, 0x2362f9de},
-		{[]byte{0x21, 0x43, 0x65, 0x87}, 0, 0xf55b516b},
-		{[]byte{0x21, 0x43, 0x65, 0x87}, 0x5082edee, 0x2362f9de},
-		{[]byte("aaaa"), 0x9747b28c, 0x5a97808a},
-	} {
-		if got := murmur3(c.key, c.seed); got != c.want {
-			t.Errorf("murmur3(%x, %#x) = %#x, want %#x", c.key, c.seed, got, c.want)
-		}
+func TestSourceColumn(t *testing.T) {
+	// By hand: 10.0.0.1 is bytes 0a 00 00 01, loaded little-endian
+	// 0x0100000a; (3 × 0x0100000a + 5) >> 51 is 0.
+	a := [SeedWords]uint64{3, 0, 0, 0, 0, 5}
+	if got := SourceColumn(netip.MustParsePrefix("10.0.0.1/32"), a); got != 0 {
+		t.Errorf("column %d, want 0", got)
 	}
-	// The family is part of the key: 10.0.0.1/32 and ::a00:1/128 differ.
-	if SourceHash(netip.MustParsePrefix("10.0.0.1/32"), 7) == SourceHash(netip.MustParsePrefix("::a00:1/128"), 7) {
-		t.Error("IPv4 and IPv6 groups with the same bits hash alike")
+	a = [SeedWords]uint64{1 << 32, 0, 0, 0, 1 << 62, 0}
+	// IPv6 adds a_4: 2^62 >> 51 = 2048.
+	if got := SourceColumn(netip.MustParsePrefix("::/128"), a); got != 2048 {
+		t.Errorf("IPv6 ::/128 column %d, want 2048", got)
+	}
+	// IPv4 has no a_4: 0x0100000a << 32 >> 51 = 0x0100000a >> 19 = 32.
+	if got := SourceColumn(netip.MustParsePrefix("10.0.0.1/32"), a); got != 32 {
+		t.Errorf("IPv4 column %d, want 32", got)
+	}
+
+	// Strongly universal: over random seeds, two fixed groups (of either
+	// family) share a column with probability 1/SketchCols.
+	r := rand.New(rand.NewPCG(3, 4))
+	pairs := [][2]netip.Prefix{
+		{netip.MustParsePrefix("10.0.0.1/32"), netip.MustParsePrefix("10.0.0.2/32")},
+		{netip.MustParsePrefix("10.0.0.1/32"), netip.MustParsePrefix("::a00:1/128")},
+		{netip.MustParsePrefix("2001:db8::/64"), netip.MustParsePrefix("2001:db8:0:1::/64")},
+	}
+	const trials = 400000
+	for _, pr := range pairs {
+		same := 0
+		for range trials {
+			var a [SeedWords]uint64
+			for i := range a {
+				a[i] = r.Uint64()
+			}
+			if SourceColumn(pr[0], a) == SourceColumn(pr[1], a) {
+				same++
+			}
+		}
+		p := 1.0 / SketchCols
+		if dev := math.Abs(float64(same) - trials*p); dev > 5*math.Sqrt(trials*p*(1-p)) {
+			t.Errorf("%v and %v share a column in %d of %d seeds, want about %.0f", pr[0], pr[1], same, trials, trials*p)
+		}
 	}
 }
 
+func randomSeeds(r *rand.Rand) SketchSeeds {
+	var s SketchSeeds
+	for i := range s {
+		for j := range s[i] {
+			s[i][j] = r.Uint64()
+		}
+	}
+	return s
+}
+
 func TestSketchNeverUnderestimates(t *testing.T) {
-	s := NewSketch([SketchRows]uint32{1, 2, 3, 4})
 	r := rand.New(rand.NewPCG(1, 2))
+	s := NewSketch(randomSeeds(r))
 	truth := map[netip.Prefix]uint32{}
 	for i := range 200000 {
 		var a [4]byte
@@ -146,24 +174,24 @@ func TestSketchNeverUnderestimates(t *testing.T) {
 }
 
 func TestSketchFalsePositive(t *testing.T) {
-	if SketchFalsePositive(0) != 0 {
+	if a, b := SketchFalsePositive(0); a != 0 || b != 0 {
 		t.Error("no heavy group, yet a false positive")
 	}
 	// One heavy group: all four cells must be its: (1/8192)^4.
-	if got, want := SketchFalsePositive(1), math.Pow(1.0/SketchCols, SketchRows); math.Abs(got-want) > 1e-6*want {
-		t.Errorf("SketchFalsePositive(1) = %g, want %g", got, want)
+	if got, union := SketchFalsePositive(1); math.Abs(got-math.Pow(1.0/SketchCols, SketchRows)) > 1e-6*got || union != got {
+		t.Errorf("SketchFalsePositive(1) = %g, %g, want (1/%d)^%d", got, union, SketchCols, SketchRows)
 	}
 	prev := 0.0
 	for _, h := range []int{10, 100, 1000, 10000} {
-		fp := SketchFalsePositive(h)
-		if fp <= prev || fp >= 1 {
-			t.Errorf("SketchFalsePositive(%d) = %g, not increasing in (0, 1)", h, fp)
+		fp, union := SketchFalsePositive(h)
+		if fp <= prev || fp >= 1 || union < fp {
+			t.Errorf("SketchFalsePositive(%d) = %g, %g: not increasing in (0, 1), or union below", h, fp, union)
 		}
 		prev = fp
 	}
 	// Measured: light groups among 1000 heavy ones, within 5 sigma of the bound.
 	const heavy, light, budget = 1000, 20000, 10
-	s := NewSketch([SketchRows]uint32{11, 22, 33, 44})
+	s := NewSketch(randomSeeds(rand.New(rand.NewPCG(7, 8))))
 	for h := range heavy {
 		g := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(h >> 8), byte(h), 1}), 32)
 		for range budget + 1 {
@@ -177,7 +205,7 @@ func TestSketchFalsePositive(t *testing.T) {
 			misjudged++
 		}
 	}
-	p := SketchFalsePositive(heavy)
+	_, p := SketchFalsePositive(heavy)
 	if bound := light*p + 5*math.Sqrt(light*p*(1-p)) + 1; float64(misjudged) > bound {
 		t.Errorf("%d of %d light groups misjudged among %d heavy; the bound allows %.1f", misjudged, light, heavy, bound)
 	}
@@ -191,7 +219,7 @@ func TestModelSources(t *testing.T) {
 	for _, mode := range []Mode{ModeEnforce, ModeDryRun, ModeOff} {
 		p.Mode = mode
 		m := NewModel(p, mustCompile(t, p), func() uint32 { return 0 })
-		m.SetSketchSeeds([SketchRows]uint32{5, 6, 7, 8})
+		m.SetSketchSeeds(randomSeeds(rand.New(rand.NewPCG(9, 10))))
 		a := netip.MustParseAddr("10.0.0.1")
 		b := netip.MustParseAddr("10.0.0.200") // same /24 as a
 		c := netip.MustParseAddr("10.0.1.1")
