@@ -160,6 +160,7 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 		return err
 	}
 	fmt.Fprintf(out, "\nexempt sources: %s\n", prefixes(p.Exempt, "none"))
+	printSourcesCheck(out, p, t)
 	return nil
 }
 
