@@ -83,7 +83,9 @@ type sourcesCollector struct {
 	budget, scrapeError *prometheus.Desc
 }
 
-func (a *Agent) sourcesCollector() prometheus.Collector {
+// SourcesCollector returns the prometheus.Collector of the per-source
+// budget metrics (DESIGN.md §6); Registry registers it beside Collector.
+func (a *Agent) SourcesCollector() prometheus.Collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, labels, nil)
 	}
