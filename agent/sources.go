@@ -154,15 +154,19 @@ func (sl *sourceLogger) check(a *Agent, now time.Time) error {
 	sl.last = now
 	seen := make(map[netip.Prefix]uint64, len(top))
 	for _, g := range top {
-		seen[g.Group] = g.LastWindow
-		if last, ok := sl.logged[g.Group]; ok && last >= g.LastWindow {
+		last, ok := sl.logged[g.Group]
+		if ok {
+			seen[g.Group] = last
+		}
+		if ok && last >= g.LastWindow {
 			continue
 		}
 		if sl.tokens < 1 {
-			sl.dropped++
+			sl.dropped++ // held back: tried again next time
 			continue
 		}
 		sl.tokens--
+		seen[g.Group] = g.LastWindow
 		a.log.Warn("source group over budget", "group", g.Group.String(), "window", g.LastWindow,
 			"over_budget_packets", g.Packets, "windows_over", g.Windows, "held_back", sl.dropped)
 		sl.dropped = 0
