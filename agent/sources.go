@@ -78,9 +78,8 @@ func ReadPinnedSources(pin string, top int) (Sources, error) {
 // sourcesCollector exports the per-source budget's metrics at scrape time,
 // with bounded labels: no per-source label.
 type sourcesCollector struct {
-	a                   *Agent
-	overBudget, groups  *prometheus.Desc
-	budget, scrapeError *prometheus.Desc
+	a                          *Agent
+	overBudget, groups, budget *prometheus.Desc
 }
 
 // SourcesCollector returns the prometheus.Collector of the per-source
