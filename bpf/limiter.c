@@ -511,6 +511,14 @@ static __always_inline __u32 sketch_add(__u64 *cell, __u64 wid)
  * the group is over budget: whether the least of its cells (never below the
  * group's true count) exceeds the budget, this packet included.
  *
+ * Accepted race: a packet is within budget when it is among the first
+ * budget packets of any one row, and CPUs racing on one group can reach
+ * the rows in different orders, so a group may get a few packets over its
+ * budget per window: at most what other CPUs count while one packet is
+ * between its first and last row (nanoseconds; an interrupt's length at
+ * worst). A group alone in its cells never gets fewer than its budget:
+ * each row admits exactly its first budget increments.
+ *
  * A group already over budget in every one of its cells is judged by plain
  * reads and not added: its cells all exceed the budget already, so adding
  * changes no decision, for it or for any group that shares a cell. The
