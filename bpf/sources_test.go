@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -412,4 +413,33 @@ func TestSourcesConcurrent(t *testing.T) {
 		t.Errorf("%d packets within a budget of %d from 2 CPUs", counted, budget)
 	}
 	t.Logf("2 CPUs, %d packets of one group: %d within the budget of %d (overshoot %d), %d over", total, counted, budget, counted-budget, over)
+}
+
+// TestSourcesSeedsSurviveReload: a Limiter loaded on pinned maps takes over
+// the sketch's seeds, so the current window's group counts stay valid
+// across an agent restart; fresh maps draw new seeds.
+func TestSourcesSeedsSurviveReload(t *testing.T) {
+	Require(t)
+	pin := PinPath(t)
+	if err := os.MkdirAll(pin, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	p := sourcesPolicy(t, 1000, tiers.Sources{BudgetPackets: 5, PrefixV4: 32, PrefixV6: 64})
+	first := newHarnessOpts(t, p, bpf.Options{PinPath: pin})
+	first.expire()
+	frame := UDP4(t, 514)
+	for range 5 {
+		first.run(frame)
+	}
+	second := newHarnessOpts(t, p, bpf.Options{PinPath: pin})
+	if second.l.SketchSeeds() != first.l.SketchSeeds() {
+		t.Error("a limiter on pinned maps drew new seeds")
+	}
+	// The group's 5 packets of this window still count: the 6th is over.
+	if ret := second.run(frame); ret != xdpDrop {
+		t.Errorf("6th packet after the reload: action %d, want drop", ret)
+	}
+	if other := newHarness(t, p); other.l.SketchSeeds() == first.l.SketchSeeds() {
+		t.Error("fresh maps reuse the seeds")
+	}
 }
