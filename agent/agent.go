@@ -310,7 +310,9 @@ func (a *Agent) xdpOn(ifindex int) bool {
 // Watch logs, every interval until ctx ends, when an interface loses the
 // limiter (the interface was deleted, or someone detached it) or gets it
 // back: /healthz and xdp_attached show it too, but an operator reads logs.
+// It also logs source groups going over budget, rate-limited (sources.go).
 func (a *Agent) Watch(ctx context.Context, interval time.Duration) {
+	go a.watchSources(ctx, time.Second) // sources.go: groups going over budget
 	up := map[string]bool{}
 	for _, att := range a.Attachments() {
 		up[att.Iface] = true

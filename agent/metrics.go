@@ -139,7 +139,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // process collectors.
 func (a *Agent) Registry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(a.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(a.Collector(), a.SourcesCollector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 

@@ -44,6 +44,14 @@ func BenchmarkProgram(b *testing.B) {
 		// every selected UDP packet; <134> is local0.info, class normal.
 		{"selected-pass-severity", withSeverity(policy(100_000_000)), UDP4(b, 514)},
 		{"selected-drop-severity", withSeverity(policy(100)), UDP4(b, 514)},
+		// selected-pass with per-source budgets on (DESIGN.md §6): the
+		// group stays within its budget, so each packet pays the hash and
+		// the sketch's TL_SKETCH_ROWS cells, then the tiers as before.
+		{"sources-pass", withSources(policy(100_000_000), tiers.Sources{Budget: tiers.Pct(100), PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514)},
+		{"sources-pass-ipv6", withSources(policy(100_000_000), tiers.Sources{Budget: tiers.Pct(100), PrefixV4: 32, PrefixV6: 64}), UDP6(b, 514)},
+		// From the second packet on, over budget: sketch, over-budget
+		// counter and the top table's LRU lookup, then XDP_DROP.
+		{"sources-over", withSources(policy(100_000_000), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514)},
 	}
 	for _, gate := range []bool{true, false} {
 		opts := bpf.Options{}
@@ -65,6 +73,11 @@ func BenchmarkProgram(b *testing.B) {
 
 func withSeverity(p tiers.Policy) tiers.Policy {
 	p.Severity = &tiers.Severity{Protect: []int{0, 1, 2, 3}, ProtectBudget: tiers.Pct(5), ShedFirst: []int{7}}
+	return p
+}
+
+func withSources(p tiers.Policy, s tiers.Sources) tiers.Policy {
+	p.Sources = s
 	return p
 }
 

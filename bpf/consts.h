@@ -48,4 +48,19 @@
 #define TL_LPM_ENTRIES 16384
 #endif
 
+/* Per-source budgets (DESIGN.md §6): rows and columns of the count-min
+ * sketch (columns a power of two), and groups over budget remembered for
+ * tierlimit status --top. tiers.SketchRows, SketchCols and TopSources
+ * match them. */
+#ifndef TL_SKETCH_ROWS
+#define TL_SKETCH_ROWS 4
+#endif
+#ifndef TL_SKETCH_COL_BITS
+#define TL_SKETCH_COL_BITS 13
+#endif
+#define TL_SKETCH_COLS (1 << TL_SKETCH_COL_BITS)
+#ifndef TL_SRC_TOP_ENTRIES
+#define TL_SRC_TOP_ENTRIES 1024
+#endif
+
 #endif /* __TL_CONSTS_H */

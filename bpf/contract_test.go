@@ -76,6 +76,22 @@ func TestContract(t *testing.T) {
 	eq("select_dests entries / bpf.PrefixEntries", uint64(bpf.PrefixEntries), size("select_dests"))
 	eq("severity_stats entries / classes × verdicts + 2", tiers.NumSeverityClasses*tiers.NumVerdicts+2, size("severity_stats"))
 	eq("frag_verdicts entries / bpf.FragmentEntries", uint64(bpf.FragmentEntries), size("frag_verdicts"))
+	// Per-source budgets: the sketch, its cells and the top table.
+	eq("tiers.SketchRows / TL_SKETCH_ROWS", tiers.SketchRows, uint64(bpf.LimiterTlConstTL_C_SKETCH_ROWS))
+	eq("tiers.SketchColBits / TL_SKETCH_COL_BITS", tiers.SketchColBits, uint64(bpf.LimiterTlConstTL_C_SKETCH_COL_BITS))
+	eq("tiers.SketchCols / TL_SKETCH_COLS", tiers.SketchCols, uint64(bpf.LimiterTlConstTL_C_SKETCH_COLS))
+	eq("tiers.SeedWords / TL_SEED_WORDS", tiers.SeedWords, uint64(bpf.LimiterTlConstTL_SEED_WORDS))
+	eq("tl_settings.src_seeds / tiers.SketchRows × tiers.SeedWords", tiers.SketchRows*tiers.SeedWords, uint64(len(bpf.LimiterTlSettings{}.SrcSeeds)))
+	eq("tiers.TopSources / TL_SRC_TOP_ENTRIES", tiers.TopSources, uint64(bpf.LimiterTlConstTL_C_SRC_TOP_ENTRIES))
+	eq("bpf.SketchRows", uint64(bpf.SketchRows), tiers.SketchRows)
+	eq("source_sketch entries / tiers.SketchRows × tiers.SketchCols", tiers.SketchRows*tiers.SketchCols, size("source_sketch"))
+	eq("source_sketch cell / tiers.SketchCellBytes", tiers.SketchCellBytes, uint64(spec.Maps["source_sketch"].ValueSize))
+	eq("cell count bits / 32 (tiers.Sketch)", 32, uint64(bpf.LimiterTlConstTL_CELL_COUNT_BITS))
+	eq("source_stats entries / tiers.NumVerdicts", tiers.NumVerdicts, size("source_stats"))
+	eq("source_top entries / tiers.TopSources", tiers.TopSources, size("source_top"))
+	if tiers.SketchCols&(tiers.SketchCols-1) != 0 {
+		t.Errorf("tiers.SketchCols %d is not a power of two", tiers.SketchCols)
+	}
 	// The slot must fit the tags: exempt tag = slot, dests tag = slot << DestRuleBits | rule.
 	if slots<<tiers.DestRuleBits >= 1<<tiers.LPMTagBits {
 		t.Errorf("%d slots do not fit the %d-bit LPM tag", slots, tiers.LPMTagBits)

@@ -115,6 +115,31 @@ struct {
 	__type(value, __u32);
 } frag_verdicts SEC(".maps");
 
+/* The count-min sketch of source groups: cell row * TL_SKETCH_COLS + column,
+ * a u64 with the count in its low 32 bits and the window id above. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TL_SKETCH_ROWS * TL_SKETCH_COLS);
+	__type(key, __u32);
+	__type(value, __u64);
+} source_sketch SEC(".maps");
+
+/* Over-budget packets by verdict (pass in mode off), per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TL_VERDICTS);
+	__type(key, __u32);
+	__type(value, struct tl_stat);
+} source_stats SEC(".maps");
+
+/* Source groups seen over budget, least recently over evicted first. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, TL_SRC_TOP_ENTRIES);
+	__type(key, struct tl_src_key);
+	__type(value, struct tl_src_top);
+} source_top SEC(".maps");
+
 enum {
 	FRAG_NONE = 0,
 	FRAG_FIRST = 1, /* offset 0, more fragments follow */
@@ -465,6 +490,187 @@ static __always_inline int follow_fragment(struct pkt *p, __u64 bytes)
 	return XDP_PASS;
 }
 
+/* Per-source budgets (DESIGN.md §6).
+ *
+ * A packet's source group is its source address masked per family. The
+ * group's count in the current window is estimated by a count-min sketch:
+ * TL_SKETCH_ROWS rows of TL_SKETCH_COLS cells, row r placing the group by
+ * source_col with its own seeds. tiers.SourceColumn and tiers.Sketch are
+ * the same functions in Go. Each cell carries the window id it counts for, so the
+ * sketch is never cleared: a cell of another window counts as 0 and is
+ * reset by the first packet that touches it. */
+
+/* The column of a group in one row: the multiply-shift hash (Dietzfelbinger
+ * et al. 1997; Thorup 2015, "High speed hashing for integers and strings",
+ * vector multiply-shift), strongly universal over the key (x_0..x_3,
+ * family): (a_0 x_0 + a_1 x_1 + a_2 x_2 + a_3 x_3 + a_4 [IPv6] + b) mod 2^64,
+ * top TL_SKETCH_COL_BITS bits, with 64-bit seeds a_i, b of the row and the
+ * 32-bit address words x_i (IPv4: x_0 only). Pairwise independence per row
+ * is what the count-min sketch's analysis needs; the products do not depend
+ * on each other, so the rows cost a few cycles each. */
+static __always_inline __u32 source_col(const struct tl_src_key *k, const __u64 *a)
+{
+	__u64 h = a[5] + a[0] * k->addr[0];
+	if (k->family == 6)
+		h += a[1] * k->addr[1] + a[2] * k->addr[2] + a[3] * k->addr[3] + a[4];
+	return h >> (64 - TL_SKETCH_COL_BITS);
+}
+
+/* The packet's source group. The address words are loaded as they lie in
+ * the header and masked with masks tiers.Compile encoded the same way. */
+static __always_inline void source_group(const struct pkt *p, const struct tl_settings *s,
+					 struct tl_src_key *k)
+{
+	if (p->l3proto == ETH_P_IP) {
+		const struct iphdr *ip = p->l3;
+		k->addr[0] = ip->saddr & s->src_mask4;
+		k->family = 4;
+		return;
+	}
+	const struct ipv6hdr *ip6 = p->l3;
+	/* Word loads, as of iphdr's saddr: XDP does not enforce alignment. */
+	const __u32 *a = (const __u32 *)&ip6->saddr;
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		k->addr[i] = a[i] & s->src_mask6[i];
+	k->family = 6;
+}
+
+/* The id of the window the packet will be counted in: tl_window.opened, or
+ * one more when the window has expired and this packet (or a racing one)
+ * is about to open the next. It applies window_count's rule, tick gate
+ * included, so the two agree but for a packet at a window's very end that
+ * a racing CPU moves into the next window between the two reads: it is
+ * counted in the sketch under the old id (accepted: one packet's share of
+ * a group's budget is charged to the window that just ended). opened is
+ * bumped by the opener after start_ns, so a CPU may pair the new start_ns
+ * with the old opened for a few ns: same consequence. */
+static __always_inline __u64 source_window(struct tl_window *w, const struct tl_settings *s)
+{
+	__u64 id = READ_ONCE(w->opened);
+	if (s->window_jiffies && bpf_jiffies64() - READ_ONCE(w->start_jiffies) < s->window_jiffies)
+		return id;
+	if ((__s64)(bpf_ktime_get_ns() - READ_ONCE(w->start_ns)) > (__s64)s->window_ns)
+		return id + 1;
+	return id;
+}
+
+/* Adds one to a cell for window wid (already shifted above the count) and
+ * returns the cell's count for that window, this packet included.
+ *
+ * Accepted races: a cell of an old window is reset by compare-and-swap to
+ * (wid, 1); a CPU that loses the swap adds to what the winner wrote. A CPU
+ * that read a current cell and adds just after another CPU reset it for a
+ * newer window (a window boundary) adds to the newer window: an
+ * overestimate of one, which a count-min sketch allows anyway. A count of
+ * 2^32 packets in one window would carry into the window id (not reachable
+ * at line rate within tiers.MaxWindow per cell). */
+static __always_inline __u32 sketch_add(__u64 *cell, __u64 wid)
+{
+	__u64 old = READ_ONCE(*cell);
+	if ((old >> TL_CELL_COUNT_BITS) != (wid >> TL_CELL_COUNT_BITS) &&
+	    __sync_bool_compare_and_swap(cell, old, wid | 1))
+		return 1;
+	__u64 v = __sync_fetch_and_add(cell, 1) + 1;
+	if ((v >> TL_CELL_COUNT_BITS) != (wid >> TL_CELL_COUNT_BITS))
+		return 1; /* a newer window's cell: nothing of ours in it */
+	return (__u32)v;
+}
+
+/* Counts the packet in its group's cells for window id and returns whether
+ * the group is over budget: whether the least of its cells (never below the
+ * group's true count) exceeds the budget, this packet included.
+ *
+ * Accepted race: a packet is within budget when it is among the first
+ * budget packets of any one row, and CPUs racing on one group can reach
+ * the rows in different orders, so a group may get a few packets over its
+ * budget per window: at most what other CPUs count while one packet is
+ * between its first and last row (nanoseconds; an interrupt's length at
+ * worst). A group alone in its cells never gets fewer than its budget:
+ * each row admits exactly its first budget increments.
+ *
+ * A group already over budget in every one of its cells is judged by plain
+ * reads and not added: its cells all exceed the budget already, so adding
+ * changes no decision, for it or for any group that shares a cell. The
+ * flood's own packets thus touch the sketch without atomics, and counts
+ * stop just above the budget. tiers.Sketch.Count does the same. A stale
+ * read only sees a lower count (or an older window, read as 0), which
+ * sends the packet to the atomic path. */
+static __always_inline int sketch_over(const struct tl_src_key *k, const struct tl_settings *s, __u64 id)
+{
+	__u64 wid = (__u64)(__u32)id << TL_CELL_COUNT_BITS;
+	__u64 *cells[TL_SKETCH_ROWS];
+	__u32 est = 0xffffffff;
+#pragma unroll
+	for (__u32 r = 0; r < TL_SKETCH_ROWS; r++) {
+		__u32 key = r * TL_SKETCH_COLS + source_col(k, &s->src_seeds[r * TL_SEED_WORDS]);
+		__u64 *cell = bpf_map_lookup_elem(&source_sketch, &key);
+		if (!cell)
+			return 0; /* cannot happen: key < max_entries */
+		cells[r] = cell;
+		__u64 v = READ_ONCE(*cell);
+		__u32 c = (v >> TL_CELL_COUNT_BITS) == (wid >> TL_CELL_COUNT_BITS) ? (__u32)v : 0;
+		if (c < est)
+			est = c;
+	}
+	if (est > s->src_budget)
+		return 1;
+
+	est = 0xffffffff;
+#pragma unroll
+	for (__u32 r = 0; r < TL_SKETCH_ROWS; r++) {
+		__u32 c = sketch_add(cells[r], wid);
+		if (c < est)
+			est = c;
+	}
+	return est > s->src_budget;
+}
+
+/* Remembers a group over budget in window id for tierlimit status --top.
+ * Accepted race: two CPUs that miss at once both insert; the second
+ * insert fails (BPF_NOEXIST) and its packet goes uncounted here (the
+ * source_stats count has it). */
+static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id)
+{
+	struct tl_src_top *t = bpf_map_lookup_elem(&source_top, k);
+	if (!t) {
+		struct tl_src_top n = { .packets = 1, .last_window = id, .windows = 1 };
+		bpf_map_update_elem(&source_top, k, &n, BPF_NOEXIST);
+		return;
+	}
+	__sync_fetch_and_add(&t->packets, 1);
+	__u64 last = READ_ONCE(t->last_window);
+	if (last != id && __sync_bool_compare_and_swap(&t->last_window, last, id))
+		__sync_fetch_and_add(&t->windows, 1);
+}
+
+/* Judges a selected packet against its group's budget. Returns -1 when it
+ * is within budget (it goes on to the window and the tiers), or the XDP
+ * action for a packet over budget: dropped in enforce mode, passed in
+ * dry-run (would_drop) and off, counted in source_stats and never in the
+ * window. A first fragment's verdict is remembered for its followers. */
+static __always_inline int source_budget(const struct pkt *p, const struct tl_settings *s,
+					 struct tl_window *w, __u64 bytes)
+{
+	struct tl_src_key k = {};
+	source_group(p, s, &k);
+	__u64 id = source_window(w, s);
+	if (!sketch_over(&k, s, id))
+		return -1;
+
+	__u32 verdict = s->mode == TL_MODE_ENFORCE ? TL_DROP :
+			s->mode == TL_MODE_DRY_RUN ? TL_WOULD_DROP : TL_PASS;
+	count(&source_stats, verdict, bytes);
+	source_top_add(&k, id);
+	if (p->frag == FRAG_FIRST) {
+		struct tl_frag_key fk = {};
+		frag_key(p, &fk);
+		__u32 v = verdict == TL_DROP ? TL_DROP : TL_PASS;
+		bpf_map_update_elem(&frag_verdicts, &fk, &v, BPF_ANY);
+	}
+	return verdict == TL_DROP ? XDP_DROP : XDP_PASS;
+}
+
 SEC("xdp")
 int tierlimit(struct xdp_md *ctx)
 {
@@ -511,6 +717,11 @@ int tierlimit(struct xdp_md *ctx)
 	struct tl_window *w = bpf_map_lookup_elem(&window, &zero);
 	if (!w)
 		goto unselected;
+	if (s->src_budget) {
+		int act = source_budget(&p, s, w, bytes);
+		if (act >= 0)
+			return act;
+	}
 	__u64 n = window_count(w, s);
 
 	/* n past the table's end takes the last entry: the last tier runs to infinity. */

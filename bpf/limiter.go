@@ -88,6 +88,7 @@ type Limiter struct {
 	lastFlip  time.Time
 	lastSlot  uint32
 	hasPolicy bool
+	seeds     [SketchRows * seedWords]uint64 // sketch row seeds (sources.go)
 }
 
 // ErrPolicy is returned by Apply for a policy or table that the program
@@ -118,6 +119,10 @@ func Load(opts Options) (*Limiter, error) {
 			return nil, fmt.Errorf("load limiter: %+v", verr)
 		}
 		return nil, fmt.Errorf("load limiter: %w", err)
+	}
+	if err := l.initSeeds(); err != nil {
+		l.Close()
+		return nil, err
 	}
 	return l, nil
 }
@@ -181,6 +186,7 @@ func (l *Limiter) Apply(p tiers.Policy, t tiers.Table) error {
 	if len(p.Exempt) > 0 {
 		set.Flags |= hasExempt
 	}
+	l.setSources(&set, t.Sources)
 	if err := l.objs.Settings.Put(slot, &set); err != nil {
 		return fmt.Errorf("write settings of slot %d: %w", slot, err)
 	}
@@ -350,6 +356,9 @@ type Stats struct {
 	// ProtectedPass counts drop verdicts that protection turned into
 	// passes; PaidDrop counts pass verdicts dropped to pay the debt.
 	ProtectedPass, PaidDrop Counter
+	// OverBudget counts selected packets over their source group's budget
+	// by tiers.Verdict (pass under mode off); they are not in Selected.
+	OverBudget [Verdicts]Counter
 }
 
 // SelectedTotal sums Selected over tiers for verdict v.
@@ -398,6 +407,9 @@ func (l *Limiter) Stats() (Stats, error) {
 	}
 	sev = append(sev, &st.ProtectedPass, &st.PaidDrop)
 	if err := sumInto(l.objs.SeverityStats, "severity_stats", sev); err != nil {
+		return Stats{}, err
+	}
+	if err := l.readOverBudget(&st); err != nil {
 		return Stats{}, err
 	}
 	return st, nil
@@ -479,7 +491,7 @@ func OpenPinned(dir string) (*Limiter, error) {
 		{&l.objs.ActiveSlot, "active_slot"}, {&l.objs.Settings, "settings"}, {&l.objs.TierTable, "tier_table"},
 		{&l.objs.Ports, "ports"}, {&l.objs.ExemptSources, "exempt_sources"}, {&l.objs.SelectDests, "select_dests"},
 		{&l.objs.Window, "window"}, {&l.objs.Stats, "stats"}, {&l.objs.MiscStats, "misc_stats"},
-		{&l.objs.FragVerdicts, "frag_verdicts"}, {&l.objs.SeverityStats, "severity_stats"},
+		{&l.objs.FragVerdicts, "frag_verdicts"}, {&l.objs.SeverityStats, "severity_stats"}, {&l.objs.SourceStats, "source_stats"}, {&l.objs.SourceTop, "source_top"},
 	} {
 		m, err := open(f.name)
 		if err != nil {
@@ -514,6 +526,8 @@ type Active struct {
 	// Severity is the severity block's compiled form; Severity.On is false
 	// without one.
 	Severity tiers.SeverityTable
+	// Sources is the per-source budget; Budget 0 is off.
+	Sources tiers.SourceBudget
 }
 
 // Active reads the active slot's settings, which hold what tiers.Compile
@@ -543,6 +557,7 @@ func (l *Limiter) Active() (Active, error) {
 		Bounds:     make([]uint64, set.Tiers),
 		DropRatios: make([]float64, set.Tiers+1),
 		Drops:      make([]uint32, set.Tiers+1),
+		Sources:    activeSources(&set),
 	}
 	for k := range a.Bounds {
 		a.Bounds[k] = set.Bounds[k]

@@ -16,17 +16,23 @@ import (
 type LimiterTlConst uint32
 
 const (
-	LimiterTlConstTL_C_MAX_TIERS    LimiterTlConst = 16
-	LimiterTlConstTL_C_MAX_RULES    LimiterTlConst = 32
-	LimiterTlConstTL_C_TABLE_MAX    LimiterTlConst = 1048576
-	LimiterTlConstTL_C_SLOTS        LimiterTlConst = 2
-	LimiterTlConstTL_C_LPM_ENTRIES  LimiterTlConst = 16384
-	LimiterTlConstTL_C_FRAG_ENTRIES LimiterTlConst = 16384
-	LimiterTlConstTL_PORT_KEYS      LimiterTlConst = 65536
-	LimiterTlConstTL_LPM_TAG_BITS   LimiterTlConst = 32
-	LimiterTlConstTL_LPM_ADDR_BITS  LimiterTlConst = 128
-	LimiterTlConstTL_DEST_RULE_BITS LimiterTlConst = 8
-	LimiterTlConstTL_SHIFT_MASK     LimiterTlConst = 63
+	LimiterTlConstTL_C_MAX_TIERS       LimiterTlConst = 16
+	LimiterTlConstTL_C_MAX_RULES       LimiterTlConst = 32
+	LimiterTlConstTL_C_TABLE_MAX       LimiterTlConst = 1048576
+	LimiterTlConstTL_C_SLOTS           LimiterTlConst = 2
+	LimiterTlConstTL_C_LPM_ENTRIES     LimiterTlConst = 16384
+	LimiterTlConstTL_C_FRAG_ENTRIES    LimiterTlConst = 16384
+	LimiterTlConstTL_PORT_KEYS         LimiterTlConst = 65536
+	LimiterTlConstTL_LPM_TAG_BITS      LimiterTlConst = 32
+	LimiterTlConstTL_LPM_ADDR_BITS     LimiterTlConst = 128
+	LimiterTlConstTL_DEST_RULE_BITS    LimiterTlConst = 8
+	LimiterTlConstTL_SHIFT_MASK        LimiterTlConst = 63
+	LimiterTlConstTL_C_SKETCH_ROWS     LimiterTlConst = 4
+	LimiterTlConstTL_C_SKETCH_COLS     LimiterTlConst = 8192
+	LimiterTlConstTL_C_SRC_TOP_ENTRIES LimiterTlConst = 1024
+	LimiterTlConstTL_CELL_COUNT_BITS   LimiterTlConst = 32
+	LimiterTlConstTL_C_SKETCH_COL_BITS LimiterTlConst = 13
+	LimiterTlConstTL_SEED_WORDS        LimiterTlConst = 6
 )
 
 type LimiterTlEntry struct {
@@ -99,6 +105,12 @@ type LimiterTlSettings struct {
 	ShedDrops     [17]uint32
 	SevOn         uint32
 	SevClass      [8]uint8
+	SrcBudget     uint32
+	SrcMask4      uint32
+	SrcMask6      [4]uint32
+	SrcPrefixV4   uint32
+	SrcPrefixV6   uint32
+	SrcSeeds      [24]uint64
 }
 
 type LimiterTlSettingsFlag uint32
@@ -123,6 +135,19 @@ const (
 	LimiterTlSevStatTL_SEV_PAID_DROP      LimiterTlSevStat = 10
 	LimiterTlSevStatTL_SEV_STATS          LimiterTlSevStat = 11
 )
+
+type LimiterTlSrcKey struct {
+	_      structs.HostLayout
+	Addr   [4]uint32
+	Family uint32
+}
+
+type LimiterTlSrcTop struct {
+	_          structs.HostLayout
+	Packets    uint64
+	LastWindow uint64
+	Windows    uint64
+}
 
 type LimiterTlStat struct {
 	_       structs.HostLayout
@@ -168,6 +193,9 @@ const (
 	LimiterMapSelectDests   = "select_dests"
 	LimiterMapSettings      = "settings"
 	LimiterMapSeverityStats = "severity_stats"
+	LimiterMapSourceSketch  = "source_sketch"
+	LimiterMapSourceStats   = "source_stats"
+	LimiterMapSourceTop     = "source_top"
 	LimiterMapStats         = "stats"
 	LimiterMapTierTable     = "tier_table"
 	LimiterMapWindow        = "window"
@@ -232,6 +260,9 @@ type LimiterMapSpecs struct {
 	SelectDests   *ebpf.MapSpec `ebpf:"select_dests"`
 	Settings      *ebpf.MapSpec `ebpf:"settings"`
 	SeverityStats *ebpf.MapSpec `ebpf:"severity_stats"`
+	SourceSketch  *ebpf.MapSpec `ebpf:"source_sketch"`
+	SourceStats   *ebpf.MapSpec `ebpf:"source_stats"`
+	SourceTop     *ebpf.MapSpec `ebpf:"source_top"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
 	TierTable     *ebpf.MapSpec `ebpf:"tier_table"`
 	Window        *ebpf.MapSpec `ebpf:"window"`
@@ -272,6 +303,9 @@ type LimiterMaps struct {
 	SelectDests   *ebpf.Map `ebpf:"select_dests"`
 	Settings      *ebpf.Map `ebpf:"settings"`
 	SeverityStats *ebpf.Map `ebpf:"severity_stats"`
+	SourceSketch  *ebpf.Map `ebpf:"source_sketch"`
+	SourceStats   *ebpf.Map `ebpf:"source_stats"`
+	SourceTop     *ebpf.Map `ebpf:"source_top"`
 	Stats         *ebpf.Map `ebpf:"stats"`
 	TierTable     *ebpf.Map `ebpf:"tier_table"`
 	Window        *ebpf.Map `ebpf:"window"`
@@ -287,6 +321,9 @@ func (m *LimiterMaps) Close() error {
 		m.SelectDests,
 		m.Settings,
 		m.SeverityStats,
+		m.SourceSketch,
+		m.SourceStats,
+		m.SourceTop,
 		m.Stats,
 		m.TierTable,
 		m.Window,

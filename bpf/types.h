@@ -27,6 +27,15 @@ enum tl_const {
 	/* settings.shift is applied modulo 64 (a u64 shift), so the verifier
 	 * sees a bounded shift */
 	TL_SHIFT_MASK = 63,
+	TL_C_SKETCH_ROWS = TL_SKETCH_ROWS,
+	TL_C_SKETCH_COLS = TL_SKETCH_COLS,
+	TL_C_SRC_TOP_ENTRIES = TL_SRC_TOP_ENTRIES,
+	/* source_sketch key: row * TL_SKETCH_COLS + column; a cell is a u64,
+	 * the count in its low TL_CELL_COUNT_BITS, the window id above */
+	TL_CELL_COUNT_BITS = 32,
+	TL_C_SKETCH_COL_BITS = TL_SKETCH_COL_BITS,
+	/* seeds per sketch row: a_0..a_4 and b of a multiply-shift hash */
+	TL_SEED_WORDS = 6,
 };
 
 /* Drop thresholds on the bpf_get_prandom_u32() scale (tl_entry.thr). */
@@ -127,6 +136,15 @@ struct tl_settings {
 	__u32 shed_drops[TL_MAX_TIERS + 1];
 	__u32 sev_on;
 	__u8 sev_class[8];
+	/* Per-source budgets (DESIGN.md §6), as tiers.SourceBudget encodes
+	 * them. src_budget 0: off, and nothing below is read. */
+	__u32 src_budget;    /* packets per source group and window */
+	__u32 src_mask4;     /* IPv4 group mask, network order as loaded */
+	__u32 src_mask6[4];  /* IPv6 group mask, the same per 32-bit word */
+	__u32 src_prefix_v4; /* prefix lengths; for tierlimit status */
+	__u32 src_prefix_v6;
+	/* hash seeds: row r uses [r * TL_SEED_WORDS, (r + 1) * TL_SEED_WORDS) */
+	__u64 src_seeds[TL_SKETCH_ROWS * 6];
 };
 
 /* One entry of a compiled tier table. */
@@ -156,6 +174,20 @@ struct tl_frag_key {
 	__u8 dst[16];
 	__u32 id;
 	__u32 proto;
+};
+
+/* A source group: the masked source address, as loaded from the header
+ * (IPv4 in addr[0], the rest 0), and its family. Key of source_top. */
+struct tl_src_key {
+	__u32 addr[4];
+	__u32 family; /* 4 or 6 */
+};
+
+/* A source group seen over budget, for tierlimit status --top. */
+struct tl_src_top {
+	__u64 packets;     /* packets over budget, all windows */
+	__u64 last_window; /* id (tl_window.opened) of the last window it was over */
+	__u64 windows;     /* windows in which it went over budget */
 };
 
 /* bpf2go -type exports only what the object's BTF holds, and an enum is in

@@ -41,6 +41,9 @@ type Table struct {
 	Selectors Selectors
 	// Severity is the policy's severity-aware shedding, if any.
 	Severity SeverityTable
+	// Sources is the per-source budget, encoded for the program's
+	// settings; the zero value is off.
+	Sources SourceBudget
 }
 
 // thresholdOf is floor(max × at / 100) for at in micro-percent, exactly.
@@ -141,6 +144,7 @@ func Compile(p Policy) (Table, error) {
 		Drops:      drops,
 		Selectors:  compileSelectors(p),
 		Severity:   compileSeverity(p, drops),
+		Sources:    compileSources(p),
 	}
 	for i := range n {
 		k := TierOf(bounds, i<<shift)

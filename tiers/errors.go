@@ -60,6 +60,12 @@ var (
 	// ErrTooMany: more than MaxTiers tiers or more than MaxSelectRules
 	// select rules, the sizes the BPF program is built with.
 	ErrTooMany = errors.New("too many entries")
+	// ErrBudget: a sources budget that is not a percent in (0, 100] or a
+	// packet count in [1, max], or a percent of max under one packet.
+	ErrBudget = errors.New("bad budget")
+	// ErrPrefixLen: a sources prefix length outside 1..32 (prefix_v4) or
+	// 1..128 (prefix_v6).
+	ErrPrefixLen = errors.New("bad prefix length")
 )
 
 // ConfigError is a policy error located in its source. Its Error reads like

@@ -119,6 +119,9 @@ func (p Policy) String() string {
 	b.WriteString("] exempt=[")
 	b.WriteString(prefixesString(p.Exempt))
 	b.WriteByte(']')
+	if s := p.Sources; s.Enabled() {
+		fmt.Fprintf(&b, " sources=%s/%d/%d", s, s.PrefixV4, s.PrefixV6)
+	}
 	return b.String()
 }
 

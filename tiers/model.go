@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"math/rand/v2"
+	"net/netip"
 )
 
 // Decision is the Model's account of one selected packet.
@@ -22,6 +23,11 @@ type Decision struct {
 	// tier said drop; Paid when the packet was dropped (or would_drop)
 	// although its tier said pass, to pay off the window's drop debt.
 	Protected, Paid bool
+	// OverBudget is true when the packet's source group had used its
+	// budget in this window (DESIGN.md §6). Such a packet is not counted:
+	// N and Tier are 0, and Verdict is VerdictDrop, VerdictWouldDrop or
+	// VerdictPass by the mode.
+	OverBudget bool
 }
 
 // Model is the reference model of the XDP limiter for one stream of
@@ -37,6 +43,10 @@ type Model struct {
 	start uint64 // ns, clock of the packet that opened the window
 	count uint64 // selected packets in the window so far
 	debt  uint64 // the window's drop debt (severity)
+
+	sources SourceBudget
+	sketch  *Sketch // nil while sources are off
+	opened  uint64  // windows opened: the sketch's window id
 }
 
 // NewModel returns a model of policy p compiled as t, with no window open.
@@ -46,7 +56,20 @@ func NewModel(p Policy, t Table, rand func() uint32) *Model {
 	if rand == nil {
 		rand = randUint32
 	}
-	return &Model{table: t, mode: p.Mode, window: uint64(p.Window), rand: rand}
+	m := &Model{table: t, mode: p.Mode, window: uint64(p.Window), rand: rand, sources: t.Sources}
+	if t.Sources.Budget != 0 {
+		m.sketch = NewSketch(SketchSeeds{})
+	}
+	return m
+}
+
+// SetSketchSeeds sets the seeds of the sketch rows, which the program
+// draws at load (bpf.Limiter.SketchSeeds), and empties the sketch. It does
+// nothing while sources are off.
+func (m *Model) SetSketchSeeds(seeds SketchSeeds) {
+	if m.sketch != nil {
+		m.sketch = NewSketch(seeds)
+	}
 }
 
 func randUint32() uint32 { return rand.Uint32() }
@@ -68,7 +91,23 @@ func randUint32() uint32 { return rand.Uint32() }
 // VerdictPass. rand is drawn only when the outcome depends on it, that is
 // when thr is neither 0 nor AlwaysDrop, and never under ModeOff.
 func (m *Model) Packet(nowNs uint64) Decision {
-	return m.judge(nowNs, -1, false)
+	return m.judge(nowNs, netip.Addr{}, notUDP)
+}
+
+// notUDP is judge's sev for a packet that severity ignores.
+const notUDP = -2
+
+// PacketFrom is Packet for a packet from source address src, which the
+// per-source budget judges first (DESIGN.md §6): after the window rule, the
+// packet is counted in its group's sketch cells under the window's id (the
+// number of windows opened so far), and when the group's estimate, this
+// packet included, exceeds the budget the packet is over budget. It is
+// then not counted in the window, and its verdict is VerdictDrop under
+// ModeEnforce, VerdictWouldDrop under ModeDryRun and VerdictPass under
+// ModeOff; rand is not drawn. The packet that opens a window is never over
+// budget. An invalid src, or sources off, skips the budget.
+func (m *Model) PacketFrom(nowNs uint64, src netip.Addr) Decision {
+	return m.judge(nowNs, src, notUDP)
 }
 
 // PacketSeverity accounts for a selected UDP datagram whose <PRI> has
@@ -86,14 +125,32 @@ func (m *Model) Packet(nowNs uint64) Decision {
 //
 // Opening a window clears the debt.
 func (m *Model) PacketSeverity(nowNs uint64, sev int) Decision {
-	return m.judge(nowNs, sev, m.table.Severity.On)
+	return m.judge(nowNs, netip.Addr{}, sev)
 }
 
-func (m *Model) judge(nowNs uint64, sev int, severity bool) Decision {
+// PacketFromSeverity is a UDP datagram from src with syslog severity sev:
+// the per-source budget first (PacketFrom), then severity (PacketSeverity).
+func (m *Model) PacketFromSeverity(nowNs uint64, src netip.Addr, sev int) Decision {
+	return m.judge(nowNs, src, sev)
+}
+
+// judge is the whole model: window, source budget, tier, severity. sev is
+// notUDP for a packet that severity ignores, -1 for a UDP datagram without
+// a valid <PRI>, else its severity.
+func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
+	severity := m.table.Severity.On && sev != notUDP
 	var d Decision
 	if !m.open || nowNs > m.start && nowNs-m.start > m.window {
 		m.open, m.start, m.count, m.debt = true, nowNs, 0, 0
+		m.opened++
 		d.WindowOpened = true
+	}
+	if m.sketch != nil && src.IsValid() {
+		if m.sketch.Over(m.sources.Group(src), m.opened, m.sources.Budget) {
+			d.OverBudget = true
+			d.Verdict = [...]Verdict{ModeEnforce: VerdictDrop, ModeDryRun: VerdictWouldDrop, ModeOff: VerdictPass}[m.mode]
+			return d
+		}
 	}
 	m.count++
 	d.N = m.count

@@ -85,4 +85,7 @@ type Policy struct {
 	// Severity configures severity-aware shedding of UDP syslog (DESIGN.md
 	// §7); nil turns it off.
 	Severity *Severity
+	// Sources sets per-source budgets (fair shedding, DESIGN.md §6); the
+	// zero value is off.
+	Sources Sources
 }

@@ -28,7 +28,8 @@ func configErr(key, value string, sentinel error, format string, args ...any) *C
 // ErrProto for a protocol other than tcp or udp; ErrPort for a rule without
 // ports, a port 0 or a range with First > Last; ErrCIDR for an invalid
 // prefix in Dests or Exempt; ErrCount for an undefined Count, or CountSYN on
-// a udp rule (the seed counted requests; only TCP has connection attempts).
+// a udp rule (the seed counted requests; only TCP has connection attempts);
+// ErrBudget and ErrPrefixLen for Sources out of range.
 func (p Policy) Validate() error {
 	switch p.Mode {
 	case ModeEnforce, ModeDryRun, ModeOff:
@@ -80,7 +81,7 @@ func (p Policy) Validate() error {
 			return configErr(fmt.Sprintf("exempt.sources[%d]", i), pfx.String(), ErrCIDR, "invalid prefix")
 		}
 	}
-	return nil
+	return p.Sources.validate(p.Max)
 }
 
 func (r Rule) validate(key string) error {

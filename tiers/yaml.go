@@ -325,6 +325,10 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 			})
 			return err
 		}},
+		{"sources", func(key string, v *yaml.Node) (err error) {
+			p.Sources, err = ps.sources(key, v)
+			return err
+		}},
 	})
 	return err
 }

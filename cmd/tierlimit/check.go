@@ -83,6 +83,7 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 		}
 	}
 	fmt.Fprintf(out, "\nexempt sources: %s\n", prefixes(p.Exempt, "none"))
+	printSourcesCheck(out, p, t)
 	printSeverityCheck(out, p, t)
 	return nil
 }

@@ -26,20 +26,26 @@ type demoFlags struct {
 	loads  []float64
 	// severity floods a mix of syslog severities under a severity block.
 	severity bool
+	noisy    bool // --noisy-source (demo_sources.go)
 }
 
 func newDemoCmd(g *globals) *cobra.Command {
 	var f demoFlags
 	var loads string
 	cmd := &cobra.Command{
-		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5] [--severity]",
+		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5] [--severity | --noisy-source]",
 		Short: "Watch the limiter shed a syslog flood in a throwaway sandbox",
 		Long: `demo builds a sandbox (two network namespaces joined by a veth pair, nothing
 in the host's namespace), attaches the limiter to the collector's end with the
 seed's tiers scaled down to --max packets per --window, and floods UDP/514
 syslog from the sender's end, one window per offered load (a multiple of max).
 It prints, per window, what was offered, passed and dropped, by tier, beside
-the model's expectation, then removes the sandbox. Needs root.`,
+the model's expectation, then removes the sandbox. Needs root.
+
+--noisy-source shows fair shedding instead: one sender floods at 10 × max
+and five others send 4% of max each, for two windows with per-source
+budgets (sources: {budget: 10%}) and two without; per window it prints each
+sender's sent and passed datagrams beside the model's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, s := range strings.Split(loads, ",") {
@@ -58,6 +64,9 @@ the model's expectation, then removes the sandbox. Needs root.`,
 			if f.severity {
 				return runSeverityDemo(cmd.Context(), g, f)
 			}
+			if f.noisy {
+				return runNoisyDemo(cmd.Context(), g, f)
+			}
 			return runDemo(cmd.Context(), g, f)
 		},
 	}
@@ -65,6 +74,7 @@ the model's expectation, then removes the sandbox. Needs root.`,
 	cmd.Flags().DurationVar(&f.window, "window", 500*time.Millisecond, "window length")
 	cmd.Flags().StringVar(&loads, "loads", "0.5,1,1.5,2,3,5,10", "offered load of each window, as multiples of max")
 	cmd.Flags().BoolVar(&f.severity, "severity", false, "flood 1% crit, 49% info, 50% debug under a severity block (protect emerg..err, shed debug first)")
+	cmd.Flags().BoolVar(&f.noisy, "noisy-source", false, "show fair shedding: one heavy sender, five light ones, with and without per-source budgets")
 	return cmd
 }
 

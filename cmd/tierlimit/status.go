@@ -18,27 +18,44 @@ func init() { subcommands = append(subcommands, newStatusCmd, newDetachCmd) }
 func newStatusCmd(g *globals) *cobra.Command {
 	var pin string
 	var asJSON bool
+	var top int
 	cmd := &cobra.Command{
-		Use:   "status [--json]",
+		Use:   "status [--json] [--top N]",
 		Short: "Show the pinned limiter: interfaces, policy, window and totals",
 		Long: `status reads the pinned links and maps, with no agent running, and prints the
 interfaces and their XDP mode, the policy in force (tiers with thresholds and
 drop rates), the current window's count and tier, and the totals per tier and
-verdict: the same numbers /metrics shows.`,
+verdict: the same numbers /metrics shows. --top N adds the per-source budget
+and the N source groups with the most packets over budget.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := agent.ReadStatus(pin)
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return writeStatusJSON(g.stdout, st)
+			if top < 0 {
+				return usageErrorf("--top %d: want a number of groups, 0 for none", top)
 			}
-			return writeStatus(g.stdout, st)
+			var src *agent.Sources
+			if top > 0 {
+				s, err := agent.ReadPinnedSources(pin, top)
+				if err != nil {
+					return err
+				}
+				src = &s
+			}
+			if asJSON {
+				return writeStatusJSON(g.stdout, st, src)
+			}
+			if err := writeStatus(g.stdout, st); err != nil {
+				return err
+			}
+			return writeSources(g.stdout, src)
 		},
 	}
 	cmd.Flags().StringVar(&pin, "pin-path", agent.DefaultPinPath, "bpffs directory of the pinned links and maps")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().IntVar(&top, "top", 0, "also list the N source groups with the most packets over budget")
 	return cmd
 }
 
@@ -64,6 +81,7 @@ type statusJSON struct {
 	Exempt     uint64            `json:"exempt_packets"`
 	Fragments  map[string]uint64 `json:"fragment_packets"`
 	Severity   *severityJSON     `json:"severity,omitempty"`
+	Sources    *sourcesJSON      `json:"sources,omitempty"`
 }
 
 type tierJSON struct {
@@ -84,7 +102,7 @@ type selectedJSON struct {
 	Bytes   uint64 `json:"bytes"`
 }
 
-func writeStatusJSON(w io.Writer, st agent.Status) error {
+func writeStatusJSON(w io.Writer, st agent.Status, src *agent.Sources) error {
 	var out statusJSON
 	out.PinPath = st.PinPath
 	out.Interfaces = st.Links
@@ -115,6 +133,7 @@ func writeStatusJSON(w io.Writer, st agent.Status) error {
 	out.Exempt = st.Stats.Exempt.Packets
 	out.Fragments = map[string]uint64{"pass": st.Stats.FragmentPass.Packets, "drop": st.Stats.FragmentDrop.Packets}
 	out.Severity = severityStatus(st)
+	out.Sources = sourcesToJSON(src)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)

@@ -1,0 +1,445 @@
+package bpf_test
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket/layers"
+	"golang.org/x/sys/unix"
+
+	"github.com/tierlimit/tierlimit/bpf"
+	. "github.com/tierlimit/tierlimit/internal/testenv"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// udpFrom is a syslog datagram to udp/514 from src (IPv4 or IPv6).
+func udpFrom(tb testing.TB, src netip.Addr) []byte {
+	tb.Helper()
+	if src.Is4() {
+		return Serialize(tb, Eth(layers.EthernetTypeIPv4), IPv4(net.IP(src.AsSlice()), Dst4, layers.IPProtocolUDP), UDP(514), Syslog())
+	}
+	return Serialize(tb, Eth(layers.EthernetTypeIPv6), IPv6(net.IP(src.AsSlice()), Dst6, layers.IPProtocolUDP), UDP(514), Syslog())
+}
+
+// sourcesPolicy is max per hour-long window with a per-source budget, and
+// one tier far above what a test sends, so that every drop is a budget's.
+func sourcesPolicy(tb testing.TB, max uint64, s tiers.Sources) tiers.Policy {
+	tb.Helper()
+	p := tiers.Default()
+	p.Window, p.Max = time.Hour, max
+	p.Tiers = []tiers.Tier{{At: tiers.Pct(100000), Drop: tiers.Pct(100)}}
+	p.Sources = s
+	if err := p.Validate(); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+func overBudget(st bpf.Stats) (n uint64) {
+	for _, c := range st.OverBudget {
+		n += c.Packets
+	}
+	return n
+}
+
+// TestSourcesDifferential runs one packet sequence, from heavy and light
+// groups of both families over three windows, through the program and the
+// reference model (tiers.Model with the program's sketch seeds): every
+// over-budget decision and every window count must agree.
+func TestSourcesDifferential(t *testing.T) {
+	p := sourcesPolicy(t, 1000, tiers.Sources{Budget: tiers.Pct(5), PrefixV4: 24, PrefixV6: 64})
+	h := newHarness(t, p)
+	m := tiers.NewModel(p, h.tab, nil)
+	m.SetSketchSeeds(h.l.SketchSeeds())
+	r := rand.New(rand.NewPCG(12, 34))
+
+	pool := make([]netip.Addr, 0, 300)
+	for i := range 150 {
+		var a [16]byte // 2001:db8:0:<i%5>::/64, random host bits
+		binary.BigEndian.PutUint64(a[:], 0x20010db800000000|uint64(i%5))
+		binary.BigEndian.PutUint64(a[8:], r.Uint64())
+		pool = append(pool, netip.AddrFrom4([4]byte{10, byte(i % 7), byte(i), byte(r.Uint32())}), netip.AddrFrom16(a))
+	}
+	frames := make([][]byte, len(pool))
+	for i, a := range pool {
+		frames[i] = udpFrom(t, a)
+	}
+	var now uint64
+	var overs, agree int
+	for win := range 3 {
+		h.expire()
+		now += uint64(p.Window) + 1
+		for i := range 2500 {
+			// A skewed choice: the first groups are heavy.
+			j := int(math.Floor(math.Pow(r.Float64(), 3) * float64(len(pool))))
+			d := m.PacketFrom(now, pool[j])
+			ret := h.run(frames[j])
+			got := h.window().Count
+			if (ret == xdpDrop) != d.OverBudget || got != m.N() {
+				t.Fatalf("window %d packet %d from %v: program action %d n %d; model over budget %v n %d",
+					win, i, pool[j], ret, got, d.OverBudget, m.N())
+			}
+			if d.OverBudget {
+				overs++
+			}
+			agree++
+		}
+	}
+	if overs == 0 || overs == agree {
+		t.Fatalf("%d of %d packets over budget: the sequence does not test the budget", overs, agree)
+	}
+	if got := overBudget(h.stats()); got != uint64(overs) {
+		t.Errorf("source_stats counts %d over budget, the model %d", got, overs)
+	}
+	t.Logf("%d packets, %d over budget: program and model agree on each", agree, overs)
+}
+
+// TestSourcesSpoofedFlood sends 100,000 datagrams from distinct random /32
+// sources in one window, 5 × max: no group is over budget, the sketch's
+// memory does not move, and the tiers shed as without sources.
+func TestSourcesSpoofedFlood(t *testing.T) {
+	const max, offered = 20000, 100000
+	p := tiers.Default()
+	p.Window, p.Max = time.Hour, max
+	p.Sources = tiers.Sources{Budget: tiers.Pct(10), PrefixV4: 32, PrefixV6: 64}
+	h := newHarness(t, p)
+	h.expire()
+	memBefore, err := h.l.SourceMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := udpFrom(t, netip.MustParseAddr("192.0.2.1"))
+	srcOff := 14 + 12 // Ethernet, then the IPv4 source address
+	r := rand.New(rand.NewPCG(5, 6))
+	seen := make(map[uint32]bool, offered)
+	passed := 0
+	for len(seen) < offered {
+		a := r.Uint32()
+		if seen[a] {
+			continue
+		}
+		seen[a] = true
+		binary.BigEndian.PutUint32(frame[srcOff:], a)
+		if h.run(frame) == xdpPass {
+			passed++
+		}
+	}
+	st := h.stats()
+	if got := overBudget(st); got != 0 {
+		t.Errorf("%d packets over budget among %d one-packet groups", got, offered)
+	}
+	if got := h.window().Count; got != offered {
+		t.Errorf("window n %d, want %d", got, offered)
+	}
+	memAfter, err := h.l.SourceMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if memAfter != memBefore {
+		t.Errorf("source memory %d bytes after the flood, %d before", memAfter, memBefore)
+	}
+	e, err := tiers.Expected(p, offered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dev := math.Abs(float64(passed) - e.Passed); dev > 5*math.Sqrt(e.Variance) {
+		t.Errorf("passed %d, expected %.1f ± %.1f (5σ)", passed, e.Passed, 5*math.Sqrt(e.Variance))
+	}
+	t.Logf("%d sources: passed %d (expected %.1f, σ %.1f); source memory %d bytes before and after",
+		offered, passed, e.Passed, math.Sqrt(e.Variance), memBefore)
+}
+
+// TestSourcesGrouping: 50 hosts of one /24 (or one IPv6 /64) share one
+// budget; a host of the next prefix has its own.
+func TestSourcesGrouping(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		host  func(i int) netip.Addr
+		other netip.Addr
+	}{
+		{"ipv4/24", func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 1, 2, byte(i + 1)}) }, netip.MustParseAddr("10.1.3.1")},
+		{"ipv6/64", func(i int) netip.Addr {
+			return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 2, byte(i), 0xaa, 0, 0, 0, 0, 0, byte(i + 1)})
+		}, netip.MustParseAddr("2001:db8:1:3::1")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const budget = 100
+			h := newHarness(t, sourcesPolicy(t, 1000, tiers.Sources{BudgetPackets: budget, PrefixV4: 24, PrefixV6: 64}))
+			h.expire()
+			frames := make([][]byte, 50)
+			for i := range frames {
+				frames[i] = udpFrom(t, c.host(i))
+			}
+			dropped := 0
+			for round := range 3 {
+				for i, f := range frames {
+					ret := h.run(f)
+					if n := round*len(frames) + i + 1; (ret == xdpDrop) != (n > budget) {
+						t.Fatalf("packet %d of the group (host %d): action %d", n, i, ret)
+					}
+					if ret == xdpDrop {
+						dropped++
+					}
+				}
+			}
+			if ret := h.run(udpFrom(t, c.other)); ret != xdpPass {
+				t.Errorf("a host of another prefix: action %d, want pass", ret)
+			}
+			st := h.stats()
+			if got := st.OverBudget[tiers.VerdictDrop].Packets; got != uint64(dropped) || dropped != 50 {
+				t.Errorf("over budget: counted %d, dropped %d, want 50", got, dropped)
+			}
+			if got := h.window().Count; got != budget+1 {
+				t.Errorf("window n %d, want %d: over-budget packets must not count", got, budget+1)
+			}
+			top, err := h.l.TopSources(5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := c.host(0).Prefix(map[bool]int{true: 24, false: 64}[c.host(0).Is4()])
+			if len(top) != 1 || top[0].Group != want || top[0].Packets != 50 || top[0].Windows != 1 {
+				t.Errorf("TopSources = %+v, want %v with 50 packets in 1 window", top, want)
+			}
+		})
+	}
+}
+
+// TestSourcesModes: dry-run and off count over-budget packets and pass
+// them, and they stay out of the window.
+func TestSourcesModes(t *testing.T) {
+	for _, mode := range []tiers.Mode{tiers.ModeEnforce, tiers.ModeDryRun, tiers.ModeOff} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := sourcesPolicy(t, 1000, tiers.Sources{BudgetPackets: 10, PrefixV4: 32, PrefixV6: 64})
+			p.Mode = mode
+			h := newHarness(t, p)
+			h.expire()
+			frame := udpFrom(t, netip.MustParseAddr("192.0.2.77"))
+			want := uint32(xdpPass)
+			if mode == tiers.ModeEnforce {
+				want = xdpDrop
+			}
+			for i := range 30 {
+				ret := h.run(frame)
+				if i >= 10 && ret != want {
+					t.Fatalf("packet %d: action %d, want %d", i+1, ret, want)
+				}
+			}
+			st := h.stats()
+			v := map[tiers.Mode]tiers.Verdict{tiers.ModeEnforce: tiers.VerdictDrop, tiers.ModeDryRun: tiers.VerdictWouldDrop, tiers.ModeOff: tiers.VerdictPass}[mode]
+			if st.OverBudget[v].Packets != 20 || overBudget(st) != 20 {
+				t.Errorf("over budget by verdict %+v, want 20 %s", st.OverBudget, v)
+			}
+			if n := h.window().Count; n != 10 || st.SelectedPackets() != 10 {
+				t.Errorf("window n %d, selected %d; want 10 and 10", n, st.SelectedPackets())
+			}
+		})
+	}
+}
+
+// TestSourcesExemptAndFragments: an exempt source is never judged against a
+// budget, and the fragments of an over-budget datagram follow it.
+func TestSourcesExemptAndFragments(t *testing.T) {
+	p := sourcesPolicy(t, 1000, tiers.Sources{BudgetPackets: 5, PrefixV4: 32, PrefixV6: 64})
+	p.Exempt = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}
+	h := newHarness(t, p)
+	h.expire()
+	ex := udpFrom(t, netip.MustParseAddr("203.0.113.9"))
+	for i := range 20 {
+		if ret := h.run(ex); ret != xdpPass {
+			t.Fatalf("exempt packet %d: action %d", i, ret)
+		}
+	}
+	if st := h.stats(); st.Exempt.Packets != 20 || overBudget(st) != 0 {
+		t.Errorf("exempt %d, over budget %d; want 20 and 0", st.Exempt.Packets, overBudget(st))
+	}
+	// Src4 sends 5 datagrams, then a fragmented one over budget.
+	for range 5 {
+		if ret := h.run(UDP4(t, 514)); ret != xdpPass {
+			t.Fatalf("within budget: action %d", ret)
+		}
+	}
+	if ret := h.run(frag4(t, 77, 0, true, UDP(514), Syslog())); ret != xdpDrop {
+		t.Fatalf("first fragment over budget: action %d, want drop", ret)
+	}
+	if ret := h.run(frag4(t, 77, 8, false, Syslog())); ret != xdpDrop {
+		t.Errorf("its next fragment: action %d, want drop", ret)
+	}
+	if st := h.stats(); st.FragmentDrop.Packets != 1 {
+		t.Errorf("fragment drops %d, want 1", st.FragmentDrop.Packets)
+	}
+}
+
+// TestSourcesReload: turning sources on, changing the budget and turning
+// them off takes effect with the slot flip, mid-window; under concurrent
+// traffic every packet is either counted or over budget, never lost.
+func TestSourcesReload(t *testing.T) {
+	off := sourcesPolicy(t, 1000, tiers.Sources{})
+	on := func(budget uint64) tiers.Policy {
+		return sourcesPolicy(t, 1000, tiers.Sources{BudgetPackets: budget, PrefixV4: 32, PrefixV6: 64})
+	}
+	h := newHarness(t, off)
+	h.expire()
+	frame := UDP4(t, 514)
+	send := func(n int) (drops int) {
+		for range n {
+			if h.run(frame) == xdpDrop {
+				drops++
+			}
+		}
+		return drops
+	}
+	if d := send(30); d != 0 {
+		t.Fatalf("sources off: %d drops", d)
+	}
+	h.apply(on(20)) // the sketch starts counting now: 20 pass, 10 over
+	if d := send(30); d != 10 {
+		t.Errorf("budget 20 turned on: %d of 30 dropped, want 10", d)
+	}
+	// Over budget, the group's cells stopped at 21 (sketch_over): raised
+	// to 50, the budget lets 29 more through in this window.
+	h.apply(on(50))
+	if d := send(30); d != 1 {
+		t.Errorf("budget raised to 50: %d of 30 dropped, want 1", d)
+	}
+	h.apply(off)
+	if d := send(30); d != 0 {
+		t.Errorf("sources off again: %d drops", d)
+	}
+	if a, err := h.l.Active(); err != nil || a.Sources.Budget != 0 {
+		t.Errorf("Active after turning off: %+v, %v", a.Sources, err)
+	}
+
+	// Concurrent: flip on and off while another goroutine sends.
+	h.expire()
+	before := h.stats()
+	var (
+		wg   sync.WaitGroup
+		sent uint64
+		done = make(chan struct{})
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := runExact(h.l.Program(), frame, 500); err != nil {
+				t.Error(err)
+				return
+			}
+			sent += 500
+		}
+	}()
+	for i := range 6 {
+		if i%2 == 0 {
+			h.apply(on(uint64(100 + i)))
+		} else {
+			h.apply(off)
+		}
+	}
+	close(done)
+	wg.Wait()
+	after := h.stats()
+	counted := after.SelectedPackets() - before.SelectedPackets()
+	over := overBudget(after) - overBudget(before)
+	if counted+over != sent || over == 0 || counted == 0 {
+		t.Errorf("%d counted + %d over budget, %d sent: want every packet in one, and both", counted, over, sent)
+	}
+	t.Logf("under reloads: %d counted, %d over budget", counted, over)
+}
+
+// TestSourcesConcurrent floods one group from 2 CPUs at once: no packet is
+// lost between the window and the over-budget count, at least the budget
+// passes (each row lets exactly its first budget packets through), and the
+// overshoot at the budget's edge stays small. A packet passes when it is
+// among the first budget in any one row, and racing CPUs can interleave
+// their rows differently: the overshoot is bounded by what the other CPU
+// processes while one packet is between its first and last row (ns, or
+// an interrupt's length); 1% of the budget is a loose ceiling.
+func TestSourcesConcurrent(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	const budget, perCPU, rounds = 100_000, 100_000, 3
+	h := newHarness(t, sourcesPolicy(t, 1_000_000, tiers.Sources{BudgetPackets: budget, PrefixV4: 32, PrefixV6: 64}))
+	h.expire()
+	h.run(UDP4(t, 514)) // opens the window, so that no CPU races to open it
+	frame := UDP4(t, 514)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for cpu := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var set unix.CPUSet
+			set.Set(cpu)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				errs <- err
+				return
+			}
+			for range rounds {
+				if _, err := runExact(h.l.Program(), frame, perCPU); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	const total = 2*perCPU*rounds + 1
+	st := h.stats()
+	counted, over := h.window().Count, overBudget(st)
+	if counted+over != total || st.SelectedPackets() != counted {
+		t.Fatalf("window %d + over budget %d != %d sent (selected %d)", counted, over, total, st.SelectedPackets())
+	}
+	if counted < budget || counted > budget+budget/100 {
+		t.Errorf("%d packets within a budget of %d from 2 CPUs", counted, budget)
+	}
+	t.Logf("2 CPUs, %d packets of one group: %d within the budget of %d (overshoot %d), %d over", total, counted, budget, counted-budget, over)
+}
+
+// TestSourcesSeedsSurviveReload: a Limiter loaded on pinned maps takes over
+// the sketch's seeds, so the current window's group counts stay valid
+// across an agent restart; fresh maps draw new seeds.
+func TestSourcesSeedsSurviveReload(t *testing.T) {
+	Require(t)
+	pin := PinPath(t)
+	if err := os.MkdirAll(pin, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	p := sourcesPolicy(t, 1000, tiers.Sources{BudgetPackets: 5, PrefixV4: 32, PrefixV6: 64})
+	first := newHarnessOpts(t, p, bpf.Options{PinPath: pin})
+	first.expire()
+	frame := UDP4(t, 514)
+	for range 5 {
+		first.run(frame)
+	}
+	second := newHarnessOpts(t, p, bpf.Options{PinPath: pin})
+	if second.l.SketchSeeds() != first.l.SketchSeeds() {
+		t.Error("a limiter on pinned maps drew new seeds")
+	}
+	// The group's 5 packets of this window still count: the 6th is over.
+	if ret := second.run(frame); ret != xdpDrop {
+		t.Errorf("6th packet after the reload: action %d, want drop", ret)
+	}
+	if other := newHarness(t, p); other.l.SketchSeeds() == first.l.SketchSeeds() {
+		t.Error("fresh maps reuse the seeds")
+	}
+}

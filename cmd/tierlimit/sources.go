@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// Per-source budgets in status and check (DESIGN.md §6).
+
+// sourcesJSON is the status --json --top shape.
+type sourcesJSON struct {
+	BudgetPackets uint32            `json:"budget_packets"`
+	PrefixV4      uint8             `json:"prefix_v4"`
+	PrefixV6      uint8             `json:"prefix_v6"`
+	OverBudget    map[string]uint64 `json:"over_budget_packets"`
+	OverRecently  int               `json:"groups_over_budget_recently"`
+	Top           []groupJSON       `json:"top"`
+}
+
+type groupJSON struct {
+	Group      string `json:"group"`
+	Packets    uint64 `json:"over_budget_packets"`
+	LastWindow uint64 `json:"last_window"`
+	Windows    uint64 `json:"windows_over"`
+}
+
+func sourcesToJSON(s *agent.Sources) *sourcesJSON {
+	if s == nil {
+		return nil
+	}
+	out := &sourcesJSON{BudgetPackets: s.Budget.Budget, PrefixV4: s.Budget.PrefixV4, PrefixV6: s.Budget.PrefixV6,
+		OverBudget: map[string]uint64{}, OverRecently: s.OverRecently, Top: []groupJSON{}}
+	for _, v := range tiers.Verdicts {
+		out.OverBudget[v.String()] = s.OverBudget[v].Packets
+	}
+	for _, g := range s.Top {
+		out.Top = append(out.Top, groupJSON{Group: g.Group.String(), Packets: g.Packets, LastWindow: g.LastWindow, Windows: g.Windows})
+	}
+	return out
+}
+
+// writeSources prints the budget and the heaviest groups over budget; nil
+// prints nothing.
+func writeSources(w io.Writer, s *agent.Sources) error {
+	if s == nil {
+		return nil
+	}
+	fmt.Fprintln(w)
+	if s.Budget.Budget == 0 {
+		fmt.Fprintln(w, "sources: off")
+	} else {
+		fmt.Fprintf(w, "sources: %s\n", s.Budget)
+	}
+	fmt.Fprintf(w, "over budget: %d dropped, %d would_drop, %d passed (mode off); %d groups over in the current or previous window\n",
+		s.OverBudget[tiers.VerdictDrop].Packets, s.OverBudget[tiers.VerdictWouldDrop].Packets,
+		s.OverBudget[tiers.VerdictPass].Packets, s.OverRecently)
+	if len(s.Top) == 0 {
+		fmt.Fprintln(w, "no source group has gone over budget")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "group\tover budget\tlast window\twindows over")
+	for _, g := range s.Top {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", g.Group, g.Packets, g.LastWindow, g.Windows)
+	}
+	return tw.Flush()
+}
+
+// printSourcesCheck prints what check says of a policy's sources: the
+// compiled budget, the sketch's memory and its false-positive bound.
+func printSourcesCheck(w io.Writer, p tiers.Policy, t tiers.Table) {
+	if !p.Sources.Enabled() {
+		fmt.Fprintln(w, "\nsources: off (no per-source budget)")
+		return
+	}
+	b := t.Sources
+	fmt.Fprintf(w, "\nsources: budget %s = %d packets per window for each /%d (IPv4) or /%d (IPv6) source group\n",
+		p.Sources, b.Budget, b.PrefixV4, b.PrefixV6)
+	fmt.Fprintf(w, "  count-min sketch: %d rows × %d columns of %d-byte cells = %d KiB, whatever the number of sources;\n",
+		tiers.SketchRows, tiers.SketchCols, tiers.SketchCellBytes, tiers.SketchBytes/1024)
+	fmt.Fprintf(w, "  groups over budget table: %d entries (LRU)\n", tiers.TopSources)
+	fmt.Fprintln(w, "  the sketch never underestimates; a light group is judged over budget only when all of its")
+	fmt.Fprintf(w, "  %d cells collide with heavy groups: P ≈ (1-(1-1/%d)^h)^%d, at most (h/%d)^%d (pairwise-independent rows)\n",
+		tiers.SketchRows, tiers.SketchCols, tiers.SketchRows, tiers.SketchCols, tiers.SketchRows)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  heavy groups h\tP(light group misjudged)\tbound\t")
+	for _, h := range []int{10, 100, 1000} {
+		p, u := tiers.SketchFalsePositive(h)
+		fmt.Fprintf(tw, "  %d\t%.3g\t%.3g\t\n", h, p, u)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,291 @@
+package tiers
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"net/netip"
+	"strconv"
+)
+
+// Fair shedding (DESIGN.md §6): per-source budgets.
+//
+// Each selected packet belongs to a source group, its source address masked
+// to PrefixV4 or PrefixV6 bits. Within a window a group's first Budget
+// packets go on to the tiers; each further packet is over budget: dropped
+// (enforce), would_drop (dry-run) or passed (off), counted apart, and not
+// counted in the window's n.
+//
+// Group counts live in a count-min sketch (Cormode and Muthukrishnan, "An
+// improved data stream summary: the count-min sketch and its
+// applications", J. Algorithms 55(1), 2005) of SketchRows rows and
+// SketchCols columns: bounded memory whatever the number of sources. A
+// group's count is the least of its SketchRows cells, one per row, each
+// chosen by a hash with the row's seed. It never underestimates; it
+// overestimates only where every one of the group's cells is shared with
+// other traffic (SketchFalsePositive).
+
+// Sketch dimensions and limits. They mirror bpf/consts.h (TL_SKETCH_ROWS,
+// TL_SKETCH_COL_BITS, TL_SRC_TOP_ENTRIES, TL_SEED_WORDS); bpf's TestContract fails when the
+// two disagree.
+const (
+	// SketchRows is the number of rows (independent hashes) of the sketch.
+	SketchRows = 4
+	// SketchColBits is log2 of SketchCols.
+	SketchColBits = 13
+	// SketchCols is the number of columns of each row: a group's cell in
+	// row r is SourceColumn(group, seeds[r]).
+	SketchCols = 1 << SketchColBits
+	// SeedWords is the number of 64-bit seeds per row (SourceColumn).
+	SeedWords = 6
+	// SketchCellBytes is the size of one cell: a 32-bit count in the low
+	// half and the 32-bit window id it belongs to in the high half.
+	SketchCellBytes = 8
+	// SketchBytes is the memory the sketch takes, whatever the traffic.
+	SketchBytes = SketchRows * SketchCols * SketchCellBytes
+	// TopSources is how many groups over budget the program remembers for
+	// `tierlimit status --top` (an LRU table).
+	TopSources = 1024
+	// MaxBudgetPackets is the largest budget in packets: a cell holds a
+	// 32-bit count.
+	MaxBudgetPackets = math.MaxUint32 - 1
+)
+
+// Sources configures fair shedding. The zero value is off.
+type Sources struct {
+	// Budget is each group's share of a window as a percent of Max, in
+	// (0, 100]. It is used when BudgetPackets is 0.
+	Budget Percent
+	// BudgetPackets is each group's share of a window in packets,
+	// 1..min(Max, MaxBudgetPackets). When non-zero it is the budget and
+	// Budget must be 0.
+	BudgetPackets uint64
+	// PrefixV4 and PrefixV6 are the prefix lengths that group IPv4 (1..32)
+	// and IPv6 (1..128) sources. The config's defaults are 32 and 64.
+	PrefixV4, PrefixV6 int
+}
+
+// DefaultPrefixV4 and DefaultPrefixV6 group sources when the config leaves
+// prefix_v4 and prefix_v6 out.
+const (
+	DefaultPrefixV4 = 32
+	DefaultPrefixV6 = 64
+)
+
+// Enabled reports whether per-source budgets are on.
+func (s Sources) Enabled() bool { return s.Budget.micro != 0 || s.BudgetPackets != 0 }
+
+// String returns the budget as written in the config: "10%" or "500".
+func (s Sources) String() string {
+	if s.BudgetPackets != 0 {
+		return strconv.FormatUint(s.BudgetPackets, 10)
+	}
+	return s.Budget.String()
+}
+
+// validate checks s against a policy whose max is valid; off is valid.
+func (s Sources) validate(max uint64) error {
+	if !s.Enabled() {
+		return nil
+	}
+	if s.BudgetPackets != 0 {
+		if s.Budget.micro != 0 {
+			return configErr("sources.budget", s.String(), ErrBudget, "a budget is a percent or a packet count, not both")
+		}
+		if s.BudgetPackets > min(max, MaxBudgetPackets) {
+			return configErr("sources.budget", s.String(), ErrBudget, "must be from 1 to max (%d) packets", max)
+		}
+	} else {
+		if s.Budget.micro < 0 || s.Budget.micro > microHundred {
+			return configErr("sources.budget", s.String(), ErrBudget, "must be more than 0%% and at most 100%%")
+		}
+		if thresholdOf(max, s.Budget.micro) == 0 {
+			return configErr("sources.budget", s.String(), ErrBudget, "%s of max %d is less than one packet", s.Budget, max)
+		}
+	}
+	if s.PrefixV4 < 1 || s.PrefixV4 > 32 {
+		return configErr("sources.prefix_v4", strconv.Itoa(s.PrefixV4), ErrPrefixLen, "want 1 to 32")
+	}
+	if s.PrefixV6 < 1 || s.PrefixV6 > 128 {
+		return configErr("sources.prefix_v6", strconv.Itoa(s.PrefixV6), ErrPrefixLen, "want 1 to 128")
+	}
+	return nil
+}
+
+// SourceBudget is the compiled form of Sources, as the program's settings
+// hold it. The zero value is off.
+type SourceBudget struct {
+	// Budget is the packets per group and window; 0 is off. A percent is
+	// floor(Max × Budget / 100).
+	Budget uint32
+	// PrefixV4 and PrefixV6 are the grouping prefix lengths.
+	PrefixV4, PrefixV6 uint8
+	// Mask4 is the IPv4 mask as the program applies it: the four mask
+	// bytes in network order, read as one little-endian uint32 (the
+	// program, built for bpfel, loads the source address that way).
+	Mask4 uint32
+	// Mask6 is the IPv6 mask, four words encoded like Mask4.
+	Mask6 [4]uint32
+}
+
+// compileSources encodes the Sources of a valid policy.
+func compileSources(p Policy) SourceBudget {
+	s := p.Sources
+	if !s.Enabled() {
+		return SourceBudget{}
+	}
+	b := SourceBudget{PrefixV4: uint8(s.PrefixV4), PrefixV6: uint8(s.PrefixV6)}
+	if s.BudgetPackets != 0 {
+		b.Budget = uint32(s.BudgetPackets)
+	} else {
+		b.Budget = uint32(min(thresholdOf(p.Max, s.Budget.micro), MaxBudgetPackets))
+	}
+	m4 := maskBytes(s.PrefixV4, 4)
+	b.Mask4 = binary.LittleEndian.Uint32(m4)
+	m6 := maskBytes(s.PrefixV6, 16)
+	for i := range b.Mask6 {
+		b.Mask6[i] = binary.LittleEndian.Uint32(m6[4*i:])
+	}
+	return b
+}
+
+// maskBytes returns a network-order mask of n bytes with the first bits set.
+func maskBytes(bitsSet, n int) []byte {
+	m := make([]byte, n)
+	for i := range m {
+		switch {
+		case bitsSet >= 8*(i+1):
+			m[i] = 0xff
+		case bitsSet > 8*i:
+			m[i] = byte(0xff << (8*(i+1) - bitsSet))
+		}
+	}
+	return m
+}
+
+// Group returns the source group of src: src masked to the prefix length of
+// its family. An IPv4-mapped IPv6 address (::ffff:a.b.c.d) is IPv6, as it
+// is in an IPv6 header: only netip's 4-byte form is IPv4. It returns the zero
+// Prefix when b is off or src is invalid.
+func (b SourceBudget) Group(src netip.Addr) netip.Prefix {
+	if b.Budget == 0 || !src.IsValid() {
+		return netip.Prefix{}
+	}
+	bitsLen := int(b.PrefixV6)
+	if src.Is4() {
+		bitsLen = int(b.PrefixV4)
+	}
+	pfx, _ := src.WithZone("").Prefix(bitsLen)
+	return pfx
+}
+
+// SketchSeeds are the seeds of the sketch's rows: row r places a group by
+// SourceColumn(group, seeds[r]). The program draws them at load.
+type SketchSeeds [SketchRows][SeedWords]uint64
+
+// SourceColumn is the column of group in a sketch row whose seeds are
+// a_0..a_4, b: the vector multiply-shift hash (Dietzfelbinger et al. 1997;
+// Thorup, "High speed hashing for integers and strings", 2015)
+//
+//	(a_0 x_0 + a_1 x_1 + a_2 x_2 + a_3 x_3 + a_4 f + b) mod 2^64 >> (64 - SketchColBits)
+//
+// of the masked address's 32-bit words x_i (little-endian loads of its
+// network-order bytes, as the program loads them; IPv4 has only x_0) and
+// the family f (0 for IPv4, 1 for IPv6). It is strongly universal: two
+// different groups share a column with probability 2^-SketchColBits over
+// random seeds, which is all the count-min sketch's analysis asks of a
+// row. limiter.c's source_col is the same function.
+func SourceColumn(group netip.Prefix, a [SeedWords]uint64) uint32 {
+	addr := group.Addr()
+	h := a[5]
+	if addr.Is4() {
+		b := addr.As4()
+		h += a[0] * uint64(binary.LittleEndian.Uint32(b[:]))
+	} else {
+		b := addr.As16()
+		for i := range 4 {
+			h += a[i] * uint64(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		h += a[4]
+	}
+	return uint32(h >> (64 - SketchColBits))
+}
+
+// Sketch is the count-min sketch of the reference model: the program's
+// source_sketch map, sequentially. Each cell is a count and the window id
+// it belongs to; a cell of another window counts as 0 and is reset by the
+// first packet that touches it, so no pass ever clears the sketch.
+type Sketch struct {
+	seeds SketchSeeds
+	cells [SketchRows][SketchCols]uint64
+}
+
+// NewSketch returns an empty sketch whose rows hash with seeds.
+func NewSketch(seeds SketchSeeds) *Sketch {
+	return &Sketch{seeds: seeds}
+}
+
+// Add counts one packet of group in window (the program's window id, which
+// is truncated to 32 bits) and returns the group's estimated count in that
+// window including this packet: the least of its cells, never less than
+// the true count.
+func (s *Sketch) Add(group netip.Prefix, window uint64) uint32 {
+	wid := uint64(uint32(window)) << 32
+	est := uint32(math.MaxUint32)
+	for r := range s.seeds {
+		c := &s.cells[r][SourceColumn(group, s.seeds[r])]
+		if *c&^math.MaxUint32 != wid {
+			*c = wid
+		}
+		*c++
+		est = min(est, uint32(*c))
+	}
+	return est
+}
+
+// Over counts one packet of group in window against budget as the program
+// does, and reports whether the group is over budget. A group whose cells
+// all exceed the budget already is over, and its cells are left as they
+// are: adding to them would change no decision, for it or for any group
+// that shares a cell. Otherwise it is Add(group, window) > budget. So
+// counts stop just above the budget; below it they are Add's.
+func (s *Sketch) Over(group netip.Prefix, window uint64, budget uint32) bool {
+	wid := uint64(uint32(window)) << 32
+	est := uint32(math.MaxUint32)
+	for r := range s.seeds {
+		c := s.cells[r][SourceColumn(group, s.seeds[r])]
+		if c&^math.MaxUint32 != wid {
+			c = wid
+		}
+		est = min(est, uint32(c))
+	}
+	if est > budget {
+		return true
+	}
+	return s.Add(group, window) > budget
+}
+
+// SketchFalsePositive bounds the probability that a group with few packets
+// is judged over budget when heavy groups (each over budget) share the
+// window: each of its SketchRows cells must collide with some heavy group.
+// It returns (1 - (1 - 1/w)^heavy)^d for d rows of w columns, the
+// probability with random row hashes (the count-min sketch's collision
+// analysis, Cormode and Muthukrishnan 2005), and union, min(1, heavy/w)^d,
+// which holds for any pairwise-independent rows such as SourceColumn's.
+// Both ignore the light groups' own sum in a cell, which stays far below a
+// budget unless the window holds about SketchCols × budget packets.
+func SketchFalsePositive(heavy int) (random, union float64) {
+	if heavy <= 0 {
+		return 0, 0
+	}
+	hit := 1 - math.Pow(1-1.0/SketchCols, float64(heavy))
+	return math.Pow(hit, SketchRows), math.Pow(min(1, float64(heavy)/SketchCols), SketchRows)
+}
+
+// String returns a compact form for logs: "budget 100 packets per /32 or /64".
+func (b SourceBudget) String() string {
+	if b.Budget == 0 {
+		return "off"
+	}
+	return fmt.Sprintf("budget %d packets per /%d (IPv4) or /%d (IPv6) group", b.Budget, b.PrefixV4, b.PrefixV6)
+}
