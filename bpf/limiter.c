@@ -296,6 +296,9 @@ static __always_inline int parse_tcp(struct cursor *c, struct pkt *p)
 	return 0;
 }
 
+/* parse_pri's result for a packet that severity does not judge. */
+#define TL_SEV_NONE (-2)
+
 /* The syslog <PRI> at the start of a UDP payload (RFC 5424 §6.2.1, RFC 3164
  * §4.1.1): "<", 1 to 3 digits without a leading zero, a value 0..191, ">".
  * Returns the severity (PRI mod 8), or -1 when it is missing, malformed or
@@ -473,6 +476,42 @@ static __always_inline int severity_verdict(struct tl_window *w, const struct tl
 		__sync_fetch_and_add(&w->debt, 1);
 	}
 	return drop;
+}
+
+/* The verdict of a selected UDP datagram under a policy with a severity
+ * block (DESIGN.md §7): sev is its <PRI>'s severity (parse_pri, -1 for
+ * none), tier and thr its tier-table entry. Shed-first datagrams take the
+ * threshold of shed_drops[tier]; then severity_verdict applies the drop
+ * debt, and the class and verdict are counted in severity_stats. Returns
+ * TL_PASS, TL_DROP or TL_WOULD_DROP, or TL_VERDICTS when the maps are
+ * missing. */
+static __always_inline int tl_severity_judge(__u32 slot, int sev, __u32 tier, __u32 thr, __u32 bytes)
+{
+	__u32 zero = 0;
+	slot &= TL_SLOTS - 1;
+	struct tl_settings *s = bpf_map_lookup_elem(&settings, &slot);
+	struct tl_window *w = bpf_map_lookup_elem(&window, &zero);
+	if (!s || !w)
+		return TL_VERDICTS;
+
+	__u32 cls = TL_SEV_NORMAL;
+	if (sev >= 0 && sev < 8)
+		cls = s->sev_class[sev & 7];
+	if (cls == TL_SEV_SHED_FIRST) {
+		if (tier > TL_MAX_TIERS)
+			tier = TL_MAX_TIERS;
+		thr = s->shed_drops[tier];
+	}
+	__u32 verdict = TL_PASS;
+	if (s->mode != TL_MODE_OFF) {
+		int drop = thr != TL_THR_NEVER && (thr == TL_THR_ALWAYS || bpf_get_prandom_u32() < thr);
+		if (severity_verdict(w, s, cls, drop, bytes))
+			verdict = s->mode == TL_MODE_ENFORCE ? TL_DROP : TL_WOULD_DROP;
+	}
+	if (cls >= TL_SEV_CLASSES)
+		cls = TL_SEV_NORMAL;
+	count(&severity_stats, cls * TL_VERDICTS + verdict, bytes);
+	return verdict;
 }
 
 /* A non-first fragment carries no L4 header: it is never counted, and takes
@@ -707,6 +746,11 @@ int tierlimit(struct xdp_md *ctx)
 	struct tl_settings *s = bpf_map_lookup_elem(&settings, &slot);
 	if (!s || !s->table_len)
 		goto unselected;
+	/* Read the <PRI> now, so that the cursor is dead from here on: the
+	 * verifier then need not tell apart the parser's paths below. */
+	int sev = TL_SEV_NONE;
+	if (s->sev_on && l4 == IPPROTO_UDP)
+		sev = parse_pri(&c);
 	if (!is_selected(&p, slot, s))
 		goto unselected;
 	if ((s->flags & TL_HAS_EXEMPT) && is_exempt(&p, slot)) {
@@ -733,34 +777,19 @@ int tierlimit(struct xdp_md *ctx)
 	if (!e)
 		goto unselected;
 
-	__u32 thr = e->thr;
-	__u32 cls = TL_SEV_NORMAL;
-	int sev_on = s->sev_on && l4 == IPPROTO_UDP;
-	if (sev_on) {
-		int sev = parse_pri(&c);
-		if (sev >= 0)
-			cls = s->sev_class[sev & 7];
-		if (cls == TL_SEV_SHED_FIRST) {
-			__u32 tier = e->tier;
-			if (tier > TL_MAX_TIERS)
-				tier = TL_MAX_TIERS;
-			thr = s->shed_drops[tier];
-		}
-	}
-
 	/* TL_THR_NEVER never drops and TL_THR_ALWAYS always does, whatever the draw. */
 	__u32 verdict = TL_PASS;
-	if (s->mode != TL_MODE_OFF) {
-		int drop = thr != TL_THR_NEVER && (thr == TL_THR_ALWAYS || bpf_get_prandom_u32() < thr);
-		if (sev_on)
-			drop = severity_verdict(w, s, cls, drop, bytes);
-		if (drop)
-			verdict = s->mode == TL_MODE_ENFORCE ? TL_DROP : TL_WOULD_DROP;
+	__u32 thr = e->thr;
+	if (sev != TL_SEV_NONE) {
+		verdict = tl_severity_judge(slot, sev, e->tier, thr, bytes);
+		if (verdict > TL_WOULD_DROP)
+			goto unselected;
+	} else if (s->mode != TL_MODE_OFF &&
+		   thr != TL_THR_NEVER && (thr == TL_THR_ALWAYS || bpf_get_prandom_u32() < thr)) {
+		verdict = s->mode == TL_MODE_ENFORCE ? TL_DROP : TL_WOULD_DROP;
 	}
 
 	count(&stats, e->tier * TL_VERDICTS + verdict, bytes);
-	if (sev_on)
-		count(&severity_stats, cls * TL_VERDICTS + verdict, bytes);
 
 	if (p.frag == FRAG_FIRST) {
 		struct tl_frag_key k = {};

@@ -1,0 +1,47 @@
+package bpf_test
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tierlimit/tierlimit/bpf"
+	. "github.com/tierlimit/tierlimit/internal/testenv"
+)
+
+// verifierBudget is the most instructions the verifier may process to
+// accept the program: 60% of the kernel's limit (BPF_COMPLEXITY_LIMIT_INSNS,
+// 1,000,000), so that a change that makes the verifier's path search blow
+// up fails here, with its figure, before it fails to load on some kernel.
+const verifierBudget = 600_000
+
+var processedRE = regexp.MustCompile(`processed (\d+) insns`)
+
+// TestVerifierComplexity loads the program with the verifier's statistics
+// and fails when it needed more than verifierBudget instructions. The usual
+// cause is a value kept live across the parser's many paths (a cursor, a
+// class used as an index), which keeps the verifier from pruning them.
+func TestVerifierComplexity(t *testing.T) {
+	Require(t)
+	spec, err := bpf.LoadLimiter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	defer coll.Close()
+	log := coll.Programs["tierlimit"].VerifierLog
+	m := processedRE.FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("no statistics in the verifier log:\n%s", log)
+	}
+	n, _ := strconv.Atoi(m[1])
+	t.Logf("verifier processed %d instructions (budget %d, kernel limit 1000000)", n, verifierBudget)
+	if n > verifierBudget {
+		t.Errorf("the verifier processed %d instructions, over the budget of %d", n, verifierBudget)
+	}
+}
