@@ -98,13 +98,41 @@ struct {
 	__type(value, struct tl_stat);
 } misc_stats SEC(".maps");
 
-/* Verdict (TL_PASS or TL_DROP) of recent first fragments, for their followers. */
+/* Drop verdicts of recent first fragments, for their followers, with the
+ * time they expire (TL_FRAG_TTL_MS after the first). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, TL_FRAG_ENTRIES);
 	__type(key, struct tl_frag_key);
-	__type(value, __u32);
+	__type(value, struct tl_frag_verdict);
 } frag_verdicts SEC(".maps");
+
+/* Malformed frames by enum tl_malformed, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TL_MAL_MAX);
+	__type(key, __u32);
+	__type(value, struct tl_stat);
+} malformed_stats SEC(".maps");
+
+/* Interfaces (by ifindex) the program is attached to in generic (skb)
+ * mode, where one frame can be a UDP GSO/GRO super-packet. The value is
+ * unused. The agent writes it, and tl_skb_ifaces, after attaching. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TL_SKB_IFACES);
+	__type(key, __u32);
+	__type(value, __u8);
+} skb_ifaces SEC(".maps");
+
+/* Entries of skb_ifaces: 0 spares every packet the lookup. A global, so
+ * that the selected path reads it with one load. */
+volatile __u32 tl_skb_ifaces;
+
+enum {
+	PARSE_SHORT = -1,     /* truncated, not what we select, or too deep */
+	PARSE_MALFORMED = -2, /* a length field disagrees: pkt.mal says which */
+};
 
 enum {
 	FRAG_NONE = 0,
@@ -127,7 +155,17 @@ struct pkt {
 	__u8 l4proto;
 	__u8 frag; /* FRAG_* */
 	__u8 syn;  /* TCP SYN without ACK */
+	__u8 mal;  /* enum tl_malformed, when a parser returns PARSE_MALFORMED */
+	__u8 frag_proto; /* protocol as the fragment declares it (frag key) */
+	__u16 frag_off;  /* fragment offset, in 8-byte units */
+	__u32 l4len;     /* bytes from the cursor to the IP-declared end */
 };
+
+static __always_inline int malformed(struct pkt *p, __u8 reason)
+{
+	p->mal = reason;
+	return PARSE_MALFORMED;
+}
 
 /* Ethernet and up to TL_VLAN_MAX VLAN tags. Returns the EtherType of the
  * payload in host order, or -1 when truncated or nested too deep. */
@@ -154,108 +192,181 @@ static __always_inline int parse_eth(struct cursor *c)
 	return proto;
 }
 
-/* IPv4 with IHL validated and options skipped. Returns the L4 protocol, or
- * -1 when truncated or malformed (version, IHL < 5, total length < IHL). */
+/* IPv4 with IHL validated and options skipped. Returns the L4 protocol;
+ * PARSE_SHORT when truncated or not IPv4 (version, IHL < 5); PARSE_MALFORMED
+ * when the total length is below IHL * 4 or past the frame, which the
+ * kernel discards (ip_rcv_core). */
 static __always_inline int parse_ipv4(struct cursor *c, struct pkt *p)
 {
 	struct iphdr *ip = c->pos;
 	if ((void *)(ip + 1) > c->end)
-		return -1;
+		return PARSE_SHORT;
 	if (ip->version != 4 || ip->ihl < 5)
-		return -1;
+		return PARSE_SHORT;
 	__u32 hlen = ip->ihl * 4;
-	if (bpf_ntohs(ip->tot_len) < hlen)
-		return -1;
 	if (c->pos + hlen > c->end)
-		return -1;
+		return PARSE_SHORT;
+	__u32 tot = bpf_ntohs(ip->tot_len);
+	if (tot < hlen || c->pos + tot > c->end)
+		return malformed(p, TL_MAL_IPV4_LENGTH);
 	c->pos += hlen;
+	p->l4len = tot - hlen;
 
 	__u16 off = bpf_ntohs(ip->frag_off);
 	if (off & IP_OFFSET)
 		p->frag = FRAG_NEXT;
 	else if (off & IP_MF)
 		p->frag = FRAG_FIRST;
+	p->frag_off = off & IP_OFFSET;
+	p->frag_proto = ip->protocol;
 	p->frag_id = bpf_ntohs(ip->id);
 	p->l3 = ip;
 	p->l3proto = ETH_P_IP;
 	return ip->protocol;
 }
 
+/* The Authentication Header (RFC 4302), after IPv4 or inside the IPv6
+ * chain: its length counts 4-byte words, minus 2. Returns its next header,
+ * PARSE_SHORT when truncated, PARSE_MALFORMED when it runs past the IP
+ * payload. */
+static __always_inline int parse_ah(struct cursor *c, struct pkt *p, __u8 reason)
+{
+	struct ip_auth_hdr *ah = c->pos;
+	if ((void *)(ah + 1) > c->end)
+		return PARSE_SHORT;
+	__u32 len = ((__u32)ah->hdrlen + 2) * 4;
+	if (len > p->l4len)
+		return malformed(p, reason);
+	if (c->pos + len > c->end)
+		return PARSE_SHORT;
+	c->pos += len;
+	p->l4len -= len;
+	return ah->nexthdr;
+}
+
+/* The IPv6 next-header values that this program walks before the L4
+ * header: the ones the kernel walks before it delivers to UDP or TCP
+ * (RFC 8200 §4; IANA "IPv6 Extension Header Types"). hop-by-hop (0),
+ * routing (43), destination options (60) and fragment (44) as RFC 8200
+ * defines them, and the Authentication Header (51). Every other value ends
+ * the walk and the packet passes uncounted, because no UDP or TCP header a
+ * socket would receive can be seen behind it: ESP (50, encrypted),
+ * Mobility (135, RFC 6275: the last header, its payload proto is 59), HIP
+ * (139, RFC 7401: likewise), Shim6 (140) and the experimental 253 and 254,
+ * which the kernel does not parse either, and No Next Header (59). */
 static __always_inline int ipv6_is_ext(__u8 nh)
 {
 	return nh == IPPROTO_HOPOPTS || nh == IPPROTO_ROUTING || nh == IPPROTO_DSTOPTS ||
-	       nh == IPPROTO_FRAGMENT;
+	       nh == IPPROTO_FRAGMENT || nh == IPPROTO_AH;
 }
 
-/* IPv6 and up to TL_IPV6_EXT_MAX extension headers (hop-by-hop, routing,
- * destination options, fragment; RFC 8200 §4). Returns the upper-layer
- * protocol, or -1 when truncated or the chain is longer than we walk. Stops
- * at a non-first fragment, whose payload holds no header. */
+/* IPv6 and up to TL_IPV6_EXT_MAX extension headers (ipv6_is_ext). Returns
+ * the upper-layer protocol; PARSE_SHORT when truncated or the chain is
+ * longer than we walk; PARSE_MALFORMED when the payload length runs past
+ * the frame or a header runs past the payload length. Stops at a non-first
+ * fragment, whose payload holds no header. */
 static __always_inline int parse_ipv6(struct cursor *c, struct pkt *p)
 {
 	struct ipv6hdr *ip6 = c->pos;
 	if ((void *)(ip6 + 1) > c->end)
-		return -1;
+		return PARSE_SHORT;
 	if (ip6->version != 6)
-		return -1;
+		return PARSE_SHORT;
 	c->pos = ip6 + 1;
 	p->l3 = ip6;
 	p->l3proto = ETH_P_IPV6;
+	p->l4len = bpf_ntohs(ip6->payload_len);
+	if (c->pos + p->l4len > c->end)
+		return malformed(p, TL_MAL_IPV6_LENGTH);
 	__u8 nh = ip6->nexthdr;
 
 	for (int i = 0; i < TL_IPV6_EXT_MAX; i++) {
 		if (nh == IPPROTO_FRAGMENT) {
 			struct frag_hdr *fh = c->pos;
 			if ((void *)(fh + 1) > c->end)
-				return -1;
+				return PARSE_SHORT;
+			if (sizeof(*fh) > p->l4len)
+				return malformed(p, TL_MAL_IPV6_LENGTH);
 			c->pos = fh + 1;
+			p->l4len -= sizeof(*fh);
 			nh = fh->nexthdr;
 			__u16 off = bpf_ntohs(fh->frag_off);
 			p->frag_id = bpf_ntohl(fh->identification);
+			p->frag_proto = nh;
+			p->frag_off = off >> 3;
 			if (off & IP6_OFFSET) {
 				p->frag = FRAG_NEXT;
 				return nh;
 			}
 			if (off & IP6_MF)
 				p->frag = FRAG_FIRST;
+		} else if (nh == IPPROTO_AH) {
+			int r = parse_ah(c, p, TL_MAL_IPV6_LENGTH);
+			if (r < 0)
+				return r;
+			nh = r;
 		} else if (ipv6_is_ext(nh)) {
 			struct ipv6_opt_hdr *oh = c->pos;
 			if ((void *)(oh + 1) > c->end)
-				return -1;
+				return PARSE_SHORT;
 			__u32 len = ((__u32)oh->hdrlen + 1) * 8;
+			if (len > p->l4len)
+				return malformed(p, TL_MAL_IPV6_LENGTH);
 			nh = oh->nexthdr;
 			if (c->pos + len > c->end)
-				return -1;
+				return PARSE_SHORT;
 			c->pos += len;
+			p->l4len -= len;
 		} else {
 			return nh;
 		}
 	}
-	return ipv6_is_ext(nh) ? -1 : nh;
+	return ipv6_is_ext(nh) ? PARSE_SHORT : nh;
 }
 
-/* UDP: returns 0 with the destination port, or -1 when truncated. */
+/* A first fragment whose L4 header does not fit in its IP payload
+ * (RFC 1858 §3); a whole packet in that state is malformed. */
+static __always_inline int short_l4(struct pkt *p, __u8 reason)
+{
+	return malformed(p, p->frag == FRAG_FIRST ? TL_MAL_TINY_FRAGMENT : reason);
+}
+
+/* UDP: returns 0 with the destination port; PARSE_SHORT when truncated;
+ * PARSE_MALFORMED when the IP payload cannot hold the header or the UDP
+ * length is below 8 or, except in a first fragment (where it is the whole
+ * datagram's), past the IP payload: the kernel discards those (udp_rcv). */
 static __always_inline int parse_udp(struct cursor *c, struct pkt *p)
 {
 	struct udphdr *udp = c->pos;
+	if (sizeof(*udp) > p->l4len)
+		return short_l4(p, TL_MAL_UDP_LENGTH);
 	if ((void *)(udp + 1) > c->end)
-		return -1;
+		return PARSE_SHORT;
+	__u32 ulen = bpf_ntohs(udp->len);
+	if (ulen < sizeof(*udp) || (ulen > p->l4len && p->frag != FRAG_FIRST))
+		return malformed(p, TL_MAL_UDP_LENGTH);
 	c->pos = udp + 1;
 	p->dport = bpf_ntohs(udp->dest);
 	return 0;
 }
 
-/* TCP: returns 0 with the destination port and the SYN-without-ACK bit, or
- * -1 when the header (options included) is truncated or doff < 5. */
+/* TCP: returns 0 with the destination port and the SYN-without-ACK bit;
+ * PARSE_SHORT when the header (options included) is truncated;
+ * PARSE_MALFORMED when the data offset is below 5 or the header runs past
+ * the IP payload (the kernel discards it, tcp_v4_rcv). */
 static __always_inline int parse_tcp(struct cursor *c, struct pkt *p)
 {
 	struct tcphdr *tcp = c->pos;
+	if (sizeof(*tcp) > p->l4len)
+		return short_l4(p, TL_MAL_TCP_LENGTH);
 	if ((void *)(tcp + 1) > c->end)
-		return -1;
+		return PARSE_SHORT;
 	if (tcp->doff < 5)
-		return -1;
+		return malformed(p, TL_MAL_TCP_LENGTH);
+	if (tcp->doff * 4 > p->l4len)
+		return short_l4(p, TL_MAL_TCP_LENGTH);
 	if (c->pos + tcp->doff * 4 > c->end)
-		return -1;
+		return PARSE_SHORT;
 	c->pos += tcp->doff * 4;
 	p->dport = bpf_ntohs(tcp->dest);
 	p->syn = tcp->syn && !tcp->ack;
@@ -279,12 +390,40 @@ static __always_inline void load_addr(const struct pkt *p, int dst, __u8 out[16]
 	}
 }
 
+/* The identity of a fragment's datagram: family, addresses, id and the
+ * protocol the fragment declares (RFC 791 §3.2, RFC 8200 §4.5). */
 static __always_inline void frag_key(const struct pkt *p, struct tl_frag_key *k)
 {
 	load_addr(p, 0, k->src);
 	load_addr(p, 1, k->dst);
 	k->id = p->frag_id;
-	k->proto = p->l4proto;
+	k->proto = p->frag_proto;
+	k->family = p->l3proto;
+}
+
+/* A first fragment: remember a drop for its followers, until
+ * TL_FRAG_TTL_MS from now; any other verdict replaces what was remembered
+ * for the same identity (an earlier datagram that reused the id). */
+static __always_inline void remember_first(const struct pkt *p, __u32 verdict)
+{
+	struct tl_frag_key k = {};
+	frag_key(p, &k);
+	if (verdict == TL_DROP) {
+		struct tl_frag_verdict v = {
+			.expires_ns = bpf_ktime_get_ns() + TL_FRAG_TTL_MS * 1000000ULL,
+			.verdict = TL_DROP,
+		};
+		bpf_map_update_elem(&frag_verdicts, &k, &v, BPF_ANY);
+	} else {
+		bpf_map_delete_elem(&frag_verdicts, &k);
+	}
+}
+
+/* Protocols whose non-first fragments follow their first: the ones a first
+ * fragment is walked to UDP or TCP through. */
+static __always_inline int follows_first(__u8 proto)
+{
+	return proto == IPPROTO_UDP || proto == IPPROTO_TCP || proto == IPPROTO_AH;
 }
 
 static __always_inline void count(void *map, __u32 key, __u64 bytes)
@@ -313,12 +452,13 @@ static __always_inline int is_selected(const struct pkt *p, __u32 slot, const st
 		return 0;
 	struct tl_lpm_key k = { .prefixlen = TL_LPM_TAG_BITS + TL_LPM_ADDR_BITS };
 	load_addr(p, 1, k.addr);
+	__u32 family = p->l3proto == ETH_P_IPV6 ? TL_LPM_TAG_IPV6 : 0;
 	for (__u32 i = 0; i < TL_MAX_RULES; i++) {
 		if (!(rules & (1U << i)))
 			continue;
 		if ((s->syn_rules & (1U << i)) && !p->syn)
 			continue;
-		k.tag = slot << TL_DEST_RULE_BITS | i;
+		k.tag = family | slot << TL_DEST_RULE_BITS | i;
 		if (bpf_map_lookup_elem(&select_dests, &k))
 			return 1;
 	}
@@ -328,6 +468,8 @@ static __always_inline int is_selected(const struct pkt *p, __u32 slot, const st
 static __always_inline int is_exempt(const struct pkt *p, __u32 slot)
 {
 	struct tl_lpm_key k = { .prefixlen = TL_LPM_TAG_BITS + TL_LPM_ADDR_BITS, .tag = slot };
+	if (p->l3proto == ETH_P_IPV6)
+		k.tag |= TL_LPM_TAG_IPV6;
 	load_addr(p, 0, k.addr);
 	return bpf_map_lookup_elem(&exempt_sources, &k) != NULL;
 }
@@ -381,18 +523,88 @@ count:
 }
 
 /* A non-first fragment carries no L4 header: it is never counted, and takes
- * the verdict of its first fragment when that was seen (DESIGN.md §2). */
+ * the verdict of its first fragment when that was dropped less than
+ * TL_FRAG_TTL_MS ago (DESIGN.md §2). */
 static __always_inline int follow_fragment(struct pkt *p, __u64 bytes)
 {
 	struct tl_frag_key k = {};
 	frag_key(p, &k);
-	__u32 *v = bpf_map_lookup_elem(&frag_verdicts, &k);
-	if (v && *v == TL_DROP) {
+	struct tl_frag_verdict *v = bpf_map_lookup_elem(&frag_verdicts, &k);
+	if (v && v->verdict == TL_DROP && (__s64)(v->expires_ns - bpf_ktime_get_ns()) > 0) {
 		count(&misc_stats, TL_MISC_FRAG_DROP, bytes);
 		return XDP_DROP;
 	}
 	count(&misc_stats, TL_MISC_FRAG_PASS, bytes);
 	return XDP_PASS;
+}
+
+/* An RFC 1858 tiny fragment: dropped in enforce mode whatever its port (no
+ * stack sends one; it hides the header the limiter judges), passed in
+ * dry-run and off. Counted as malformed, never in the window. A first
+ * fragment's verdict holds for its followers. */
+static __always_inline int tiny_fragment(struct pkt *p, __u64 bytes)
+{
+	__u32 zero = 0;
+	struct tl_settings *s = NULL;
+	__u32 *active = bpf_map_lookup_elem(&active_slot, &zero);
+	if (active) {
+		__u32 slot = *active & (TL_SLOTS - 1);
+		s = bpf_map_lookup_elem(&settings, &slot);
+	}
+	count(&malformed_stats, TL_MAL_TINY_FRAGMENT, bytes);
+	__u32 verdict = s && s->table_len && s->mode == TL_MODE_ENFORCE ? TL_DROP : TL_PASS;
+	if (p->frag == FRAG_FIRST)
+		remember_first(p, verdict);
+	return verdict == TL_DROP ? XDP_DROP : XDP_PASS;
+}
+
+/* Kernel-internal layouts, read with CO-RE (relocated against the running
+ * kernel's BTF at load): only the fields used. */
+struct xdp_buff {
+	void *data_hard_start;
+	__u32 frame_sz;
+} __attribute__((preserve_access_index));
+
+struct skb_shared_info {
+	__u16 gso_size;
+	__u16 gso_segs;
+	unsigned int gso_type;
+} __attribute__((preserve_access_index));
+
+/* include/linux/skbuff.h, in an anonymous enum (so CO-RE cannot relocate
+ * it), unchanged since Linux 4.18. SKB_GSO_UDP (UDP fragmentation offload)
+ * carries one datagram and is not counted as several. */
+#define SKB_GSO_UDP_L4 (1 << 17)
+
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
+/* SKB_DATA_ALIGN's cache line (SMP_CACHE_BYTES on x86-64 and arm64). */
+#define TL_CACHE_BYTES 64
+
+/* The datagrams a UDP frame carries: gso_segs of a GSO/GRO super-packet
+ * (UDP_SEGMENT senders, UDP GRO) on an interface in generic mode, else 1.
+ * Generic XDP builds its xdp_buff on the skb's head, with frame_sz reaching
+ * the end of skb_shared_info (bpf_prog_run_generic_xdp), so the shared info
+ * sits where xdp_get_shared_info_from_buff finds it. Native buffers carry
+ * no GSO state and may hold anything there, hence the skb_ifaces check. */
+static __always_inline __u32 udp_segments(struct xdp_md *ctx)
+{
+	__u32 ifindex = ctx->ingress_ifindex;
+	if (!bpf_map_lookup_elem(&skb_ifaces, &ifindex))
+		return 1;
+	struct xdp_buff *xb = bpf_cast_to_kern_ctx(ctx);
+	__u64 hard = (__u64)xb->data_hard_start;
+	__u64 size = __builtin_preserve_type_info(*(struct skb_shared_info *)0, 1 /* BPF_TYPE_SIZE */);
+	__u64 at = hard + xb->frame_sz - ((size + TL_CACHE_BYTES - 1) & ~(__u64)(TL_CACHE_BYTES - 1));
+	struct skb_shared_info *si = bpf_rdonly_cast((void *)at,
+		__builtin_btf_type_id(*(struct skb_shared_info *)0, 1 /* BPF_TYPE_ID_TARGET */));
+	__u32 gso_type = si->gso_type;
+	__u32 gso_size = si->gso_size;
+	__u32 segs = si->gso_segs;
+	if (!gso_size || !(gso_type & SKB_GSO_UDP_L4) || !segs)
+		return 1;
+	return segs;
 }
 
 SEC("xdp")
@@ -408,6 +620,8 @@ int tierlimit(struct xdp_md *ctx)
 	switch (parse_eth(&c)) {
 	case ETH_P_IP:
 		l4 = parse_ipv4(&c, &p);
+		if (l4 == IPPROTO_AH && p.frag != FRAG_NEXT)
+			l4 = parse_ah(&c, &p, TL_MAL_IPV4_LENGTH);
 		break;
 	case ETH_P_IPV6:
 		l4 = parse_ipv6(&c, &p);
@@ -415,12 +629,24 @@ int tierlimit(struct xdp_md *ctx)
 	default:
 		goto unselected;
 	}
+	if (l4 == PARSE_MALFORMED)
+		goto malformed;
+	if (p.frag == FRAG_NEXT && follows_first(p.frag_proto)) {
+		/* RFC 1858 §4: a TCP fragment at offset 8 bytes can rewrite the flags of its first. */
+		if (l4 == IPPROTO_TCP && p.frag_off == 1)
+			goto tiny;
+		return follow_fragment(&p, bytes);
+	}
 	if (l4 != IPPROTO_UDP && l4 != IPPROTO_TCP)
 		goto unselected;
 	p.l4proto = l4;
-	if (p.frag == FRAG_NEXT)
-		return follow_fragment(&p, bytes);
-	if ((l4 == IPPROTO_UDP ? parse_udp(&c, &p) : parse_tcp(&c, &p)) < 0)
+	int r = l4 == IPPROTO_UDP ? parse_udp(&c, &p) : parse_tcp(&c, &p);
+	if (r == PARSE_MALFORMED) {
+		if (p.mal == TL_MAL_TINY_FRAGMENT)
+			goto tiny;
+		goto malformed;
+	}
+	if (r < 0)
 		goto unselected;
 
 	__u32 zero = 0;
@@ -435,6 +661,8 @@ int tierlimit(struct xdp_md *ctx)
 		goto unselected;
 	if ((s->flags & TL_HAS_EXEMPT) && is_exempt(&p, slot)) {
 		count(&misc_stats, TL_MISC_EXEMPT, bytes);
+		if (p.frag == FRAG_FIRST)
+			remember_first(&p, TL_PASS);
 		return XDP_PASS;
 	}
 
@@ -442,6 +670,16 @@ int tierlimit(struct xdp_md *ctx)
 	if (!w)
 		goto unselected;
 	__u64 n = window_count(w, s);
+
+	/* A super-packet counts as the datagrams it carries: the rest of them
+	 * join the window right behind the first, and the whole skb takes the
+	 * verdict of its last datagram's n. */
+	__u32 segs = 1;
+	if (tl_skb_ifaces && p.l4proto == IPPROTO_UDP) {
+		segs = udp_segments(ctx);
+		if (segs > 1)
+			n = __sync_fetch_and_add(&w->count, segs - 1) + segs;
+	}
 
 	/* n past the table's end takes the last entry: the last tier runs to infinity. */
 	__u64 idx = n >> (s->shift & TL_SHIFT_MASK);
@@ -458,17 +696,30 @@ int tierlimit(struct xdp_md *ctx)
 	if (thr != TL_THR_NEVER && s->mode != TL_MODE_OFF && (thr == TL_THR_ALWAYS || bpf_get_prandom_u32() < thr))
 		verdict = s->mode == TL_MODE_ENFORCE ? TL_DROP : TL_WOULD_DROP;
 
-	count(&stats, e->tier * TL_VERDICTS + verdict, bytes);
-
-	if (p.frag == FRAG_FIRST) {
-		struct tl_frag_key k = {};
-		frag_key(&p, &k);
-		__u32 v = verdict == TL_DROP ? TL_DROP : TL_PASS;
-		bpf_map_update_elem(&frag_verdicts, &k, &v, BPF_ANY);
+	if (segs > 1) {
+		struct tl_stat *st = bpf_map_lookup_elem(&stats, &(__u32){ e->tier * TL_VERDICTS + verdict });
+		if (st) {
+			st->packets += segs;
+			st->bytes += bytes;
+		}
+	} else {
+		count(&stats, e->tier * TL_VERDICTS + verdict, bytes);
 	}
+
+	if (p.frag == FRAG_FIRST)
+		remember_first(&p, verdict);
 	return verdict == TL_DROP ? XDP_DROP : XDP_PASS;
 
+tiny:
+	return tiny_fragment(&p, bytes);
+
+malformed:
+	count(&malformed_stats, p.mal < TL_MAL_MAX ? p.mal : TL_MAL_IPV4_LENGTH, bytes);
+	return XDP_PASS;
+
 unselected:
+	if (p.frag == FRAG_FIRST && follows_first(p.frag_proto))
+		remember_first(&p, TL_PASS);
 	count(&misc_stats, TL_MISC_UNSELECTED, bytes);
 	return XDP_PASS;
 }

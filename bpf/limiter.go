@@ -11,7 +11,6 @@ package bpf
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"path/filepath"
 	"time"
 
@@ -45,6 +44,14 @@ const (
 	lpmTagBits = uint32(LimiterTlConstTL_LPM_TAG_BITS)
 	// destRuleBits is the width of the rule in a select_dests tag.
 	destRuleBits = uint32(LimiterTlConstTL_DEST_RULE_BITS)
+	// lpmTagIPv6 is the family bit of an LPM tag.
+	lpmTagIPv6 = uint32(LimiterTlConstTL_LPM_TAG_IPV6)
+	// FragmentTTL is how long a first fragment's drop verdict holds for
+	// its followers (TL_FRAG_TTL_MS).
+	FragmentTTL = time.Duration(LimiterTlConstTL_C_FRAG_TTL_MS) * time.Millisecond
+	// NumMalformed is the number of malformed reasons (enum tl_malformed),
+	// which tiers.Malformed mirrors.
+	NumMalformed = int(LimiterTlMalformedTL_MAL_MAX)
 )
 
 // Indexes of the misc_stats map (types.h enum tl_misc), and flags of
@@ -247,14 +254,14 @@ func (l *Limiter) writeSelectors(slot uint32, sel tiers.Selectors) error {
 	for i, k := range sel.Dests {
 		dests[i] = LimiterTlLpmKey{Prefixlen: k.Prefixlen, Tag: slot<<destRuleBits | k.Tag, Addr: k.Addr}
 	}
-	if err := replaceLPM(l.objs.SelectDests, func(tag uint32) bool { return tag>>destRuleBits == slot }, dests); err != nil {
+	if err := replaceLPM(l.objs.SelectDests, func(tag uint32) bool { return (tag&^lpmTagIPv6)>>destRuleBits == slot }, dests); err != nil {
 		return fmt.Errorf("write select dests of slot %d: %w", slot, err)
 	}
 	exempt := make([]LimiterTlLpmKey, len(sel.Exempt))
 	for i, k := range sel.Exempt {
 		exempt[i] = LimiterTlLpmKey{Prefixlen: k.Prefixlen, Tag: slot | k.Tag, Addr: k.Addr}
 	}
-	if err := replaceLPM(l.objs.ExemptSources, func(tag uint32) bool { return tag == slot }, exempt); err != nil {
+	if err := replaceLPM(l.objs.ExemptSources, func(tag uint32) bool { return tag&^lpmTagIPv6 == slot }, exempt); err != nil {
 		return fmt.Errorf("write exempt sources of slot %d: %w", slot, err)
 	}
 	return nil
@@ -283,7 +290,8 @@ func replaceLPM(m *ebpf.Map, mine func(tag uint32) bool, want []LimiterTlLpmKey)
 	}
 	for _, k := range want {
 		if err := m.Put(&k, uint8(1)); err != nil {
-			return fmt.Errorf("prefix %v/%d: %w", netip.AddrFrom16(k.Addr), k.Prefixlen-lpmTagBits, err)
+			pk := tiers.PrefixKey{Prefixlen: k.Prefixlen, Tag: k.Tag & lpmTagIPv6, Addr: k.Addr}
+			return fmt.Errorf("prefix %v: %w", pk.Prefix(), err)
 		}
 	}
 	return nil
@@ -334,6 +342,10 @@ type Stats struct {
 	// FragmentPass and FragmentDrop count non-first fragments, which follow
 	// the verdict of their first fragment.
 	FragmentPass, FragmentDrop Counter
+	// Malformed counts frames whose length fields disagree with the frame,
+	// by reason (tiers.Malformed). They pass, but for tiny fragments in
+	// enforce mode, which are dropped.
+	Malformed [NumMalformed]Counter
 }
 
 // SelectedTotal sums Selected over tiers for verdict v.
@@ -377,6 +389,14 @@ func (l *Limiter) Stats() (Stats, error) {
 		}
 		for _, s := range per {
 			c.add(s)
+		}
+	}
+	for i := range st.Malformed {
+		if err := l.objs.MalformedStats.Lookup(uint32(i), &per); err != nil {
+			return Stats{}, fmt.Errorf("read malformed_stats[%d]: %w", i, err)
+		}
+		for _, s := range per {
+			st.Malformed[i].add(s)
 		}
 	}
 	return st, nil
@@ -436,7 +456,7 @@ func OpenPinned(dir string) (*Limiter, error) {
 		{&l.objs.ActiveSlot, "active_slot"}, {&l.objs.Settings, "settings"}, {&l.objs.TierTable, "tier_table"},
 		{&l.objs.Ports, "ports"}, {&l.objs.ExemptSources, "exempt_sources"}, {&l.objs.SelectDests, "select_dests"},
 		{&l.objs.Window, "window"}, {&l.objs.Stats, "stats"}, {&l.objs.MiscStats, "misc_stats"},
-		{&l.objs.FragVerdicts, "frag_verdicts"},
+		{&l.objs.FragVerdicts, "frag_verdicts"}, {&l.objs.MalformedStats, "malformed_stats"},
 	} {
 		m, err := open(f.name)
 		if err != nil {
