@@ -34,6 +34,7 @@ type collector struct {
 	policyMax, tierThreshold, tierDr *prometheus.Desc
 	policyMode                       *prometheus.Desc
 	reloads, attached, scrapeErrors  *prometheus.Desc
+	malformed                        *prometheus.Desc
 }
 
 // Collector returns the agent's prometheus.Collector.
@@ -59,6 +60,8 @@ func (a *Agent) Collector() prometheus.Collector {
 		reloads:         d("config_reloads_total", "Policy reloads by result (success, error).", "result"),
 		attached:        d("xdp_attached", "1 while the limiter is attached to the interface, by XDP mode.", "iface", "mode"),
 		scrapeErrors:    d("scrape_errors_total", "BPF map reads that failed during a scrape."),
+		malformed: d("malformed_packets_total", "Frames whose length fields disagree with the frame, by reason; passed uncounted, "+
+			"except tiny fragments (RFC 1858), which enforce mode drops.", "reason"),
 	}
 }
 
@@ -66,7 +69,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.selectedPackets, c.selectedBytes, c.unselected, c.exempt, c.fragments,
 		c.windowPackets, c.lastWindow, c.tier, c.windowsOpened, c.policyMax, c.policyMode, c.tierThreshold, c.tierDr,
-		c.reloads, c.attached, c.scrapeErrors,
+		c.reloads, c.attached, c.scrapeErrors, c.malformed,
 	} {
 		ch <- d
 	}
@@ -125,6 +128,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.exempt, s.Stats.Exempt.Packets)
 		counter(c.fragments, s.Stats.FragmentPass.Packets, "pass")
 		counter(c.fragments, s.Stats.FragmentDrop.Packets, "drop")
+		for _, m := range tiers.MalformedReasons {
+			counter(c.malformed, s.Stats.Malformed[m].Packets, m.String())
+		}
 		gauge(c.windowPackets, float64(s.WindowPackets))
 		gauge(c.lastWindow, float64(s.LastWindowPackets))
 		gauge(c.tier, float64(s.CurrentTier))

@@ -3,11 +3,14 @@ package bpf_test
 import (
 	"encoding/binary"
 	"net"
+	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -129,4 +132,119 @@ func withDoff(frame []byte, l4 int, doff byte) []byte {
 	f := append([]byte(nil), frame...)
 	f[l4+tcpDoff] = doff<<4 | f[l4+tcpDoff]&0x0f
 	return f
+}
+
+// TestFragmentMemory is issue 10 §1: a remembered first-fragment verdict
+// belongs to one datagram. It is replaced by the next first fragment with
+// the same identity, it expires, and the identity holds the family and the
+// protocol.
+func TestFragmentMemory(t *testing.T) {
+	h := newHarness(t, testPolicy(t))
+	payload := gopacket.Payload(make([]byte, 64))
+	first4 := func(dport, id uint16) []byte {
+		return Serialize(t, Eth(layers.EthernetTypeIPv4), fragIPv4(layers.IPProtocolUDP, id, 0, true), UDP(dport), payload)
+	}
+	next4 := func(proto layers.IPProtocol, id uint16) []byte {
+		return Serialize(t, Eth(layers.EthernetTypeIPv4), fragIPv4(proto, id, 10, false), payload)
+	}
+	step := func(what string, frame []byte, wantRet uint32, want delta) {
+		t.Helper()
+		s0, w0 := h.stats(), h.window()
+		ret := h.run(frame)
+		if d := diff(s0, h.stats(), w0, h.window()); d != want || ret != wantRet {
+			t.Errorf("%s: action %d counters %+v, want %d %+v", what, ret, d, wantRet, want)
+		}
+	}
+
+	// The issue's case: a dropped UDP/514 first fragment, then, in a new
+	// window, an unrelated UDP/53 datagram that reuses the id.
+	h.preload(1_000_000_000)
+	step("udp/514 first, saturated", first4(514, 0x5151), xdpDrop, selected)
+	step("its follower", next4(layers.IPProtocolUDP, 0x5151), xdpDrop, fragDrop)
+	h.expire()
+	step("udp/53 first, same id", first4(53, 0x5151), xdpPass, unselected)
+	step("udp/53 follower", next4(layers.IPProtocolUDP, 0x5151), xdpPass, fragPass)
+
+	// A first fragment that passes replaces a drop as well.
+	h.preload(1_000_000_000)
+	step("udp/514 first, saturated", first4(514, 0x5152), xdpDrop, selected)
+	h.preload(0)
+	step("udp/514 first, same id, empty window", first4(514, 0x5152), xdpPass, selected)
+	step("its follower", next4(layers.IPProtocolUDP, 0x5152), xdpPass, fragPass)
+	h.preload(1_000_000_000)
+	step("udp/514 first, saturated again", first4(514, 0x5152), xdpDrop, selected)
+
+	// The protocol and the family are part of the identity.
+	step("tcp follower with the dropped udp datagram's id", next4(layers.IPProtocolTCP, 0x5152), xdpPass, fragPass)
+	mapped := func(a net.IP) net.IP {
+		return net.IP(append(make([]byte, 10), append([]byte{0xff, 0xff}, a.To4()...)...))
+	}
+	v6 := Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(mapped(Src4), mapped(Dst4), layers.IPProtocolIPv6Fragment),
+		&IPv6Fragment{NextHeader: layers.IPProtocolUDP, FragmentOffset: 10, Identification: 0x5152}, payload)
+	step("ipv6 follower from the IPv4-mapped addresses, same id", v6, xdpPass, fragPass)
+
+	// A verdict expires after bpf.FragmentTTL: age every entry past it.
+	step("udp/514 first, saturated", first4(514, 0x5153), xdpDrop, selected)
+	var (
+		k bpf.LimiterTlFragKey
+		v bpf.LimiterTlFragVerdict
+	)
+	m := h.l.FragVerdicts()
+	now := monotonicNow(t)
+	var keys []bpf.LimiterTlFragKey
+	for it := m.Iterate(); it.Next(&k, &v); {
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		if err := m.Lookup(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.ExpiresNs > now+uint64(bpf.FragmentTTL) {
+			t.Errorf("verdict expires %v from now, more than %v", time.Duration(v.ExpiresNs-now), bpf.FragmentTTL)
+		}
+		v.ExpiresNs = now - 1
+		if err := m.Put(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step("follower after the verdict expired", next4(layers.IPProtocolUDP, 0x5153), xdpPass, fragPass)
+}
+
+// TestAddressFamilies is issue 10 §4: ::/0 matches no IPv4 packet and an
+// IPv4 prefix no IPv6 packet, in exempt sources and in select dests.
+func TestAddressFamilies(t *testing.T) {
+	p := tiers.Default()
+	p.Window = time.Hour
+	p.Exempt = []netip.Prefix{netip.MustParsePrefix("::/0"), netip.MustParsePrefix("10.99.0.0/24")}
+	p.Select = append(p.Select,
+		tiers.Rule{Proto: tiers.ProtoUDP, Ports: []tiers.PortRange{{First: 5514, Last: 5514}}, Dests: []netip.Prefix{netip.MustParsePrefix("::/0")}},
+		tiers.Rule{Proto: tiers.ProtoUDP, Ports: []tiers.PortRange{{First: 5515, Last: 5515}}, Dests: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}},
+	)
+	h := newHarness(t, p)
+	h.preload(0)
+	mapped := net.ParseIP("::ffff:10.99.0.1")
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		want  delta
+	}{
+		{"ipv4 udp/514, exempt ::/0", UDP4(t, 514), selected},
+		{"ipv6 udp/514, exempt ::/0", UDP6(t, 514), exempt},
+		{"ipv6 from ::ffff:10.99.0.1, exempt 10.99.0.0/24", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(mapped, Dst6, layers.IPProtocolUDP), UDP(514), Syslog()), exempt},
+		{"ipv4 udp/5514, dests ::/0", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(net.IPv4(192, 0, 2, 9).To4(), Dst4, layers.IPProtocolUDP), UDP(5514), Syslog()), unselected},
+		{"ipv6 udp/5515, dests 0.0.0.0/0", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolUDP), UDP(5515), Syslog()), unselected},
+	} {
+		if c := tiers.Classify(h.p, tc.frame); wantDelta(c) != tc.want {
+			t.Errorf("%s: classifier says %v, want %+v", tc.name, c.Class, tc.want)
+		}
+		// Five of each, as in the issue.
+		for range 5 {
+			s0, w0 := h.stats(), h.window()
+			h.run(tc.frame)
+			if d := diff(s0, h.stats(), w0, h.window()); d != tc.want {
+				t.Errorf("%s: counters %+v, want %+v", tc.name, d, tc.want)
+				break
+			}
+		}
+	}
 }
