@@ -576,8 +576,10 @@ struct skb_shared_info {
  * carries one datagram and is not counted as several. */
 #define SKB_GSO_UDP_L4 (1 << 17)
 
-extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
-extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+/* Linux >= 6.2. Weak: on an older kernel the loader leaves them out, and
+ * udp_segments counts 1 (the agent refuses generic mode there). */
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym __weak;
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 
 /* SKB_DATA_ALIGN's cache line (SMP_CACHE_BYTES on x86-64 and arm64). */
 #define TL_CACHE_BYTES 64
@@ -591,6 +593,8 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 static __always_inline __u32 udp_segments(struct xdp_md *ctx)
 {
 	__u32 ifindex = ctx->ingress_ifindex;
+	if (!bpf_cast_to_kern_ctx || !bpf_rdonly_cast)
+		return 1;
 	if (!bpf_map_lookup_elem(&skb_ifaces, &ifindex))
 		return 1;
 	struct xdp_buff *xb = bpf_cast_to_kern_ctx(ctx);
