@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 )
@@ -55,7 +56,7 @@ func stacked(all, links []netlink.Link) error {
 	for _, l := range all {
 		a := l.Attrs()
 		if p, ok := byIndex[a.ParentIndex]; ok && a.ParentIndex != a.Index && stackedKinds[l.Type()] {
-			up[p.Attrs().Index] = append(up[p.Attrs().Index], stackEdge{upper: l, lower: p, how: "a " + l.Type() + " on"})
+			up[p.Attrs().Index] = append(up[p.Attrs().Index], stackEdge{upper: l, lower: p, how: article(l.Type()) + " on"})
 		}
 		if m, ok := byIndex[a.MasterIndex]; ok && masterKinds[m.Type()] {
 			up[a.Index] = append(up[a.Index], stackEdge{upper: m, lower: l, how: "the " + m.Type() + " master of"})
@@ -102,4 +103,12 @@ func stackedErr(bottom, top netlink.Link, via map[int]stackEdge) error {
 	}
 	return fmt.Errorf("%w: %s and %s (%s): every packet %s receives crosses the XDP hook of %s first and would be counted twice; attach to one of them",
 		ErrStacked, bottom.Attrs().Name, top.Attrs().Name, chain, top.Attrs().Name, bottom.Attrs().Name)
+}
+
+// article puts "a" or "an" before a link kind.
+func article(kind string) string {
+	if strings.ContainsRune("aeiou", rune(kind[0])) {
+		return "an " + kind
+	}
+	return "a " + kind
 }

@@ -4,8 +4,10 @@
 // one path to the kernel.
 //
 // The program needs Linux >= 5.12 (BPF atomics with -mcpu=v3, bounded
-// loops, bpf_jiffies64) built with CONFIG_BPF_SYSCALL and CONFIG_BPF_JIT;
-// loading needs CAP_BPF and CAP_NET_ADMIN (root).
+// loops, bpf_jiffies64) built with CONFIG_BPF_SYSCALL, CONFIG_BPF_JIT and
+// kernel BTF (CO-RE); counting UDP GSO/GRO super-packets in generic mode
+// needs Linux >= 6.2 (SetSKBIfaces). Loading needs CAP_BPF, CAP_PERFMON and
+// CAP_NET_ADMIN (root).
 package bpf
 
 import (
