@@ -42,8 +42,6 @@ const (
 	slots = uint32(LimiterTlConstTL_C_SLOTS)
 	// portKeys is the number of ports keys per slot and protocol.
 	portKeys = uint32(LimiterTlConstTL_PORT_KEYS)
-	// lpmTagBits is the part of an LPM key's prefixlen that covers its tag.
-	lpmTagBits = uint32(LimiterTlConstTL_LPM_TAG_BITS)
 	// destRuleBits is the width of the rule in a select_dests tag.
 	destRuleBits = uint32(LimiterTlConstTL_DEST_RULE_BITS)
 	// lpmTagIPv6 is the family bit of an LPM tag.
@@ -221,7 +219,7 @@ func (l *Limiter) activeSlot() (uint32, error) {
 	if err := l.objs.ActiveSlot.Lookup(uint32(0), &slot); err != nil {
 		return 0, fmt.Errorf("read active slot: %w", err)
 	}
-	return slot & 1, nil
+	return slot % slots, nil
 }
 
 func (l *Limiter) writeTable(slot uint32, t tiers.Table) error {
