@@ -611,6 +611,59 @@ static __always_inline __u32 udp_segments(struct xdp_md *ctx)
 	return segs;
 }
 
+/* What parse_packet found: how the program goes on. */
+enum {
+	PKT_L4 = 0,        /* UDP or TCP header parsed: judge it */
+	PKT_UNSELECTED = 1, /* not IP, not UDP or TCP, truncated, too deep */
+	PKT_MALFORMED = 2, /* pkt.mal says which length field */
+	PKT_TINY = 3,      /* an RFC 1858 tiny fragment */
+	PKT_FOLLOW = 4,    /* a non-first fragment that follows its first */
+};
+
+/* Every layer, Ethernet to UDP or TCP. Returns PKT_*. */
+static __always_inline int parse_packet(struct cursor *c, struct pkt *p)
+{
+	int l4;
+
+	switch (parse_eth(c)) {
+	case ETH_P_IP:
+		l4 = parse_ipv4(c, p);
+		if (l4 == IPPROTO_AH && p->frag != FRAG_NEXT)
+			l4 = parse_ah(c, p, TL_MAL_IPV4_LENGTH);
+		break;
+	case ETH_P_IPV6:
+		l4 = parse_ipv6(c, p);
+		break;
+	default:
+		return PKT_UNSELECTED;
+	}
+	if (l4 == PARSE_MALFORMED)
+		return PKT_MALFORMED;
+	if (p->frag == FRAG_NEXT && follows_first(p->frag_proto)) {
+		/* RFC 1858 §4: a TCP fragment at offset 8 bytes can rewrite the flags of its first. */
+		if (l4 == IPPROTO_TCP && p->frag_off == 1)
+			return PKT_TINY;
+		return PKT_FOLLOW;
+	}
+	if (l4 != IPPROTO_UDP && l4 != IPPROTO_TCP)
+		return PKT_UNSELECTED;
+	p->l4proto = l4;
+	int r = l4 == IPPROTO_UDP ? parse_udp(c, p) : parse_tcp(c, p);
+	if (r == PARSE_MALFORMED)
+		return p->mal == TL_MAL_TINY_FRAGMENT ? PKT_TINY : PKT_MALFORMED;
+	return r < 0 ? PKT_UNSELECTED : PKT_L4;
+}
+
+/* count() for a frame that is packets datagrams. */
+static __always_inline void count_n(void *map, __u32 key, __u32 packets, __u64 bytes)
+{
+	struct tl_stat *st = bpf_map_lookup_elem(map, &key);
+	if (st) {
+		st->packets += packets;
+		st->bytes += bytes;
+	}
+}
+
 SEC("xdp")
 int tierlimit(struct xdp_md *ctx)
 {
@@ -619,39 +672,20 @@ int tierlimit(struct xdp_md *ctx)
 	__u64 bytes = data_end - data;
 	struct cursor c = { .pos = data, .end = data_end };
 	struct pkt p = {};
-	int l4;
 
-	switch (parse_eth(&c)) {
-	case ETH_P_IP:
-		l4 = parse_ipv4(&c, &p);
-		if (l4 == IPPROTO_AH && p.frag != FRAG_NEXT)
-			l4 = parse_ah(&c, &p, TL_MAL_IPV4_LENGTH);
+	switch (parse_packet(&c, &p)) {
+	case PKT_L4:
 		break;
-	case ETH_P_IPV6:
-		l4 = parse_ipv6(&c, &p);
-		break;
+	case PKT_FOLLOW:
+		return follow_fragment(&p, bytes);
+	case PKT_TINY:
+		return tiny_fragment(&p, bytes);
+	case PKT_MALFORMED:
+		count(&malformed_stats, p.mal < TL_MAL_MAX ? p.mal : TL_MAL_IPV4_LENGTH, bytes);
+		return XDP_PASS;
 	default:
 		goto unselected;
 	}
-	if (l4 == PARSE_MALFORMED)
-		goto malformed;
-	if (p.frag == FRAG_NEXT && follows_first(p.frag_proto)) {
-		/* RFC 1858 §4: a TCP fragment at offset 8 bytes can rewrite the flags of its first. */
-		if (l4 == IPPROTO_TCP && p.frag_off == 1)
-			goto tiny;
-		return follow_fragment(&p, bytes);
-	}
-	if (l4 != IPPROTO_UDP && l4 != IPPROTO_TCP)
-		goto unselected;
-	p.l4proto = l4;
-	int r = l4 == IPPROTO_UDP ? parse_udp(&c, &p) : parse_tcp(&c, &p);
-	if (r == PARSE_MALFORMED) {
-		if (p.mal == TL_MAL_TINY_FRAGMENT)
-			goto tiny;
-		goto malformed;
-	}
-	if (r < 0)
-		goto unselected;
 
 	__u32 zero = 0;
 	__u32 *active = bpf_map_lookup_elem(&active_slot, &zero);
@@ -700,26 +734,11 @@ int tierlimit(struct xdp_md *ctx)
 	if (thr != TL_THR_NEVER && s->mode != TL_MODE_OFF && (thr == TL_THR_ALWAYS || bpf_get_prandom_u32() < thr))
 		verdict = s->mode == TL_MODE_ENFORCE ? TL_DROP : TL_WOULD_DROP;
 
-	if (segs > 1) {
-		struct tl_stat *st = bpf_map_lookup_elem(&stats, &(__u32){ e->tier * TL_VERDICTS + verdict });
-		if (st) {
-			st->packets += segs;
-			st->bytes += bytes;
-		}
-	} else {
-		count(&stats, e->tier * TL_VERDICTS + verdict, bytes);
-	}
+	count_n(&stats, e->tier * TL_VERDICTS + verdict, segs, bytes);
 
 	if (p.frag == FRAG_FIRST)
 		remember_first(&p, verdict);
 	return verdict == TL_DROP ? XDP_DROP : XDP_PASS;
-
-tiny:
-	return tiny_fragment(&p, bytes);
-
-malformed:
-	count(&malformed_stats, p.mal < TL_MAL_MAX ? p.mal : TL_MAL_IPV4_LENGTH, bytes);
-	return XDP_PASS;
 
 unselected:
 	if (p.frag == FRAG_FIRST && follows_first(p.frag_proto))
