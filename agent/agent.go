@@ -126,7 +126,8 @@ type Agent struct {
 // Returns ErrNotRoot without the capabilities, ErrNoInterface for a missing
 // interface, ErrAgentRunning when another agent holds cfg.PinPath,
 // ErrForeignProgram when an interface runs another XDP program and
-// cfg.Replace is false, and tiers errors for a policy that does not compile.
+// cfg.Replace is false, ErrStacked when two interfaces are stacked on each
+// other, and tiers errors for a policy that does not compile.
 func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -160,6 +161,9 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 		if links[i], err = nh.LinkByName(name); err != nil {
 			return nil, fmt.Errorf("interface %q: %w", name, ErrNoInterface)
 		}
+	}
+	if err := checkStacked(nh, links); err != nil {
+		return nil, err
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
@@ -229,6 +233,9 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 		}
 		a.attached = append(a.attached, att)
 		a.log.Info("attached", "iface", att.Iface, "ifindex", att.Index, "mode", att.Mode)
+	}
+	if err := a.countSuperPackets(); err != nil {
+		return nil, err
 	}
 	if dir != "" {
 		a.warnOtherLinks(dir)

@@ -32,6 +32,7 @@ type collector struct {
 	policyMode                       *prometheus.Desc
 	reloads, attached, scrapeErrors  *prometheus.Desc
 	severity                         severityDescs
+	malformed                        *prometheus.Desc
 }
 
 // Collector returns the agent's prometheus.Collector.
@@ -58,6 +59,8 @@ func (a *Agent) Collector() prometheus.Collector {
 		attached:        d("xdp_attached", "1 while the limiter is attached to the interface, by XDP mode.", "iface", "mode"),
 		scrapeErrors:    d("scrape_errors_total", "BPF map reads that failed during a scrape."),
 		severity:        newSeverityDescs(d),
+		malformed: d("malformed_packets_total", "Frames whose length fields disagree with the frame, by reason; passed uncounted, "+
+			"except tiny fragments (RFC 1858), which enforce mode drops.", "reason"),
 	}
 }
 
@@ -65,7 +68,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.selectedPackets, c.selectedBytes, c.unselected, c.exempt, c.fragments,
 		c.windowPackets, c.lastWindow, c.tier, c.windowsOpened, c.policyMax, c.policyMode, c.tierThreshold, c.tierDr,
-		c.reloads, c.attached, c.scrapeErrors,
+		c.reloads, c.attached, c.scrapeErrors, c.malformed,
 	} {
 		ch <- d
 	}
@@ -125,6 +128,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.exempt, s.Stats.Exempt.Packets)
 		counter(c.fragments, s.Stats.FragmentPass.Packets, "pass")
 		counter(c.fragments, s.Stats.FragmentDrop.Packets, "drop")
+		for _, m := range tiers.MalformedReasons {
+			counter(c.malformed, s.Stats.Malformed[m].Packets, m.String())
+		}
 		gauge(c.windowPackets, float64(s.WindowPackets))
 		gauge(c.lastWindow, float64(s.LastWindowPackets))
 		gauge(c.tier, float64(s.CurrentTier))

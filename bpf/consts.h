@@ -43,6 +43,22 @@
 #define TL_FRAG_ENTRIES 16384
 #endif
 
+/* How long the drop verdict of a first fragment holds for its followers,
+ * in ms. The kernel's reassembly horizon (net.ipv4.ipfrag_time, 30 s) is the
+ * upper bound; fragments of one datagram arrive within milliseconds of each
+ * other, and IPv4 ids wrap within seconds on a busy host. A verdict that
+ * expires early only lets followers of a dropped first through, and the
+ * kernel discards those when reassembly times out; one that lives long
+ * drops unrelated datagrams that reuse the id. */
+#ifndef TL_FRAG_TTL_MS
+#define TL_FRAG_TTL_MS 1000
+#endif
+
+/* Most interfaces on which the program runs in generic (skb) mode. */
+#ifndef TL_SKB_IFACES
+#define TL_SKB_IFACES 64
+#endif
+
 /* Most prefixes in the exempt and the destination tries (all slots). */
 #ifndef TL_LPM_ENTRIES
 #define TL_LPM_ENTRIES 16384

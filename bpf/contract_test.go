@@ -1,7 +1,9 @@
 package bpf_test
 
 import (
+	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -53,6 +55,23 @@ func TestContract(t *testing.T) {
 	eq("tiers.LPMTagBits / TL_LPM_TAG_BITS", tiers.LPMTagBits, uint64(bpf.LimiterTlConstTL_LPM_TAG_BITS))
 	eq("tiers.LPMAddrBits / TL_LPM_ADDR_BITS", tiers.LPMAddrBits, uint64(bpf.LimiterTlConstTL_LPM_ADDR_BITS))
 	eq("tiers.DestRuleBits / TL_DEST_RULE_BITS", tiers.DestRuleBits, uint64(bpf.LimiterTlConstTL_DEST_RULE_BITS))
+	eq("tiers.LPMTagIPv6 / TL_LPM_TAG_IPV6", tiers.LPMTagIPv6, uint64(bpf.LimiterTlConstTL_LPM_TAG_IPV6))
+	contractPrefixKeys(t)
+
+	// Malformed reasons: tiers.Malformed indexes malformed_stats.
+	eq("tiers.NumMalformed / TL_MAL_MAX", uint64(tiers.NumMalformed), uint64(bpf.LimiterTlMalformedTL_MAL_MAX))
+	eq("bpf.NumMalformed", uint64(bpf.NumMalformed), uint64(tiers.NumMalformed))
+	eq("tiers.MalformedIPv4Length / TL_MAL_IPV4_LENGTH", uint64(tiers.MalformedIPv4Length), uint64(bpf.LimiterTlMalformedTL_MAL_IPV4LENGTH))
+	eq("tiers.MalformedIPv6Length / TL_MAL_IPV6_LENGTH", uint64(tiers.MalformedIPv6Length), uint64(bpf.LimiterTlMalformedTL_MAL_IPV6LENGTH))
+	eq("tiers.MalformedUDPLength / TL_MAL_UDP_LENGTH", uint64(tiers.MalformedUDPLength), uint64(bpf.LimiterTlMalformedTL_MAL_UDP_LENGTH))
+	eq("tiers.MalformedTCPLength / TL_MAL_TCP_LENGTH", uint64(tiers.MalformedTCPLength), uint64(bpf.LimiterTlMalformedTL_MAL_TCP_LENGTH))
+	eq("tiers.MalformedTinyFragment / TL_MAL_TINY_FRAGMENT", uint64(tiers.MalformedTinyFragment), uint64(bpf.LimiterTlMalformedTL_MAL_TINY_FRAGMENT))
+	eq("len(tiers.MalformedReasons)", uint64(len(tiers.MalformedReasons)), uint64(tiers.NumMalformed))
+	// The kernel gives up reassembly after net.ipv4.ipfrag_time (30 s by
+	// default): a verdict must not outlive it.
+	if bpf.FragmentTTL <= 0 || bpf.FragmentTTL > 30*time.Second {
+		t.Errorf("fragment verdicts live %v, want (0, 30s]", bpf.FragmentTTL)
+	}
 
 	// Map sizes, read back from the object's map specs.
 	spec, err := bpf.LoadLimiter()
@@ -92,9 +111,55 @@ func TestContract(t *testing.T) {
 	if tiers.SketchCols&(tiers.SketchCols-1) != 0 {
 		t.Errorf("tiers.SketchCols %d is not a power of two", tiers.SketchCols)
 	}
+	eq("malformed_stats entries / tiers.NumMalformed", uint64(tiers.NumMalformed), size("malformed_stats"))
+	eq("skb_ifaces entries / bpf.SKBIfaces", uint64(bpf.SKBIfaces), size("skb_ifaces"))
 	// The slot must fit the tags: exempt tag = slot, dests tag = slot << DestRuleBits | rule.
 	if slots<<tiers.DestRuleBits >= 1<<tiers.LPMTagBits {
 		t.Errorf("%d slots do not fit the %d-bit LPM tag", slots, tiers.LPMTagBits)
+	}
+	// ... and below the family bit.
+	if slots<<tiers.DestRuleBits > tiers.LPMTagIPv6 || tiers.LPMTagIPv6 >= 1<<tiers.LPMTagBits {
+		t.Errorf("the family bit %#x overlaps the slot and rule of the tag, or leaves it", tiers.LPMTagIPv6)
+	}
+}
+
+// contractPrefixKeys holds the LPM key encoding: IPv4 as IPv4-mapped with
+// 96 more bits, IPv6 as is, the family in the tag, and Prefix reads back
+// what the config said.
+func contractPrefixKeys(t *testing.T) {
+	p := tiers.Default()
+	p.Exempt = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0"), netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("2001:db8::/32")}
+	p.Select = append(p.Select, tiers.Rule{Proto: tiers.ProtoUDP, Ports: []tiers.PortRange{{First: 9, Last: 9}}, Dests: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("::/0")}})
+	tab := mustCompile(t, p)
+	want := []struct {
+		bits uint32
+		tag  uint32
+		addr netip.Addr
+	}{
+		{tiers.LPMTagBits + 96, 0, netip.MustParseAddr("::ffff:0.0.0.0")},
+		{tiers.LPMTagBits, tiers.LPMTagIPv6, netip.MustParseAddr("::")},
+		{tiers.LPMTagBits + 120, 0, netip.MustParseAddr("::ffff:192.0.2.0")},
+		{tiers.LPMTagBits + 32, tiers.LPMTagIPv6, netip.MustParseAddr("2001:db8::")},
+	}
+	for i, k := range tab.Selectors.Exempt {
+		w := want[i]
+		if k.Prefixlen != w.bits || k.Tag != w.tag || k.Addr != w.addr.As16() {
+			t.Errorf("exempt %v: key {%d %#x %v}, want {%d %#x %v}", p.Exempt[i], k.Prefixlen, k.Tag, netip.AddrFrom16(k.Addr), w.bits, w.tag, w.addr)
+		}
+		if k.Prefix() != p.Exempt[i] {
+			t.Errorf("exempt %v: key reads back as %v", p.Exempt[i], k.Prefix())
+		}
+	}
+	rule := uint32(len(p.Select) - 1)
+	for i, k := range tab.Selectors.Dests {
+		d := p.Select[rule].Dests[i]
+		fam := uint32(0)
+		if d.Addr().Is6() {
+			fam = tiers.LPMTagIPv6
+		}
+		if k.Tag != fam|rule || k.Prefix() != d {
+			t.Errorf("dests %v: tag %#x reads back as %v, want tag %#x", d, k.Tag, k.Prefix(), fam|rule)
+		}
 	}
 }
 

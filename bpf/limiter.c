@@ -108,11 +108,13 @@ struct {
 } severity_stats SEC(".maps");
 
 /* Verdict (TL_PASS or TL_DROP) of recent first fragments, for their followers. */
+/* Drop verdicts of recent first fragments, for their followers, with the
+ * time they expire (TL_FRAG_TTL_MS after the first). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, TL_FRAG_ENTRIES);
 	__type(key, struct tl_frag_key);
-	__type(value, __u32);
+	__type(value, struct tl_frag_verdict);
 } frag_verdicts SEC(".maps");
 
 /* The count-min sketch of source groups: cell row * TL_SKETCH_COLS + column,
@@ -139,6 +141,32 @@ struct {
 	__type(key, struct tl_src_key);
 	__type(value, struct tl_src_top);
 } source_top SEC(".maps");
+/* Malformed frames by enum tl_malformed, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TL_MAL_MAX);
+	__type(key, __u32);
+	__type(value, struct tl_stat);
+} malformed_stats SEC(".maps");
+
+/* Interfaces (by ifindex) the program is attached to in generic (skb)
+ * mode, where one frame can be a UDP GSO/GRO super-packet. The value is
+ * unused. The agent writes it, and tl_skb_ifaces, after attaching. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TL_SKB_IFACES);
+	__type(key, __u32);
+	__type(value, __u8);
+} skb_ifaces SEC(".maps");
+
+/* Entries of skb_ifaces: 0 spares every packet the lookup. A global, so
+ * that the selected path reads it with one load. */
+volatile __u32 tl_skb_ifaces;
+
+enum {
+	PARSE_SHORT = -1,     /* truncated, not what we select, or too deep */
+	PARSE_MALFORMED = -2, /* a length field disagrees: pkt.mal says which */
+};
 
 enum {
 	FRAG_NONE = 0,
@@ -154,14 +182,25 @@ struct cursor {
 
 /* What the parsers learnt of a packet. */
 struct pkt {
-	void *l3;      /* the IPv4 or IPv6 header, bounds checked */
+	void *l3;      /* the IPv4 or IPv6 header; readers check it against end */
+	void *end;     /* data_end */
 	__u32 frag_id; /* IP identification, for fragments */
 	__u16 l3proto; /* ETH_P_IP or ETH_P_IPV6 */
 	__u16 dport;   /* host order */
 	__u8 l4proto;
 	__u8 frag; /* FRAG_* */
 	__u8 syn;  /* TCP SYN without ACK */
+	__u8 mal;  /* enum tl_malformed, when a parser returns PARSE_MALFORMED */
+	__u8 frag_proto; /* protocol as the fragment declares it (frag key) */
+	__u16 frag_off;  /* fragment offset, in 8-byte units */
+	__u32 l4len;     /* bytes from the cursor to the IP-declared end */
 };
+
+static __always_inline int malformed(struct pkt *p, __u8 reason)
+{
+	p->mal = reason;
+	return PARSE_MALFORMED;
+}
 
 /* Ethernet and up to TL_VLAN_MAX VLAN tags. Returns the EtherType of the
  * payload in host order, or -1 when truncated or nested too deep. */
@@ -188,113 +227,191 @@ static __always_inline int parse_eth(struct cursor *c)
 	return proto;
 }
 
-/* IPv4 with IHL validated and options skipped. Returns the L4 protocol, or
- * -1 when truncated or malformed (version, IHL < 5, total length < IHL). */
+/* IPv4 with IHL validated and options skipped. Returns the L4 protocol;
+ * PARSE_SHORT when truncated or not IPv4 (version, IHL < 5); PARSE_MALFORMED
+ * when the total length is below IHL * 4 or past the frame, which the
+ * kernel discards (ip_rcv_core). */
 static __always_inline int parse_ipv4(struct cursor *c, struct pkt *p)
 {
 	struct iphdr *ip = c->pos;
 	if ((void *)(ip + 1) > c->end)
-		return -1;
+		return PARSE_SHORT;
 	if (ip->version != 4 || ip->ihl < 5)
-		return -1;
+		return PARSE_SHORT;
 	__u32 hlen = ip->ihl * 4;
-	if (bpf_ntohs(ip->tot_len) < hlen)
-		return -1;
 	if (c->pos + hlen > c->end)
-		return -1;
+		return PARSE_SHORT;
+	__u32 tot = bpf_ntohs(ip->tot_len);
+	if (tot < hlen || c->pos + tot > c->end)
+		return malformed(p, TL_MAL_IPV4_LENGTH);
 	c->pos += hlen;
+	p->l4len = tot - hlen;
 
 	__u16 off = bpf_ntohs(ip->frag_off);
 	if (off & IP_OFFSET)
 		p->frag = FRAG_NEXT;
 	else if (off & IP_MF)
 		p->frag = FRAG_FIRST;
+	p->frag_off = off & IP_OFFSET;
+	p->frag_proto = ip->protocol;
 	p->frag_id = bpf_ntohs(ip->id);
 	p->l3 = ip;
+	p->end = c->end;
 	p->l3proto = ETH_P_IP;
 	return ip->protocol;
 }
 
+/* The Authentication Header (RFC 4302), after IPv4 or inside the IPv6
+ * chain: its length counts 4-byte words, minus 2. Returns its next header,
+ * PARSE_SHORT when truncated, PARSE_MALFORMED when it runs past the IP
+ * payload. */
+static __always_inline int parse_ah(struct cursor *c, struct pkt *p, __u8 reason)
+{
+	struct ip_auth_hdr *ah = c->pos;
+	if ((void *)(ah + 1) > c->end)
+		return PARSE_SHORT;
+	__u32 len = ((__u32)ah->hdrlen + 2) * 4;
+	if (len > p->l4len)
+		return malformed(p, reason);
+	if (c->pos + len > c->end)
+		return PARSE_SHORT;
+	c->pos += len;
+	p->l4len -= len;
+	return ah->nexthdr;
+}
+
+/* The IPv6 next-header values that this program walks before the L4
+ * header: the ones the kernel walks before it delivers to UDP or TCP
+ * (RFC 8200 §4; IANA "IPv6 Extension Header Types"). hop-by-hop (0),
+ * routing (43), destination options (60) and fragment (44) as RFC 8200
+ * defines them, and the Authentication Header (51). Every other value ends
+ * the walk and the packet passes uncounted, because no UDP or TCP header a
+ * socket would receive can be seen behind it: ESP (50, encrypted),
+ * Mobility (135, RFC 6275: the last header, its payload proto is 59), HIP
+ * (139, RFC 7401: likewise), Shim6 (140) and the experimental 253 and 254,
+ * which the kernel does not parse either, and No Next Header (59). */
 static __always_inline int ipv6_is_ext(__u8 nh)
 {
 	return nh == IPPROTO_HOPOPTS || nh == IPPROTO_ROUTING || nh == IPPROTO_DSTOPTS ||
-	       nh == IPPROTO_FRAGMENT;
+	       nh == IPPROTO_FRAGMENT || nh == IPPROTO_AH;
 }
 
-/* IPv6 and up to TL_IPV6_EXT_MAX extension headers (hop-by-hop, routing,
- * destination options, fragment; RFC 8200 §4). Returns the upper-layer
- * protocol, or -1 when truncated or the chain is longer than we walk. Stops
- * at a non-first fragment, whose payload holds no header. */
+/* IPv6 and up to TL_IPV6_EXT_MAX extension headers (ipv6_is_ext). Returns
+ * the upper-layer protocol; PARSE_SHORT when truncated or the chain is
+ * longer than we walk; PARSE_MALFORMED when the payload length runs past
+ * the frame or a header runs past the payload length. Stops at a non-first
+ * fragment, whose payload holds no header. */
 static __always_inline int parse_ipv6(struct cursor *c, struct pkt *p)
 {
 	struct ipv6hdr *ip6 = c->pos;
 	if ((void *)(ip6 + 1) > c->end)
-		return -1;
+		return PARSE_SHORT;
 	if (ip6->version != 6)
-		return -1;
+		return PARSE_SHORT;
 	c->pos = ip6 + 1;
 	p->l3 = ip6;
+	p->end = c->end;
 	p->l3proto = ETH_P_IPV6;
+	p->l4len = bpf_ntohs(ip6->payload_len);
+	if (c->pos + p->l4len > c->end)
+		return malformed(p, TL_MAL_IPV6_LENGTH);
 	__u8 nh = ip6->nexthdr;
 
 	for (int i = 0; i < TL_IPV6_EXT_MAX; i++) {
 		if (nh == IPPROTO_FRAGMENT) {
 			struct frag_hdr *fh = c->pos;
 			if ((void *)(fh + 1) > c->end)
-				return -1;
+				return PARSE_SHORT;
+			if (sizeof(*fh) > p->l4len)
+				return malformed(p, TL_MAL_IPV6_LENGTH);
 			c->pos = fh + 1;
+			p->l4len -= sizeof(*fh);
 			nh = fh->nexthdr;
 			__u16 off = bpf_ntohs(fh->frag_off);
 			p->frag_id = bpf_ntohl(fh->identification);
+			p->frag_proto = nh;
+			p->frag_off = off >> 3;
 			if (off & IP6_OFFSET) {
 				p->frag = FRAG_NEXT;
 				return nh;
 			}
 			if (off & IP6_MF)
 				p->frag = FRAG_FIRST;
+		} else if (nh == IPPROTO_AH) {
+			int r = parse_ah(c, p, TL_MAL_IPV6_LENGTH);
+			if (r < 0)
+				return r;
+			nh = r;
 		} else if (ipv6_is_ext(nh)) {
 			struct ipv6_opt_hdr *oh = c->pos;
 			if ((void *)(oh + 1) > c->end)
-				return -1;
+				return PARSE_SHORT;
 			__u32 len = ((__u32)oh->hdrlen + 1) * 8;
+			if (len > p->l4len)
+				return malformed(p, TL_MAL_IPV6_LENGTH);
 			nh = oh->nexthdr;
 			if (c->pos + len > c->end)
-				return -1;
+				return PARSE_SHORT;
 			c->pos += len;
+			p->l4len -= len;
 		} else {
 			return nh;
 		}
 	}
-	return ipv6_is_ext(nh) ? -1 : nh;
+	return ipv6_is_ext(nh) ? PARSE_SHORT : nh;
 }
 
-/* UDP: returns 0 with the destination port, or -1 when truncated. */
+/* A first fragment whose L4 header does not fit in its IP payload
+ * (RFC 1858 §3); a whole packet in that state is malformed. */
+static __always_inline int short_l4(struct pkt *p, __u8 reason)
+{
+	return malformed(p, p->frag == FRAG_FIRST ? TL_MAL_TINY_FRAGMENT : reason);
+}
+
+/* UDP: returns 0 with the destination port; PARSE_SHORT when truncated;
+ * PARSE_MALFORMED when the IP payload cannot hold the header or the UDP
+ * length is below 8 or, except in a first fragment (where it is the whole
+ * datagram's), past the IP payload: the kernel discards those (udp_rcv). */
 static __always_inline int parse_udp(struct cursor *c, struct pkt *p)
 {
 	struct udphdr *udp = c->pos;
+	if (sizeof(*udp) > p->l4len)
+		return short_l4(p, TL_MAL_UDP_LENGTH);
 	if ((void *)(udp + 1) > c->end)
-		return -1;
+		return PARSE_SHORT;
+	__u32 ulen = bpf_ntohs(udp->len);
+	if (ulen < sizeof(*udp) || (ulen > p->l4len && p->frag != FRAG_FIRST))
+		return malformed(p, TL_MAL_UDP_LENGTH);
 	c->pos = udp + 1;
 	p->dport = bpf_ntohs(udp->dest);
 	return 0;
 }
 
-/* TCP: returns 0 with the destination port and the SYN-without-ACK bit, or
- * -1 when the header (options included) is truncated or doff < 5. */
+/* TCP: returns 0 with the destination port and the SYN-without-ACK bit;
+ * PARSE_SHORT when the header (options included) is truncated;
+ * PARSE_MALFORMED when the data offset is below 5 or the header runs past
+ * the IP payload (the kernel discards it, tcp_v4_rcv). */
 static __always_inline int parse_tcp(struct cursor *c, struct pkt *p)
 {
 	struct tcphdr *tcp = c->pos;
+	if (sizeof(*tcp) > p->l4len)
+		return short_l4(p, TL_MAL_TCP_LENGTH);
 	if ((void *)(tcp + 1) > c->end)
-		return -1;
+		return PARSE_SHORT;
 	if (tcp->doff < 5)
-		return -1;
+		return malformed(p, TL_MAL_TCP_LENGTH);
+	if (tcp->doff * 4 > p->l4len)
+		return short_l4(p, TL_MAL_TCP_LENGTH);
 	if (c->pos + tcp->doff * 4 > c->end)
-		return -1;
+		return PARSE_SHORT;
 	c->pos += tcp->doff * 4;
 	p->dport = bpf_ntohs(tcp->dest);
 	p->syn = tcp->syn && !tcp->ack;
 	return 0;
 }
+
+/* The furthest a UDP payload may start for parse_pri to read its <PRI>. */
+#define TL_PRI_OFF_MAX 0x3fff
 
 /* parse_pri's result for a packet that severity does not judge. */
 #define TL_SEV_NONE (-2)
@@ -330,6 +447,10 @@ static __always_inline void load_addr(const struct pkt *p, int dst, __u8 out[16]
 {
 	if (p->l3proto == ETH_P_IP) {
 		const struct iphdr *ip = p->l3;
+		if ((void *)(ip + 1) > p->end) {
+			__builtin_memset(out, 0, 16);
+			return;
+		}
 		__u32 a = dst ? ip->daddr : ip->saddr;
 		__builtin_memset(out, 0, 10);
 		out[10] = 0xff;
@@ -337,16 +458,48 @@ static __always_inline void load_addr(const struct pkt *p, int dst, __u8 out[16]
 		__builtin_memcpy(out + 12, &a, 4);
 	} else {
 		const struct ipv6hdr *ip6 = p->l3;
+		if ((void *)(ip6 + 1) > p->end) {
+			__builtin_memset(out, 0, 16);
+			return;
+		}
 		__builtin_memcpy(out, dst ? &ip6->daddr : &ip6->saddr, 16);
 	}
 }
 
+/* The identity of a fragment's datagram: family, addresses, id and the
+ * protocol the fragment declares (RFC 791 §3.2, RFC 8200 §4.5). */
 static __always_inline void frag_key(const struct pkt *p, struct tl_frag_key *k)
 {
 	load_addr(p, 0, k->src);
 	load_addr(p, 1, k->dst);
 	k->id = p->frag_id;
-	k->proto = p->l4proto;
+	k->proto = p->frag_proto;
+	k->family = p->l3proto;
+}
+
+/* A first fragment: remember a drop for its followers, until
+ * TL_FRAG_TTL_MS from now; any other verdict replaces what was remembered
+ * for the same identity (an earlier datagram that reused the id). */
+static __always_inline void remember_first(const struct pkt *p, __u32 verdict)
+{
+	struct tl_frag_key k = {};
+	frag_key(p, &k);
+	if (verdict == TL_DROP) {
+		struct tl_frag_verdict v = {
+			.expires_ns = bpf_ktime_get_ns() + TL_FRAG_TTL_MS * 1000000ULL,
+			.verdict = TL_DROP,
+		};
+		bpf_map_update_elem(&frag_verdicts, &k, &v, BPF_ANY);
+	} else {
+		bpf_map_delete_elem(&frag_verdicts, &k);
+	}
+}
+
+/* Protocols whose non-first fragments follow their first: the ones a first
+ * fragment is walked to UDP or TCP through. */
+static __always_inline int follows_first(__u8 proto)
+{
+	return proto == IPPROTO_UDP || proto == IPPROTO_TCP || proto == IPPROTO_AH;
 }
 
 static __always_inline void count(void *map, __u32 key, __u64 bytes)
@@ -375,12 +528,13 @@ static __always_inline int is_selected(const struct pkt *p, __u32 slot, const st
 		return 0;
 	struct tl_lpm_key k = { .prefixlen = TL_LPM_TAG_BITS + TL_LPM_ADDR_BITS };
 	load_addr(p, 1, k.addr);
+	__u32 family = p->l3proto == ETH_P_IPV6 ? TL_LPM_TAG_IPV6 : 0;
 	for (__u32 i = 0; i < TL_MAX_RULES; i++) {
 		if (!(rules & (1U << i)))
 			continue;
 		if ((s->syn_rules & (1U << i)) && !p->syn)
 			continue;
-		k.tag = slot << TL_DEST_RULE_BITS | i;
+		k.tag = family | slot << TL_DEST_RULE_BITS | i;
 		if (bpf_map_lookup_elem(&select_dests, &k))
 			return 1;
 	}
@@ -390,6 +544,8 @@ static __always_inline int is_selected(const struct pkt *p, __u32 slot, const st
 static __always_inline int is_exempt(const struct pkt *p, __u32 slot)
 {
 	struct tl_lpm_key k = { .prefixlen = TL_LPM_TAG_BITS + TL_LPM_ADDR_BITS, .tag = slot };
+	if (p->l3proto == ETH_P_IPV6)
+		k.tag |= TL_LPM_TAG_IPV6;
 	load_addr(p, 0, k.addr);
 	return bpf_map_lookup_elem(&exempt_sources, &k) != NULL;
 }
@@ -515,13 +671,14 @@ static __always_inline int tl_severity_judge(__u32 slot, int sev, __u32 tier, __
 }
 
 /* A non-first fragment carries no L4 header: it is never counted, and takes
- * the verdict of its first fragment when that was seen (DESIGN.md §2). */
+ * the verdict of its first fragment when that was dropped less than
+ * TL_FRAG_TTL_MS ago (DESIGN.md §2). */
 static __always_inline int follow_fragment(struct pkt *p, __u64 bytes)
 {
 	struct tl_frag_key k = {};
 	frag_key(p, &k);
-	__u32 *v = bpf_map_lookup_elem(&frag_verdicts, &k);
-	if (v && *v == TL_DROP) {
+	struct tl_frag_verdict *v = bpf_map_lookup_elem(&frag_verdicts, &k);
+	if (v && v->verdict == TL_DROP && (__s64)(v->expires_ns - bpf_ktime_get_ns()) > 0) {
 		count(&misc_stats, TL_MISC_FRAG_DROP, bytes);
 		return XDP_DROP;
 	}
@@ -562,11 +719,15 @@ static __always_inline void source_group(const struct pkt *p, const struct tl_se
 {
 	if (p->l3proto == ETH_P_IP) {
 		const struct iphdr *ip = p->l3;
+		if ((void *)(ip + 1) > p->end)
+			return;
 		k->addr[0] = ip->saddr & s->src_mask4;
 		k->family = 4;
 		return;
 	}
 	const struct ipv6hdr *ip6 = p->l3;
+	if ((void *)(ip6 + 1) > p->end)
+		return;
 	/* Word loads, as of iphdr's saddr: XDP does not enforce alignment. */
 	const __u32 *a = (const __u32 *)&ip6->saddr;
 #pragma unroll
@@ -701,42 +862,174 @@ static __always_inline int source_budget(const struct pkt *p, const struct tl_se
 			s->mode == TL_MODE_DRY_RUN ? TL_WOULD_DROP : TL_PASS;
 	count(&source_stats, verdict, bytes);
 	source_top_add(&k, id);
-	if (p->frag == FRAG_FIRST) {
-		struct tl_frag_key fk = {};
-		frag_key(p, &fk);
-		__u32 v = verdict == TL_DROP ? TL_DROP : TL_PASS;
-		bpf_map_update_elem(&frag_verdicts, &fk, &v, BPF_ANY);
-	}
+	if (p->frag == FRAG_FIRST)
+		remember_first(p, verdict);
 	return verdict == TL_DROP ? XDP_DROP : XDP_PASS;
 }
 
-SEC("xdp")
-int tierlimit(struct xdp_md *ctx)
+/* An RFC 1858 tiny fragment: dropped in enforce mode whatever its port (no
+ * stack sends one; it hides the header the limiter judges), passed in
+ * dry-run and off. Counted as malformed, never in the window. A first
+ * fragment's verdict holds for its followers. */
+static __always_inline int tiny_fragment(struct pkt *p, __u64 bytes)
+{
+	__u32 zero = 0;
+	struct tl_settings *s = NULL;
+	__u32 *active = bpf_map_lookup_elem(&active_slot, &zero);
+	if (active) {
+		__u32 slot = *active & (TL_SLOTS - 1);
+		s = bpf_map_lookup_elem(&settings, &slot);
+	}
+	count(&malformed_stats, TL_MAL_TINY_FRAGMENT, bytes);
+	__u32 verdict = s && s->table_len && s->mode == TL_MODE_ENFORCE ? TL_DROP : TL_PASS;
+	if (p->frag == FRAG_FIRST)
+		remember_first(p, verdict);
+	return verdict == TL_DROP ? XDP_DROP : XDP_PASS;
+}
+
+/* Kernel-internal layouts, read with CO-RE (relocated against the running
+ * kernel's BTF at load): only the fields used. */
+struct xdp_buff {
+	void *data_hard_start;
+	__u32 frame_sz;
+} __attribute__((preserve_access_index));
+
+struct skb_shared_info {
+	__u16 gso_size;
+	__u16 gso_segs;
+	unsigned int gso_type;
+} __attribute__((preserve_access_index));
+
+/* include/linux/skbuff.h, in an anonymous enum (so CO-RE cannot relocate
+ * it), unchanged since Linux 4.18. SKB_GSO_UDP (UDP fragmentation offload)
+ * carries one datagram and is not counted as several. */
+#define SKB_GSO_UDP_L4 (1 << 17)
+
+/* Linux >= 6.2. Weak: on an older kernel the loader leaves them out, and
+ * udp_segments counts 1 (the agent refuses generic mode there). */
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym __weak;
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
+
+/* SKB_DATA_ALIGN's cache line (SMP_CACHE_BYTES on x86-64 and arm64). */
+#define TL_CACHE_BYTES 64
+
+/* The datagrams a UDP frame carries: gso_segs of a GSO/GRO super-packet
+ * (UDP_SEGMENT senders, UDP GRO) on an interface in generic mode, else 1.
+ * Generic XDP builds its xdp_buff on the skb's head, with frame_sz reaching
+ * the end of skb_shared_info (bpf_prog_run_generic_xdp), so the shared info
+ * sits where xdp_get_shared_info_from_buff finds it. Native buffers carry
+ * no GSO state and may hold anything there, hence the skb_ifaces check. */
+static __always_inline __u32 udp_segments(struct xdp_md *ctx)
+{
+	__u32 ifindex = ctx->ingress_ifindex;
+	if (!bpf_cast_to_kern_ctx || !bpf_rdonly_cast)
+		return 1;
+	if (!bpf_map_lookup_elem(&skb_ifaces, &ifindex))
+		return 1;
+	struct xdp_buff *xb = bpf_cast_to_kern_ctx(ctx);
+	__u64 hard = (__u64)xb->data_hard_start;
+	__u64 size = __builtin_preserve_type_info(*(struct skb_shared_info *)0, 1 /* BPF_TYPE_SIZE */);
+	__u64 at = hard + xb->frame_sz - ((size + TL_CACHE_BYTES - 1) & ~(__u64)(TL_CACHE_BYTES - 1));
+	struct skb_shared_info *si = bpf_rdonly_cast((void *)at,
+		__builtin_btf_type_id(*(struct skb_shared_info *)0, 1 /* BPF_TYPE_ID_TARGET */));
+	__u32 gso_type = si->gso_type;
+	__u32 gso_size = si->gso_size;
+	__u32 segs = si->gso_segs;
+	if (!gso_size || !(gso_type & SKB_GSO_UDP_L4) || !segs)
+		return 1;
+	return segs;
+}
+
+/* What parse_packet found: how the program goes on. */
+enum {
+	PKT_L4 = 0,        /* UDP or TCP header parsed: judge it */
+	PKT_UNSELECTED = 1, /* not IP, not UDP or TCP, truncated, too deep */
+	PKT_MALFORMED = 2, /* pkt.mal says which length field */
+	PKT_TINY = 3,      /* an RFC 1858 tiny fragment */
+	PKT_FOLLOW = 4,    /* a non-first fragment that follows its first */
+};
+
+/* Every layer, Ethernet to UDP or TCP. Returns PKT_*. */
+static __always_inline int parse_packet(struct cursor *c, struct pkt *p)
+{
+	int l4;
+
+	switch (parse_eth(c)) {
+	case ETH_P_IP:
+		l4 = parse_ipv4(c, p);
+		if (l4 == IPPROTO_AH && p->frag != FRAG_NEXT)
+			l4 = parse_ah(c, p, TL_MAL_IPV4_LENGTH);
+		break;
+	case ETH_P_IPV6:
+		l4 = parse_ipv6(c, p);
+		break;
+	default:
+		return PKT_UNSELECTED;
+	}
+	if (l4 == PARSE_MALFORMED)
+		return PKT_MALFORMED;
+	if (p->frag == FRAG_NEXT && follows_first(p->frag_proto)) {
+		/* RFC 1858 §4: a TCP fragment at offset 8 bytes can rewrite the flags of its first. */
+		if (l4 == IPPROTO_TCP && p->frag_off == 1)
+			return PKT_TINY;
+		return PKT_FOLLOW;
+	}
+	if (l4 != IPPROTO_UDP && l4 != IPPROTO_TCP)
+		return PKT_UNSELECTED;
+	p->l4proto = l4;
+	int r = l4 == IPPROTO_UDP ? parse_udp(c, p) : parse_tcp(c, p);
+	if (r == PARSE_MALFORMED)
+		return p->mal == TL_MAL_TINY_FRAGMENT ? PKT_TINY : PKT_MALFORMED;
+	return r < 0 ? PKT_UNSELECTED : PKT_L4;
+}
+
+/* count() for a frame that is packets datagrams. */
+static __always_inline void count_n(void *map, __u32 key, __u32 packets, __u64 bytes)
+{
+	struct tl_stat *st = bpf_map_lookup_elem(map, &key);
+	if (st) {
+		st->packets += packets;
+		st->bytes += bytes;
+	}
+}
+
+/* The judgement of a parsed UDP or TCP packet, from its header fields (see
+ * tierlimit, which packs them): settings, selectors, exempt sources, source
+ * budget, window, tier table and severity; counts it and returns the XDP
+ * action.
+ *
+ * A global function, so the verifier checks it once, with its arguments
+ * unknown, instead of once for every path through the parser that reaches
+ * it: VLAN depths, IPv4 options, IPv6 extension-header chains and fragment
+ * kinds each leave different packet offsets, and every one of them would
+ * otherwise be explored through the selectors' loop and everything after
+ * (TestVerifierComplexity). The headers are found again from ctx, by
+ * offset, and bounds checked. */
+__noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2, __u64 a3)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 bytes = data_end - data;
-	struct cursor c = { .pos = data, .end = data_end };
 	struct pkt p = {};
-	int l4;
-
-	switch (parse_eth(&c)) {
-	case ETH_P_IP:
-		l4 = parse_ipv4(&c, &p);
-		break;
-	case ETH_P_IPV6:
-		l4 = parse_ipv6(&c, &p);
-		break;
-	default:
-		goto unselected;
-	}
-	if (l4 != IPPROTO_UDP && l4 != IPPROTO_TCP)
-		goto unselected;
-	p.l4proto = l4;
-	if (p.frag == FRAG_NEXT)
-		return follow_fragment(&p, bytes);
-	if ((l4 == IPPROTO_UDP ? parse_udp(&c, &p) : parse_tcp(&c, &p)) < 0)
-		goto unselected;
+	__u32 l3_off = a1 & 0xff;
+	p.l3proto = (a1 >> 8) & 1 ? ETH_P_IPV6 : ETH_P_IP;
+	p.l4proto = a1 >> 16;
+	p.frag = a1 >> 24;
+	p.syn = a1 >> 32;
+	p.frag_proto = a1 >> 40;
+	p.frag_id = (__u32)a2;
+	p.dport = a2 >> 32;
+	p.frag_off = a2 >> 48;
+	p.l4len = (__u32)a3;
+	/* The payload's offset, bounded so that the verifier can range-check
+	 * a pointer at it (TL_PRI_OFF_MAX: a payload further in is read as
+	 * having no <PRI>). */
+	__u32 pri_off = (a3 >> 32) & 0xffff;
+	/* The parser checked the headers; each reader checks again against
+	 * end, as the verifier knows nothing of these offsets here. */
+	p.l3 = data + l3_off;
+	p.end = data_end;
+	struct cursor c = { .pos = data + (pri_off & TL_PRI_OFF_MAX), .end = data_end };
 
 	__u32 zero = 0;
 	__u32 *active = bpf_map_lookup_elem(&active_slot, &zero);
@@ -749,12 +1042,14 @@ int tierlimit(struct xdp_md *ctx)
 	/* Read the <PRI> now, so that the cursor is dead from here on: the
 	 * verifier then need not tell apart the parser's paths below. */
 	int sev = TL_SEV_NONE;
-	if (s->sev_on && l4 == IPPROTO_UDP)
-		sev = parse_pri(&c);
+	if (s->sev_on && p.l4proto == IPPROTO_UDP)
+		sev = pri_off <= TL_PRI_OFF_MAX ? parse_pri(&c) : -1;
 	if (!is_selected(&p, slot, s))
 		goto unselected;
 	if ((s->flags & TL_HAS_EXEMPT) && is_exempt(&p, slot)) {
 		count(&misc_stats, TL_MISC_EXEMPT, bytes);
+		if (p.frag == FRAG_FIRST)
+			remember_first(&p, TL_PASS);
 		return XDP_PASS;
 	}
 
@@ -767,6 +1062,16 @@ int tierlimit(struct xdp_md *ctx)
 			return act;
 	}
 	__u64 n = window_count(w, s);
+
+	/* A super-packet counts as the datagrams it carries: the rest of them
+	 * join the window right behind the first, and the whole skb takes the
+	 * verdict of its last datagram's n. */
+	__u32 segs = 1;
+	if (tl_skb_ifaces && p.l4proto == IPPROTO_UDP) {
+		segs = udp_segments(ctx);
+		if (segs > 1)
+			n = __sync_fetch_and_add(&w->count, segs - 1) + segs;
+	}
 
 	/* n past the table's end takes the last entry: the last tier runs to infinity. */
 	__u64 idx = n >> (s->shift & TL_SHIFT_MASK);
@@ -789,17 +1094,49 @@ int tierlimit(struct xdp_md *ctx)
 		verdict = s->mode == TL_MODE_ENFORCE ? TL_DROP : TL_WOULD_DROP;
 	}
 
-	count(&stats, e->tier * TL_VERDICTS + verdict, bytes);
+	count_n(&stats, e->tier * TL_VERDICTS + verdict, segs, bytes);
 
-	if (p.frag == FRAG_FIRST) {
-		struct tl_frag_key k = {};
-		frag_key(&p, &k);
-		__u32 v = verdict == TL_DROP ? TL_DROP : TL_PASS;
-		bpf_map_update_elem(&frag_verdicts, &k, &v, BPF_ANY);
-	}
+	if (p.frag == FRAG_FIRST)
+		remember_first(&p, verdict);
 	return verdict == TL_DROP ? XDP_DROP : XDP_PASS;
 
 unselected:
+	if (p.frag == FRAG_FIRST && follows_first(p.frag_proto))
+		remember_first(&p, TL_PASS);
 	count(&misc_stats, TL_MISC_UNSELECTED, bytes);
 	return XDP_PASS;
+}
+
+SEC("xdp")
+int tierlimit(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 bytes = data_end - data;
+	struct cursor c = { .pos = data, .end = data_end };
+	struct pkt p = {};
+
+	switch (parse_packet(&c, &p)) {
+	case PKT_L4:
+		break;
+	case PKT_FOLLOW:
+		return follow_fragment(&p, bytes);
+	case PKT_TINY:
+		return tiny_fragment(&p, bytes);
+	case PKT_MALFORMED:
+		count(&malformed_stats, p.mal < TL_MAL_MAX ? p.mal : TL_MAL_IPV4_LENGTH, bytes);
+		return XDP_PASS;
+	default:
+		if (p.frag == FRAG_FIRST && follows_first(p.frag_proto))
+			remember_first(&p, TL_PASS);
+		count(&misc_stats, TL_MISC_UNSELECTED, bytes);
+		return XDP_PASS;
+	}
+	/* Only scalars cross into tl_judge: offsets and header fields. */
+	__u64 a1 = (__u64)((void *)p.l3 - data) | (__u64)(p.l3proto == ETH_P_IPV6) << 8 |
+		   (__u64)p.l4proto << 16 | (__u64)p.frag << 24 | (__u64)p.syn << 32 |
+		   (__u64)p.frag_proto << 40;
+	__u64 a2 = p.frag_id | (__u64)p.dport << 32 | (__u64)p.frag_off << 48;
+	__u64 a3 = p.l4len | (__u64)(c.pos - data) << 32;
+	return tl_judge(ctx, a1, a2, a3);
 }

@@ -4,14 +4,15 @@
 // one path to the kernel.
 //
 // The program needs Linux >= 5.12 (BPF atomics with -mcpu=v3, bounded
-// loops, bpf_jiffies64) built with CONFIG_BPF_SYSCALL and CONFIG_BPF_JIT;
-// loading needs CAP_BPF and CAP_NET_ADMIN (root).
+// loops, bpf_jiffies64) built with CONFIG_BPF_SYSCALL, CONFIG_BPF_JIT and
+// kernel BTF (CO-RE); counting UDP GSO/GRO super-packets in generic mode
+// needs Linux >= 6.2 (SetSKBIfaces). Loading needs CAP_BPF, CAP_PERFMON and
+// CAP_NET_ADMIN (root).
 package bpf
 
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"path/filepath"
 	"time"
 
@@ -41,10 +42,16 @@ const (
 	slots = uint32(LimiterTlConstTL_C_SLOTS)
 	// portKeys is the number of ports keys per slot and protocol.
 	portKeys = uint32(LimiterTlConstTL_PORT_KEYS)
-	// lpmTagBits is the part of an LPM key's prefixlen that covers its tag.
-	lpmTagBits = uint32(LimiterTlConstTL_LPM_TAG_BITS)
 	// destRuleBits is the width of the rule in a select_dests tag.
 	destRuleBits = uint32(LimiterTlConstTL_DEST_RULE_BITS)
+	// lpmTagIPv6 is the family bit of an LPM tag.
+	lpmTagIPv6 = uint32(LimiterTlConstTL_LPM_TAG_IPV6)
+	// FragmentTTL is how long a first fragment's drop verdict holds for
+	// its followers (TL_FRAG_TTL_MS).
+	FragmentTTL = time.Duration(LimiterTlConstTL_C_FRAG_TTL_MS) * time.Millisecond
+	// NumMalformed is the number of malformed reasons (enum tl_malformed),
+	// which tiers.Malformed mirrors.
+	NumMalformed = int(LimiterTlMalformedTL_MAL_MAX)
 )
 
 // Indexes of the misc_stats map (types.h enum tl_misc), and flags of
@@ -228,7 +235,7 @@ func (l *Limiter) activeSlot() (uint32, error) {
 	if err := l.objs.ActiveSlot.Lookup(uint32(0), &slot); err != nil {
 		return 0, fmt.Errorf("read active slot: %w", err)
 	}
-	return slot & 1, nil
+	return slot % slots, nil
 }
 
 func (l *Limiter) writeTable(slot uint32, t tiers.Table) error {
@@ -263,14 +270,14 @@ func (l *Limiter) writeSelectors(slot uint32, sel tiers.Selectors) error {
 	for i, k := range sel.Dests {
 		dests[i] = LimiterTlLpmKey{Prefixlen: k.Prefixlen, Tag: slot<<destRuleBits | k.Tag, Addr: k.Addr}
 	}
-	if err := replaceLPM(l.objs.SelectDests, func(tag uint32) bool { return tag>>destRuleBits == slot }, dests); err != nil {
+	if err := replaceLPM(l.objs.SelectDests, func(tag uint32) bool { return (tag&^lpmTagIPv6)>>destRuleBits == slot }, dests); err != nil {
 		return fmt.Errorf("write select dests of slot %d: %w", slot, err)
 	}
 	exempt := make([]LimiterTlLpmKey, len(sel.Exempt))
 	for i, k := range sel.Exempt {
 		exempt[i] = LimiterTlLpmKey{Prefixlen: k.Prefixlen, Tag: slot | k.Tag, Addr: k.Addr}
 	}
-	if err := replaceLPM(l.objs.ExemptSources, func(tag uint32) bool { return tag == slot }, exempt); err != nil {
+	if err := replaceLPM(l.objs.ExemptSources, func(tag uint32) bool { return tag&^lpmTagIPv6 == slot }, exempt); err != nil {
 		return fmt.Errorf("write exempt sources of slot %d: %w", slot, err)
 	}
 	return nil
@@ -299,7 +306,8 @@ func replaceLPM(m *ebpf.Map, mine func(tag uint32) bool, want []LimiterTlLpmKey)
 	}
 	for _, k := range want {
 		if err := m.Put(&k, uint8(1)); err != nil {
-			return fmt.Errorf("prefix %v/%d: %w", netip.AddrFrom16(k.Addr), k.Prefixlen-lpmTagBits, err)
+			pk := tiers.PrefixKey{Prefixlen: k.Prefixlen, Tag: k.Tag & lpmTagIPv6, Addr: k.Addr}
+			return fmt.Errorf("prefix %v: %w", pk.Prefix(), err)
 		}
 	}
 	return nil
@@ -359,6 +367,10 @@ type Stats struct {
 	// OverBudget counts selected packets over their source group's budget
 	// by tiers.Verdict (pass under mode off); they are not in Selected.
 	OverBudget [Verdicts]Counter
+	// Malformed counts frames whose length fields disagree with the frame,
+	// by reason (tiers.Malformed). They pass, but for tiny fragments in
+	// enforce mode, which are dropped.
+	Malformed [NumMalformed]Counter
 }
 
 // SelectedTotal sums Selected over tiers for verdict v.
@@ -410,6 +422,13 @@ func (l *Limiter) Stats() (Stats, error) {
 		return Stats{}, err
 	}
 	if err := l.readOverBudget(&st); err != nil {
+		return Stats{}, err
+	}
+	mal := make([]*Counter, len(st.Malformed))
+	for i := range st.Malformed {
+		mal[i] = &st.Malformed[i]
+	}
+	if err := sumInto(l.objs.MalformedStats, "malformed_stats", mal); err != nil {
 		return Stats{}, err
 	}
 	return st, nil
@@ -491,7 +510,7 @@ func OpenPinned(dir string) (*Limiter, error) {
 		{&l.objs.ActiveSlot, "active_slot"}, {&l.objs.Settings, "settings"}, {&l.objs.TierTable, "tier_table"},
 		{&l.objs.Ports, "ports"}, {&l.objs.ExemptSources, "exempt_sources"}, {&l.objs.SelectDests, "select_dests"},
 		{&l.objs.Window, "window"}, {&l.objs.Stats, "stats"}, {&l.objs.MiscStats, "misc_stats"},
-		{&l.objs.FragVerdicts, "frag_verdicts"}, {&l.objs.SeverityStats, "severity_stats"}, {&l.objs.SourceStats, "source_stats"}, {&l.objs.SourceTop, "source_top"},
+		{&l.objs.FragVerdicts, "frag_verdicts"}, {&l.objs.SeverityStats, "severity_stats"}, {&l.objs.SourceStats, "source_stats"}, {&l.objs.SourceTop, "source_top"}, {&l.objs.MalformedStats, "malformed_stats"},
 	} {
 		m, err := open(f.name)
 		if err != nil {

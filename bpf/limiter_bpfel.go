@@ -33,6 +33,9 @@ const (
 	LimiterTlConstTL_CELL_COUNT_BITS   LimiterTlConst = 32
 	LimiterTlConstTL_C_SKETCH_COL_BITS LimiterTlConst = 13
 	LimiterTlConstTL_SEED_WORDS        LimiterTlConst = 6
+	LimiterTlConstTL_C_FRAG_TTL_MS     LimiterTlConst = 1000
+	LimiterTlConstTL_C_SKB_IFACES      LimiterTlConst = 64
+	LimiterTlConstTL_LPM_TAG_IPV6      LimiterTlConst = 1073741824
 )
 
 type LimiterTlEntry struct {
@@ -42,11 +45,19 @@ type LimiterTlEntry struct {
 }
 
 type LimiterTlFragKey struct {
-	_     structs.HostLayout
-	Src   [16]uint8
-	Dst   [16]uint8
-	Id    uint32
-	Proto uint32
+	_      structs.HostLayout
+	Src    [16]uint8
+	Dst    [16]uint8
+	Id     uint32
+	Proto  uint32
+	Family uint32
+}
+
+type LimiterTlFragVerdict struct {
+	_         structs.HostLayout
+	ExpiresNs uint64
+	Verdict   uint32
+	Pad       uint32
 }
 
 type LimiterTlLpmKey struct {
@@ -55,6 +66,17 @@ type LimiterTlLpmKey struct {
 	Tag       uint32
 	Addr      [16]uint8
 }
+
+type LimiterTlMalformed uint32
+
+const (
+	LimiterTlMalformedTL_MAL_IPV4LENGTH    LimiterTlMalformed = 0
+	LimiterTlMalformedTL_MAL_IPV6LENGTH    LimiterTlMalformed = 1
+	LimiterTlMalformedTL_MAL_UDP_LENGTH    LimiterTlMalformed = 2
+	LimiterTlMalformedTL_MAL_TCP_LENGTH    LimiterTlMalformed = 3
+	LimiterTlMalformedTL_MAL_TINY_FRAGMENT LimiterTlMalformed = 4
+	LimiterTlMalformedTL_MAL_MAX           LimiterTlMalformed = 5
+)
 
 type LimiterTlMisc uint32
 
@@ -185,22 +207,25 @@ type LimiterTlWindow struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	LimiterMapActiveSlot    = "active_slot"
-	LimiterMapExemptSources = "exempt_sources"
-	LimiterMapFragVerdicts  = "frag_verdicts"
-	LimiterMapMiscStats     = "misc_stats"
-	LimiterMapPorts         = "ports"
-	LimiterMapSelectDests   = "select_dests"
-	LimiterMapSettings      = "settings"
-	LimiterMapSeverityStats = "severity_stats"
-	LimiterMapSourceSketch  = "source_sketch"
-	LimiterMapSourceStats   = "source_stats"
-	LimiterMapSourceTop     = "source_top"
-	LimiterMapStats         = "stats"
-	LimiterMapTierTable     = "tier_table"
-	LimiterMapWindow        = "window"
-	LimiterProgTierlimit    = "tierlimit"
-	LimiterVarTlContractBtf = "tl_contract_btf"
+	LimiterMapActiveSlot     = "active_slot"
+	LimiterMapExemptSources  = "exempt_sources"
+	LimiterMapFragVerdicts   = "frag_verdicts"
+	LimiterMapMalformedStats = "malformed_stats"
+	LimiterMapMiscStats      = "misc_stats"
+	LimiterMapPorts          = "ports"
+	LimiterMapSelectDests    = "select_dests"
+	LimiterMapSettings       = "settings"
+	LimiterMapSeverityStats  = "severity_stats"
+	LimiterMapSkbIfaces      = "skb_ifaces"
+	LimiterMapSourceSketch   = "source_sketch"
+	LimiterMapSourceStats    = "source_stats"
+	LimiterMapSourceTop      = "source_top"
+	LimiterMapStats          = "stats"
+	LimiterMapTierTable      = "tier_table"
+	LimiterMapWindow         = "window"
+	LimiterProgTierlimit     = "tierlimit"
+	LimiterVarTlContractBtf  = "tl_contract_btf"
+	LimiterVarTlSkbIfaces    = "tl_skb_ifaces"
 )
 
 // LoadLimiter returns the embedded CollectionSpec for Limiter.
@@ -252,20 +277,22 @@ type LimiterProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterMapSpecs struct {
-	ActiveSlot    *ebpf.MapSpec `ebpf:"active_slot"`
-	ExemptSources *ebpf.MapSpec `ebpf:"exempt_sources"`
-	FragVerdicts  *ebpf.MapSpec `ebpf:"frag_verdicts"`
-	MiscStats     *ebpf.MapSpec `ebpf:"misc_stats"`
-	Ports         *ebpf.MapSpec `ebpf:"ports"`
-	SelectDests   *ebpf.MapSpec `ebpf:"select_dests"`
-	Settings      *ebpf.MapSpec `ebpf:"settings"`
-	SeverityStats *ebpf.MapSpec `ebpf:"severity_stats"`
-	SourceSketch  *ebpf.MapSpec `ebpf:"source_sketch"`
-	SourceStats   *ebpf.MapSpec `ebpf:"source_stats"`
-	SourceTop     *ebpf.MapSpec `ebpf:"source_top"`
-	Stats         *ebpf.MapSpec `ebpf:"stats"`
-	TierTable     *ebpf.MapSpec `ebpf:"tier_table"`
-	Window        *ebpf.MapSpec `ebpf:"window"`
+	ActiveSlot     *ebpf.MapSpec `ebpf:"active_slot"`
+	ExemptSources  *ebpf.MapSpec `ebpf:"exempt_sources"`
+	FragVerdicts   *ebpf.MapSpec `ebpf:"frag_verdicts"`
+	MalformedStats *ebpf.MapSpec `ebpf:"malformed_stats"`
+	MiscStats      *ebpf.MapSpec `ebpf:"misc_stats"`
+	Ports          *ebpf.MapSpec `ebpf:"ports"`
+	SelectDests    *ebpf.MapSpec `ebpf:"select_dests"`
+	Settings       *ebpf.MapSpec `ebpf:"settings"`
+	SeverityStats  *ebpf.MapSpec `ebpf:"severity_stats"`
+	SkbIfaces      *ebpf.MapSpec `ebpf:"skb_ifaces"`
+	SourceSketch   *ebpf.MapSpec `ebpf:"source_sketch"`
+	SourceStats    *ebpf.MapSpec `ebpf:"source_stats"`
+	SourceTop      *ebpf.MapSpec `ebpf:"source_top"`
+	Stats          *ebpf.MapSpec `ebpf:"stats"`
+	TierTable      *ebpf.MapSpec `ebpf:"tier_table"`
+	Window         *ebpf.MapSpec `ebpf:"window"`
 }
 
 // LimiterVariableSpecs contains global variables before they are loaded into the kernel.
@@ -273,6 +300,7 @@ type LimiterMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterVariableSpecs struct {
 	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlSkbIfaces   *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
 }
 
 // LimiterObjects contains all objects after they have been loaded into the kernel.
@@ -295,20 +323,22 @@ func (o *LimiterObjects) Close() error {
 //
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterMaps struct {
-	ActiveSlot    *ebpf.Map `ebpf:"active_slot"`
-	ExemptSources *ebpf.Map `ebpf:"exempt_sources"`
-	FragVerdicts  *ebpf.Map `ebpf:"frag_verdicts"`
-	MiscStats     *ebpf.Map `ebpf:"misc_stats"`
-	Ports         *ebpf.Map `ebpf:"ports"`
-	SelectDests   *ebpf.Map `ebpf:"select_dests"`
-	Settings      *ebpf.Map `ebpf:"settings"`
-	SeverityStats *ebpf.Map `ebpf:"severity_stats"`
-	SourceSketch  *ebpf.Map `ebpf:"source_sketch"`
-	SourceStats   *ebpf.Map `ebpf:"source_stats"`
-	SourceTop     *ebpf.Map `ebpf:"source_top"`
-	Stats         *ebpf.Map `ebpf:"stats"`
-	TierTable     *ebpf.Map `ebpf:"tier_table"`
-	Window        *ebpf.Map `ebpf:"window"`
+	ActiveSlot     *ebpf.Map `ebpf:"active_slot"`
+	ExemptSources  *ebpf.Map `ebpf:"exempt_sources"`
+	FragVerdicts   *ebpf.Map `ebpf:"frag_verdicts"`
+	MalformedStats *ebpf.Map `ebpf:"malformed_stats"`
+	MiscStats      *ebpf.Map `ebpf:"misc_stats"`
+	Ports          *ebpf.Map `ebpf:"ports"`
+	SelectDests    *ebpf.Map `ebpf:"select_dests"`
+	Settings       *ebpf.Map `ebpf:"settings"`
+	SeverityStats  *ebpf.Map `ebpf:"severity_stats"`
+	SkbIfaces      *ebpf.Map `ebpf:"skb_ifaces"`
+	SourceSketch   *ebpf.Map `ebpf:"source_sketch"`
+	SourceStats    *ebpf.Map `ebpf:"source_stats"`
+	SourceTop      *ebpf.Map `ebpf:"source_top"`
+	Stats          *ebpf.Map `ebpf:"stats"`
+	TierTable      *ebpf.Map `ebpf:"tier_table"`
+	Window         *ebpf.Map `ebpf:"window"`
 }
 
 func (m *LimiterMaps) Close() error {
@@ -316,11 +346,13 @@ func (m *LimiterMaps) Close() error {
 		m.ActiveSlot,
 		m.ExemptSources,
 		m.FragVerdicts,
+		m.MalformedStats,
 		m.MiscStats,
 		m.Ports,
 		m.SelectDests,
 		m.Settings,
 		m.SeverityStats,
+		m.SkbIfaces,
 		m.SourceSketch,
 		m.SourceStats,
 		m.SourceTop,
@@ -335,6 +367,7 @@ func (m *LimiterMaps) Close() error {
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterVariables struct {
 	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlSkbIfaces   *ebpf.Variable `ebpf:"tl_skb_ifaces"`
 }
 
 // LimiterPrograms contains all programs after they have been loaded into the kernel.

@@ -36,6 +36,11 @@ enum tl_const {
 	TL_C_SKETCH_COL_BITS = TL_SKETCH_COL_BITS,
 	/* seeds per sketch row: a_0..a_4 and b of a multiply-shift hash */
 	TL_SEED_WORDS = 6,
+	TL_C_FRAG_TTL_MS = TL_FRAG_TTL_MS,
+	TL_C_SKB_IFACES = TL_SKB_IFACES,
+	/* LPM tag bit of an IPv6 prefix or address; IPv4 ones leave it clear,
+	 * so a prefix only ever matches packets of its own family */
+	TL_LPM_TAG_IPV6 = 1 << 30,
 };
 
 /* Drop thresholds on the bpf_get_prandom_u32() scale (tl_entry.thr). */
@@ -83,6 +88,22 @@ enum tl_sev_stat {
 	TL_SEV_PROTECTED_PASS = TL_SEV_CLASSES * TL_VERDICTS, /* drop verdicts passed by protection */
 	TL_SEV_PAID_DROP = TL_SEV_PROTECTED_PASS + 1,         /* pass verdicts dropped to pay the debt */
 	TL_SEV_STATS = TL_SEV_PROTECTED_PASS + 2,
+};
+
+/* Indexes of malformed_stats: frames whose length fields disagree with the
+ * frame or with each other. The kernel discards them, so they pass
+ * uncounted; tiny fragments are the exception (TL_MAL_TINY_FRAGMENT). */
+enum tl_malformed {
+	TL_MAL_IPV4_LENGTH = 0, /* total length < IHL * 4, or past the frame */
+	TL_MAL_IPV6_LENGTH = 1, /* payload length past the frame, or shorter than its extension headers */
+	TL_MAL_UDP_LENGTH = 2,  /* UDP length < 8 or past the IP payload; IP payload < 8 */
+	TL_MAL_TCP_LENGTH = 3,  /* data offset < 5 or past the IP payload; IP payload < 20 */
+	/* RFC 1858: a first fragment too short for its UDP or TCP header, or a
+	 * TCP fragment at offset 8 bytes. Dropped in enforce mode, whatever
+	 * the port: no stack sends them, and they hide the header the
+	 * limiter judges (a SYN's flags). */
+	TL_MAL_TINY_FRAGMENT = 4,
+	TL_MAL_MAX = 5,
 };
 
 /* tl_port.flags */
@@ -160,11 +181,13 @@ struct tl_port {
 };
 
 /* Key of the exempt and dests LPM tries. IPv4 addresses are stored as
- * IPv4-mapped IPv6 (::ffff:a.b.c.d). prefixlen counts the TL_LPM_TAG_BITS of
- * tag before the address. */
+ * IPv4-mapped IPv6 (::ffff:a.b.c.d), and the family is in the tag
+ * (TL_LPM_TAG_IPV6), so an IPv4 prefix matches only IPv4 packets and an
+ * IPv6 prefix (::/0, ::ffff:0:0/96 included) only IPv6 packets. prefixlen
+ * counts the TL_LPM_TAG_BITS of tag before the address. */
 struct tl_lpm_key {
 	__u32 prefixlen;
-	__u32 tag;       /* exempt: slot; dests: slot << 8 | rule */
+	__u32 tag;       /* family | exempt: slot; dests: slot << 8 | rule */
 	__u8 addr[16];
 };
 
@@ -173,7 +196,15 @@ struct tl_frag_key {
 	__u8 src[16];
 	__u8 dst[16];
 	__u32 id;
-	__u32 proto;
+	__u32 proto;  /* IPv4 protocol; IPv6: the fragment header's next header */
+	__u32 family; /* ETH_P_IP or ETH_P_IPV6 */
+};
+
+/* A remembered first-fragment verdict (only drops are remembered). */
+struct tl_frag_verdict {
+	__u64 expires_ns; /* bpf_ktime_get_ns after which it no longer holds */
+	__u32 verdict;    /* TL_DROP */
+	__u32 _pad;
 };
 
 /* A source group: the masked source address, as loaded from the header
@@ -203,6 +234,7 @@ struct tl_contract {
 	enum tl_settings_flag settings_flag;
 	enum tl_sev_class sev_class;
 	enum tl_sev_stat sev_stat;
+	enum tl_malformed malformed;
 };
 
 #endif /* __TL_TYPES_H */

@@ -15,6 +15,7 @@ import (
 // delta is how one frame moved the program's counters.
 type delta struct {
 	selected, unselected, exempt, fragPass, fragDrop uint64
+	malformed                                        [tiers.NumMalformed]uint64
 }
 
 func diff(a, b bpf.Stats, wa, wb bpf.Window) delta {
@@ -24,6 +25,9 @@ func diff(a, b bpf.Stats, wa, wb bpf.Window) delta {
 		exempt:     b.Exempt.Packets - a.Exempt.Packets,
 		fragPass:   b.FragmentPass.Packets - a.FragmentPass.Packets,
 		fragDrop:   b.FragmentDrop.Packets - a.FragmentDrop.Packets,
+	}
+	for i := range d.malformed {
+		d.malformed[i] = b.Malformed[i].Packets - a.Malformed[i].Packets
 	}
 	if wb.Count-wa.Count != d.selected && wb.Count != 1 {
 		d.selected = ^uint64(0) // the window and the stats disagree
@@ -38,6 +42,28 @@ var (
 	fragPass   = delta{fragPass: 1}
 	fragDrop   = delta{fragDrop: 1}
 )
+
+// malformedAs is the delta of one frame counted as malformed for reason m.
+func malformedAs(m tiers.Malformed) delta {
+	var d delta
+	d.malformed[m] = 1
+	return d
+}
+
+// wantDelta is how the classification c of one frame moves the counters.
+func wantDelta(c tiers.Classification) delta {
+	switch c.Class {
+	case tiers.ClassSelected:
+		return selected
+	case tiers.ClassExempt:
+		return exempt
+	case tiers.ClassMalformed:
+		return malformedAs(c.Malformed)
+	case tiers.ClassFragment:
+		return fragPass // when its first was not dropped
+	}
+	return unselected
+}
 
 // frag4 is an IPv4 fragment of datagram id: offset in 8-byte units.
 func frag4(tb testing.TB, id uint16, offset uint16, more bool, payload ...gopacket.SerializableLayer) []byte {
@@ -133,7 +159,7 @@ func verdictCases(t testing.TB) []verdictCase {
 			TTL:       120,
 		})
 
-	return []verdictCase{
+	cases := []verdictCase{
 		{"udp4/514", UDP4(t, 514), selected, tiers.ClassSelected},
 		{"udp6/514", UDP6(t, 514), selected, tiers.ClassSelected},
 		{"ipv4 IHL=6 udp/514", ihl6(514), selected, tiers.ClassSelected},
@@ -174,13 +200,18 @@ func verdictCases(t testing.TB) []verdictCase {
 		{"dests syn rule, syn", TCP4(t, 7000, true, false), selected, tiers.ClassSelected},
 		{"dests syn rule, ack", TCP4(t, 7000, false, true), unselected, tiers.ClassUnselected},
 	}
+	return append(cases, hostileCases(t)...)
 }
 
 func TestVerdictTable(t *testing.T) {
 	h := newHarness(t, testPolicy(t))
 	for _, tc := range verdictCases(t) {
-		if got := tiers.Classify(h.p, tc.frame).Class; got != tc.wantClass {
-			t.Errorf("%s: reference classifier says %v, want %v", tc.name, got, tc.wantClass)
+		c := tiers.Classify(h.p, tc.frame)
+		if c.Class != tc.wantClass {
+			t.Errorf("%s: reference classifier says %v, want %v", tc.name, c.Class, tc.wantClass)
+		}
+		if w := wantDelta(c); w != tc.want {
+			t.Errorf("%s: reference classifier's counters %+v, want %+v", tc.name, w, tc.want)
 		}
 		for _, saturated := range []bool{false, true} {
 			if saturated {
@@ -195,7 +226,7 @@ func TestVerdictTable(t *testing.T) {
 				t.Errorf("%s (saturated=%v): counters moved %+v, want %+v", tc.name, saturated, d, tc.want)
 			}
 			wantRet := uint32(xdpPass)
-			if saturated && tc.want == selected {
+			if saturated && tc.want == selected || c.Drops(h.p) {
 				wantRet = xdpDrop
 			}
 			if ret != wantRet {
@@ -246,8 +277,9 @@ func TestFragmentsFollowFirst(t *testing.T) {
 }
 
 // TestTruncated cuts frames at every length inside their headers: each cut
-// passes as unselected, and the program agrees with the classifier at
-// every length.
+// passes uncounted, as unselected (cut inside a fixed header) or malformed
+// (the IP length runs past the cut), and the program agrees with the
+// classifier at every length.
 func TestTruncated(t *testing.T) {
 	h := newHarness(t, testPolicy(t))
 	h.preload(1_000_000_000)
@@ -268,13 +300,13 @@ func TestTruncated(t *testing.T) {
 		for cut := 14; cut < f.headers; cut++ {
 			frame := full[:cut]
 			c := tiers.Classify(h.p, frame)
-			if c.Class != tiers.ClassUnselected {
-				t.Errorf("%s cut at %d: classifier says %v, want unselected", name, cut, c.Class)
+			if c.Class != tiers.ClassUnselected && c.Class != tiers.ClassMalformed {
+				t.Errorf("%s cut at %d: classifier says %v, want unselected or malformed", name, cut, c.Class)
 			}
 			s0, w0 := h.stats(), h.window()
 			ret := h.run(frame)
-			if d := diff(s0, h.stats(), w0, h.window()); d != unselected || ret != xdpPass {
-				t.Errorf("%s cut at %d: action %d counters %+v, want pass, unselected", name, cut, ret, d)
+			if d := diff(s0, h.stats(), w0, h.window()); d != wantDelta(c) || ret != xdpPass {
+				t.Errorf("%s cut at %d: action %d counters %+v, want pass, %+v", name, cut, ret, d, wantDelta(c))
 			}
 		}
 		if ret := h.run(full[:f.headers]); ret != xdpDrop {

@@ -25,8 +25,13 @@ const (
 	// address: IPv6, or IPv4 as IPv4-mapped IPv6 (RFC 4291 §2.5.5.2).
 	LPMAddrBits = 128
 	// DestRuleBits is the width of the rule number in a dests Tag; the
-	// program's tag is slot << DestRuleBits | rule.
+	// program's tag is family | slot << DestRuleBits | rule.
 	DestRuleBits = 8
+	// LPMTagIPv6 is the Tag bit of an IPv6 prefix. IPv4 prefixes leave it
+	// clear, and the program sets it for IPv6 packets only, so a prefix
+	// matches packets of its own family and no other: ::/0 no IPv4 packet,
+	// 10.0.0.0/8 no IPv6 packet from ::ffff:10.0.0.1.
+	LPMTagIPv6 = 1 << 30
 )
 
 // PortSelector is what the select rules say about one destination port of
@@ -44,8 +49,9 @@ type PortSelector struct {
 type PrefixKey struct {
 	// Prefixlen is LPMTagBits plus the prefix length in Addr's 128 bits.
 	Prefixlen uint32
-	// Tag is the rule number for dests (the program adds the slot above
-	// DestRuleBits) and 0 for exempt sources (the program's tag is the slot).
+	// Tag is LPMTagIPv6 for an IPv6 prefix, ORed with the rule number for
+	// dests (the program adds the slot above DestRuleBits); exempt sources
+	// have no rule (the program adds the slot).
 	Tag uint32
 	// Addr is the masked address, IPv4 as IPv4-mapped IPv6.
 	Addr [16]byte
@@ -55,7 +61,7 @@ type PrefixKey struct {
 func (k PrefixKey) Prefix() netip.Prefix {
 	a := netip.AddrFrom16(k.Addr)
 	bits := int(k.Prefixlen - LPMTagBits)
-	if a.Is4In6() && bits >= 96 {
+	if k.Tag&LPMTagIPv6 == 0 {
 		return netip.PrefixFrom(a.Unmap(), bits-96)
 	}
 	return netip.PrefixFrom(a, bits)
@@ -74,12 +80,14 @@ type Selectors struct {
 	Exempt []PrefixKey
 }
 
-// prefixKey encodes pfx with tag.
+// prefixKey encodes pfx with tag and pfx's family.
 func prefixKey(tag uint32, pfx netip.Prefix) PrefixKey {
 	pfx = pfx.Masked()
 	bits := pfx.Bits()
 	if pfx.Addr().Is4() {
 		bits += 96
+	} else {
+		tag |= LPMTagIPv6
 	}
 	return PrefixKey{Prefixlen: LPMTagBits + uint32(bits), Tag: tag, Addr: pfx.Addr().As16()}
 }

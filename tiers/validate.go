@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
 )
 
@@ -77,11 +78,35 @@ func (p Policy) Validate() error {
 		return err
 	}
 	for i, pfx := range p.Exempt {
-		if !pfx.IsValid() {
-			return configErr(fmt.Sprintf("exempt.sources[%d]", i), pfx.String(), ErrCIDR, "invalid prefix")
+		if err := checkPrefix(fmt.Sprintf("exempt.sources[%d]", i), pfx); err != nil {
+			return err
 		}
 	}
 	return p.Sources.validate(p.Max)
+}
+
+// checkPrefix refuses an invalid prefix, and an IPv4-mapped one
+// (::ffff:0:0/96 and longer): a prefix matches packets of its own family
+// only, so an IPv4-mapped IPv6 prefix would match no IPv4 packet, only
+// IPv6 packets whose address is IPv4-mapped, which is never what the
+// writer meant.
+func checkPrefix(key string, pfx netip.Prefix) error {
+	if !pfx.IsValid() {
+		return configErr(key, pfx.String(), ErrCIDR, "invalid prefix")
+	}
+	if msg := mappedPrefix(pfx); msg != "" {
+		return configErr(key, pfx.String(), ErrCIDR, "%s", msg)
+	}
+	return nil
+}
+
+// mappedPrefix explains why an IPv4-mapped prefix is refused, or returns "".
+func mappedPrefix(pfx netip.Prefix) string {
+	if !pfx.Addr().Is4In6() || pfx.Bits() < 96 {
+		return ""
+	}
+	v4 := netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()-96).Masked()
+	return fmt.Sprintf("an IPv4-mapped prefix matches no IPv4 packet (a prefix matches its own family only): write %s for IPv4 packets", v4)
 }
 
 func (r Rule) validate(key string) error {
@@ -98,8 +123,8 @@ func (r Rule) validate(key string) error {
 		}
 	}
 	for j, pfx := range r.Dests {
-		if !pfx.IsValid() {
-			return configErr(fmt.Sprintf("%s.dests[%d]", key, j), pfx.String(), ErrCIDR, "invalid prefix")
+		if err := checkPrefix(fmt.Sprintf("%s.dests[%d]", key, j), pfx); err != nil {
+			return err
 		}
 	}
 	switch r.Count {

@@ -548,6 +548,9 @@ func parsePrefix(s string) (netip.Prefix, error) {
 			}
 			return netip.Prefix{}, errors.New(msg)
 		}
+		if msg := mappedPrefix(p); msg != "" {
+			return netip.Prefix{}, errors.New(msg)
+		}
 		return p.Masked(), nil
 	}
 	a, err := netip.ParseAddr(s)
@@ -557,5 +560,9 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	if a.Zone() != "" {
 		return netip.Prefix{}, errors.New("an address with a zone is not a prefix")
 	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
+	p := netip.PrefixFrom(a, a.BitLen())
+	if msg := mappedPrefix(p); msg != "" {
+		return netip.Prefix{}, errors.New(msg)
+	}
+	return p, nil
 }

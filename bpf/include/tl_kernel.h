@@ -76,6 +76,8 @@ struct vlan_hdr {
 #define IPPROTO_ROUTING 43
 #define IPPROTO_FRAGMENT 44
 #define IPPROTO_DSTOPTS 60
+#define IPPROTO_ESP 50
+#define IPPROTO_AH 51
 
 /* include/uapi/linux/ip.h (little-endian bitfield order) */
 #define IP_MF 0x2000
@@ -126,6 +128,16 @@ struct frag_hdr {
 };
 
 /* include/uapi/linux/udp.h */
+/* include/uapi/linux/ip.h: the Authentication Header (RFC 4302 §2), in
+ * IPv4 and IPv6 alike; its length counts 4-byte words, minus 2. */
+struct ip_auth_hdr {
+	__u8 nexthdr;
+	__u8 hdrlen;
+	__be16 reserved;
+	__be32 spi;
+	__be32 seq_no;
+};
+
 struct udphdr {
 	__be16 source;
 	__be16 dest;

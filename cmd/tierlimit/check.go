@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/netip"
 	"strings"
 	"text/tabwriter"
 
@@ -171,13 +172,19 @@ func printSelect(out io.Writer, p tiers.Policy, _ tiers.Table) error {
 	return w.Flush()
 }
 
-func prefixes[P fmt.Stringer](ps []P, none string) string {
+// prefixes lists ps with each one's family, which is the only family it
+// matches (DESIGN.md §2), or none when there are none.
+func prefixes(ps []netip.Prefix, none string) string {
 	if len(ps) == 0 {
 		return none
 	}
 	s := make([]string, len(ps))
 	for i, p := range ps {
-		s[i] = p.String()
+		fam := "IPv6"
+		if p.Addr().Is4() {
+			fam = "IPv4"
+		}
+		s[i] = p.String() + " (" + fam + ")"
 	}
 	return strings.Join(s, ", ")
 }

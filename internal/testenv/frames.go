@@ -122,3 +122,56 @@ func (f *IPv6Fragment) SerializeTo(b gopacket.SerializeBuffer, _ gopacket.Serial
 	binary.BigEndian.PutUint32(h[4:], f.Identification)
 	return nil
 }
+
+// AH is an IP Authentication Header (RFC 4302) with an ICV of ICVLen
+// bytes, after IPv4 or in an IPv6 extension-header chain. gopacket decodes
+// it but cannot serialize it. Its length field counts 4-byte words minus
+// 2: 12 fixed bytes and a 12-byte ICV make 24 bytes, length 4.
+type AH struct {
+	NextHeader layers.IPProtocol
+	ICVLen     int // a multiple of 4 (of 8 in IPv6 with the 12 fixed bytes)
+}
+
+// LayerType implements gopacket.SerializableLayer.
+func (a *AH) LayerType() gopacket.LayerType { return layers.LayerTypeIPSecAH }
+
+// SerializeTo implements gopacket.SerializableLayer.
+func (a *AH) SerializeTo(b gopacket.SerializeBuffer, _ gopacket.SerializeOptions) error {
+	size := 12 + a.ICVLen
+	h, err := b.PrependBytes(size)
+	if err != nil {
+		return err
+	}
+	clear(h)
+	h[0] = byte(a.NextHeader)
+	h[1] = byte(size/4 - 2)
+	binary.BigEndian.PutUint32(h[4:], 0x1000) // SPI
+	binary.BigEndian.PutUint32(h[8:], 1)      // sequence number
+	return nil
+}
+
+// ExtHeader is an IPv6 extension header in the generic format (next
+// header, length in 8-byte units minus 1, then zeros), for next-header
+// values that gopacket cannot serialize: routing, Mobility, HIP, Shim6,
+// the experimental 253 and 254. Size is its length in bytes, a multiple
+// of 8 (0 means 8).
+type ExtHeader struct {
+	NextHeader layers.IPProtocol
+	Size       int
+}
+
+// LayerType implements gopacket.SerializableLayer.
+func (e *ExtHeader) LayerType() gopacket.LayerType { return gopacket.LayerTypePayload }
+
+// SerializeTo implements gopacket.SerializableLayer.
+func (e *ExtHeader) SerializeTo(b gopacket.SerializeBuffer, _ gopacket.SerializeOptions) error {
+	size := max(e.Size, 8)
+	h, err := b.PrependBytes(size)
+	if err != nil {
+		return err
+	}
+	clear(h)
+	h[0] = byte(e.NextHeader)
+	h[1] = byte(size/8 - 1)
+	return nil
+}

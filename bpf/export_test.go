@@ -1,0 +1,6 @@
+package bpf
+
+import "github.com/cilium/ebpf"
+
+// FragVerdicts is the frag_verdicts map, for tests that age its entries.
+func (l *Limiter) FragVerdicts() *ebpf.Map { return l.objs.FragVerdicts }
