@@ -48,4 +48,10 @@
 #define TL_LPM_ENTRIES 16384
 #endif
 
+/* Most CPUs with a slot in the overflow map. A CPU numbered beyond it
+ * counts every packet on the shared count (exact, without the fast path). */
+#ifndef TL_MAX_CPUS
+#define TL_MAX_CPUS 1024
+#endif
+
 #endif /* __TL_CONSTS_H */

@@ -27,6 +27,7 @@ const (
 	LimiterTlConstTL_LPM_ADDR_BITS  LimiterTlConst = 128
 	LimiterTlConstTL_DEST_RULE_BITS LimiterTlConst = 8
 	LimiterTlConstTL_SHIFT_MASK     LimiterTlConst = 63
+	LimiterTlConstTL_C_MAX_CPUS     LimiterTlConst = 1024
 )
 
 type LimiterTlEntry struct {
@@ -68,6 +69,13 @@ const (
 	LimiterTlModeTL_MODE_OFF     LimiterTlMode = 2
 )
 
+type LimiterTlOverflow struct {
+	_       structs.HostLayout
+	Window  [2]uint64
+	Packets [2]uint64
+	Pad     [12]uint64
+}
+
 type LimiterTlPort struct {
 	_         structs.HostLayout
 	Flags     uint32
@@ -95,6 +103,11 @@ type LimiterTlSettings struct {
 	Bounds        [16]uint64
 	Drops         [17]uint32
 	Pad           uint32
+	LastN         uint64
+	LastThr       uint32
+	LastTier      uint32
+	NrCpus        uint32
+	Pad2          uint32
 }
 
 type LimiterTlSettingsFlag uint32
@@ -132,6 +145,7 @@ type LimiterTlWindow struct {
 	LastCount    uint64
 	Opened       uint64
 	StartJiffies uint64
+	Overflowed   uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -142,6 +156,7 @@ const (
 	LimiterMapExemptSources = "exempt_sources"
 	LimiterMapFragVerdicts  = "frag_verdicts"
 	LimiterMapMiscStats     = "misc_stats"
+	LimiterMapOverflow      = "overflow"
 	LimiterMapPorts         = "ports"
 	LimiterMapSelectDests   = "select_dests"
 	LimiterMapSettings      = "settings"
@@ -205,6 +220,7 @@ type LimiterMapSpecs struct {
 	ExemptSources *ebpf.MapSpec `ebpf:"exempt_sources"`
 	FragVerdicts  *ebpf.MapSpec `ebpf:"frag_verdicts"`
 	MiscStats     *ebpf.MapSpec `ebpf:"misc_stats"`
+	Overflow      *ebpf.MapSpec `ebpf:"overflow"`
 	Ports         *ebpf.MapSpec `ebpf:"ports"`
 	SelectDests   *ebpf.MapSpec `ebpf:"select_dests"`
 	Settings      *ebpf.MapSpec `ebpf:"settings"`
@@ -244,6 +260,7 @@ type LimiterMaps struct {
 	ExemptSources *ebpf.Map `ebpf:"exempt_sources"`
 	FragVerdicts  *ebpf.Map `ebpf:"frag_verdicts"`
 	MiscStats     *ebpf.Map `ebpf:"misc_stats"`
+	Overflow      *ebpf.Map `ebpf:"overflow"`
 	Ports         *ebpf.Map `ebpf:"ports"`
 	SelectDests   *ebpf.Map `ebpf:"select_dests"`
 	Settings      *ebpf.Map `ebpf:"settings"`
@@ -258,6 +275,7 @@ func (m *LimiterMaps) Close() error {
 		m.ExemptSources,
 		m.FragVerdicts,
 		m.MiscStats,
+		m.Overflow,
 		m.Ports,
 		m.SelectDests,
 		m.Settings,

@@ -27,6 +27,7 @@ enum tl_const {
 	/* settings.shift is applied modulo 64 (a u64 shift), so the verifier
 	 * sees a bounded shift */
 	TL_SHIFT_MASK = 63,
+	TL_C_MAX_CPUS = TL_MAX_CPUS,
 };
 
 /* Drop thresholds on the bpf_get_prandom_u32() scale (tl_entry.thr). */
@@ -78,13 +79,28 @@ struct tl_stat {
 };
 
 /* The one window shared by all CPUs. start_ns and count change atomically;
- * last_count and opened are written only by the CPU that opened the window. */
+ * last_count and opened are written only by the CPU that opened the window.
+ * Past the last table entry's first n, packets are counted per CPU in the
+ * overflow map instead of in count (limiter.c window_count): the window's
+ * offered load is count plus the overflow of every CPU for this window. */
 struct tl_window {
 	__u64 start_ns;   /* clock of the packet that opened the window, ns */
 	__u64 count;      /* selected packets in this window so far */
 	__u64 last_count; /* final count of the previous window */
 	__u64 opened;     /* windows opened since the maps were created */
 	__u64 start_jiffies; /* bpf_jiffies64() read just before start_ns; 0: unknown */
+	__u64 overflowed;    /* opened + 1 once a CPU counted in the overflow map in this window; else less */
+};
+
+/* One CPU's packets past saturation (limiter.c window_count), for the
+ * window with opened == window[opened & 1] in packets[opened & 1]: two
+ * slots, so that the previous window's count survives the next one's first
+ * packet until the agent reads it. Padded to two cache lines so that no two
+ * CPUs' counts share a line, however the array is aligned. */
+struct tl_overflow {
+	__u64 window[2];  /* tl_window.opened of the window counted in packets[i] */
+	__u64 packets[2]; /* packets of that window this CPU counted */
+	__u64 _pad[12];
 };
 
 /* The policy of one slot, besides its table and its selectors. */
@@ -103,6 +119,14 @@ struct tl_settings {
 	__u64 bounds[TL_MAX_TIERS];
 	__u32 drops[TL_MAX_TIERS + 1];
 	__u32 _pad;
+	/* The saturated window's fast path (limiter.c window_count): the first
+	 * n of the table's last entry, tiers.Table.TierStart(tiers), and that
+	 * entry's threshold and tier. */
+	__u64 last_n;
+	__u32 last_thr;
+	__u32 last_tier;
+	__u32 nr_cpus; /* entries of the overflow map to sum: possible CPUs, at most TL_MAX_CPUS */
+	__u32 _pad2;
 };
 
 /* One entry of a compiled tier table. */
