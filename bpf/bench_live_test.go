@@ -187,7 +187,7 @@ func runLive(prog *ebpf.Program, frame []byte, ctx xdpMD, repeat uint32) (time.D
 }
 
 // scalingRounds is how many rounds BenchmarkScaling splits b.N into.
-const scalingRounds = 8
+const scalingRounds = 32
 
 // BenchmarkScaling measures how tierlimit scales from one CPU to two running
 // at once, beside a bare XDP_DROP program measured the same way (how well the

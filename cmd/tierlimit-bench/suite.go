@@ -43,7 +43,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.out, "out", "deploy/bench", "output `dir` for results.md, the plot and raw/")
 	fs.StringVar(&o.bpfTest, "bpf-test", "", "the bpf package's test binary (go test -c ./bpf); empty skips figures 1-3")
 	fs.StringVar(&o.benchtime, "benchtime", "4194304x", "-test.benchtime of figures 1-3 (packets per measurement)")
-	fs.IntVar(&o.count, "count", 5, "-test.count of figures 1-3")
+	fs.IntVar(&o.count, "count", 7, "-test.count of figures 1-3")
 	fs.Uint64Var(&o.xdpTxPackets, "xdp-tx-packets", 3_000_000, "frames per run of the xdp-tx flood")
 	sources := fs.String("sources", "trafgen", "flood sources of figure 4, comma-separated: trafgen, xdp-tx (exploratory: see results.md)")
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: 1 run each, short floods, 3 sweep points (CI; no timing claims)")
@@ -139,7 +139,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func runBPFBench(ctx context.Context, o suiteOpts, stderr io.Writer) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, o.bpfTest, "-test.run", "^$",
-		"-test.bench", "^(BenchmarkProgram|BenchmarkBarePass|BenchmarkLiveFrames|BenchmarkScaling|BenchmarkCounterScaling)$",
+		"-test.bench", "^(BenchmarkProgram|BenchmarkBarePass|BenchmarkLiveFrames|BenchmarkScaling)$",
 		"-test.benchtime", o.benchtime, "-test.count", strconv.Itoa(o.count))
 	// Run from the package directory, as go test does.
 	cmd.Dir = "bpf"
