@@ -71,6 +71,11 @@ func TestContract(t *testing.T) {
 	eq("exempt_sources entries / bpf.PrefixEntries", uint64(bpf.PrefixEntries), size("exempt_sources"))
 	eq("select_dests entries / bpf.PrefixEntries", uint64(bpf.PrefixEntries), size("select_dests"))
 	eq("frag_verdicts entries / bpf.FragmentEntries", uint64(bpf.FragmentEntries), size("frag_verdicts"))
+	eq("overflow entries / TL_MAX_CPUS", uint64(bpf.LimiterTlConstTL_C_MAX_CPUS), size("overflow"))
+	// One overflow slot per CPU, two cache lines, so that no two CPUs' counts share one.
+	if got := spec.Maps["overflow"].ValueSize; got != 128 {
+		t.Errorf("overflow value is %d bytes, want 128 (two cache lines)", got)
+	}
 	// The slot must fit the tags: exempt tag = slot, dests tag = slot << DestRuleBits | rule.
 	if slots<<tiers.DestRuleBits >= 1<<tiers.LPMTagBits {
 		t.Errorf("%d slots do not fit the %d-bit LPM tag", slots, tiers.LPMTagBits)

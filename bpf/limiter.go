@@ -431,14 +431,14 @@ func (l *Limiter) Window() (Window, error) {
 	if err := l.objs.Window.Lookup(uint32(0), &w); err != nil {
 		return Window{}, fmt.Errorf("read window: %w", err)
 	}
-	slots, err := l.overflowSlots()
+	ov, err := l.overflowSlots()
 	if err != nil {
 		return Window{}, err
 	}
-	cur := overflowOf(slots, w.Opened)
+	cur := overflowOf(ov, w.Opened)
 	var prev uint64
 	if w.Opened > 0 {
-		prev = overflowOf(slots, w.Opened-1)
+		prev = overflowOf(ov, w.Opened-1)
 	}
 	return Window{
 		StartNs: w.StartNs, Count: w.Count + cur, LastCount: w.LastCount + prev,
@@ -452,19 +452,19 @@ func (l *Limiter) overflowSlots() ([]LimiterTlOverflow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("count possible CPUs: %w", err)
 	}
-	slots := make([]LimiterTlOverflow, min(cpus, maxCPUs))
-	for cpu := range slots {
-		if err := l.objs.Overflow.Lookup(uint32(cpu), &slots[cpu]); err != nil {
+	ov := make([]LimiterTlOverflow, min(cpus, maxCPUs))
+	for cpu := range ov {
+		if err := l.objs.Overflow.Lookup(uint32(cpu), &ov[cpu]); err != nil {
 			return nil, fmt.Errorf("read overflow of cpu %d: %w", cpu, err)
 		}
 	}
-	return slots, nil
+	return ov, nil
 }
 
 // overflowOf sums the packets the CPUs counted for the window with this id.
-func overflowOf(slots []LimiterTlOverflow, id uint64) uint64 {
+func overflowOf(ov []LimiterTlOverflow, id uint64) uint64 {
 	var n uint64
-	for _, o := range slots {
+	for _, o := range ov {
 		if o.Window[id&1] == id {
 			n += o.Packets[id&1]
 		}
