@@ -411,9 +411,11 @@ static __always_inline __u64 overflow_sum(__u64 id, const struct tl_settings *s)
  * offered load is count plus the overflow of all CPUs for this window,
  * summed by the agent (bpf.Limiter.Window). A packet that takes the atomic
  * add in a window that has overflow (after a reload raised last_n) adds the
- * overflow of all CPUs to its n, so n stays exact across the reload; the
- * overflow no longer grows then, except for packets still judged by the old
- * policy in those microseconds.
+ * overflow of all CPUs to its n, so n stays exact across the reload. The
+ * overflow then no longer grows (but for packets still judged by the old
+ * policy in those microseconds), and every packet takes the add and that
+ * sum, nr_cpus loads, until the shared count alone reaches the new last_n
+ * or the window ends: the price of a reload that raises max mid-flood.
  *
  * Accepted race: between the opener's CAS on start_ns and its exchange of
  * count, another CPU may read the new start_ns and add to the old count; the
