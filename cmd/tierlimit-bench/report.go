@@ -73,6 +73,9 @@ type report struct {
 	floods  []floodSet
 	sweep   []sweepPoint
 	plot    string
+	// carried holds figures 4 and 5 of an earlier results.md, when this
+	// run did not make them (-floods=false).
+	carried string
 }
 
 func yes(ok bool) string {
@@ -110,6 +113,9 @@ func (r *report) write(w io.Writer) {
 	r.fig3(p)
 	r.fig4(p)
 	r.fig5(p)
+	if r.carried != "" {
+		fmt.Fprint(w, r.carried)
+	}
 	r.history(p)
 	p("## Reproducing")
 	p("")
@@ -130,6 +136,9 @@ func (r *report) targets(p func(string, ...any)) {
 		app := s.ratio(methodApp, methodXDP, floodResult.CPUPerMShed)
 		p("| receive CPU per million shed ≥ 2× lower than nftables (%s flood) | %s× lower | %s |", s.source, nft.f(2), yes(nft.med >= 2))
 		p("| receive CPU per million shed ≥ 10× lower than in-app (%s flood) | %s× lower | %s |", s.source, app.f(2), yes(app.med >= 10))
+	}
+	if r.carried != "" {
+		p("| receive CPU per million shed vs nftables and in-app (figure 4) | not rerun: carried over from the previous run, see figure 4 | — |")
 	}
 	p("")
 	p("Why a target is not met is in its figure's section; the figures before issue 14 are in the closing note.")

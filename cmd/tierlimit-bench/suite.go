@@ -24,9 +24,10 @@ import (
 // suiteOpts are the suite's flags.
 type suiteOpts struct {
 	out, bpfTest, benchtime, command string
+	benchFrom                        string
 	sources                          []string
 	runs, count                      int
-	quick                            bool
+	quick, floods                    bool
 	xdpTxPackets                     uint64
 	flood                            *floodConfig
 }
@@ -48,6 +49,8 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sources := fs.String("sources", "trafgen", "flood sources of figure 4, comma-separated: trafgen, xdp-tx (exploratory: see results.md)")
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: 1 run each, short floods, 3 sweep points (CI; no timing claims)")
 	fs.StringVar(&o.command, "command", "", "the command line to quote in results.md (default: this one)")
+	fs.StringVar(&o.benchFrom, "bench-from", "", "take figures 1-3 from this `file` of go test -bench output (a raw/bpf-bench.txt) instead of running -bpf-test")
+	fs.BoolVar(&o.floods, "floods", true, "run figures 4 and 5; false carries them over, marked as such, from the results.md already in -out")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -74,7 +77,15 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	start := time.Now()
 	rep := &report{opts: o, env: environment(), start: start}
 
-	if o.bpfTest != "" {
+	if o.benchFrom != "" {
+		out, err := os.ReadFile(o.benchFrom)
+		if err != nil {
+			return err
+		}
+		if rep.bench = parseBench(out); len(rep.bench) == 0 {
+			return fmt.Errorf("%s holds no benchmark results", o.benchFrom)
+		}
+	} else if o.bpfTest != "" {
 		fmt.Fprintln(stderr, "figures 1-3: bpf benchmarks")
 		out, err := runBPFBench(ctx, o, stderr)
 		if werr := os.WriteFile(filepath.Join(raw, "bpf-bench.txt"), out, 0o644); werr != nil {
@@ -89,6 +100,14 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 
+	if !o.floods {
+		old, err := os.ReadFile(filepath.Join(o.out, "results.md"))
+		if err != nil {
+			return fmt.Errorf("-floods=false carries figures 4 and 5 over from the last results.md: %w", err)
+		}
+		rep.carried = carriedFloods(string(old))
+		return writeReport(rep, o, start, stdout)
+	}
 	for _, src := range o.sources {
 		c := *cfg
 		c.source = src
@@ -119,22 +138,51 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := plotSweep(filepath.Join(o.out, rep.plot), cfg, rep.sweep); err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}
-	rep.elapsed = time.Since(start)
-
 	if err := writeJSON(filepath.Join(raw, "flood.json"), rep.floods); err != nil {
 		return err
 	}
 	if err := writeJSON(filepath.Join(raw, "sweep.json"), rep.sweep); err != nil {
 		return err
 	}
+	return writeReport(rep, o, start, stdout)
+}
+
+// writeReport writes results.md.
+func writeReport(rep *report, o suiteOpts, start time.Time, stdout io.Writer) error {
+	rep.elapsed = time.Since(start)
 	var md bytes.Buffer
 	rep.write(&md)
 	path := filepath.Join(o.out, "results.md")
 	if err := os.WriteFile(path, md.Bytes(), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s and %s in %v\n", path, filepath.Join(o.out, rep.plot), rep.elapsed.Round(time.Second))
+	fmt.Fprintf(stdout, "wrote %s in %v\n", path, rep.elapsed.Round(time.Second))
 	return nil
+}
+
+// carriedFloods returns sections 4 and 5 of an earlier results.md, and the
+// line that says when that file was written.
+func carriedFloods(md string) string {
+	var b strings.Builder
+	var when string
+	in := false
+	for line := range strings.Lines(md) {
+		switch {
+		case strings.HasPrefix(line, "Written by "):
+			when = strings.TrimSpace(line)
+		case strings.HasPrefix(line, "## 4. ") || strings.HasPrefix(line, "## 5. "):
+			in = true
+		case strings.HasPrefix(line, "## "):
+			in = false
+		}
+		if in {
+			b.WriteString(line)
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return fmt.Sprintf("> **Figures 4 and 5 are carried over, not rerun** (this run was `-floods=false`): they are the previous results.md's, whose header read: %s Their references to figure 2 quote that run's figure 2.\n\n%s", when, b.String())
 }
 
 func runBPFBench(ctx context.Context, o suiteOpts, stderr io.Writer) ([]byte, error) {
