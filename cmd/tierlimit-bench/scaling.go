@@ -78,7 +78,7 @@ func (r *report) history(p func(string, ...any)) {
 	p("")
 	p("The figures this file held before, from `make bench` on 2026-11-29 (commit f20fe5d; 5 runs): program cost pass 1.85 [1.75, 1.96]×, drop 1.86 [1.75, 1.87]× bare (bare 34.5 ns/pkt: the kernel's own per-repeat figure, averaged over chunks); live frames, drop path 0.53 [0.47, 0.62]× bare (5.96 Mpps against 10.93; the window was preloaded with start_jiffies 0, so every packet read the clock, which the agent's tick gate spares); 2-CPU scaling selected-pass 1.48 [1.33, 1.54]×, selected-drop 0.86 [0.78, 1.57]×, with bare XDP_DROP at 2.00 [1.80, 2.14]× and 1.90 [1.85, 2.10]× (drop path: 0.45 of bare's scaling). The batched per-CPU counter prototype (`BenchmarkCounterScaling`) and its proposal are gone: it approximated n everywhere, where the fast path is exact.")
 	p("")
-	p("Those figures came from a kernel whose test-run loop took about 34 ns per packet for a bare program; on the kernel of this run it takes a few ns, so ratios to bare from the two are not comparable (tierlimit's own added ns are: about 28 ns then). The same benchmarks run on both programs, old and new, alternately in one session, are in the paired comparison below when it was made.")
+	p("Those figures came from a kernel whose test-run loop took about 34 ns per packet for a bare program; on the kernel of this run about 15 ns (best chunk, wall time), so ratios to bare from the two are not comparable; the ns tierlimit adds are (drop path: about 28 ns then, about 8 ns now). The same benchmarks run on both programs, old and new, alternately in one session, are in the paired comparison below when it was made.")
 	p("")
 	for _, line := range pairedHistory {
 		p("%s", line)
