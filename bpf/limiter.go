@@ -233,7 +233,7 @@ func (l *Limiter) activeSlot() (uint32, error) {
 	if err := l.objs.ActiveSlot.Lookup(uint32(0), &slot); err != nil {
 		return 0, fmt.Errorf("read active slot: %w", err)
 	}
-	return slot & 1, nil
+	return slot & (slots - 1), nil
 }
 
 func (l *Limiter) writeTable(slot uint32, t tiers.Table) error {
