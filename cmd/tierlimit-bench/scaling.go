@@ -83,6 +83,22 @@ func (r *report) history(p func(string, ...any)) {
 	for _, line := range pairedHistory {
 		p("%s", line)
 	}
+	for _, line := range fairPathNote {
+		p("%s", line)
+	}
+}
+
+// fairPathNote is what was tried, when the fast path landed, toward a
+// receive-CPU figure where XDP sees frames as a NIC gives them.
+var fairPathNote = []string{
+	"**A fair path for figure 4 (issue 14's last part): not found on this machine.** The xdp-tx source (`tierlimit-bench flood -source xdp-tx`: live-frames XDP_TX on the sender veth, so the collector's native XDP sees xdp_frames with no skb and no copy, as from a NIC) was tried on 2026-11-30 at 12:33 UTC, 600000 frames, one run per method (tierlimit, nftables, in-app):",
+	"",
+	"- paced in calls of 64 frames (the harness's setting): each live-frames call took about 2 ms here, so the generator offered only 18–30 k frames/s, barely above the policy's max of 20000 per window: few packets are shed, and the receive side's CPU (1.1 s NAPI, 2.2–3.0 s collector for about 13–18 k msg/s) is per-wakeup cost, not per-packet cost; CPU per M shed: tierlimit 21.0, nftables 18.0, in-app 28.1 s.",
+	"- in calls of 256 frames (one veth ring's worth; an experiment, not committed): 56–84 k frames/s offered, and 25–33% of the frames were still lost at the ring in each burst; tierlimit's NAPI thread took 0.73 s for 452 k frames that arrived, 1.6 µs each, against about 60 ns per dropped frame on the live-frames path (figure 2): the veth poll and its wake-ups at this low rate, not XDP. CPU per M shed: tierlimit 6.3, nftables 7.4, in-app 7.3 s.",
+	"- unpaced (65536 frames per call), as found before, the ring drops over 90%.",
+	"",
+	"So neither path offers a flood at a rate where per-packet costs dominate without losing most of it at the ring first; the per-packet cost of XDP on frames as a NIC gives them is figure 2's (tierlimit's drop path there: about 1/16 µs per frame on one CPU). A fair figure 4 needs a NIC (or a veth fed by a generator that sustains more than about 1 Mpps without overflowing a 256-entry ring, which this 2-vCPU VM's live-frames calls cannot).",
+	"",
 }
 
 // pairedHistory is the old/new comparison made when the fast path landed:
