@@ -97,7 +97,7 @@ var fairPathNote = []string{
 	"- in calls of 256 frames (one veth ring's worth; an experiment, not committed): 56–84 k frames/s offered, and 25–33% of the frames were still lost at the ring in each burst; tierlimit's NAPI thread took 0.73 s for 452 k frames that arrived, 1.6 µs each, against about 60 ns per dropped frame on the live-frames path (figure 2): the veth poll and its wake-ups at this low rate, not XDP. CPU per M shed: tierlimit 6.3, nftables 7.4, in-app 7.3 s.",
 	"- unpaced (65536 frames per call), as found before, the ring drops over 90%.",
 	"",
-	"So neither path offers a flood at a rate where per-packet costs dominate without losing most of it at the ring first; the per-packet cost of XDP on frames as a NIC gives them is figure 2's (tierlimit's drop path there: about 1/16 µs per frame on one CPU). A fair figure 4 needs a NIC (or a veth fed by a generator that sustains more than about 1 Mpps without overflowing a 256-entry ring, which this 2-vCPU VM's live-frames calls cannot).",
+	"So neither path offers a flood at a rate where per-packet costs dominate without losing most of it at the ring first; the per-packet cost of XDP on frames as a NIC gives them is figure 2's (tierlimit's drop path there: about 60 ns per frame on one CPU). A fair figure 4 needs a NIC (or a veth fed by a generator that sustains more than about 1 Mpps without overflowing a 256-entry ring, which this 2-vCPU VM's live-frames calls cannot).",
 	"",
 }
 
