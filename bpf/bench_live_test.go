@@ -25,7 +25,7 @@ import (
 const testXDPLiveFrames = 1 << 1
 
 // liveChunk is the most frames of one live-frames BPF_PROG_TEST_RUN call.
-const liveChunk = 1 << 22
+const liveChunk = 1 << 17
 
 // xdpMD is struct xdp_md (include/uapi/linux/bpf.h), the context that
 // BPF_PROG_TEST_RUN takes for XDP. Data is the metadata length (0) and
@@ -41,7 +41,7 @@ type xdpMD struct {
 }
 
 // dropPolicy saturates at once: max 100 with the default tiers, so that
-// after preloading the window past 100 every selected packet is in the
+// after 100 packets of a window every selected packet is in the
 // 100% tier and is dropped without a draw. The window is an hour long.
 func dropPolicy() tiers.Policy {
 	p := tiers.Default()
@@ -52,7 +52,8 @@ func dropPolicy() tiers.Policy {
 // BenchmarkLiveFrames measures, in live-frames mode, the packet rate of
 // tierlimit on its drop path (window saturated, 100% tier) beside a bare
 // XDP_DROP program, chunk by chunk on the same frame in the same run. It
-// reports Mpps for both and their ratio (x-bare, higher is better for
+// reports the best chunk's Mpps for both (on a shared machine other jobs only
+// ever slow a chunk down) and their ratio (x-bare, higher is better for
 // tierlimit). Frames are injected on lo of a network namespace that the
 // benchmark creates and removes; both programs are checked to drop the frame
 // before any live run, so no frame reaches a stack. Mpps is from wall time
@@ -61,20 +62,25 @@ func dropPolicy() tiers.Policy {
 func BenchmarkLiveFrames(b *testing.B) {
 	h := newHarness(b, dropPolicy())
 	bare := BareProgram(b, xdpDrop)
+	touch := touchProgram(b)
 	frame := UDP4(b, 514)
 	ns := NewNS(b)
 
-	// Safety: both programs must drop this frame before it is run live.
-	h.preload(1_000_000)
+	// A window opened by a packet, as in traffic, so that the tick gate
+	// (the agent's configuration) spares the clock, and saturated.
+	h.expire()
+	h.repeat(frame, 1000)
+	// Safety: every program must drop this frame before it is run live.
 	if got := h.run(frame); got != xdpDrop {
 		b.Fatalf("tierlimit returns %d on the benchmark frame, want XDP_DROP (%d): refusing a live run", got, xdpDrop)
 	}
-	if got, err := bare.Run(&ebpf.RunOptions{Data: frame}); err != nil || got != xdpDrop {
-		b.Fatalf("bare program returns %d (%v), want XDP_DROP: refusing a live run", got, err)
+	for _, p := range []*ebpf.Program{bare, touch} {
+		if got, err := p.Run(&ebpf.RunOptions{Data: frame}); err != nil || got != xdpDrop {
+			b.Fatalf("control program returns %d (%v), want XDP_DROP: refusing a live run", got, err)
+		}
 	}
-	h.preload(1_000_000)
 
-	var tlNs, bareNs, tlPkts, barePkts float64
+	var tl, br, tc float64 // the best chunk's Mpps of each
 	err := ns.Do(func() error {
 		lo, err := netlink.LinkByName("lo")
 		if err != nil {
@@ -107,21 +113,55 @@ func BenchmarkLiveFrames(b *testing.B) {
 			if err != nil {
 				return fmt.Errorf("live run of bare XDP_DROP: %w", err)
 			}
-			tlNs += float64(d.Nanoseconds())
-			tlPkts += float64(dropped)
-			bareNs += float64(db.Nanoseconds())
-			barePkts += float64(n)
+			dt, err := runLive(touch, frame, ctx, n)
+			if err != nil {
+				return fmt.Errorf("live run of the header-reading XDP_DROP: %w", err)
+			}
+			tl = max(tl, float64(dropped)/float64(d.Nanoseconds())*1e3)
+			br = max(br, float64(n)/float64(db.Nanoseconds())*1e3)
+			tc = max(tc, float64(n)/float64(dt.Nanoseconds())*1e3)
 		}
 		return nil
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
-	tl, br := tlPkts/tlNs*1e3, barePkts/bareNs*1e3
 	b.ReportMetric(tl, "Mpps")
 	b.ReportMetric(br, "bare-Mpps")
 	b.ReportMetric(tl/br, "x-bare")
+	b.ReportMetric(tc, "touch-Mpps")
+	b.ReportMetric(tc/br, "touch-x-bare")
 	b.ReportMetric(0, "ns/op")
+}
+
+// touchProgram is XDP_DROP after reading the frame's IPv4 protocol and UDP
+// destination port, as any program that selects by port must: the live
+// frames benchmark's control for what reading the headers of a frame the
+// kernel has just built costs, apart from anything tierlimit does.
+func touchProgram(tb testing.TB) *ebpf.Program {
+	tb.Helper()
+	const udpDportEnd = 14 + 20 + 4 // Ethernet, IPv4 without options, UDP source and destination ports
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "touch",
+		Type: ebpf.XDP,
+		Instructions: asm.Instructions{
+			asm.LoadMem(asm.R2, asm.R1, 0, asm.Word), // data
+			asm.LoadMem(asm.R3, asm.R1, 4, asm.Word), // data_end
+			asm.Mov.Reg(asm.R4, asm.R2),
+			asm.Add.Imm(asm.R4, udpDportEnd),
+			asm.JGT.Reg(asm.R4, asm.R3, "out"),
+			asm.LoadMem(asm.R5, asm.R2, 14+9, asm.Byte),    // IPv4 protocol
+			asm.LoadMem(asm.R5, asm.R2, 14+20+2, asm.Half), // UDP destination port
+			asm.Mov.Imm(asm.R0, xdpDrop).WithSymbol("out"),
+			asm.Return(),
+		},
+		License: "GPL",
+	})
+	if err != nil {
+		tb.Fatalf("load header-reading program: %v", err)
+	}
+	tb.Cleanup(func() { prog.Close() })
+	return prog
 }
 
 // runLive runs prog on repeat live frames built from frame, on the calling
@@ -146,60 +186,79 @@ func runLive(prog *ebpf.Program, frame []byte, ctx xdpMD, repeat uint32) (time.D
 	return d, nil
 }
 
-// BenchmarkScaling measures how the selected path scales from one CPU to two
-// running at once, all packets going through the one shared window counter
-// (an atomic add on a single cache line). Each worker is a locked thread
-// pinned with sched_setaffinity (BPF_PROG_TEST_RUN's cpu field is EINVAL for
-// XDP) that runs b.N packets in one call. A bare XDP_DROP program measured
-// the same way is the control: it shows how well the machine itself scales
-// two test runs. Reported: Mpps on 1 and 2 CPUs, x-scaling (2-CPU over
-// 1-CPU rate, the target is >= 1.8), bare-x-scaling, and contention-% (how
-// much of the bare program's scaling the shared counter costs).
+// scalingRounds is how many rounds BenchmarkScaling splits b.N into.
+const scalingRounds = 32
+
+// BenchmarkScaling measures how tierlimit scales from one CPU to two running
+// at once, beside a bare XDP_DROP program measured the same way (how well the
+// machine itself scales two test runs). Each worker is a locked thread pinned
+// with sched_setaffinity (BPF_PROG_TEST_RUN's cpu field is EINVAL for XDP);
+// the two are released together. b.N is split into scalingRounds rounds, each
+// running tierlimit on 1 and 2 CPUs and bare on 1 and 2 CPUs, and each rate is
+// the best round's: on a shared machine other jobs only ever slow a round
+// down. selected-pass is below T_last, where every packet adds to the shared
+// window count (one cache line); selected-drop is a saturated window, where
+// packets count on their own CPU; unselected, the control, never reaches
+// the window: no program that parses and looks up its policy scales better
+// than it. Reported: Mpps on 1 and 2 CPUs,
+// x-scaling (2-CPU over 1-CPU rate), bare-x-scaling, x-vs-bare (x-scaling
+// over bare-x-scaling, paired in the run), contention-% (1 - x-vs-bare), and
+// line-ns: what a packet costs each CPU on 2 CPUs over 1 CPU, beyond what the
+// bare program's does, in ns (the price of the shared line per packet).
 func BenchmarkScaling(b *testing.B) {
 	cpus := twoCPUs(b)
 	for _, path := range []struct {
-		name string
-		p    tiers.Policy
+		name  string
+		p     tiers.Policy
+		frame []byte
 	}{
-		// Tier 0 for 7*10^7 packets: count, table lookup, stats.
-		{"selected-pass", func() tiers.Policy { p := tiers.Default(); p.Window, p.Max = time.Hour, 100_000_000; return p }()},
-		// Saturated: count, table lookup, stats, drop.
-		{"selected-drop", dropPolicy()},
+		// Tier 0 for 7*10^7 packets: shared count, table lookup, stats.
+		{"selected-pass", func() tiers.Policy { p := tiers.Default(); p.Window, p.Max = time.Hour, 100_000_000; return p }(), UDP4(b, 514)},
+		// Saturated: per-CPU overflow count, stats, drop.
+		{"selected-drop", dropPolicy(), UDP4(b, 514)},
+		// The control: parse, policy and selector lookups, per-CPU
+		// stats, and no window at all.
+		{"unselected", dropPolicy(), TCP4(b, 22, true, false)},
 	} {
 		b.Run(path.name, func(b *testing.B) {
 			h := newHarness(b, path.p)
 			bare := BareProgram(b, xdpDrop)
-			frame := UDP4(b, 514)
+			frame := path.frame
 			h.expire()
-			n := uint32(b.N)
-			one, err := rate(h.l.Program(), frame, n, cpus[:1])
-			if err != nil {
-				b.Fatal(err)
-			}
+			h.run(UDP4(b, 514)) // opens the window
 			c0 := h.window().Count
-			two, err := rate(h.l.Program(), frame, n, cpus)
-			if err != nil {
-				b.Fatal(err)
+			n := uint32(max(b.N/scalingRounds, 1))
+			var one, two, bareOne, bareTwo float64
+			for range scalingRounds {
+				for _, m := range []struct {
+					prog *ebpf.Program
+					cpus []int
+					best *float64
+				}{{h.l.Program(), cpus[:1], &one}, {h.l.Program(), cpus, &two}, {bare, cpus[:1], &bareOne}, {bare, cpus, &bareTwo}} {
+					r, err := rate(m.prog, frame, n, m.cpus)
+					if err != nil {
+						b.Fatal(err)
+					}
+					*m.best = max(*m.best, r)
+				}
 			}
-			// Every packet of both CPUs is in the one count (no window
-			// opens in an hour): the counter is exact under contention.
-			if got := h.window().Count - c0; got != 2*uint64(n) {
-				b.Fatalf("window count grew by %d over 2 CPUs × %d packets", got, n)
+			// Every packet is in the one window (none opens in an hour),
+			// counted exactly whether on the shared count or per CPU.
+			want := 3 * uint64(n) * scalingRounds
+			if path.name == "unselected" {
+				want = 0
 			}
-			bareOne, err := rate(bare, frame, n, cpus[:1])
-			if err != nil {
-				b.Fatal(err)
-			}
-			bareTwo, err := rate(bare, frame, n, cpus)
-			if err != nil {
-				b.Fatal(err)
+			if got := h.window().Count - c0; got != want {
+				b.Fatalf("window count grew by %d, ran %d packets", got, want)
 			}
 			x, bx := two/one, bareTwo/bareOne
 			b.ReportMetric(one, "1cpu-Mpps")
 			b.ReportMetric(two, "2cpu-Mpps")
 			b.ReportMetric(x, "x-scaling")
 			b.ReportMetric(bx, "bare-x-scaling")
+			b.ReportMetric(x/bx, "x-vs-bare")
 			b.ReportMetric(100*(1-x/bx), "contention-%")
+			b.ReportMetric((2e3/two-1e3/one)-(2e3/bareTwo-1e3/bareOne), "line-ns")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
@@ -291,144 +350,4 @@ func BenchmarkBarePass(b *testing.B) {
 	pass := BareProgram(b, xdpPass)
 	drop := BareProgram(b, xdpDrop)
 	benchPaired(b, pass, drop, UDP4(b, 514))
-}
-
-// counterProgs builds the two counters of the scaling proposal as minimal
-// XDP programs that count every packet and drop it: "shared", one atomic
-// add per packet on one shared u64 (what limiter.c does with the window
-// count), and "batched", a per-CPU pending count flushed into the shared
-// u64 with one atomic add every k packets, each packet reading the shared
-// count to form its n (shared + pending). Slot 1 of the per-CPU value
-// keeps the last n, so the read is not dead code.
-func counterProgs(tb testing.TB, k int32) (shared, batched *ebpf.Program, sharedMap, pendingMap *ebpf.Map) {
-	tb.Helper()
-	var err error
-	sharedMap, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { sharedMap.Close() })
-	pendingMap, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 16, MaxEntries: 1})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { pendingMap.Close() })
-	lookup := func(m *ebpf.Map) asm.Instructions {
-		return asm.Instructions{
-			asm.StoreImm(asm.R10, -4, 0, asm.Word),
-			asm.LoadMapPtr(asm.R1, m.FD()),
-			asm.Mov.Reg(asm.R2, asm.R10),
-			asm.Add.Imm(asm.R2, -4),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "out"),
-		}
-	}
-	out := asm.Instructions{asm.Mov.Imm(asm.R0, xdpDrop).WithSymbol("out"), asm.Return()}
-	load := func(name string, insns asm.Instructions) *ebpf.Program {
-		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: name, Type: ebpf.XDP, Instructions: insns, License: "GPL"})
-		if err != nil {
-			tb.Fatalf("load %s: %v", name, err)
-		}
-		tb.Cleanup(func() { p.Close() })
-		return p
-	}
-	var a asm.Instructions
-	a = append(a, lookup(sharedMap)...)
-	a = append(a, asm.Mov.Imm(asm.R1, 1), asm.StoreXAdd(asm.R0, asm.R1, asm.DWord))
-	a = append(a, out...)
-	var b asm.Instructions
-	b = append(b, lookup(pendingMap)...)
-	b = append(b,
-		asm.Mov.Reg(asm.R6, asm.R0),
-		asm.LoadMem(asm.R7, asm.R6, 0, asm.DWord),
-		asm.Add.Imm(asm.R7, 1),
-		asm.StoreMem(asm.R6, 0, asm.R7, asm.DWord),
-	)
-	b = append(b, lookup(sharedMap)...)
-	b = append(b,
-		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
-		asm.Add.Reg(asm.R1, asm.R7),
-		asm.StoreMem(asm.R6, 8, asm.R1, asm.DWord),
-		asm.JLT.Imm(asm.R7, k, "out"),
-		asm.Mov.Imm(asm.R1, k),
-		asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
-		asm.Mov.Imm(asm.R1, 0),
-		asm.StoreMem(asm.R6, 0, asm.R1, asm.DWord),
-	)
-	b = append(b, out...)
-	return load("tl_shared", a), load("tl_batched", b), sharedMap, pendingMap
-}
-
-// batchK is the flush interval of the batched counter prototype.
-const batchK = 32
-
-// BenchmarkCounterScaling measures the counter alone, on 1 CPU and on 2 at
-// once, for the shared atomic count and for the per-CPU batched count of
-// the proposal in results.md, beside bare XDP_DROP. It is a prototype to
-// size the proposal, not the limiter.
-func BenchmarkCounterScaling(b *testing.B) {
-	Require(b)
-	cpus := twoCPUs(b)
-	shared, batched, _, _ := counterProgs(b, batchK)
-	bare := BareProgram(b, xdpDrop)
-	frame := UDP4(b, 514)
-	n := uint32(b.N)
-	scaling := func(p *ebpf.Program) float64 {
-		one, err := rate(p, frame, n, cpus[:1])
-		if err != nil {
-			b.Fatal(err)
-		}
-		two, err := rate(p, frame, n, cpus)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return two / one
-	}
-	xs, xb, x0 := scaling(shared), scaling(batched), scaling(bare)
-	b.ReportMetric(xs, "shared-x-scaling")
-	b.ReportMetric(xb, "batched-x-scaling")
-	b.ReportMetric(x0, "bare-x-scaling")
-	b.ReportMetric(0, "ns/op")
-}
-
-// TestBatchedCounterBound checks the prototype's error bound: after C CPUs
-// run concurrently, the shared count lags the packets counted by exactly
-// the unflushed ones, at most C(k-1), and no packet's n (shared + its own
-// CPU's pending) ever exceeded the true count.
-func TestBatchedCounterBound(t *testing.T) {
-	Require(t)
-	cpus, err := usableCPUs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, batched, sharedMap, pendingMap := counterProgs(t, batchK)
-	frame := UDP4(t, 514)
-	const n = 100_003 // not a multiple of k: every CPU keeps a remainder
-	if _, err := rate(batched, frame, n, cpus); err != nil {
-		t.Fatal(err)
-	}
-	var shared uint64
-	if err := sharedMap.Lookup(uint32(0), &shared); err != nil {
-		t.Fatal(err)
-	}
-	var per [][2]uint64
-	if err := pendingMap.Lookup(uint32(0), &per); err != nil {
-		t.Fatal(err)
-	}
-	var pending uint64
-	for _, v := range per {
-		pending += v[0]
-	}
-	total := uint64(n) * uint64(len(cpus))
-	if shared+pending != total {
-		t.Fatalf("shared %d + pending %d = %d, want %d: packets lost or counted twice", shared, pending, shared+pending, total)
-	}
-	if bound := uint64(len(cpus)) * (batchK - 1); total-shared > bound {
-		t.Fatalf("shared count lags by %d, bound C(k-1) = %d", total-shared, bound)
-	}
-	for i, v := range per {
-		if v[1] > total {
-			t.Errorf("cpu %d: last n %d exceeds the true count %d", i, v[1], total)
-		}
-	}
 }

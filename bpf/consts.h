@@ -79,4 +79,10 @@
 #define TL_SRC_TOP_ENTRIES 1024
 #endif
 
+/* Most CPUs with a slot in the overflow map. A CPU numbered beyond it
+ * counts every packet on the shared count (exact, without the fast path). */
+#ifndef TL_MAX_CPUS
+#define TL_MAX_CPUS 1024
+#endif
+
 #endif /* __TL_CONSTS_H */

@@ -113,6 +113,11 @@ func TestContract(t *testing.T) {
 	}
 	eq("malformed_stats entries / tiers.NumMalformed", uint64(tiers.NumMalformed), size("malformed_stats"))
 	eq("skb_ifaces entries / bpf.SKBIfaces", uint64(bpf.SKBIfaces), size("skb_ifaces"))
+	eq("overflow entries / TL_MAX_CPUS", uint64(bpf.LimiterTlConstTL_C_MAX_CPUS), size("overflow"))
+	// One overflow slot per CPU, two cache lines, so that no two CPUs' counts share one.
+	if got := spec.Maps["overflow"].ValueSize; got != 128 {
+		t.Errorf("overflow value is %d bytes, want 128 (two cache lines)", got)
+	}
 	// The slot must fit the tags: exempt tag = slot, dests tag = slot << DestRuleBits | rule.
 	if slots<<tiers.DestRuleBits >= 1<<tiers.LPMTagBits {
 		t.Errorf("%d slots do not fit the %d-bit LPM tag", slots, tiers.LPMTagBits)

@@ -167,6 +167,14 @@ enum {
 	PARSE_SHORT = -1,     /* truncated, not what we select, or too deep */
 	PARSE_MALFORMED = -2, /* a length field disagrees: pkt.mal says which */
 };
+/* Packets of a saturated window counted per CPU, indexed by
+ * bpf_get_smp_processor_id(): struct tl_overflow (window_count). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TL_MAX_CPUS);
+	__type(key, __u32);
+	__type(value, struct tl_overflow);
+} overflow SEC(".maps");
 
 enum {
 	FRAG_NONE = 0,
@@ -550,6 +558,57 @@ static __always_inline int is_exempt(const struct pkt *p, __u32 slot)
 	return bpf_map_lookup_elem(&exempt_sources, &k) != NULL;
 }
 
+/* Counts a packet of window id on this CPU's overflow slot. Returns 0 when
+ * the CPU has no slot (numbered TL_MAX_CPUS or more): the caller counts it
+ * on the shared count instead. Only this CPU writes its slot. The first
+ * packet of a window on a CPU reuses the slot of window id - 2, and marks
+ * the window as overflowed (a store to the shared line, once per window
+ * unless CPUs race to it, all storing the same value). */
+static __always_inline int overflow_add(struct tl_window *w, __u64 id)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct tl_overflow *o = bpf_map_lookup_elem(&overflow, &cpu);
+	if (!o)
+		return 0;
+	__u32 i = id & 1;
+	if (o->window[i] != id) {
+		o->window[i] = id;
+		o->packets[i] = 0;
+		if (READ_ONCE(w->overflowed) != id + 1)
+			w->overflowed = id + 1;
+	}
+	o->packets[i]++;
+	return 1;
+}
+
+/* bpf_loop's state for overflow_sum. */
+struct overflow_sum_ctx {
+	__u64 id;
+	__u64 sum;
+};
+
+static long overflow_sum_cpu(__u32 cpu, struct overflow_sum_ctx *x)
+{
+	struct tl_overflow *o = bpf_map_lookup_elem(&overflow, &cpu);
+	if (!o)
+		return 1;
+	__u32 i = x->id & 1;
+	if (o->window[i] == x->id)
+		x->sum += o->packets[i];
+	return 0;
+}
+
+/* The packets of window id that the first nr_cpus CPUs counted in the
+ * overflow map. bpf_loop (Linux >= 5.17), so that the verifier checks the
+ * per-CPU step once instead of walking up to TL_MAX_CPUS iterations for
+ * every state that reaches it. */
+static __always_inline __u64 overflow_sum(__u64 id, __u32 nr_cpus)
+{
+	struct overflow_sum_ctx x = { .id = id };
+	bpf_loop(nr_cpus < TL_MAX_CPUS ? nr_cpus : TL_MAX_CPUS, overflow_sum_cpu, &x, 0);
+	return x.sum;
+}
+
 /* Counts a selected packet in the shared window and returns its n (1-based).
  *
  * The seed's rule: a window opens at the first selected packet that arrives
@@ -567,6 +626,25 @@ static __always_inline int is_exempt(const struct pkt *p, __u32 slot)
  * not caught up yet), a window may open late by that lag; the agent sets
  * window_jiffies = 0, which disables the gate, where the tick is unknown.
  *
+ * The saturated window: every packet with n >= last_n (the first n of the
+ * table's last entry) is in the last entry, whatever its exact n. A packet
+ * that reads count + 1 >= last_n therefore skips the atomic add: it counts
+ * itself in its CPU's overflow slot for this window (no shared write, so
+ * the window's cache line stays shared, read-mostly, on every CPU) and
+ * takes n = count + 1, which is at least last_n and at most its true n.
+ * The shared add is thus needed only for the first last_n packets of a
+ * window, whatever the flood's rate. Below last_n, n stays exact: count
+ * only grows within a window, so every packet that reads count + 1 >=
+ * last_n comes after all packets whose add returned less. The window's
+ * offered load is count plus the overflow of all CPUs for this window,
+ * summed by the agent (bpf.Limiter.Window). A packet that takes the atomic
+ * add in a window that has overflow (after a reload raised last_n) adds the
+ * overflow of all CPUs to its n, so n stays exact across the reload. The
+ * overflow then no longer grows (but for packets still judged by the old
+ * policy in those microseconds), and every packet takes the add and that
+ * sum, nr_cpus loads, until the shared count alone reaches the new last_n
+ * or the window ends: the price of a reload that raises max mid-flood.
+ *
  * Accepted race: between the opener's CAS on start_ns and its exchange of
  * count, another CPU may read the new start_ns and add to the old count; the
  * exchange then erases that increment, so the new window undercounts by the
@@ -574,7 +652,24 @@ static __always_inline int is_exempt(const struct pkt *p, __u32 slot)
  * CPU in practice). Those packets were judged at the old window's n, the
  * tier the offered load was in. start_jiffies, last_count and opened are
  * plain stores by the single opener; a CPU that reads a stale start_jiffies
- * only takes the exact path. */
+ * only takes the exact path.
+ *
+ * The overflow count adds no loss of its own. A packet reads opened (the
+ * window id), count and overflowed in that order; the opener clears
+ * overflowed, exchanges count, then increments opened. So a packet that
+ * reads the new id also reads the new window's count, and one that reads
+ * the old window's saturated count files itself under the old id, where
+ * the agent adds it to last_count; one that reads the new count also reads
+ * the cleared overflowed, so it never adds the old window's overflow to its
+ * n. One race remains: a packet that reads the old id but the new window's
+ * count (between the exchange and the increment) and finds that count
+ * already saturated, which only a policy with last_n <= 2 allows, files
+ * itself under the old window, which then counts one packet per racing CPU
+ * more and the new one as many fewer; its verdict is the last tier's
+ * either way. These orders are x86's (loads in program order, stores in
+ * program order); on arm64 the JIT does not order plain loads, and a packet
+ * that sees them out of order is misfiled the same way, one per other CPU
+ * per window opening at most. */
 static __always_inline __u64 window_count(struct tl_window *w, const struct tl_settings *s)
 {
 	__u64 jiffies = 0;
@@ -590,6 +685,7 @@ static __always_inline __u64 window_count(struct tl_window *w, const struct tl_s
 	if ((__s64)(now - start) > (__s64)s->window_ns &&
 	    __sync_bool_compare_and_swap(&w->start_ns, start, now)) {
 		w->start_jiffies = jiffies;
+		w->overflowed = 0;
 		w->last_count = __sync_lock_test_and_set(&w->count, 1);
 		w->opened++;
 		/* A packet of the old window may still add to or pay the debt
@@ -598,8 +694,16 @@ static __always_inline __u64 window_count(struct tl_window *w, const struct tl_s
 		__sync_lock_test_and_set(&w->debt, 0);
 		return 1;
 	}
-count:
-	return __sync_fetch_and_add(&w->count, 1) + 1;
+count:;
+	__u64 id = READ_ONCE(w->opened);
+	__u64 c = READ_ONCE(w->count);
+	if (c + 1 >= s->last_n && overflow_add(w, id))
+		return c + 1;
+	__u64 overflowed = READ_ONCE(w->overflowed);
+	__u64 n = __sync_fetch_and_add(&w->count, 1) + 1;
+	if (overflowed == id + 1 && n < s->last_n)
+		n += overflow_sum(id, s->nr_cpus);
+	return n;
 }
 
 /* Severity-aware shedding (DESIGN.md §7) of a UDP packet of class cls whose
@@ -1073,20 +1177,25 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2, __u64 a3)
 			n = __sync_fetch_and_add(&w->count, segs - 1) + segs;
 	}
 
-	/* n past the table's end takes the last entry: the last tier runs to infinity. */
-	__u64 idx = n >> (s->shift & TL_SHIFT_MASK);
-	if (idx >= s->table_len)
-		idx = s->table_len - 1;
-	__u32 key = slot * TL_TABLE_MAX + (__u32)idx;
-	struct tl_entry *e = bpf_map_lookup_elem(&tier_table, &key);
-	if (!e)
-		goto unselected;
+	/* n from last_n on takes the last entry, which settings hold: the last
+	 * tier runs to infinity, and a saturated window needs no table lookup. */
+	__u32 thr = s->last_thr, tier = s->last_tier;
+	if (n < s->last_n) {
+		__u64 idx = n >> (s->shift & TL_SHIFT_MASK);
+		if (idx >= s->table_len)
+			idx = s->table_len - 1;
+		__u32 key = slot * TL_TABLE_MAX + (__u32)idx;
+		struct tl_entry *e = bpf_map_lookup_elem(&tier_table, &key);
+		if (!e)
+			goto unselected;
+		thr = e->thr;
+		tier = e->tier;
+	}
 
 	/* TL_THR_NEVER never drops and TL_THR_ALWAYS always does, whatever the draw. */
 	__u32 verdict = TL_PASS;
-	__u32 thr = e->thr;
 	if (sev != TL_SEV_NONE) {
-		verdict = tl_severity_judge(slot, sev, e->tier, thr, bytes);
+		verdict = tl_severity_judge(slot, sev, tier, thr, bytes);
 		if (verdict > TL_WOULD_DROP)
 			goto unselected;
 	} else if (s->mode != TL_MODE_OFF &&
@@ -1094,7 +1203,7 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2, __u64 a3)
 		verdict = s->mode == TL_MODE_ENFORCE ? TL_DROP : TL_WOULD_DROP;
 	}
 
-	count_n(&stats, e->tier * TL_VERDICTS + verdict, segs, bytes);
+	count_n(&stats, tier * TL_VERDICTS + verdict, segs, bytes);
 
 	if (p.frag == FRAG_FIRST)
 		remember_first(&p, verdict);

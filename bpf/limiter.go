@@ -52,6 +52,8 @@ const (
 	// NumMalformed is the number of malformed reasons (enum tl_malformed),
 	// which tiers.Malformed mirrors.
 	NumMalformed = int(LimiterTlMalformedTL_MAL_MAX)
+	// maxCPUs is the most CPUs with a slot in the overflow map (TL_MAX_CPUS).
+	maxCPUs = int(LimiterTlConstTL_C_MAX_CPUS)
 )
 
 // Indexes of the misc_stats map (types.h enum tl_misc), and flags of
@@ -178,6 +180,9 @@ func (l *Limiter) Apply(p tiers.Policy, t tiers.Table) error {
 		Tiers:         uint32(len(p.Tiers)),
 		Max:           p.Max,
 	}
+	if err := l.setSaturation(&set, t); err != nil {
+		return err
+	}
 	for k := range t.Bounds {
 		set.Bounds[k] = t.TierStart(k + 1)
 	}
@@ -201,6 +206,22 @@ func (l *Limiter) Apply(p tiers.Policy, t tiers.Table) error {
 		return fmt.Errorf("activate slot %d: %w", slot, err)
 	}
 	l.lastFlip, l.lastSlot, l.hasPolicy = time.Now(), slot, true
+	return nil
+}
+
+// setSaturation fills the settings of the saturated window's fast path
+// (limiter.c window_count): the first n of the table's last entry, that
+// entry, and how many overflow slots the program sums.
+func (l *Limiter) setSaturation(set *LimiterTlSettings, t tiers.Table) error {
+	last := len(t.Thresholds) - 1
+	set.LastN = t.TierStart(len(t.Bounds))
+	set.LastThr = t.Thresholds[last]
+	set.LastTier = uint32(t.Tiers[last])
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("count possible CPUs: %w", err)
+	}
+	set.NrCpus = uint32(min(cpus, maxCPUs))
 	return nil
 }
 
@@ -465,24 +486,77 @@ type Window struct {
 	// Debt is the window's drop debt (severity, DESIGN.md §7): protected
 	// passes not yet paid off, packets.
 	Debt uint64
+	// Overflow is the part of Count that CPUs counted in their own overflow
+	// slots rather than on the shared count: the packets past the table's
+	// last entry's first n (limiter.c window_count). Read only: SetWindow
+	// ignores it and puts all of Count on the shared count.
+	Overflow uint64
 }
 
-// Window reads the window state.
+// Window reads the window state. Count and LastCount are exact: the shared
+// count plus what every CPU counted in its overflow slot for the current and
+// the previous window.
 func (l *Limiter) Window() (Window, error) {
 	var w LimiterTlWindow
 	if err := l.objs.Window.Lookup(uint32(0), &w); err != nil {
 		return Window{}, fmt.Errorf("read window: %w", err)
 	}
+	ov, err := l.overflowSlots()
+	if err != nil {
+		return Window{}, err
+	}
+	cur := overflowOf(ov, w.Opened)
+	var prev uint64
+	if w.Opened > 0 {
+		prev = overflowOf(ov, w.Opened-1)
+	}
 	debt := w.Debt
 	if int64(debt) < 0 { // an add and its undo in flight
 		debt = 0
 	}
-	return Window{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, StartJiffies: w.StartJiffies, Debt: debt}, nil
+	return Window{
+		StartNs: w.StartNs, Count: w.Count + cur, LastCount: w.LastCount + prev,
+		Opened: w.Opened, StartJiffies: w.StartJiffies, Overflow: cur, Debt: debt,
+	}, nil
+}
+
+// overflowSlots reads the overflow map's slots of the possible CPUs.
+func (l *Limiter) overflowSlots() ([]LimiterTlOverflow, error) {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("count possible CPUs: %w", err)
+	}
+	ov := make([]LimiterTlOverflow, min(cpus, maxCPUs))
+	for cpu := range ov {
+		if err := l.objs.Overflow.Lookup(uint32(cpu), &ov[cpu]); err != nil {
+			return nil, fmt.Errorf("read overflow of cpu %d: %w", cpu, err)
+		}
+	}
+	return ov, nil
+}
+
+// overflowOf sums the packets the CPUs counted for the window with this id.
+func overflowOf(ov []LimiterTlOverflow, id uint64) uint64 {
+	var n uint64
+	for _, o := range ov {
+		if o.Window[id&1] == id {
+			n += o.Packets[id&1]
+		}
+	}
+	return n
 }
 
 // SetWindow overwrites the window state, for tests and tools that preload
-// a count. Racing packets may be lost; do not use it under traffic.
+// a count: Count goes on the shared count, and every CPU's overflow slot is
+// cleared. Racing packets may be lost; do not use it under traffic.
 func (l *Limiter) SetWindow(w Window) error {
+	keys := make([]uint32, maxCPUs)
+	for cpu := range keys {
+		keys[cpu] = uint32(cpu)
+	}
+	if err := putAll(l.objs.Overflow, keys, make([]LimiterTlOverflow, maxCPUs)); err != nil {
+		return fmt.Errorf("clear overflow: %w", err)
+	}
 	v := LimiterTlWindow{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, StartJiffies: w.StartJiffies, Debt: w.Debt}
 	if err := l.objs.Window.Put(uint32(0), &v); err != nil {
 		return fmt.Errorf("write window: %w", err)
@@ -510,7 +584,7 @@ func OpenPinned(dir string) (*Limiter, error) {
 		{&l.objs.ActiveSlot, "active_slot"}, {&l.objs.Settings, "settings"}, {&l.objs.TierTable, "tier_table"},
 		{&l.objs.Ports, "ports"}, {&l.objs.ExemptSources, "exempt_sources"}, {&l.objs.SelectDests, "select_dests"},
 		{&l.objs.Window, "window"}, {&l.objs.Stats, "stats"}, {&l.objs.MiscStats, "misc_stats"},
-		{&l.objs.FragVerdicts, "frag_verdicts"}, {&l.objs.SeverityStats, "severity_stats"}, {&l.objs.SourceStats, "source_stats"}, {&l.objs.SourceTop, "source_top"}, {&l.objs.MalformedStats, "malformed_stats"},
+		{&l.objs.FragVerdicts, "frag_verdicts"}, {&l.objs.SeverityStats, "severity_stats"}, {&l.objs.SourceStats, "source_stats"}, {&l.objs.SourceTop, "source_top"}, {&l.objs.MalformedStats, "malformed_stats"}, {&l.objs.Overflow, "overflow"},
 	} {
 		m, err := open(f.name)
 		if err != nil {

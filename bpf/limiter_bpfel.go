@@ -36,6 +36,7 @@ const (
 	LimiterTlConstTL_C_FRAG_TTL_MS     LimiterTlConst = 1000
 	LimiterTlConstTL_C_SKB_IFACES      LimiterTlConst = 64
 	LimiterTlConstTL_LPM_TAG_IPV6      LimiterTlConst = 1073741824
+	LimiterTlConstTL_C_MAX_CPUS        LimiterTlConst = 1024
 )
 
 type LimiterTlEntry struct {
@@ -96,6 +97,13 @@ const (
 	LimiterTlModeTL_MODE_OFF     LimiterTlMode = 2
 )
 
+type LimiterTlOverflow struct {
+	_       structs.HostLayout
+	Window  [2]uint64
+	Packets [2]uint64
+	Pad     [12]uint64
+}
+
 type LimiterTlPort struct {
 	_         structs.HostLayout
 	Flags     uint32
@@ -133,6 +141,11 @@ type LimiterTlSettings struct {
 	SrcPrefixV4   uint32
 	SrcPrefixV6   uint32
 	SrcSeeds      [24]uint64
+	LastN         uint64
+	LastThr       uint32
+	LastTier      uint32
+	NrCpus        uint32
+	Pad2          uint32
 }
 
 type LimiterTlSettingsFlag uint32
@@ -201,6 +214,7 @@ type LimiterTlWindow struct {
 	Opened       uint64
 	StartJiffies uint64
 	Debt         uint64
+	Overflowed   uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -212,6 +226,7 @@ const (
 	LimiterMapFragVerdicts   = "frag_verdicts"
 	LimiterMapMalformedStats = "malformed_stats"
 	LimiterMapMiscStats      = "misc_stats"
+	LimiterMapOverflow       = "overflow"
 	LimiterMapPorts          = "ports"
 	LimiterMapSelectDests    = "select_dests"
 	LimiterMapSettings       = "settings"
@@ -282,6 +297,7 @@ type LimiterMapSpecs struct {
 	FragVerdicts   *ebpf.MapSpec `ebpf:"frag_verdicts"`
 	MalformedStats *ebpf.MapSpec `ebpf:"malformed_stats"`
 	MiscStats      *ebpf.MapSpec `ebpf:"misc_stats"`
+	Overflow       *ebpf.MapSpec `ebpf:"overflow"`
 	Ports          *ebpf.MapSpec `ebpf:"ports"`
 	SelectDests    *ebpf.MapSpec `ebpf:"select_dests"`
 	Settings       *ebpf.MapSpec `ebpf:"settings"`
@@ -328,6 +344,7 @@ type LimiterMaps struct {
 	FragVerdicts   *ebpf.Map `ebpf:"frag_verdicts"`
 	MalformedStats *ebpf.Map `ebpf:"malformed_stats"`
 	MiscStats      *ebpf.Map `ebpf:"misc_stats"`
+	Overflow       *ebpf.Map `ebpf:"overflow"`
 	Ports          *ebpf.Map `ebpf:"ports"`
 	SelectDests    *ebpf.Map `ebpf:"select_dests"`
 	Settings       *ebpf.Map `ebpf:"settings"`
@@ -348,6 +365,7 @@ func (m *LimiterMaps) Close() error {
 		m.FragVerdicts,
 		m.MalformedStats,
 		m.MiscStats,
+		m.Overflow,
 		m.Ports,
 		m.SelectDests,
 		m.Settings,

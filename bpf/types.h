@@ -41,6 +41,7 @@ enum tl_const {
 	/* LPM tag bit of an IPv6 prefix or address; IPv4 ones leave it clear,
 	 * so a prefix only ever matches packets of its own family */
 	TL_LPM_TAG_IPV6 = 1 << 30,
+	TL_C_MAX_CPUS = TL_MAX_CPUS,
 };
 
 /* Drop thresholds on the bpf_get_prandom_u32() scale (tl_entry.thr). */
@@ -124,7 +125,10 @@ struct tl_stat {
 };
 
 /* The one window shared by all CPUs. start_ns and count change atomically;
- * last_count and opened are written only by the CPU that opened the window. */
+ * last_count and opened are written only by the CPU that opened the window.
+ * Past the last table entry's first n, packets are counted per CPU in the
+ * overflow map instead of in count (limiter.c window_count): the window's
+ * offered load is count plus the overflow of every CPU for this window. */
 struct tl_window {
 	__u64 start_ns;   /* clock of the packet that opened the window, ns */
 	__u64 count;      /* selected packets in this window so far */
@@ -132,6 +136,18 @@ struct tl_window {
 	__u64 opened;     /* windows opened since the maps were created */
 	__u64 start_jiffies; /* bpf_jiffies64() read just before start_ns; 0: unknown */
 	__u64 debt;          /* severity: protected passes not yet paid off */
+	__u64 overflowed;    /* opened + 1 once a CPU counted in the overflow map in this window; else less */
+};
+
+/* One CPU's packets past saturation (limiter.c window_count), for the
+ * window with opened == window[opened & 1] in packets[opened & 1]: two
+ * slots, so that the previous window's count survives the next one's first
+ * packet until the agent reads it. Padded to two cache lines so that no two
+ * CPUs' counts share a line, however the array is aligned. */
+struct tl_overflow {
+	__u64 window[2];  /* tl_window.opened of the window counted in packets[i] */
+	__u64 packets[2]; /* packets of that window this CPU counted */
+	__u64 _pad[12];
 };
 
 /* The policy of one slot, besides its table and its selectors. */
@@ -166,6 +182,14 @@ struct tl_settings {
 	__u32 src_prefix_v6;
 	/* hash seeds: row r uses [r * TL_SEED_WORDS, (r + 1) * TL_SEED_WORDS) */
 	__u64 src_seeds[TL_SKETCH_ROWS * 6];
+	/* The saturated window's fast path (limiter.c window_count): the first
+	 * n of the table's last entry, tiers.Table.TierStart(tiers), and that
+	 * entry's threshold and tier. */
+	__u64 last_n;
+	__u32 last_thr;
+	__u32 last_tier;
+	__u32 nr_cpus; /* entries of the overflow map to sum: possible CPUs, at most TL_MAX_CPUS */
+	__u32 _pad2;
 };
 
 /* One entry of a compiled tier table. */

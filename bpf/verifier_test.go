@@ -29,7 +29,7 @@ func TestVerifierComplexity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats, LogSizeStart: 1 << 20}})
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}

@@ -24,9 +24,10 @@ import (
 // suiteOpts are the suite's flags.
 type suiteOpts struct {
 	out, bpfTest, benchtime, command string
+	benchFrom                        string
 	sources                          []string
 	runs, count                      int
-	quick                            bool
+	quick, floods                    bool
 	xdpTxPackets                     uint64
 	flood                            *floodConfig
 }
@@ -43,11 +44,13 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.out, "out", "deploy/bench", "output `dir` for results.md, the plot and raw/")
 	fs.StringVar(&o.bpfTest, "bpf-test", "", "the bpf package's test binary (go test -c ./bpf); empty skips figures 1-3")
 	fs.StringVar(&o.benchtime, "benchtime", "4194304x", "-test.benchtime of figures 1-3 (packets per measurement)")
-	fs.IntVar(&o.count, "count", 5, "-test.count of figures 1-3")
+	fs.IntVar(&o.count, "count", 7, "-test.count of figures 1-3")
 	fs.Uint64Var(&o.xdpTxPackets, "xdp-tx-packets", 3_000_000, "frames per run of the xdp-tx flood")
 	sources := fs.String("sources", "trafgen", "flood sources of figure 4, comma-separated: trafgen, xdp-tx (exploratory: see results.md)")
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: 1 run each, short floods, 3 sweep points (CI; no timing claims)")
 	fs.StringVar(&o.command, "command", "", "the command line to quote in results.md (default: this one)")
+	fs.StringVar(&o.benchFrom, "bench-from", "", "take figures 1-3 from this `file` of go test -bench output (a raw/bpf-bench.txt) instead of running -bpf-test")
+	fs.BoolVar(&o.floods, "floods", true, "run figures 4 and 5; false carries them over, marked as such, from the results.md already in -out")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -74,12 +77,28 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	start := time.Now()
 	rep := &report{opts: o, env: environment(), start: start}
 
-	if o.bpfTest != "" {
+	if o.benchFrom != "" {
+		out, err := os.ReadFile(o.benchFrom)
+		if err != nil {
+			return err
+		}
+		if rep.bench = parseBench(out); len(rep.bench) == 0 {
+			return fmt.Errorf("%s holds no benchmark results", o.benchFrom)
+		}
+	} else if o.bpfTest != "" {
 		if err := rep.runBPFFigures(ctx, raw, stderr); err != nil {
 			return err
 		}
 	}
 
+	if !o.floods {
+		old, err := os.ReadFile(filepath.Join(o.out, "results.md"))
+		if err != nil {
+			return fmt.Errorf("-floods=false carries figures 4 and 5 over from the last results.md: %w", err)
+		}
+		rep.carried = carriedFloods(string(old))
+		return writeReport(rep, o, start, stdout)
+	}
 	for _, src := range o.sources {
 		c := *cfg
 		c.source = src
@@ -97,21 +116,25 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := rep.runSweep(ctx, cfg, stderr); err != nil {
 		return err
 	}
-	rep.elapsed = time.Since(start)
-
 	if err := writeJSON(filepath.Join(raw, "flood.json"), rep.floods); err != nil {
 		return err
 	}
 	if err := writeJSON(filepath.Join(raw, "sweep.json"), rep.sweep); err != nil {
 		return err
 	}
+	return writeReport(rep, o, start, stdout)
+}
+
+// writeReport writes results.md.
+func writeReport(rep *report, o suiteOpts, start time.Time, stdout io.Writer) error {
+	rep.elapsed = time.Since(start)
 	var md bytes.Buffer
 	rep.write(&md)
 	path := filepath.Join(o.out, "results.md")
 	if err := os.WriteFile(path, md.Bytes(), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s and %s in %v\n", path, filepath.Join(o.out, rep.plot), rep.elapsed.Round(time.Second))
+	fmt.Fprintf(stdout, "wrote %s in %v\n", path, rep.elapsed.Round(time.Second))
 	return nil
 }
 
@@ -155,9 +178,34 @@ func (rep *report) runSweep(ctx context.Context, cfg *floodConfig, stderr io.Wri
 	return nil
 }
 
+// carriedFloods returns sections 4 and 5 of an earlier results.md, and the
+// line that says when that file was written.
+func carriedFloods(md string) string {
+	var b strings.Builder
+	var when string
+	in := false
+	for line := range strings.Lines(md) {
+		switch {
+		case strings.HasPrefix(line, "Written by "):
+			when = strings.TrimSpace(line)
+		case strings.HasPrefix(line, "## 4. ") || strings.HasPrefix(line, "## 5. "):
+			in = true
+		case strings.HasPrefix(line, "## "):
+			in = false
+		}
+		if in {
+			b.WriteString(line)
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return fmt.Sprintf("> **Figures 4 and 5 are carried over, not rerun** (this run was `-floods=false`): they are the previous results.md's, whose header read: %s Their references to figure 2 quote that run's figure 2.\n\n%s", when, b.String())
+}
+
 func runBPFBench(ctx context.Context, o suiteOpts, stderr io.Writer) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, o.bpfTest, "-test.run", "^$",
-		"-test.bench", "^(BenchmarkProgram|BenchmarkBarePass|BenchmarkLiveFrames|BenchmarkScaling|BenchmarkCounterScaling)$",
+		"-test.bench", "^(BenchmarkProgram|BenchmarkBarePass|BenchmarkLiveFrames|BenchmarkScaling)$",
 		"-test.benchtime", o.benchtime, "-test.count", strconv.Itoa(o.count))
 	// Run from the package directory, as go test does.
 	cmd.Dir = "bpf"
