@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -185,6 +187,15 @@ func fits(p tiers.Policy, t tiers.Table) error {
 		return fmt.Errorf("%w: table has %d tiers for %d thresholds", ErrPolicy, len(t.Tiers), len(t.Thresholds))
 	case t.Shift > 63:
 		return fmt.Errorf("%w: table step 2^%d", ErrPolicy, t.Shift)
+	case len(p.Exempt) > tiers.MaxPrefixes:
+		return fmt.Errorf("%w: %d exempt prefixes, at most %d", ErrPolicy, len(p.Exempt), tiers.MaxPrefixes)
+	}
+	dests := 0
+	for _, r := range p.Select {
+		dests += len(r.Dests)
+	}
+	if dests > tiers.MaxPrefixes {
+		return fmt.Errorf("%w: %d dests prefixes, at most %d", ErrPolicy, dests, tiers.MaxPrefixes)
 	}
 	return nil
 }
@@ -213,37 +224,17 @@ func (l *Limiter) writeTable(slot uint32, t tiers.Table) error {
 }
 
 // writeSelectors fills the slot's port array and LPM tries and returns the
-// syn_rules mask.
+// syn_rules mask. The port array is written whole, in two batches: the time
+// is bounded (about 130k entries) whatever the number of ranges, since each
+// rule's ranges are merged first.
 func (l *Limiter) writeSelectors(slot uint32, p tiers.Policy) (uint32, error) {
-	const ports = 65536
-	keys := make([]uint32, 2*ports)
-	vals := make([]LimiterTlPort, 2*ports)
+	keys := make([]uint32, 2*numPorts)
 	for i := range keys {
-		keys[i] = slot*2*ports + uint32(i)
+		keys[i] = slot*2*numPorts + uint32(i)
 	}
-	var synRules uint32
+	vals, synRules := portEntries(p)
 	var dests []LimiterTlLpmKey
 	for i, r := range p.Select {
-		half := 0
-		if r.Proto == tiers.ProtoTCP {
-			half = ports
-		}
-		for _, pr := range r.Ports {
-			for port := int(pr.First); port <= int(pr.Last); port++ {
-				v := &vals[half+port]
-				switch {
-				case len(r.Dests) > 0:
-					v.CidrRules |= 1 << i
-				case r.Count == tiers.CountSYN:
-					v.Flags |= portSYN
-				default:
-					v.Flags |= portPackets
-				}
-			}
-		}
-		if len(r.Dests) > 0 && r.Count == tiers.CountSYN {
-			synRules |= 1 << i
-		}
 		for _, d := range r.Dests {
 			dests = append(dests, lpmKey(slot<<8|uint32(i), d))
 		}
@@ -262,6 +253,55 @@ func (l *Limiter) writeSelectors(slot uint32, p tiers.Policy) (uint32, error) {
 		return 0, fmt.Errorf("write exempt sources of slot %d: %w", slot, err)
 	}
 	return synRules, nil
+}
+
+// numPorts is the number of port entries per protocol.
+const numPorts = 65536
+
+// portEntries is one slot's port array: UDP ports, then TCP ports. Each
+// rule's ranges are sorted and merged, so overlapping ranges cost nothing.
+func portEntries(p tiers.Policy) ([]LimiterTlPort, uint32) {
+	vals := make([]LimiterTlPort, 2*numPorts)
+	var synRules uint32
+	for i, r := range p.Select {
+		half := 0
+		if r.Proto == tiers.ProtoTCP {
+			half = numPorts
+		}
+		for _, pr := range mergeRanges(r.Ports) {
+			for port := int(pr.First); port <= int(pr.Last); port++ {
+				v := &vals[half+port]
+				switch {
+				case len(r.Dests) > 0:
+					v.CidrRules |= 1 << i
+				case r.Count == tiers.CountSYN:
+					v.Flags |= portSYN
+				default:
+					v.Flags |= portPackets
+				}
+			}
+		}
+		if len(r.Dests) > 0 && r.Count == tiers.CountSYN {
+			synRules |= 1 << i
+		}
+	}
+	return vals, synRules
+}
+
+// mergeRanges returns rs sorted by First with overlapping and adjacent
+// ranges joined.
+func mergeRanges(rs []tiers.PortRange) []tiers.PortRange {
+	s := slices.Clone(rs)
+	slices.SortFunc(s, func(a, b tiers.PortRange) int { return int(a.First) - int(b.First) })
+	out := s[:0]
+	for _, r := range s {
+		if n := len(out); n > 0 && int(r.First) <= int(out[n-1].Last)+1 {
+			out[n-1].Last = max(out[n-1].Last, r.Last)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // lpmKey encodes a prefix as the program looks it up: IPv4 as IPv4-mapped
@@ -431,6 +471,36 @@ func (l *Limiter) SetWindow(w Window) error {
 	return nil
 }
 
+// CheckPinned reports whether the maps pinned in dir, if any, are the ones
+// Load with Options.PinPath = dir would reuse: same type, key and value
+// sizes, size and flags. It writes nothing. Returns an error naming the
+// first pinned map that differs; nil when none is pinned.
+func CheckPinned(dir string) error {
+	spec, err := LoadLimiter()
+	if err != nil {
+		return fmt.Errorf("load limiter spec: %w", err)
+	}
+	for name, ms := range spec.Maps {
+		if name == "" || name[0] == '.' {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		m, err := ebpf.LoadPinnedMap(path, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("open pinned map %s: %w", path, err)
+		}
+		err = ms.Compatible(m)
+		m.Close()
+		if err != nil {
+			return fmt.Errorf("pinned map %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // OpenPinned opens the maps pinned in dir by a Limiter loaded with
 // Options.PinPath = dir, without loading the program: enough for Stats,
 // Window and Active, as `tierlimit status` needs with no agent running.
@@ -444,15 +514,7 @@ func OpenPinned(dir string) (*Limiter, error) {
 		}
 		return m, nil
 	}
-	for _, f := range []struct {
-		dst  **ebpf.Map
-		name string
-	}{
-		{&l.objs.ActiveSlot, "active_slot"}, {&l.objs.Settings, "settings"}, {&l.objs.TierTable, "tier_table"},
-		{&l.objs.Ports, "ports"}, {&l.objs.ExemptSources, "exempt_sources"}, {&l.objs.SelectDests, "select_dests"},
-		{&l.objs.Window, "window"}, {&l.objs.Stats, "stats"}, {&l.objs.MiscStats, "misc_stats"},
-		{&l.objs.FragVerdicts, "frag_verdicts"},
-	} {
+	for _, f := range l.namedMaps() {
 		m, err := open(f.name)
 		if err != nil {
 			l.objs.Close()
@@ -461,6 +523,60 @@ func OpenPinned(dir string) (*Limiter, error) {
 		*f.dst = m
 	}
 	return l, nil
+}
+
+type namedMap struct {
+	dst  **ebpf.Map
+	name string
+}
+
+// namedMaps lists the maps with the names they are pinned under.
+func (l *Limiter) namedMaps() []namedMap {
+	return []namedMap{
+		{&l.objs.ActiveSlot, "active_slot"}, {&l.objs.Settings, "settings"}, {&l.objs.TierTable, "tier_table"},
+		{&l.objs.Ports, "ports"}, {&l.objs.ExemptSources, "exempt_sources"}, {&l.objs.SelectDests, "select_dests"},
+		{&l.objs.Window, "window"}, {&l.objs.Stats, "stats"}, {&l.objs.MiscStats, "misc_stats"},
+		{&l.objs.FragVerdicts, "frag_verdicts"},
+	}
+}
+
+// Repin pins every map under dir by name again, as Load with
+// Options.PinPath = dir does, replacing what is there: for pins removed
+// from under a running limiter, whose maps live on in its fds.
+func (l *Limiter) Repin(dir string) error {
+	for _, f := range l.namedMaps() {
+		m := *f.dst
+		if err := m.Unpin(); err != nil {
+			return fmt.Errorf("unpin map %s: %w", f.name, err)
+		}
+		if err := m.Pin(filepath.Join(dir, f.name)); err != nil {
+			return fmt.Errorf("pin map %s: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// PinnedMaps reports whether every map is pinned under dir as this
+// limiter's map (same map id).
+func (l *Limiter) PinnedMaps(dir string) bool {
+	for _, f := range l.namedMaps() {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, f.name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			return false
+		}
+		a, _ := m.Info()
+		m.Close()
+		b, _ := (*f.dst).Info()
+		if a == nil || b == nil {
+			return false
+		}
+		ida, _ := a.ID()
+		idb, _ := b.ID()
+		if ida != idb {
+			return false
+		}
+	}
+	return true
 }
 
 // Active is the policy in force, as the program's maps hold it.

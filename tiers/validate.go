@@ -75,6 +75,16 @@ func (p Policy) Validate() error {
 			return err
 		}
 	}
+	if len(p.Exempt) > MaxPrefixes {
+		return configErr("exempt.sources", "", ErrTooMany, "%d prefixes, at most %d", len(p.Exempt), MaxPrefixes)
+	}
+	dests := 0
+	for _, r := range p.Select {
+		dests += len(r.Dests)
+	}
+	if dests > MaxPrefixes {
+		return configErr("select", "", ErrTooMany, "%d dests prefixes over all rules, at most %d", dests, MaxPrefixes)
+	}
 	for i, pfx := range p.Exempt {
 		if !pfx.IsValid() {
 			return configErr(fmt.Sprintf("exempt.sources[%d]", i), pfx.String(), ErrCIDR, "invalid prefix")
