@@ -117,8 +117,8 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 			return usageErrorf("--metrics-addr %q: want host:port, port 0..65535: %v", f.metricsAddr, err)
 		}
 		if ln, err = net.Listen("tcp", f.metricsAddr); err != nil {
-			if pid, held := agent.LockHolder(pin); pin != "" && held {
-				return fmt.Errorf("%w (%s, pid %s), and it serves %s: stop it first", agent.ErrAgentRunning, pin, pid, f.metricsAddr)
+			if pid, held := agent.LockHolder(pin); held {
+				return fmt.Errorf("%w, and it serves %s: stop it first", &agent.AgentRunningError{Pin: pin, Pid: pid}, f.metricsAddr)
 			}
 			return fmt.Errorf("metrics listener: %w", err)
 		}
@@ -132,7 +132,7 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 		Logger:     log,
 	}, p)
 	if err != nil {
-		return err
+		return explain(err, pin, f.ifaces)
 	}
 	defer func() {
 		a.Close()

@@ -125,6 +125,11 @@ func writeStatus(w io.Writer, st agent.Status) error {
 		fmt.Fprintln(w, "  none")
 	}
 	for _, l := range st.Links {
+		if l.Gone {
+			fmt.Fprintf(w, "  %s: interface gone; pinned link %d still holds program %d and the maps (tierlimit detach --iface %s removes it)\n",
+				l.Iface, l.LinkID, l.ProgramID, l.Iface)
+			continue
+		}
 		fmt.Fprintf(w, "  %s (ifindex %d): %s XDP, link %d, program %d\n", l.Iface, l.Ifindex, l.Mode, l.LinkID, l.ProgramID)
 	}
 	fmt.Fprintf(w, "\npolicy: mode %s, window %v, max %d packets, table %d entries, step %d\n\n",
@@ -162,7 +167,7 @@ to touch an XDP program that is not tierlimit's.`,
 				return usageErrorf("detach: --iface is required")
 			}
 			if err := agent.Detach(pin, iface); err != nil {
-				return err
+				return explain(err, pin, []string{iface})
 			}
 			g.logger().Info("detached", "iface", iface)
 			return nil
