@@ -22,6 +22,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -95,6 +96,8 @@ type Agent struct {
 	// nh is a netlink handle in the network namespace New ran in, so that
 	// later calls from any goroutine see the same interfaces.
 	nh *netlink.Handle
+	// ns is the network namespace New ran in (inNS).
+	ns netns.NsHandle
 	// pd is the pin directory, held while the agent runs; nil unpinned.
 	pd *pinDir
 
@@ -138,7 +141,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger}
+	a := &Agent{cfg: cfg, log: cfg.Logger, ns: netns.None()}
 	defer func() {
 		if err != nil {
 			a.abort()
@@ -176,7 +179,12 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 
 // resolve opens the netlink handle and looks the interfaces up.
 func (a *Agent) resolve() ([]netlink.Link, error) {
-	nh, err := netlink.NewHandle()
+	ns, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("read network namespace: %w", err)
+	}
+	a.ns = ns
+	nh, err := netlink.NewHandleAt(ns)
 	if err != nil {
 		return nil, fmt.Errorf("netlink: %w", err)
 	}
@@ -236,6 +244,7 @@ func (a *Agent) abort() {
 	if a.nh != nil {
 		a.nh.Close()
 	}
+	a.ns.Close()
 	a.pd.release(true)
 }
 
@@ -293,6 +302,7 @@ func (a *Agent) Close() error {
 		a.closeOne(att)
 	}
 	a.nh.Close()
+	a.ns.Close()
 	err := a.lim.Close()
 	a.pd.release(false)
 	return err

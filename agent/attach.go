@@ -285,9 +285,13 @@ func (a *Agent) detachOne(att *Attachment) {
 		}
 		return
 	}
-	if l, err := a.nh.LinkByIndex(att.Index); err == nil {
-		_ = netlink.LinkSetXdpFdWithFlags(l, -1, att.flags)
-	}
+	_ = a.inNS(func() error {
+		l, err := a.nh.LinkByIndex(att.Index)
+		if err == nil {
+			err = netlink.LinkSetXdpFdWithFlags(l, -1, att.flags)
+		}
+		return err
+	})
 }
 
 // xdpModeOf is the attach mode the kernel reports for ifindex.

@@ -136,6 +136,11 @@ func (d *pinDir) relock() error {
 
 // pinProgram pins prog at <pin>/program, replacing an earlier one.
 func (d *pinDir) pinProgram(prog *ebpf.Program) error {
+	// Unpin first: Pin to the path prog was pinned at is a no-op, even
+	// when the file is gone.
+	if err := prog.Unpin(); err != nil {
+		return fmt.Errorf("unpin program: %w", err)
+	}
 	if err := os.Remove(d.program()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("unpin program: %w", err)
 	}

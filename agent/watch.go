@@ -159,7 +159,8 @@ func (a *Agent) reattach(att *Attachment) bool {
 		att.link.Close()
 		att.link = nil
 	}
-	fresh, err := a.attach(l)
+	var fresh *Attachment
+	err = a.inNS(func() (err error) { fresh, err = a.attach(l); return err })
 	if err != nil {
 		if !att.lost {
 			a.log.Error("interface re-created, but attaching the limiter failed", "iface", att.Iface, "ifindex", l.Attrs().Index, "error", err)
@@ -196,7 +197,8 @@ func (a *Agent) linkPinned(att *Attachment) bool {
 // checkPins pins the maps, links and program again when the pin directory
 // or anything in it was removed under the running agent.
 func (a *Agent) checkPins() {
-	intact := a.pd.intact() && a.lim.PinnedMaps(a.pd.maps())
+	_, perr := os.Stat(a.pd.program())
+	intact := a.pd.intact() && perr == nil && a.lim.PinnedMaps(a.pd.maps())
 	for _, att := range a.attached {
 		if att.link != nil && a.check(att) == "" && !a.linkPinned(att) {
 			intact = false
