@@ -71,7 +71,10 @@ type Options struct {
 
 // Limiter is the loaded XDP program and its maps.
 type Limiter struct {
-	objs      LimiterObjects
+	objs LimiterObjects
+	// exempt and dests mirror the LPM tries, so that Apply writes only
+	// the prefixes that changed.
+	exempt, dests lpmMirror
 	tickNs    uint64
 	lastFlip  time.Time
 	lastSlot  uint32
@@ -242,14 +245,14 @@ func (l *Limiter) writeSelectors(slot uint32, p tiers.Policy) (uint32, error) {
 	if err := putAll(l.objs.Ports, keys, vals); err != nil {
 		return 0, fmt.Errorf("write ports of slot %d: %w", slot, err)
 	}
-	if err := replaceLPM(l.objs.SelectDests, func(tag uint32) bool { return tag>>8 == slot }, dests); err != nil {
+	if err := l.dests.sync(l.objs.SelectDests, func(tag uint32) uint32 { return tag >> 8 }, slot, dests); err != nil {
 		return 0, fmt.Errorf("write select dests of slot %d: %w", slot, err)
 	}
 	var exempt []LimiterTlLpmKey
 	for _, e := range p.Exempt {
 		exempt = append(exempt, lpmKey(slot, e))
 	}
-	if err := replaceLPM(l.objs.ExemptSources, func(tag uint32) bool { return tag == slot }, exempt); err != nil {
+	if err := l.exempt.sync(l.objs.ExemptSources, func(tag uint32) uint32 { return tag }, slot, exempt); err != nil {
 		return 0, fmt.Errorf("write exempt sources of slot %d: %w", slot, err)
 	}
 	return synRules, nil
@@ -315,32 +318,64 @@ func lpmKey(tag uint32, pfx netip.Prefix) LimiterTlLpmKey {
 	return LimiterTlLpmKey{Prefixlen: uint32(32 + bits), Tag: tag, Addr: pfx.Addr().As16()}
 }
 
-// replaceLPM deletes the trie's keys whose tag matches and inserts want.
-func replaceLPM(m *ebpf.Map, mine func(tag uint32) bool, want []LimiterTlLpmKey) error {
-	var (
-		k     LimiterTlLpmKey
-		v     uint8
-		stale []LimiterTlLpmKey
-	)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if mine(k.Tag) {
-			stale = append(stale, k)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return err
-	}
-	for _, k := range stale {
-		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+// lpmMirror is what an LPM trie holds, per slot. Iterating a trie costs
+// tens of µs per key, so it is read once, on the first Apply after Load,
+// and kept in step with every write after that.
+type lpmMirror struct {
+	loaded bool
+	slots  [2]map[LimiterTlLpmKey]struct{}
+}
+
+// sync makes slot's keys in m (slotOf maps a tag to its slot) exactly
+// want: it deletes the keys that are not wanted, then inserts the missing
+// ones, so an unchanged policy costs no map write and the trie never holds
+// more than both slots' policies.
+func (mr *lpmMirror) sync(m *ebpf.Map, slotOf func(tag uint32) uint32, slot uint32, want []LimiterTlLpmKey) error {
+	if !mr.loaded {
+		if err := mr.load(m, slotOf); err != nil {
 			return err
 		}
 	}
+	have := mr.slots[slot&1]
+	wantSet := make(map[LimiterTlLpmKey]struct{}, len(want))
 	for _, k := range want {
+		wantSet[k] = struct{}{}
+	}
+	for k := range have {
+		if _, ok := wantSet[k]; ok {
+			continue
+		}
+		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+		delete(have, k)
+	}
+	for _, k := range want {
+		if _, ok := have[k]; ok {
+			continue
+		}
 		if err := m.Put(&k, uint8(1)); err != nil {
 			return fmt.Errorf("prefix %v/%d: %w", netip.AddrFrom16(k.Addr), k.Prefixlen-32, err)
 		}
+		have[k] = struct{}{}
 	}
+	return nil
+}
+
+func (mr *lpmMirror) load(m *ebpf.Map, slotOf func(tag uint32) uint32) error {
+	mr.slots = [2]map[LimiterTlLpmKey]struct{}{{}, {}}
+	var (
+		k LimiterTlLpmKey
+		v uint8
+	)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		mr.slots[slotOf(k.Tag)&1][k] = struct{}{}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read LPM trie: %w", err)
+	}
+	mr.loaded = true
 	return nil
 }
 
