@@ -184,7 +184,7 @@ func (a *Agent) resolve() ([]netlink.Link, error) {
 		return nil, fmt.Errorf("read network namespace: %w", err)
 	}
 	a.ns = ns
-	nh, err := netlink.NewHandleAt(ns)
+	nh, err := netlink.NewHandle() // in ns: NewHandleAt would need CAP_SYS_ADMIN
 	if err != nil {
 		return nil, fmt.Errorf("netlink: %w", err)
 	}

@@ -75,10 +75,10 @@ type Limiter struct {
 	// exempt and dests mirror the LPM tries, so that Apply writes only
 	// the prefixes that changed.
 	exempt, dests lpmMirror
-	tickNs    uint64
-	lastFlip  time.Time
-	lastSlot  uint32
-	hasPolicy bool
+	tickNs        uint64
+	lastFlip      time.Time
+	lastSlot      uint32
+	hasPolicy     bool
 }
 
 // ErrPolicy is returned by Apply for a policy or table that the program

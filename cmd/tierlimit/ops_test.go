@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/internal/testenv"
+)
+
+// hardenedCaps is the capability set the README documents for a hardened
+// service: as uid 0 with this bounding set, the process has exactly these.
+const hardenedCaps = "-all,+net_admin,+bpf,+perfmon,+dac_override"
+
+// TestHardenedCapabilities (issue 11 C14): run, status and detach, the
+// commands a hardened service uses, all work with the documented
+// capabilities and without CAP_SYS_ADMIN; detach recognises the agent's
+// own program although its name cannot be read without CAP_SYS_ADMIN.
+func TestHardenedCapabilities(t *testing.T) {
+	testenv.Require(t)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Fatal("setpriv (util-linux) not installed")
+	}
+	p := testenv.NewPair(t)
+	pin := testPin(t, p)
+	bin := cli(t)
+	// Mounting bpffs needs CAP_SYS_ADMIN, which the README says.
+	if err := os.MkdirAll("/sys/fs/bpf", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Statfs_t
+	if unix.Statfs("/sys/fs/bpf", &st) != nil || uint32(st.Type) != unix.BPF_FS_MAGIC {
+		if err := unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700"); err != nil {
+			t.Fatalf("mount bpffs: %v", err)
+		}
+	}
+	hardened := func(ctx context.Context, args ...string) *exec.Cmd {
+		return p.Coll.Command(ctx, "setpriv", append([]string{"--bounding-set=" + hardenedCaps, "--inh-caps=-all", "--", bin}, args...)...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	var logs testenv.SyncBuffer
+	runCmd := hardened(ctx, "run", "--iface", p.CollIf, "--pin-path", pin, "--metrics-addr", "")
+	runCmd.Stderr = &logs
+	if err := runCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- runCmd.Wait() }()
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(logs.String(), "msg=started") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "msg=started") {
+		runCmd.Process.Kill()
+		<-done
+		t.Fatalf("run with %s did not start:\n%s", hardenedCaps, logs.String())
+	}
+	runCmd.Process.Signal(syscall.SIGTERM)
+	if err := <-done; err != nil {
+		t.Fatalf("run exited: %v\n%s", err, logs.String())
+	}
+	if x := testenv.XDP(t, p.Coll, p.CollIf); x.Name != agent.ProgramName {
+		t.Fatalf("after run stopped: %+v, want tierlimit still attached", x)
+	}
+	out, err := hardened(ctx, "status", "--pin-path", pin).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), p.CollIf) {
+		t.Errorf("status with %s: %v\n%s", hardenedCaps, err, out)
+	}
+	out, err = hardened(ctx, "detach", "--iface", p.CollIf, "--pin-path", pin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("detach with %s: %v\n%s", hardenedCaps, err, out)
+	}
+	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != 0 {
+		t.Errorf("after detach: %+v attached", x)
+	}
+	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("detach left %s", pin)
+	}
+}
+
+// TestSecondRunNoPin (issue 11 D): a second `run --no-pin` on an interface
+// that another agent holds says so, and exits 1.
+func TestSecondRunNoPin(t *testing.T) {
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	startRun(t, p.Coll, "--iface", p.CollIf, "--no-pin", "--metrics-addr", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := p.Coll.Command(ctx, cli(t), "run", "--iface", p.CollIf, "--no-pin", "--metrics-addr", "")
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("second run: %v, want exit 1\n%s", err, stderr.String())
+	}
+	oneLine(t, stderr.String(), p.CollIf, "another agent")
+	if strings.Contains(stderr.String(), "file exists") {
+		t.Errorf("second run reports the errno, not the cause: %s", stderr.String())
+	}
+}
