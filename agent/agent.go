@@ -14,6 +14,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -101,8 +102,10 @@ type Agent struct {
 	// pd is the pin directory, held while the agent runs; nil unpinned.
 	pd *pinDir
 
-	// mu serialises reloads (Limiter.Apply), Watch's repairs and Close,
-	// and guards attached.
+	// applyMu serialises reloads (Limiter.Apply) and Close; mu serialises
+	// Watch's repairs and Close, and guards attached, so that /healthz
+	// never waits for a reload.
+	applyMu  sync.Mutex
 	mu       sync.Mutex
 	attached []*Attachment
 	pinsLost bool // Watch logged the pinned state as gone
@@ -262,6 +265,8 @@ func (a *Agent) Attachments() []Attachment {
 	return out
 }
 
+var errClosed = errors.New("agent closed")
+
 // Reload compiles p and swaps it in atomically (bpf.Limiter.Apply). On
 // error the old policy keeps running, and the error is counted in
 // config_reloads_total{result="error"}.
@@ -284,8 +289,11 @@ func (a *Agent) reload(p tiers.Policy) error {
 	if err != nil {
 		return err
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
+	if a.closed.Load() {
+		return errClosed
+	}
 	return a.lim.Apply(p, tab)
 }
 
@@ -296,6 +304,8 @@ func (a *Agent) Close() error {
 	if a.closed.Swap(true) {
 		return nil
 	}
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, att := range a.attached {

@@ -110,3 +110,50 @@ func TestSecondRunNoPin(t *testing.T) {
 		t.Errorf("second run reports the errno, not the cause: %s", stderr.String())
 	}
 }
+
+// TestStatusInterfaceGone (issue 10 §8): status names a deleted interface
+// as gone and says what its pinned link still holds and how to remove it,
+// instead of "(ifindex 0): unknown XDP".
+func TestStatusInterfaceGone(t *testing.T) {
+	st := agent.Status{PinPath: "/sys/fs/bpf/t1", Links: []agent.PinnedLink{{Iface: "hrc0", Mode: "none", LinkID: 7, ProgramID: 42, Gone: true}}}
+	st.Policy.DropRatios = []float64{0}
+	var out bytes.Buffer
+	if err := writeStatus(&out, st); err != nil {
+		t.Fatal(err)
+	}
+	want := "hrc0: interface gone; pinned link 7 still holds program 42 and the maps (tierlimit detach --iface hrc0 --pin-path /sys/fs/bpf/t1 removes it)"
+	if !strings.Contains(out.String(), want) || strings.Contains(out.String(), "ifindex 0") {
+		t.Errorf("status with a deleted interface:\n%s\nwant %q", out.String(), want)
+	}
+	var js bytes.Buffer
+	if err := writeStatusJSON(&js, st); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(js.String(), `"interface_gone": true`) {
+		t.Errorf("status --json lacks interface_gone:\n%s", js.String())
+	}
+}
+
+// TestExplainWordsAgentErrors: the agent's typed errors name no flags;
+// cmd adds the flag or command to use, and keeps the error in the chain.
+func TestExplainWordsAgentErrors(t *testing.T) {
+	for _, c := range []struct {
+		err      error
+		sentinel error
+		want     string
+	}{
+		{&agent.ForeignProgramError{Iface: "eth1", Program: `program id 9, name "x"`}, agent.ErrForeignProgram, "(pass --replace to replace it)"},
+		{&agent.BusyError{Iface: "eth1", Program: "program id 9"}, agent.ErrInterfaceBusy, "held by another agent"},
+		{&agent.AgentRunningError{Pin: "/sys/fs/bpf/t", Pid: ""}, agent.ErrAgentRunning, "(/sys/fs/bpf/t, pid unknown): stop it first"},
+		{&agent.IncompatiblePinError{Pin: "/sys/fs/bpf/t", Err: errors.New("window: bad")}, agent.ErrIncompatiblePin, "remove them with tierlimit detach --iface eth1 --pin-path /sys/fs/bpf/t"},
+		{agent.ErrNativeRefused, agent.ErrNativeRefused, "try --xdp-mode generic"},
+	} {
+		got := explain(c.err, "/sys/fs/bpf/t", []string{"eth1"})
+		if !errors.Is(got, c.sentinel) || !strings.Contains(got.Error(), c.want) {
+			t.Errorf("explain(%v) = %v, want %q and the sentinel kept", c.err, got, c.want)
+		}
+		if strings.Contains(c.err.Error(), "--") {
+			t.Errorf("agent error %q names a flag", c.err)
+		}
+	}
+}

@@ -126,8 +126,12 @@ func writeStatus(w io.Writer, st agent.Status) error {
 	}
 	for _, l := range st.Links {
 		if l.Gone {
-			fmt.Fprintf(w, "  %s: interface gone; pinned link %d still holds program %d and the maps (tierlimit detach --iface %s removes it)\n",
-				l.Iface, l.LinkID, l.ProgramID, l.Iface)
+			remove := "tierlimit detach --iface " + l.Iface
+			if st.PinPath != agent.DefaultPinPath {
+				remove += " --pin-path " + st.PinPath
+			}
+			fmt.Fprintf(w, "  %s: interface gone; pinned link %d still holds program %d and the maps (%s removes it)\n",
+				l.Iface, l.LinkID, l.ProgramID, remove)
 			continue
 		}
 		fmt.Fprintf(w, "  %s (ifindex %d): %s XDP, link %d, program %d\n", l.Iface, l.Ifindex, l.Mode, l.LinkID, l.ProgramID)
