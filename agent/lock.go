@@ -121,8 +121,8 @@ func holderPid(f *os.File) string {
 		// "1: FLOCK  ADVISORY  WRITE 1234 00:26:36661 0 EOF"; waiters
 		// carry "->" after the number.
 		fs := strings.Fields(sc.Text())
-		if len(fs) >= 6 && fs[1] == "FLOCK" && fs[5] == id {
-			return fs[4]
+		if len(fs) >= 6 && fs[1] == "FLOCK" && fs[5] == id && fs[4] != "0" {
+			return fs[4] // 0: the holder is outside this pid namespace
 		}
 	}
 	return ""
