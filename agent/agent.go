@@ -85,6 +85,9 @@ type Attachment struct {
 	link  link.Link
 	flags int  // netlink attach flags, when link is nil
 	lost  bool // Watch logged it as lost
+	// deleted: the interface was deleted and its link dropped; Watch
+	// attaches to the next interface of that name.
+	deleted bool
 }
 
 // Agent is the running limiter.

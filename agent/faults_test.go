@@ -193,6 +193,18 @@ func TestInterfaceRecreated(t *testing.T) {
 	if !strings.Contains(logs.String(), fmt.Sprintf("old_ifindex=%d ifindex=%d", old, idx)) {
 		t.Errorf("re-attach log does not give both ifindexes:\n%s", logs)
 	}
+
+	// Made again on the very same ifindex: still a new interface.
+	n := strings.Count(logs.String(), "interface re-created: limiter attached")
+	ipIn(t, p.Coll, "link", "del", name)
+	vethIn(t, p.Coll, name, "index", strconv.Itoa(idx))
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(logs.String(), "interface re-created: limiter attached") == n && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if x := testenv.XDP(t, p.Coll, name); x.ID != prog || !a.Attached() {
+		t.Fatalf("re-created on the same ifindex %d: %+v attached (healthy %v), want program %d:\n%s", idx, x, a.Attached(), prog, logs)
+	}
 }
 
 // attachForeignTo attaches a bare XDP_PASS program named "foreign" to iface

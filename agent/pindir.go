@@ -66,9 +66,10 @@ func openPinDir(pin string) (_ *pinDir, err error) {
 // lockDir flocks the pin directory, making it first when create is set.
 // A directory that does not exist and may not be made is no error.
 func (d *pinDir) lockDir(create bool) error {
+	made := false
 	if create {
 		if err := os.Mkdir(d.path, 0o700); err == nil {
-			d.created = true
+			made = true
 		} else if !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("make pin dir %s: %w", d.path, err)
 		}
@@ -93,7 +94,9 @@ func (d *pinDir) lockDir(create bool) error {
 		f.Close()
 		return fmt.Errorf("stat pin dir %s: %w", d.path, err)
 	}
-	d.dirLock, d.dev, d.ino = f, st.Dev, st.Ino
+	// Only now is the directory ours to remove on failure: one that
+	// someone else locked first is never removed.
+	d.dirLock, d.dev, d.ino, d.created = f, st.Dev, st.Ino, made
 	return nil
 }
 

@@ -105,10 +105,8 @@ func (a *Agent) watchOnce() {
 	for _, att := range a.attached {
 		a.followRename(att)
 		why := a.check(att)
-		if why != "" && why == "interface deleted" {
-			if a.reattach(att) {
-				continue
-			}
+		if (why == "interface deleted" || att.deleted) && a.reattach(att) {
+			continue
 		}
 		switch {
 		case why == "" && att.lost:
@@ -145,19 +143,22 @@ func (a *Agent) followRename(att *Attachment) {
 	a.log.Warn("interface renamed: the limiter stays on it", "from", old, "to", att.Iface, "ifindex", att.Index)
 }
 
-// reattach attaches the limiter to an interface that has att's name but a
-// new ifindex (deleted and made again), and reports whether it did.
+// reattach drops the link of att's deleted interface and attaches the
+// limiter to the interface of that name once there is one again (usually
+// on a new ifindex). It reports whether it tried.
 func (a *Agent) reattach(att *Attachment) bool {
-	l, err := a.nh.LinkByName(att.Iface)
-	if err != nil || l.Attrs().Index == att.Index {
-		return false
-	}
 	if att.link != nil {
 		if a.pd != nil {
 			a.unpinIfMine(att)
 		}
 		att.link.Close()
 		att.link = nil
+	}
+	att.deleted = true
+	// Any interface of that name is a new one now, even on the old ifindex.
+	l, err := a.nh.LinkByName(att.Iface)
+	if err != nil {
+		return false
 	}
 	var fresh *Attachment
 	err = a.inNS(func() (err error) { fresh, err = a.attach(l); return err })
