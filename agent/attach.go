@@ -80,12 +80,12 @@ func (a *Agent) clearForeign(l netlink.Link) error {
 		return nil
 	}
 	name, idx := l.Attrs().Name, l.Attrs().Index
-	owner := describeProgram(x.ProgId)
-	if programName(x.ProgId) == ProgramName {
+	owner, pname := describeProgram(x.ProgId), programName(x.ProgId)
+	if pname == ProgramName {
 		return &BusyError{Iface: name, Program: owner}
 	}
 	if !a.cfg.Replace {
-		return &ForeignProgramError{Iface: name, Program: owner}
+		return &ForeignProgramError{Iface: name, Program: owner, Unnamed: pname == ""}
 	}
 	a.log.Warn("replacing XDP program", "iface", name, "program", owner)
 	for _, f := range []int{nl.XDP_FLAGS_DRV_MODE, nl.XDP_FLAGS_SKB_MODE} {

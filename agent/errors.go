@@ -46,9 +46,16 @@ type ForeignProgramError struct {
 	// HeldByLink is true when a bpf_link holds it: only its owner can
 	// remove it, so replacing it is not possible either.
 	HeldByLink bool
+	// Unnamed is true when its name could not be read (that needs
+	// CAP_SYS_ADMIN): it may be another tierlimit agent's.
+	Unnamed bool
 }
 
 func (e *ForeignProgramError) Error() string {
+	if e.Unnamed && !e.HeldByLink {
+		return fmt.Sprintf("%v: %s on %s, whose name cannot be read without CAP_SYS_ADMIN: another agent or another tool holds the interface",
+			ErrForeignProgram, e.Program, e.Iface)
+	}
 	if e.HeldByLink {
 		return fmt.Sprintf("%v: %s on %s is held by a bpf_link, which only its owner can remove", ErrForeignProgram, e.Program, e.Iface)
 	}
