@@ -124,7 +124,7 @@ type Agent struct {
 // pin directory this call made is removed.
 //
 // Returns ErrNotRoot without the capabilities, ErrNoInterface for a missing
-// interface, *AgentRunningError when another agent holds cfg.PinPath,
+// interface, ErrDuplicateInterface for one given twice, *AgentRunningError when another agent holds cfg.PinPath,
 // *IncompatiblePinError for pinned maps of another version (nothing is
 // written then), *ForeignProgramError when an interface runs another XDP
 // program and cfg.Replace is false, *BusyError when it runs a tierlimit
@@ -196,10 +196,16 @@ func (a *Agent) resolve() ([]netlink.Link, error) {
 	}
 	a.nh = nh
 	links := make([]netlink.Link, len(a.cfg.Interfaces))
+	seen := map[int]string{}
 	for i, name := range a.cfg.Interfaces {
 		if links[i], err = nh.LinkByName(name); err != nil {
 			return nil, fmt.Errorf("interface %q: %w", name, ErrNoInterface)
 		}
+		idx := links[i].Attrs().Index
+		if prev, dup := seen[idx]; dup {
+			return nil, fmt.Errorf("%w: %q and %q are ifindex %d", ErrDuplicateInterface, prev, name, idx)
+		}
+		seen[idx] = name
 	}
 	return links, nil
 }

@@ -12,6 +12,9 @@ var (
 	ErrXDPMode = errors.New("unknown XDP mode")
 	// ErrNoInterface is returned by New when an interface does not exist.
 	ErrNoInterface = errors.New("no such interface")
+	// ErrDuplicateInterface is returned by New when two of the names
+	// given are one interface.
+	ErrDuplicateInterface = errors.New("interface given twice")
 	// ErrForeignProgram is returned by New and Detach when an interface
 	// runs an XDP program that is not tierlimit's (*ForeignProgramError).
 	ErrForeignProgram = errors.New("interface runs another XDP program")

@@ -576,6 +576,20 @@ func TestSecondUnpinnedAgent(t *testing.T) {
 	}
 }
 
+// TestDuplicateInterface (D): an interface given twice is refused before
+// anything is attached.
+func TestDuplicateInterface(t *testing.T) {
+	testenv.Require(t)
+	p := newPair(t)
+	_, err := newAgent(p, agent.Config{Interfaces: []string{p.CollIf, p.CollIf}}, defaultPolicy())
+	if !errors.Is(err, agent.ErrDuplicateInterface) || !strings.Contains(err.Error(), p.CollIf) {
+		t.Fatalf("--iface %s twice: %v, want ErrDuplicateInterface naming it", p.CollIf, err)
+	}
+	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != 0 {
+		t.Fatalf("refused start attached %+v", x)
+	}
+}
+
 // TestDeletedInterfaceStatusAndExit (issue 10 §8): after the interface is
 // deleted, status says so and what the pinned link still holds; an unpinned
 // agent does not claim to detach from an interface that is gone.

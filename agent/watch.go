@@ -254,6 +254,7 @@ func (a *Agent) repin() error {
 // closeOne lets go of att when the agent stops, and logs what is really
 // left on the interface.
 func (a *Agent) closeOne(att *Attachment) {
+	a.followRename(att) // name the interface as it is called now
 	why := a.check(att)
 	if a.pd == nil {
 		if why != "" {

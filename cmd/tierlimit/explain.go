@@ -39,6 +39,8 @@ func explain(err error, pin string, ifaces []string) error {
 		return fmt.Errorf("%w (remove them with %s)", err, detach)
 	case errors.Is(err, agent.ErrNativeRefused):
 		return fmt.Errorf("%w (try --xdp-mode generic, or auto to fall back)", err)
+	case errors.Is(err, agent.ErrDuplicateInterface):
+		return usageError{fmt.Errorf("--iface: %w", err)}
 	case errors.Is(err, agent.ErrPinPath):
 		return fmt.Errorf("--pin-path: %w", err)
 	}

@@ -147,6 +147,7 @@ func TestExplainWordsAgentErrors(t *testing.T) {
 		{&agent.AgentRunningError{Pin: "/sys/fs/bpf/t", Pid: ""}, agent.ErrAgentRunning, "(/sys/fs/bpf/t, pid unknown): stop it first"},
 		{&agent.IncompatiblePinError{Pin: "/sys/fs/bpf/t", Err: errors.New("window: bad")}, agent.ErrIncompatiblePin, "remove them with tierlimit detach --iface eth1 --pin-path /sys/fs/bpf/t"},
 		{agent.ErrNativeRefused, agent.ErrNativeRefused, "try --xdp-mode generic"},
+		{agent.ErrDuplicateInterface, agent.ErrDuplicateInterface, "--iface: interface given twice"},
 	} {
 		got := explain(c.err, "/sys/fs/bpf/t", []string{"eth1"})
 		if !errors.Is(got, c.sentinel) || !strings.Contains(got.Error(), c.want) {
