@@ -14,6 +14,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -280,7 +281,14 @@ var errClosed = errors.New("agent closed")
 // error the old policy keeps running, and the error is counted in
 // config_reloads_total{result="error"}.
 func (a *Agent) Reload(p tiers.Policy) error {
-	err := a.reload(p)
+	return a.ReloadContext(context.Background(), p)
+}
+
+// ReloadContext is Reload that gives up when ctx ends (SIGTERM) before the
+// new policy is active, keeping the old one: a reload that writes tens of
+// thousands of prefixes takes seconds (bpf.Limiter.ApplyContext).
+func (a *Agent) ReloadContext(ctx context.Context, p tiers.Policy) error {
+	err := a.reload(ctx, p)
 	if err != nil {
 		a.reloadErr.Add(1)
 		return err
@@ -293,7 +301,7 @@ func (a *Agent) Reload(p tiers.Policy) error {
 // config file did not parse).
 func (a *Agent) ReloadFailed() { a.reloadErr.Add(1) }
 
-func (a *Agent) reload(p tiers.Policy) error {
+func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 	tab, err := tiers.Compile(p) // validates p
 	if err != nil {
 		return err
@@ -303,7 +311,7 @@ func (a *Agent) reload(p tiers.Policy) error {
 	if a.closed.Load() {
 		return errClosed
 	}
-	return a.lim.Apply(p, tab)
+	return a.lim.ApplyContext(ctx, p, tab)
 }
 
 // Close stops the agent. Without pinning it detaches the limiter; with

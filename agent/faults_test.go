@@ -406,6 +406,31 @@ func TestPrefixLimits(t *testing.T) {
 	if err := a.Reload(over); err == nil || err.Error() != checkErr.Error() {
 		t.Fatalf("reload with one prefix too many: %v, want the same error as check: %v", err, checkErr)
 	}
+
+	// A reload that rewrites every prefix gives up when its context ends
+	// (SIGTERM), and the old policy stays, whole.
+	changed := pol
+	changed.Max = 77
+	changed.Exempt = nil
+	for _, e := range pol.Exempt {
+		b := e.Addr().As4()
+		b[0]++
+		changed.Exempt = append(changed.Exempt, netip.PrefixFrom(netip.AddrFrom4(b), e.Bits()))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.ReloadContext(ctx, changed); !errors.Is(err, context.Canceled) {
+		t.Fatalf("reload with an ended context: %v, want context.Canceled", err)
+	}
+	if act, err := a.Limiter().Active(); err != nil || act.Max != 100 {
+		t.Fatalf("after an abandoned reload: max %d (%v), want the old 100", act.Max, err)
+	}
+	if err := a.Reload(changed); err != nil {
+		t.Fatalf("reload after an abandoned one: %v", err)
+	}
+	if act, _ := a.Limiter().Active(); act.Max != 77 {
+		t.Fatalf("after the reload: max %d, want 77", act.Max)
+	}
 }
 
 func slicesClone[T any](s []T) []T { return append([]T(nil), s...) }

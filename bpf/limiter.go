@@ -9,6 +9,7 @@
 package bpf
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -121,6 +122,14 @@ func (l *Limiter) Close() error { return l.objs.Close() }
 // window and the counters carry on. Returns ErrPolicy when p or t exceed the
 // program's limits; on any error the active policy is unchanged.
 func (l *Limiter) Apply(p tiers.Policy, t tiers.Table) error {
+	return l.ApplyContext(context.Background(), p, t)
+}
+
+// ApplyContext is Apply that gives up, returning ctx's error, when ctx ends
+// before the new policy is active: the running policy stays, whole. Only
+// prefix writes take long (about 20 µs each), so ctx is checked between
+// them.
+func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Table) error {
 	if err := fits(p, t); err != nil {
 		return err
 	}
@@ -139,7 +148,7 @@ func (l *Limiter) Apply(p tiers.Policy, t tiers.Table) error {
 	if err := l.writeTable(slot, t); err != nil {
 		return err
 	}
-	synRules, err := l.writeSelectors(slot, p)
+	synRules, err := l.writeSelectors(ctx, slot, p)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -15,7 +16,7 @@ import (
 // syn_rules mask. The port array is written whole, in two batches: the time
 // is bounded (about 130k entries) whatever the number of ranges, since each
 // rule's ranges are merged first.
-func (l *Limiter) writeSelectors(slot uint32, p tiers.Policy) (uint32, error) {
+func (l *Limiter) writeSelectors(ctx context.Context, slot uint32, p tiers.Policy) (uint32, error) {
 	keys := make([]uint32, 2*numPorts)
 	for i := range keys {
 		keys[i] = slot*2*numPorts + uint32(i)
@@ -30,14 +31,14 @@ func (l *Limiter) writeSelectors(slot uint32, p tiers.Policy) (uint32, error) {
 	if err := putAll(l.objs.Ports, keys, vals); err != nil {
 		return 0, fmt.Errorf("write ports of slot %d: %w", slot, err)
 	}
-	if err := l.dests.sync(l.objs.SelectDests, func(tag uint32) uint32 { return tag >> 8 }, slot, dests); err != nil {
+	if err := l.dests.sync(ctx, l.objs.SelectDests, func(tag uint32) uint32 { return tag >> 8 }, slot, dests); err != nil {
 		return 0, fmt.Errorf("write select dests of slot %d: %w", slot, err)
 	}
 	var exempt []LimiterTlLpmKey
 	for _, e := range p.Exempt {
 		exempt = append(exempt, lpmKey(slot, e))
 	}
-	if err := l.exempt.sync(l.objs.ExemptSources, func(tag uint32) uint32 { return tag }, slot, exempt); err != nil {
+	if err := l.exempt.sync(ctx, l.objs.ExemptSources, func(tag uint32) uint32 { return tag }, slot, exempt); err != nil {
 		return 0, fmt.Errorf("write exempt sources of slot %d: %w", slot, err)
 	}
 	return synRules, nil
@@ -115,7 +116,7 @@ type lpmMirror struct {
 // want: it deletes the keys that are not wanted, then inserts the missing
 // ones, so an unchanged policy costs no map write and the trie never holds
 // more than both slots' policies.
-func (mr *lpmMirror) sync(m *ebpf.Map, slotOf func(tag uint32) uint32, slot uint32, want []LimiterTlLpmKey) error {
+func (mr *lpmMirror) sync(ctx context.Context, m *ebpf.Map, slotOf func(tag uint32) uint32, slot uint32, want []LimiterTlLpmKey) error {
 	if !mr.loaded {
 		if err := mr.load(m, slotOf); err != nil {
 			return err
@@ -126,9 +127,13 @@ func (mr *lpmMirror) sync(m *ebpf.Map, slotOf func(tag uint32) uint32, slot uint
 	for _, k := range want {
 		wantSet[k] = struct{}{}
 	}
+	n := 0
 	for k := range have {
 		if _, ok := wantSet[k]; ok {
 			continue
+		}
+		if n++; n%1024 == 0 && ctx.Err() != nil {
+			return ctx.Err()
 		}
 		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return err
@@ -138,6 +143,9 @@ func (mr *lpmMirror) sync(m *ebpf.Map, slotOf func(tag uint32) uint32, slot uint
 	for _, k := range want {
 		if _, ok := have[k]; ok {
 			continue
+		}
+		if n++; n%1024 == 0 && ctx.Err() != nil {
+			return ctx.Err()
 		}
 		if err := m.Put(&k, uint8(1)); err != nil {
 			return fmt.Errorf("prefix %v/%d: %w", netip.AddrFrom16(k.Addr), k.Prefixlen-32, err)
