@@ -158,3 +158,44 @@ func TestExplainWordsAgentErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRunPinDirRemoved (issue 11 A1, as the operator saw it): `rm -rf` of
+// the pin directory under `tierlimit run`, then SIGTERM. The agent notices
+// within its 2 s check, pins everything again, and its stop message is
+// true: the limiter stays attached and pinned, and status reads it.
+func TestRunPinDirRemoved(t *testing.T) {
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	pin := testPin(t, p)
+	a := startRun(t, p.Coll, "--iface", p.CollIf, "--pin-path", pin, "--metrics-addr", "")
+	id := testenv.XDP(t, p.Coll, p.CollIf).ID
+	if err := os.RemoveAll(pin); err != nil {
+		t.Fatal(err)
+	}
+	if !a.waitLog("pinned state restored", 10*time.Second) {
+		t.Fatalf("no re-pin within 10s:\n%s", a.log)
+	}
+	// A check that raced rm -rf may have restored only part; the next
+	// one completes it.
+	complete := func() bool {
+		maps, _ := os.ReadDir(pin + "/maps")
+		_, e1 := os.Stat(pin + "/links/" + p.CollIf)
+		_, e2 := os.Stat(pin + "/program")
+		return len(maps) == 10 && e1 == nil && e2 == nil
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !complete() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	a.stop(t, syscall.SIGTERM)
+	if !strings.Contains(a.log.String(), "pinned state removed while the agent runs") || !strings.Contains(a.log.String(), "limiter stays attached and pinned") {
+		t.Errorf("logs:\n%s", a.log)
+	}
+	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != id {
+		t.Fatalf("after stop: %+v, want program %d still attached", x, id)
+	}
+	out, err := p.Coll.Command(context.Background(), cli(t), "status", "--pin-path", pin).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), p.CollIf) {
+		t.Fatalf("status after re-pinning: %v\n%s", err, out)
+	}
+}
