@@ -7,14 +7,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Capabilities New needs (include/uapi/linux/capability.h).
-const (
-	capNetAdmin = 12
-	capSysAdmin = 21
-	capPerfmon  = 38
-	capBPF      = 39
-)
-
 // checkCaps returns ErrNotRoot, naming what is missing, unless the process
 // has CAP_NET_ADMIN and either CAP_SYS_ADMIN or both CAP_BPF and
 // CAP_PERFMON in its effective set: root, or a hardened service with just
@@ -27,16 +19,16 @@ func checkCaps() error {
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("read capabilities: %w", err)
 	}
-	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
+	has := func(c int) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
 	var missing []string
-	if !has(capNetAdmin) {
+	if !has(unix.CAP_NET_ADMIN) {
 		missing = append(missing, "CAP_NET_ADMIN")
 	}
-	if !has(capSysAdmin) {
-		if !has(capBPF) {
+	if !has(unix.CAP_SYS_ADMIN) {
+		if !has(unix.CAP_BPF) {
 			missing = append(missing, "CAP_BPF")
 		}
-		if !has(capPerfmon) {
+		if !has(unix.CAP_PERFMON) {
 			missing = append(missing, "CAP_PERFMON")
 		}
 	}

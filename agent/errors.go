@@ -1,22 +1,110 @@
 package agent
 
-import "errors"
-
-// Errors of New and Detach that a command words for its user: the agent
-// names what happened and where; the command says which flag or command
-// fixes it.
-var (
-	// ErrPinnedElsewhere is returned by New when an interface already runs
-	// tierlimit that this agent did not pin (another agent's, or pinned
-	// under another pin path), and by Detach when the interface's limiter
-	// is held by a bpf_link pinned under another pin path or by a running
-	// agent.
-	ErrPinnedElsewhere = errors.New("interface runs a tierlimit pinned elsewhere")
-	// ErrNativeRefused is returned by New when Config.XDPMode is XDPNative
-	// and the driver refuses native XDP; XDPGeneric or XDPAuto would work.
-	ErrNativeRefused = errors.New("native XDP refused by the driver")
-	// ErrIncompatiblePins is returned by New when the maps pinned under
-	// Config.PinPath cannot be reused (a different tierlimit version); the
-	// pinned state must be removed (Detach) first.
-	ErrIncompatiblePins = errors.New("pinned maps cannot be reused")
+import (
+	"errors"
+	"fmt"
 )
+
+// Sentinel errors. The typed errors below wrap them, so errors.Is works on
+// either; the command words them for a person (flags, commands to run).
+var (
+	// ErrXDPMode is returned by ParseXDPMode for an unknown mode.
+	ErrXDPMode = errors.New("unknown XDP mode")
+	// ErrNoInterface is returned by New when an interface does not exist.
+	ErrNoInterface = errors.New("no such interface")
+	// ErrDuplicateInterface is returned by New when two of the names
+	// given are one interface.
+	ErrDuplicateInterface = errors.New("interface given twice")
+	// ErrForeignProgram is returned by New and Detach when an interface
+	// runs an XDP program that is not tierlimit's (*ForeignProgramError).
+	ErrForeignProgram = errors.New("interface runs another XDP program")
+	// ErrInterfaceBusy is returned by New when an interface already runs
+	// a tierlimit limiter that this agent does not own: another agent
+	// holds it, or it is pinned under another pin path (*BusyError).
+	ErrInterfaceBusy = errors.New("interface already runs a tierlimit limiter held elsewhere")
+	// ErrNotRoot is returned by New when the process lacks root.
+	ErrNotRoot = errors.New("not running as root: loading and attaching XDP needs root, or CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN")
+	// ErrNotPinned is returned by Detach and Status when no pinned state exists.
+	ErrNotPinned = errors.New("no pinned tierlimit state")
+	// ErrAgentRunning is returned by New and Detach when another agent
+	// holds the pin path (*AgentRunningError).
+	ErrAgentRunning = errors.New("another tierlimit agent is running with this pin path")
+	// ErrIncompatiblePin is returned by New when maps pinned under the pin
+	// path do not match this version's program (*IncompatiblePinError).
+	// Nothing has been written; Detach removes them.
+	ErrIncompatiblePin = errors.New("pinned maps are incompatible with this version")
+	// ErrPinPath is returned by New for a pin path bpffs cannot hold.
+	ErrPinPath = errors.New("bad pin path")
+	// ErrNativeRefused is returned by New when the driver refuses native
+	// XDP and the mode is native (generic or auto would work).
+	ErrNativeRefused = errors.New("native XDP mode refused by the driver")
+)
+
+// ForeignProgramError is an interface that runs another XDP program.
+type ForeignProgramError struct {
+	Iface string
+	// Program describes it: "program id N, name "x"" (the name only with
+	// CAP_SYS_ADMIN).
+	Program string
+	// HeldByLink is true when a bpf_link holds it: only its owner can
+	// remove it, so replacing it is not possible either.
+	HeldByLink bool
+	// Unnamed is true when its name could not be read (that needs
+	// CAP_SYS_ADMIN): it may be another tierlimit agent's.
+	Unnamed bool
+}
+
+func (e *ForeignProgramError) Error() string {
+	if e.Unnamed && !e.HeldByLink {
+		return fmt.Sprintf("%v: %s on %s, whose name cannot be read without CAP_SYS_ADMIN: another agent or another tool holds the interface",
+			ErrForeignProgram, e.Program, e.Iface)
+	}
+	if e.HeldByLink {
+		return fmt.Sprintf("%v: %s on %s is held by a bpf_link, which only its owner can remove", ErrForeignProgram, e.Program, e.Iface)
+	}
+	return fmt.Sprintf("%v: %s on %s", ErrForeignProgram, e.Program, e.Iface)
+}
+
+func (e *ForeignProgramError) Unwrap() error { return ErrForeignProgram }
+
+// BusyError is an interface that runs a tierlimit limiter this agent does
+// not own.
+type BusyError struct {
+	Iface   string
+	Program string
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("%s already runs tierlimit (%s), held by another agent or pinned under another pin path", e.Iface, e.Program)
+}
+
+func (e *BusyError) Unwrap() error { return ErrInterfaceBusy }
+
+// AgentRunningError names the pin path another agent holds, and its pid
+// ("" when the kernel does not say).
+type AgentRunningError struct {
+	Pin string
+	Pid string
+}
+
+func (e *AgentRunningError) Error() string {
+	pid := e.Pid
+	if pid == "" {
+		pid = "unknown"
+	}
+	return fmt.Sprintf("%v (%s, pid %s)", ErrAgentRunning, e.Pin, pid)
+}
+
+func (e *AgentRunningError) Unwrap() error { return ErrAgentRunning }
+
+// IncompatiblePinError names the pinned map that does not match.
+type IncompatiblePinError struct {
+	Pin string
+	Err error
+}
+
+func (e *IncompatiblePinError) Error() string {
+	return fmt.Sprintf("%v under %s: %v", ErrIncompatiblePin, e.Pin, e.Err)
+}
+
+func (e *IncompatiblePinError) Unwrap() []error { return []error{ErrIncompatiblePin, e.Err} }

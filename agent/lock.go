@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -13,70 +14,137 @@ import (
 
 // LockDir holds one lock file per pin path, so that two agents never
 // share, and `tierlimit detach` never pulls, the pinned state of a running
-// agent.
+// agent. The pin directory itself is locked too (pinDir), so deleting the
+// lock file (a tmpfiles cleanup of /run) lets no second agent in.
 const LockDir = "/run/tierlimit"
 
-// ErrAgentRunning is returned by New and Detach when another agent holds
-// the pin path.
-var ErrAgentRunning = errors.New("another tierlimit agent is running with this pin path")
+// LockFile is the lock file of pin path pin, named after its canonical
+// path (CanonicalPinPath), so that every spelling of one path shares it.
+func LockFile(pin string) string {
+	c, err := CanonicalPinPath(pin)
+	if err != nil {
+		c = filepath.Clean(pin)
+	}
+	return lockPath(c)
+}
 
-// pinLock is an exclusive flock(2) on the pin path's lock file, held for
-// the agent's lifetime; the kernel releases it when the process dies, even
-// on SIGKILL.
-type pinLock struct{ f *os.File }
-
-// LockFile is the lock file of pin path pin.
-func LockFile(pin string) string { return lockPath(pin) }
-
-func lockPath(pin string) string {
-	name := strings.ReplaceAll(strings.Trim(filepath.Clean(pin), "/"), "/", "_")
+func lockPath(canonical string) string {
+	name := strings.ReplaceAll(strings.Trim(canonical, "/"), "/", "_")
 	return filepath.Join(LockDir, name+".lock")
 }
 
-// lockPin takes the pin path's lock without waiting. Returns
-// ErrAgentRunning, naming the holder's pid, when it is taken.
-func lockPin(pin string) (*pinLock, error) {
+// CanonicalPinPath is pin as an absolute path with its parent's symlinks
+// resolved: the identity of the pinned state, whatever spelling was typed
+// (relative, "..", a symlink to the bpffs mount).
+func CanonicalPinPath(pin string) (string, error) {
+	if pin == "" {
+		return "", fmt.Errorf("%w: empty", ErrPinPath)
+	}
+	abs, err := filepath.Abs(pin)
+	if err != nil {
+		return "", fmt.Errorf("%w %q: %v", ErrPinPath, pin, err)
+	}
+	dir, base := filepath.Split(abs)
+	if base == "" || base == "." || base == ".." {
+		return "", fmt.Errorf("%w %q: names no directory", ErrPinPath, pin)
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	return filepath.Join(dir, base), nil
+}
+
+// flockNB takes an exclusive flock(2) on f without waiting. The kernel
+// releases it when the last fd closes, even on SIGKILL.
+func flockNB(f *os.File) error {
+	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+}
+
+// lockRunFile takes the lock file of canonical pin path pin. It retries
+// when the file it locked was unlinked or replaced meanwhile, so that two
+// processes never hold locks on two different files of one name. Returns
+// *AgentRunningError when another process holds it.
+func lockRunFile(pin string) (*os.File, error) {
 	if err := os.MkdirAll(LockDir, 0o755); err != nil {
 		return nil, fmt.Errorf("lock %s: %w", pin, err)
 	}
 	path := lockPath(pin)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if errors.Is(err, os.ErrPermission) {
-		return nil, fmt.Errorf("lock %s: %w (the lock and the pins are root's: run as root, or with CAP_DAC_OVERRIDE)", pin, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", pin, err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		holder, _ := os.ReadFile(path)
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w (%s, pid %s): stop it first", ErrAgentRunning, pin, strings.TrimSpace(string(holder)))
+	for range 10 {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("lock %s: %w", pin, err)
 		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		if err := flockNB(f); err != nil {
+			pid := holderPid(f)
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, &AgentRunningError{Pin: pin, Pid: pid}
+			}
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if sameFile(f, path) {
+			if err := f.Truncate(0); err == nil {
+				_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+			}
+			return f, nil
+		}
+		f.Close() // unlinked or replaced after we opened it: try again
 	}
-	if err := f.Truncate(0); err == nil {
-		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
-	return &pinLock{f: f}, nil
+	return nil, fmt.Errorf("lock %s: the lock file keeps being replaced", path)
 }
 
-// LockHolder reports whether an agent holds pin's lock now, and its pid.
+// sameFile reports whether path still names the file open as f.
+func sameFile(f *os.File, path string) bool {
+	var a, b unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &a) != nil || unix.Stat(path, &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
+}
+
+// holderPid is the pid that holds a flock on f's file, from /proc/locks
+// (in this process's pid namespace), or "" when none is listed. Unlike a
+// pid written into the file, it is never half-written.
+func holderPid(f *os.File) string {
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil {
+		return ""
+	}
+	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	locks, err := os.Open("/proc/locks")
+	if err != nil {
+		return ""
+	}
+	defer locks.Close()
+	sc := bufio.NewScanner(locks)
+	for sc.Scan() {
+		// "1: FLOCK  ADVISORY  WRITE 1234 00:26:36661 0 EOF"; waiters
+		// carry "->" after the number.
+		fs := strings.Fields(sc.Text())
+		if len(fs) >= 6 && fs[1] == "FLOCK" && fs[5] == id && fs[4] != "0" {
+			return fs[4] // 0: the holder is outside this pid namespace
+		}
+	}
+	return ""
+}
+
+// LockHolder reports whether an agent holds pin's lock now, and its pid
+// ("" when unknown). An empty pin (no pinning) is never held.
 func LockHolder(pin string) (pid string, held bool) {
-	l, err := lockPin(pin)
-	if err == nil {
-		l.unlock()
+	if pin == "" {
 		return "", false
 	}
-	if !errors.Is(err, ErrAgentRunning) {
+	c, err := CanonicalPinPath(pin)
+	if err != nil {
 		return "", false
 	}
-	b, _ := os.ReadFile(lockPath(pin))
-	return strings.TrimSpace(string(b)), true
-}
-
-func (l *pinLock) unlock() {
-	if l != nil {
-		l.f.Close() // closing the last fd releases the flock
+	f, err := os.Open(lockPath(c))
+	if err != nil {
+		return "", false
 	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err == nil {
+		return "", false // our shared lock goes with the fd
+	}
+	return holderPid(f), true
 }

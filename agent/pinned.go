@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -17,11 +18,19 @@ import (
 
 // PinnedLink is one interface's pinned limiter link.
 type PinnedLink struct {
-	Iface     string `json:"iface"`
-	Ifindex   int    `json:"ifindex"`
+	// Iface is the name the link is pinned under: the interface's name
+	// when it was attached (a rename is followed by the next agent or
+	// detach).
+	Iface   string `json:"iface"`
+	Ifindex int    `json:"ifindex"`
+	// Mode is native, generic, or "none" when the interface is gone.
 	Mode      string `json:"mode"`
 	LinkID    uint32 `json:"link_id"`
 	ProgramID uint32 `json:"program_id"`
+	// Gone is true when the interface was deleted: the kernel reports the
+	// link's ifindex as 0. The link still holds the program and the maps
+	// until it is detached.
+	Gone bool `json:"interface_gone"`
 }
 
 // Status is the pinned state, read with no agent running.
@@ -35,6 +44,9 @@ type Status struct {
 // ErrNotPinned when nothing is pinned there.
 func ReadStatus(pin string) (Status, error) {
 	st := Status{PinPath: pin}
+	if c, err := CanonicalPinPath(pin); err == nil {
+		pin = c
+	}
 	if _, err := os.Stat(filepath.Join(pin, "maps")); errors.Is(err, os.ErrNotExist) {
 		return st, fmt.Errorf("%w under %s", ErrNotPinned, pin)
 	} else if err != nil {
@@ -49,7 +61,7 @@ func ReadStatus(pin string) (Status, error) {
 		if err != nil {
 			return st, err
 		}
-		pl.Iface = e.Name() // links are pinned by interface name
+		pl.Iface = UnpinName(e.Name())
 		st.Links = append(st.Links, pl)
 	}
 	lim, err := bpf.OpenPinned(filepath.Join(pin, "maps"))
@@ -74,9 +86,12 @@ func readPinnedLink(path string) (PinnedLink, error) {
 	pl := PinnedLink{LinkID: uint32(info.ID), ProgramID: uint32(info.Program), Mode: "unknown"}
 	if x := info.XDP(); x != nil {
 		pl.Ifindex = int(x.Ifindex)
-		// The mode as this network namespace sees ifindex: run status in
-		// the namespace the agent ran in.
-		if nh, err := netlink.NewHandle(); err == nil {
+		pl.Gone = x.Ifindex == 0
+		if pl.Gone {
+			pl.Mode = "none"
+		} else if nh, err := netlink.NewHandle(); err == nil {
+			// The mode as this network namespace sees ifindex: run
+			// status in the namespace the agent ran in.
 			pl.Mode = xdpModeOf(nh, pl.Ifindex)
 			nh.Close()
 		}
@@ -86,21 +101,27 @@ func readPinnedLink(path string) (PinnedLink, error) {
 
 // Detach removes the limiter from iface: the pinned link under pin (which
 // detaches it) or, failing that, a tierlimit program attached through
-// netlink. Once no interface is left, the pinned maps go too, and the
-// window and the counters with them.
+// netlink. A link pinned under the interface's old name (it was renamed)
+// is found by ifindex. Once no link is left, the pinned maps go too, and
+// the window and the counters with them; so a pin directory with maps and
+// no link (stale, or of an incompatible version) is removed as well.
 //
-// Returns ErrAgentRunning while an agent runs with pin, ErrForeignProgram,
-// touching nothing, when the program on iface is not tierlimit's, and
-// ErrNotPinned when iface has no limiter.
+// Returns *AgentRunningError while an agent runs with pin,
+// *ForeignProgramError, touching nothing, when the program on iface is not
+// tierlimit's, and ErrNotPinned when neither iface nor pin holds a limiter.
+// Ownership is checked by the program pinned beside the links, so it
+// works without CAP_SYS_ADMIN.
 func Detach(pin, iface string) error {
-	// A running agent holds the lock: pulling its pins from under it
-	// would leave it reporting a limiter that is gone.
-	lock, err := lockPin(pin)
+	d, err := lockForDetach(pin)
 	if err != nil {
 		return err
 	}
-	defer lock.unlock()
-	linkPin := filepath.Join(pin, "links", iface)
+	defer d.release(false)
+	if nh, err := netlink.NewHandle(); err == nil {
+		followRenames(d, nh, slog.New(slog.DiscardHandler))
+		nh.Close()
+	}
+	linkPin := d.linkPin(iface)
 	lk, err := link.LoadPinnedLink(linkPin, nil)
 	switch {
 	case err == nil:
@@ -109,24 +130,63 @@ func Detach(pin, iface string) error {
 		if err != nil {
 			return fmt.Errorf("link info %s: %w", linkPin, err)
 		}
-		if name := programName(uint32(info.Program)); name != ProgramName {
-			return fmt.Errorf("%w: pinned link %s runs program id %d, name %q", ErrForeignProgram, linkPin, info.Program, name)
+		if !d.owns(uint32(info.Program)) {
+			return &ForeignProgramError{Iface: iface, Program: "pinned link " + linkPin + " runs " + describeProgram(uint32(info.Program))}
 		}
 		if err := lk.Unpin(); err != nil {
 			return fmt.Errorf("unpin %s: %w", linkPin, err)
 		}
 	case errors.Is(err, os.ErrNotExist):
-		if err := detachNetlink(iface); err != nil {
+		err := detachNetlink(d, iface)
+		if (errors.Is(err, ErrNotPinned) || errors.Is(err, ErrNoInterface)) && d.dirLock != nil && d.linksLeft() == 0 {
+			break // nothing on iface: remove the stale maps below
+		}
+		if err != nil {
 			return err
 		}
 	default:
 		return fmt.Errorf("open pinned link %s: %w", linkPin, err)
 	}
-	return removeIfUnused(pin)
+	return d.removeIfUnused()
+}
+
+// lockForDetach takes pin's locks, as a running agent holds them.
+func lockForDetach(pin string) (*pinDir, error) {
+	path, err := CanonicalPinPath(pin)
+	if err != nil {
+		return nil, err
+	}
+	d := &pinDir{path: path}
+	// A running agent holds the lock: pulling its pins from under it
+	// would leave it reporting a limiter that is gone.
+	if d.runLock, err = lockRunFile(path); err != nil {
+		return nil, err
+	}
+	if err := d.lockDir(false); err != nil {
+		d.release(false)
+		return nil, err
+	}
+	return d, nil
+}
+
+// owns reports whether program id is tierlimit's: the program pinned
+// beside the links (readable with CAP_BPF), or one named tierlimit
+// (readable only with CAP_SYS_ADMIN; pin dirs of older versions).
+func (d *pinDir) owns(id uint32) bool {
+	if p, err := ebpf.LoadPinnedProgram(d.program(), nil); err == nil {
+		info, ierr := p.Info()
+		p.Close()
+		if ierr == nil {
+			if pid, ok := info.ID(); ok && uint32(pid) == id {
+				return true
+			}
+		}
+	}
+	return programName(id) == ProgramName
 }
 
 // detachNetlink removes a tierlimit program attached without a link.
-func detachNetlink(iface string) error {
+func detachNetlink(d *pinDir, iface string) error {
 	l, err := netlink.LinkByName(iface)
 	if err != nil {
 		return fmt.Errorf("interface %q: %w", iface, ErrNoInterface)
@@ -135,8 +195,8 @@ func detachNetlink(iface string) error {
 	if x == nil || !x.Attached {
 		return fmt.Errorf("%w for %s", ErrNotPinned, iface)
 	}
-	if name := programName(x.ProgId); name != ProgramName {
-		return fmt.Errorf("%w on %s: %s; tierlimit leaves it alone", ErrForeignProgram, iface, describeProgram(x.ProgId))
+	if !d.owns(x.ProgId) {
+		return &ForeignProgramError{Iface: iface, Program: describeProgram(x.ProgId)}
 	}
 	flags := 0
 	switch x.AttachMode {
@@ -146,38 +206,25 @@ func detachNetlink(iface string) error {
 		flags = nl.XDP_FLAGS_SKB_MODE
 	}
 	if err := netlink.LinkSetXdpFdWithFlags(l, -1, flags); errors.Is(err, unix.EBUSY) {
-		return fmt.Errorf("%w: %w for %s here: its tierlimit (%s) is attached through a bpf_link pinned under another pin path, or held by a running agent",
-			ErrNotPinned, ErrPinnedElsewhere, iface, describeProgram(x.ProgId))
+		return &BusyError{Iface: iface, Program: describeProgram(x.ProgId)}
 	} else if err != nil {
 		return fmt.Errorf("detach xdp from %s: %w", iface, err)
 	}
 	return nil
 }
 
-// removeIfUnused removes the pin directory once no link is pinned in it.
-func removeIfUnused(pin string) error {
-	entries, err := os.ReadDir(filepath.Join(pin, "links"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	if len(entries) > 0 {
-		return nil
-	}
-	if err := os.RemoveAll(pin); err != nil {
-		return fmt.Errorf("remove pinned maps %s: %w", pin, err)
-	}
-	return nil
+func (d *pinDir) linksLeft() int {
+	entries, _ := os.ReadDir(d.links())
+	return len(entries)
 }
 
-func programName(id uint32) string {
-	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
-	if err != nil {
-		return ""
+// removeIfUnused removes the pin directory once no link is pinned in it.
+func (d *pinDir) removeIfUnused() error {
+	if d.linksLeft() > 0 {
+		return nil
 	}
-	defer p.Close()
-	info, err := p.Info()
-	if err != nil {
-		return ""
+	if err := os.RemoveAll(d.path); err != nil {
+		return fmt.Errorf("remove pinned maps %s: %w", d.path, err)
 	}
-	return info.Name
+	return nil
 }

@@ -205,7 +205,7 @@ func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *testenv.
 	if !errors.Is(err, agent.ErrForeignProgram) {
 		t.Fatalf("start on a foreign program: %v, want ErrForeignProgram", err)
 	}
-	for _, want := range []string{fmt.Sprint(id), `"foreign"`} {
+	for _, want := range []string{fmt.Sprint(id), `"foreign"`, p.CollIf} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}

@@ -59,10 +59,14 @@
 #define TL_SKB_IFACES 64
 #endif
 
-/* Most prefixes in the exempt and the destination tries (all slots). */
-#ifndef TL_LPM_ENTRIES
-#define TL_LPM_ENTRIES 16384
+/* Most prefixes of one policy in the exempt trie, and in the destination
+ * trie (all rules together): tiers.MaxPrefixes matches it. Each trie holds
+ * this many per slot, so a reload always fits beside the running policy.
+ * LPM tries allocate on insert: the size costs nothing until used. */
+#ifndef TL_LPM_PREFIXES
+#define TL_LPM_PREFIXES (1 << 16)
 #endif
+#define TL_LPM_ENTRIES (TL_SLOTS * TL_LPM_PREFIXES)
 
 /* Per-source budgets (DESIGN.md §6): rows and columns of the count-min
  * sketch (columns a power of two), and groups over budget remembered for

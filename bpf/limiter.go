@@ -11,9 +11,9 @@
 package bpf
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -44,6 +44,8 @@ const (
 	portKeys = uint32(LimiterTlConstTL_PORT_KEYS)
 	// destRuleBits is the width of the rule in a select_dests tag.
 	destRuleBits = uint32(LimiterTlConstTL_DEST_RULE_BITS)
+	// lpmTagBits is the part of an LPM key's prefixlen that covers its tag.
+	lpmTagBits = uint32(LimiterTlConstTL_LPM_TAG_BITS)
 	// lpmTagIPv6 is the family bit of an LPM tag.
 	lpmTagIPv6 = uint32(LimiterTlConstTL_LPM_TAG_IPV6)
 	// FragmentTTL is how long a first fragment's drop verdict holds for
@@ -92,12 +94,15 @@ type Options struct {
 
 // Limiter is the loaded XDP program and its maps.
 type Limiter struct {
-	objs      LimiterObjects
-	tickNs    uint64
-	lastFlip  time.Time
-	lastSlot  uint32
-	hasPolicy bool
-	seeds     [SketchRows * seedWords]uint64 // sketch row seeds (sources.go)
+	objs LimiterObjects
+	// exempt and dests mirror the LPM tries, so that Apply writes only
+	// the prefixes that changed.
+	exempt, dests lpmMirror
+	tickNs        uint64
+	lastFlip      time.Time
+	lastSlot      uint32
+	hasPolicy     bool
+	seeds         [SketchRows * seedWords]uint64 // sketch row seeds (sources.go)
 }
 
 // ErrPolicy is returned by Apply for a policy or table that the program
@@ -148,6 +153,14 @@ func (l *Limiter) Close() error { return l.objs.Close() }
 // window and the counters carry on. Returns ErrPolicy when p or t exceed the
 // program's limits; on any error the active policy is unchanged.
 func (l *Limiter) Apply(p tiers.Policy, t tiers.Table) error {
+	return l.ApplyContext(context.Background(), p, t)
+}
+
+// ApplyContext is Apply that gives up, returning ctx's error, when ctx ends
+// before the new policy is active: the running policy stays, whole. Only
+// prefix writes take long (about 20 µs each), so ctx is checked between
+// them.
+func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Table) error {
 	if err := fits(p, t); err != nil {
 		return err
 	}
@@ -166,7 +179,7 @@ func (l *Limiter) Apply(p tiers.Policy, t tiers.Table) error {
 	if err := l.writeTable(slot, t); err != nil {
 		return err
 	}
-	if err := l.writeSelectors(slot, t.Selectors); err != nil {
+	if err := l.writeSelectors(ctx, slot, t.Selectors); err != nil {
 		return err
 	}
 	set := LimiterTlSettings{
@@ -246,6 +259,15 @@ func fits(p tiers.Policy, t tiers.Table) error {
 		return fmt.Errorf("%w: table has %d tiers for %d thresholds", ErrPolicy, len(t.Tiers), len(t.Thresholds))
 	case t.Shift > 63:
 		return fmt.Errorf("%w: table step 2^%d", ErrPolicy, t.Shift)
+	case len(p.Exempt) > tiers.MaxPrefixes:
+		return fmt.Errorf("%w: %d exempt prefixes, at most %d", ErrPolicy, len(p.Exempt), tiers.MaxPrefixes)
+	}
+	dests := 0
+	for _, r := range p.Select {
+		dests += len(r.Dests)
+	}
+	if dests > tiers.MaxPrefixes {
+		return fmt.Errorf("%w: %d dests prefixes, at most %d", ErrPolicy, dests, tiers.MaxPrefixes)
 	}
 	return nil
 }
@@ -269,89 +291,6 @@ func (l *Limiter) writeTable(slot uint32, t tiers.Table) error {
 	}
 	if err := putAll(l.objs.TierTable, keys, vals); err != nil {
 		return fmt.Errorf("write tier table of slot %d: %w", slot, err)
-	}
-	return nil
-}
-
-// writeSelectors fills the slot's port array and LPM tries with what
-// tiers.Compile encoded, adding the slot to each key.
-func (l *Limiter) writeSelectors(slot uint32, sel tiers.Selectors) error {
-	keys := make([]uint32, 2*portKeys)
-	vals := make([]LimiterTlPort, 2*portKeys)
-	for i := range keys {
-		keys[i] = slot*2*portKeys + uint32(i)
-	}
-	for _, ps := range sel.Ports {
-		vals[ps.Key] = LimiterTlPort{Flags: ps.Flags, CidrRules: ps.CidrRules}
-	}
-	if err := putAll(l.objs.Ports, keys, vals); err != nil {
-		return fmt.Errorf("write ports of slot %d: %w", slot, err)
-	}
-	dests := make([]LimiterTlLpmKey, len(sel.Dests))
-	for i, k := range sel.Dests {
-		dests[i] = LimiterTlLpmKey{Prefixlen: k.Prefixlen, Tag: slot<<destRuleBits | k.Tag, Addr: k.Addr}
-	}
-	if err := replaceLPM(l.objs.SelectDests, func(tag uint32) bool { return (tag&^lpmTagIPv6)>>destRuleBits == slot }, dests); err != nil {
-		return fmt.Errorf("write select dests of slot %d: %w", slot, err)
-	}
-	exempt := make([]LimiterTlLpmKey, len(sel.Exempt))
-	for i, k := range sel.Exempt {
-		exempt[i] = LimiterTlLpmKey{Prefixlen: k.Prefixlen, Tag: slot | k.Tag, Addr: k.Addr}
-	}
-	if err := replaceLPM(l.objs.ExemptSources, func(tag uint32) bool { return tag&^lpmTagIPv6 == slot }, exempt); err != nil {
-		return fmt.Errorf("write exempt sources of slot %d: %w", slot, err)
-	}
-	return nil
-}
-
-// replaceLPM deletes the trie's keys whose tag matches and inserts want.
-func replaceLPM(m *ebpf.Map, mine func(tag uint32) bool, want []LimiterTlLpmKey) error {
-	var (
-		k     LimiterTlLpmKey
-		v     uint8
-		stale []LimiterTlLpmKey
-	)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if mine(k.Tag) {
-			stale = append(stale, k)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return err
-	}
-	for _, k := range stale {
-		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return err
-		}
-	}
-	for _, k := range want {
-		if err := m.Put(&k, uint8(1)); err != nil {
-			pk := tiers.PrefixKey{Prefixlen: k.Prefixlen, Tag: k.Tag & lpmTagIPv6, Addr: k.Addr}
-			return fmt.Errorf("prefix %v: %w", pk.Prefix(), err)
-		}
-	}
-	return nil
-}
-
-// putAll writes an array map in batches, one element at a time where the
-// kernel has no batch operations.
-func putAll[V any](m *ebpf.Map, keys []uint32, vals []V) error {
-	const chunk = 1 << 16
-	for i := 0; i < len(keys); i += chunk {
-		j := min(i+chunk, len(keys))
-		_, err := m.BatchUpdate(keys[i:j], vals[i:j], nil)
-		if errors.Is(err, ebpf.ErrNotSupported) {
-			for x := i; x < j; x++ {
-				if err := m.Put(keys[x], &vals[x]); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		if err != nil {
-			return err
-		}
 	}
 	return nil
 }
@@ -562,38 +501,6 @@ func (l *Limiter) SetWindow(w Window) error {
 		return fmt.Errorf("write window: %w", err)
 	}
 	return nil
-}
-
-// OpenPinned opens the maps pinned in dir by a Limiter loaded with
-// Options.PinPath = dir, without loading the program: enough for Stats,
-// Window and Active, as `tierlimit status` needs with no agent running.
-// Program returns nil on the result; Apply must not be called.
-func OpenPinned(dir string) (*Limiter, error) {
-	l := &Limiter{}
-	open := func(name string) (*ebpf.Map, error) {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
-		if err != nil {
-			return nil, fmt.Errorf("open pinned map %s: %w", name, err)
-		}
-		return m, nil
-	}
-	for _, f := range []struct {
-		dst  **ebpf.Map
-		name string
-	}{
-		{&l.objs.ActiveSlot, "active_slot"}, {&l.objs.Settings, "settings"}, {&l.objs.TierTable, "tier_table"},
-		{&l.objs.Ports, "ports"}, {&l.objs.ExemptSources, "exempt_sources"}, {&l.objs.SelectDests, "select_dests"},
-		{&l.objs.Window, "window"}, {&l.objs.Stats, "stats"}, {&l.objs.MiscStats, "misc_stats"},
-		{&l.objs.FragVerdicts, "frag_verdicts"}, {&l.objs.SeverityStats, "severity_stats"}, {&l.objs.SourceStats, "source_stats"}, {&l.objs.SourceTop, "source_top"}, {&l.objs.MalformedStats, "malformed_stats"}, {&l.objs.Overflow, "overflow"},
-	} {
-		m, err := open(f.name)
-		if err != nil {
-			l.objs.Close()
-			return nil, err
-		}
-		*f.dst = m
-	}
-	return l, nil
 }
 
 // Active is the policy in force, as the program's maps hold it.

@@ -25,4 +25,10 @@ const (
 	// MaxWindow is the longest Policy.Window. Validate returns ErrWindow
 	// beyond it.
 	MaxWindow = time.Hour
+	// MaxPrefixes is the most prefixes of one policy's exempt sources, and
+	// the most destination prefixes of all its select rules together
+	// (bpf/consts.h TL_LPM_PREFIXES). Each LPM trie holds this many per
+	// policy slot, so the next policy always fits beside the running one.
+	// Validate returns ErrTooMany beyond it.
+	MaxPrefixes = 1 << 16
 )

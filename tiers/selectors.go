@@ -93,22 +93,19 @@ func prefixKey(tag uint32, pfx netip.Prefix) PrefixKey {
 }
 
 // compileSelectors encodes the select rules and exempt sources of a valid
-// policy.
+// policy. Its cost is bounded by the port space (2 × PortKeys entries)
+// whatever the number of ranges: each rule's ranges are merged first.
 func compileSelectors(p Policy) Selectors {
 	var s Selectors
-	byKey := map[uint32]*PortSelector{}
+	dense := make([]PortSelector, 2*PortKeys)
 	for i, r := range p.Select {
 		base := uint32(0)
 		if r.Proto == ProtoTCP {
 			base = PortKeys
 		}
-		for _, pr := range r.Ports {
+		for _, pr := range MergeRanges(r.Ports) {
 			for port := uint32(pr.First); port <= uint32(pr.Last); port++ {
-				ps := byKey[base+port]
-				if ps == nil {
-					ps = &PortSelector{Key: base + port}
-					byKey[ps.Key] = ps
-				}
+				ps := &dense[base+port]
 				switch {
 				case len(r.Dests) > 0:
 					ps.CidrRules |= 1 << i
@@ -126,13 +123,30 @@ func compileSelectors(p Policy) Selectors {
 			s.Dests = append(s.Dests, prefixKey(uint32(i), d))
 		}
 	}
-	s.Ports = make([]PortSelector, 0, len(byKey))
-	for _, ps := range byKey {
-		s.Ports = append(s.Ports, *ps)
+	for key, ps := range dense {
+		if ps.Flags != 0 || ps.CidrRules != 0 {
+			ps.Key = uint32(key)
+			s.Ports = append(s.Ports, ps)
+		}
 	}
-	slices.SortFunc(s.Ports, func(a, b PortSelector) int { return int(a.Key) - int(b.Key) })
 	for _, e := range p.Exempt {
 		s.Exempt = append(s.Exempt, prefixKey(0, e))
 	}
 	return s
+}
+
+// MergeRanges returns rs sorted by First with overlapping and adjacent
+// ranges joined; rs is not changed.
+func MergeRanges(rs []PortRange) []PortRange {
+	s := slices.Clone(rs)
+	slices.SortFunc(s, func(a, b PortRange) int { return int(a.First) - int(b.First) })
+	out := s[:0]
+	for _, r := range s {
+		if n := len(out); n > 0 && int(r.First) <= int(out[n-1].Last)+1 {
+			out[n-1].Last = max(out[n-1].Last, r.Last)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }

@@ -77,6 +77,16 @@ func (p Policy) Validate() error {
 	if err := p.Severity.validate(); err != nil {
 		return err
 	}
+	if len(p.Exempt) > MaxPrefixes {
+		return configErr("exempt.sources", "", ErrTooMany, "%d prefixes, at most %d", len(p.Exempt), MaxPrefixes)
+	}
+	dests := 0
+	for _, r := range p.Select {
+		dests += len(r.Dests)
+	}
+	if dests > MaxPrefixes {
+		return configErr("select", "", ErrTooMany, "%d dests prefixes over all rules, at most %d", dests, MaxPrefixes)
+	}
 	for i, pfx := range p.Exempt {
 		if err := checkPrefix(fmt.Sprintf("exempt.sources[%d]", i), pfx); err != nil {
 			return err

@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -17,40 +19,53 @@ type hinted struct {
 func (h hinted) Error() string { return h.err.Error() + " (" + h.hint + ")" }
 func (h hinted) Unwrap() error { return h.err }
 
-// explain adds to err the hint for a typed error of agent or tiers that
-// reads the same from every command; err otherwise.
+// explain adds to err the hint for a typed error of tiers that reads the
+// same from every command; err otherwise. main applies it to every error.
 func explain(err error) error {
-	var hint string
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, tiers.ErrEmptyConfig):
-		hint = "'tierlimit check' without --config prints the defaults"
-	case errors.Is(err, agent.ErrNativeRefused):
-		hint = "try --xdp-mode generic, or auto to fall back"
-	case errors.Is(err, agent.ErrIncompatiblePins):
-		hint = "'tierlimit detach --iface IF --pin-path P' removes them, or pass another --pin-path"
-	default:
-		return err
-	}
-	return hinted{err, hint}
-}
-
-// explainRun words the errors of agent.New for run.
-func explainRun(err error, f runFlags) error {
-	switch {
-	case errors.Is(err, agent.ErrForeignProgram) && !f.replace:
-		return hinted{err, "pass --replace to replace it"}
-	case errors.Is(err, agent.ErrPinnedElsewhere):
-		return hinted{err, "run with that --pin-path, or remove it with 'tierlimit detach --iface IF --pin-path P'"}
+		return hinted{err, "'tierlimit check' without --config prints the defaults"}
 	}
 	return err
 }
 
-// explainDetach words the errors of agent.Detach for detach.
-func explainDetach(err error) error {
-	if errors.Is(err, agent.ErrPinnedElsewhere) {
-		return hinted{err, "pass that --pin-path"}
+// explainAgent words an agent error for the person at the command line:
+// which flag to pass, which command to run. The agent returns typed errors
+// and names no flags; only cmd knows them. err stays in the chain.
+func explainAgent(err error, pin string, ifaces []string) error {
+	if err == nil {
+		return nil
+	}
+	detach := "tierlimit detach --iface " + strings.Join(ifaces, ",")
+	if len(ifaces) != 1 {
+		detach = "tierlimit detach --iface IF"
+	}
+	if pin != "" && pin != agent.DefaultPinPath {
+		detach += " --pin-path " + pin
+	}
+	var (
+		foreign  *agent.ForeignProgramError
+		busy     *agent.BusyError
+		running  *agent.AgentRunningError
+		incompat *agent.IncompatiblePinError
+	)
+	switch {
+	case errors.As(err, &foreign) && !foreign.HeldByLink:
+		return hinted{err, "pass --replace to replace it"}
+	case errors.As(err, &busy):
+		return fmt.Errorf("%w: stop the agent that holds it, or run with its --pin-path, or remove it with tierlimit detach --iface %s --pin-path P", err, busy.Iface)
+	case errors.As(err, &running):
+		return fmt.Errorf("%w: stop it first", err)
+	case errors.As(err, &incompat):
+		return hinted{err, "remove them with " + detach}
+	case errors.Is(err, agent.ErrNativeRefused):
+		return hinted{err, "try --xdp-mode generic, or auto to fall back"}
+	case errors.Is(err, agent.ErrDuplicateInterface):
+		return usageError{fmt.Errorf("--iface: %w", err)}
+	case errors.Is(err, agent.ErrPinPath):
+		return fmt.Errorf("--pin-path: %w", err)
 	}
 	return err
 }

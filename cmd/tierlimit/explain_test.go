@@ -20,18 +20,17 @@ func TestExplain(t *testing.T) {
 		err  error
 		want string
 	}{
-		{explain(fmt.Errorf("attach xdp to eth9: %w: %w", agent.ErrNativeRefused, fmt.Errorf("operation not supported"))), "try --xdp-mode generic"},
-		{explain(fmt.Errorf("%w: /sys/fs/bpf/x", agent.ErrIncompatiblePins)), "'tierlimit detach --iface IF --pin-path P' removes them"},
-		{explainRun(fmt.Errorf("attach xdp to eth9: %w: foreign", agent.ErrForeignProgram), runFlags{}), "pass --replace"},
-		{explainRun(fmt.Errorf("%w: eth9", agent.ErrPinnedElsewhere), runFlags{}), "run with that --pin-path"},
-		{explainDetach(fmt.Errorf("%w: %w for eth9", agent.ErrNotPinned, agent.ErrPinnedElsewhere)), "pass that --pin-path"},
+		{explainAgent(fmt.Errorf("attach xdp to eth9: %w: %w", agent.ErrNativeRefused, fmt.Errorf("operation not supported")), "", []string{"eth9"}), "try --xdp-mode generic"},
+		{explainAgent(&agent.IncompatiblePinError{Pin: "/sys/fs/bpf/x", Err: fmt.Errorf("map settings")}, "/sys/fs/bpf/x", []string{"eth9"}), "remove them with tierlimit detach --iface eth9 --pin-path /sys/fs/bpf/x"},
+		{explainAgent(&agent.ForeignProgramError{Iface: "eth9"}, "", []string{"eth9"}), "pass --replace"},
+		{explainAgent(&agent.BusyError{Iface: "eth9"}, "", []string{"eth9"}), "run with its --pin-path"},
 	} {
 		if !strings.Contains(c.err.Error(), c.want) {
 			t.Errorf("%q lacks %q", c.err, c.want)
 		}
 	}
-	if err := explainRun(fmt.Errorf("%w: held by a bpf_link", agent.ErrForeignProgram), runFlags{replace: true}); strings.Contains(err.Error(), "--replace") {
-		t.Errorf("--replace advised although given: %q", err)
+	if err := explainAgent(&agent.ForeignProgramError{Iface: "eth9", HeldByLink: true}, "", []string{"eth9"}); strings.Contains(err.Error(), "--replace") {
+		t.Errorf("--replace advised for a program held by a bpf_link: %q", err)
 	}
 	code, _, errs := runCmd(t, "check", "--config", writeFile(t, "empty.yaml", "# nothing\n"))
 	if code != exitUsage || !strings.Contains(errs, "holds no policy") || !strings.Contains(errs, "'tierlimit check' without --config prints the defaults") {

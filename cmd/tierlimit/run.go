@@ -125,7 +125,7 @@ func listenMetrics(f runFlags, pin string) (net.Listener, error) {
 			return nil, fmt.Errorf("metrics listener: %w", err)
 		}
 		if pid, held := agent.LockHolder(pin); held {
-			return nil, fmt.Errorf("%w (%s, pid %s), and it serves %s: stop it first", agent.ErrAgentRunning, pin, pid, f.metricsAddr)
+			return nil, fmt.Errorf("%w, and it serves %s: stop it first", &agent.AgentRunningError{Pin: pin, Pid: pid}, f.metricsAddr)
 		}
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
@@ -171,7 +171,7 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 		Logger:     log,
 	}, p)
 	if err != nil {
-		return explainRun(err, f)
+		return explainAgent(err, pin, f.ifaces)
 	}
 	defer func() {
 		a.Close()

@@ -404,6 +404,15 @@ func TestRunMetricsAddrFailsFirst(t *testing.T) {
 		code int
 		want string
 	}{{"bogus", exitUsage, "--metrics-addr"}, {busy.Addr().String(), exitFailure, "address already in use"}} {
+		// With --no-pin there is no pin path: no lock file may appear
+		// (it used to be /run/tierlimit/..lock).
+		dotLock := agent.LockDir + "/..lock"
+		os.Remove(dotLock)
+		defer func() {
+			if _, err := os.Stat(dotLock); err == nil {
+				t.Errorf("--no-pin --metrics-addr %s made %s", c.addr, dotLock)
+			}
+		}()
 		var stderr bytes.Buffer
 		err := p.Coll.Do(func() error {
 			return run(context.Background(), []string{"run", "--iface", p.CollIf, "--no-pin", "--metrics-addr", c.addr}, io.Discard, &stderr)

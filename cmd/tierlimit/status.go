@@ -146,6 +146,15 @@ func writeStatus(w io.Writer, st agent.Status) error {
 		fmt.Fprintln(w, "  none")
 	}
 	for _, l := range st.Links {
+		if l.Gone {
+			remove := "tierlimit detach --iface " + l.Iface
+			if st.PinPath != agent.DefaultPinPath {
+				remove += " --pin-path " + st.PinPath
+			}
+			fmt.Fprintf(w, "  %s: interface gone; pinned link %d still holds program %d and the maps (%s removes it)\n",
+				l.Iface, l.LinkID, l.ProgramID, remove)
+			continue
+		}
 		fmt.Fprintf(w, "  %s (ifindex %d): %s XDP, link %d, program %d\n", l.Iface, l.Ifindex, l.Mode, l.LinkID, l.ProgramID)
 	}
 	fmt.Fprintf(w, "\npolicy: mode %s, window %v, max %d packets, table %d entries, step %d\n\n",
@@ -184,7 +193,7 @@ to touch an XDP program that is not tierlimit's.`,
 				return usageErrorf("detach: --iface is required")
 			}
 			if err := agent.Detach(pin, iface); err != nil {
-				return explainDetach(err)
+				return explainAgent(err, pin, []string{iface})
 			}
 			g.logger().Info("detached", "iface", iface)
 			return nil

@@ -1,0 +1,335 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+)
+
+// attach attaches the program to l, or adopts the link pinned for it and
+// updates its program in place, so the interface is never without XDP.
+func (a *Agent) attach(l netlink.Link) (*Attachment, error) {
+	name, idx := l.Attrs().Name, l.Attrs().Index
+	att := &Attachment{Iface: name, Index: idx}
+	// restore is the mode the interface ran in before a mode switch: if the
+	// new mode is refused, the limiter goes back on in that one.
+	var restore XDPMode
+	if a.pd != nil {
+		adopted, r, err := a.adopt(att)
+		if err != nil {
+			return nil, err
+		}
+		if adopted {
+			return att, nil
+		}
+		restore = r
+		if l, err = a.nh.LinkByIndex(idx); err != nil {
+			return nil, fmt.Errorf("interface %q: %w", name, ErrNoInterface)
+		}
+	}
+	if err := a.clearForeign(l); err != nil {
+		return nil, err
+	}
+	if err := a.attachMode(att, l); err != nil {
+		return nil, a.restore(att, restore, err)
+	}
+	att.Mode = xdpModeOf(a.nh, idx)
+	return att, a.pinLink(att)
+}
+
+// adopt takes over the link pinned for att's interface and runs this
+// agent's program on it. With an explicit mode other than the link's, it
+// removes the link instead (a link cannot change mode) and returns the old
+// mode, so that attach can put it back if the new one is refused.
+func (a *Agent) adopt(att *Attachment) (adopted bool, restore XDPMode, err error) {
+	path := a.pd.linkPin(att.Iface)
+	lk, err := adoptLink(path, att.Index)
+	if err != nil || lk == nil {
+		return false, "", err
+	}
+	cur := xdpModeOf(a.nh, att.Index)
+	if want := string(a.cfg.XDPMode); a.cfg.XDPMode != XDPAuto && want != cur {
+		a.log.Warn("switching XDP mode: the interface is without the limiter for a moment",
+			"iface", att.Iface, "from", cur, "to", want)
+		_ = lk.Unpin()
+		lk.Close()
+		return false, XDPMode(cur), nil
+	}
+	if err := lk.Update(a.lim.Program()); err != nil {
+		lk.Close()
+		return false, "", fmt.Errorf("update pinned link %s: %w", path, err)
+	}
+	att.link, att.Mode, att.LinkID = lk, cur, linkID(lk)
+	a.log.Info("adopted pinned link, program replaced in place", "iface", att.Iface, "pin", path)
+	return true, "", nil
+}
+
+// clearForeign checks that l runs no XDP program, or removes a foreign one
+// when the config allows it (only a netlink attachment can be removed).
+func (a *Agent) clearForeign(l netlink.Link) error {
+	x := l.Attrs().Xdp
+	if x == nil || !x.Attached {
+		return nil
+	}
+	name, idx := l.Attrs().Name, l.Attrs().Index
+	owner, pname := describeProgram(x.ProgId), programName(x.ProgId)
+	if pname == ProgramName {
+		return &BusyError{Iface: name, Program: owner}
+	}
+	if !a.cfg.Replace {
+		return &ForeignProgramError{Iface: name, Program: owner, Unnamed: pname == ""}
+	}
+	a.log.Warn("replacing XDP program", "iface", name, "program", owner)
+	for _, f := range []int{nl.XDP_FLAGS_DRV_MODE, nl.XDP_FLAGS_SKB_MODE} {
+		_ = netlink.LinkSetXdpFdWithFlags(l, -1, f)
+	}
+	if l, err := a.nh.LinkByIndex(idx); err == nil && l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached {
+		return &ForeignProgramError{Iface: name, Program: owner, HeldByLink: true}
+	}
+	return nil
+}
+
+// attachMode attaches in the configured mode; auto tries native, then
+// generic. A program that appeared meanwhile (another agent won the race)
+// is a *BusyError.
+func (a *Agent) attachMode(att *Attachment, l netlink.Link) error {
+	var err error
+	switch a.cfg.XDPMode {
+	case XDPAuto:
+		if err = a.try(att, l, XDPNative); err != nil && !taken(err) {
+			a.log.Warn("native XDP refused, falling back to generic", "iface", att.Iface, "reason", err)
+			err = a.try(att, l, XDPGeneric)
+		}
+	default:
+		err = a.try(att, l, a.cfg.XDPMode)
+	}
+	switch {
+	case err == nil:
+		return nil
+	case taken(err):
+		prog := "an XDP program"
+		if cur, e := a.nh.LinkByIndex(att.Index); e == nil && cur.Attrs().Xdp != nil {
+			prog = describeProgram(cur.Attrs().Xdp.ProgId)
+		}
+		return &BusyError{Iface: att.Iface, Program: prog}
+	case a.cfg.XDPMode == XDPNative:
+		// bpf_link creation carries no extack: the errno is all the
+		// kernel says. EOPNOTSUPP means the driver has no native XDP.
+		return fmt.Errorf("%w: %w", ErrNativeRefused, err)
+	}
+	return fmt.Errorf("%s mode: %w", a.cfg.XDPMode, err)
+}
+
+// taken reports an attach refused because a program is already there.
+func taken(err error) bool { return errors.Is(err, unix.EEXIST) || errors.Is(err, unix.EBUSY) }
+
+// try attaches in mode through a bpf_link, or through netlink where the
+// kernel has no XDP links.
+func (a *Agent) try(att *Attachment, l netlink.Link, mode XDPMode) error {
+	flags, lflags := nl.XDP_FLAGS_DRV_MODE, link.XDPDriverMode
+	if mode == XDPGeneric {
+		flags, lflags = nl.XDP_FLAGS_SKB_MODE, link.XDPGenericMode
+	}
+	prog := a.lim.Program()
+	lk, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: att.Index, Flags: lflags})
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		a.log.Warn("no XDP bpf_link support, attaching through netlink (not pinnable)", "iface", att.Iface)
+		if err := netlink.LinkSetXdpFdWithFlags(l, prog.FD(), flags|nl.XDP_FLAGS_UPDATE_IF_NOEXIST); err != nil {
+			return err
+		}
+		att.flags = flags
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	att.link, att.LinkID = lk, linkID(lk)
+	return nil
+}
+
+// restore puts the limiter back in mode prev after a refused mode switch,
+// and returns the error to report.
+func (a *Agent) restore(att *Attachment, prev XDPMode, err error) error {
+	if prev != XDPNative && prev != XDPGeneric {
+		return err
+	}
+	l, lerr := a.nh.LinkByIndex(att.Index)
+	if lerr != nil {
+		return fmt.Errorf("%w; the interface is gone", err)
+	}
+	if rerr := a.try(att, l, prev); rerr != nil {
+		return fmt.Errorf("%w; putting the limiter back in %s mode failed too: %v", err, prev, rerr)
+	}
+	if perr := a.pinLink(att); perr != nil {
+		return fmt.Errorf("%w; the limiter is back in %s mode but could not be pinned: %v", err, prev, perr)
+	}
+	if att.link != nil {
+		att.link.Close() // pinned: it stays attached
+	}
+	return fmt.Errorf("%w; the limiter stays attached in %s mode", err, prev)
+}
+
+// pinLink pins att's link under the pin directory, when pinning.
+func (a *Agent) pinLink(att *Attachment) error {
+	if a.pd == nil || att.link == nil {
+		return nil
+	}
+	if err := att.link.Pin(a.pd.linkPin(att.Iface)); err != nil {
+		att.link.Close()
+		att.link = nil
+		return fmt.Errorf("pin link: %w", err)
+	}
+	return nil
+}
+
+// warnOtherLinks logs the interfaces that a pinned link from an earlier run
+// still limits although this run was not asked to: they share this run's
+// maps and policy, and only detaching them removes them.
+func (a *Agent) warnOtherLinks() {
+	entries, _ := os.ReadDir(a.pd.links())
+	for _, e := range entries {
+		iface := UnpinName(e.Name())
+		mine := false
+		for _, att := range a.attached {
+			mine = mine || att.Iface == iface
+		}
+		if !mine {
+			a.log.Warn("interface still limited by a pinned link from an earlier run", "iface", iface, "pin", a.pd.path)
+		}
+	}
+}
+
+// adoptLink opens the link pinned at path if it is an XDP link on ifindex.
+// The pin of a link whose interface is gone (the kernel reports ifindex 0)
+// is removed; a link on another interface is an error.
+func adoptLink(path string, ifindex int) (link.Link, error) {
+	lk, err := link.LoadPinnedLink(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open pinned link %s: %w", path, err)
+	}
+	info, err := lk.Info()
+	if err != nil || info.XDP() == nil {
+		lk.Close()
+		return nil, fmt.Errorf("pinned link %s is not an XDP link (%v)", path, err)
+	}
+	switch int(info.XDP().Ifindex) {
+	case ifindex:
+		return lk, nil
+	case 0:
+		_ = lk.Unpin()
+		lk.Close()
+		return nil, nil
+	}
+	lk.Close()
+	return nil, fmt.Errorf("%w: pinned link %s limits ifindex %d, not %d", ErrInterfaceBusy, path, info.XDP().Ifindex, ifindex)
+}
+
+// followRenames moves the pin of each link whose interface was renamed to
+// the interface's new name: a link pinned under name A whose ifindex now
+// carries name B, running the link's program, is the same interface.
+func followRenames(d *pinDir, nh *netlink.Handle, log *slog.Logger) {
+	entries, _ := os.ReadDir(d.links())
+	for _, e := range entries {
+		path := filepath.Join(d.links(), e.Name())
+		lk, err := link.LoadPinnedLink(path, nil)
+		if err != nil {
+			continue
+		}
+		info, err := lk.Info()
+		lk.Close()
+		if err != nil || info.XDP() == nil || info.XDP().Ifindex == 0 {
+			continue
+		}
+		dev, err := nh.LinkByIndex(int(info.XDP().Ifindex))
+		if err != nil {
+			continue
+		}
+		old, now := UnpinName(e.Name()), dev.Attrs().Name
+		x := dev.Attrs().Xdp
+		if now == old || x == nil || x.ProgId != uint32(info.Program) {
+			continue
+		}
+		if _, err := os.Stat(d.linkPin(now)); !errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := os.Rename(path, d.linkPin(now)); err == nil {
+			log.Warn("interface was renamed: its pinned link follows", "from", old, "to", now, "ifindex", dev.Attrs().Index)
+		}
+	}
+}
+
+func linkID(lk link.Link) uint32 {
+	info, err := lk.Info()
+	if err != nil {
+		return 0
+	}
+	return uint32(info.ID)
+}
+
+// detachOne removes att's attachment (unpinned agents).
+func (a *Agent) detachOne(att *Attachment) {
+	if att.link != nil {
+		if err := att.link.Close(); err != nil {
+			a.log.Warn("detach", "iface", att.Iface, "error", err)
+		}
+		return
+	}
+	_ = a.inNS(func() error {
+		l, err := a.nh.LinkByIndex(att.Index)
+		if err == nil {
+			err = netlink.LinkSetXdpFdWithFlags(l, -1, att.flags)
+		}
+		return err
+	})
+}
+
+// xdpModeOf is the attach mode the kernel reports for ifindex.
+func xdpModeOf(nh *netlink.Handle, ifindex int) string {
+	l, err := nh.LinkByIndex(ifindex)
+	if err != nil || l.Attrs().Xdp == nil {
+		return "unknown"
+	}
+	switch l.Attrs().Xdp.AttachMode {
+	case nl.XDP_ATTACHED_DRV:
+		return "native"
+	case nl.XDP_ATTACHED_SKB:
+		return "generic"
+	case nl.XDP_ATTACHED_HW:
+		return "offload"
+	}
+	return "unknown"
+}
+
+// describeProgram names an attached program for error messages. The name
+// needs CAP_SYS_ADMIN (BPF_PROG_GET_FD_BY_ID); without it only the id shows.
+func describeProgram(id uint32) string {
+	if name := programName(id); name != "" {
+		return fmt.Sprintf("program id %d, name %q", id, name)
+	}
+	return fmt.Sprintf("program id %d", id)
+}
+
+// programName is the name of program id, "" when it cannot be read.
+func programName(id uint32) string {
+	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+	if err != nil {
+		return ""
+	}
+	defer p.Close()
+	info, err := p.Info()
+	if err != nil {
+		return ""
+	}
+	return info.Name
+}

@@ -1,0 +1,42 @@
+package agent
+
+import (
+	"errors"
+	"log/slog"
+	"testing"
+
+	"github.com/tierlimit/tierlimit/internal/testenv"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// TestAttachRaceIsBusy (issue 11 D): an agent that found the interface free
+// and then lost the race to attach (the kernel answers EBUSY or EEXIST) says
+// that another agent holds the interface, not "create link: file exists".
+func TestAttachRaceIsBusy(t *testing.T) {
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	var first *Agent
+	if err := p.Coll.Do(func() (err error) {
+		first, err = New(Config{Interfaces: []string{p.CollIf}}, tiers.Default())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	for _, mode := range []XDPMode{XDPAuto, XDPNative, XDPGeneric} {
+		// The loser: same kind of program, past its check for a program
+		// on the interface.
+		loser := &Agent{cfg: Config{XDPMode: mode}, log: slog.New(slog.DiscardHandler), lim: first.lim, nh: first.nh}
+		err := p.Coll.Do(func() error {
+			l, err := first.nh.LinkByName(p.CollIf)
+			if err != nil {
+				return err
+			}
+			return loser.attachMode(&Attachment{Iface: p.CollIf, Index: l.Attrs().Index}, l)
+		})
+		var busy *BusyError
+		if !errors.As(err, &busy) || busy.Iface != p.CollIf {
+			t.Errorf("%s: lost attach race: %v, want a BusyError for %s", mode, err, p.CollIf)
+		}
+	}
+}

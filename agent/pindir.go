@@ -1,0 +1,208 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/tierlimit/tierlimit/bpf"
+)
+
+// pinDir is the bpffs directory an agent (or Detach) pins into, held while
+// it runs. Two locks guard it: the lock file under LockDir named after the
+// canonical path, which exists before the directory does, and a flock on
+// the directory itself, which no cleanup of /run can remove. Layout:
+//
+//	<pin>/maps/<map>       the limiter's maps (bpf.Options.PinPath)
+//	<pin>/links/<iface>    one bpf_link per interface, name encoded (PinName)
+//	<pin>/program          the program the links run: how ownership is
+//	                       checked without CAP_SYS_ADMIN
+type pinDir struct {
+	path     string // canonical
+	runLock  *os.File
+	dirLock  *os.File
+	dev, ino uint64 // identity of the locked directory
+	created  bool   // made by this run: New removes it on failure
+}
+
+// openPinDir locks the pin path pin, mounts bpffs on /sys/fs/bpf when it is
+// missing there, makes the directory if needed, and checks that the maps
+// pinned there fit this version before anything is written. Returns
+// ErrPinPath, *AgentRunningError or *IncompatiblePinError.
+func openPinDir(pin string) (_ *pinDir, err error) {
+	path, err := CanonicalPinPath(pin)
+	if err != nil {
+		return nil, err
+	}
+	if strings.Contains(filepath.Base(path), ".") {
+		return nil, fmt.Errorf("%w %s: bpffs refuses names with a dot", ErrPinPath, pin)
+	}
+	d := &pinDir{path: path}
+	if d.runLock, err = lockRunFile(path); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			d.release(true)
+		}
+	}()
+	if err := ensureBPFFS(path); err != nil {
+		return nil, err
+	}
+	if err := d.lockDir(true); err != nil {
+		return nil, err
+	}
+	if err := bpf.CheckPinned(d.maps()); err != nil {
+		return nil, &IncompatiblePinError{Pin: path, Err: err}
+	}
+	return d, d.makeSubdirs()
+}
+
+// lockDir flocks the pin directory, making it first when create is set.
+// A directory that does not exist and may not be made is no error.
+func (d *pinDir) lockDir(create bool) error {
+	made := false
+	if create {
+		if err := os.Mkdir(d.path, 0o700); err == nil {
+			made = true
+		} else if !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("make pin dir %s: %w", d.path, err)
+		}
+	}
+	f, err := os.Open(d.path)
+	if errors.Is(err, os.ErrNotExist) && !create {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open pin dir %s: %w", d.path, err)
+	}
+	if err := flockNB(f); err != nil {
+		pid := holderPid(f)
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return &AgentRunningError{Pin: d.path, Pid: pid}
+		}
+		return fmt.Errorf("lock pin dir %s: %w", d.path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return fmt.Errorf("stat pin dir %s: %w", d.path, err)
+	}
+	// Only now is the directory ours to remove on failure: one that
+	// someone else locked first is never removed.
+	d.dirLock, d.dev, d.ino, d.created = f, st.Dev, st.Ino, made
+	return nil
+}
+
+func (d *pinDir) makeSubdirs() error {
+	for _, sub := range []string{d.maps(), d.links()} {
+		if err := os.MkdirAll(sub, 0o700); err != nil {
+			return fmt.Errorf("make pin dir: %w", err)
+		}
+	}
+	return nil
+}
+
+func (d *pinDir) maps() string    { return filepath.Join(d.path, "maps") }
+func (d *pinDir) links() string   { return filepath.Join(d.path, "links") }
+func (d *pinDir) program() string { return filepath.Join(d.path, "program") }
+
+// linkPin is where the link of interface iface is pinned.
+func (d *pinDir) linkPin(iface string) string { return filepath.Join(d.links(), PinName(iface)) }
+
+// intact reports whether the directory at the pin path is still the one
+// this run locked.
+func (d *pinDir) intact() bool {
+	var st unix.Stat_t
+	return unix.Stat(d.path, &st) == nil && st.Dev == d.dev && st.Ino == d.ino
+}
+
+// relock locks the directory at the pin path again after the locked one
+// was removed, making it anew.
+func (d *pinDir) relock() error {
+	if d.dirLock != nil {
+		d.dirLock.Close()
+		d.dirLock = nil
+	}
+	if err := d.lockDir(true); err != nil {
+		return err
+	}
+	d.created = false
+	return d.makeSubdirs()
+}
+
+// pinProgram pins prog at <pin>/program, replacing an earlier one.
+func (d *pinDir) pinProgram(prog *ebpf.Program) error {
+	// Unpin first: Pin to the path prog was pinned at is a no-op, even
+	// when the file is gone.
+	if err := prog.Unpin(); err != nil {
+		return fmt.Errorf("unpin program: %w", err)
+	}
+	if err := os.Remove(d.program()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("unpin program: %w", err)
+	}
+	if err := prog.Pin(d.program()); err != nil {
+		return fmt.Errorf("pin program: %w", err)
+	}
+	return nil
+}
+
+// release drops both locks. After a failed New (failed) it removes the
+// directory when this run made it.
+func (d *pinDir) release(failed bool) {
+	if d == nil {
+		return
+	}
+	if failed && d.created {
+		os.RemoveAll(d.path)
+	}
+	if d.dirLock != nil {
+		d.dirLock.Close()
+	}
+	if d.runLock != nil {
+		d.runLock.Close() // closing the last fd releases the flock
+	}
+}
+
+// PinName is the bpffs file name of interface iface's link. bpffs refuses
+// names with a dot (eth0.100, a VLAN sub-interface), so '.' is written
+// "%2E" and '%' itself "%25"; every other byte an interface name may hold
+// is kept. UnpinName reverses it.
+func PinName(iface string) string {
+	return strings.NewReplacer("%", "%25", ".", "%2E").Replace(iface)
+}
+
+// UnpinName is the interface name of link pin file name.
+func UnpinName(name string) string {
+	return strings.NewReplacer("%2E", ".", "%25", "%").Replace(name)
+}
+
+// ensureBPFFS makes sure the pin path's parent is on a bpffs, mounting
+// one on /sys/fs/bpf when it is missing there.
+func ensureBPFFS(pin string) error {
+	parent := filepath.Dir(pin)
+	if isBPFFS(parent) {
+		return nil
+	}
+	if parent != "/sys/fs/bpf" {
+		return fmt.Errorf("%w %s: %s is not a bpffs mount", ErrPinPath, pin, parent)
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("mount bpffs: %w", err)
+	}
+	if err := unix.Mount("bpf", parent, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("%s is not a bpffs mount and mounting one failed: %w (mount it with: mount -t bpf bpf /sys/fs/bpf)", parent, err)
+	}
+	return nil
+}
+
+func isBPFFS(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && uint32(st.Type) == unix.BPF_FS_MAGIC
+}
