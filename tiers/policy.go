@@ -82,4 +82,7 @@ type Policy struct {
 	// Exempt lists source prefixes that always pass and are never counted
 	// in the window.
 	Exempt []netip.Prefix
+	// Auto, when not nil, makes Max adaptive (`max: auto`, DESIGN.md §8):
+	// the agent moves Max within Auto's bounds; Max is the max in force.
+	Auto *AutoMax
 }

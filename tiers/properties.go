@@ -64,6 +64,9 @@ func ParseProperties(data []byte) (Policy, error) {
 			}
 			continue
 		case "limiter.max":
+			if strings.EqualFold(e.value, "auto") {
+				return Policy{}, e.err(ErrAuto, "the .properties format has no adaptive max: write the policy in YAML with max: auto and an auto block")
+			}
 			n, err := strconv.ParseInt(e.value, 10, 64)
 			if err != nil {
 				if errors.Is(err, strconv.ErrRange) {

@@ -28,7 +28,9 @@ func configErr(key, value string, sentinel error, format string, args ...any) *C
 // ErrProto for a protocol other than tcp or udp; ErrPort for a rule without
 // ports, a port 0 or a range with First > Last; ErrCIDR for an invalid
 // prefix in Dests or Exempt; ErrCount for an undefined Count, or CountSYN on
-// a udp rule (the seed counted requests; only TCP has connection attempts).
+// a udp rule (the seed counted requests; only TCP has connection attempts);
+// ErrAuto for an Auto whose bounds are out of order or range, a Max outside
+// them, or no udp rule.
 func (p Policy) Validate() error {
 	switch p.Mode {
 	case ModeEnforce, ModeDryRun, ModeOff:
@@ -79,6 +81,9 @@ func (p Policy) Validate() error {
 		if !pfx.IsValid() {
 			return configErr(fmt.Sprintf("exempt.sources[%d]", i), pfx.String(), ErrCIDR, "invalid prefix")
 		}
+	}
+	if p.Auto != nil {
+		return p.Auto.validate(p)
 	}
 	return nil
 }
