@@ -114,6 +114,8 @@ type Agent struct {
 
 	lock *pinLock // held while the agent runs, when pinning
 
+	auto atomic.Pointer[AutoMax] // the adaptive-max controller, once started
+
 	reloadOK, reloadErr atomic.Uint64
 	scrapeErrors        atomic.Uint64
 	closed              atomic.Bool
@@ -356,13 +358,14 @@ func (a *Agent) Reload(p tiers.Policy) error {
 func (a *Agent) ReloadFailed() { a.reloadErr.Add(1) }
 
 func (a *Agent) reload(p tiers.Policy) error {
-	tab, err := tiers.Compile(p) // validates p
-	if err != nil {
-		return err
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.lim.Apply(p, tab)
+	p = a.autoPolicy(p)                      // keeps a learnt adaptive max
+	if err := a.applyLocked(p); err != nil { // Compile validates p
+		return err
+	}
+	a.autoApplied(p)
+	return nil
 }
 
 // Close stops the agent. Without pinning it detaches the limiter; with

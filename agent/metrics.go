@@ -70,6 +70,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	} {
 		ch <- d
 	}
+	describeAuto(ch)
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -132,6 +133,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.policyMax, float64(s.Policy.Max))
 	}
 	counter(c.scrapeErrors, a.scrapeErrors.Load())
+	a.collectAuto(ch)
 }
 
 // Registry returns a registry with the agent's collector and the Go and
