@@ -170,6 +170,7 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	}
 
 	go a.Watch(ctx, 2*time.Second)
+	startAutoMax(ctx, log, a, p)
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
