@@ -22,29 +22,36 @@ import (
 //     lower, never below floor. With the tiers fixed, what the limiter
 //     passes grows in proportion to max, so 1 − D/P is the max at which
 //     the collector would have taken all it was given. Beta bounds the cut
-//     in one window, so one bad reading (a collector that stalled for a
-//     moment) costs at most 30%, and a flood far above capacity still
-//     converges geometrically (DCTCP cuts in proportion to congestion in
-//     the same way; TCP Reno always cuts by half).
+//     in one window: BetaFirst (10%) for the first window with drops after
+//     one without, whose drops may be the excess of several windows that a
+//     large socket buffer held before it overflowed, and Beta (30%) while
+//     drops go on, so a flood far above capacity still converges
+//     geometrically (DCTCP cuts in proportion to congestion, smoothed over
+//     windows, in the same way; TCP Reno always cuts by half). The window right after
+//     a cut is not cut again: its drops may still come from the backlog
+//     that the old max left in the socket buffer (TCP cuts once per round
+//     trip for the same reason).
 //   - K consecutive windows without socket drops while the limiter shed
 //     (drop or would_drop): max ← max + step, never above ceiling. step is
-//     Alpha = start/AlphaDiv while max is within 10% of the last max that
-//     saw drops, where the collector choked before: a step there costs at
-//     most ~1% of a start-sized offered load in socket drops. Beyond it
-//     the collector has grown, and step doubles with each increase up to
-//     AlphaCap × Alpha, so max climbs back from a quarter to the whole of
-//     start in about ten increases. A cut resets step to Alpha.
+//     Alpha = start/AlphaDiv up to 10% over the last max that saw drops,
+//     where the collector choked before: a step there costs at most ~1% of
+//     a start-sized offered load in socket drops. Further up the collector
+//     has grown, and step doubles with each increase up to AlphaCap ×
+//     Alpha, so max climbs back from a quarter to the whole of start in
+//     about ten increases (CUBIC's shape: slow near the last loss, fast
+//     away from it). A cut resets step to Alpha.
 //   - No change while the limiter sheds nothing: then max does not
 //     matter, and a window without shedding says nothing about capacity.
 //
 // At most one change per window: a window is judged only once the limiter
-// has opened the next one (windows_opened_total moved), and the judgement
-// applies at most one change.
+// has opened the next one (windows_opened_total moved) and that one is half
+// over, and the judgement applies at most one change.
 const (
-	AutoBeta     = 0.7
-	AutoK        = 2
-	AutoAlphaDiv = 100
-	AutoAlphaCap = 16
+	AutoBeta      = 0.7
+	AutoBetaFirst = 0.9
+	AutoK         = 2
+	AutoAlphaDiv  = 100
+	AutoAlphaCap  = 16
 	// autoNear is how close to the last max that saw drops the step stays
 	// Alpha: within max/autoNear (10%).
 	autoNear = 10
@@ -53,11 +60,13 @@ const (
 // autoLaw is the control law's state, pure: fed one window's counts, it
 // returns the new max. All counts are packets.
 type autoLaw struct {
-	bounds tiers.AutoMax
-	max    uint64
-	step   uint64
-	peak   uint64 // max at the last cut; 0 before any
-	clean  int    // consecutive clean windows while shedding
+	bounds  tiers.AutoMax
+	max     uint64
+	step    uint64
+	peak    uint64 // max at the last cut; 0 before any
+	clean   int    // consecutive clean windows while shedding
+	cut     bool   // the last window judged cut max
+	dropped bool   // the last window judged had socket drops
 }
 
 func newAutoLaw(b tiers.AutoMax, m uint64) autoLaw {
@@ -78,11 +87,18 @@ type autoSample struct {
 // changed ("" when it did not).
 func (l *autoLaw) judge(s autoSample) (uint64, string) {
 	switch {
+	case s.Drops > 0 && l.cut:
+		l.clean, l.cut, l.dropped = 0, false, true
+		return l.max, ""
 	case s.Drops > 0:
-		l.clean = 0
-		f := AutoBeta
+		beta := AutoBetaFirst
+		if l.dropped {
+			beta = AutoBeta
+		}
+		l.clean, l.cut, l.dropped = 0, true, true
+		f := beta
 		if s.Delivered > 0 {
-			f = max(AutoBeta, 1-float64(s.Drops)/float64(s.Delivered))
+			f = max(beta, 1-float64(s.Drops)/float64(s.Delivered))
 		}
 		m := uint64(float64(l.max) * f)
 		if m >= l.max {
@@ -96,9 +112,10 @@ func (l *autoLaw) judge(s autoSample) (uint64, string) {
 		l.max = m
 		return m, fmt.Sprintf("%d collector socket drops of %d packets delivered in the last window", s.Drops, s.Delivered)
 	case s.Shed == 0:
-		l.clean = 0
+		l.clean, l.cut, l.dropped = 0, false, false
 		return l.max, ""
 	}
+	l.cut, l.dropped = false, false
 	l.clean++
 	if l.clean < AutoK {
 		return l.max, ""
@@ -135,11 +152,18 @@ type AutoWindow struct {
 // clock is what the controller needs of time; tests pass a fake.
 type clock interface {
 	After(d time.Duration) <-chan time.Time
+	// Now is CLOCK_MONOTONIC in ns, the clock of bpf.Window.StartNs.
+	Now() uint64
 }
 
 type realClock struct{}
 
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+func (realClock) Now() uint64 {
+	t, _ := monotonic()
+	return t
+}
 
 // limiterReader is what the controller reads of the limiter.
 type limiterReader interface {
@@ -272,8 +296,13 @@ func (m *AutoMax) History() []AutoWindow {
 	return append([]AutoWindow(nil), m.history...)
 }
 
-// run judges each window until ctx ends or stop says so. It looks for a new
-// window eight times per window length.
+// autoPolls is how many times per window length the controller looks for
+// a new window: the judged counts are off from the limiter's window by at
+// most window/autoPolls, while the first tier passes its packets at the
+// window's start, at the offered rate.
+const autoPolls = 32
+
+// run judges each window until ctx ends or stop says so.
 func (m *AutoMax) run(ctx context.Context, stop func() bool) {
 	for {
 		m.mu.Lock()
@@ -282,7 +311,7 @@ func (m *AutoMax) run(ctx context.Context, stop func() bool) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.clock.After(w / 8):
+		case <-m.clock.After(max(time.Millisecond, w/autoPolls)):
 		}
 		if stop() {
 			return
@@ -301,6 +330,13 @@ func (m *AutoMax) tick() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.base.Auto == nil || m.primed && w.Opened == m.opened {
+		return
+	}
+	// Judge in the middle of the new window: the first tier passes its
+	// packets, and the socket overflows, at a window's start, so a sample
+	// from middle to middle holds each window's burst whole, however late
+	// the scheduler runs this tick.
+	if now := m.clock.Now(); now > w.StartNs && now-w.StartNs < uint64(m.base.Window/2) {
 		return
 	}
 	st, err := m.lim.Stats()

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,12 +55,15 @@ func (f *fakeDrops) Close() error   { return nil }
 type fakeClock struct {
 	asked chan time.Duration
 	fire  chan time.Time
+	now   atomic.Uint64
 }
 
 func (c *fakeClock) After(d time.Duration) <-chan time.Time {
 	c.asked <- d
 	return c.fire
 }
+
+func (c *fakeClock) Now() uint64 { return c.now.Load() }
 
 // rig is a controller on fakes; applied records each policy applied.
 type rig struct {
@@ -113,29 +117,33 @@ func (r *rig) window(delivered, shed, drops uint64) uint64 {
 
 func TestAutoLawCutsInProportionBoundedByBeta(t *testing.T) {
 	r := newRig(t, autoPolicy(t, autoYAML))
-	// 5% of what was delivered was dropped at the socket: max × 0.95.
-	if got := r.window(20000, 30000, 1000); got != 38000 {
-		t.Errorf("max after 5%% drops = %d, want 40000 × 0.95 = 38000", got)
+	steps := []struct {
+		name                   string
+		delivered, shed, drops uint64
+		want                   uint64
+	}{
+		{"5% of what was delivered dropped: max × 0.95", 20000, 30000, 1000, 38000},
+		{"the window after a cut is not cut", 20000, 30000, 18000, 38000},
+		{"drops go on: the cut is bounded by Beta", 20000, 30000, 18000, uint64(38000 * AutoBeta)},
+		{"a clean window", 20000, 30000, 0, 26600},
+		{"first drops after a clean window: bounded by BetaFirst", 20000, 30000, 18000, uint64(26600 * AutoBetaFirst)},
+		{"clean", 1000000, 1, 0, 23940},
+		{"one drop in a million still lowers max by one packet", 1000000, 1, 1, 23939},
+		{"clean", 1000000, 1, 0, 23939},
+		{"drops with nothing delivered: BetaFirst", 0, 100, 5, 21545},
 	}
-	// 90% dropped: the cut is bounded by Beta.
-	if got := r.window(20000, 30000, 18000); got != uint64(38000*AutoBeta) {
-		t.Errorf("max after 90%% drops = %d, want 38000 × %.1f = %d", got, AutoBeta, uint64(38000*AutoBeta))
+	var total uint64
+	for i, c := range steps {
+		total += c.drops
+		if got := r.window(c.delivered, c.shed, c.drops); got != c.want {
+			t.Errorf("window %d (%s): max %d, want %d", i+1, c.name, got, c.want)
+		}
 	}
-	// One drop in a million still lowers max by at least one packet.
-	before := r.m.Max()
-	if got := r.window(1000000, 1, 1); got != before-1 {
-		t.Errorf("max after one drop = %d, want %d", got, before-1)
+	if n := len(r.applied); n != 5 || r.m.down.Load() != 5 || r.m.up.Load() != 0 {
+		t.Errorf("%d policies applied, down %d up %d; want 5 cuts", n, r.m.down.Load(), r.m.up.Load())
 	}
-	// Drops with nothing delivered: Beta.
-	before = r.m.Max()
-	if got := r.window(0, 100, 5); got != uint64(float64(before)*AutoBeta) {
-		t.Errorf("max after drops with nothing delivered = %d, want %d", got, uint64(float64(before)*AutoBeta))
-	}
-	if n := len(r.applied); n != 4 || r.m.down.Load() != 4 || r.m.up.Load() != 0 {
-		t.Errorf("%d policies applied, down %d up %d; want 4 cuts", n, r.m.down.Load(), r.m.up.Load())
-	}
-	if got := r.m.socketDrops.Load(); got != 1000+18000+1+5 {
-		t.Errorf("socket drops total %d", got)
+	if got := r.m.socketDrops.Load(); got != total {
+		t.Errorf("socket drops total %d, want %d", got, total)
 	}
 	if !strings.Contains(r.logs.String(), "direction=down") || !strings.Contains(r.logs.String(), "cause=") {
 		t.Errorf("no info log with the cause:\n%s", r.logs)
@@ -201,14 +209,15 @@ func TestAutoOneChangePerWindow(t *testing.T) {
 	if len(r.applied) != 0 {
 		t.Fatalf("%d changes without a window ending", len(r.applied))
 	}
-	// Each window ending is judged once: one change for one window, even
-	// when ticks repeat.
+	// Each window ending is judged once: at most one change for one
+	// window, even when ticks repeat (and none in the window after a cut).
 	for i := 1; i <= 5; i++ {
 		r.window(20000, 30000, 5000)
+		n := len(r.applied)
 		r.m.tick()
 		r.m.tick()
-		if len(r.applied) != i {
-			t.Fatalf("after %d windows %d changes", i, len(r.applied))
+		if len(r.applied) != n || n != (i+1)/2 {
+			t.Fatalf("after %d windows %d changes, then %d after repeated ticks; want %d", i, n, len(r.applied), (i+1)/2)
 		}
 	}
 	// Drops that came before the window opened were judged in it: the
@@ -242,6 +251,7 @@ func TestAutoReloadKeepsLearntMax(t *testing.T) {
 		t.Error("reload did not take the rest of the policy")
 	}
 	// The law goes on from there: the window count carried on.
+	r.window(20000, 30000, 0)
 	if got := r.window(20000, 30000, 2000); got >= learnt {
 		t.Errorf("no cut after reload: %d", got)
 	}
@@ -302,17 +312,18 @@ func TestAutoMissingSocket(t *testing.T) {
 }
 
 // TestAutoRun drives the loop with a fake clock: it asks for a tick every
-// window/8, judges on each, and ends with its context.
+// window/autoPolls, judges on each, and ends with its context.
 func TestAutoRun(t *testing.T) {
 	r := newRig(t, autoPolicy(t, autoYAML+"window: 800ms\n"))
 	c := &fakeClock{asked: make(chan time.Duration), fire: make(chan time.Time)}
+	c.now.Store(uint64(time.Hour))
 	r.m.clock = c
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.m.run(ctx, func() bool { return false }); close(done) }()
 	for i := range 3 {
-		if d := <-c.asked; d != 100*time.Millisecond {
-			t.Fatalf("tick %d asked for %v, want window/8 = 100ms", i, d)
+		if d := <-c.asked; d != 25*time.Millisecond {
+			t.Fatalf("tick %d asked for %v, want window/32 = 25ms", i, d)
 		}
 		r.lim.mu.Lock()
 		r.lim.stats.Selected[0][tiers.VerdictPass].Packets += 1000
@@ -326,8 +337,9 @@ func TestAutoRun(t *testing.T) {
 	<-c.asked
 	cancel()
 	<-done
-	if n := r.m.down.Load(); n != 3 {
-		t.Errorf("%d cuts in 3 windows", n)
+	// Windows 1 and 3 cut; window 2 came right after a cut.
+	if n, h := r.m.down.Load(), r.m.History(); n != 2 || len(h) != 3 {
+		t.Errorf("%d cuts, %d windows judged; want 2 and 3", n, len(h))
 	}
 }
 
@@ -384,5 +396,31 @@ func TestAutoConverges(t *testing.T) {
 	traj = run(30000, 30, "fast")
 	if d := delivered(traj[len(traj)-1]); d < 27000 {
 		t.Errorf("after 30 fast windows max %d delivers %d < 90%% of 30000", traj[len(traj)-1], d)
+	}
+}
+
+// TestAutoJudgesMidWindow: a window is judged once the next one is half
+// over, so that the burst at each window's start falls whole in one sample.
+func TestAutoJudgesMidWindow(t *testing.T) {
+	r := newRig(t, autoPolicy(t, autoYAML)) // window 1s
+	c := &fakeClock{}
+	r.m.clock = c
+	r.lim.mu.Lock()
+	r.lim.win.StartNs = uint64(10 * time.Second)
+	r.lim.mu.Unlock()
+	c.now.Store(uint64(10*time.Second + 100*time.Millisecond))
+	r.window(20000, 30000, 5000)
+	if len(r.m.History()) != 0 {
+		t.Fatal("judged 100 ms into the new window")
+	}
+	c.now.Store(uint64(10*time.Second + 499*time.Millisecond))
+	r.m.tick()
+	if len(r.m.History()) != 0 {
+		t.Fatal("judged 499 ms into the new window")
+	}
+	c.now.Store(uint64(10*time.Second + 500*time.Millisecond))
+	r.m.tick()
+	if h := r.m.History(); len(h) != 1 || h[0].SocketDrops != 5000 || r.m.Max() != 36000 {
+		t.Fatalf("at mid-window: history %+v, max %d", h, r.m.Max())
 	}
 }
