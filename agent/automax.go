@@ -32,16 +32,20 @@ import (
 //     that the old max left in the socket buffer (TCP cuts once per round
 //     trip for the same reason).
 //   - K consecutive windows without socket drops while the limiter shed
-//     (drop or would_drop): max ← max + step, never above ceiling. step is
-//     Alpha = start/AlphaDiv up to 10% over the last max that saw drops,
-//     where the collector choked before: a step there costs at most ~1% of
-//     a start-sized offered load in socket drops. Further up the collector
-//     has grown, and step doubles with each increase up to AlphaCap ×
-//     Alpha, so max climbs back from a quarter to the whole of start in
-//     about ten increases (CUBIC's shape: slow near the last loss, fast
-//     away from it). A cut resets step to Alpha.
+//     (drop or would_drop): max ← max + step, never above ceiling. Up to
+//     10% over the last max that saw drops, where the collector choked
+//     before, step is Alpha = start/AlphaDiv: a step there costs at most
+//     ~1% of a start-sized offered load in socket drops. Further up the
+//     collector has grown: one clean window is enough, and step doubles
+//     with each increase up to AlphaCap × Alpha, so max climbs from a
+//     quarter to the whole of start in about ten windows (CUBIC's shape:
+//     slow near the last loss, fast away from it). A cut resets step to
+//     Alpha.
 //   - No change while the limiter sheds nothing: then max does not
 //     matter, and a window without shedding says nothing about capacity.
+//     Nor while a collector socket's receive buffer is more than half full
+//     in the middle of the window (sock_diag only): the collector is
+//     behind, and the buffer hides its drops for a few windows more.
 //
 // At most one change per window: a window is judged only once the limiter
 // has opened the next one (windows_opened_total moved) and that one is half
@@ -52,6 +56,10 @@ const (
 	AutoK         = 2
 	AutoAlphaDiv  = 100
 	AutoAlphaCap  = 16
+	// autoFull is the receive-buffer fill above which a window without
+	// drops does not count as clean: the collector is behind, and the
+	// buffer that hides it is about to overflow.
+	autoFull = 0.5
 	// autoNear is how close to the last max that saw drops the step stays
 	// Alpha: within max/autoNear (10%).
 	autoNear = 10
@@ -78,9 +86,10 @@ func autoAlpha(b tiers.AutoMax) uint64 { return max(1, b.Start/AutoAlphaDiv) }
 
 // autoSample is one judged window.
 type autoSample struct {
-	Delivered uint64 // selected packets passed to the host (pass + would_drop)
-	Shed      uint64 // selected packets dropped or would_drop
-	Drops     uint64 // collector socket receive-buffer drops
+	Delivered uint64  // selected packets passed to the host (pass + would_drop)
+	Shed      uint64  // selected packets dropped or would_drop
+	Drops     uint64  // collector socket receive-buffer drops
+	Full      float64 // the collector's receive buffer fill, 0..1, mid-window
 }
 
 // judge applies the law to window s. It returns the new max and why it
@@ -111,13 +120,18 @@ func (l *autoLaw) judge(s autoSample) (uint64, string) {
 		}
 		l.max = m
 		return m, fmt.Sprintf("%d collector socket drops of %d packets delivered in the last window", s.Drops, s.Delivered)
-	case s.Shed == 0:
+	case s.Shed == 0 || s.Full > autoFull:
 		l.clean, l.cut, l.dropped = 0, false, false
 		return l.max, ""
 	}
 	l.cut, l.dropped = false, false
 	l.clean++
-	if l.clean < AutoK {
+	probing := l.peak == 0 || l.max > l.peak+l.peak/autoNear
+	k := AutoK
+	if probing {
+		k = 1
+	}
+	if l.clean < k {
 		return l.max, ""
 	}
 	l.clean = 0
@@ -125,11 +139,11 @@ func (l *autoLaw) judge(s autoSample) (uint64, string) {
 	if m == l.max {
 		return m, ""
 	}
-	if l.peak == 0 || l.max > l.peak+l.peak/autoNear {
+	if probing {
 		l.step = min(2*l.step, AutoAlphaCap*autoAlpha(l.bounds))
 	}
 	l.max = m
-	return m, fmt.Sprintf("%d windows without collector socket drops while shedding", AutoK)
+	return m, fmt.Sprintf("%d windows without collector socket drops while shedding", k)
 }
 
 // AutoWindow is one judged window of the adaptive max, for logs, tests and
@@ -144,6 +158,8 @@ type AutoWindow struct {
 	// Sockets how many collector sockets there were.
 	SocketDrops uint64
 	Sockets     int
+	// Full is the fullest collector socket's receive-buffer fill, 0..1.
+	Full float64
 	// Max is the max after the judgement; Change is "up", "down" or "".
 	Max    uint64
 	Change string
@@ -356,10 +372,10 @@ func (m *AutoMax) tick() {
 	m.lastErr = ""
 	m.socketDrops.Add(ds.Drops)
 	s := delta(st, m.stats)
-	s.Drops = ds.Drops
+	s.Drops, s.Full = ds.Drops, ds.Full
 	m.opened, m.stats = w.Opened, st
 	rec := AutoWindow{Window: w.Opened, Offered: s.Delivered + s.Shed, Delivered: s.Delivered, Shed: s.Shed,
-		SocketDrops: ds.Drops, Sockets: ds.Sockets, Max: m.law.max}
+		SocketDrops: ds.Drops, Sockets: ds.Sockets, Full: ds.Full, Max: m.law.max}
 	defer func() { m.history = append(m.history[max(0, len(m.history)+1-autoHistory):], rec) }()
 
 	if ds.Sockets == 0 {

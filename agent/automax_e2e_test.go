@@ -206,7 +206,7 @@ func TestAutoMaxSlowCollector(t *testing.T) {
 func logTrajectory(t *testing.T, phase string, ws []agent.AutoWindow) {
 	t.Helper()
 	for i, w := range ws {
-		t.Logf("%s window %2d: offered %5d delivered %5d socket drops %5d sockets %d max %5d %s",
-			phase, i+1, w.Offered, w.Delivered, w.SocketDrops, w.Sockets, w.Max, w.Change)
+		t.Logf("%s window %2d: offered %5d delivered %5d socket drops %5d buffer %3.0f%% max %5d %s",
+			phase, i+1, w.Offered, w.Delivered, w.SocketDrops, 100*w.Full, w.Max, w.Change)
 	}
 }

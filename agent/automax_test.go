@@ -38,13 +38,14 @@ type fakeDrops struct {
 	mu      sync.Mutex
 	drops   uint64
 	sockets int
+	full    float64
 	ports   []tiers.PortRange
 }
 
 func (f *fakeDrops) Read(ports []tiers.PortRange) (DropSample, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := DropSample{Drops: f.drops, Sockets: f.sockets}
+	s := DropSample{Drops: f.drops, Sockets: f.sockets, Full: f.full}
 	f.drops, f.ports = 0, ports
 	return s, nil
 }
@@ -183,19 +184,44 @@ func TestAutoNoChangeWhileNotShedding(t *testing.T) {
 	if got := r.m.Max(); got != 40000 || len(r.applied) != 0 {
 		t.Fatalf("max %d, %d applied: clean windows without shedding must change nothing", got, len(r.applied))
 	}
-	// Shedding windows interrupted by one without shedding start the count again.
+	// Near the last max with drops (here 40000, cut to 38000), shedding
+	// windows interrupted by one without shedding start the count again.
+	r.window(20000, 30000, 1000)
 	for range 10 {
 		r.window(30000, 100, 0)
 		r.window(30000, 0, 0)
 	}
-	if got := r.m.Max(); got != 40000 {
+	if got := r.m.Max(); got != 38000 {
 		t.Fatalf("max %d: %d clean windows while shedding are needed in a row", got, AutoK)
 	}
+	alpha := autoAlpha(*r.m.base.Auto)
+	// A collector whose buffer is more than half full is behind: clean
+	// windows do not count.
+	r.src.full = 0.6
+	for range 2 * AutoK {
+		r.window(30000, 100, 0)
+	}
+	if got := r.m.Max(); got != 38000 {
+		t.Fatalf("max %d raised while the collector's buffer was 60%% full", got)
+	}
+	r.src.full = 0.4
 	for range AutoK {
 		r.window(30000, 100, 0)
 	}
-	if got := r.m.Max(); got != 40000+autoAlpha(*r.m.base.Auto) {
-		t.Fatalf("max %d after %d clean shedding windows, want start + alpha", got, AutoK)
+	if got := r.m.Max(); got != 38000+alpha {
+		t.Fatalf("max %d after %d clean shedding windows, want 38000 + alpha", got, AutoK)
+	}
+	// More than 10% over it, one clean window is enough and the step
+	// doubles each time.
+	for r.m.Max() <= 44000 {
+		r.window(30000, 100, 0)
+	}
+	m := r.m.Max()
+	for _, step := range []uint64{alpha, 2 * alpha, 4 * alpha, 8 * alpha, 16 * alpha, 16 * alpha} {
+		if got := r.window(30000, 100, 0); got != m+step {
+			t.Fatalf("probing: max %d, want %d + %d", got, m, step)
+		}
+		m += step
 	}
 }
 

@@ -39,6 +39,10 @@ type DropSample struct {
 	// Sockets is the number of UDP sockets bound to the selected ports
 	// now; 0 means the collector is not listening (yet, or restarting).
 	Sockets int
+	// Full is how full the fullest collector socket's receive buffer is
+	// now, 0..1 (bytes queued over SO_RCVBUF's allowance); 0 when the
+	// signal cannot tell (SignalSNMP).
+	Full float64
 }
 
 // DropSource reads the receive-buffer drops of the collector's sockets:
@@ -140,16 +144,19 @@ func (d *sockDiag) Read(ports []tiers.PortRange) (DropSample, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	cur := map[uint64]uint64{}
+	var s DropSample
 	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		if _, err := d.dump(fam, func(port uint16, inode uint64, drops uint64) {
+		if _, err := d.dump(fam, func(port uint16, inode uint64, mem skMem) {
 			if inPorts(port, ports) {
-				cur[inode] = drops
+				cur[inode] = mem.drops
+				if mem.rcvbuf > 0 {
+					s.Full = max(s.Full, float64(mem.rmem)/float64(mem.rcvbuf))
+				}
 			}
 		}); err != nil {
 			return DropSample{}, err
 		}
 	}
-	var s DropSample
 	s.Sockets = len(cur)
 	for ino, n := range cur {
 		if p, ok := d.prev[ino]; ok && n >= p {
@@ -163,10 +170,10 @@ func (d *sockDiag) Read(ports []tiers.PortRange) (DropSample, error) {
 }
 
 // dump asks for every UDP socket of family with its sk_meminfo and calls
-// fn with each one's local port, inode and drops. It returns the number of
+// fn with each one's local port, inode and memory counters. It returns the number of
 // sockets; one without the meminfo is an error (the kernel ignored the
 // request for it).
-func (d *sockDiag) dump(family uint8, fn func(port uint16, inode, drops uint64)) (int, error) {
+func (d *sockDiag) dump(family uint8, fn func(port uint16, inode uint64, mem skMem)) (int, error) {
 	d.seq++
 	req := make([]byte, unix.NLMSG_HDRLEN+sizeofReqV2)
 	ne := binary.NativeEndian
@@ -213,37 +220,42 @@ func (d *sockDiag) dump(family uint8, fn func(port uint16, inode, drops uint64))
 			}
 			port := binary.BigEndian.Uint16(m.Data[4:])
 			inode := uint64(ne.Uint32(m.Data[68:]))
-			drops, ok := skMemDrops(m.Data[sizeofDiagMsg:])
+			mem, ok := parseSKMem(m.Data[sizeofDiagMsg:])
 			if !ok {
 				return 0, errors.New("sock_diag reply without SK_MEMINFO_DROPS")
 			}
 			count++
 			if fn != nil {
-				fn(port, inode, drops)
+				fn(port, inode, mem)
 			}
 		}
 	}
 }
 
-// skMemDrops finds INET_DIAG_SKMEMINFO in the attributes b and returns its
-// SK_MEMINFO_DROPS.
-func skMemDrops(b []byte) (uint64, bool) {
+// skMem are the sk_meminfo counters the controller reads.
+type skMem struct {
+	rmem, rcvbuf, drops uint64 // bytes queued, SO_RCVBUF allowance, drops
+}
+
+// parseSKMem finds INET_DIAG_SKMEMINFO in the attributes b.
+func parseSKMem(b []byte) (skMem, bool) {
 	ne := binary.NativeEndian
 	for len(b) >= unix.SizeofRtAttr {
 		l, typ := int(ne.Uint16(b)), ne.Uint16(b[2:])
 		if l < unix.SizeofRtAttr || l > len(b) {
-			return 0, false
+			return skMem{}, false
 		}
 		if typ == inetDiagSKMemInfo {
 			v := b[unix.SizeofRtAttr:l]
 			if len(v) < 4*(unix.SK_MEMINFO_DROPS+1) {
-				return 0, false
+				return skMem{}, false
 			}
-			return uint64(ne.Uint32(v[4*unix.SK_MEMINFO_DROPS:])), true
+			u := func(i int) uint64 { return uint64(ne.Uint32(v[4*i:])) }
+			return skMem{rmem: u(unix.SK_MEMINFO_RMEM_ALLOC), rcvbuf: u(unix.SK_MEMINFO_RCVBUF), drops: u(unix.SK_MEMINFO_DROPS)}, true
 		}
 		b = b[min(len(b), (l+3)&^3):]
 	}
-	return 0, false
+	return skMem{}, false
 }
 
 // snmp reads the namespace-wide UDP receive-buffer errors and finds the
