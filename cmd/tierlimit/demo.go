@@ -24,20 +24,26 @@ type demoFlags struct {
 	max    uint64
 	window time.Duration
 	loads  []float64
+	auto   bool
 }
 
 func newDemoCmd(g *globals) *cobra.Command {
 	var f demoFlags
 	var loads string
 	cmd := &cobra.Command{
-		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5]",
+		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5] [--auto]",
 		Short: "Watch the limiter shed a syslog flood in a throwaway sandbox",
 		Long: `demo builds a sandbox (two network namespaces joined by a veth pair, nothing
 in the host's namespace), attaches the limiter to the collector's end with the
 seed's tiers scaled down to --max packets per --window, and floods UDP/514
 syslog from the sender's end, one window per offered load (a multiple of max).
 It prints, per window, what was offered, passed and dropped, by tier, beside
-the model's expectation, then removes the sandbox. Needs root.`,
+the model's expectation, then removes the sandbox. Needs root.
+
+With --auto the policy has max: auto starting at --max, and a collector that
+reads only a quarter of --max per window, behind a small receive buffer, is
+flooded at twice --max per window for 30 windows: each row shows a judged
+window, the collector's socket drops and the max the agent learnt.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, s := range strings.Split(loads, ",") {
@@ -53,12 +59,19 @@ the model's expectation, then removes the sandbox. Needs root.`,
 			if f.window < 100*time.Millisecond || f.window > 10*time.Second {
 				return usageErrorf("--window %v: want 100ms..10s", f.window)
 			}
+			if f.auto {
+				if os.Geteuid() != 0 {
+					return agent.ErrNotRoot
+				}
+				return runDemoAuto(cmd.Context(), g, f)
+			}
 			return runDemo(cmd.Context(), g, f)
 		},
 	}
 	cmd.Flags().Uint64Var(&f.max, "max", 1000, "selected packets per window the sandbox's collector is meant to handle")
 	cmd.Flags().DurationVar(&f.window, "window", 500*time.Millisecond, "window length")
 	cmd.Flags().StringVar(&loads, "loads", "0.5,1,1.5,2,3,5,10", "offered load of each window, as multiples of max")
+	cmd.Flags().BoolVar(&f.auto, "auto", false, "max: auto starting at --max, flooded at 2 × max into a collector that reads max/4 per window: watch max settle")
 	return cmd
 }
 
