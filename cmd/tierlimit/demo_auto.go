@@ -81,7 +81,9 @@ func runDemoAuto(ctx context.Context, g *globals, f demoFlags) error {
 
 	d := time.Duration(demoAutoWindows) * f.window
 	flood := make(chan error, 1)
-	go func() { flood <- paceBurst(ctx, send, net.UDPAddrFromAddrPort(dst), 0, int(float64(offered)*d.Seconds()), d) }()
+	go func() {
+		flood <- paceBurst(ctx, send, net.UDPAddrFromAddrPort(dst), 0, int(float64(offered)*d.Seconds()), d)
+	}()
 
 	fmt.Fprintf(g.stdout, "%6s %8s %9s %12s %7s %7s  %s\n", "window", "offered", "delivered", "socket drops", "buffer", "max", "change")
 	printed := 0
