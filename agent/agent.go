@@ -342,7 +342,9 @@ func (a *Agent) Watch(ctx context.Context, interval time.Duration) {
 
 // Reload compiles p and swaps it in atomically (bpf.Limiter.Apply). On
 // error the old policy keeps running, and the error is counted in
-// config_reloads_total{result="error"}.
+// config_reloads_total{result="error"}. With an adaptive-max controller
+// running (StartAutoMax), a p with the same auto bounds as the policy in
+// force keeps the learnt max instead of p.Max.
 func (a *Agent) Reload(p tiers.Policy) error {
 	err := a.reload(p)
 	if err != nil {

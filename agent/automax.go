@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -229,7 +230,13 @@ func newAutoMax(log *slog.Logger, lim limiterReader, src DropSource, c clock, mu
 // `max: auto` it only follows reloads; Reload keeps the learnt max when the
 // auto bounds stay the same. Returns an error when a controller runs already.
 func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src DropSource) (*AutoMax, error) {
-	m := newAutoMax(a.log, a.lim, src, realClock{}, &a.mu, a.applyLocked, p)
+	apply := func(p tiers.Policy) error {
+		if a.closed.Load() {
+			return errors.New("agent closed")
+		}
+		return a.applyLocked(p)
+	}
+	m := newAutoMax(a.log, a.lim, src, realClock{}, &a.mu, apply, p)
 	if !a.auto.CompareAndSwap(nil, m) {
 		return nil, fmt.Errorf("adaptive max: a controller runs already")
 	}
