@@ -1,8 +1,12 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
 func TestCheckAuto(t *testing.T) {
@@ -36,5 +40,46 @@ func TestCheckAuto(t *testing.T) {
 		if code != 2 || !strings.Contains(errs, c.want) {
 			t.Errorf("%s: exit %d, stderr %q, want 2 and %q", c.name, code, errs, c.want)
 		}
+	}
+}
+
+// TestRunAutoMax runs `tierlimit run` with max: auto: it starts the
+// controller on the namespace's socket drops, says which signal it reads,
+// exports the adaptive-max metrics, and a file change that keeps the auto
+// block keeps the max.
+func TestRunAutoMax(t *testing.T) {
+	testenv.Require(t)
+	p := runPair(t)
+	cfg := writeFile(t, "auto.yaml", "max: auto\nauto: {start: 3000, floor: 100, ceiling: 9000}\nselect: [{proto: udp, ports: [514]}]\n")
+	r, addr := startCLI(t, p.Coll, "run", "--iface", p.CollIf, "--config", cfg, "--no-pin", "--metrics-addr", "127.0.0.1:0")
+	if !strings.Contains(r.log.String(), "signal=sock_diag") || !strings.Contains(r.log.String(), "ports=udp/514") {
+		t.Errorf("no log of the drop signal:\n%s", r.log)
+	}
+	code, body, err := testenv.Get(p.Coll, "http://"+addr+"/metrics")
+	if err != nil || code != 200 {
+		t.Fatalf("GET /metrics: %d %v", code, err)
+	}
+	for _, want := range []string{
+		`tierlimit_auto_max_adjustments_total{direction="down"} 0`,
+		`tierlimit_auto_max_adjustments_total{direction="up"} 0`,
+		"tierlimit_collector_socket_drops_total 0",
+		"tierlimit_policy_max_packets 3000",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if err := os.WriteFile(cfg, []byte("max: auto\nauto: {start: 3000, floor: 100, ceiling: 9000}\nselect: [{proto: udp, ports: [514]}]\nwindow: 2s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(r.log.String(), "reload keeps the learnt max") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reload keeping the learnt max:\n%s", r.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatalf("run: %v\n%s", err, r.log)
 	}
 }
