@@ -23,11 +23,12 @@ import (
 //     lower, never below floor. With the tiers fixed, what the limiter
 //     passes grows in proportion to max, so 1 − D/P is the max at which
 //     the collector would have taken all it was given. Beta bounds the cut
-//     in one window: BetaFirst (10%) for the first window with drops after
-//     one without, whose drops may be the excess of several windows that a
-//     large socket buffer held before it overflowed, and Beta (30%) while
-//     drops go on, so a flood far above capacity still converges
-//     geometrically (DCTCP cuts in proportion to congestion, smoothed over
+//     in one window: Beta (30%) when the window before also dropped more
+//     than 30% of what was delivered, so a flood far above capacity
+//     converges geometrically, and BetaFirst (10%) otherwise: drops after
+//     a clean window, or mild drops near capacity, may be the excess of
+//     several windows that a large socket buffer held before it
+//     overflowed, or a collector that stalled for a moment (DCTCP cuts in proportion to congestion, smoothed over
 //     windows, in the same way; TCP Reno always cuts by half). The window right after
 //     a cut is not cut again: its drops may still come from the backlog
 //     that the old max left in the socket buffer (TCP cuts once per round
@@ -69,13 +70,13 @@ const (
 // autoLaw is the control law's state, pure: fed one window's counts, it
 // returns the new max. All counts are packets.
 type autoLaw struct {
-	bounds  tiers.AutoMax
-	max     uint64
-	step    uint64
-	peak    uint64 // max at the last cut; 0 before any
-	clean   int    // consecutive clean windows while shedding
-	cut     bool   // the last window judged cut max
-	dropped bool   // the last window judged had socket drops
+	bounds tiers.AutoMax
+	max    uint64
+	step   uint64
+	peak   uint64  // max at the last cut; 0 before any
+	clean  int     // consecutive clean windows while shedding
+	cut    bool    // the last window judged cut max
+	ratio  float64 // socket drops over delivered in the last window judged
 }
 
 func newAutoLaw(b tiers.AutoMax, m uint64) autoLaw {
@@ -96,20 +97,21 @@ type autoSample struct {
 // judge applies the law to window s. It returns the new max and why it
 // changed ("" when it did not).
 func (l *autoLaw) judge(s autoSample) (uint64, string) {
+	ratio := 1.0 // of the socket drops to what was delivered
+	if s.Delivered > 0 {
+		ratio = min(1, float64(s.Drops)/float64(s.Delivered))
+	}
 	switch {
 	case s.Drops > 0 && l.cut:
-		l.clean, l.cut, l.dropped = 0, false, true
+		l.clean, l.cut, l.ratio = 0, false, ratio
 		return l.max, ""
 	case s.Drops > 0:
 		beta := AutoBetaFirst
-		if l.dropped {
+		if l.ratio >= 1-AutoBeta {
 			beta = AutoBeta
 		}
-		l.clean, l.cut, l.dropped = 0, true, true
-		f := beta
-		if s.Delivered > 0 {
-			f = max(beta, 1-float64(s.Drops)/float64(s.Delivered))
-		}
+		l.clean, l.cut, l.ratio = 0, true, ratio
+		f := max(beta, 1-ratio)
 		m := uint64(float64(l.max) * f)
 		if m >= l.max {
 			m = l.max - 1
@@ -122,10 +124,10 @@ func (l *autoLaw) judge(s autoSample) (uint64, string) {
 		l.max = m
 		return m, fmt.Sprintf("%d collector socket drops of %d packets delivered in the last window", s.Drops, s.Delivered)
 	case s.Shed == 0 || s.Full > autoFull:
-		l.clean, l.cut, l.dropped = 0, false, false
+		l.clean, l.cut, l.ratio = 0, false, 0
 		return l.max, ""
 	}
-	l.cut, l.dropped = false, false
+	l.cut, l.ratio = false, 0
 	l.clean++
 	probing := l.peak == 0 || l.max > l.peak+l.peak/autoNear
 	k := AutoK
