@@ -17,8 +17,8 @@ func TestCheckAuto(t *testing.T) {
 	}
 	for _, want := range []string{
 		"auto: starts at 20000, moves within [500, 90000]",
-		"max × max(0.7, 1 − D/P)", "not below 500",
-		"2 windows in a row without socket drops while shedding: max + 200 (start/100)", "up to 3200; not above 90000",
+		"max × max(β, 1 − D/P)", "not below 500", "β = 0.7 after a window that dropped over 30%, else 0.9",
+		"2 windows in a row without socket drops while shedding", "max + 200 (start/100)", "up to 3200; not above 90000",
 		"no change while nothing is shed", "keeps the learnt max",
 		"[1, 14000)", // the tables are at start
 	} {
