@@ -114,6 +114,8 @@ type Agent struct {
 	attached []*Attachment
 	pinsLost bool // Watch logged the pinned state as gone
 
+	auto atomic.Pointer[AutoMax] // the adaptive-max controller, once started
+
 	reloadOK, reloadErr atomic.Uint64
 	scrapeErrors        atomic.Uint64
 	closed              atomic.Bool
@@ -286,7 +288,9 @@ var errClosed = errors.New("agent closed")
 
 // Reload compiles p and swaps it in atomically (bpf.Limiter.Apply). On
 // error the old policy keeps running, and the error is counted in
-// config_reloads_total{result="error"}.
+// config_reloads_total{result="error"}. With an adaptive-max controller
+// running (StartAutoMax), a p with the same auto bounds as the policy in
+// force keeps the learnt max instead of p.Max.
 func (a *Agent) Reload(p tiers.Policy) error {
 	return a.ReloadContext(context.Background(), p)
 }
@@ -309,16 +313,21 @@ func (a *Agent) ReloadContext(ctx context.Context, p tiers.Policy) error {
 func (a *Agent) ReloadFailed() { a.reloadErr.Add(1) }
 
 func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
-	tab, err := tiers.Compile(p) // validates p
-	if err != nil {
-		return err
-	}
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
 	if a.closed.Load() {
 		return errClosed
 	}
-	return a.lim.ApplyContext(ctx, p, tab)
+	p = a.autoPolicy(p)          // keeps a learnt adaptive max
+	tab, err := tiers.Compile(p) // validates p
+	if err != nil {
+		return err
+	}
+	if err := a.lim.ApplyContext(ctx, p, tab); err != nil {
+		return err
+	}
+	a.autoApplied(p)
+	return nil
 }
 
 // Close stops the agent. Without pinning it detaches the limiter; with

@@ -73,6 +73,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	c.severity.describe(ch)
+	describeAuto(ch)
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -139,6 +140,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		c.severity.collect(ch, s)
 	}
 	counter(c.scrapeErrors, a.scrapeErrors.Load())
+	a.collectAuto(ch)
 }
 
 // Registry returns a registry with the agent's collector and the Go and

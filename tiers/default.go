@@ -45,5 +45,9 @@ func (p Policy) Clone() Policy {
 		p.Select[i].Ports = slices.Clone(p.Select[i].Ports)
 		p.Select[i].Dests = slices.Clone(p.Select[i].Dests)
 	}
+	if p.Auto != nil {
+		a := *p.Auto
+		p.Auto = &a
+	}
 	return p
 }

@@ -102,7 +102,11 @@ func (t Tier) String() string {
 //	enforce window=1s max=40000 tiers=[70%→20% 80%→50% 100%→100%] select=[udp/514; tcp/601,6514 syn] exempt=[]
 func (p Policy) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s window=%s max=%d tiers=[", p.Mode, p.Window, p.Max)
+	fmt.Fprintf(&b, "%s window=%s max=%d", p.Mode, p.Window, p.Max)
+	if p.Auto != nil {
+		fmt.Fprintf(&b, " auto=[%s]", p.Auto)
+	}
+	b.WriteString(" tiers=[")
 	for i, t := range p.Tiers {
 		if i > 0 {
 			b.WriteByte(' ')

@@ -88,4 +88,7 @@ type Policy struct {
 	// Sources sets per-source budgets (fair shedding, DESIGN.md §6); the
 	// zero value is off.
 	Sources Sources
+	// Auto, when not nil, makes Max adaptive (`max: auto`, DESIGN.md §8):
+	// the agent moves Max within Auto's bounds; Max is the max in force.
+	Auto *AutoMax
 }

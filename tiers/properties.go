@@ -107,6 +107,9 @@ func (ps *propsParser) modeSwitch(e propEntry) error {
 
 // max reads limiter.max, a whole number of packets.
 func (ps *propsParser) max(e propEntry) error {
+	if strings.EqualFold(e.value, "auto") {
+		return e.err(ErrAuto, "the .properties format has no adaptive max: write the policy in YAML with max: auto and an auto block")
+	}
 	n, err := strconv.ParseInt(e.value, 10, 64)
 	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		return e.err(ErrType, "want a whole number of packets")

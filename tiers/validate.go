@@ -31,6 +31,8 @@ func configErr(key, value string, sentinel error, format string, args ...any) *C
 // prefix in Dests or Exempt; ErrCount for an undefined Count, or CountSYN on
 // a udp rule (the seed counted requests; only TCP has connection attempts);
 // ErrBudget and ErrPrefixLen for Sources out of range.
+// ErrAuto for an Auto whose bounds are out of order or range, a Max outside
+// them, or no udp rule.
 func (p Policy) Validate() error {
 	switch p.Mode {
 	case ModeEnforce, ModeDryRun, ModeOff:
@@ -92,7 +94,13 @@ func (p Policy) Validate() error {
 			return err
 		}
 	}
-	return p.Sources.validate(p.Max)
+	if err := p.Sources.validate(p.Max); err != nil {
+		return err
+	}
+	if p.Auto != nil {
+		return p.Auto.validate(p)
+	}
+	return nil
 }
 
 // checkPrefix refuses an invalid prefix, and an IPv4-mapped one

@@ -259,6 +259,10 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 	if isNull(root) {
 		return nil
 	}
+	var (
+		isAuto    bool
+		autoBlock *yaml.Node
+	)
 	_, err := ps.mapping("", root, []field{
 		{"mode", func(key string, v *yaml.Node) error {
 			s, err := scalar(key, v, "enforce, dry-run or off")
@@ -284,8 +288,12 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 			return nil
 		}},
 		{"max", func(key string, v *yaml.Node) error {
+			if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == "auto" {
+				isAuto = true
+				return nil
+			}
 			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
-				return typeErr(key, v, "a whole number of packets")
+				return typeErr(key, v, "a whole number of packets, or auto")
 			}
 			var i int64
 			if err := v.Decode(&i); err != nil || i <= 0 || i > MaxPackets {
@@ -329,8 +337,15 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 			p.Sources, err = ps.sources(key, v)
 			return err
 		}},
+		{"auto", func(key string, v *yaml.Node) error {
+			autoBlock = v
+			return nil
+		}},
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	return ps.autoYAML(p, isAuto, autoBlock)
 }
 
 func (ps *yamlParser) tiers(key string, v *yaml.Node) ([]Tier, error) {

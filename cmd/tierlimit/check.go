@@ -73,7 +73,11 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	fmt.Fprintf(w, "policy\t%s: valid\n", source)
 	fmt.Fprintf(w, "mode\t%s\n", p.Mode)
 	fmt.Fprintf(w, "window\t%s\n", p.Window)
-	fmt.Fprintf(w, "max\t%d selected packets per window\n", p.Max)
+	if p.Auto != nil {
+		printAuto(w, *p.Auto)
+	} else {
+		fmt.Fprintf(w, "max\t%d selected packets per window\n", p.Max)
+	}
 	if err := w.Flush(); err != nil {
 		return err
 	}

@@ -27,13 +27,14 @@ type demoFlags struct {
 	// severity floods a mix of syslog severities under a severity block.
 	severity bool
 	noisy    bool // --noisy-source (demo_sources.go)
+	auto     bool
 }
 
 func newDemoCmd(g *globals) *cobra.Command {
 	var f demoFlags
 	var loads string
 	cmd := &cobra.Command{
-		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5] [--severity | --noisy-source]",
+		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5] [--severity | --noisy-source | --auto]",
 		Short: "Watch the limiter shed a syslog flood in a throwaway sandbox",
 		Long: `demo builds a sandbox (two network namespaces joined by a veth pair, nothing
 in the host's namespace), attaches the limiter to the collector's end with the
@@ -45,7 +46,12 @@ the model's expectation, then removes the sandbox. Needs root.
 --noisy-source shows fair shedding instead: one sender floods at 10 × max
 and five others send 4% of max each, for two windows with per-source
 budgets (sources: {budget: 10%}) and two without; per window it prints each
-sender's sent and passed datagrams beside the model's.`,
+sender's sent and passed datagrams beside the model's.
+
+With --auto the policy has max: auto starting at --max, and a collector that
+reads only a quarter of --max per window, behind a small receive buffer, is
+flooded at twice --max per window for 30 windows: each row shows a judged
+window, the collector's socket drops and the max the agent learnt.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, s := range strings.Split(loads, ",") {
@@ -67,6 +73,12 @@ sender's sent and passed datagrams beside the model's.`,
 			if f.noisy {
 				return runNoisyDemo(cmd.Context(), g, f)
 			}
+			if f.auto {
+				if os.Geteuid() != 0 {
+					return agent.ErrNotRoot
+				}
+				return runDemoAuto(cmd.Context(), g, f)
+			}
 			return runDemo(cmd.Context(), g, f)
 		},
 	}
@@ -75,6 +87,7 @@ sender's sent and passed datagrams beside the model's.`,
 	cmd.Flags().StringVar(&loads, "loads", "0.5,1,1.5,2,3,5,10", "offered load of each window, as multiples of max")
 	cmd.Flags().BoolVar(&f.severity, "severity", false, "flood 1% crit, 49% info, 50% debug under a severity block (protect emerg..err, shed debug first)")
 	cmd.Flags().BoolVar(&f.noisy, "noisy-source", false, "show fair shedding: one heavy sender, five light ones, with and without per-source budgets")
+	cmd.Flags().BoolVar(&f.auto, "auto", false, "max: auto starting at --max, flooded at 2 × max into a collector that reads max/4 per window: watch max settle")
 	return cmd
 }
 

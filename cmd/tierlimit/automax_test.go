@@ -1,0 +1,85 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierlimit/tierlimit/internal/testenv"
+)
+
+func TestCheckAuto(t *testing.T) {
+	path := writeFile(t, "auto.yaml", "max: auto\nauto:\n  start: 20000\n  floor: 500\n  ceiling: 90000\n")
+	code, out, errs := runCmd(t, "check", "--config", path)
+	if code != 0 || errs != "" {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	for _, want := range []string{
+		"auto: starts at 20000, moves within [500, 90000]",
+		"max × max(β, 1 − D/P)", "not below 500", "β = 0.7 after a window that dropped over 30%, else 0.9",
+		"2 windows in a row without socket drops while shedding", "max + 200 (start/100)", "up to 3200; not above 90000",
+		"no change while nothing is shed", "keeps the learnt max",
+		"[1, 14000)", // the tables are at start
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	t.Logf("\n%s", out)
+
+	for _, c := range []struct{ name, src, want string }{
+		{"floor over start", "max: auto\nauto:\n  start: 100\n  floor: 200\n", `line 4: auto.floor: "200": bad auto settings: floor must be at most start (100)`},
+		{"properties", "limiter.max=auto\n", `line 1: limiter.max: "auto": bad auto settings`},
+	} {
+		name := "p.yaml"
+		if c.name == "properties" {
+			name = "p.properties"
+		}
+		code, _, errs := runCmd(t, "check", "--config", writeFile(t, name, c.src))
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%s: exit %d, stderr %q, want 2 and %q", c.name, code, errs, c.want)
+		}
+	}
+}
+
+// TestRunAutoMax runs `tierlimit run` with max: auto: it starts the
+// controller on the namespace's socket drops, says which signal it reads,
+// exports the adaptive-max metrics, and a file change that keeps the auto
+// block keeps the max.
+func TestRunAutoMax(t *testing.T) {
+	testenv.Require(t)
+	p := runPair(t)
+	cfg := writeFile(t, "auto.yaml", "max: auto\nauto: {start: 3000, floor: 100, ceiling: 9000}\nselect: [{proto: udp, ports: [514]}]\n")
+	r, addr := startCLI(t, p.Coll, "run", "--iface", p.CollIf, "--config", cfg, "--no-pin", "--metrics-addr", "127.0.0.1:0")
+	if !strings.Contains(r.log.String(), "signal=sock_diag") || !strings.Contains(r.log.String(), "ports=udp/514") {
+		t.Errorf("no log of the drop signal:\n%s", r.log)
+	}
+	code, body, err := testenv.Get(p.Coll, "http://"+addr+"/metrics")
+	if err != nil || code != 200 {
+		t.Fatalf("GET /metrics: %d %v", code, err)
+	}
+	for _, want := range []string{
+		`tierlimit_auto_max_adjustments_total{direction="down"} 0`,
+		`tierlimit_auto_max_adjustments_total{direction="up"} 0`,
+		"tierlimit_collector_socket_drops_total 0",
+		"tierlimit_policy_max_packets 3000",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if err := os.WriteFile(cfg, []byte("max: auto\nauto: {start: 3000, floor: 100, ceiling: 9000}\nselect: [{proto: udp, ports: [514]}]\nwindow: 2s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(r.log.String(), "reload keeps the learnt max") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reload keeping the learnt max:\n%s", r.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatalf("run: %v\n%s", err, r.log)
+	}
+}

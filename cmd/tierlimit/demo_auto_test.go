@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tierlimit/tierlimit/internal/testenv"
+)
+
+// TestDemoAuto runs `tierlimit demo --auto`: max starts at --max and
+// settles near what the collector takes (a quarter of --max per window,
+// 88% of max passing the seed's tiers under a flood), and the sandbox is
+// gone afterwards.
+func TestDemoAuto(t *testing.T) {
+	testenv.Require(t)
+	var out, errs bytes.Buffer
+	err := run(context.Background(), []string{"demo", "--auto", "--max", "800", "--window", "200ms"}, &out, &errs)
+	if err != nil {
+		t.Fatalf("demo --auto: %v\n%s", err, errs.String())
+	}
+	t.Logf("\n%s", out.String())
+	var maxes []float64
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 6 {
+			if _, err := strconv.Atoi(f[0]); err == nil {
+				v, _ := strconv.ParseFloat(f[5], 64)
+				maxes = append(maxes, v)
+			}
+		}
+	}
+	if len(maxes) < 20 {
+		t.Fatalf("%d window rows, want about 30", len(maxes))
+	}
+	if maxes[0] >= 800 {
+		t.Errorf("first window: max %v, want a cut from 800", maxes[0])
+	}
+	// Capacity 200 per window / 0.88 ≈ 227; the law settles within 30%.
+	if last := maxes[len(maxes)-1]; last < 160 || last > 300 {
+		t.Errorf("max settled at %v, want near 227", last)
+	}
+	if !strings.Contains(errs.String(), "adaptive max") {
+		t.Errorf("no adaptive max log:\n%s", errs.String())
+	}
+	if list, _ := exec.Command("ip", "netns", "list").Output(); bytes.Contains(list, []byte("tldemo")) {
+		t.Errorf("demo left its sandbox behind: %s", list)
+	}
+}

@@ -1,0 +1,129 @@
+package tiers
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// ErrAuto: the auto block (DESIGN.md §8) is inconsistent: floor, start and
+// ceiling not in order, one of them outside [1, MaxPackets], an auto block
+// without max: auto, or max: auto in a policy that selects no UDP port (its
+// signal is UDP receive-buffer drops).
+var ErrAuto = errors.New("bad auto settings")
+
+// DefaultAutoStart is the max an adaptive policy starts from when its auto
+// block sets no start: the seed's max, in packets per window.
+const DefaultAutoStart = 40000
+
+// AutoMax are the bounds of an adaptive max (`max: auto`, DESIGN.md §8). The
+// agent moves Policy.Max within [Floor, Ceiling] from the collector sockets'
+// receive-buffer drops; Policy.Max holds the max in force, Start when parsed.
+// All three are packets per window.
+type AutoMax struct {
+	// Start is the max when the agent starts (default DefaultAutoStart).
+	Start uint64
+	// Floor is the lowest max (default Start/40, at least 1).
+	Floor uint64
+	// Ceiling is the highest max (default 5 × Start, at most MaxPackets).
+	Ceiling uint64
+}
+
+// String returns "start=40000 floor=1000 ceiling=200000".
+func (a AutoMax) String() string {
+	return fmt.Sprintf("start=%d floor=%d ceiling=%d", a.Start, a.Floor, a.Ceiling)
+}
+
+// defaults fills in the bounds that the file left out (0).
+func (a *AutoMax) defaults() {
+	if a.Start == 0 {
+		a.Start = DefaultAutoStart
+	}
+	if a.Floor == 0 {
+		a.Floor = max(1, a.Start/40)
+	}
+	if a.Ceiling == 0 {
+		a.Ceiling = MaxPackets
+		if a.Start <= MaxPackets/5 {
+			a.Ceiling = 5 * a.Start
+		}
+	}
+}
+
+// validate checks the bounds and that p.Max lies within them; keys are
+// named as in YAML ("auto.floor").
+func (a AutoMax) validate(p Policy) error {
+	for _, f := range []struct {
+		key string
+		v   uint64
+	}{{"auto.start", a.Start}, {"auto.floor", a.Floor}, {"auto.ceiling", a.Ceiling}} {
+		if f.v == 0 || f.v > MaxPackets {
+			return configErr(f.key, strconv.FormatUint(f.v, 10), ErrAuto, "must be from 1 to %d packets", uint64(MaxPackets))
+		}
+	}
+	if a.Floor > a.Start {
+		return configErr("auto.floor", strconv.FormatUint(a.Floor, 10), ErrAuto, "floor must be at most start (%d)", a.Start)
+	}
+	if a.Start > a.Ceiling {
+		return configErr("auto.ceiling", strconv.FormatUint(a.Ceiling, 10), ErrAuto, "ceiling must be at least start (%d)", a.Start)
+	}
+	if p.Max < a.Floor || p.Max > a.Ceiling {
+		return configErr("max", strconv.FormatUint(p.Max, 10), ErrAuto, "an adaptive max must be within floor %d and ceiling %d", a.Floor, a.Ceiling)
+	}
+	for _, r := range p.Select {
+		if r.Proto == ProtoUDP {
+			return nil
+		}
+	}
+	return configErr("max", "auto", ErrAuto, "max: auto needs a udp select rule: its signal is the receive-buffer drops of the UDP sockets on the selected ports")
+}
+
+// WithMax returns a copy of p with max m, for the agent's adaptive max.
+func (p Policy) WithMax(m uint64) Policy {
+	q := p.Clone()
+	q.Max = m
+	return q
+}
+
+// autoYAML parses `max: auto` together with the `auto:` block, once the
+// mapping has been walked: isAuto is whether max was "auto", and block the
+// auto node (nil when absent).
+func (ps *yamlParser) autoYAML(p *Policy, isAuto bool, block *yaml.Node) error {
+	if !isAuto {
+		if block != nil {
+			return valueErr("auto", block, ErrAuto, "an auto block needs max: auto")
+		}
+		return nil
+	}
+	var a AutoMax
+	if block != nil && !isNull(block) {
+		_, err := ps.mapping("auto", block, []field{
+			{"start", autoField(&a.Start)},
+			{"floor", autoField(&a.Floor)},
+			{"ceiling", autoField(&a.Ceiling)},
+		})
+		if err != nil {
+			return err
+		}
+	}
+	a.defaults()
+	p.Auto = &a
+	p.Max = a.Start
+	return nil
+}
+
+func autoField(dst *uint64) func(key string, v *yaml.Node) error {
+	return func(key string, v *yaml.Node) error {
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
+			return typeErr(key, v, "a whole number of packets")
+		}
+		var i int64
+		if err := v.Decode(&i); err != nil || i <= 0 || i > MaxPackets {
+			return valueErr(key, v, ErrAuto, "must be from 1 to %d packets", uint64(MaxPackets))
+		}
+		*dst = uint64(i)
+		return nil
+	}
+}
