@@ -25,10 +25,10 @@ import (
 
 // types maps apiVersion/kind to a new value of its Go type.
 var types = map[string]func() any{
-	"v1/Namespace":                     func() any { return &corev1.Namespace{} },
-	"v1/ConfigMap":                     func() any { return &corev1.ConfigMap{} },
-	"v1/Service":                       func() any { return &corev1.Service{} },
-	"apps/v1/DaemonSet":                func() any { return &appsv1.DaemonSet{} },
+	"v1/Namespace":                        func() any { return &corev1.Namespace{} },
+	"v1/ConfigMap":                        func() any { return &corev1.ConfigMap{} },
+	"v1/Service":                          func() any { return &corev1.Service{} },
+	"apps/v1/DaemonSet":                   func() any { return &appsv1.DaemonSet{} },
 	"monitoring.coreos.com/v1/PodMonitor": func() any { return &monitoringv1.PodMonitor{} },
 }
 
