@@ -115,6 +115,19 @@ release:
 	cd deploy && $(GO) run ./release -version $(VERSION) -commit $(COMMIT) -repo .. \
 		-dist $(abspath $(DIST)) -arch $(shell echo $(RELEASE_ARCHES) | tr ' ' ,)
 
+# The nested module deploy/ (the release tool, the Kubernetes manifests'
+# tests): lint and test it; with dist/ from make release, its release test
+# checks those packages (both architectures) instead of building its own.
+.PHONY: deploy-test monitoring-check
+deploy-test:
+	cd deploy && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	cd deploy && TIERLIMIT_RELEASE_DIST=$(if $(wildcard $(DIST)/tierlimit-linux-*),$(abspath $(DIST))) $(GO) test -count=1 ./...
+
+# The alert rules and their unit tests (promtool, Debian's prometheus).
+monitoring-check:
+	promtool check rules deploy/prometheus/alerts.yaml
+	promtool test rules deploy/prometheus/alerts_test.yaml
+
 clean:
 	rm -f bench.txt
 	rm -rf $(DIST)
