@@ -113,3 +113,29 @@ func TestServiceUnitCapabilities(t *testing.T) {
 		t.Fatalf("not attached with the unit's capabilities:\n%s", a.log)
 	}
 }
+
+// TestServiceUnitExecStart runs the unit's ExecStart command line as
+// systemd would hand it to /bin/sh ($$ is a literal $), with echo in place
+// of the binary: one --iface per name of TIERLIMIT_IFACES, then the options.
+func TestServiceUnitExecStart(t *testing.T) {
+	u := unitSettings(t)
+	line := u["ExecStart"][0]
+	const prefix = "/bin/sh -c '"
+	if !strings.HasPrefix(line, prefix) || !strings.HasSuffix(line, "'") {
+		t.Fatalf("ExecStart %q: want /bin/sh -c '...'", line)
+	}
+	script := strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(line, prefix), "'"), "$$", "$")
+	if !strings.Contains(script, "exec /usr/bin/tierlimit run") {
+		t.Fatalf("ExecStart script %q does not exec /usr/bin/tierlimit run", script)
+	}
+	script = strings.Replace(script, "exec /usr/bin/tierlimit", "exec echo", 1)
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.Env = []string{"TIERLIMIT_IFACES=eth1  eth2*", "TIERLIMIT_CONFIG=/etc/tierlimit/policy.yaml", "TIERLIMIT_OPTS=--mode dry-run"}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(string(out)), "run --config /etc/tierlimit/policy.yaml --iface eth1 --iface eth2* --mode dry-run"; got != want {
+		t.Errorf("ExecStart runs %q, want %q", got, want)
+	}
+}
