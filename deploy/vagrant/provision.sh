@@ -29,12 +29,13 @@ GO_ROOT=${GO_ROOT:-/usr/local/go}
 #   util-linux        nsenter, setpriv and taskset
 #   prometheus        promtool (alert rule tests) and the server of the monitoring end-to-end test
 #   systemd           systemd-analyze (the packaged unit's checks)
+#   debootstrap       CI's fresh-machine check (.ci/fresh-machine)
 PACKAGES=(
 	"clang-${CLANG_VERSION}" "llvm-${CLANG_VERSION}"
 	iproute2 ethtool nftables netsniff-ng
 	rsyslog bsdutils iputils-ping util-linux
 	make git ca-certificates curl python3 bpftool
-	prometheus systemd
+	prometheus systemd debootstrap
 )
 
 # The commands the tests, the demo and the benchmarks run, by the package
