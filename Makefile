@@ -28,7 +28,7 @@ check-generate: generate
 
 # The README's test command. BPF tests need root; with TIERLIMIT_REQUIRE_BPF=1
 # they fail instead of skipping.
-test:
+test: deps
 	$(GO) test -count=1 $(TEST_FLAGS) ./...
 
 lint:
@@ -86,5 +86,48 @@ provision-check:
 	grep -q "^GO_VERSION=\$${GO_VERSION:-$$go}" deploy/vagrant/provision.sh || { echo "provision.sh: GO_VERSION is not go.mod's"; exit 1; }; \
 	echo "provision-check: Vagrantfile and provision.sh pin go$$go and clang-$(CLANG_VERSION)"
 
+# deps installs the Debian packages (deploy/vagrant/provision.sh
+# --packages-only) only when a command the tests run is missing, and prints
+# what it installs; as a user other than root it only warns.
+.PHONY: deps
+deps:
+	@bash deploy/vagrant/provision.sh --deps
+
+# Release (issue 16): static binaries (CGO off) for each of RELEASE_ARCHES,
+# stamped with VERSION and COMMIT (tierlimit version prints them), then a
+# .deb per architecture (nfpm) and a multi-arch OCI image built without a
+# container daemon (go-containerregistry), by deploy/release, a Go program
+# in the nested module deploy/ (its dependencies stay out of go.mod).
+DIST ?= dist
+RELEASE_ARCHES ?= amd64 arm64
+VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null) && echo "$${v#v}" || echo 0.0.0-dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+RELEASE_LDFLAGS = -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+.PHONY: release
+release:
+	@mkdir -p $(DIST)
+	@for arch in $(RELEASE_ARCHES); do \
+		echo "go build tierlimit $(VERSION) ($(COMMIT)) for linux/$$arch"; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(RELEASE_LDFLAGS)' \
+			-o $(DIST)/tierlimit-linux-$$arch ./cmd/tierlimit || exit 1; \
+	done
+	cd deploy && $(GO) run ./release -version $(VERSION) -commit $(COMMIT) -repo .. \
+		-dist $(abspath $(DIST)) -arch $(shell echo $(RELEASE_ARCHES) | tr ' ' ,)
+
+# The nested module deploy/ (the release tool, the Kubernetes manifests'
+# tests): lint and test it; with dist/ from make release, its release test
+# checks those packages (both architectures) instead of building its own.
+.PHONY: deploy-test monitoring-check
+deploy-test:
+	cd deploy && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	cd deploy && TIERLIMIT_RELEASE_DIST=$(if $(wildcard $(DIST)/tierlimit-linux-*),$(abspath $(DIST))) $(GO) test -count=1 ./...
+
+# The alert rules and their unit tests (promtool, Debian's prometheus).
+monitoring-check:
+	promtool check rules deploy/prometheus/alerts.yaml
+	promtool test rules deploy/prometheus/alerts_test.yaml
+
 clean:
 	rm -f bench.txt
+	rm -rf $(DIST)

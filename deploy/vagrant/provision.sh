@@ -6,6 +6,7 @@
 #   provision.sh                   Debian packages, then Go if no suitable Go is found
 #   provision.sh --packages-only   Debian packages only (CI: downloads nothing but apt packages)
 #   provision.sh --check           only check that everything is installed; exit 1 if not
+#   provision.sh --deps            (make deps) install the Debian packages only if a tool the tests need is missing
 #   provision.sh --with-vagrant    also install Debian's vagrant (for make vagrant-validate on a host)
 #   provision.sh --role collector|sender   (Vagrant) also prepare the VM for its role
 #
@@ -25,12 +26,24 @@ GO_ROOT=${GO_ROOT:-/usr/local/go}
 #   netsniff-ng       trafgen, the benchmarks' flood generator
 #   rsyslog, bsdutils a real syslog collector and logger(1) for the tests
 #   iputils-ping      reachability checks in the VMs
-#   util-linux        nsenter and taskset
+#   util-linux        nsenter, setpriv and taskset
+#   prometheus        promtool (alert rule tests) and the server of the monitoring end-to-end test
+#   systemd           systemd-analyze (the packaged unit's checks)
+#   debootstrap       CI's fresh-machine check (.ci/fresh-machine)
 PACKAGES=(
 	"clang-${CLANG_VERSION}" "llvm-${CLANG_VERSION}"
 	iproute2 ethtool nftables netsniff-ng
 	rsyslog bsdutils iputils-ping util-linux
 	make git ca-certificates curl python3 bpftool
+	prometheus systemd debootstrap
+)
+
+# The commands the tests, the demo and the benchmarks run, by the package
+# above that ships each (--deps and --check look for these).
+TOOLS=(
+	"clang-${CLANG_VERSION}" "llvm-strip-${CLANG_VERSION}" ip ethtool nft trafgen
+	logger rsyslogd ping nsenter setpriv taskset unshare make git
+	promtool prometheus systemd-analyze
 )
 
 mode=full
@@ -39,9 +52,10 @@ while [ $# -gt 0 ]; do
 	case "$1" in
 	--packages-only) mode=packages ;;
 	--check) mode=check ;;
+	--deps) mode=deps ;;
 	--with-vagrant) PACKAGES+=(vagrant) ;;
 	--role) role=${2:?--role needs collector or sender}; shift ;;
-	-h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,15p' "$0"; exit 0 ;;
 	*) echo "provision.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -148,10 +162,48 @@ sys.exit("no checksum for " + name)' "go${GO_VERSION}.linux-${arch}.tar.gz")}
 	log "Go: $("$GO_ROOT/bin/go" version)"
 }
 
+# have_tool T: true when T is on PATH or in /usr/sbin or /sbin (which a
+# user's PATH may lack; sudo's has them).
+have_tool() {
+	command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]
+}
+
+missing_tools() {
+	local t
+	for t in "${TOOLS[@]}"; do
+		have_tool "$t" || echo "$t"
+	done
+}
+
+# deps installs the Debian packages when a tool of TOOLS is missing, and
+# says which tools it found missing and which packages it installs. As a
+# user other than root it only warns: the tests that need a missing tool
+# skip (or fail under TIERLIMIT_REQUIRE_BPF=1).
+deps() {
+	local missing
+	missing=$(missing_tools)
+	if [ -z "$missing" ]; then
+		log "test tools: all ${#TOOLS[@]} found"
+		return
+	fi
+	log "test tools missing:" $missing
+	if [ "$(id -u)" -ne 0 ]; then
+		log "warning: not root, not installing; run: sudo make deps"
+		return
+	fi
+	install_packages
+	missing=$(missing_tools)
+	if [ -n "$missing" ]; then
+		echo "provision.sh: still missing after installing the packages:" $missing "(PATH=$PATH)" >&2
+		exit 1
+	fi
+	log "test tools: all ${#TOOLS[@]} found"
+}
+
 check() {
 	local bad=0 t g
-	for t in "clang-${CLANG_VERSION}" "llvm-strip-${CLANG_VERSION}" ip ethtool nft trafgen logger rsyslogd ping nsenter taskset make git; do
-		if command -v "$t" >/dev/null 2>&1 || [ -x "/usr/sbin/$t" ] || [ -x "/sbin/$t" ]; then
+	for t in "${TOOLS[@]}"; do
+		if have_tool "$t"; then
 			printf 'provision: ok      %s\n' "$t"
 		else
 			printf 'provision: MISSING %s\n' "$t"
@@ -194,6 +246,9 @@ packages)
 	;;
 check)
 	check
+	;;
+deps)
+	deps
 	;;
 full)
 	install_packages

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/goreleaser/nfpm/v2"
+	_ "github.com/goreleaser/nfpm/v2/deb" // registers the deb packager
+	"github.com/goreleaser/nfpm/v2/files"
+)
+
+// Where the Debian package installs its files.
+const (
+	debBinary  = "/usr/bin/tierlimit"
+	debUnit    = "/lib/systemd/system/tierlimit.service"
+	debPolicy  = "/etc/tierlimit/policy.yaml"
+	debDefault = "/etc/default/tierlimit"
+	debReadme  = "/usr/share/doc/tierlimit/README.md"
+)
+
+// Maintainer scripts. The service is not enabled or started on install: it
+// needs TIERLIMIT_IFACES first. An upgrade restarts a running service, which
+// adopts the pinned limiter with no attach gap; a removal stops it and
+// detaches the limiter from the configured interfaces, which would otherwise
+// keep shedding with no binary left to remove it.
+const (
+	postinst = `#!/bin/sh
+set -e
+if [ -d /run/systemd/system ]; then
+	systemctl daemon-reload || true
+	if [ "$1" = configure ] && [ -n "$2" ]; then
+		systemctl try-restart tierlimit.service || true
+	fi
+fi
+if [ "$1" = configure ] && [ -z "$2" ]; then
+	echo "tierlimit: set TIERLIMIT_IFACES in /etc/default/tierlimit, then: systemctl enable --now tierlimit"
+fi
+`
+	prerm = `#!/bin/sh
+set -e
+if [ "$1" = remove ]; then
+	if [ -d /run/systemd/system ]; then
+		systemctl stop tierlimit.service || true
+	fi
+	TIERLIMIT_IFACES=
+	[ -r /etc/default/tierlimit ] && . /etc/default/tierlimit
+	for i in $TIERLIMIT_IFACES; do
+		/usr/bin/tierlimit detach --iface "$i" || true
+	done
+fi
+`
+	postrm = `#!/bin/sh
+set -e
+if [ -d /run/systemd/system ]; then
+	systemctl daemon-reload || true
+fi
+if [ "$1" = purge ]; then
+	rm -rf /run/tierlimit
+fi
+`
+)
+
+// buildDeb writes dist/tierlimit_VERSION_ARCH.deb and returns its path.
+func buildDeb(s spec, arch string) (string, error) {
+	if _, err := os.Stat(s.binary(arch)); err != nil {
+		return "", fmt.Errorf("binary: %w (run make release)", err)
+	}
+	scripts, err := writeScripts(map[string]string{"postinst": postinst, "prerm": prerm, "postrm": postrm})
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(scripts)
+	file := func(src, dst string, mode os.FileMode, typ string) *files.Content {
+		return &files.Content{Source: src, Destination: dst, Type: typ, FileInfo: &files.ContentFileInfo{Mode: mode}}
+	}
+	info := nfpm.WithDefaults(&nfpm.Info{
+		Name:        "tierlimit",
+		Arch:        arch,
+		Platform:    "linux",
+		Version:     s.Version,
+		Section:     "net",
+		Priority:    "optional",
+		Maintainer:  "The tierlimit Authors <tierlimit@localhost>",
+		Description: "XDP tiered load shedding for syslog collectors\nCounts the selected syslog packets of each window at the NIC and, past each\ntier's threshold, drops them at random at that tier's rate (commit " + s.Commit + ").",
+		License:     "MIT",
+		Overridables: nfpm.Overridables{
+			Contents: files.Contents{
+				file(s.binary(arch), debBinary, 0o755, ""),
+				file(s.repoFile("deploy/systemd/tierlimit.service"), debUnit, 0o644, ""),
+				file(s.repoFile("tiers/default.yaml"), debPolicy, 0o644, files.TypeConfigNoReplace),
+				file(s.repoFile("deploy/systemd/tierlimit.default"), debDefault, 0o644, files.TypeConfigNoReplace),
+				file(s.repoFile("README.md"), debReadme, 0o644, ""),
+			},
+			Scripts: nfpm.Scripts{
+				PostInstall: filepath.Join(scripts, "postinst"),
+				PreRemove:   filepath.Join(scripts, "prerm"),
+				PostRemove:  filepath.Join(scripts, "postrm"),
+			},
+		},
+	})
+	if err := nfpm.PrepareForPackager(info, "deb"); err != nil {
+		return "", err
+	}
+	pkgr, err := nfpm.Get("deb")
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(s.Dist, fmt.Sprintf("tierlimit_%s_%s.deb", s.Version, arch))
+	f, err := os.Create(out)
+	if err != nil {
+		return "", err
+	}
+	if err := pkgr.Package(info, f); err != nil {
+		f.Close()
+		return "", err
+	}
+	return out, f.Close()
+}
+
+// writeScripts writes each named script into a new temporary directory.
+func writeScripts(scripts map[string]string) (string, error) {
+	dir, err := os.MkdirTemp("", "tierlimit-deb-")
+	if err != nil {
+		return "", err
+	}
+	for name, body := range scripts {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			os.RemoveAll(dir)
+			return "", err
+		}
+	}
+	return dir, nil
+}
