@@ -642,8 +642,11 @@ func TestStatusMatchesMetricsAndDetach(t *testing.T) {
 	if st.Policy.MaxPackets != 100 || float64(st.Window.Packets) != m["tierlimit_window_packets"] || float64(st.Window.Tier) != m["tierlimit_current_tier"] {
 		t.Errorf("status policy/window %+v %+v, metrics window %v tier %v", st.Policy, st.Window, m["tierlimit_window_packets"], m["tierlimit_current_tier"])
 	}
-	if float64(st.Unselected) != m["tierlimit_unselected_packets_total"] {
-		t.Errorf("status unselected %d, metrics %v", st.Unselected, m["tierlimit_unselected_packets_total"])
+	// The pinned limiter keeps counting after the scrape: the veth's own
+	// link-local traffic (IPv6 router solicitations, MLD reports) may add a
+	// few unselected packets before status reads the maps; never fewer.
+	if u, mu := float64(st.Unselected), m["tierlimit_unselected_packets_total"]; u < mu || u > mu+10 {
+		t.Errorf("status unselected %d, metrics %v (status may only be a few packets later)", st.Unselected, mu)
 	}
 	var total uint64
 	for _, s := range st.Selected {
