@@ -495,7 +495,8 @@ func (a *Agent) attach(l netlink.Link, pin string) (*Attachment, error) {
 	switch a.cfg.XDPMode {
 	case XDPAuto:
 		if err = try(XDPNative); err != nil {
-			a.log.Warn("native XDP refused, falling back to generic", "iface", name, "reason", err)
+			a.log.Warn("native XDP refused, falling back to generic", "iface", name, "reason", err,
+				"hint", nativeHint("/sys/class/net", name, err))
 			err = try(XDPGeneric)
 		}
 	default:
@@ -506,6 +507,9 @@ func (a *Agent) attach(l netlink.Link, pin string) (*Attachment, error) {
 			// bpf_link creation carries no extack: the errno is all the
 			// kernel says. EOPNOTSUPP means the driver has no native XDP.
 			err = fmt.Errorf("native mode refused by the driver: %w (try --xdp-mode generic, or auto to fall back)", err)
+			if h := nativeHint("/sys/class/net", name, err); h != "" {
+				err = fmt.Errorf("%w; %s", err, h)
+			}
 		} else {
 			err = fmt.Errorf("%s mode: %w", a.cfg.XDPMode, err)
 		}
