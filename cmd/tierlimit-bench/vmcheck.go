@@ -43,9 +43,10 @@ type windowCheck struct {
 // burst that fits in one policy window, it waits for the counts to settle,
 // then checks that window:
 //
-//   - the window saw all the burst's selected packets: the metrics' pass and
-//     drop deltas sum to window_packets (else the burst spanned two windows);
-//   - the load was above max: window_packets > -max;
+//   - the offered load is the packets judged since the previous check (the
+//     metrics' pass and drop deltas), and it was above max;
+//   - the burst was one window: each tier judged exactly the packets that
+//     n = 1..offered puts in it (two windows would fill the low tiers twice);
 //   - the passed count (rsyslog's lines in -log, one per datagram) is within
 //     -sigmas standard deviations of tiers.Expected for that offered load;
 //   - the metrics' pass delta equals rsyslog's lines (nothing lost between
@@ -101,16 +102,22 @@ func (c windowCheck) checkWindow(lines int, m map[string]float64, stdout io.Writ
 	pass, drop := sumVerdicts(m)
 	dPass, dDrop, byTier := deltas(prev.Metrics, m)
 	dLines := lines - prev.Lines
-	offered := uint64(m["tierlimit_window_packets"])
+	// The burst's packets are all the packets judged since the last check.
+	offered := uint64(dPass + dDrop)
 	e := c.tab.Expected(offered)
 	bound := c.sigmas * math.Sqrt(e.Variance)
 	var errs []error
-	if dPass+dDrop != float64(offered) {
-		errs = append(errs, fmt.Errorf("the window counted %d packets but %.0f were judged since the last window: "+
-			"the burst spanned two windows (make the window longer or the burst smaller)", offered, dPass+dDrop))
-	}
 	if offered <= c.max {
 		errs = append(errs, fmt.Errorf("offered %d is not above max %d: the sender was too slow or frames were lost before XDP", offered, c.max))
+	}
+	// One window: each tier got exactly the packets that n = 1..offered
+	// puts in it. Two windows would put more in the low tiers.
+	for k, te := range e.PerTier {
+		if got := tierPackets(prev.Metrics, m, k); got != float64(te.Packets) {
+			errs = append(errs, fmt.Errorf("tier %d judged %.0f packets, one window of %d puts %d in it: "+
+				"the burst spanned two windows (make the window longer or the burst smaller)", k, got, offered, te.Packets))
+			break
+		}
 	}
 	if math.Abs(float64(dLines)-e.Passed) > bound {
 		errs = append(errs, fmt.Errorf("rsyslog got %d lines, the model expects %.1f ± %.1f (%.0fσ)", dLines, e.Passed, bound, c.sigmas))
@@ -188,6 +195,16 @@ func (c windowCheck) settled(ctx context.Context) (int, map[string]float64, erro
 			return 0, nil, fmt.Errorf("counts did not settle within %s (rsyslog %d lines, pass %.0f)", c.timeout, lines, pass)
 		}
 	}
+}
+
+// tierPackets is tier k's selected packets (pass and drop) between two scrapes.
+func tierPackets(a, b map[string]float64, k int) float64 {
+	var n float64
+	for _, v := range []string{"pass", "drop"} {
+		key := fmt.Sprintf(`tierlimit_selected_packets_total{tier="%d",verdict="%s"}`, k, v)
+		n += b[key] - a[key]
+	}
+	return n
 }
 
 // sumVerdicts sums selected_packets_total over tiers by verdict.

@@ -89,10 +89,16 @@ stop_agent() {
 	tierlimit detach --iface "$1" >/dev/null 2>&1 || true
 }
 
-# xdp_mode_of IFACE: the XDP mode the kernel reports (xdp = native,
-# xdpgeneric = generic), or none.
+# xdp_mode_of IFACE: the XDP mode the kernel reports on the link's line
+# (xdp = native, xdpgeneric = generic), or none.
 xdp_mode_of() {
-	ip -d link show dev "$1" | awk '/prog\/xdp/ { print ($1 == "prog/xdp" ? "native" : $1); found = 1 } END { if (!found) print "none" }'
+	ip -o link show dev "$1" | awk '{
+		for (i = 1; i <= NF; i++) {
+			if ($i == "xdpgeneric") { print "generic"; exit }
+			if ($i == "xdp" || $i == "xdpdrv") { print "native"; exit }
+		}
+		print "none"
+	}'
 }
 
 # try_mode MODE IFACE LABEL: attach, report, detach.
@@ -124,6 +130,13 @@ xdp_matrix() {
 	for q in 2 1; do
 		[ "$q" -le "$maxq" ] || { printf '%-16s %-7s %-22s\n' "$q queue pairs" "-" "skipped (device has $maxq)"; continue; }
 		ethtool -L "$ifc" combined "$q"
+		# virtio_net gives XDP_TX a queue per CPU when q + CPUs fit the
+		# device's maximum; else (Linux >= 5.17) it shares them under a lock.
+		if [ $((q + $(nproc))) -le "$maxq" ]; then
+			log "$q queue pair(s): $q + $(nproc) CPUs <= $maxq, XDP_TX gets its own queues"
+		else
+			log "$q queue pair(s): $q + $(nproc) CPUs > $maxq, XDP_TX shares queues under a lock (the kernel warns once)"
+		fi
 		for mode in native auto; do
 			try_mode "$mode" "$ifc" "$q queue pair(s)"
 		done

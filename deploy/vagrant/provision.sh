@@ -7,6 +7,8 @@
 #   provision.sh --packages-only   Debian packages only (CI: downloads nothing but apt packages)
 #   provision.sh --check           only check that everything is installed; exit 1 if not
 #   provision.sh --with-vagrant    also install Debian's vagrant (for make vagrant-validate on a host)
+#   provision.sh --with-vm         also what make vagrant-box and vagrant-e2e need on the host:
+#                                  vagrant-libvirt, libvirt, QEMU, debootstrap, dnsmasq
 #   provision.sh --role collector|sender   (Vagrant) also prepare the VM for its role
 #   provision.sh --prebuilt DIR    (Vagrant, local box) install the static tierlimit and
 #                                  tierlimit-bench built on the host in DIR; no apt, no Go
@@ -43,9 +45,13 @@ while [ $# -gt 0 ]; do
 	--packages-only) mode=packages ;;
 	--check) mode=check ;;
 	--with-vagrant) PACKAGES+=(vagrant) ;;
+	--with-vm)
+		PACKAGES+=(vagrant vagrant-libvirt libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients
+			qemu-system-x86 qemu-utils debootstrap dnsmasq-base iptables rsync openssh-client e2fsprogs)
+		;;
 	--role) role=${2:?--role needs collector or sender}; shift ;;
 	--prebuilt) mode=prebuilt; prebuilt=${2:?--prebuilt needs a directory}; shift ;;
-	-h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,18p' "$0"; exit 0 ;;
 	*) echo "provision.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift

@@ -69,7 +69,7 @@ preflight() {
 build() {
 	log "building static tierlimit and tierlimit-bench into .vagrant-bin/"
 	mkdir -p .vagrant-bin
-	CGO_ENABLED=0 GOFLAGS=-buildvcs=false "$GO" build -trimpath -o .vagrant-bin/ ./cmd/tierlimit ./cmd/tierlimit-bench
+	CGO_ENABLED=0 GOFLAGS=-buildvcs=false "$GO" build -o .vagrant-bin/ ./cmd/tierlimit ./cmd/tierlimit-bench
 }
 
 # ---- the outer side: namespace, time bound, cleanup -------------------------
