@@ -212,7 +212,8 @@ run_vms() {
 	trap inner_cleanup EXIT
 	trap 'exit 143' INT TERM
 	local driver=qemu
-	if { : <>/dev/kvm; } 2>/dev/null; then driver=kvm; fi # the Vagrantfile's test
+	# The Vagrantfile's test: a character device that opens read-write.
+	if [ -c /dev/kvm ] && [ -r /dev/kvm ] && [ -w /dev/kvm ]; then driver=kvm; fi
 	log "vagrant up collector sender (box $BOX, libvirt driver $driver)"
 	# (Without the upload's progress meter: one \r-separated line per tick.)
 	"$VAGRANT" up --provider=libvirt collector sender 2>&1 | grep --line-buffered -av 'Progress: '
