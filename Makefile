@@ -12,7 +12,7 @@ export BPF2GO_CC := $(CLANG)
 export BPF2GO_STRIP := $(STRIP)
 export BPF2GO_CFLAGS
 
-.PHONY: all build generate check-generate test lint bench clean bench-quick vagrant-validate vagrant-e2e provision-check
+.PHONY: all build generate check-generate test lint bench clean bench-quick vagrant-validate vagrant-box vagrant-e2e provision-check
 
 all: build
 
@@ -60,19 +60,24 @@ bench-quick:
 		-command 'make bench-quick' $(BENCH_FLAGS)
 	@grep -q '^## 4. System-level' $(BENCH_TMP)/quick/results.md && test -s $(BENCH_TMP)/quick/offered-vs-passed.png
 
-# The two-VM path (deploy/README.md). vagrant-e2e needs a provider that can
-# boot guests (libvirt or VirtualBox); it cannot run on CI's machine.
+# The two-VM path (deploy/README.md). vagrant-box builds the local Debian
+# box (debootstrap, Debian packages only; cached); vagrant-e2e boots both VMs
+# with vagrant-libvirt (KVM, else TCG) in a sandbox namespace, floods, checks
+# every window against tiers.Expected and tears it all down. Make variables:
+# BOX (local|public), MAX, WINDOW, WINDOWS, BURST, QUEUES, SANDBOX (1|0).
 VAGRANT ?= vagrant
+BOX ?= local
 
 vagrant-validate:
 	@command -v $(VAGRANT) >/dev/null || { echo "vagrant not found: deploy/vagrant/provision.sh --packages-only --with-vagrant"; exit 1; }
 	$(VAGRANT) validate --ignore-provider
 
+vagrant-box:
+	VAGRANT=$(VAGRANT) bash deploy/vagrant/build-box.sh
+
 vagrant-e2e:
-	$(VAGRANT) up collector sender
-	$(VAGRANT) ssh collector -c 'sudo /vagrant/deploy/vagrant/e2e.sh collector-start'
-	$(VAGRANT) ssh sender -c 'sudo /vagrant/deploy/vagrant/e2e.sh flood'
-	$(VAGRANT) ssh collector -c 'sudo /vagrant/deploy/vagrant/e2e.sh collector-report'
+	VAGRANT=$(VAGRANT) GO=$(GO) BOX="$(BOX)" MAX="$(MAX)" WINDOW="$(WINDOW)" WINDOWS="$(WINDOWS)" \
+		BURST="$(BURST)" QUEUES="$(QUEUES)" SANDBOX="$(SANDBOX)" bash deploy/vagrant/vm-e2e.sh
 
 # CI runs the provisioning script on its own Debian machine in the mode that
 # installs Debian packages only, then checks that the tools are there.

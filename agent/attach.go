@@ -105,7 +105,8 @@ func (a *Agent) attachMode(att *Attachment, l netlink.Link) error {
 	switch a.cfg.XDPMode {
 	case XDPAuto:
 		if err = a.try(att, l, XDPNative); err != nil && !taken(err) {
-			a.log.Warn("native XDP refused, falling back to generic", "iface", att.Iface, "reason", err)
+			a.log.Warn("native XDP refused, falling back to generic", "iface", att.Iface, "reason", err,
+				"hint", nativeHint("/sys/class/net", att.Iface, err))
 			err = a.try(att, l, XDPGeneric)
 		}
 	default:
@@ -123,6 +124,9 @@ func (a *Agent) attachMode(att *Attachment, l netlink.Link) error {
 	case a.cfg.XDPMode == XDPNative:
 		// bpf_link creation carries no extack: the errno is all the
 		// kernel says. EOPNOTSUPP means the driver has no native XDP.
+		if h := nativeHint("/sys/class/net", att.Iface, err); h != "" {
+			return fmt.Errorf("%w: %w; %s", ErrNativeRefused, err, h)
+		}
 		return fmt.Errorf("%w: %w", ErrNativeRefused, err)
 	}
 	return fmt.Errorf("%s mode: %w", a.cfg.XDPMode, err)

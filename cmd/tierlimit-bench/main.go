@@ -10,6 +10,7 @@
 //	tierlimit-bench receive [-limit] ...                  the collector process (internal)
 //	tierlimit-bench windows -metrics URL                   per-window results of a running agent
 //	tierlimit-bench trafgen-config -src-mac ... -dst-mac ...
+//	tierlimit-bench window-check [-init|-total] -max M ...  make vagrant-e2e's per-window check
 //
 // It needs root, Linux >= 5.18 (live frames), trafgen (netsniff-ng), nft,
 // nsenter and taskset, and two CPUs. Everything it creates lives in network
@@ -45,7 +46,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{errors.New("usage: tierlimit-bench suite|flood|receive|windows|trafgen-config [flags]")}
+		return usageError{errors.New("usage: tierlimit-bench suite|flood|receive|windows|trafgen-config|window-check [flags]")}
 	}
 	switch args[0] {
 	case "suite":
@@ -58,6 +59,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runWindows(ctx, args[1:], stdout)
 	case "trafgen-config":
 		return runTrafgenConfig(args[1:], stdout)
+	case "window-check":
+		return runWindowCheck(ctx, args[1:], stdout)
 	}
 	return usageError{fmt.Errorf("unknown command %q", args[0])}
 }

@@ -1,116 +1,245 @@
 #!/usr/bin/env bash
-# The two-VM end-to-end run (make vagrant-e2e; deploy/README.md). Run as root
-# inside the VMs, from the synced folder /vagrant:
+# The guests' side of the two-VM end-to-end run (make vagrant-e2e, driven by
+# deploy/vagrant/vm-e2e.sh on the host; deploy/README.md). Run as root inside
+# the VMs:
 #
-#   e2e.sh collector-start    (collector) build, attach tierlimit natively to
-#                             the private-network NIC, start a UDP/514
-#                             collector process and the per-window printer
-#   e2e.sh flood              (sender) flood the collector with syslog
-#   e2e.sh collector-report   (collector) print the per-window results, the
-#                             collector's counters, then stop and detach
+#   e2e.sh xdp-matrix         (collector) attach with --xdp-mode native and auto
+#                             at 1 and 2 virtio queue pairs (ethtool -L), and
+#                             with an MTU native XDP refuses; print what happened
+#   e2e.sh collector-start    (collector) rsyslog with imudp on COLLECTOR_IP:514,
+#                             tierlimit run --xdp-mode $XDP_MODE on the private
+#                             NIC, and the baseline of the per-window check
+#   e2e.sh burst              (sender) one burst of BURST syslog datagrams (trafgen)
+#   e2e.sh window-check SENT  (collector) check the window the burst made
+#   e2e.sh collector-report   (collector) totals, tierlimit status, then detach
+#   e2e.sh collector-stop     (collector) stop and detach, quietly
 #
-# Environment: COLLECTOR_IP, SENDER_IP (the Vagrantfile's), PACKETS (the
-# flood), MAX (the policy's max per 1 s window).
+# Environment: COLLECTOR_IP, SENDER_IP (the Vagrantfile's), MAX and WINDOW
+# (the policy: default tiers, max per window), BURST (datagrams per burst),
+# XDP_MODE (native). The binaries are the host's (/usr/local/bin, local box)
+# or are built here from /vagrant (public box, Go installed by provision.sh).
 set -euo pipefail
 
 COLLECTOR_IP=${COLLECTOR_IP:-192.168.56.10}
 SENDER_IP=${SENDER_IP:-192.168.56.11}
-PACKETS=${PACKETS:-2000000}
-MAX=${MAX:-20000}
+MAX=${MAX:-500}
+WINDOW=${WINDOW:-2s}
+BURST=${BURST:-3000}
+XDP_MODE=${XDP_MODE:-native}
 SRC=${SRC:-/vagrant}
 BIN=/usr/local/bin
-export PATH=$PATH:/usr/local/go/bin
+CONFIG=/etc/tierlimit/e2e.yaml
+RSYSLOG_OUT=/var/log/tierlimit-e2e.log
+STATE=/run/tierlimit-e2e.state
+export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 export GOFLAGS=${GOFLAGS:--buildvcs=false} # the synced folder has no .git
 
 log() { echo "e2e: $*"; }
+die() { echo "e2e: $*" >&2; exit 1; }
 
 # iface_of IP: the interface that holds IP.
 iface_of() {
 	ip -o -4 addr show | awk -v ip="$1" '{ split($4, a, "/"); if (a[1] == ip) print $2 }'
 }
 
-build() {
+# binaries: the host's static builds (provision.sh --prebuilt), else build
+# from the synced tree (the public box's Go-in-guest path).
+binaries() {
+	if [ -x "$BIN/tierlimit" ] && [ -x "$BIN/tierlimit-bench" ]; then
+		return
+	fi
 	log "building tierlimit and tierlimit-bench from $SRC"
 	(cd "$SRC" && go build -o "$BIN/tierlimit" ./cmd/tierlimit && go build -o "$BIN/tierlimit-bench" ./cmd/tierlimit-bench)
+}
+
+write_policy() {
+	mkdir -p /etc/tierlimit
+	cat >"$CONFIG" <<-YAML
+		# make vagrant-e2e: the default tiers with a max the sender's bursts exceed.
+		mode: enforce
+		window: $WINDOW
+		max: $MAX
+	YAML
+	tierlimit check --config "$CONFIG" >/dev/null
+}
+
+# start_agent MODE IFACE: tierlimit run as a transient unit; waits for status.
+start_agent() {
+	systemctl stop tierlimit-e2e 2>/dev/null || true
+	systemctl reset-failed tierlimit-e2e 2>/dev/null || true
+	systemd-run --quiet --unit tierlimit-e2e --collect \
+		"$BIN/tierlimit" run --iface "$2" --xdp-mode "$1" --config "$CONFIG"
+	for _ in $(seq 100); do
+		if tierlimit status >/dev/null 2>&1 && metrics_up; then
+			return 0
+		fi
+		systemctl is-active --quiet tierlimit-e2e || break
+		sleep 0.3
+	done
+	return 1
+}
+
+# metrics_up: the agent's metrics endpoint listens.
+metrics_up() { ss -Hltn "sport = :9713" | grep -q .; }
+
+agent_log() { journalctl -u tierlimit-e2e -o cat --no-pager 2>/dev/null | tail -"${1:-5}"; }
+
+stop_agent() {
+	systemctl stop tierlimit-e2e 2>/dev/null || true
+	tierlimit detach --iface "$1" >/dev/null 2>&1 || true
+}
+
+# xdp_mode_of IFACE: the XDP mode the kernel reports on the link's line
+# (xdp = native, xdpgeneric = generic), or none.
+xdp_mode_of() {
+	ip -o link show dev "$1" | awk '{
+		for (i = 1; i <= NF; i++) {
+			if ($i == "xdpgeneric") { print "generic"; exit }
+			if ($i == "xdp" || $i == "xdpdrv") { print "native"; exit }
+		}
+		print "none"
+	}'
+}
+
+# try_mode MODE IFACE LABEL: attach, report, detach.
+try_mode() {
+	local mode=$1 ifc=$2 label=$3 res why
+	dmesg -C 2>/dev/null || true
+	if start_agent "$mode" "$ifc"; then
+		res="attached ($(xdp_mode_of "$ifc"))"
+		why=$(agent_log 20 | grep -o 'native XDP refused.*' | head -1 || true)
+	else
+		res="refused"
+		why=$(agent_log 20 | grep -iE 'error|refused' | tail -1 || true)
+	fi
+	local k
+	k=$(dmesg 2>/dev/null | grep -iE 'virtio|xdp' | tail -1 | sed 's/^\[[^]]*\] //' || true)
+	printf '%-16s %-7s %-22s %s%s\n' "$label" "$mode" "$res" "${why:+log: $why }" "${k:+kernel: $k}"
+	stop_agent "$ifc"
+}
+
+xdp_matrix() {
+	local ifc maxq q mtu
+	ifc=$(iface_of "$COLLECTOR_IP")
+	[ -n "$ifc" ] || die "no interface has $COLLECTOR_IP"
+	binaries
+	write_policy
+	maxq=$(ethtool -l "$ifc" | awk '/^Pre-set maximums/ { p = 1 } p && /^Combined:/ { print $2; exit }')
+	log "native XDP on virtio_net $ifc ($(nproc) vCPUs, $maxq queue pairs at most, kernel $(uname -r))"
+	printf '%-16s %-7s %-22s %s\n' "case" "mode" "result" "why"
+	for q in 2 1; do
+		[ "$q" -le "$maxq" ] || { printf '%-16s %-7s %-22s\n' "$q queue pairs" "-" "skipped (device has $maxq)"; continue; }
+		ethtool -L "$ifc" combined "$q"
+		# virtio_net gives XDP_TX a queue per CPU when q + CPUs fit the
+		# device's maximum; else (Linux >= 5.17) it shares them under a lock.
+		if [ $((q + $(nproc))) -le "$maxq" ]; then
+			log "$q queue pair(s): $q + $(nproc) CPUs <= $maxq, XDP_TX gets its own queues"
+		else
+			log "$q queue pair(s): $q + $(nproc) CPUs > $maxq, XDP_TX shares queues under a lock (the kernel warns once)"
+		fi
+		for mode in native auto; do
+			try_mode "$mode" "$ifc" "$q queue pair(s)"
+		done
+	done
+	ethtool -L "$ifc" combined "$maxq"
+	# virtio_net refuses native XDP above an MTU that fits one page.
+	mtu=$(cat "/sys/class/net/$ifc/mtu")
+	if ip link set dev "$ifc" mtu 9000 2>/dev/null; then
+		for mode in native auto; do
+			try_mode "$mode" "$ifc" "mtu 9000"
+		done
+		ip link set dev "$ifc" mtu "$mtu"
+	fi
+}
+
+rsyslog_udp() {
+	cat >/etc/rsyslog.d/tierlimit-e2e.conf <<-EOF
+		# make vagrant-e2e: the collector. One line per datagram on $COLLECTOR_IP:514.
+		module(load="imudp")
+		template(name="tierlimitE2E" type="string" string="%msg%\n")
+		ruleset(name="tierlimitE2E") {
+		  action(type="omfile" file="$RSYSLOG_OUT" template="tierlimitE2E")
+		  stop
+		}
+		input(type="imudp" address="$COLLECTOR_IP" port="514" ruleset="tierlimitE2E" rcvbufSize="16m")
+	EOF
+	sysctl -qw net.core.rmem_max=33554432
+	rm -f "$RSYSLOG_OUT"
+	systemctl restart rsyslog
+	for _ in $(seq 50); do
+		ss -Hlun "sport = :514" | grep -q . && return 0
+		sleep 0.2
+	done
+	die "rsyslog does not listen on $COLLECTOR_IP:514"
 }
 
 collector_start() {
 	local ifc
 	ifc=$(iface_of "$COLLECTOR_IP")
-	[ -n "$ifc" ] || { echo "e2e: no interface has $COLLECTOR_IP" >&2; exit 1; }
-	build
-	collector_stop quiet
-	mkdir -p /etc/tierlimit
-	cat >/etc/tierlimit/e2e.yaml <<YAML
-# make vagrant-e2e: the default tiers with a max the VM's flood saturates.
-mode: enforce
-window: 1s
-max: $MAX
-YAML
-	tierlimit check --config /etc/tierlimit/e2e.yaml
-	log "attaching tierlimit to $ifc in native mode"
-	systemd-run --unit tierlimit-e2e --collect \
-		"$BIN/tierlimit" run --iface "$ifc" --xdp-mode native --config /etc/tierlimit/e2e.yaml
-	for _ in $(seq 50); do
-		tierlimit status >/dev/null 2>&1 && break
-		sleep 0.2
-	done
-	if ! tierlimit status; then
-		journalctl -u tierlimit-e2e -o cat --no-pager | tail -20
-		echo "e2e: tierlimit did not attach natively to $ifc; see deploy/README.md (virtio and native XDP)" >&2
-		exit 1
+	[ -n "$ifc" ] || die "no interface has $COLLECTOR_IP"
+	binaries
+	stop_agent "$ifc"
+	write_policy
+	rsyslog_udp
+	log "attaching tierlimit to $ifc (virtio_net, $(ethtool -l "$ifc" | awk '/^Combined:/ { c = $2 } END { print c }') queue pairs) with --xdp-mode $XDP_MODE"
+	if ! start_agent "$XDP_MODE" "$ifc"; then
+		agent_log 20
+		die "tierlimit did not attach to $ifc in $XDP_MODE mode; see deploy/README.md (native XDP on virtio)"
 	fi
-	systemd-run --unit tierlimit-e2e-recv --collect \
-		"$BIN/tierlimit-bench" receive -until-signal -addr "$COLLECTOR_IP:514"
-	systemd-run --unit tierlimit-e2e-windows --collect \
-		"$BIN/tierlimit-bench" windows -max "$MAX" -duration 10m
-	log "collector ready on $COLLECTOR_IP:514 ($ifc)"
+	tierlimit status
+	[ "$XDP_MODE" != native ] || [ "$(xdp_mode_of "$ifc")" = native ] || die "$ifc runs XDP in $(xdp_mode_of "$ifc") mode, not native"
+	tierlimit-bench window-check -init -max "$MAX" -window "$WINDOW" -log "$RSYSLOG_OUT" -state "$STATE"
 }
 
-flood() {
+burst() {
 	local ifc mac
 	ifc=$(iface_of "$SENDER_IP")
-	[ -n "$ifc" ] || { echo "e2e: no interface has $SENDER_IP" >&2; exit 1; }
-	(cd "$SRC" && go build -o "$BIN/tierlimit-bench" ./cmd/tierlimit-bench)
-	ping -c 2 -W 2 "$COLLECTOR_IP" >/dev/null
-	mac=$(ip neigh show "$COLLECTOR_IP" dev "$ifc" | awk '{ for (i = 1; i < NF; i++) if ($i == "lladdr") print $(i+1) }')
-	[ -n "$mac" ] || { echo "e2e: no MAC for $COLLECTOR_IP" >&2; exit 1; }
-	tierlimit-bench trafgen-config -src-mac "$(cat "/sys/class/net/$ifc/address")" -dst-mac "$mac" \
-		-src "$SENDER_IP" -dst "$COLLECTOR_IP" >/tmp/tierlimit-flood.cfg
-	log "flooding $COLLECTOR_IP ($mac) from $ifc: $PACKETS syslog datagrams"
+	[ -n "$ifc" ] || die "no interface has $SENDER_IP"
+	binaries
+	if [ ! -s /run/tierlimit-flood.cfg ]; then
+		ping -c 2 -W 2 "$COLLECTOR_IP" >/dev/null
+		mac=$(ip neigh show "$COLLECTOR_IP" dev "$ifc" | awk '{ for (i = 1; i < NF; i++) if ($i == "lladdr") print $(i+1) }')
+		[ -n "$mac" ] || die "no MAC for $COLLECTOR_IP"
+		tierlimit-bench trafgen-config -src-mac "$(cat "/sys/class/net/$ifc/address")" -dst-mac "$mac" \
+			-src "$SENDER_IP" -dst "$COLLECTOR_IP" >/run/tierlimit-flood.cfg
+	fi
 	# Bounded by -n; -t 0ns is trafgen's per-frame sendto path.
-	trafgen --dev "$ifc" --conf /tmp/tierlimit-flood.cfg -n "$PACKETS" -P 1 -t 0ns \
-		--no-sock-mem --notouch-irq
+	trafgen --dev "$ifc" --conf /run/tierlimit-flood.cfg -n "$BURST" -P 1 -t 0ns \
+		--no-sock-mem --notouch-irq -q >/dev/null 2>&1 || die "trafgen failed"
+}
+
+window_check() {
+	tierlimit-bench window-check -max "$MAX" -window "$WINDOW" -log "$RSYSLOG_OUT" -state "$STATE" -sent "${1:-0}"
 }
 
 collector_report() {
-	sleep 2 # let the last window close
-	log "per-window results (offered = the window's count; model = tiers.Expected):"
-	systemctl stop tierlimit-e2e-windows 2>/dev/null || true
-	journalctl -u tierlimit-e2e-windows -o cat --no-pager | grep -v '^Started\|^Stopp' || true
-	systemctl stop tierlimit-e2e-recv 2>/dev/null || true
-	log "collector process (messages it received):"
-	journalctl -u tierlimit-e2e-recv -o cat --no-pager | grep '^{' | tail -1 || true
-	tierlimit status || true
+	local rc=0
+	tierlimit-bench window-check -total -max "$MAX" -window "$WINDOW" -log "$RSYSLOG_OUT" -state "$STATE" || rc=1
+	log "udp: $(awk '/^Udp:/ && !h { h = 1; split($0, k); next } /^Udp:/ { for (i = 2; i <= NF; i++) printf "%s=%s ", k[i], $i }' /proc/net/snmp)"
+	tierlimit status || rc=1
 	collector_stop
+	return $rc
 }
 
 collector_stop() {
 	local ifc
 	ifc=$(iface_of "$COLLECTOR_IP")
-	for u in tierlimit-e2e-windows tierlimit-e2e-recv tierlimit-e2e; do
-		systemctl stop "$u" 2>/dev/null || true
-	done
+	systemctl stop tierlimit-e2e 2>/dev/null || true
 	if [ -n "$ifc" ] && command -v tierlimit >/dev/null; then
-		tierlimit detach --iface "$ifc" >/dev/null 2>&1 || true
+		if tierlimit status >/dev/null 2>&1; then
+			tierlimit detach --iface "$ifc"
+		fi
+		[ "$(xdp_mode_of "$ifc")" = none ] || die "$ifc still runs an XDP program after detach"
 	fi
-	[ "${1:-}" = quiet ] || log "stopped and detached"
+	log "stopped and detached"
 }
 
 case "${1:-}" in
+xdp-matrix) xdp_matrix ;;
 collector-start) collector_start ;;
-flood) flood ;;
+burst) burst ;;
+window-check) window_check "${2:-0}" ;;
 collector-report) collector_report ;;
-collector-stop) collector_stop ;;
-*) sed -n '2,14p' "$0"; exit 2 ;;
+collector-stop) collector_stop >/dev/null ;;
+*) sed -n '2,21p' "$0"; exit 2 ;;
 esac

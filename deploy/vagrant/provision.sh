@@ -8,7 +8,11 @@
 #   provision.sh --check           only check that everything is installed; exit 1 if not
 #   provision.sh --deps            (make deps) install the Debian packages only if a tool the tests need is missing
 #   provision.sh --with-vagrant    also install Debian's vagrant (for make vagrant-validate on a host)
+#   provision.sh --with-vm         also what make vagrant-box and vagrant-e2e need on the host:
+#                                  vagrant-libvirt, libvirt, QEMU, debootstrap, dnsmasq
 #   provision.sh --role collector|sender   (Vagrant) also prepare the VM for its role
+#   provision.sh --prebuilt DIR    (Vagrant, local box) install the static tierlimit and
+#                                  tierlimit-bench built on the host in DIR; no apt, no Go
 #
 # Pinned to what the repository uses (keep in step):
 #   CLANG_VERSION  the Makefile's CLANG_VERSION (bpf2go's compiler)
@@ -48,14 +52,20 @@ TOOLS=(
 
 mode=full
 role=
+prebuilt=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--packages-only) mode=packages ;;
 	--check) mode=check ;;
 	--deps) mode=deps ;;
 	--with-vagrant) PACKAGES+=(vagrant) ;;
+	--with-vm)
+		PACKAGES+=(vagrant vagrant-libvirt libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients
+			qemu-system-x86 qemu-utils debootstrap dnsmasq-base iptables rsync openssh-client e2fsprogs)
+		;;
 	--role) role=${2:?--role needs collector or sender}; shift ;;
-	-h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+	--prebuilt) mode=prebuilt; prebuilt=${2:?--prebuilt needs a directory}; shift ;;
+	-h | --help) sed -n '2,19p' "$0"; exit 0 ;;
 	*) echo "provision.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -240,7 +250,33 @@ prepare_role() {
 	esac
 }
 
+# install_prebuilt copies the host-built binaries into /usr/local/bin and
+# checks that the box has the tools the e2e uses (build-box.sh installs them).
+install_prebuilt() {
+	local b t bad=0
+	need_root
+	for b in tierlimit tierlimit-bench; do
+		if [ ! -x "$prebuilt/$b" ]; then
+			echo "provision.sh: $prebuilt/$b missing: make vagrant-e2e builds it (CGO_ENABLED=0 go build -o .vagrant-bin/ ./cmd/...)" >&2
+			exit 1
+		fi
+		install -m 0755 "$prebuilt/$b" "/usr/local/bin/$b"
+	done
+	log "installed $(/usr/local/bin/tierlimit version 2>/dev/null | head -1)"
+	for t in ip ethtool trafgen rsyslogd ping; do
+		if ! command -v "$t" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$t" ] && [ ! -x "/sbin/$t" ]; then
+			printf 'provision: MISSING %s (the local box has it: make vagrant-box)\n' "$t"
+			bad=1
+		fi
+	done
+	return $bad
+}
+
 case "$mode" in
+prebuilt)
+	install_prebuilt
+	prepare_role
+	;;
 packages)
 	install_packages
 	;;

@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# make vagrant-e2e: boot the two Vagrant VMs (collector, sender) with
+# vagrant-libvirt, flood the collector from the sender in bursts of one
+# policy window each, check every window against tiers.Expected, test native
+# XDP on virtio_net, and tear everything down. Run as root on the host.
+#
+# The sandbox (SANDBOX=1, the default): everything the VMs use lives in a
+# network namespace this script creates (tlvm-PID) and in a private mount
+# namespace: its own libvirtd and virtlogd, started by hand (no systemd
+# needed), with libvirt's config, state and images in a temporary directory
+# bound over /etc/libvirt, /var/lib/libvirt, /run/libvirt, /var/log/libvirt
+# and /var/cache/libvirt. The management and private networks are isolated
+# libvirt networks (no NAT, no uplink): their bridges, the taps, dnsmasq and
+# every VM address exist only in the namespace, and the host's root namespace
+# gets no address on them. The flood goes from the sender VM to the collector
+# VM only. On exit, also on failure or a signal, the VMs are destroyed, every
+# process left in the namespace is killed (by its PID, from ip netns pids),
+# the namespace is deleted and the temporary directory removed.
+#
+# SANDBOX=0 runs vagrant against the host's own libvirt instead (a KVM user's
+# machine, BOX=public: the guests need the internet to provision).
+#
+# Environment (make variables of the same name):
+#   BOX      local (default; make vagrant-box builds it) or public
+#   MAX      the policy's max per window (500), default tiers
+#   WINDOW   the policy's window (2s); one burst per window
+#   WINDOWS  bursts, hence windows, checked (4)
+#   BURST    datagrams per burst (6 × MAX): above max even when the
+#            collector's emulated CPU loses half of them before XDP
+#   QUEUES   the collector's private NIC's virtio queue pairs (2)
+#   E2E_TIMEOUT  the VMs' part, in seconds (2400); BOX_TIMEOUT the box build (1800)
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+BOX=${BOX:-local}
+SANDBOX=${SANDBOX:-1}
+MAX=${MAX:-500}
+WINDOW=${WINDOW:-2s}
+WINDOWS=${WINDOWS:-4}
+BURST=${BURST:-$((6 * MAX))}
+QUEUES=${QUEUES:-2}
+E2E_TIMEOUT=${E2E_TIMEOUT:-2400}
+VAGRANT=${VAGRANT:-vagrant}
+GO=${GO:-go}
+export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
+
+T0=$(date +%s)
+log() { printf 'vagrant-e2e: %s +%ss %s\n' "$(date -u +%H:%M:%S)" "$(($(date +%s) - T0))" "$*"; }
+die() { echo "vagrant-e2e: $*" >&2; exit 1; }
+
+preflight() {
+	[ "$(id -u)" -eq 0 ] || die "run as root: the sandbox needs network and mount namespaces"
+	local t
+	for t in "$VAGRANT" ip unshare timeout ssh rsync "$GO"; do
+		command -v "$t" >/dev/null || die "$t not found (apt-get install vagrant vagrant-libvirt libvirt-daemon-system qemu-system-x86 qemu-utils debootstrap dnsmasq-base rsync)"
+	done
+	if [ "$SANDBOX" = 1 ]; then
+		for t in libvirtd virtlogd virsh qemu-system-x86_64 dnsmasq; do
+			command -v "$t" >/dev/null || die "$t not found (apt-get install libvirt-daemon-system qemu-system-x86 dnsmasq-base)"
+		done
+	fi
+	"$VAGRANT" plugin list 2>/dev/null | grep -q vagrant-libvirt || die "the vagrant-libvirt plugin is missing (apt-get install vagrant-libvirt)"
+	case "$BOX" in local | public) ;; *) die "BOX=$BOX: want local or public" ;; esac
+	[ "$BOX" = local ] || [ "$SANDBOX" = 0 ] || die "BOX=public needs SANDBOX=0: its guests download packages and Go, and the sandbox has no uplink"
+	[ "$BURST" -gt "$MAX" ] || die "BURST=$BURST must exceed MAX=$MAX"
+}
+
+# build: static binaries for the guests (the local box has no Go).
+build() {
+	log "building static tierlimit and tierlimit-bench into .vagrant-bin/"
+	mkdir -p .vagrant-bin
+	CGO_ENABLED=0 GOFLAGS=-buildvcs=false "$GO" build -o .vagrant-bin/ ./cmd/tierlimit ./cmd/tierlimit-bench
+}
+
+# ---- the outer side: namespace, time bound, cleanup -------------------------
+
+NS=tlvm-$$
+STATE=
+
+outer_cleanup() {
+	local rc=$? pids i
+	trap - EXIT INT TERM
+	if [ -n "$NS" ] && ip netns list | grep -qw "^$NS"; then
+		# Whatever the inner side left (libvirtd, virtlogd, qemu, dnsmasq,
+		# vagrant): all of them are in the namespace, and only they are.
+		for i in 1 2 3 4 5 6 7 8 9 10; do
+			pids=$(ip netns pids "$NS" 2>/dev/null || true)
+			[ -n "$pids" ] || break
+			if [ "$i" -le 5 ]; then
+				kill -TERM $pids 2>/dev/null || true
+			else
+				kill -KILL $pids 2>/dev/null || true
+			fi
+			sleep 1
+		done
+		ip netns del "$NS" 2>/dev/null || true
+	fi
+	if [ -n "$STATE" ] && [ -d "$STATE" ]; then
+		if [ "${KEEP_STATE:-0}" = 1 ]; then
+			log "keeping $STATE (KEEP_STATE=1)"
+		else
+			rm -rf "$STATE"
+		fi
+	fi
+	if [ "$rc" -eq 0 ]; then
+		log "passed; VMs, namespace $NS and libvirt state removed"
+	else
+		log "FAILED (exit $rc); VMs, namespace $NS and libvirt state removed"
+	fi
+	exit "$rc"
+}
+
+outer() {
+	preflight
+	build
+	if [ "$BOX" = local ]; then
+		log "make vagrant-box (cached)"
+		VAGRANT="$VAGRANT" timeout --kill-after=30 "${BOX_TIMEOUT:-1800}" bash deploy/vagrant/build-box.sh
+	fi
+	if [ "$SANDBOX" = 0 ]; then
+		STATE=$(mktemp -d /var/tmp/tierlimit-vm.XXXXXX)
+		NS=
+		trap outer_cleanup EXIT
+		trap 'exit 130' INT TERM
+		timeout --signal=TERM --kill-after=60 "$E2E_TIMEOUT" "$0" __run "$STATE"
+		return
+	fi
+	STATE=$(mktemp -d /var/tmp/tierlimit-vm.XXXXXX)
+	trap outer_cleanup EXIT
+	trap 'exit 130' INT TERM
+	ip netns add "$NS"
+	log "sandbox: network namespace $NS, libvirt state in $STATE"
+	timeout --signal=TERM --kill-after=60 "$E2E_TIMEOUT" \
+		ip netns exec "$NS" unshare --mount --propagation private "$0" __sandbox "$STATE"
+}
+
+# ---- the inner side: in the namespace --------------------------------------
+
+# sandbox_libvirt binds a private copy of libvirt's config and empty state
+# directories over the system ones (this mount namespace only), then starts
+# virtlogd and libvirtd.
+sandbox_libvirt() {
+	local s=$1
+	ip link set lo up
+	mkdir -p "$s/etc" "$s/lib/images" "$s/log" "$s/cache" "$s/run" "$s/console"
+	cp -a /etc/libvirt/. "$s/etc/"
+	# Not the host's networks, pools or domains: none of them autostart here.
+	rm -rf "$s/etc/qemu/networks" "$s/etc/storage" "$s/etc/qemu/autostart"
+	find "$s/etc/qemu" -maxdepth 1 -name '*.xml' -delete 2>/dev/null || true
+	mkdir -p "$s/etc/qemu/networks/autostart"
+	cat >>"$s/etc/qemu.conf" <<-'EOF'
+
+		# tierlimit's vagrant-e2e sandbox: qemu runs as root and reads the box's
+		# kernel from root's VAGRANT_HOME; no security driver to relabel files.
+		user = "root"
+		group = "root"
+		dynamic_ownership = 0
+		remember_owner = 0
+		security_driver = "none"
+	EOF
+	mount --bind "$s/etc" /etc/libvirt
+	mount --bind "$s/lib" /var/lib/libvirt
+	mount --bind "$s/log" /var/log/libvirt
+	mkdir -p /var/cache/libvirt && mount --bind "$s/cache" /var/cache/libvirt
+	mkdir -p /run/libvirt && mount -t tmpfs -o mode=0755 tmpfs /run/libvirt
+	virtlogd -d -p "$s/run/virtlogd.pid"
+	libvirtd -d -p "$s/run/libvirtd.pid"
+	for _ in $(seq 60); do
+		virsh -c qemu:///system version >/dev/null 2>&1 && return 0
+		sleep 0.5
+	done
+	die "libvirtd did not start in the sandbox"
+}
+
+# guest ROLE CMD...: run e2e.sh in a guest as root.
+guest() {
+	local vm=$1
+	shift
+	ssh -F "$STATE/ssh_config" -o LogLevel=ERROR "$vm" \
+		sudo env MAX="$MAX" WINDOW="$WINDOW" BURST="$BURST" XDP_MODE=native \
+		/vagrant/deploy/vagrant/e2e.sh "$@"
+}
+
+inner_cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	if [ "$rc" -ne 0 ]; then
+		for f in "$STATE"/console/*.log; do
+			[ -f "$f" ] || continue
+			echo "--- the last lines of $(basename "$f" .log)'s console"
+			tail -15 "$f" | tr -d '\r'
+		done
+	fi
+	log "destroying the VMs"
+	timeout 300 "$VAGRANT" destroy -f >/dev/null 2>&1 || log "vagrant destroy failed; the namespace's teardown kills what is left"
+	if [ "$SANDBOX" = 1 ]; then
+		for p in libvirtd virtlogd; do
+			[ -f "$STATE/run/$p.pid" ] && kill "$(cat "$STATE/run/$p.pid")" 2>/dev/null || true
+		done
+	fi
+	exit "$rc"
+}
+
+run_vms() {
+	STATE=$1
+	export VAGRANT_DOTFILE_PATH="$STATE/dot" TIERLIMIT_BOX="$BOX" TIERLIMIT_QUEUES="$QUEUES"
+	export VAGRANT_DEFAULT_PROVIDER=libvirt LIBVIRT_DEFAULT_URI=qemu:///system
+	if [ "$SANDBOX" = 1 ]; then
+		export TIERLIMIT_CONSOLE_DIR="$STATE/console" TIERLIMIT_MGMT_MODE=none
+	fi
+	trap inner_cleanup EXIT
+	trap 'exit 143' INT TERM
+	local driver=qemu
+	# The Vagrantfile's test: a character device that opens read-write.
+	if [ -c /dev/kvm ] && [ -r /dev/kvm ] && [ -w /dev/kvm ]; then driver=kvm; fi
+	log "vagrant up collector sender (box $BOX, libvirt driver $driver)"
+	# (Without the upload's progress meter: one \r-separated line per tick.)
+	"$VAGRANT" up --provider=libvirt collector sender 2>&1 | grep --line-buffered -av 'Progress: '
+	log "both VMs up and provisioned"
+	"$VAGRANT" ssh-config collector sender >"$STATE/ssh_config"
+
+	log "native XDP on virtio_net: queue pairs and modes"
+	guest collector xdp-matrix
+
+	log "collector: rsyslog (imudp) behind tierlimit run --xdp-mode native"
+	guest collector collector-start
+	local i w
+	w=${WINDOW%s}
+	for i in $(seq "$WINDOWS"); do
+		# The next burst opens a new window: wait out the current one.
+		[ "$i" -eq 1 ] || sleep "$w"
+		guest sender burst
+		# A failed window is counted in the state; collector-report fails then.
+		guest collector window-check "$BURST" || true
+	done
+	log "totals, status and detach"
+	guest collector collector-report
+	log "per-window checks passed"
+}
+
+case "${1:-}" in
+__sandbox)
+	sandbox_libvirt "$2"
+	run_vms "$2"
+	;;
+__run) run_vms "$2" ;;
+"") outer ;;
+*) sed -n '2,31p' "$0"; exit 2 ;;
+esac
