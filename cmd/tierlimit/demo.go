@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/internal/traffic"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -188,36 +189,54 @@ func runDemo(ctx context.Context, g *globals, f demoFlags) error {
 	return nil
 }
 
+// demoWindow is one window of the demo: the program's counters before and
+// after it, and the datagrams the collector socket received.
+type demoWindow struct {
+	before, after bpf.Stats
+	received      int64
+}
+
+// offer sends count datagrams made by msg in one window and returns what
+// the program and the collector saw; nil when ctx ended first. One window
+// per call: the burst spreads over 80% of the window and the next starts
+// more than a window after this one opened. A burst the scheduler delays
+// is finished late (within 10 windows) rather than cut, so that every row
+// offers what it says.
+func (r *demoRig) offer(ctx context.Context, pol tiers.Policy, count int, msg func(seq int) []byte) (*demoWindow, error) {
+	var w demoWindow
+	var err error
+	if w.before, err = r.a.Limiter().Stats(); err != nil {
+		return nil, err
+	}
+	got0 := r.recv.Count()
+	if _, err := traffic.Pace(ctx, r.send, r.dst, count, pol.Window*8/10, 10*pol.Window, msg); err != nil {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("send: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+		return nil, nil
+	case <-time.After(pol.Window * 4 / 10):
+	}
+	if w.after, err = r.a.Limiter().Stats(); err != nil {
+		return nil, err
+	}
+	w.received = r.recv.Count() - got0
+	return &w, nil
+}
+
 // window offers load × max packets in window i and prints what passed and
 // what dropped, by tier, beside the model's expectation.
 func (r *demoRig) window(ctx context.Context, g *globals, pol tiers.Policy, i int, load float64) error {
 	offered := int(load * float64(pol.Max))
-	before, err := r.a.Limiter().Stats()
-	if err != nil {
-		return err
-	}
-	got0 := r.recv.Count()
-	// One window per load: the burst spreads over 80% of the window and
-	// the next starts more than a window after this one opened. A burst
-	// the scheduler delays is finished late (within 10 windows) rather
-	// than cut, so that every row offers what it says.
-	spread := pol.Window * 8 / 10
 	msg := func(seq int) []byte { return traffic.SyslogMessage(i, seq) }
-	if _, err := traffic.Pace(ctx, r.send, r.dst, offered, spread, 10*pol.Window, msg); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("send: %w", err)
-	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-time.After(pol.Window * 4 / 10):
-	}
-	after, err := r.a.Limiter().Stats()
-	if err != nil {
+	w, err := r.offer(ctx, pol, offered, msg)
+	if err != nil || w == nil {
 		return err
 	}
+	before, after := w.before, w.after
 	e, err := tiers.Expected(pol, uint64(offered))
 	if err != nil {
 		return err
@@ -230,6 +249,6 @@ func (r *demoRig) window(ctx context.Context, g *globals, pol tiers.Policy, i in
 		dropped += d
 		fmt.Fprintf(&perTier, "  %16s", fmt.Sprintf("%d/%d", p, d))
 	}
-	fmt.Fprintf(g.stdout, "%6d %8d %6.1f %8d %9.0f %8d%s\n", i+1, offered, load, r.recv.Count()-got0, e.Passed, dropped, perTier.String())
+	fmt.Fprintf(g.stdout, "%6d %8d %6.1f %8d %9.0f %8d%s\n", i+1, offered, load, w.received, e.Passed, dropped, perTier.String())
 	return nil
 }

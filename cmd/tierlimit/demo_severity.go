@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"time"
 
 	"github.com/tierlimit/tierlimit/agent"
-	"github.com/tierlimit/tierlimit/internal/traffic"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -70,29 +68,14 @@ func (r *demoRig) severityWindow(ctx context.Context, g *globals, pol tiers.Poli
 		pris = append(pris, 15)
 	}
 	rng.Shuffle(len(pris), func(a, b int) { pris[a], pris[b] = pris[b], pris[a] })
-	before, err := r.a.Limiter().Stats()
-	if err != nil {
-		return err
-	}
-	got0 := r.recv.Count()
 	msg := func(seq int) []byte {
 		return fmt.Appendf(nil, "<%d>1 2026-11-30T00:00:00Z sender demo - - - window=%d seq=%d", pris[seq], i, seq)
 	}
-	if _, err := traffic.Pace(ctx, r.send, r.dst, offered, pol.Window*8/10, 10*pol.Window, msg); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("send: %w", err)
-	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-time.After(pol.Window * 4 / 10):
-	}
-	after, err := r.a.Limiter().Stats()
-	if err != nil {
+	w, err := r.offer(ctx, pol, offered, msg)
+	if err != nil || w == nil {
 		return err
 	}
+	before, after := w.before, w.after
 	e, err := tiers.Expected(pol, uint64(offered))
 	if err != nil {
 		return err
@@ -105,7 +88,7 @@ func (r *demoRig) severityWindow(ctx context.Context, g *globals, pol tiers.Poli
 		n := after.Severity[c][tiers.VerdictPass].Packets - before.Severity[c][tiers.VerdictPass].Packets
 		return fmt.Sprintf("%d/%d", n, sent[c])
 	}
-	fmt.Fprintf(g.stdout, "%6d %8d %6.1f %8d %9.0f  %14s %14s %14s %10d\n", i+1, offered, load, r.recv.Count()-got0, e.Passed,
+	fmt.Fprintf(g.stdout, "%6d %8d %6.1f %8d %9.0f  %14s %14s %14s %10d\n", i+1, offered, load, w.received, e.Passed,
 		pass(tiers.SevProtected), pass(tiers.SevNormal), pass(tiers.SevShedFirst),
 		after.ProtectedPass.Packets-before.ProtectedPass.Packets)
 	return nil
