@@ -6,13 +6,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
-	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
@@ -288,32 +286,10 @@ func TestConcurrentCount(t *testing.T) {
 	h.preload(0)
 	frame := UDP4(t, 514)
 	const perCPU, rounds = 200_000, 10
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	for cpu := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			var set unix.CPUSet
-			set.Set(cpu)
-			if err := unix.SchedSetaffinity(0, &set); err != nil {
-				errs <- err
-				return
-			}
-			for range rounds {
-				if _, err := runExact(h.l.Program(), frame, perCPU); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
+	for range rounds {
+		if err := concurrently(h, frame, []int{0, 1}, []uint32{perCPU, perCPU}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if got, want := h.window().Count, uint64(2*perCPU*rounds); got != want {
 		t.Fatalf("window count %d, want %d: %d increments lost", got, want, want-got)

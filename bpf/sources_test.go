@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/gopacket/layers"
-	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
@@ -376,32 +375,10 @@ func TestSourcesConcurrent(t *testing.T) {
 	h.expire()
 	h.run(UDP4(t, 514)) // opens the window, so that no CPU races to open it
 	frame := UDP4(t, 514)
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	for cpu := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			var set unix.CPUSet
-			set.Set(cpu)
-			if err := unix.SchedSetaffinity(0, &set); err != nil {
-				errs <- err
-				return
-			}
-			for range rounds {
-				if _, err := runExact(h.l.Program(), frame, perCPU); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
+	for range rounds {
+		if err := concurrently(h, frame, []int{0, 1}, []uint32{perCPU, perCPU}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	const total = 2*perCPU*rounds + 1
 	st := h.stats()
