@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -74,6 +75,10 @@ const (
 	sevStats = int(LimiterTlSevStatTL_SEV_STATS)
 )
 
+// verifierTail is how many of the verifier log's last lines a load error
+// carries: the reason and the instructions that led to it.
+const verifierTail = 40
+
 // slotGrace is how long Apply waits after a slot stopped being active before
 // it overwrites that slot. A packet reads active_slot once and finishes in
 // well under a microsecond, so a packet still on the old slot is long gone.
@@ -130,7 +135,10 @@ func Load(opts Options) (*Limiter, error) {
 	if err := spec.LoadAndAssign(&l.objs, &copts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("load limiter: %+v", verr)
+			// The verifier's reason is at the end of its log; the whole
+			// log runs to megabytes, more than a log line holds.
+			tail := verr.Log[max(0, len(verr.Log)-verifierTail):]
+			return nil, fmt.Errorf("load limiter: %w: verifier log, last %d lines:\n%s", verr.Cause, len(tail), strings.Join(tail, "\n"))
 		}
 		return nil, fmt.Errorf("load limiter: %w", err)
 	}
