@@ -758,6 +758,10 @@ static __always_inline int tl_severity_judge(__u32 slot, int sev, __u32 tier, __
 	if (sev >= 0 && sev < 8)
 		cls = s->sev_class[sev & 7];
 	if (cls == TL_SEV_SHED_FIRST) {
+		/* The mask bounds the index for verifiers that do not carry the
+		 * clamp's range over a register copy (Linux 6.1); the clamp keeps
+		 * it in the array. */
+		tier &= 0x1f;
 		if (tier > TL_MAX_TIERS)
 			tier = TL_MAX_TIERS;
 		thr = s->shed_drops[tier];
