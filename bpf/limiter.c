@@ -249,7 +249,7 @@ static __always_inline int parse_ipv4(struct cursor *c, struct pkt *p)
 	__u32 hlen = ip->ihl * 4;
 	if (c->pos + hlen > c->end)
 		return PARSE_SHORT;
-	__u32 tot = bpf_ntohs(ip->tot_len);
+	__u32 tot = bpf_ntohs(ip->tot_len) & 0xffff; /* the mask: Linux 6.1 sees a swap as unbounded */
 	if (tot < hlen || c->pos + tot > c->end)
 		return malformed(p, TL_MAL_IPV4_LENGTH);
 	c->pos += hlen;
@@ -320,7 +320,7 @@ static __always_inline int parse_ipv6(struct cursor *c, struct pkt *p)
 	p->l3 = ip6;
 	p->end = c->end;
 	p->l3proto = ETH_P_IPV6;
-	p->l4len = bpf_ntohs(ip6->payload_len);
+	p->l4len = bpf_ntohs(ip6->payload_len) & 0xffff;
 	if (c->pos + p->l4len > c->end)
 		return malformed(p, TL_MAL_IPV6_LENGTH);
 	__u8 nh = ip6->nexthdr;
@@ -387,7 +387,7 @@ static __always_inline int parse_udp(struct cursor *c, struct pkt *p)
 		return short_l4(p, TL_MAL_UDP_LENGTH);
 	if ((void *)(udp + 1) > c->end)
 		return PARSE_SHORT;
-	__u32 ulen = bpf_ntohs(udp->len);
+	__u32 ulen = bpf_ntohs(udp->len) & 0xffff;
 	if (ulen < sizeof(*udp) || (ulen > p->l4len && p->frag != FRAG_FIRST))
 		return malformed(p, TL_MAL_UDP_LENGTH);
 	c->pos = udp + 1;
