@@ -204,6 +204,15 @@ struct pkt {
 	__u32 l4len;     /* bytes from the cursor to the IP-declared end */
 };
 
+/* A byte-swapped 16-bit length, with a mask the verifier sees: Linux 6.1's
+ * verifier takes the result of a swap as unbounded, and clang drops a plain
+ * mask it knows to be redundant, so the value goes through an empty asm. */
+static __always_inline __u32 bounded16(__u32 v)
+{
+	asm volatile("" : "+r"(v));
+	return v & 0xffff;
+}
+
 static __always_inline int malformed(struct pkt *p, __u8 reason)
 {
 	p->mal = reason;
@@ -249,7 +258,7 @@ static __always_inline int parse_ipv4(struct cursor *c, struct pkt *p)
 	__u32 hlen = ip->ihl * 4;
 	if (c->pos + hlen > c->end)
 		return PARSE_SHORT;
-	__u32 tot = bpf_ntohs(ip->tot_len) & 0xffff; /* the mask: Linux 6.1 sees a swap as unbounded */
+	__u32 tot = bounded16(bpf_ntohs(ip->tot_len));
 	if (tot < hlen || c->pos + tot > c->end)
 		return malformed(p, TL_MAL_IPV4_LENGTH);
 	c->pos += hlen;
@@ -320,7 +329,7 @@ static __always_inline int parse_ipv6(struct cursor *c, struct pkt *p)
 	p->l3 = ip6;
 	p->end = c->end;
 	p->l3proto = ETH_P_IPV6;
-	p->l4len = bpf_ntohs(ip6->payload_len) & 0xffff;
+	p->l4len = bounded16(bpf_ntohs(ip6->payload_len));
 	if (c->pos + p->l4len > c->end)
 		return malformed(p, TL_MAL_IPV6_LENGTH);
 	__u8 nh = ip6->nexthdr;
@@ -387,7 +396,7 @@ static __always_inline int parse_udp(struct cursor *c, struct pkt *p)
 		return short_l4(p, TL_MAL_UDP_LENGTH);
 	if ((void *)(udp + 1) > c->end)
 		return PARSE_SHORT;
-	__u32 ulen = bpf_ntohs(udp->len) & 0xffff;
+	__u32 ulen = bounded16(bpf_ntohs(udp->len));
 	if (ulen < sizeof(*udp) || (ulen > p->l4len && p->frag != FRAG_FIRST))
 		return malformed(p, TL_MAL_UDP_LENGTH);
 	c->pos = udp + 1;
