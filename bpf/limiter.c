@@ -751,18 +751,12 @@ static __always_inline int severity_verdict(struct tl_window *w, const struct tl
  * block (DESIGN.md §7): sev is its <PRI>'s severity (parse_pri, -1 for
  * none), tier and thr its tier-table entry. Shed-first datagrams take the
  * threshold of shed_drops[tier]; then severity_verdict applies the drop
- * debt, and the class and verdict are counted in severity_stats. Returns
- * TL_PASS, TL_DROP or TL_WOULD_DROP, or TL_VERDICTS when the maps are
- * missing. */
-static __always_inline int tl_severity_judge(__u32 slot, int sev, __u32 tier, __u32 thr, __u32 bytes)
+ * debt, and the class and verdict are counted in severity_stats. s and w
+ * are the caller's settings and window. Returns TL_PASS, TL_DROP or
+ * TL_WOULD_DROP. */
+static __always_inline __u32 tl_severity_judge(const struct tl_settings *s, struct tl_window *w, int sev,
+					       __u32 tier, __u32 thr, __u64 bytes)
 {
-	__u32 zero = 0;
-	slot &= TL_SLOTS - 1;
-	struct tl_settings *s = bpf_map_lookup_elem(&settings, &slot);
-	struct tl_window *w = bpf_map_lookup_elem(&window, &zero);
-	if (!s || !w)
-		return TL_VERDICTS;
-
 	__u32 cls = TL_SEV_NORMAL;
 	if (sev >= 0 && sev < 8)
 		cls = s->sev_class[sev & 7];
@@ -1208,9 +1202,7 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2, __u64 a3)
 	/* TL_THR_NEVER never drops and TL_THR_ALWAYS always does, whatever the draw. */
 	__u32 verdict = TL_PASS;
 	if (sev != TL_SEV_NONE) {
-		verdict = tl_severity_judge(slot, sev, tier, thr, bytes);
-		if (verdict > TL_WOULD_DROP)
-			goto unselected;
+		verdict = tl_severity_judge(s, w, sev, tier, thr, bytes);
 	} else if (s->mode != TL_MODE_OFF &&
 		   thr != TL_THR_NEVER && (thr == TL_THR_ALWAYS || bpf_get_prandom_u32() < thr)) {
 		verdict = s->mode == TL_MODE_ENFORCE ? TL_DROP : TL_WOULD_DROP;
