@@ -73,10 +73,10 @@
  * tierlimit status --top. tiers.SketchRows, SketchCols and TopSources
  * match them. */
 #ifndef TL_SKETCH_ROWS
-#define TL_SKETCH_ROWS 4
+#define TL_SKETCH_ROWS 2
 #endif
 #ifndef TL_SKETCH_COL_BITS
-#define TL_SKETCH_COL_BITS 13
+#define TL_SKETCH_COL_BITS 17
 #endif
 #define TL_SKETCH_COLS (1 << TL_SKETCH_COL_BITS)
 #ifndef TL_SRC_TOP_ENTRIES

@@ -866,8 +866,9 @@ static __always_inline __u64 source_window(struct tl_window *w, const struct tl_
 	return id;
 }
 
-/* Adds one to a cell for window wid (already shifted above the count) and
- * returns the cell's count for that window, this packet included.
+/* Adds one to a cell for window wid (already shifted above the count),
+ * whose value the caller just read as old, and returns the cell's count for
+ * that window, this packet included.
  *
  * Accepted races: a cell of an old window is reset by compare-and-swap to
  * (wid, 1); a CPU that loses the swap adds to what the winner wrote. A CPU
@@ -876,9 +877,8 @@ static __always_inline __u64 source_window(struct tl_window *w, const struct tl_
  * overestimate of one, which a count-min sketch allows anyway. A count of
  * 2^32 packets in one window would carry into the window id (not reachable
  * at line rate within tiers.MaxWindow per cell). */
-static __always_inline __u32 sketch_add(__u64 *cell, __u64 wid)
+static __always_inline __u32 sketch_add(__u64 *cell, __u64 old, __u64 wid)
 {
-	__u64 old = READ_ONCE(*cell);
 	if ((old >> TL_CELL_COUNT_BITS) != (wid >> TL_CELL_COUNT_BITS) &&
 	    __sync_bool_compare_and_swap(cell, old, wid | 1))
 		return 1;
@@ -911,6 +911,7 @@ static __always_inline int sketch_over(const struct tl_src_key *k, const struct 
 {
 	__u64 wid = (__u64)(__u32)id << TL_CELL_COUNT_BITS;
 	__u64 *cells[TL_SKETCH_ROWS];
+	__u64 vals[TL_SKETCH_ROWS];
 	__u32 est = 0xffffffff;
 #pragma unroll
 	for (__u32 r = 0; r < TL_SKETCH_ROWS; r++) {
@@ -920,6 +921,7 @@ static __always_inline int sketch_over(const struct tl_src_key *k, const struct 
 			return 0; /* cannot happen: key < max_entries */
 		cells[r] = cell;
 		__u64 v = READ_ONCE(*cell);
+		vals[r] = v;
 		__u32 c = (v >> TL_CELL_COUNT_BITS) == (wid >> TL_CELL_COUNT_BITS) ? (__u32)v : 0;
 		if (c < est)
 			est = c;
@@ -930,7 +932,7 @@ static __always_inline int sketch_over(const struct tl_src_key *k, const struct 
 	est = 0xffffffff;
 #pragma unroll
 	for (__u32 r = 0; r < TL_SKETCH_ROWS; r++) {
-		__u32 c = sketch_add(cells[r], wid);
+		__u32 c = sketch_add(cells[r], vals[r], wid);
 		if (c < est)
 			est = c;
 	}

@@ -27,11 +27,11 @@ const (
 	LimiterTlConstTL_LPM_ADDR_BITS     LimiterTlConst = 128
 	LimiterTlConstTL_DEST_RULE_BITS    LimiterTlConst = 8
 	LimiterTlConstTL_SHIFT_MASK        LimiterTlConst = 63
-	LimiterTlConstTL_C_SKETCH_ROWS     LimiterTlConst = 4
-	LimiterTlConstTL_C_SKETCH_COLS     LimiterTlConst = 8192
+	LimiterTlConstTL_C_SKETCH_ROWS     LimiterTlConst = 2
+	LimiterTlConstTL_C_SKETCH_COLS     LimiterTlConst = 131072
 	LimiterTlConstTL_C_SRC_TOP_ENTRIES LimiterTlConst = 1024
 	LimiterTlConstTL_CELL_COUNT_BITS   LimiterTlConst = 32
-	LimiterTlConstTL_C_SKETCH_COL_BITS LimiterTlConst = 13
+	LimiterTlConstTL_C_SKETCH_COL_BITS LimiterTlConst = 17
 	LimiterTlConstTL_SEED_WORDS        LimiterTlConst = 6
 	LimiterTlConstTL_C_FRAG_TTL_MS     LimiterTlConst = 1000
 	LimiterTlConstTL_C_SKB_IFACES      LimiterTlConst = 64
@@ -140,7 +140,7 @@ type LimiterTlSettings struct {
 	SrcMask6      [4]uint32
 	SrcPrefixV4   uint32
 	SrcPrefixV6   uint32
-	SrcSeeds      [24]uint64
+	SrcSeeds      [12]uint64
 	LastN         uint64
 	LastThr       uint32
 	LastTier      uint32

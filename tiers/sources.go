@@ -30,9 +30,9 @@ import (
 // two disagree.
 const (
 	// SketchRows is the number of rows (independent hashes) of the sketch.
-	SketchRows = 4
+	SketchRows = 2
 	// SketchColBits is log2 of SketchCols.
-	SketchColBits = 13
+	SketchColBits = 17
 	// SketchCols is the number of columns of each row: a group's cell in
 	// row r is SourceColumn(group, seeds[r]).
 	SketchCols = 1 << SketchColBits

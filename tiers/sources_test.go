@@ -99,19 +99,20 @@ func TestCompileSourcesMasks(t *testing.T) {
 
 func TestSourceColumn(t *testing.T) {
 	// By hand: 10.0.0.1 is bytes 0a 00 00 01, loaded little-endian
-	// 0x0100000a; (3 × 0x0100000a + 5) >> 51 is 0.
+	// 0x0100000a; (3 × 0x0100000a + 5) >> (64 - SketchColBits) is 0.
 	a := [SeedWords]uint64{3, 0, 0, 0, 0, 5}
 	if got := SourceColumn(netip.MustParsePrefix("10.0.0.1/32"), a); got != 0 {
 		t.Errorf("column %d, want 0", got)
 	}
 	a = [SeedWords]uint64{1 << 32, 0, 0, 0, 1 << 62, 0}
-	// IPv6 adds a_4: 2^62 >> 51 = 2048.
-	if got := SourceColumn(netip.MustParsePrefix("::/128"), a); got != 2048 {
-		t.Errorf("IPv6 ::/128 column %d, want 2048", got)
+	// IPv6 adds a_4: 2^62 >> (64 - SketchColBits) = 2^(SketchColBits - 2).
+	if got, want := SourceColumn(netip.MustParsePrefix("::/128"), a), uint32(1)<<(SketchColBits-2); got != want {
+		t.Errorf("IPv6 ::/128 column %d, want %d", got, want)
 	}
-	// IPv4 has no a_4: 0x0100000a << 32 >> 51 = 0x0100000a >> 19 = 32.
-	if got := SourceColumn(netip.MustParsePrefix("10.0.0.1/32"), a); got != 32 {
-		t.Errorf("IPv4 column %d, want 32", got)
+	// IPv4 has no a_4: 0x0100000a << 32 >> (64 - SketchColBits) =
+	// 0x0100000a >> (32 - SketchColBits).
+	if got, want := SourceColumn(netip.MustParsePrefix("10.0.0.1/32"), a), uint32(0x0100000a>>(32-SketchColBits)); got != want {
+		t.Errorf("IPv4 column %d, want %d", got, want)
 	}
 
 	// Strongly universal: over random seeds, two fixed groups (of either
@@ -177,7 +178,7 @@ func TestSketchFalsePositive(t *testing.T) {
 	if a, b := SketchFalsePositive(0); a != 0 || b != 0 {
 		t.Error("no heavy group, yet a false positive")
 	}
-	// One heavy group: all four cells must be its: (1/8192)^4.
+	// One heavy group: all SketchRows cells must be its: (1/SketchCols)^SketchRows.
 	if got, union := SketchFalsePositive(1); math.Abs(got-math.Pow(1.0/SketchCols, SketchRows)) > 1e-6*got || union != got {
 		t.Errorf("SketchFalsePositive(1) = %g, %g, want (1/%d)^%d", got, union, SketchCols, SketchRows)
 	}

@@ -80,17 +80,29 @@ func printSourcesCheck(w io.Writer, p tiers.Policy, t tiers.Table) {
 	b := t.Sources
 	fmt.Fprintf(w, "\nsources: budget %s = %d packets per window for each /%d (IPv4) or /%d (IPv6) source group\n",
 		p.Sources, b.Budget, b.PrefixV4, b.PrefixV6)
-	fmt.Fprintf(w, "  count-min sketch: %d rows × %d columns of %d-byte cells = %d KiB, whatever the number of sources;\n",
-		tiers.SketchRows, tiers.SketchCols, tiers.SketchCellBytes, tiers.SketchBytes/1024)
+	fmt.Fprintf(w, "  count-min sketch: %d rows × %d columns of %d-byte cells = %s, whatever the number of sources;\n",
+		tiers.SketchRows, tiers.SketchCols, tiers.SketchCellBytes, binarySize(tiers.SketchBytes))
 	fmt.Fprintf(w, "  groups over budget table: %d entries (LRU)\n", tiers.TopSources)
 	fmt.Fprintln(w, "  the sketch never underestimates; a light group is judged over budget only when all of its")
 	fmt.Fprintf(w, "  %d cells collide with heavy groups: P ≈ (1-(1-1/%d)^h)^%d, at most (h/%d)^%d (pairwise-independent rows)\n",
 		tiers.SketchRows, tiers.SketchCols, tiers.SketchRows, tiers.SketchCols, tiers.SketchRows)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "  heavy groups h\tP(light group misjudged)\tbound\t")
-	for _, h := range []int{10, 100, 1000} {
+	for _, h := range []int{10, 100, 1000, 10000} {
 		p, u := tiers.SketchFalsePositive(h)
 		fmt.Fprintf(tw, "  %d\t%.3g\t%.3g\t\n", h, p, u)
 	}
 	tw.Flush()
+}
+
+// binarySize writes n bytes in the largest binary unit that divides it:
+// "2 MiB", "256 KiB", "100 B".
+func binarySize(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // TestCheckPrintsSources: check prints the compiled budget, the sketch's
-// memory and the false-positive bound for 10, 100 and 1000 heavy groups.
+// memory and the false-positive bound for 10, 100, 1000 and 10000 heavy groups.
 func TestCheckPrintsSources(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "p.yaml")
 	if err := os.WriteFile(cfg, []byte("max: 1000\nsources: {budget: 10%, prefix_v4: 24}\n"), 0o644); err != nil {
@@ -26,7 +26,7 @@ func TestCheckPrintsSources(t *testing.T) {
 	if err := run(context.Background(), []string{"check", "--config", cfg}, &out, &errs); err != nil {
 		t.Fatalf("check: %v\n%s", err, errs.String())
 	}
-	for _, want := range []string{"budget 10% = 100 packets per window for each /24 (IPv4) or /64 (IPv6)", "= 256 KiB", "1000  ", "0.000174", "0.000222"} {
+	for _, want := range []string{"budget 10% = 100 packets per window for each /24 (IPv4) or /64 (IPv6)", "2 rows × 131072 columns of 8-byte cells = 2 MiB", "1000  ", "5.78e-05", "5.82e-05", "10000  ", "0.0054"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("check output lacks %q:\n%s", want, out.String())
 		}
