@@ -19,9 +19,11 @@ const DefaultDebounce = 200 * time.Millisecond
 
 // Reloadable is what a Reloader swaps policies into: *Agent.
 type Reloadable interface {
-	// Reload applies p, or keeps the old policy and returns why not; it
-	// counts the attempt in either case.
-	Reload(p tiers.Policy) error
+	// ReloadContext applies p, or keeps the old policy and returns why
+	// not; it counts the attempt in either case. It gives up, keeping the
+	// old policy, when ctx ends before p is active (the agent's SIGTERM
+	// during a reload that writes tens of thousands of prefixes).
+	ReloadContext(ctx context.Context, p tiers.Policy) error
 	// ReloadFailed counts a reload that failed before a policy existed.
 	ReloadFailed()
 }
@@ -133,7 +135,7 @@ func (r *Reloader) Run(ctx context.Context, target Reloadable, hup <-chan os.Sig
 		case <-ctx.Done():
 			return
 		case <-hup:
-			r.reload(target, "SIGHUP", true)
+			r.reload(ctx, target, "SIGHUP", true)
 		case ev, ok := <-events:
 			if !ok {
 				events = nil
@@ -154,7 +156,7 @@ func (r *Reloader) Run(ctx context.Context, target Reloadable, hup <-chan os.Sig
 			if err := r.watch.rewatch(); err != nil {
 				r.log.Warn("config watch", "error", err)
 			}
-			r.reload(target, "file change", false)
+			r.reload(ctx, target, "file change", false)
 		}
 	}
 }
@@ -162,7 +164,7 @@ func (r *Reloader) Run(ctx context.Context, target Reloadable, hup <-chan os.Sig
 // reload reads the file and applies it. Unforced (a file change), it
 // skips content it has read before and stays silent about a failure it
 // has already reported.
-func (r *Reloader) reload(target Reloadable, trigger string, forced bool) {
+func (r *Reloader) reload(ctx context.Context, target Reloadable, trigger string, forced bool) {
 	var data []byte
 	var err error
 	if r.cfg.Path != "" {
@@ -195,7 +197,11 @@ func (r *Reloader) reload(target Reloadable, trigger string, forced bool) {
 	if r.cfg.Mode != nil {
 		p.Mode = *r.cfg.Mode
 	}
-	if err := target.Reload(p); err != nil {
+	if err := target.ReloadContext(ctx, p); err != nil {
+		if ctx.Err() != nil {
+			r.log.Warn("reload interrupted by shutdown, the old policy keeps running", "trigger", trigger, "error", err)
+			return
+		}
 		r.lastErr = err.Error()
 		r.log.Error("reload refused, the old policy keeps running", "trigger", trigger, "error", err)
 		return

@@ -27,11 +27,23 @@ type fakeTarget struct {
 	maxes   []int // max of each applied policy
 	failed  int   // ReloadFailed calls
 	applied chan int
+	// block, when set, holds every reload until it is closed or the
+	// reload's ctx ends; started receives once per reload that blocks.
+	block   chan struct{}
+	started chan struct{}
 }
 
 func newFake() *fakeTarget { return &fakeTarget{applied: make(chan int, 100)} }
 
-func (f *fakeTarget) Reload(p tiers.Policy) error {
+func (f *fakeTarget) ReloadContext(ctx context.Context, p tiers.Policy) error {
+	if f.block != nil {
+		f.started <- struct{}{}
+		select {
+		case <-f.block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	f.maxes = append(f.maxes, int(p.Max))
 	f.mu.Unlock()
@@ -409,5 +421,47 @@ func TestSymlinkChain(t *testing.T) {
 	symlink(t, "loop", loop)
 	if _, err := symlinkChain(loop); !errors.Is(err, syscall.ELOOP) {
 		t.Errorf("symlink loop: %v, want ELOOP", err)
+	}
+}
+
+// TestReloaderShutdownInterruptsReload: a reload still writing when the
+// agent stops (ctx ends: SIGTERM) gives up at once, keeps the old policy,
+// and is not counted as a refused reload.
+func TestReloaderShutdownInterruptsReload(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "policy.yaml")
+	write(t, cfg, policyYAML(100))
+	logs := &testenv.SyncBuffer{}
+	r := NewReloader(ReloaderConfig{Path: cfg, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	defer r.Close()
+	if _, err := r.Load(); err != nil {
+		t.Fatal(err)
+	}
+	f := newFake()
+	f.block, f.started = make(chan struct{}), make(chan struct{}, 1)
+	hup := make(chan os.Signal, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx, f, hup); close(done) }()
+	hup <- syscall.SIGHUP
+	select {
+	case <-f.started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the HUP's reload did not start")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		close(f.block)
+		t.Fatal("Run did not return while a reload was in progress: shutdown waits for the reload")
+	}
+	if applied, failed := f.counts(); applied != 0 || failed != 0 {
+		t.Errorf("applied %d, failed %d; want 0, 0", applied, failed)
+	}
+	if !strings.Contains(logs.String(), "reload interrupted by shutdown") {
+		t.Errorf("log lacks the interrupted reload:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "reload refused") {
+		t.Errorf("an interrupted reload was logged as refused:\n%s", logs.String())
 	}
 }
