@@ -28,7 +28,8 @@ const benchChunk = 1 << 17
 // atomic adds and nothing else. Every selected packet below T_last adds to
 // the shared window count (§2, exact n), and with per-source budgets (§6)
 // a packet within budget also adds to one cell per sketch row. It then
-// reports floor-ns/pkt, x-floor (tierlimit over floor) and floor-x-bare.
+// reports floor-ns/pkt, x-floor (tierlimit over floor), floor-x-bare and
+// floor-atomics, the floor's atomic adds per packet.
 func BenchmarkProgram(b *testing.B) {
 	policy := func(max uint64, ts ...tiers.Tier) tiers.Policy {
 		p := tiers.Default()
@@ -110,12 +111,13 @@ type benchProgs struct {
 
 // benchPaired runs progs on frame, alternating chunk by chunk so that all
 // see the same machine, and reports ns/pkt for each and their ratios:
-// x-bare, and with a floor floor-ns/pkt, x-floor (tierlimit over floor)
-// and floor-x-bare. A chunk's time is the wall time around its
-// BPF_PROG_TEST_RUN call over its packets (the kernel's own figure is whole
-// ns per packet, too coarse for a bare program), and each program's figure
-// is its best chunk's: on a shared machine other jobs only ever slow a chunk
-// down. The floor's cells must each have counted every packet it ran.
+// x-bare, and with a floor floor-ns/pkt, x-floor (tierlimit over floor),
+// floor-x-bare and floor-atomics (its atomic adds per packet). A chunk's
+// time is the wall time around its BPF_PROG_TEST_RUN call over its packets
+// (the kernel's own figure is whole ns per packet, too coarse for a bare
+// program), and each program's figure is its best chunk's: on a shared
+// machine other jobs only ever slow a chunk down. The floor's cells must
+// each have counted every packet it ran.
 func benchPaired(b *testing.B, progs benchProgs, frame []byte) {
 	b.Helper()
 	best := func(prog *ebpf.Program, n int, ns *float64) {
@@ -142,6 +144,7 @@ func benchPaired(b *testing.B, progs benchProgs, frame []byte) {
 		b.ReportMetric(floorNs, "floor-ns/pkt")
 		b.ReportMetric(progNs/floorNs, "x-floor")
 		b.ReportMetric(floorNs/bareNs, "floor-x-bare")
+		b.ReportMetric(float64(progs.cells.MaxEntries()), "floor-atomics")
 	}
 	b.ReportMetric(0, "ns/op")
 }
