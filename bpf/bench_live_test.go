@@ -349,5 +349,5 @@ func BenchmarkBarePass(b *testing.B) {
 	Require(b)
 	pass := BareProgram(b, xdpPass)
 	drop := BareProgram(b, xdpDrop)
-	benchPaired(b, pass, drop, UDP4(b, 514))
+	benchPaired(b, benchProgs{prog: pass, bare: drop}, UDP4(b, 514))
 }

@@ -1,6 +1,7 @@
 package bpf_test
 
 import (
+	"encoding/binary"
 	"math"
 	"testing"
 	"time"
@@ -20,6 +21,15 @@ const benchChunk = 1 << 17
 // ns/pkt for both (best chunk, wall time per packet) and their ratio
 // (x-bare). "gate" is the agent's configuration (tick gate on); "exact"
 // reads bpf_ktime_get_ns for every selected packet.
+//
+// On the paths where DESIGN.md's exact semantics make atomic adds
+// unavoidable, a third program runs in the same alternation: the floor
+// (testenv.AtomicFloorProgram), a bare XDP_DROP that makes the path's
+// atomic adds and nothing else. Every selected packet below T_last adds to
+// the shared window count (§2, exact n), and with per-source budgets (§6)
+// a packet within budget also adds to one cell per sketch row. It then
+// reports floor-ns/pkt, x-floor (tierlimit over floor), floor-x-bare and
+// floor-atomics, the floor's atomic adds per packet.
 func BenchmarkProgram(b *testing.B) {
 	policy := func(max uint64, ts ...tiers.Tier) tiers.Policy {
 		p := tiers.Default()
@@ -29,30 +39,36 @@ func BenchmarkProgram(b *testing.B) {
 		}
 		return p
 	}
+	within := tiers.Sources{Budget: tiers.Pct(100), PrefixV4: 32, PrefixV6: 64}
 	paths := []struct {
 		name  string
 		p     tiers.Policy
 		frame []byte
+		// atomics is the floor's count of atomic adds per packet; 0 for
+		// none (the floor is bare: no floor program).
+		atomics int
 	}{
 		// Tier 0 for 7*10^7 packets: every packet passes.
-		{"selected-pass", policy(100_000_000), UDP4(b, 514)},
+		{"selected-pass", policy(100_000_000), UDP4(b, 514), 1},
 		// From n = 1, a 50% tier: every packet draws bpf_get_prandom_u32.
-		{"selected-random", policy(100, tiers.Tier{At: tiers.Pct(1), Drop: tiers.Pct(50)}), UDP4(b, 514)},
-		// From n = 100, the 100% tier: every packet is dropped, no draw.
-		{"selected-drop", policy(100), UDP4(b, 514)},
-		{"unselected", policy(100), TCP4(b, 22, true, false)},
+		{"selected-random", policy(100, tiers.Tier{At: tiers.Pct(1), Drop: tiers.Pct(50)}), UDP4(b, 514), 1},
+		// From n = 100, the 100% tier: every packet is dropped, no draw,
+		// and no shared add (the saturated window's fast path).
+		{"selected-drop", policy(100), UDP4(b, 514), 0},
+		{"unselected", policy(100), TCP4(b, 22, true, false), 0},
 		// Severity on (DESIGN.md §7): the <PRI> is read and classed on
-		// every selected UDP packet; <134> is local0.info, class normal.
-		{"selected-pass-severity", withSeverity(policy(100_000_000)), UDP4(b, 514)},
-		{"selected-drop-severity", withSeverity(policy(100)), UDP4(b, 514)},
+		// every selected UDP packet; <134> is local0.info, class normal,
+		// which never touches the debt on these paths.
+		{"selected-pass-severity", withSeverity(policy(100_000_000)), UDP4(b, 514), 1},
+		{"selected-drop-severity", withSeverity(policy(100)), UDP4(b, 514), 0},
 		// selected-pass with per-source budgets on (DESIGN.md §6): the
 		// group stays within its budget, so each packet pays the hash and
 		// the sketch's TL_SKETCH_ROWS cells, then the tiers as before.
-		{"sources-pass", withSources(policy(100_000_000), tiers.Sources{Budget: tiers.Pct(100), PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514)},
-		{"sources-pass-ipv6", withSources(policy(100_000_000), tiers.Sources{Budget: tiers.Pct(100), PrefixV4: 32, PrefixV6: 64}), UDP6(b, 514)},
+		{"sources-pass", withSources(policy(100_000_000), within), UDP4(b, 514), 1 + bpf.SketchRows},
+		{"sources-pass-ipv6", withSources(policy(100_000_000), within), UDP6(b, 514), 1 + bpf.SketchRows},
 		// From the second packet on, over budget: sketch, over-budget
 		// counter and the top table's LRU lookup, then XDP_DROP.
-		{"sources-over", withSources(policy(100_000_000), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514)},
+		{"sources-over", withSources(policy(100_000_000), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514), 0},
 	}
 	for _, gate := range []bool{true, false} {
 		opts := bpf.Options{}
@@ -64,9 +80,12 @@ func BenchmarkProgram(b *testing.B) {
 		for _, path := range paths {
 			b.Run(name+"/"+path.name, func(b *testing.B) {
 				h := newHarnessOpts(b, path.p, opts)
-				bareProg := BareProgram(b, xdpDrop)
+				progs := benchProgs{prog: h.l.Program(), bare: BareProgram(b, xdpDrop)}
+				if path.atomics > 0 {
+					progs.floor, progs.cells = AtomicFloorProgram(b, path.atomics)
+				}
 				h.expire() // the first packet opens a window, as in traffic
-				benchPaired(b, h.l.Program(), bareProg, path.frame)
+				benchPaired(b, progs, path.frame)
 			})
 		}
 	}
@@ -82,33 +101,71 @@ func withSources(p tiers.Policy, s tiers.Sources) tiers.Policy {
 	return p
 }
 
-// benchPaired runs prog and bare on frame, alternating chunk by chunk so
-// that both see the same machine, and reports ns/pkt for each and their
-// ratio, x-bare. A chunk's time is the wall time around its
-// BPF_PROG_TEST_RUN call over its packets (the kernel's own figure is whole
-// ns per packet, too coarse for a bare program), and each program's figure
-// is its best chunk's: on a shared machine other jobs only ever slow a chunk
-// down.
-func benchPaired(b *testing.B, prog, bare *ebpf.Program, frame []byte) {
+// benchProgs are the programs benchPaired alternates: tierlimit, a bare
+// XDP_DROP and, when not nil, a floor program with its cells
+// (testenv.AtomicFloorProgram).
+type benchProgs struct {
+	prog, bare, floor *ebpf.Program
+	cells             *ebpf.Map
+}
+
+// benchPaired runs progs on frame, alternating chunk by chunk so that all
+// see the same machine, and reports ns/pkt for each and their ratios:
+// x-bare, and with a floor floor-ns/pkt, x-floor (tierlimit over floor),
+// floor-x-bare and floor-atomics (its atomic adds per packet). A chunk's
+// time is the wall time around its BPF_PROG_TEST_RUN call over its packets
+// (the kernel's own figure is whole ns per packet, too coarse for a bare
+// program), and each program's figure is its best chunk's: on a shared
+// machine other jobs only ever slow a chunk down. The floor's cells must
+// each have counted every packet it ran.
+func benchPaired(b *testing.B, progs benchProgs, frame []byte) {
 	b.Helper()
-	progNs, bareNs := math.Inf(1), math.Inf(1)
-	for done := 0; done < b.N; done += benchChunk {
-		n := min(benchChunk, b.N-done)
+	best := func(prog *ebpf.Program, n int, ns *float64) {
 		d, err := timeRun(prog, frame, uint32(n))
 		if err != nil {
 			b.Fatal(err)
 		}
-		db, err := timeRun(bare, frame, uint32(n))
-		if err != nil {
-			b.Fatal(err)
+		*ns = min(*ns, float64(d.Nanoseconds())/float64(n))
+	}
+	progNs, bareNs, floorNs := math.Inf(1), math.Inf(1), math.Inf(1)
+	for done := 0; done < b.N; done += benchChunk {
+		n := min(benchChunk, b.N-done)
+		best(progs.prog, n, &progNs)
+		best(progs.bare, n, &bareNs)
+		if progs.floor != nil {
+			best(progs.floor, n, &floorNs)
 		}
-		progNs = min(progNs, float64(d.Nanoseconds())/float64(n))
-		bareNs = min(bareNs, float64(db.Nanoseconds())/float64(n))
 	}
 	b.ReportMetric(progNs, "ns/pkt")
 	b.ReportMetric(bareNs, "bare-ns/pkt")
 	b.ReportMetric(progNs/bareNs, "x-bare")
+	if progs.floor != nil {
+		checkFloorCells(b, progs.cells, uint64(b.N))
+		b.ReportMetric(floorNs, "floor-ns/pkt")
+		b.ReportMetric(progNs/floorNs, "x-floor")
+		b.ReportMetric(floorNs/bareNs, "floor-x-bare")
+		b.ReportMetric(float64(progs.cells.MaxEntries()), "floor-atomics")
+	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// checkFloorCells fails tb unless every cell of a floor program's map
+// counted at least runs packets: the floor made its atomic adds.
+func checkFloorCells(tb testing.TB, cells *ebpf.Map, runs uint64) {
+	tb.Helper()
+	var (
+		key uint32
+		val [FloorLine]byte
+	)
+	it := cells.Iterate()
+	for it.Next(&key, &val) {
+		if got := binary.LittleEndian.Uint64(val[:]); got < runs {
+			tb.Fatalf("floor cell %d counted %d packets, want at least %d", key, got, runs)
+		}
+	}
+	if err := it.Err(); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // timeRun runs prog repeat times on frame (runExact) and returns the wall

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,18 +17,129 @@ import (
 func TestParseBench(t *testing.T) {
 	out := []byte(`goos: linux
 BenchmarkProgram/gate/selected-pass-2         	 4194304	        34.50 bare-ns/pkt	        66.25 ns/pkt	         1.920 x-bare
+BenchmarkProgram/gate/sources-pass-2          	 4194304	         8.105 bare-ns/pkt	         5.000 floor-atomics	        35.56 floor-ns/pkt	         4.387 floor-x-bare	        51.40 ns/pkt	         6.342 x-bare	         1.446 x-floor
 BenchmarkLiveFrames-2   	 4194304	         7.640 Mpps	        12.49 bare-Mpps	         0.6117 x-bare
+BenchmarkLiveFramesSources/within-budget-2   	 4194304	         5.210 Mpps	        12.02 bare-Mpps	         0.4334 x-bare
 PASS
 `)
 	rs := parseBench(out)
-	if len(rs) != 2 {
-		t.Fatalf("parsed %d results, want 2", len(rs))
+	if len(rs) != 4 {
+		t.Fatalf("parsed %d results, want 4", len(rs))
 	}
 	if got := values(rs, "BenchmarkProgram/gate/selected-pass", "x-bare"); len(got) != 1 || got[0] != 1.92 {
 		t.Errorf("x-bare = %v, want [1.92]", got)
 	}
 	if got := values(rs, "BenchmarkLiveFrames", "Mpps"); len(got) != 1 || got[0] != 7.64 {
 		t.Errorf("Mpps = %v, want [7.64]", got)
+	}
+	for unit, want := range map[string]float64{"floor-ns/pkt": 35.56, "x-floor": 1.446, "floor-x-bare": 4.387, "floor-atomics": 5, "ns/pkt": 51.40} {
+		if got := values(rs, "BenchmarkProgram/gate/sources-pass", unit); len(got) != 1 || got[0] != want {
+			t.Errorf("sources-pass %s = %v, want [%v]", unit, got, want)
+		}
+	}
+	if got := values(rs, "BenchmarkLiveFramesSources/within-budget", "x-bare"); len(got) != 1 || got[0] != 0.4334 {
+		t.Errorf("within-budget x-bare = %v, want [0.4334]", got)
+	}
+}
+
+// benchFixture is go test -bench output for every benchmark the report
+// reads, one run each: tierlimit at ns ns/pkt on every path of
+// BenchmarkProgram beside bare at 8 (floors at 12, 4 adds on the sources
+// paths at 20), sources-pass at 2.5× bare.
+func benchFixture() string {
+	var b strings.Builder
+	line := func(name, metrics string) { fmt.Fprintf(&b, "%s-2 \t 4194304\t %s\n", name, metrics) }
+	for _, mode := range []string{"gate", "exact"} {
+		for _, path := range programPaths {
+			ns := 20.0
+			if path == "sources-pass" {
+				ns = 24
+			}
+			m := fmt.Sprintf("8.000 bare-ns/pkt\t %.3f ns/pkt\t %.4f x-bare", ns, ns/8)
+			if slices.Contains(floorPaths, path) {
+				adds, floor := 1.0, 12.0
+				if strings.HasPrefix(path, "sources-") {
+					adds, floor = 5, 20
+				}
+				m += fmt.Sprintf("\t %.0f floor-atomics\t %.3f floor-ns/pkt\t %.4f floor-x-bare\t %.4f x-floor", adds, floor, floor/8, ns/floor)
+			}
+			line("BenchmarkProgram/"+mode+"/"+path, m)
+		}
+	}
+	line("BenchmarkBarePass", "8.000 bare-ns/pkt\t 8.100 ns/pkt\t 1.0125 x-bare")
+	line("BenchmarkLiveFrames", "7.640 Mpps\t 12.49 bare-Mpps\t 0.6117 x-bare\t 12.40 touch-Mpps\t 0.9928 touch-x-bare")
+	line("BenchmarkLiveFramesSources/over-budget", "9.000 Mpps\t 12.00 bare-Mpps\t 0.7500 x-bare")
+	line("BenchmarkLiveFramesSources/within-budget", "6.000 Mpps\t 12.00 bare-Mpps\t 0.5000 x-bare")
+	for _, path := range []string{"selected-pass", "selected-drop", "unselected"} {
+		line("BenchmarkScaling/"+path, "10.00 1cpu-Mpps\t 18.00 2cpu-Mpps\t 1.800 x-scaling\t 1.900 bare-x-scaling\t 0.9474 x-vs-bare\t 5.000 contention-%\t 3.000 line-ns")
+	}
+	return b.String()
+}
+
+// TestReportBenchRows renders the targets and figures 1-3 from a fixture
+// of every benchmark: every row has its figures (no n/a), the floors and
+// issue 12's rows are there with the right values, and the -test.bench
+// pattern of the suite selects every benchmark the report reads.
+func TestReportBenchRows(t *testing.T) {
+	r := &report{opts: suiteOpts{benchtime: "4194304x"}, bench: parseBench([]byte(benchFixture()))}
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	r.targets(p)
+	r.fig1(p)
+	r.fig2(p)
+	r.fig3(p)
+	out := b.String()
+	if strings.Contains(out, "n/a") {
+		t.Errorf("a row lacks its figures:\n%s", out)
+	}
+	if strings.Contains(out, "%!") {
+		t.Errorf("a format verb lacks its argument:\n%s", out)
+	}
+	for _, want := range []string{
+		"| gate/selected-pass-severity | 20.0 | 8.0 | 2.50× |",
+		"| exact/sources-over | 20.0 | 8.0 | 2.50× |",
+		"| gate/sources-pass | 24.0 | 8.0 | 3.00× |",
+		"| gate/sources-pass-ipv6 | 20.0 | 8.0 | 2.50× |",
+		// floor: (12-8)/(20-8) = 33%; sources-pass (20-8)/(24-8) = 75%.
+		"| gate/selected-pass | 1 | 12.0 | 1.50× | 1.67× | 8.0 | 33% |",
+		"| exact/sources-pass | 5 | 20.0 | 2.50× | 1.20× | 4.0 | 75% |",
+		"| over-budget | 9.00 | 12.00 | 0.75× |",
+		"| within-budget | 6.00 | 12.00 | 0.50× |",
+		"| test_run, selected path with sources on ≤ 2.6× bare XDP_DROP (issue 12; sources-pass) | 3.00× (its floor of 5 atomic adds: 2.50×) | **not met** |",
+		"| test_run, selected path with sources absent ≤ 2.0× bare XDP_DROP (issue 12; selected-pass) | 2.50× (its floor of 1 atomic add: 1.50×) | **not met** |",
+		"costs 4.0 ns more than without (gate, medians), and the floors 8.0 ns more: the sketch's 4 atomic adds (one per row)",
+		"| live frames with sources on (issue 12) | over budget 0.75× bare (9.00 Mpps), within budget 0.50× (6.00 Mpps) | reported |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	for _, path := range programPaths {
+		if !strings.Contains(out, "| gate/"+path+" |") || !strings.Contains(out, "| exact/"+path+" |") {
+			t.Errorf("figure 1 lacks the %s rows", path)
+		}
+	}
+
+	pat := regexp.MustCompile(benchPattern)
+	for _, res := range r.bench {
+		top, _, _ := strings.Cut(res.name, "/")
+		if !pat.MatchString(top) {
+			t.Errorf("benchPattern %q does not select %s", benchPattern, res.name)
+		}
+	}
+	if pat.MatchString("BenchmarkLiveFramesX") {
+		t.Errorf("benchPattern %q selects BenchmarkLiveFramesX", benchPattern)
+	}
+}
+
+// TestSourcesTargetMet checks the 2.6× target's verdict on a run that
+// meets it.
+func TestSourcesTargetMet(t *testing.T) {
+	r := &report{bench: parseBench([]byte("BenchmarkProgram/gate/sources-pass-2 \t 4194304\t 8.000 bare-ns/pkt\t 20.00 ns/pkt\t 2.500 x-bare\t 5 floor-atomics\t 1.9 floor-x-bare\n"))}
+	var b strings.Builder
+	r.sourcesTargets(func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) })
+	if want := "| 2.50× (its floor of 5 atomic adds: 1.90×) | **met** |"; !strings.Contains(b.String(), want) {
+		t.Errorf("targets lack %q:\n%s", want, b.String())
 	}
 }
 

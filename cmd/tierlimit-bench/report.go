@@ -151,12 +151,12 @@ func (r *report) fig1(p func(string, ...any)) {
 	}
 	p("## 1. Program cost (BPF_PROG_TEST_RUN)")
 	p("")
-	p("`BenchmarkProgram` (bpf/bench_test.go): ns per packet of a BPF_PROG_TEST_RUN of %s packets in chunks of %d, alternating chunk by chunk with a bare `XDP_DROP` program on the same frame; a chunk's time is the wall time of its call over its packets (the kernel's own figure is whole ns per packet, too coarse for a bare program that takes a few), and each program's figure is its fastest chunk's, since on a shared machine other jobs only ever slow a chunk down. *gate* is the agent's configuration (the tick gate skips `bpf_ktime_get_ns` inside a window's ticks); *exact* reads the clock for every selected packet. selected-pass is tier 0, selected-random a 50%% tier (one `bpf_get_prandom_u32`), selected-drop the 100%% tier (a saturated window: the fast path), unselected a TCP/22 segment.", strings.TrimSuffix(r.opts.benchtime, "x"), 1<<17)
+	p("`BenchmarkProgram` (bpf/bench_test.go): ns per packet of a BPF_PROG_TEST_RUN of %s packets in chunks of %d, alternating chunk by chunk with a bare `XDP_DROP` program on the same frame; a chunk's time is the wall time of its call over its packets (the kernel's own figure is whole ns per packet, too coarse for a bare program that takes a few), and each program's figure is its fastest chunk's, since on a shared machine other jobs only ever slow a chunk down. *gate* is the agent's configuration (the tick gate skips `bpf_ktime_get_ns` inside a window's ticks); *exact* reads the clock for every selected packet. selected-pass is tier 0, selected-random a 50%% tier (one `bpf_get_prandom_u32`), selected-drop the 100%% tier (a saturated window: the fast path), unselected a TCP/22 segment. The *-severity* paths are selected-pass and selected-drop with a severity block (DESIGN §7: the `<PRI>` is read and classed; `<134>`, class normal). The *sources-* paths have per-source budgets on (DESIGN §6): sources-pass (and its IPv6 twin) is selected-pass with every packet within its group's budget, so each also hashes its group and adds to the sketch's cells; sources-over is a group over its budget from the second packet on (the sketch read, the over-budget counter and the top table, then XDP_DROP).", strings.TrimSuffix(r.opts.benchtime, "x"), 1<<17)
 	p("")
 	p("| path | tierlimit ns/pkt | bare XDP_DROP ns/pkt | ratio |")
 	p("|---|---|---|---|")
 	for _, mode := range []string{"gate", "exact"} {
-		for _, path := range []string{"selected-pass", "selected-random", "selected-drop", "unselected"} {
+		for _, path := range programPaths {
 			n := "BenchmarkProgram/" + mode + "/" + path
 			p("| %s/%s | %s | %s | %s× |", mode, path, statOf(values(r.bench, n, "ns/pkt")).f(1), statOf(values(r.bench, n, "bare-ns/pkt")).f(1), statOf(values(r.bench, n, "x-bare")).f(2))
 		}
@@ -166,6 +166,7 @@ func (r *report) fig1(p func(string, ...any)) {
 	p("")
 	p("A bare program's time is almost all the test run's own loop (context reset, dispatch), so the ratio understates how small the program is: tierlimit adds the difference of the two columns. Without live frames the kernel does not act on the verdict, so bare XDP_PASS and XDP_DROP cost the same.")
 	p("")
+	r.floorTable(p)
 	drop, uns := statOf(values(r.bench, "BenchmarkProgram/gate/selected-drop", "ns/pkt")), statOf(values(r.bench, "BenchmarkProgram/gate/unselected", "ns/pkt"))
 	dx := statOf(values(r.bench, "BenchmarkProgram/gate/selected-drop", "x-bare"))
 	if dx.med > 1.6 {
@@ -197,6 +198,7 @@ func (r *report) fig2(p func(string, ...any)) {
 	p("")
 	p("Reading the headers alone costs about nothing here (touch ≈ bare), so the gap to a bare drop is tierlimit's own work: the parse, the policy and selector lookups, the window's tick gate and read, the per-CPU overflow and stats updates.")
 	p("")
+	r.liveSources(p)
 }
 
 func (r *report) fig4(p func(string, ...any)) {

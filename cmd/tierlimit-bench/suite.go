@@ -203,9 +203,13 @@ func carriedFloods(md string) string {
 	return fmt.Sprintf("> **Figures 4 and 5 are carried over, not rerun** (this run was `-floods=false`): they are the previous results.md's, whose header read: %s Their references to figure 2 quote that run's figure 2.\n\n%s", when, b.String())
 }
 
+// benchPattern is the -test.bench of figures 1-3: every benchmark that the
+// report reads, with all their sub-benchmarks.
+const benchPattern = "^(BenchmarkProgram|BenchmarkBarePass|BenchmarkLiveFrames|BenchmarkLiveFramesSources|BenchmarkScaling)$"
+
 func runBPFBench(ctx context.Context, o suiteOpts, stderr io.Writer) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, o.bpfTest, "-test.run", "^$",
-		"-test.bench", "^(BenchmarkProgram|BenchmarkBarePass|BenchmarkLiveFrames|BenchmarkScaling)$",
+		"-test.bench", benchPattern,
 		"-test.benchtime", o.benchtime, "-test.count", strconv.Itoa(o.count))
 	// Run from the package directory, as go test does.
 	cmd.Dir = "bpf"

@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 )
 
 // RequireEnv is the variable that turns a skip into a failure: .ci/run sets
@@ -69,6 +70,65 @@ func BareProgram(tb testing.TB, action int32) *ebpf.Program {
 	}
 	tb.Cleanup(func() { prog.Close() })
 	return prog
+}
+
+// FloorLine is the value size of AtomicFloorProgram's cells, in bytes: one
+// x86 cache line, so that each cell is a line of its own.
+const FloorLine = 64
+
+// AtomicFloorProgram loads an XDP program that, for every packet, looks up
+// each of the k cells of its array map (keys 0 to k-1, FloorLine bytes
+// each, page-aligned: BPF_F_MMAPABLE) and adds 1 to the cell's first
+// 64-bit word with an atomic add (BPF_STX | BPF_ATOMIC, BPF_ADD), then
+// returns XDP_DROP. It is the floor of a program that must make k atomic
+// adds on k distinct cache lines per packet, as DESIGN.md's exact window
+// count (one add) and per-source sketch (one per row) require: a bare
+// XDP_DROP plus k inlined array lookups and k locked adds, and nothing
+// else. It returns the program and its map, whose cells count the packets
+// run (the first word of each, little-endian uint64). k must be >= 1.
+func AtomicFloorProgram(tb testing.TB, k int) (*ebpf.Program, *ebpf.Map) {
+	tb.Helper()
+	if k < 1 {
+		tb.Fatalf("AtomicFloorProgram: k = %d, want >= 1", k)
+	}
+	cells, err := ebpf.NewMap(&ebpf.MapSpec{
+		Name:       "floor_cells",
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  FloorLine,
+		MaxEntries: uint32(k),
+		Flags:      unix.BPF_F_MMAPABLE, // page-aligned values: one line each
+	})
+	if err != nil {
+		tb.Fatalf("create the floor program's map (%d cells): %v", k, err)
+	}
+	tb.Cleanup(func() { cells.Close() })
+	const xdpDrop = 1
+	var insns asm.Instructions
+	for i := 0; i < k; i++ {
+		insns = append(insns,
+			asm.StoreImm(asm.RFP, -4, int64(i), asm.Word), // key i
+			asm.LoadMapPtr(asm.R1, cells.FD()),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -4),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "drop"),
+			asm.Mov.Imm(asm.R1, 1),
+			asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
+		)
+	}
+	insns = append(insns, asm.Mov.Imm(asm.R0, xdpDrop).WithSymbol("drop"), asm.Return())
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:         "floor",
+		Type:         ebpf.XDP,
+		Instructions: insns,
+		License:      "GPL",
+	})
+	if err != nil {
+		tb.Fatalf("load the floor program (%d atomic adds): %v", k, err)
+	}
+	tb.Cleanup(func() { prog.Close() })
+	return prog, cells
 }
 
 // PinPath returns a fresh pin directory on /sys/fs/bpf for tb (not made
