@@ -1,10 +1,7 @@
 package bpf_test
 
 import (
-	"errors"
 	"fmt"
-	"runtime"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -80,7 +78,36 @@ func BenchmarkLiveFrames(b *testing.B) {
 		}
 	}
 
-	var tl, br, tc float64 // the best chunk's Mpps of each
+	check := func(s0, s1 bpf.Stats, n uint32) (uint64, error) {
+		dropped := s1.SelectedTotal(tiers.VerdictDrop).Packets - s0.SelectedTotal(tiers.VerdictDrop).Packets
+		passed := s1.SelectedTotal(tiers.VerdictPass).Packets - s0.SelectedTotal(tiers.VerdictPass).Packets
+		if passed != 0 || s1.Unselected.Packets != s0.Unselected.Packets {
+			return 0, fmt.Errorf("tierlimit passed %d frames in a live run, want 0", passed)
+		}
+		if dropped < uint64(n) {
+			return 0, fmt.Errorf("tierlimit dropped %d of %d live frames", dropped, n)
+		}
+		return dropped, nil
+	}
+	best := liveChunks(b, ns, h, frame, check, bare, touch)
+	tl, br, tc := best[0], best[1], best[2]
+	b.ReportMetric(tl, "Mpps")
+	b.ReportMetric(br, "bare-Mpps")
+	b.ReportMetric(tl/br, "x-bare")
+	b.ReportMetric(tc, "touch-Mpps")
+	b.ReportMetric(tc/br, "touch-x-bare")
+	b.ReportMetric(0, "ns/op")
+}
+
+// liveChunks runs h's program and then each of controls on frame in
+// live-frames mode on lo of ns, chunk by chunk (liveChunk frames) until b.N
+// frames each, and returns each program's best chunk in Mpps: tierlimit's
+// first, then the controls' in order. check judges tierlimit's chunk of n
+// frames from its stats before and after, and returns the frames that
+// count for its rate (those it dropped).
+func liveChunks(b *testing.B, ns *NS, h *harness, frame []byte, check func(s0, s1 bpf.Stats, n uint32) (uint64, error), controls ...*ebpf.Program) []float64 {
+	b.Helper()
+	best := make([]float64, 1+len(controls))
 	err := ns.Do(func() error {
 		lo, err := netlink.LinkByName("lo")
 		if err != nil {
@@ -101,37 +128,25 @@ func BenchmarkLiveFrames(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			dropped := s1.SelectedTotal(tiers.VerdictDrop).Packets - s0.SelectedTotal(tiers.VerdictDrop).Packets
-			passed := s1.SelectedTotal(tiers.VerdictPass).Packets - s0.SelectedTotal(tiers.VerdictPass).Packets
-			if passed != 0 || s1.Unselected.Packets != s0.Unselected.Packets {
-				return fmt.Errorf("tierlimit passed %d frames in a live run, want 0", passed)
-			}
-			if dropped < uint64(n) {
-				return fmt.Errorf("tierlimit dropped %d of %d live frames", dropped, n)
-			}
-			db, err := runLive(bare, frame, ctx, n)
+			counted, err := check(s0, s1, n)
 			if err != nil {
-				return fmt.Errorf("live run of bare XDP_DROP: %w", err)
+				return err
 			}
-			dt, err := runLive(touch, frame, ctx, n)
-			if err != nil {
-				return fmt.Errorf("live run of the header-reading XDP_DROP: %w", err)
+			best[0] = max(best[0], float64(counted)/float64(d.Nanoseconds())*1e3)
+			for i, c := range controls {
+				dc, err := runLive(c, frame, ctx, n)
+				if err != nil {
+					return fmt.Errorf("live run of control program %d: %w", i, err)
+				}
+				best[1+i] = max(best[1+i], float64(n)/float64(dc.Nanoseconds())*1e3)
 			}
-			tl = max(tl, float64(dropped)/float64(d.Nanoseconds())*1e3)
-			br = max(br, float64(n)/float64(db.Nanoseconds())*1e3)
-			tc = max(tc, float64(n)/float64(dt.Nanoseconds())*1e3)
 		}
 		return nil
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric(tl, "Mpps")
-	b.ReportMetric(br, "bare-Mpps")
-	b.ReportMetric(tl/br, "x-bare")
-	b.ReportMetric(tc, "touch-Mpps")
-	b.ReportMetric(tc/br, "touch-x-bare")
-	b.ReportMetric(0, "ns/op")
+	return best
 }
 
 // touchProgram is XDP_DROP after reading the frame's IPv4 protocol and UDP
@@ -264,54 +279,21 @@ func BenchmarkScaling(b *testing.B) {
 	}
 }
 
-// rate runs prog on n packets on each of cpus at once, one pinned thread
-// per CPU released together, and returns the total rate in Mpps over the
-// wall time from the release to the last finish.
+// rate runs prog on n packets on each of cpus at once (pinnedRuns) and
+// returns the total rate in Mpps over the wall time from the release to
+// the last finish.
 func rate(prog *ebpf.Program, frame []byte, n uint32, cpus []int) (float64, error) {
-	var (
-		ready, done sync.WaitGroup
-		start       = make(chan struct{})
-		mu          sync.Mutex
-		last        time.Time
-		errs        []error
-	)
-	for _, cpu := range cpus {
-		ready.Add(1)
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			// The thread's affinity is changed and never restored: it
-			// stays locked, so the runtime ends it with this goroutine.
-			runtime.LockOSThread()
-			var set unix.CPUSet
-			set.Set(cpu)
-			err := unix.SchedSetaffinity(0, &set)
-			ready.Done()
-			<-start
-			if err == nil {
-				_, err = runExact(prog, frame, n)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("cpu %d: %w", cpu, err))
-			}
-			if now := time.Now(); now.After(last) {
-				last = now
-			}
-		}()
+	counts := make([]uint32, len(cpus))
+	for i := range counts {
+		counts[i] = n
 	}
-	ready.Wait()
-	t0 := time.Now()
-	close(start)
-	done.Wait()
-	if err := errors.Join(errs...); err != nil {
+	d, err := pinnedRuns(prog, frame, cpus, counts)
+	if err != nil {
 		return 0, err
 	}
-	return float64(n) * float64(len(cpus)) / float64(last.Sub(t0).Nanoseconds()) * 1e3, nil
+	return float64(n) * float64(len(cpus)) / float64(d.Nanoseconds()) * 1e3, nil
 }
 
-// usableCPUs lists the CPUs this process may run on.
 // twoCPUs returns the first two CPUs the process may run on, skipping tb
 // on a machine with fewer.
 func twoCPUs(tb testing.TB) []int {
@@ -326,6 +308,7 @@ func twoCPUs(tb testing.TB) []int {
 	return cpus[:2]
 }
 
+// usableCPUs lists the CPUs this process may run on.
 func usableCPUs() ([]int, error) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {

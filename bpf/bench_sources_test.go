@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"github.com/vishvananda/netlink"
 
 	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
@@ -20,7 +19,8 @@ import (
 //     10^9), so it pays the sketch's atomic adds, then the window and the
 //     100% tier drop it, as in a spoofed flood of small groups.
 //
-// It reports Mpps for tierlimit and a bare XDP_DROP and their ratio.
+// It reports the best chunk's Mpps for tierlimit and a bare XDP_DROP
+// (liveChunks) and their ratio.
 func BenchmarkLiveFramesSources(b *testing.B) {
 	for _, c := range []struct {
 		name string
@@ -58,45 +58,14 @@ func benchLiveDrop(b *testing.B, p tiers.Policy) {
 	if got, err := bare.Run(&ebpf.RunOptions{Data: frame}); err != nil || got != xdpDrop {
 		b.Fatalf("bare program returns %d (%v), want XDP_DROP: refusing a live run", got, err)
 	}
-	var tlNs, bareNs, tlPkts, barePkts float64
-	err := ns.Do(func() error {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return err
+	check := func(s0, s1 bpf.Stats, n uint32) (uint64, error) {
+		if got := dropped(s1) - dropped(s0); got < uint64(n) {
+			return 0, fmt.Errorf("tierlimit dropped %d of %d live frames", got, n)
 		}
-		ctx := xdpMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(lo.Attrs().Index)}
-		for done := 0; done < b.N; done += liveChunk {
-			n := uint32(min(liveChunk, b.N-done))
-			s0, err := h.l.Stats()
-			if err != nil {
-				return err
-			}
-			d, err := runLive(h.l.Program(), frame, ctx, n)
-			if err != nil {
-				return fmt.Errorf("live run of tierlimit: %w", err)
-			}
-			s1, err := h.l.Stats()
-			if err != nil {
-				return err
-			}
-			if got := dropped(s1) - dropped(s0); got < uint64(n) {
-				return fmt.Errorf("tierlimit dropped %d of %d live frames", got, n)
-			}
-			db, err := runLive(bare, frame, ctx, n)
-			if err != nil {
-				return fmt.Errorf("live run of bare XDP_DROP: %w", err)
-			}
-			tlNs += float64(d.Nanoseconds())
-			tlPkts += float64(n)
-			bareNs += float64(db.Nanoseconds())
-			barePkts += float64(n)
-		}
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
+		return uint64(n), nil
 	}
-	tl, br := tlPkts/tlNs*1e3, barePkts/bareNs*1e3
+	best := liveChunks(b, ns, h, frame, check, bare)
+	tl, br := best[0], best[1]
 	b.ReportMetric(tl, "Mpps")
 	b.ReportMetric(br, "bare-Mpps")
 	b.ReportMetric(tl/br, "x-bare")

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	. "github.com/tierlimit/tierlimit/internal/testenv"
@@ -16,13 +17,21 @@ import (
 )
 
 // concurrently runs h's program on frame counts[i] times on cpus[i], all
-// CPUs at once: a locked thread each, pinned with sched_setaffinity,
-// released together.
+// CPUs at once (pinnedRuns).
 func concurrently(h *harness, frame []byte, cpus []int, counts []uint32) error {
+	_, err := pinnedRuns(h.l.Program(), frame, cpus, counts)
+	return err
+}
+
+// pinnedRuns runs prog on frame counts[i] times on cpus[i], all CPUs at
+// once: a locked thread each, pinned with sched_setaffinity, released
+// together. It returns the wall time from the release to the last finish.
+func pinnedRuns(prog *ebpf.Program, frame []byte, cpus []int, counts []uint32) (time.Duration, error) {
 	var (
 		ready, done sync.WaitGroup
 		start       = make(chan struct{})
 		mu          sync.Mutex
+		last        time.Time
 		errs        []error
 	)
 	for i, cpu := range cpus {
@@ -39,19 +48,23 @@ func concurrently(h *harness, frame []byte, cpus []int, counts []uint32) error {
 			ready.Done()
 			<-start
 			if err == nil {
-				_, err = runExact(h.l.Program(), frame, counts[i])
+				_, err = runExact(prog, frame, counts[i])
 			}
+			mu.Lock()
+			defer mu.Unlock()
 			if err != nil {
-				mu.Lock()
 				errs = append(errs, fmt.Errorf("cpu %d: %w", cpu, err))
-				mu.Unlock()
+			}
+			if now := time.Now(); now.After(last) {
+				last = now
 			}
 		}()
 	}
 	ready.Wait()
+	t0 := time.Now()
 	close(start)
 	done.Wait()
-	return errors.Join(errs...)
+	return last.Sub(t0), errors.Join(errs...)
 }
 
 // modelCounts runs tiers.Model over n packets of one window and returns,
