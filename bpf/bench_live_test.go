@@ -234,6 +234,10 @@ func BenchmarkScaling(b *testing.B) {
 		// The control: parse, policy and selector lookups, per-CPU
 		// stats, and no window at all.
 		{"unselected", dropPolicy(), TCP4(b, 22, true, false)},
+		// Per-source budgets on (DESIGN.md §6), one source far over its
+		// budget, as in a flood from one host: the sketch's plain reads,
+		// the over-budget stats and the top table's entry, no window.
+		{"sources-over", withSources(dropPolicy(), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514)},
 	} {
 		b.Run(path.name, func(b *testing.B) {
 			h := newHarness(b, path.p)
@@ -241,7 +245,7 @@ func BenchmarkScaling(b *testing.B) {
 			frame := path.frame
 			h.expire()
 			h.run(UDP4(b, 514)) // opens the window
-			c0 := h.window().Count
+			c0, o0 := h.window().Count, h.stats().OverBudget[tiers.VerdictDrop].Packets
 			n := uint32(max(b.N/scalingRounds, 1))
 			var one, two, bareOne, bareTwo float64
 			for range scalingRounds {
@@ -259,12 +263,20 @@ func BenchmarkScaling(b *testing.B) {
 			}
 			// Every packet is in the one window (none opens in an hour),
 			// counted exactly whether on the shared count or per CPU.
-			want := 3 * uint64(n) * scalingRounds
-			if path.name == "unselected" {
-				want = 0
+			// Over budget, they are dropped and counted as such instead.
+			ran, want, wantOver := 3*uint64(n)*scalingRounds, uint64(0), uint64(0)
+			switch path.name {
+			case "unselected":
+			case "sources-over":
+				wantOver = ran
+			default:
+				want = ran
 			}
 			if got := h.window().Count - c0; got != want {
-				b.Fatalf("window count grew by %d, ran %d packets", got, want)
+				b.Fatalf("window count grew by %d, want %d", got, want)
+			}
+			if got := h.stats().OverBudget[tiers.VerdictDrop].Packets - o0; got != wantOver {
+				b.Fatalf("over-budget drops grew by %d, want %d", got, wantOver)
 			}
 			x, bx := two/one, bareTwo/bareOne
 			b.ReportMetric(one, "1cpu-Mpps")

@@ -134,9 +134,11 @@ struct {
 	__type(value, struct tl_stat);
 } source_stats SEC(".maps");
 
-/* Source groups seen over budget, least recently over evicted first. */
+/* Source groups seen over budget, least recently over evicted first. Per
+ * CPU, so that a flood's own packets write nothing the CPUs share: the
+ * agent sums the packets and takes the latest window (bpf.TopSources). */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
 	__uint(max_entries, TL_SRC_TOP_ENTRIES);
 	__type(key, struct tl_src_key);
 	__type(value, struct tl_src_top);
@@ -939,10 +941,13 @@ static __always_inline int sketch_over(const struct tl_src_key *k, const struct 
 	return est > s->src_budget;
 }
 
-/* Remembers a group over budget in window id for tierlimit status --top.
- * Accepted race: two CPUs that miss at once both insert; the second
- * insert fails (BPF_NOEXIST) and its packet goes uncounted here (the
- * source_stats count has it). */
+/* Remembers a group over budget in window id for tierlimit status --top,
+ * in this CPU's value of its entry: plain adds, no atomics (only this CPU
+ * writes it, with preemption off). An entry another CPU made has this
+ * CPU's value zeroed, so the first packet here counts a window too.
+ * Accepted race: two CPUs that miss at once both insert; the second insert
+ * fails (BPF_NOEXIST) and its packet goes uncounted here (the source_stats
+ * count has it). */
 static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id)
 {
 	struct tl_src_top *t = bpf_map_lookup_elem(&source_top, k);
@@ -951,10 +956,11 @@ static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id)
 		bpf_map_update_elem(&source_top, k, &n, BPF_NOEXIST);
 		return;
 	}
-	__sync_fetch_and_add(&t->packets, 1);
-	__u64 last = READ_ONCE(t->last_window);
-	if (last != id && __sync_bool_compare_and_swap(&t->last_window, last, id))
-		__sync_fetch_and_add(&t->windows, 1);
+	t->packets++;
+	if (t->last_window != id) {
+		t->last_window = id;
+		t->windows++;
+	}
 }
 
 /* Judges a selected packet against its group's budget. Returns -1 when it

@@ -94,12 +94,16 @@ func (l *Limiter) readOverBudget(st *Stats) error {
 type SourceGroup struct {
 	// Group is the masked source address and the grouping prefix length.
 	Group netip.Prefix
-	// Packets counts its packets over budget, all windows together.
+	// Packets counts its packets over budget, all windows and CPUs
+	// together.
 	Packets uint64
 	// LastWindow is the id (Window.Opened) of the last window in which it
 	// was over budget.
 	LastWindow uint64
-	// Windows counts the windows in which it went over budget.
+	// Windows counts the windows in which it went over budget, as the CPU
+	// that saw it over budget in the most windows counted them: exact when
+	// one CPU receives the group (RSS hashes a source to one queue unless
+	// its ports vary), otherwise at least that.
 	Windows uint64
 }
 
@@ -110,7 +114,7 @@ type SourceGroup struct {
 func (l *Limiter) TopSources(n int) ([]SourceGroup, error) {
 	var (
 		k   LimiterTlSrcKey
-		v   LimiterTlSrcTop
+		vs  []LimiterTlSrcTop // one per possible CPU
 		out []SourceGroup
 	)
 	var b tiers.SourceBudget
@@ -120,8 +124,14 @@ func (l *Limiter) TopSources(n int) ([]SourceGroup, error) {
 		return nil, err
 	}
 	it := l.objs.SourceTop.Iterate()
-	for it.Next(&k, &v) {
-		out = append(out, SourceGroup{Group: groupPrefix(k, b), Packets: v.Packets, LastWindow: v.LastWindow, Windows: v.Windows})
+	for it.Next(&k, &vs) {
+		g := SourceGroup{Group: groupPrefix(k, b)}
+		for _, v := range vs {
+			g.Packets += v.Packets
+			g.LastWindow = max(g.LastWindow, v.LastWindow)
+			g.Windows = max(g.Windows, v.Windows)
+		}
+		out = append(out, g)
 	}
 	if err := it.Err(); err != nil && !errors.Is(err, ebpf.ErrIterationAborted) {
 		return nil, fmt.Errorf("read source_top: %w", err)

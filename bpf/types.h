@@ -238,11 +238,12 @@ struct tl_src_key {
 	__u32 family; /* 4 or 6 */
 };
 
-/* A source group seen over budget, for tierlimit status --top. */
+/* A source group seen over budget, for tierlimit status --top: one CPU's
+ * share of it (source_top is per CPU). */
 struct tl_src_top {
-	__u64 packets;     /* packets over budget, all windows */
-	__u64 last_window; /* id (tl_window.opened) of the last window it was over */
-	__u64 windows;     /* windows in which it went over budget */
+	__u64 packets;     /* packets over budget on this CPU, all windows */
+	__u64 last_window; /* id (tl_window.opened) of the last window it was over here */
+	__u64 windows;     /* windows in which this CPU saw it over budget */
 };
 
 /* bpf2go -type exports only what the object's BTF holds, and an enum is in

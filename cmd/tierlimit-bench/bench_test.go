@@ -70,7 +70,7 @@ func benchFixture() string {
 	line("BenchmarkLiveFrames", "7.640 Mpps\t 12.49 bare-Mpps\t 0.6117 x-bare\t 12.40 touch-Mpps\t 0.9928 touch-x-bare")
 	line("BenchmarkLiveFramesSources/over-budget", "9.000 Mpps\t 12.00 bare-Mpps\t 0.7500 x-bare")
 	line("BenchmarkLiveFramesSources/within-budget", "6.000 Mpps\t 12.00 bare-Mpps\t 0.5000 x-bare")
-	for _, path := range []string{"selected-pass", "selected-drop", "unselected"} {
+	for _, path := range []string{"selected-pass", "selected-drop", "unselected", "sources-over"} {
 		line("BenchmarkScaling/"+path, "10.00 1cpu-Mpps\t 18.00 2cpu-Mpps\t 1.800 x-scaling\t 1.900 bare-x-scaling\t 0.9474 x-vs-bare\t 5.000 contention-%\t 3.000 line-ns")
 	}
 	return b.String()

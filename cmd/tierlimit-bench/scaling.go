@@ -36,10 +36,11 @@ func (r *report) fig3(p func(string, ...any)) {
 	p("- **selected-pass** is below T_last (max 10^8): every packet adds to the one shared count, an atomic add on one cache line, as DESIGN §2's exact n requires.")
 	p("- **unselected** (a TCP/22 segment) is the control: the parse, the policy and selector lookups and the per-CPU stats, and no window at all. It writes and reads nothing that the two CPUs share, so it is the best scaling any path of the program can reach on these CPUs; a path's scaling below it is the price of the parse's and lookups' extra work on two CPUs of one machine, not of sharing.")
 	p("- **selected-drop** is a saturated window (past T_last, the 100%% tier): the fast path of limiter.c `window_count`. The packet reads the count (the line stays shared, read-mostly), counts itself in its CPU's overflow slot for the window, and takes the last tier from the settings, with no table lookup and no draw.")
+	p("- **sources-over** is a flood from one source far over its per-source budget (DESIGN §6): the sketch's plain reads, the over-budget stats and the source's entry in the table of groups over budget, which is per CPU so that the flood's own packets write nothing that the CPUs share; no window.")
 	p("")
 	p("| path | 1 CPU Mpps | 2 CPUs Mpps | scaling | bare XDP_DROP scaling | scaling / bare's | line-ns |")
 	p("|---|---|---|---|---|---|---|")
-	for _, path := range []string{"selected-pass", "selected-drop", "unselected"} {
+	for _, path := range []string{"selected-pass", "selected-drop", "unselected", "sources-over"} {
 		n := "BenchmarkScaling/" + path
 		p("| %s | %s | %s | %s× | %s× | %s× | %s |", path, statOf(values(r.bench, n, "1cpu-Mpps")).f(2), statOf(values(r.bench, n, "2cpu-Mpps")).f(2),
 			statOf(values(r.bench, n, "x-scaling")).f(2), statOf(values(r.bench, n, "bare-x-scaling")).f(2),
