@@ -82,7 +82,7 @@ func printSourcesCheck(w io.Writer, p tiers.Policy, t tiers.Table) {
 		p.Sources, b.Budget, b.PrefixV4, b.PrefixV6)
 	fmt.Fprintf(w, "  count-min sketch: %d rows × %d columns of %d-byte cells = %s, whatever the number of sources;\n",
 		tiers.SketchRows, tiers.SketchCols, tiers.SketchCellBytes, binarySize(tiers.SketchBytes))
-	fmt.Fprintf(w, "  groups over budget table: %d entries (LRU)\n", tiers.TopSources)
+	fmt.Fprintf(w, "  groups over budget table: %d entries (LRU, counted per CPU: a flood from one source shares no cache line)\n", tiers.TopSources)
 	fmt.Fprintln(w, "  the sketch never underestimates; a light group is judged over budget only when all of its")
 	fmt.Fprintf(w, "  %d cells collide with heavy groups: P ≈ (1-(1-1/%d)^h)^%d, at most (h/%d)^%d (pairwise-independent rows)\n",
 		tiers.SketchRows, tiers.SketchCols, tiers.SketchRows, tiers.SketchCols, tiers.SketchRows)
