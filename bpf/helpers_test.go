@@ -46,8 +46,15 @@ func kernelTick(tb testing.TB) uint64 {
 
 func newHarnessOpts(tb testing.TB, p tiers.Policy, opts bpf.Options) *harness {
 	tb.Helper()
+	return newHarnessStage(tb, p, opts, 0)
+}
+
+// newHarnessStage is newHarnessOpts for a program that stops every packet
+// at stage (bpf.LoadStage); 0 is the whole program.
+func newHarnessStage(tb testing.TB, p tiers.Policy, opts bpf.Options, stage bpf.LimiterTlStage) *harness {
+	tb.Helper()
 	testenv.Require(tb)
-	l, err := bpf.Load(opts)
+	l, err := bpf.LoadStage(opts, stage)
 	if err != nil {
 		tb.Fatal(err)
 	}

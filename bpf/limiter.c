@@ -165,6 +165,23 @@ struct {
  * that the selected path reads it with one load. */
 volatile __u32 tl_skb_ifaces;
 
+/* Cost attribution, for benchmarks only (bpf BenchmarkStages). Built with
+ * -DTL_BENCH_STAGES (the limiterStages object, gen.go), a program loaded
+ * with tl_bench_stage = N returns XDP_DROP at TL_STAGE(N), so that the
+ * cost of a path can be split by stage (enum tl_stage), each measured
+ * beside a bare program. The limiter itself is built without it, and
+ * TL_STAGE is nothing there. */
+#ifdef TL_BENCH_STAGES
+volatile const __u32 tl_bench_stage = 0;
+#define TL_STAGE(n)                                  \
+	do {                                         \
+		if (tl_bench_stage == (n))           \
+			return XDP_DROP;             \
+	} while (0)
+#else
+#define TL_STAGE(n) do { } while (0)
+#endif
+
 enum {
 	PARSE_SHORT = -1,     /* truncated, not what we select, or too deep */
 	PARSE_MALFORMED = -2, /* a length field disagrees: pkt.mal says which */
@@ -974,7 +991,10 @@ static __always_inline int source_budget(const struct pkt *p, const struct tl_se
 	struct tl_src_key k = {};
 	source_group(p, s, &k);
 	__u64 id = source_window(w, s);
-	if (!sketch_over(&k, s, id))
+	TL_STAGE(TL_STAGE_GROUP);
+	int over = sketch_over(&k, s, id);
+	TL_STAGE(TL_STAGE_SKETCH);
+	if (!over)
 		return -1;
 
 	__u32 verdict = s->mode == TL_MODE_ENFORCE ? TL_DROP :
@@ -1149,6 +1169,7 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2, __u64 a3)
 	p.l3 = data + l3_off;
 	p.end = data_end;
 	struct cursor c = { .pos = data + (pri_off & TL_PRI_OFF_MAX), .end = data_end };
+	TL_STAGE(TL_STAGE_JUDGE);
 
 	__u32 zero = 0;
 	__u32 *active = bpf_map_lookup_elem(&active_slot, &zero);
@@ -1172,6 +1193,8 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2, __u64 a3)
 		return XDP_PASS;
 	}
 
+	TL_STAGE(TL_STAGE_POLICY);
+
 	struct tl_window *w = bpf_map_lookup_elem(&window, &zero);
 	if (!w)
 		goto unselected;
@@ -1181,6 +1204,7 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2, __u64 a3)
 			return act;
 	}
 	__u64 n = window_count(w, s);
+	TL_STAGE(TL_STAGE_WINDOW);
 
 	/* A super-packet counts as the datagrams it carries: the rest of them
 	 * join the window right behind the first, and the whole skb takes the
@@ -1238,8 +1262,10 @@ int tierlimit(struct xdp_md *ctx)
 	struct cursor c = { .pos = data, .end = data_end };
 	struct pkt p = {};
 
+	TL_STAGE(TL_STAGE_ENTRY);
 	switch (parse_packet(&c, &p)) {
 	case PKT_L4:
+		TL_STAGE(TL_STAGE_PARSED);
 		break;
 	case PKT_FOLLOW:
 		return follow_fragment(&p, bytes);

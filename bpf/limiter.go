@@ -121,6 +121,12 @@ func Load(opts Options) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load limiter spec: %w", err)
 	}
+	return load(opts, spec)
+}
+
+// load loads spec, the limiter's (or, for the benchmarks' stage loads,
+// export_test.go, the same program built with its stage stops).
+func load(opts Options, spec *ebpf.CollectionSpec) (*Limiter, error) {
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
 		for _, m := range spec.Maps {

@@ -184,6 +184,18 @@ type LimiterTlSrcTop struct {
 	Windows    uint64
 }
 
+type LimiterTlStage uint32
+
+const (
+	LimiterTlStageTL_STAGE_ENTRY  LimiterTlStage = 1
+	LimiterTlStageTL_STAGE_PARSED LimiterTlStage = 2
+	LimiterTlStageTL_STAGE_JUDGE  LimiterTlStage = 3
+	LimiterTlStageTL_STAGE_POLICY LimiterTlStage = 4
+	LimiterTlStageTL_STAGE_GROUP  LimiterTlStage = 5
+	LimiterTlStageTL_STAGE_SKETCH LimiterTlStage = 6
+	LimiterTlStageTL_STAGE_WINDOW LimiterTlStage = 7
+)
+
 type LimiterTlStat struct {
 	_       structs.HostLayout
 	Packets uint64

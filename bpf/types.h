@@ -249,6 +249,18 @@ struct tl_src_top {
 /* bpf2go -type exports only what the object's BTF holds, and an enum is in
  * BTF only where something has its type: this struct names every enum Go
  * needs, and one pointer to it (never read) puts it in BTF. */
+/* Where a benchmark load (limiter.c tl_bench_stage) stops a packet: the
+ * stages in the order a selected packet meets them. */
+enum tl_stage {
+	TL_STAGE_ENTRY = 1,   /* the program entered: the test run's own cost */
+	TL_STAGE_PARSED = 2,  /* Ethernet to UDP/TCP parsed */
+	TL_STAGE_JUDGE = 3,   /* tl_judge entered, header fields unpacked */
+	TL_STAGE_POLICY = 4,  /* active slot, settings, selectors, exempt */
+	TL_STAGE_GROUP = 5,   /* per-source budgets: group and window id */
+	TL_STAGE_SKETCH = 6,  /* per-source budgets: sketch read and added to */
+	TL_STAGE_WINDOW = 7,  /* the window's count */
+};
+
 struct tl_contract {
 	enum tl_const c;
 	enum tl_thr thr;
@@ -260,6 +272,7 @@ struct tl_contract {
 	enum tl_sev_class sev_class;
 	enum tl_sev_stat sev_stat;
 	enum tl_malformed malformed;
+	enum tl_stage stage;
 };
 
 #endif /* __TL_TYPES_H */

@@ -70,6 +70,10 @@ func benchFixture() string {
 	line("BenchmarkLiveFrames", "7.640 Mpps\t 12.49 bare-Mpps\t 0.6117 x-bare\t 12.40 touch-Mpps\t 0.9928 touch-x-bare")
 	line("BenchmarkLiveFramesSources/over-budget", "9.000 Mpps\t 12.00 bare-Mpps\t 0.7500 x-bare")
 	line("BenchmarkLiveFramesSources/within-budget", "6.000 Mpps\t 12.00 bare-Mpps\t 0.5000 x-bare")
+	line("BenchmarkStages/selected-drop", "8.000 bare-ns\t 8.000 entry-ns\t 12.00 parsed-ns\t 14.00 judge-ns\t 18.00 policy-ns\t 20.00 window-ns\t 23.00 full-ns")
+	line("BenchmarkStages/selected-pass", "8.000 bare-ns\t 8.000 entry-ns\t 12.00 parsed-ns\t 14.00 judge-ns\t 18.00 policy-ns\t 21.00 window-ns\t 24.00 full-ns")
+	line("BenchmarkStages/sources-pass", "8.000 bare-ns\t 8.000 entry-ns\t 12.00 parsed-ns\t 14.00 judge-ns\t 18.00 policy-ns\t 20.00 group-ns\t 30.00 sketch-ns\t 36.00 window-ns\t 39.00 full-ns")
+	line("BenchmarkStages/sources-over", "8.000 bare-ns\t 8.500 entry-ns\t 12.00 parsed-ns\t 15.00 judge-ns\t 19.00 policy-ns\t 21.00 group-ns\t 25.00 sketch-ns\t 35.00 full-ns")
 	for _, path := range []string{"selected-pass", "selected-drop", "unselected", "sources-over"} {
 		line("BenchmarkScaling/"+path, "10.00 1cpu-Mpps\t 18.00 2cpu-Mpps\t 1.800 x-scaling\t 1.900 bare-x-scaling\t 0.9474 x-vs-bare\t 5.000 contention-%\t 3.000 line-ns")
 	}
@@ -107,7 +111,9 @@ func TestReportBenchRows(t *testing.T) {
 		"| within-budget | 6.00 | 12.00 | 0.50× |",
 		"| test_run, selected path with sources on ≤ 2.6× bare XDP_DROP (issue 12; sources-pass) | 3.00× (its floor of 5 atomic adds: 2.50×) | **not met** |",
 		"| test_run, selected path with sources absent ≤ 2.0× bare XDP_DROP (issue 12; selected-pass) | 2.50× (its floor of 1 atomic add: 1.50×) | **not met** |",
-		"costs 4.0 ns more than without (gate, medians), and the floors 8.0 ns more: the sketch's 4 atomic adds (one per row)",
+		// Stages: what each adds to the one before; — where not reached.
+		"| selected-drop | 8.0 | 0.0 | 4.0 | 2.0 | 4.0 | — | — | 2.0 | 3.0 | 23.0 | 2.88× |",
+		"| sources-over | 8.0 | 0.5 | 3.5 | 3.0 | 4.0 | 2.0 | 4.0 | — | 10.0 | 35.0 | 4.38× |",
 		"| live frames with sources on (issue 12) | over budget 0.75× bare (9.00 Mpps), within budget 0.50× (6.00 Mpps) | reported |",
 	} {
 		if !strings.Contains(out, want) {
