@@ -143,6 +143,15 @@ struct {
 	__type(key, struct tl_src_key);
 	__type(value, struct tl_src_top);
 } source_top SEC(".maps");
+/* Per CPU: the run of over-budget packets of one group this CPU is in,
+ * counted here and added to source_top when the run ends (source_top_add). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tl_src_run);
+} source_run SEC(".maps");
+
 /* Malformed frames by enum tl_malformed, per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -958,26 +967,58 @@ static __always_inline int sketch_over(const struct tl_src_key *k, const struct 
 	return est > s->src_budget;
 }
 
-/* Remembers a group over budget in window id for tierlimit status --top,
- * in this CPU's value of its entry: plain adds, no atomics (only this CPU
- * writes it, with preemption off). An entry another CPU made has this
- * CPU's value zeroed, so the first packet here counts a window too.
+/* Adds packets over budget in window id to group k's entry in this CPU's
+ * value of source_top: plain adds, no atomics (only this CPU writes it,
+ * and XDP does not nest on a CPU). An entry another CPU made has this
+ * CPU's value zeroed, so the first packets here count a window too.
  * Accepted race: two CPUs that miss at once both insert; the second insert
- * fails (BPF_NOEXIST) and its packet goes uncounted here (the source_stats
- * count has it). */
-static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id)
+ * fails (BPF_NOEXIST) and its packets go uncounted here (the source_stats
+ * count has them). */
+static __always_inline void source_top_put(const struct tl_src_key *k, __u64 id, __u64 packets)
 {
 	struct tl_src_top *t = bpf_map_lookup_elem(&source_top, k);
 	if (!t) {
-		struct tl_src_top n = { .packets = 1, .last_window = id, .windows = 1 };
+		struct tl_src_top n = { .packets = packets, .last_window = id, .windows = 1 };
 		bpf_map_update_elem(&source_top, k, &n, BPF_NOEXIST);
 		return;
 	}
-	t->packets++;
+	t->packets += packets;
 	if (t->last_window != id) {
 		t->last_window = id;
 		t->windows++;
 	}
+}
+
+static __always_inline int same_group(const struct tl_src_key *a, const struct tl_src_key *b)
+{
+	return a->addr[0] == b->addr[0] && a->addr[1] == b->addr[1] && a->addr[2] == b->addr[2] &&
+	       a->addr[3] == b->addr[3] && a->family == b->family;
+}
+
+/* Remembers a group over budget in window id for tierlimit status --top.
+ * A flood from one source is a run of its packets on each CPU: the run's
+ * first packet goes to source_top (so the group is listed at once), the
+ * rest are counted in this CPU's source_run, without the hash lookup, and
+ * added to source_top when the CPU's run ends (another group over budget,
+ * or a new window). bpf.TopSources adds the runs still open. */
+static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id)
+{
+	__u32 zero = 0;
+	struct tl_src_run *r = bpf_map_lookup_elem(&source_run, &zero);
+	if (!r) {
+		source_top_put(k, id, 1);
+		return;
+	}
+	if (r->window == id && r->key.family && same_group(&r->key, k)) {
+		r->packets++;
+		return;
+	}
+	if (r->packets)
+		source_top_put(&r->key, r->window, r->packets);
+	source_top_put(k, id, 1);
+	r->key = *k;
+	r->window = id;
+	r->packets = 0;
 }
 
 /* Judges a selected packet against its group's budget. Returns -1 when it

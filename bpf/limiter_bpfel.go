@@ -177,6 +177,14 @@ type LimiterTlSrcKey struct {
 	Family uint32
 }
 
+type LimiterTlSrcRun struct {
+	_       structs.HostLayout
+	Key     LimiterTlSrcKey
+	Pad     uint32
+	Window  uint64
+	Packets uint64
+}
+
 type LimiterTlSrcTop struct {
 	_          structs.HostLayout
 	Packets    uint64
@@ -244,6 +252,7 @@ const (
 	LimiterMapSettings       = "settings"
 	LimiterMapSeverityStats  = "severity_stats"
 	LimiterMapSkbIfaces      = "skb_ifaces"
+	LimiterMapSourceRun      = "source_run"
 	LimiterMapSourceSketch   = "source_sketch"
 	LimiterMapSourceStats    = "source_stats"
 	LimiterMapSourceTop      = "source_top"
@@ -315,6 +324,7 @@ type LimiterMapSpecs struct {
 	Settings       *ebpf.MapSpec `ebpf:"settings"`
 	SeverityStats  *ebpf.MapSpec `ebpf:"severity_stats"`
 	SkbIfaces      *ebpf.MapSpec `ebpf:"skb_ifaces"`
+	SourceRun      *ebpf.MapSpec `ebpf:"source_run"`
 	SourceSketch   *ebpf.MapSpec `ebpf:"source_sketch"`
 	SourceStats    *ebpf.MapSpec `ebpf:"source_stats"`
 	SourceTop      *ebpf.MapSpec `ebpf:"source_top"`
@@ -362,6 +372,7 @@ type LimiterMaps struct {
 	Settings       *ebpf.Map `ebpf:"settings"`
 	SeverityStats  *ebpf.Map `ebpf:"severity_stats"`
 	SkbIfaces      *ebpf.Map `ebpf:"skb_ifaces"`
+	SourceRun      *ebpf.Map `ebpf:"source_run"`
 	SourceSketch   *ebpf.Map `ebpf:"source_sketch"`
 	SourceStats    *ebpf.Map `ebpf:"source_stats"`
 	SourceTop      *ebpf.Map `ebpf:"source_top"`
@@ -383,6 +394,7 @@ func (m *LimiterMaps) Close() error {
 		m.Settings,
 		m.SeverityStats,
 		m.SkbIfaces,
+		m.SourceRun,
 		m.SourceSketch,
 		m.SourceStats,
 		m.SourceTop,

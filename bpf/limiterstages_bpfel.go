@@ -27,6 +27,7 @@ const (
 	limiterStagesMapSettings       = "settings"
 	limiterStagesMapSeverityStats  = "severity_stats"
 	limiterStagesMapSkbIfaces      = "skb_ifaces"
+	limiterStagesMapSourceRun      = "source_run"
 	limiterStagesMapSourceSketch   = "source_sketch"
 	limiterStagesMapSourceStats    = "source_stats"
 	limiterStagesMapSourceTop      = "source_top"
@@ -99,6 +100,7 @@ type limiterStagesMapSpecs struct {
 	Settings       *ebpf.MapSpec `ebpf:"settings"`
 	SeverityStats  *ebpf.MapSpec `ebpf:"severity_stats"`
 	SkbIfaces      *ebpf.MapSpec `ebpf:"skb_ifaces"`
+	SourceRun      *ebpf.MapSpec `ebpf:"source_run"`
 	SourceSketch   *ebpf.MapSpec `ebpf:"source_sketch"`
 	SourceStats    *ebpf.MapSpec `ebpf:"source_stats"`
 	SourceTop      *ebpf.MapSpec `ebpf:"source_top"`
@@ -147,6 +149,7 @@ type limiterStagesMaps struct {
 	Settings       *ebpf.Map `ebpf:"settings"`
 	SeverityStats  *ebpf.Map `ebpf:"severity_stats"`
 	SkbIfaces      *ebpf.Map `ebpf:"skb_ifaces"`
+	SourceRun      *ebpf.Map `ebpf:"source_run"`
 	SourceSketch   *ebpf.Map `ebpf:"source_sketch"`
 	SourceStats    *ebpf.Map `ebpf:"source_stats"`
 	SourceTop      *ebpf.Map `ebpf:"source_top"`
@@ -168,6 +171,7 @@ func (m *limiterStagesMaps) Close() error {
 		m.Settings,
 		m.SeverityStats,
 		m.SkbIfaces,
+		m.SourceRun,
 		m.SourceSketch,
 		m.SourceStats,
 		m.SourceTop,

@@ -123,6 +123,7 @@ func (l *Limiter) TopSources(n int) ([]SourceGroup, error) {
 	} else if !errors.Is(err, ErrPolicy) {
 		return nil, err
 	}
+	byKey := map[LimiterTlSrcKey]int{} // index in out
 	it := l.objs.SourceTop.Iterate()
 	for it.Next(&k, &vs) {
 		g := SourceGroup{Group: groupPrefix(k, b)}
@@ -131,10 +132,31 @@ func (l *Limiter) TopSources(n int) ([]SourceGroup, error) {
 			g.LastWindow = max(g.LastWindow, v.LastWindow)
 			g.Windows = max(g.Windows, v.Windows)
 		}
+		byKey[k] = len(out)
 		out = append(out, g)
 	}
 	if err := it.Err(); err != nil && !errors.Is(err, ebpf.ErrIterationAborted) {
 		return nil, fmt.Errorf("read source_top: %w", err)
+	}
+	// Each CPU's open run: packets counted in source_run and not yet in
+	// source_top. Read after source_top, so a run that ends in between is
+	// missed once, never counted twice.
+	var runs []LimiterTlSrcRun
+	if err := l.objs.SourceRun.Lookup(uint32(0), &runs); err != nil {
+		return nil, fmt.Errorf("read source_run: %w", err)
+	}
+	for _, r := range runs {
+		if r.Packets == 0 || r.Key.Family == 0 {
+			continue
+		}
+		i, ok := byKey[r.Key]
+		if !ok { // evicted from source_top meanwhile
+			i = len(out)
+			byKey[r.Key] = i
+			out = append(out, SourceGroup{Group: groupPrefix(r.Key, b), LastWindow: r.Window, Windows: 1})
+		}
+		out[i].Packets += r.Packets
+		out[i].LastWindow = max(out[i].LastWindow, r.Window)
 	}
 	slices.SortFunc(out, func(a, b SourceGroup) int {
 		if a.Packets != b.Packets {
@@ -172,11 +194,12 @@ func groupPrefix(k LimiterTlSrcKey, b tiers.SourceBudget) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom16(a), bits)
 }
 
-// SourceMemory returns the kernel memory (memlock, bytes) of the sketch and
-// the table of groups over budget: fixed at load, whatever the traffic.
+// SourceMemory returns the kernel memory (memlock, bytes) of the sketch,
+// the table of groups over budget and the CPUs' runs: fixed at load,
+// whatever the traffic.
 func (l *Limiter) SourceMemory() (uint64, error) {
 	var total uint64
-	for _, m := range []*ebpf.Map{l.objs.SourceSketch, l.objs.SourceTop} {
+	for _, m := range []*ebpf.Map{l.objs.SourceSketch, l.objs.SourceTop, l.objs.SourceRun} {
 		info, err := m.Info()
 		if err != nil {
 			return 0, fmt.Errorf("read map info: %w", err)

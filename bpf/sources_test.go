@@ -2,6 +2,7 @@ package bpf_test
 
 import (
 	"encoding/binary"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -431,3 +432,57 @@ func TestSourcesSeedsSurviveReload(t *testing.T) {
 		t.Error("fresh maps reuse the seeds")
 	}
 }
+
+// TestSourcesTopRuns: a CPU counts a run of one group's over-budget
+// packets in source_run and adds it to source_top when the run ends (another
+// group over budget, or a new window); TopSources adds the open runs, so
+// its counts are exact at every step: after a run, across groups that
+// alternate, with the run still open, and across windows.
+func TestSourcesTopRuns(t *testing.T) {
+	h := newHarness(t, sourcesPolicy(t, 1000, tiers.Sources{BudgetPackets: 2, PrefixV4: 32, PrefixV6: 64}))
+	h.expire()
+	a, b := udpFrom(t, netip.MustParseAddr("192.0.2.1")), udpFrom(t, netip.MustParseAddr("2001:db8::7"))
+	ga, gb := netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("2001:db8::/64")
+	want := map[netip.Prefix]sourceCount{}
+	check := func(step string) {
+		t.Helper()
+		top, err := h.l.TopSources(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[netip.Prefix]sourceCount{}
+		for _, g := range top {
+			got[g.Group] = sourceCount{g.Packets, g.Windows}
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: TopSources %v, want %v", step, got, want)
+		}
+	}
+	send := func(f []byte, n int) {
+		for range n {
+			h.run(f)
+		}
+	}
+	send(a, 12) // 2 within the budget, a run of 10 over it
+	want[ga] = sourceCount{10, 1}
+	check("A's run open")
+	send(b, 5) // ends A's run; 3 over for B
+	want[gb] = sourceCount{3, 1}
+	check("A's run ended, B's open")
+	for range 4 { // alternating: every run is one packet long
+		send(a, 1)
+		send(b, 1)
+	}
+	want[ga], want[gb] = sourceCount{14, 1}, sourceCount{7, 1}
+	check("alternating")
+	h.expire() // the next packet opens a new window: budgets start again
+	send(a, 6)
+	want[ga] = sourceCount{18, 2}
+	check("A in a second window")
+	if got := overBudget(h.stats()); got != 25 {
+		t.Errorf("over-budget packets %d, want 25", got)
+	}
+}
+
+// sourceCount is a group's packets over budget and windows over budget.
+type sourceCount struct{ Packets, Windows uint64 }

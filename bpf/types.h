@@ -249,6 +249,15 @@ struct tl_src_top {
 /* bpf2go -type exports only what the object's BTF holds, and an enum is in
  * BTF only where something has its type: this struct names every enum Go
  * needs, and one pointer to it (never read) puts it in BTF. */
+/* The group this CPU last counted over budget, in window, and its packets
+ * not yet added to source_top (source_run, per CPU). */
+struct tl_src_run {
+	struct tl_src_key key;
+	__u32 pad;
+	__u64 window;  /* id (tl_window.opened) of the window of the run */
+	__u64 packets; /* the run's packets after its first, not yet in source_top */
+};
+
 /* Where a benchmark load (limiter.c tl_bench_stage) stops a packet: the
  * stages in the order a selected packet meets them. */
 enum tl_stage {
