@@ -178,6 +178,9 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 		log.Info("stopped")
 	}()
 	logStarted(log, a, f, p, pin)
+	// Before the metrics are served, so that the first scrape already has
+	// the adaptive max's series and the log its signal.
+	startAutoMax(ctx, log, a, p)
 
 	sctx, stopServe := context.WithCancel(ctx)
 	defer stopServe()
@@ -187,7 +190,6 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 		log.Info("serving metrics", "addr", "http://"+ln.Addr().String()+"/metrics")
 	}
 	go a.Watch(ctx, 2*time.Second)
-	startAutoMax(ctx, log, a, p)
 	r.Run(ctx, a, sighup)
 	log.Info("stopping", "reason", context.Cause(ctx))
 	return nil
