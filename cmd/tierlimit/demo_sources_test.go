@@ -1,31 +1,20 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
 // TestDemoNoisySource runs `tierlimit demo --noisy-source`: with sources,
 // every light sender's datagrams pass and the noisy one gets its budget,
 // as the model says; without, the light senders lose most of theirs.
 func TestDemoNoisySource(t *testing.T) {
-	testenv.Require(t)
-	var out, errs bytes.Buffer
-	err := run(context.Background(), []string{"demo", "--noisy-source", "--max", "200", "--window", "500ms"}, &out, &errs)
-	if err != nil {
-		t.Fatalf("demo: %v\n%s", err, errs.String())
-	}
-	t.Log(out.String())
+	out, _ := demoCLI(t, "--noisy-source", "--max", "200", "--window", "500ms")
 	// rows[window] are the sender rows: address, sent, passed, model.
 	rows := map[int][][]string{}
 	window := 0
-	for _, line := range strings.Split(out.String(), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
 		switch {
 		case len(f) == 2 && f[0] == "window":
@@ -35,7 +24,7 @@ func TestDemoNoisySource(t *testing.T) {
 		}
 	}
 	if len(rows) != 4 {
-		t.Fatalf("want 4 windows of sender rows:\n%s", out.String())
+		t.Fatalf("want 4 windows of sender rows:\n%s", out)
 	}
 	for w := 1; w <= 4; w++ {
 		lightSent, lightPassed := 0, 0
@@ -60,8 +49,5 @@ func TestDemoNoisySource(t *testing.T) {
 		if w > 2 && 2*lightPassed > lightSent {
 			t.Errorf("window %d (sources off): light senders passed %d of %d, want most shed", w, lightPassed, lightSent)
 		}
-	}
-	if list, _ := exec.Command("ip", "netns", "list").Output(); bytes.Contains(list, []byte("tldemo")) {
-		t.Errorf("demo left its sandbox behind: %s", list)
 	}
 }

@@ -15,14 +15,9 @@ import (
 // passes, at 3× max the tiers shed what the model says, and the sandbox is
 // gone afterwards.
 func TestDemo(t *testing.T) {
-	testenv.Require(t)
-	var out, errs bytes.Buffer
-	err := run(context.Background(), []string{"demo", "--max", "200", "--window", "200ms", "--loads", "0.5,3"}, &out, &errs)
-	if err != nil {
-		t.Fatalf("demo: %v\n%s", err, errs.String())
-	}
+	out, _ := demoCLI(t, "--max", "200", "--window", "200ms", "--loads", "0.5,3")
 	var rows [][]string
-	for _, line := range strings.Split(out.String(), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
 		if len(f) >= 6 && f[0] != "window" {
 			if _, err := strconv.Atoi(f[0]); err == nil {
@@ -31,7 +26,7 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	if len(rows) != 2 {
-		t.Fatalf("want 2 window rows:\n%s", out.String())
+		t.Fatalf("want 2 window rows:\n%s", out)
 	}
 	num := func(s string) float64 { v, _ := strconv.ParseFloat(s, 64); return v }
 	// Window 1: 100 offered, all passed.
@@ -44,9 +39,6 @@ func TestDemo(t *testing.T) {
 	if rows[1][1] != "600" || passed < 0.75*expected || passed > 1.25*expected || num(rows[1][5])+passed != 600 {
 		t.Errorf("at 3× max: row %v, want 600 offered and passed near %v", rows[1], expected)
 	}
-	if list, _ := exec.Command("ip", "netns", "list").Output(); bytes.Contains(list, []byte("tldemo")) {
-		t.Errorf("demo left its sandbox behind: %s", list)
-	}
 }
 
 // TestDemoSeverity runs `tierlimit demo --severity`: at 5× max every crit
@@ -54,20 +46,15 @@ func TestDemo(t *testing.T) {
 // TestSeverityFlood's, in agent: at this small max the pacing, not the
 // policy, decides it.)
 func TestDemoSeverity(t *testing.T) {
-	testenv.Require(t)
-	var out, errs bytes.Buffer
-	err := run(context.Background(), []string{"demo", "--severity", "--max", "400", "--window", "500ms", "--loads", "5"}, &out, &errs)
-	if err != nil {
-		t.Fatalf("demo --severity: %v\n%s", err, errs.String())
-	}
+	out, _ := demoCLI(t, "--severity", "--max", "400", "--window", "500ms", "--loads", "5")
 	var row []string
-	for _, line := range strings.Split(out.String(), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		if f := strings.Fields(line); len(f) == 9 && f[0] == "1" {
 			row = f
 		}
 	}
 	if row == nil {
-		t.Fatalf("no window row:\n%s", out.String())
+		t.Fatalf("no window row:\n%s", out)
 	}
 	frac := func(s string) (int, int) {
 		a, b, _ := strings.Cut(s, "/")
@@ -85,7 +72,21 @@ func TestDemoSeverity(t *testing.T) {
 	if debugS != 1000 || infoS != 980 || debugP*2 >= debugS {
 		t.Errorf("debug passed %d of %d (info %d), want under half", debugP, debugS, infoS)
 	}
+}
+
+// demoCLI runs `tierlimit demo` with args as a function, logs its output,
+// and returns its stdout and stderr. It fails t when the demo fails, and
+// after it when the demo left its sandbox namespace behind.
+func demoCLI(t *testing.T, args ...string) (out, errs string) {
+	t.Helper()
+	testenv.Require(t)
+	var o, e bytes.Buffer
+	if err := run(context.Background(), append([]string{"demo"}, args...), &o, &e); err != nil {
+		t.Fatalf("demo %s: %v\n%s", strings.Join(args, " "), err, e.String())
+	}
+	t.Logf("\n%s", o.String())
 	if list, _ := exec.Command("ip", "netns", "list").Output(); bytes.Contains(list, []byte("tldemo")) {
 		t.Errorf("demo left its sandbox behind: %s", list)
 	}
+	return o.String(), e.String()
 }
