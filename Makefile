@@ -27,9 +27,11 @@ check-generate: generate
 	@git diff --exit-code --stat -- bpf/ || { echo "generated BPF files are stale: run make generate and commit"; exit 1; }
 
 # The README's test command. BPF tests need root; with TIERLIMIT_REQUIRE_BPF=1
-# they fail instead of skipping.
+# they fail instead of skipping. One package at a time (-p 1): the packages'
+# end-to-end tests send real traffic through veths and judge it by rate and
+# by window, and two of them at once on a small machine disturb each other.
 test: deps
-	$(GO) test -count=1 $(TEST_FLAGS) ./...
+	$(GO) test -count=1 -p 1 $(TEST_FLAGS) ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt: $$out"; exit 1; }
