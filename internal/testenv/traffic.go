@@ -127,14 +127,20 @@ func (r *Receiver) CountsByPRI() map[int]int {
 	return out
 }
 
-// WaitQuiet returns once nothing has arrived for quiet, or after limit.
-// It reports whether the receiver went quiet.
+// WaitQuiet returns once nothing has arrived for quiet, counted from the
+// call or from the last arrival, whichever is later (so traffic still on
+// its way when it is called is waited for), or after limit. It reports
+// whether the receiver went quiet.
 func (r *Receiver) WaitQuiet(quiet, limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
+	start := time.Now()
+	deadline := start.Add(limit)
 	for time.Now().Before(deadline) {
 		r.mu.Lock()
 		last := r.last
 		r.mu.Unlock()
+		if last.Before(start) {
+			last = start
+		}
 		if time.Since(last) >= quiet {
 			return true
 		}
