@@ -1,10 +1,11 @@
 package bpf_test
 
 import (
-	"math"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
@@ -79,30 +80,18 @@ func BenchmarkStages(b *testing.B) {
 			for i, st := range path.stages[:full] {
 				hs[i] = newHarnessStage(b, path.p, opts, st.at)
 			}
-			best := make([]float64, len(hs))
-			bareNs := math.Inf(1)
-			for i := range best {
-				best[i] = math.Inf(1)
+			// The maps are shared, and only the whole program counts:
+			// every packet it runs, and none of the stage loads'.
+			c0 := counted(hs[full])
+			progs := make([]*ebpf.Program, 0, len(hs)+1)
+			for _, h := range hs {
+				progs = append(progs, h.l.Program())
 			}
-			for done := 0; done < b.N; done += benchChunk {
-				n := uint32(min(benchChunk, b.N-done))
-				for i, h := range hs {
-					before := counted(h)
-					d, err := timeRun(h.l.Program(), frame, n)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if i != full && counted(h) != before {
-						b.Fatalf("stage %s: the program counted packets, want none (it stops before the stats)", path.stages[i].name)
-					}
-					best[i] = min(best[i], float64(d.Nanoseconds())/float64(n))
-				}
-				d, err := timeRun(bare, frame, n)
-				if err != nil {
-					b.Fatal(err)
-				}
-				bareNs = min(bareNs, float64(d.Nanoseconds())/float64(n))
+			best := bestChunks(b, frame, append(progs, bare)...)
+			if got := counted(hs[full]) - c0; got != uint64(b.N) {
+				b.Fatalf("the programs counted %d packets, want the whole program's %d: a stage load counted (it must stop before the stats)", got, b.N)
 			}
+			bareNs := best[len(hs)]
 			for i, st := range path.stages {
 				b.ReportMetric(best[i], st.name+"-ns")
 			}
@@ -116,9 +105,5 @@ func BenchmarkStages(b *testing.B) {
 // not selected.
 func counted(h *harness) uint64 {
 	s := h.stats()
-	var n uint64
-	for _, v := range []tiers.Verdict{tiers.VerdictPass, tiers.VerdictDrop, tiers.VerdictWouldDrop} {
-		n += s.SelectedTotal(v).Packets + s.OverBudget[v].Packets
-	}
-	return n + s.Unselected.Packets
+	return s.SelectedPackets() + overBudget(s) + s.Unselected.Packets
 }

@@ -3,7 +3,10 @@ package main
 // Figure 1's stage table: where the cost of each main path goes, from
 // BenchmarkStages (bpf/bench_stages_test.go).
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // stagePaths are BenchmarkStages' sub-benchmarks, with the stages each
 // reaches in order (their metrics are <stage>-ns), the whole program last.
@@ -48,7 +51,7 @@ func (r *report) stageTable(p func(string, ...any)) {
 		n := "BenchmarkStages/" + sp.path
 		row := []string{sp.path, statOf(values(r.bench, n, "bare-ns")).f(1)}
 		for _, c := range stageColumns {
-			i := indexOf(sp.stages, c.stage)
+			i := slices.Index(sp.stages, c.stage)
 			if i < 0 {
 				row = append(row, "—")
 				continue
@@ -65,13 +68,4 @@ func (r *report) stageTable(p func(string, ...any)) {
 		p("| %s |", strings.Join(row, " | "))
 	}
 	p("")
-}
-
-func indexOf(s []string, v string) int {
-	for i, x := range s {
-		if x == v {
-			return i
-		}
-	}
-	return -1
 }
