@@ -209,9 +209,10 @@ func (r *Reloader) reload(ctx context.Context, target Reloadable, trigger string
 	r.log.Info("reloaded", "trigger", trigger, "mode", p.Mode.String(), "policy", p.String())
 }
 
-// fail counts and logs a reload that got no policy to apply.
+// fail logs and counts a reload that got no policy to apply: logged
+// first, so that whoever sees the count can find the reason.
 func (r *Reloader) fail(target Reloadable, trigger string, err error) {
 	r.lastErr, r.readErr = err.Error(), false
-	target.ReloadFailed()
 	r.log.Error("reload refused, the old policy keeps running", "trigger", trigger, "error", err)
+	target.ReloadFailed()
 }
