@@ -33,6 +33,17 @@ import (
 //     a cut is not cut again: its drops may still come from the backlog
 //     that the old max left in the socket buffer (TCP cuts once per round
 //     trip for the same reason).
+//   - No socket drops, but a collector socket's receive buffer more than
+//     half full in the middle of the window and at least AutoRise fuller
+//     than in the window before, while the limiter shed: max ← max ×
+//     BetaFirst, with the same bounds and the same one window's pause
+//     after a cut. The backlog grows only while the collector is given
+//     more than it reads, so max is over its capacity already; waiting
+//     for the drops would cut later, from a full buffer, and lose the
+//     packets that the buffer can no longer hold (RED and ECN mark a
+//     growing queue before it overflows for the same reason). A buffer
+//     that is full but draining is the collector catching up: no cut.
+//     sock_diag only: /proc/net/snmp tells no fill.
 //   - K consecutive windows without socket drops while the limiter shed
 //     (drop or would_drop): max ← max + step, never above ceiling. Up to
 //     10% over the last max that saw drops, where the collector choked
@@ -58,6 +69,13 @@ const (
 	AutoK         = 2
 	AutoAlphaDiv  = 100
 	AutoAlphaCap  = 16
+	// AutoRise is the growth of the receive-buffer fill (ratio 0..1 of the
+	// buffer), from one judged window to the next, from which a buffer over
+	// half full counts as a growing backlog: 2%, over the usual jitter of the
+	// fill of a steady backlog sampled at the same point of each window
+	// (mostly under 1% in TestAutoMaxSlowCollector's trajectories; a
+	// rarer jump costs one 10% cut, which the steps up then win back).
+	AutoRise = 0.02
 	// autoFull is the receive-buffer fill above which a window without
 	// drops does not count as clean: the collector is behind, and the
 	// buffer that hides it is about to overflow.
@@ -77,6 +95,8 @@ type autoLaw struct {
 	clean  int     // consecutive clean windows while shedding
 	cut    bool    // the last window judged cut max
 	ratio  float64 // socket drops over delivered in the last window judged
+	full   float64 // the receive-buffer fill in the last window judged
+	filled bool    // full holds a judged window's fill
 }
 
 func newAutoLaw(b tiers.AutoMax, m uint64) autoLaw {
@@ -101,8 +121,11 @@ func (l *autoLaw) judge(s autoSample) (uint64, string) {
 	if s.Delivered > 0 {
 		ratio = min(1, float64(s.Drops)/float64(s.Delivered))
 	}
+	full, filled := l.full, l.filled
+	l.full, l.filled = s.Full, true
+	growing := filled && s.Shed > 0 && s.Full > autoFull && s.Full-full >= AutoRise
 	switch {
-	case s.Drops > 0 && l.cut:
+	case (s.Drops > 0 || growing) && l.cut:
 		l.clean, l.cut, l.ratio = 0, false, ratio
 		return l.max, ""
 	case s.Drops > 0:
@@ -110,19 +133,13 @@ func (l *autoLaw) judge(s autoSample) (uint64, string) {
 		if l.ratio >= 1-AutoBeta {
 			beta = AutoBeta
 		}
-		l.clean, l.cut, l.ratio = 0, true, ratio
-		f := max(beta, 1-ratio)
-		m := uint64(float64(l.max) * f)
-		if m >= l.max {
-			m = l.max - 1
-		}
-		m = max(m, l.bounds.Floor)
-		l.peak, l.step = l.max, autoAlpha(l.bounds)
-		if m == l.max {
-			return m, ""
-		}
-		l.max = m
-		return m, fmt.Sprintf("%d collector socket drops of %d packets delivered in the last window", s.Drops, s.Delivered)
+		l.ratio = ratio
+		return l.cutTo(max(beta, 1-ratio),
+			fmt.Sprintf("%d collector socket drops of %d packets delivered in the last window", s.Drops, s.Delivered))
+	case growing:
+		l.ratio = 0
+		return l.cutTo(AutoBetaFirst,
+			fmt.Sprintf("the collector's receive buffer grew from %.0f%% to %.0f%% full in the last window, without socket drops yet", 100*full, 100*s.Full))
 	case s.Shed == 0 || s.Full > autoFull:
 		l.clean, l.cut, l.ratio = 0, false, 0
 		return l.max, ""
@@ -147,6 +164,24 @@ func (l *autoLaw) judge(s autoSample) (uint64, string) {
 	}
 	l.max = m
 	return m, fmt.Sprintf("%d windows without collector socket drops while shedding", k)
+}
+
+// cutTo multiplies max by f (at least one packet lower, not below floor)
+// and records the cut: the next window is not cut again, and the step up
+// starts again at Alpha below the max that was cut.
+func (l *autoLaw) cutTo(f float64, cause string) (uint64, string) {
+	l.clean, l.cut = 0, true
+	m := uint64(float64(l.max) * f)
+	if m >= l.max {
+		m = l.max - 1
+	}
+	m = max(m, l.bounds.Floor)
+	l.peak, l.step = l.max, autoAlpha(l.bounds)
+	if m == l.max {
+		return m, ""
+	}
+	l.max = m
+	return m, cause
 }
 
 // AutoWindow is one judged window of the adaptive max, for logs, tests and
@@ -392,7 +427,7 @@ func (m *AutoMax) tick() {
 			m.log.Warn("adaptive max: no collector socket on the selected UDP ports; max held until one appears",
 				"ports", portsString(udpPorts(m.base)), "max", m.law.max)
 		}
-		m.missing, m.law.clean = true, 0
+		m.missing, m.law.clean, m.law.filled = true, 0, false
 		return
 	}
 	if m.missing {

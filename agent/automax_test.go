@@ -196,8 +196,11 @@ func TestAutoNoChangeWhileNotShedding(t *testing.T) {
 	}
 	alpha := autoAlpha(*r.m.base.Auto)
 	// A collector whose buffer is more than half full is behind: clean
-	// windows do not count.
+	// windows do not count. (The buffer fills in a window without
+	// shedding, where max does not matter, so that it is not a growing
+	// backlog while the tiers shed: TestAutoCutsGrowingBacklog.)
 	r.src.full = 0.6
+	r.window(30000, 0, 0)
 	for range 2 * AutoK {
 		r.window(30000, 100, 0)
 	}
@@ -222,6 +225,49 @@ func TestAutoNoChangeWhileNotShedding(t *testing.T) {
 			t.Fatalf("probing: max %d, want %d + %d", got, m, step)
 		}
 		m += step
+	}
+}
+
+// TestAutoCutsGrowingBacklog: a receive buffer over half full that grew by
+// AutoRise or more since the window before, while the tiers shed, is cut
+// by BetaFirst before it overflows; a full buffer that holds or drains is
+// not, nor one that grows below half, nor one that grows while nothing is
+// shed, nor one in the window right after a cut.
+func TestAutoCutsGrowingBacklog(t *testing.T) {
+	r := newRig(t, autoPolicy(t, autoYAML))
+	steps := []struct {
+		name string
+		full float64
+		shed uint64
+		want uint64
+	}{
+		{"first window: no fill before it to compare", 0.8, 100, 40000},
+		{"over half and 5% fuller: cut", 0.85, 100, 36000},
+		{"the window after a cut is not cut", 0.95, 100, 36000},
+		{"full but draining", 0.9, 100, 36000},
+		{"full and holding", 0.9, 100, 36000},
+		{"under AutoRise fuller", 0.9 + AutoRise/2, 100, 36000},
+		{"grows, but nothing shed", 0.99, 0, 36000},
+		{"drains under half", 0.2, 100, 36000},
+		{"grows from 20% to 45%: under half, so a second clean window: max + alpha", 0.45, 100, 36400},
+		{"grows from 45% to 55%: cut", 0.55, 100, 32760},
+	}
+	for i, c := range steps {
+		r.src.full = c.full
+		if got := r.window(30000, c.shed, 0); got != c.want {
+			t.Errorf("window %d (%s): max %d, want %d", i+1, c.name, got, c.want)
+		}
+	}
+	if n := r.m.down.Load(); n != 2 || !strings.Contains(r.logs.String(), "receive buffer grew from 45% to 55% full") {
+		t.Errorf("%d cuts, want 2, each logged with its cause:\n%s", n, r.logs)
+	}
+	// After the cut the step up starts again at alpha near the cut max.
+	r.src.full = 0
+	for range AutoK {
+		r.window(30000, 100, 0)
+	}
+	if got, want := r.m.Max(), 32760+autoAlpha(*r.m.base.Auto); got != want {
+		t.Errorf("max %d after %d clean windows, want %d", got, AutoK, want)
 	}
 }
 
@@ -398,6 +444,7 @@ func TestAutoConverges(t *testing.T) {
 				drops = d - room
 			}
 			queue = min(buf, (queue+d-drops)-min(queue+d-drops, capacity))
+			r.src.full = float64(queue) / buf
 			r.window(d, offered-d, drops)
 			traj = append(traj, m)
 			t.Logf("%s window %2d: max %6d delivered %6d socket drops %6d", phase, i+1, m, d, drops)
