@@ -95,12 +95,13 @@ type autoLaw struct {
 	clean  int     // consecutive clean windows while shedding
 	cut    bool    // the last window judged cut max
 	ratio  float64 // socket drops over delivered in the last window judged
-	full   float64 // the receive-buffer fill in the last window judged
-	filled bool    // full holds a judged window's fill
+	// full is the receive-buffer fill in the last window judged; 1 (full)
+	// when there is none, so that a first fill is never growth.
+	full float64
 }
 
 func newAutoLaw(b tiers.AutoMax, m uint64) autoLaw {
-	return autoLaw{bounds: b, max: m, step: autoAlpha(b)}
+	return autoLaw{bounds: b, max: m, step: autoAlpha(b), full: 1}
 }
 
 // autoAlpha is the additive step near the last max with drops: start/AutoAlphaDiv, at least 1.
@@ -121,9 +122,9 @@ func (l *autoLaw) judge(s autoSample) (uint64, string) {
 	if s.Delivered > 0 {
 		ratio = min(1, float64(s.Drops)/float64(s.Delivered))
 	}
-	full, filled := l.full, l.filled
-	l.full, l.filled = s.Full, true
-	growing := filled && s.Shed > 0 && s.Full > autoFull && s.Full-full >= AutoRise
+	full := l.full
+	l.full = s.Full
+	growing := s.Shed > 0 && s.Full > autoFull && s.Full-full >= AutoRise
 	switch {
 	case (s.Drops > 0 || growing) && l.cut:
 		l.clean, l.cut, l.ratio = 0, false, ratio
@@ -427,7 +428,7 @@ func (m *AutoMax) tick() {
 			m.log.Warn("adaptive max: no collector socket on the selected UDP ports; max held until one appears",
 				"ports", portsString(udpPorts(m.base)), "max", m.law.max)
 		}
-		m.missing, m.law.clean, m.law.filled = true, 0, false
+		m.missing, m.law.clean, m.law.full = true, 0, 1
 		return
 	}
 	if m.missing {
