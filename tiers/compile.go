@@ -44,6 +44,10 @@ type Table struct {
 	// Sources is the per-source budget, encoded for the program's
 	// settings; the zero value is off.
 	Sources SourceBudget
+	// Shape is the policy's shape; Smoothed is filled for ShapeSmooth
+	// only (DESIGN.md §9).
+	Shape    Shape
+	Smoothed SmoothTable
 }
 
 // thresholdOf is floor(max × at / 100) for at in micro-percent, exactly.
@@ -145,11 +149,15 @@ func Compile(p Policy) (Table, error) {
 		Selectors:  compileSelectors(p),
 		Severity:   compileSeverity(p, drops),
 		Sources:    compileSources(p),
+		Shape:      p.Shape,
 	}
 	for i := range n {
 		k := TierOf(bounds, i<<shift)
 		t.Tiers[i] = uint8(k)
 		t.Thresholds[i] = drops[k]
+	}
+	if p.Shape == ShapeSmooth {
+		compileSmooth(&t)
 	}
 	for _, b := range bounds {
 		t.MaxRoundingError = max(t.MaxRoundingError, ceilShift(b, shift)<<shift-b)

@@ -55,6 +55,8 @@ var (
 	// ErrCount: a count other than packets or syn, or count: syn on a udp
 	// rule (only TCP has connection attempts).
 	ErrCount = errors.New("bad count")
+	// ErrShape: a shape other than smooth or ordinal.
+	ErrShape = errors.New("unknown shape")
 	// ErrWindow: a window that is not a Go duration, or not in (0, 1h].
 	ErrWindow = errors.New("bad window")
 	// ErrTooMany: more than MaxTiers tiers or more than MaxSelectRules

@@ -99,10 +99,10 @@ func (t Tier) String() string {
 
 // String returns the policy on one line for logs, such as
 //
-//	enforce window=1s max=40000 tiers=[70%→20% 80%→50% 100%→100%] select=[udp/514; tcp/601,6514 syn] exempt=[]
+//	enforce window=1s max=40000 shape=smooth tiers=[70%→20% 80%→50% 100%→100%] select=[udp/514; tcp/601,6514 syn] exempt=[]
 func (p Policy) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s window=%s max=%d", p.Mode, p.Window, p.Max)
+	fmt.Fprintf(&b, "%s window=%s max=%d shape=%s", p.Mode, p.Window, p.Max, p.Shape)
 	if p.Auto != nil {
 		fmt.Fprintf(&b, " auto=[%s]", p.Auto)
 	}

@@ -47,6 +47,24 @@ type Model struct {
 	sources SourceBudget
 	sketch  *Sketch // nil while sources are off
 	opened  uint64  // windows opened: the sketch's window id
+
+	ex       uint64 // over-budget packets in the window (DESIGN.md §6)
+	expectIn uint64 // the in-budget count the window expects: the previous one's, less a gap
+
+	// The smooth shape (DESIGN.md §9): the tick, the window's, and the
+	// per-tick estimate as the program keeps it per CPU.
+	tickNs    uint64
+	startTick uint64
+	gap       uint64 // ticks between the previous window's end and this one's start
+	prev      uint64 // the previous window's final count
+	prevEx    uint64 // and its over-budget packets
+	onset     bool
+	coefID    uint64 // window id (opened) and tick of coef; coefID 0: none
+	coefTick  uint64
+	coef      SmoothCoef // of the in-budget count
+	coefTot   SmoothCoef // of all selected packets
+	exThr     uint32     // the over-budget threshold of this tick (smooth)
+	lastEstim uint64     // R̂ of the latest in-budget packet (smooth)
 }
 
 // NewModel returns a model of policy p compiled as t, with no window open.
@@ -56,7 +74,8 @@ func NewModel(p Policy, t Table, rand func() uint32) *Model {
 	if rand == nil {
 		rand = randUint32
 	}
-	m := &Model{table: t, mode: p.Mode, window: uint64(p.Window), rand: rand, sources: t.Sources}
+	m := &Model{table: t, mode: p.Mode, window: uint64(p.Window), rand: rand, sources: t.Sources,
+		tickNs: 1 << SmoothTickShift}
 	if t.Sources.Budget != 0 {
 		m.sketch = NewSketch(SketchSeeds{})
 	}
@@ -141,20 +160,23 @@ func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
 	severity := m.table.Severity.On && sev != notUDP
 	var d Decision
 	if !m.open || nowNs > m.start && nowNs-m.start > m.window {
-		m.open, m.start, m.count, m.debt = true, nowNs, 0, 0
-		m.opened++
+		m.openWindow(nowNs)
 		d.WindowOpened = true
 	}
 	if m.sketch != nil && src.IsValid() {
 		if m.sketch.Over(m.sources.Group(src), m.opened, m.sources.Budget) {
-			d.OverBudget = true
-			d.Verdict = [...]Verdict{ModeEnforce: VerdictDrop, ModeDryRun: VerdictWouldDrop, ModeOff: VerdictPass}[m.mode]
-			return d
+			return m.overBudget(nowNs)
 		}
 	}
 	m.count++
 	d.N = m.count
-	tier, thr := m.table.Lookup(d.N)
+	var tier int
+	var thr uint32
+	if m.table.Shape == ShapeSmooth {
+		tier, thr = m.smooth(nowNs)
+	} else {
+		tier, thr = m.table.Lookup(d.N)
+	}
 	d.Tier = tier
 	if m.mode == ModeOff {
 		return d
@@ -163,9 +185,12 @@ func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
 		d.Class = m.table.Severity.Class[sev]
 		if d.Class == SevShedFirst {
 			thr = m.table.Severity.ShedDrops[tier]
+			if m.table.Shape == ShapeSmooth {
+				thr = m.table.Smoothed.ShedDrops[tier]
+			}
 		}
 	}
-	drop := thr == AlwaysDrop || thr != 0 && Dropped(thr, m.rand())
+	drop := m.draw(thr)
 	if severity {
 		switch {
 		case drop && d.Class == SevProtected && m.debt < m.table.Severity.ProtectBudget:
@@ -176,15 +201,119 @@ func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
 			m.debt--
 		}
 	}
-	switch {
-	case !drop:
-	case m.mode == ModeEnforce:
-		d.Verdict = VerdictDrop
-	case m.mode == ModeDryRun:
-		d.Verdict = VerdictWouldDrop
+	if drop {
+		d.Verdict = m.mode.dropVerdict()
 	}
 	return d
 }
+
+// dropVerdict is the verdict of a packet whose judgement is drop under
+// mode m: VerdictDrop under ModeEnforce, VerdictWouldDrop under ModeDryRun,
+// VerdictPass under ModeOff.
+func (m Mode) dropVerdict() Verdict {
+	return [...]Verdict{ModeEnforce: VerdictDrop, ModeDryRun: VerdictWouldDrop, ModeOff: VerdictPass}[m]
+}
+
+// draw is the program's drop decision at threshold thr: 0 never drops and
+// AlwaysDrop always does, without a draw; otherwise rand is drawn.
+func (m *Model) draw(thr uint32) bool {
+	return thr == AlwaysDrop || thr != 0 && Dropped(thr, m.rand())
+}
+
+// openWindow opens a window at nowNs: the count, the debt and the
+// over-budget count restart, and the smooth shape's previous window and
+// gap are taken from the window that ends.
+func (m *Model) openWindow(nowNs uint64) {
+	tick := nowNs / m.tickNs
+	m.prev, m.prevEx, m.gap = 0, 0, 0
+	if m.open {
+		m.prev, m.prevEx = m.count, m.ex
+		if end := m.startTick + m.ticks(); tick > end {
+			m.gap = tick - end
+		}
+	}
+	m.open, m.start, m.count, m.debt, m.ex = true, nowNs, 0, 0, 0
+	m.startTick, m.onset = tick, false
+	m.expectIn = SmoothState{Ticks: m.ticks(), Gap: m.gap, Prev: m.prev}.Coef().Prev
+	m.opened++
+}
+
+// ticks is the whole ticks in a window, at least 1, as the agent sets the
+// program's window_jiffies.
+func (m *Model) ticks() uint64 { return max(m.window/m.tickNs, 1) }
+
+// SetTick sets the tick of the smooth estimate, ns: the kernel's jiffy
+// (1e9/HZ) where the program has its tick gate, 1 << SmoothTickShift (the
+// default) where it reads the clock.
+func (m *Model) SetTick(ns uint64) { m.tickNs = max(ns, 1) }
+
+// refresh computes the per-tick estimate when the window or the tick
+// changed since the last one, as the program does per CPU at the first
+// packet of a tick, from the counts so far, this packet's included: the
+// coefficients of the in-budget count and of all selected packets, whether
+// the window is an onset (latched on all selected packets), and the
+// over-budget packets' threshold (ShareThreshold, with the in-budget
+// expectation max(n, previous window's)).
+func (m *Model) refresh(nowNs uint64) {
+	tick := nowNs / m.tickNs
+	if m.coefID == m.opened && m.coefTick == tick {
+		return
+	}
+	m.coefID, m.coefTick = m.opened, tick
+	st := SmoothState{Elapsed: tick - min(tick, m.startTick), Ticks: m.ticks(), Gap: m.gap, Prev: m.prev}
+	m.coef = st.Coef()
+	st.Prev += m.prevEx
+	m.coefTot = st.Coef()
+	m.onset = m.onset || m.coefTot.Onset(m.count+m.ex)
+	rtot := m.coefTot.Estimate(m.count+m.ex, m.onset)
+	m.exThr = m.table.ShareThreshold(max(m.count, m.coef.Prev), rtot)
+}
+
+// smooth judges an in-budget packet of the smooth shape: R̂ and its tier
+// and q(R̂). Without budgets R̂ is the estimate of the window (Estimate);
+// with budgets it is the in-budget count's sliding count S alone: in-budget
+// counts come front-loaded (a group's first budget packets arrive at its
+// rate, then none), which the extrapolation would read as a flood, so the
+// onset is judged on all selected packets and the in-budget packets never
+// extrapolate.
+func (m *Model) smooth(nowNs uint64) (int, uint32) {
+	m.refresh(nowNs)
+	m.onset = m.onset || m.coefTot.Onset(m.count+m.ex)
+	rhat := m.coef.Sliding(m.count)
+	if m.sketch == nil {
+		rhat = m.coef.Estimate(m.count, m.onset)
+	}
+	m.lastEstim = rhat
+	return m.table.Smooth(rhat)
+}
+
+// overBudget judges a packet over its group's budget (DESIGN.md §6): on
+// the capacity in-budget traffic leaves. Ordinal: at position max(n,
+// expected in-budget count) + its rank among the window's over-budget
+// packets, where the expected in-budget count is the previous window's,
+// weighed down by the gap between the two (SmoothCoef.Prev): in a steady
+// state the over-budget packets take the positions after the in-budget
+// ones, wherever they arrive in the window; smooth: at the share of the
+// passes P(R̂_in + R̂_ex) − P(R̂_in) per over-budget packet
+// (Table.ShareThreshold), computed per tick.
+func (m *Model) overBudget(nowNs uint64) Decision {
+	d := Decision{OverBudget: true}
+	m.ex++
+	var thr uint32
+	if m.table.Shape == ShapeSmooth {
+		m.refresh(nowNs)
+		thr = m.exThr
+	} else {
+		_, thr = m.table.Lookup(max(m.count, m.expectIn) + m.ex)
+	}
+	if m.mode != ModeOff && m.draw(thr) {
+		d.Verdict = m.mode.dropVerdict()
+	}
+	return d
+}
+
+// Estimate returns R̂ of the latest in-budget packet under ShapeSmooth.
+func (m *Model) Estimate() uint64 { return m.lastEstim }
 
 // Debt returns the current window's drop debt (PacketSeverity).
 func (m *Model) Debt() uint64 { return m.debt }

@@ -64,6 +64,7 @@ func TestModelCountsDropped(t *testing.T) {
 
 func TestModelModes(t *testing.T) {
 	p := Default()
+	p.Shape = ShapeOrdinal
 	p.Max = 100
 	p.Tiers = []Tier{{Pct(10), Pct(0)}, {Pct(20), Pct(50)}, {Pct(30), Pct(100)}} // T = 10, 20, 30
 	tab := mustCompile(t, p)
@@ -112,6 +113,7 @@ func TestModelAgreesWithExpected(t *testing.T) {
 	}{{"enforce", ModeEnforce, VerdictDrop}, {"dry-run", ModeDryRun, VerdictWouldDrop}} {
 		t.Run(c.name, func(t *testing.T) {
 			p := Default()
+			p.Shape = ShapeOrdinal
 			p.Mode = c.mode
 			p.Max = 1000
 			p.Tiers = []Tier{{Pct(50), Pct(10)}, {Pct(70), Pct(20)}, {Pct(80), Pct(50)}, {Pct(100), Pct(90)}, {Pct(150), Pct(100)}}

@@ -15,6 +15,7 @@ import (
 func TestDefault(t *testing.T) {
 	want := Policy{
 		Mode:   ModeEnforce,
+		Shape:  ShapeSmooth,
 		Window: time.Second,
 		Max:    40000,
 		Tiers:  []Tier{{Pct(70), Pct(20)}, {Pct(80), Pct(50)}, {Pct(100), Pct(100)}},
@@ -33,7 +34,7 @@ func TestDefault(t *testing.T) {
 	if again := Default(); !reflect.DeepEqual(again, want) {
 		t.Fatalf("Default() changed by its caller: %+v", again)
 	}
-	if s := want.String(); s != "enforce window=1s max=40000 tiers=[70%→20% 80%→50% 100%→100%] select=[udp/514; tcp/601,6514 syn] exempt=[]" {
+	if s := want.String(); s != "enforce window=1s max=40000 shape=smooth tiers=[70%→20% 80%→50% 100%→100%] select=[udp/514; tcp/601,6514 syn] exempt=[]" {
 		t.Errorf("String() = %q", s)
 	}
 }

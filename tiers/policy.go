@@ -72,6 +72,10 @@ type Policy struct {
 	Mode Mode
 	// Window is the length of a counting window (the seed's one second).
 	Window time.Duration
+	// Shape is how a window's passes are spread (DESIGN.md §9): the zero
+	// value is ShapeOrdinal, the seed's rule; Parse defaults to
+	// ShapeSmooth.
+	Shape Shape
 	// Max is the number of selected packets per window the host is meant
 	// to handle (the seed's limiter.max).
 	Max uint64

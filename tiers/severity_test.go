@@ -139,6 +139,7 @@ func TestCompileSeverity(t *testing.T) {
 // paid off.
 func TestModelSeverity(t *testing.T) {
 	p := Default()
+	p.Shape = ShapeOrdinal
 	p.Max = 1000
 	p.Tiers = []Tier{{Pct(50), Pct(100)}, {Pct(80), Pct(0)}, {Pct(100), Pct(100)}}
 	p.Severity = &Severity{Protect: []int{2}, ProtectBudget: Pct(5)}

@@ -215,6 +215,7 @@ func TestSketchFalsePositive(t *testing.T) {
 
 func TestModelSources(t *testing.T) {
 	p := Default()
+	p.Shape = ShapeOrdinal
 	p.Max = 1000
 	p.Sources = Sources{Budget: Pct(10), PrefixV4: 24, PrefixV6: 64}
 	for _, mode := range []Mode{ModeEnforce, ModeDryRun, ModeOff} {
@@ -233,12 +234,25 @@ func TestModelSources(t *testing.T) {
 				t.Fatalf("%s: packet %d of the /24: %+v, want within budget", mode, i+1, d)
 			}
 		}
-		wantV := map[Mode]Verdict{ModeEnforce: VerdictDrop, ModeDryRun: VerdictWouldDrop, ModeOff: VerdictPass}[mode]
-		if d := m.PacketFrom(2, b); !d.OverBudget || d.N != 0 || d.Verdict != wantV {
-			t.Errorf("%s: 101st packet of the /24: %+v, want over budget, %s", mode, d, wantV)
+		// Over budget, it is judged at n + its rank among over-budget
+		// packets (DESIGN.md §6): 101, tier 0, so it passes.
+		if d := m.PacketFrom(2, b); !d.OverBudget || d.N != 0 || d.Verdict != VerdictPass {
+			t.Errorf("%s: 101st packet of the /24: %+v, want over budget, pass", mode, d)
 		}
 		if d := m.PacketFrom(3, c); d.OverBudget || d.N != 101 {
 			t.Errorf("%s: another group: %+v, want counted as n 101", mode, d)
+		}
+		// 999 more over budget: ranks 2..1000, positions 103..1101; from
+		// T_last = 1000 on (rank 899) every one is dropped.
+		wantV := map[Mode]Verdict{ModeEnforce: VerdictDrop, ModeDryRun: VerdictWouldDrop, ModeOff: VerdictPass}[mode]
+		for r := uint64(2); r <= 1000; r++ {
+			d := m.PacketFrom(4, b)
+			if !d.OverBudget || d.N != 0 {
+				t.Fatalf("%s: rank %d: %+v, want over budget", mode, r, d)
+			}
+			if pos := 101 + r; pos >= 1000 && d.Verdict != wantV {
+				t.Fatalf("%s: rank %d at position %d: %+v, want %s", mode, r, pos, d, wantV)
+			}
 		}
 		// The next window restores the budget.
 		if d := m.PacketFrom(2+uint64(p.Window), a); d.OverBudget || !d.WindowOpened || d.N != 1 {

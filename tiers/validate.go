@@ -39,6 +39,9 @@ func (p Policy) Validate() error {
 	default:
 		return configErr("mode", p.Mode.String(), ErrMode, "want enforce, dry-run or off")
 	}
+	if p.Shape != ShapeOrdinal && p.Shape != ShapeSmooth {
+		return configErr("shape", p.Shape.String(), ErrShape, "want smooth or ordinal")
+	}
 	if p.Window <= 0 || p.Window > MaxWindow {
 		return configErr("window", p.Window.String(), ErrWindow, "must be more than 0 and at most %s", MaxWindow)
 	}

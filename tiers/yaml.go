@@ -276,6 +276,18 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 			p.Mode = m
 			return nil
 		}},
+		{"shape", func(key string, v *yaml.Node) error {
+			s, err := scalar(key, v, "smooth or ordinal")
+			if err != nil {
+				return err
+			}
+			sh, err := ParseShape(s)
+			if err != nil {
+				return valueErr(key, v, ErrShape, "want smooth or ordinal")
+			}
+			p.Shape = sh
+			return nil
+		}},
 		{"window", func(key string, v *yaml.Node) error {
 			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
 				return typeErr(key, v, "a duration such as 1s or 500ms")

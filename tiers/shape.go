@@ -1,0 +1,292 @@
+package tiers
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+)
+
+// Shape says how the limiter spreads a window's passes over the window
+// (DESIGN.md §9). Both shapes use the same tier table and pass P(R) =
+// Table.Expected(R).Passed of a window offered R packets, in expectation.
+type Shape uint8
+
+const (
+	// ShapeOrdinal is the seed's rule (DESIGN.md §2): the n-th selected
+	// packet of a window is judged at its tier's drop rate, so under a
+	// flood every pass of a window arrives in a burst at the window's
+	// start. It is the zero value, so a Policy built in Go keeps the
+	// seed's rule unless it says otherwise; Parse defaults to ShapeSmooth.
+	ShapeOrdinal Shape = iota
+	// ShapeSmooth drops each selected packet with probability q(R̂) =
+	// 1 − P(R̂)/R̂, where R̂ is the running estimate of the window's
+	// offered count (SmoothEstimator), so the passes are spread over the
+	// window at the rate the tiers allow. The default of a parsed policy.
+	ShapeSmooth
+)
+
+// String returns "ordinal" or "smooth".
+func (s Shape) String() string {
+	switch s {
+	case ShapeOrdinal:
+		return "ordinal"
+	case ShapeSmooth:
+		return "smooth"
+	}
+	return fmt.Sprintf("shape(%d)", uint8(s))
+}
+
+// ParseShape parses "smooth" or "ordinal". Returns ErrShape otherwise.
+func ParseShape(s string) (Shape, error) {
+	switch s {
+	case "smooth":
+		return ShapeSmooth, nil
+	case "ordinal":
+		return ShapeOrdinal, nil
+	}
+	return 0, fmt.Errorf("%w %q: want smooth or ordinal", ErrShape, s)
+}
+
+// The smooth estimator's constants (DESIGN.md §9), shared with the XDP
+// program (bpf/consts.h; bpf's contract test compares them). Fractions of a
+// window are fixed point with SmoothFracBits fractional bits.
+const (
+	// SmoothFracBits is the fixed-point scale of a window fraction: 1.0 is
+	// 1 << SmoothFracBits.
+	SmoothFracBits = 16
+	// SmoothMinFrac is the least elapsed fraction the rate extrapolation
+	// divides by (1/32 of a window): before it, n packets are read as at
+	// most 32 n per window, which bounds the estimate's noise early in a
+	// window.
+	SmoothMinFrac = 1 << SmoothFracBits / 32
+	// SmoothOnsetMin is the least count at which a window can be latched
+	// as an onset (SmoothEstimator): fewer packets say too little about a
+	// rate.
+	SmoothOnsetMin = 16
+	// SmoothTickShift is the tick of the estimate when the program has no
+	// jiffies gate (window_jiffies 0): the clock in ns >> 22, 4.19 ms.
+	SmoothTickShift = 22
+)
+
+// SmoothState is what the estimate of one window is made of, as the program
+// holds it when it refreshes its per-CPU estimate at a new tick.
+type SmoothState struct {
+	// Elapsed is the whole ticks since the window opened (0 in its first
+	// tick), Ticks the whole ticks in a window (at least 1).
+	Elapsed, Ticks uint64
+	// Gap is the whole ticks between the end of the previous window (its
+	// start plus Ticks) and the start of this one: 0 when they abut.
+	Gap uint64
+	// Prev is the previous window's final count, packets; 0 when there was
+	// none.
+	Prev uint64
+}
+
+// SmoothCoef is the per-tick part of the estimate: what the program keeps
+// per CPU and applies to each packet's live count n with two
+// multiplications (SmoothCoef.Estimate).
+type SmoothCoef struct {
+	// Base is the previous window's share of the last window's span:
+	// Prev × (1 − f − gap/Ticks)⁺, packets, with f the elapsed fraction
+	// ((Elapsed + ½)/Ticks, at most 1).
+	Base uint64
+	// Mult is the rate extrapolation's multiplier, 1/max(f, SmoothMinFrac)
+	// with SmoothFracBits fractional bits.
+	Mult uint64
+	// Prev is the previous window's count as this window's expectation:
+	// Prev × (1 − gap/Ticks)⁺, packets.
+	Prev uint64
+}
+
+// Coef computes the per-tick coefficients of a window in state st. Only
+// integer arithmetic, as the program does.
+func (st SmoothState) Coef() SmoothCoef {
+	j := max(st.Ticks, 1)
+	e := min(st.Elapsed, j)
+	f := min((2*e+1)<<(SmoothFracBits-1)/j, 1<<SmoothFracBits)
+	g := min(st.Gap, j) << SmoothFracBits / j
+	var c SmoothCoef
+	if ov := int64(1<<SmoothFracBits) - int64(f) - int64(g); ov > 0 {
+		c.Base = mulShift(st.Prev, uint64(ov))
+	}
+	c.Prev = mulShift(st.Prev, 1<<SmoothFracBits-g)
+	c.Mult = 1 << (2 * SmoothFracBits) / max(f, SmoothMinFrac)
+	return c
+}
+
+// mulShift is x × y >> SmoothFracBits without overflow for any x below
+// 2^48.
+func mulShift(x, y uint64) uint64 {
+	hi, lo := bits.Mul64(x, y)
+	return hi<<(64-SmoothFracBits) | lo>>SmoothFracBits
+}
+
+// Sliding returns S = n + Base: the count over the last window's span
+// (a sliding window: the current window's n plus the previous window's
+// share).
+func (c SmoothCoef) Sliding(n uint64) uint64 { return n + c.Base }
+
+// Onset reports whether a window whose live count is n is an onset: F =
+// n × Mult, the count extrapolated to the window's end, is over twice the
+// sliding count S, with n ≥ SmoothOnsetMin (the rate more than doubled
+// since the last window's span). The program latches it for the rest of
+// the window.
+func (c SmoothCoef) Onset(n uint64) bool {
+	return n >= SmoothOnsetMin && mulShift(n, c.Mult) > 2*c.Sliding(n)
+}
+
+// Estimate returns R̂, the estimate of the window's offered count for a
+// packet whose live count (this packet included) is n, in a window that
+// is an onset or not: max(S, F) in an onset, S otherwise (Sliding, Onset).
+//
+// Under a steady rate S is the rate's count per window from the second
+// window on (DESIGN.md §9 property 1), and F's noise never moves R̂. From
+// idle to a flood F reaches the flood's rate within 1/32 of the window
+// (property 3). When a flood ends S sheds its share within one window
+// (property 4).
+func (c SmoothCoef) Estimate(n uint64, onset bool) uint64 {
+	s := c.Sliding(n)
+	if f := mulShift(n, c.Mult); onset && f > s {
+		return f
+	}
+	return s
+}
+
+// SmoothTable is the smooth shape's part of a compiled policy: q(R̂) on
+// the bpf_get_prandom_u32 scale, indexed like Table (entry R̂ >> Shift,
+// Table.Tiers giving the tier of R̂), and the closed form beyond the
+// table.
+type SmoothTable struct {
+	// Thresholds[i] is round(q(i << Shift) × 2^32): 0 while the tiers
+	// drop nothing up to i << Shift (no drop at all below T_1),
+	// AlwaysDrop when they pass nothing.
+	Thresholds []uint32
+	// ShedDrops[k] is the threshold of a shed-first datagram whose R̂ is in
+	// tier k: q at the first R̂ of tier k+1 (0 in tier 0; AlwaysDrop in
+	// the last tier), DESIGN.md §7 and §9.
+	ShedDrops []uint32
+	// LastN is the first R̂ beyond the table (Table.Len() << Shift): from
+	// it on, P(R̂) = PassBase + (R̂ − LastN) × PassLast / 2^16, and q is
+	// computed per tick (Beyond).
+	LastN uint64
+	// PassBase is P(LastN) in packets with 16 fractional bits.
+	PassBase uint64
+	// PassLast is the last tier's pass probability, 1 − drop, with 16
+	// fractional bits.
+	PassLast uint64
+}
+
+// Beyond returns q(R̂) on the prandom scale for R̂ ≥ LastN, from the closed
+// form, in the integer arithmetic the program uses.
+func (t SmoothTable) Beyond(rhat uint64) uint32 {
+	rhat = max(rhat, t.LastN, 1)
+	p16 := t.PassBase + (rhat-t.LastN)*t.PassLast
+	ratio := p16 / rhat // pass probability, 16 fractional bits
+	if ratio >= 1<<16 {
+		return 0
+	}
+	if ratio == 0 {
+		return AlwaysDrop
+	}
+	return uint32((1<<16 - ratio) << 16)
+}
+
+// Smooth returns q(R̂) on the prandom scale and the tier of R̂, as the
+// program applies them: entry R̂ >> Shift of the smooth table, or Beyond
+// past it.
+func (t Table) Smooth(rhat uint64) (tier int, thr uint32) {
+	if len(t.Smoothed.Thresholds) == 0 {
+		return 0, 0
+	}
+	i := rhat >> t.Shift
+	if i >= uint64(len(t.Smoothed.Thresholds)) {
+		return int(t.Tiers[len(t.Tiers)-1]), t.Smoothed.Beyond(rhat)
+	}
+	return int(t.Tiers[i]), t.Smoothed.Thresholds[i]
+}
+
+// Pass returns P(R̂) as the smooth table encodes it: R̂ × (1 − q(R̂)),
+// packets. The over-budget share of DESIGN.md §6 is computed from it.
+func (t Table) Pass(rhat uint64) float64 {
+	_, thr := t.Smooth(rhat)
+	return float64(rhat) * (1 - DropRatio(thr))
+}
+
+// compileSmooth fills t.Smoothed from the ordinal table t: q(R) = 1 −
+// P(R)/R with P the ordinal expectation (Table.Expected), the passes per
+// window the ordinal shape gives, accumulated entry by entry: packets
+// (i−1)<<Shift + 1 .. i<<Shift − 1 are in entry i−1 and packet i<<Shift in
+// entry i.
+func compileSmooth(t *Table) {
+	n := len(t.Thresholds)
+	st := SmoothTable{Thresholds: make([]uint32, n), ShedDrops: make([]uint32, len(t.Drops))}
+	step := float64(uint64(1)<<t.Shift - 1)
+	var dropped float64
+	for i := 1; i < n; i++ {
+		dropped += step*DropRatio(t.Thresholds[i-1]) + DropRatio(t.Thresholds[i])
+		st.Thresholds[i] = smoothThreshold(dropped, uint64(i)<<t.Shift)
+	}
+	st.LastN = uint64(n) << t.Shift
+	e := t.Expected(st.LastN)
+	st.PassBase = uint64(math.Round(e.Passed * (1 << 16)))
+	st.PassLast = uint64(math.Round((1 - DropRatio(t.Thresholds[n-1])) * (1 << 16)))
+	t.Smoothed = st
+	K := len(t.Bounds)
+	for k := 1; k <= K; k++ {
+		if k == K {
+			st.ShedDrops[k] = AlwaysDrop
+			continue
+		}
+		_, st.ShedDrops[k] = t.Smooth(t.TierStart(k + 1))
+	}
+}
+
+// smoothThreshold is round(q × 2^32) for q = dropped/r, the drop ratio of
+// a window offered r packets of which dropped are dropped in expectation:
+// 0 when nothing is, AlwaysDrop when everything is.
+func smoothThreshold(dropped float64, r uint64) uint32 {
+	if r == 0 || dropped <= 0 {
+		return 0
+	}
+	v := math.Round(dropped / float64(r) * (1 << 32))
+	if v >= AlwaysDrop {
+		return AlwaysDrop
+	}
+	return uint32(v)
+}
+
+// ShareThreshold returns the drop threshold of an over-budget packet under
+// ShapeSmooth (DESIGN.md §6) when the window's in-budget estimate is rin
+// and its estimate of all selected packets rtot: the over-budget packets
+// together pass P(rtot) − P(rin), so each is passed with probability
+// (P(rtot) − P(rin)) / (rtot − rin), in 16-bit fixed point as the program
+// computes it. With no over-budget estimate beyond rin yet, it is the
+// ordinal table's threshold at rin + 1: the marginal packet's.
+func (t Table) ShareThreshold(rin, rtot uint64) uint32 {
+	if rtot <= rin+1 {
+		_, thr := t.Lookup(rin + 1)
+		return thr
+	}
+	pin, ptot := t.pass16(rin), t.pass16(rtot)
+	if ptot <= pin {
+		return AlwaysDrop
+	}
+	share := (ptot - pin) / (rtot - rin)
+	switch {
+	case share >= 1<<16:
+		return 0
+	case share == 0:
+		return AlwaysDrop
+	}
+	return uint32((1<<16 - share) << 16)
+}
+
+// pass16 is P(r) with 16 fractional bits, from the smooth table: r × (1 −
+// q(r)) with q at 16 bits.
+func (t Table) pass16(r uint64) uint64 {
+	_, thr := t.Smooth(r)
+	if thr == AlwaysDrop {
+		return 0
+	}
+	return r * (1<<16 - uint64(thr>>16))
+}

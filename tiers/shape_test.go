@@ -1,0 +1,352 @@
+package tiers
+
+import (
+	"cmp"
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+)
+
+// smoothPolicy is the seed's tiers at max 1000 per 1 s window.
+func smoothPolicy(shape Shape) Policy {
+	p := Default()
+	p.Shape = shape
+	p.Max = 1000
+	return p
+}
+
+// hz250 is the tick of a kernel with HZ=250, ns.
+const hz250 = 4_000_000
+
+// stream drives m with evenly spaced packets at rate per window for the
+// given windows from t0 (ns), and returns the passes of each tenth of each
+// window, as the window's index counts from t0.
+type stream struct {
+	m      *Model
+	w      uint64 // window, ns
+	now    uint64
+	passed [][10]float64
+	drops  []float64
+}
+
+func newStream(t *testing.T, p Policy, seed uint64) *stream {
+	t.Helper()
+	m := NewModel(p, mustCompile(t, p), rand.New(rand.NewPCG(seed, seed+1)).Uint32)
+	m.SetTick(hz250)
+	return &stream{m: m, w: uint64(p.Window), now: 1e9}
+}
+
+// run sends rate packets per window for windows windows.
+func (s *stream) run(rate float64, windows int) {
+	gap := float64(s.w) / rate
+	end := s.now + uint64(windows)*s.w
+	t := float64(s.now)
+	for ; uint64(t) < end; t += gap {
+		d := s.m.Packet(uint64(t))
+		i := int((uint64(t) - 1e9) / s.w)
+		for len(s.passed) <= i {
+			s.passed = append(s.passed, [10]float64{})
+			s.drops = append(s.drops, 0)
+		}
+		tenth := int((uint64(t) - 1e9) % s.w * 10 / s.w)
+		if d.Verdict == VerdictPass {
+			s.passed[i][tenth]++
+		} else {
+			s.drops[i]++
+		}
+	}
+	s.now = end
+}
+
+func sum10(a [10]float64) (s float64) {
+	for _, v := range a {
+		s += v
+	}
+	return s
+}
+
+// Property 1 (DESIGN.md §9): under a steady rate, from the second window
+// on, passes per window are P(R) within 5 sigma, and nothing is dropped
+// below T_1.
+func TestSmoothSteady(t *testing.T) {
+	p := smoothPolicy(ShapeSmooth)
+	tab := mustCompile(t, p)
+	for _, mult := range []float64{0.5, 0.69, 0.75, 0.9, 1, 2, 5, 10} {
+		R := mult * float64(p.Max)
+		s := newStream(t, p, 7)
+		s.run(R, 30)
+		e := tab.Expected(uint64(R))
+		var sum, n float64
+		for i := 1; i < 29; i++ { // the last window may be cut short
+			got := sum10(s.passed[i])
+			sum += got
+			n++
+			// One window's passes: binomial around P(R) with at most
+			// R/4 variance.
+			if sigma := math.Sqrt(R / 4); math.Abs(got-e.Passed) > 5*sigma+1 {
+				t.Errorf("R %.0f window %d: passed %.0f, want %.1f ± 5 × %.1f", R, i, got, e.Passed, sigma)
+			}
+			if mult < 0.7 && s.drops[i] != 0 {
+				t.Errorf("R %.0f < T_1 window %d: %.0f dropped", R, i, s.drops[i])
+			}
+		}
+		t.Logf("R %5.0f: mean passed %.1f, P(R) %.1f", R, sum/n, e.Passed)
+		if sigma := math.Sqrt(R / 4 / n); math.Abs(sum/n-e.Passed) > 5*sigma+1 {
+			t.Errorf("R %.0f: mean passed %.1f, want %.1f ± 5 × %.2f", R, sum/n, e.Passed, sigma)
+		}
+	}
+}
+
+// Property 2: under a steady flood each tenth of a window passes P(R)/10
+// ± 25%.
+func TestSmoothEven(t *testing.T) {
+	p := smoothPolicy(ShapeSmooth)
+	tab := mustCompile(t, p)
+	for _, mult := range []float64{2, 10} {
+		R := mult * float64(p.Max)
+		s := newStream(t, p, 11)
+		s.run(R, 6)
+		want := tab.Expected(uint64(R)).Passed / 10
+		// 25%, or 5 sigma of a tenth's binomial passes if wider.
+		q := 1 - want*10/R
+		tol := max(0.25*want, 5*math.Sqrt(R/10*q*(1-q)))
+		for i := 1; i < 5; i++ {
+			for k, got := range s.passed[i] {
+				if math.Abs(got-want) > tol {
+					t.Errorf("R %.0f window %d tenth %d: passed %.0f, want %.1f ± %.1f", R, i, k, got, want, tol)
+				}
+			}
+		}
+	}
+}
+
+// Property 3: from idle to 10 × max in one step, the first window passes
+// at most 1.1 × P(R), no tenth more than 0.25 × max. The ordinal shape
+// fails it (its whole budget passes in the first tenth).
+func TestSmoothOnset(t *testing.T) {
+	for _, shape := range []Shape{ShapeSmooth, ShapeOrdinal} {
+		p := smoothPolicy(shape)
+		tab := mustCompile(t, p)
+		R := 10 * float64(p.Max)
+		s := newStream(t, p, 13)
+		s.run(R, 2)
+		first := sum10(s.passed[0])
+		pr := tab.Expected(uint64(R)).Passed
+		var most float64
+		for _, v := range s.passed[0] {
+			most = max(most, v)
+		}
+		t.Logf("%s: first window passed %.0f (%.2f × P(R) %.0f), largest tenth %.0f", shape, first, first/pr, pr, most)
+		ok := first <= 1.1*pr && most <= 0.25*float64(p.Max)
+		if ok != (shape == ShapeSmooth) {
+			t.Errorf("%s: onset property holds: %v", shape, ok)
+		}
+	}
+}
+
+// Property 4: when the rate falls from 10 × max to 0.5 × max, drops stop
+// within one window.
+func TestSmoothRelease(t *testing.T) {
+	p := smoothPolicy(ShapeSmooth)
+	s := newStream(t, p, 17)
+	s.run(10*float64(p.Max), 5)
+	fall := s.now
+	m := s.m
+	gap := float64(p.Window) / (0.5 * float64(p.Max))
+	var lastDrop uint64
+	for t := float64(fall); t < float64(fall+3*uint64(p.Window)); t += gap {
+		if d := m.Packet(uint64(t)); d.Verdict != VerdictPass {
+			lastDrop = uint64(t)
+		}
+	}
+	t.Logf("last drop %v after the fall", time.Duration(lastDrop-fall))
+	if lastDrop > fall+uint64(p.Window) {
+		t.Errorf("a drop %v after the fall, want within one window (%v)", time.Duration(lastDrop-fall), p.Window)
+	}
+}
+
+// The table: q is 0 below T_1, P(R) per window in expectation at every R
+// (the table's entries and the closed form beyond), and the closed form
+// meets the last entry.
+func TestSmoothTable(t *testing.T) {
+	for _, p := range []Policy{smoothPolicy(ShapeSmooth), func() Policy {
+		p := smoothPolicy(ShapeSmooth)
+		p.Tiers = []Tier{{Pct(50), Pct(10)}, {Pct(90), Pct(60)}, {Pct(120), Pct(90)}}
+		return p
+	}(), func() Policy { p := smoothPolicy(ShapeSmooth); p.Max = 5_000_000; return p }()} {
+		tab := mustCompile(t, p)
+		for _, r := range []uint64{1, 100, 699, 700, 701, 850, 999, 1000, 1001, 1199, 1200, 1201, 2000, 5000, 10000, 123456} {
+			r := r * p.Max / 1000
+			tier, thr := tab.Smooth(r)
+			e := tab.Expected(r)
+			got := float64(r) * (1 - DropRatio(thr))
+			if math.Abs(got-e.Passed) > 1e-3*float64(r)+1 {
+				t.Errorf("max %d R %d: R(1-q) = %.2f, P(R) = %.2f", p.Max, r, got, e.Passed)
+			}
+			if r < p.Thresholds()[0] && thr != 0 {
+				t.Errorf("max %d R %d below T_1: thr %d", p.Max, r, thr)
+			}
+			if want := p.TierOf(r); tab.Shift == 0 && tier != want {
+				t.Errorf("max %d R %d: tier %d, want %d", p.Max, r, tier, want)
+			}
+		}
+	}
+}
+
+// The estimator's parts: a steady rate reads as itself from the second
+// window on, a jump is latched as an onset within 1/32 of a window, and
+// the previous window's share ends with the window after it.
+func TestSmoothEstimator(t *testing.T) {
+	const J = 250
+	// Steady 1000 per window, halfway: n = 500, prev = 1000.
+	c := SmoothState{Elapsed: 125, Ticks: J, Prev: 1000}.Coef()
+	if r, on := c.Estimate(500, false), c.Onset(500); on || r < 995 || r > 1005 {
+		t.Errorf("steady: R̂ %d onset %v, want ~1000, no onset", r, on)
+	}
+	// From idle: 300 packets in the first 8 ticks of 10000/s.
+	c = SmoothState{Elapsed: 7, Ticks: J}.Coef()
+	if r, on := c.Estimate(300, true), c.Onset(300); !on || r < 9000 || r > 11000 {
+		t.Errorf("onset: R̂ %d onset %v, want ~10000, onset", r, on)
+	}
+	// Fewer than SmoothOnsetMin packets never latch.
+	if c.Onset(SmoothOnsetMin - 1) {
+		t.Error("onset latched below SmoothOnsetMin")
+	}
+	// A gap of a whole window: the previous window weighs nothing.
+	c = SmoothState{Elapsed: 0, Ticks: J, Gap: J, Prev: 1e6}.Coef()
+	if c.Base != 0 {
+		t.Errorf("after a gap of a window: base %d, want 0", c.Base)
+	}
+	// The end of a window: the previous window's share is gone.
+	c = SmoothState{Elapsed: J, Ticks: J, Prev: 1e6}.Coef()
+	if c.Base != 0 {
+		t.Errorf("at the window's end: base %d, want 0", c.Base)
+	}
+}
+
+// Budgets share what nobody else uses (DESIGN.md §6), in both shapes.
+func TestModelSharing(t *testing.T) {
+	for _, shape := range []Shape{ShapeOrdinal, ShapeSmooth} {
+		p := smoothPolicy(shape)
+		p.Sources = Sources{Budget: Pct(10), PrefixV4: 32, PrefixV6: 64}
+		tab := mustCompile(t, p)
+		noSources := p
+		noSources.Sources = Sources{}
+		ref := mustCompile(t, noSources)
+		relay := netip.MustParseAddr("192.0.2.1")
+
+		// The relay alone at 0.6 × max: everything passes, as without
+		// budgets.
+		m := NewModel(p, tab, rand.New(rand.NewPCG(1, 2)).Uint32)
+		m.SetTick(hz250)
+		m.SetSketchSeeds(randomSeeds(rand.New(rand.NewPCG(3, 4))))
+		passed := runFrom(m, relay, 600, 5, uint64(p.Window))
+		for i, v := range passed {
+			if v != 600 {
+				t.Errorf("%s: relay at 0.6 × max, window %d: passed %d of 600", shape, i, v)
+			}
+		}
+
+		// Alone at 3 × max: P(3 × max) as without budgets, from the
+		// second window on.
+		m = NewModel(p, tab, rand.New(rand.NewPCG(5, 6)).Uint32)
+		m.SetTick(hz250)
+		m.SetSketchSeeds(randomSeeds(rand.New(rand.NewPCG(7, 8))))
+		passed = runFrom(m, relay, 3000, 12, uint64(p.Window))
+		want := ref.Expected(3000).Passed
+		var mean float64
+		for _, v := range passed[1:11] {
+			mean += float64(v) / 10
+		}
+		sigma := math.Sqrt(3000.0 / 4 / 10)
+		t.Logf("%s: relay alone at 3 × max passes %.1f per window, P(3 × max) %.1f", shape, mean, want)
+		if math.Abs(mean-want) > 5*sigma+2 {
+			t.Errorf("%s: relay at 3 × max: mean passed %.1f, want %.1f ± 5 × %.1f", shape, mean, want, sigma)
+		}
+	}
+}
+
+// runFrom sends perWindow packets from src, evenly spaced, in each of
+// windows windows, and returns the passes per window.
+func runFrom(m *Model, src netip.Addr, perWindow, windows int, w uint64) []int {
+	out := make([]int, windows)
+	gap := w / uint64(perWindow)
+	for i := range windows {
+		for k := range perWindow {
+			if d := m.PacketFrom(1e9+uint64(i)*w+uint64(k)*gap+1, src); d.Verdict == VerdictPass {
+				out[i]++
+			}
+		}
+	}
+	return out
+}
+
+// A noisy group and ten light ones (DESIGN.md §6): the light groups lose
+// nothing, and the noisy group gets P(R_in + R_ex) − P(R_in), in both
+// shapes.
+func TestModelSharingNoisy(t *testing.T) {
+	for _, shape := range []Shape{ShapeOrdinal, ShapeSmooth} {
+		p := smoothPolicy(shape)
+		p.Sources = Sources{Budget: Pct(10), PrefixV4: 32, PrefixV6: 64}
+		tab := mustCompile(t, p)
+		m := NewModel(p, tab, rand.New(rand.NewPCG(21, 22)).Uint32)
+		m.SetTick(hz250)
+		m.SetSketchSeeds(randomSeeds(rand.New(rand.NewPCG(23, 24))))
+		noisy := netip.MustParseAddr("198.51.100.7")
+		const windows, noisyRate, lightRate = 12, 5000, 40
+		w := uint64(p.Window)
+		var lightPassed, lightSent, noisyPassed [windows]int
+		// Interleave: the noisy group every w/5000, each light group every
+		// w/40, light groups offset so that all are spread over the window.
+		for i := range windows {
+			base := 1e9 + uint64(i)*w
+			type pkt struct {
+				at  uint64
+				src netip.Addr
+			}
+			var pkts []pkt
+			for k := range noisyRate {
+				pkts = append(pkts, pkt{base + uint64(k)*(w/noisyRate) + 1, noisy})
+			}
+			for g := range 10 {
+				src := netip.AddrFrom4([4]byte{203, 0, 113, byte(g + 1)})
+				for k := range lightRate {
+					pkts = append(pkts, pkt{base + uint64(k)*(w/lightRate) + uint64(g)*997 + 3, src})
+				}
+			}
+			slices.SortFunc(pkts, func(a, b pkt) int { return cmp.Compare(a.at, b.at) })
+			for _, pk := range pkts {
+				d := m.PacketFrom(pk.at, pk.src)
+				pass := d.Verdict == VerdictPass
+				if pk.src == noisy {
+					if pass {
+						noisyPassed[i]++
+					}
+					continue
+				}
+				lightSent[i]++
+				if pass {
+					lightPassed[i]++
+				}
+			}
+		}
+		// Its budget, and the over-budget share.
+		rin, rtot := uint64(400+100), uint64(400+noisyRate)
+		want := 100 + tab.Expected(rtot).Passed - tab.Expected(rin).Passed
+		var mean float64
+		for i := 1; i < windows-1; i++ {
+			if lightPassed[i] != lightSent[i] {
+				t.Errorf("%s window %d: light groups passed %d of %d", shape, i, lightPassed[i], lightSent[i])
+			}
+			mean += float64(noisyPassed[i]) / (windows - 2)
+		}
+		sigma := math.Sqrt(float64(noisyRate) / 4 / (windows - 2))
+		t.Logf("%s: noisy group passes %.1f per window, budget + P(R_in + R_ex) − P(R_in) = %.1f", shape, mean, want)
+		if math.Abs(mean-want) > 5*sigma+2 {
+			t.Errorf("%s: noisy group passed %.1f per window, want %.1f ± 5 × %.1f", shape, mean, want, sigma)
+		}
+	}
+}
