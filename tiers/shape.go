@@ -260,11 +260,11 @@ func smoothThreshold(dropped float64, r uint64) uint32 {
 // and its estimate of all selected packets rtot: the over-budget packets
 // together pass P(rtot) − P(rin), so each is passed with probability
 // (P(rtot) − P(rin)) / (rtot − rin), in 16-bit fixed point as the program
-// computes it. With no over-budget estimate beyond rin yet, it is the
-// ordinal table's threshold at rin + 1: the marginal packet's.
+// computes it. With no over-budget estimate beyond rin yet, it is q at
+// rin + 1.
 func (t Table) ShareThreshold(rin, rtot uint64) uint32 {
 	if rtot <= rin+1 {
-		_, thr := t.Lookup(rin + 1)
+		_, thr := t.Smooth(rin + 1)
 		return thr
 	}
 	pin, ptot := t.pass16(rin), t.pass16(rtot)
