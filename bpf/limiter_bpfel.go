@@ -57,8 +57,7 @@ type LimiterTlFragKey struct {
 type LimiterTlFragVerdict struct {
 	_         structs.HostLayout
 	ExpiresNs uint64
-	Verdict   uint32
-	Pad       uint32
+	Pad       uint64
 }
 
 type LimiterTlLpmKey struct {

@@ -34,8 +34,7 @@ enum tl_const {
 	 * the count in its low TL_CELL_COUNT_BITS, the window id above */
 	TL_CELL_COUNT_BITS = 32,
 	TL_C_SKETCH_COL_BITS = TL_SKETCH_COL_BITS,
-	/* seeds per sketch row: a_0..a_4 and b of a multiply-shift hash */
-	TL_SEED_WORDS = 6,
+	TL_SEED_WORDS = TL_SEED_WORDS_N,
 	TL_C_FRAG_TTL_MS = TL_FRAG_TTL_MS,
 	TL_C_SKB_IFACES = TL_SKB_IFACES,
 	/* LPM tag bit of an IPv6 prefix or address; IPv4 ones leave it clear,
@@ -181,7 +180,7 @@ struct tl_settings {
 	__u32 src_prefix_v4; /* prefix lengths; for tierlimit status */
 	__u32 src_prefix_v6;
 	/* hash seeds: row r uses [r * TL_SEED_WORDS, (r + 1) * TL_SEED_WORDS) */
-	__u64 src_seeds[TL_SKETCH_ROWS * 6];
+	__u64 src_seeds[TL_SKETCH_ROWS * TL_SEED_WORDS_N];
 	/* The saturated window's fast path (limiter.c window_count): the first
 	 * n of the table's last entry, tiers.Table.TierStart(tiers), and that
 	 * entry's threshold and tier. */
@@ -224,11 +223,11 @@ struct tl_frag_key {
 	__u32 family; /* ETH_P_IP or ETH_P_IPV6 */
 };
 
-/* A remembered first-fragment verdict (only drops are remembered). */
+/* A remembered first-fragment drop (only drops are remembered: an entry
+ * is one). */
 struct tl_frag_verdict {
 	__u64 expires_ns; /* bpf_ktime_get_ns after which it no longer holds */
-	__u32 verdict;    /* TL_DROP */
-	__u32 _pad;
+	__u64 _pad;       /* zero: keeps the 16-byte value of maps pinned before */
 };
 
 /* A source group: the masked source address, as loaded from the header

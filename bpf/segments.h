@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* UDP GSO/GRO super-packets in generic (skb) mode: how many datagrams one
+ * frame carries, read from the skb's shared info with CO-RE and kfuncs. */
+#ifndef __TL_SEGMENTS_H
+#define __TL_SEGMENTS_H
+
+#include "maps.h"
+
+/* Kernel-internal layouts, read with CO-RE (relocated against the running
+ * kernel's BTF at load): only the fields used. */
+struct xdp_buff {
+	void *data_hard_start;
+	__u32 frame_sz;
+} __attribute__((preserve_access_index));
+
+struct skb_shared_info {
+	__u16 gso_size;
+	__u16 gso_segs;
+	unsigned int gso_type;
+} __attribute__((preserve_access_index));
+
+/* include/linux/skbuff.h, in an anonymous enum (so CO-RE cannot relocate
+ * it), unchanged since Linux 4.18. SKB_GSO_UDP (UDP fragmentation offload)
+ * carries one datagram and is not counted as several. */
+#define SKB_GSO_UDP_L4 (1 << 17)
+
+/* Linux >= 6.2. Weak: on an older kernel the loader leaves them out, and
+ * udp_segments counts 1 (the agent refuses generic mode there). */
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym __weak;
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
+
+/* SKB_DATA_ALIGN's cache line (SMP_CACHE_BYTES on x86-64 and arm64). */
+#define TL_CACHE_BYTES 64
+
+/* The datagrams a UDP frame carries: gso_segs of a GSO/GRO super-packet
+ * (UDP_SEGMENT senders, UDP GRO) on an interface in generic mode, else 1.
+ * Generic XDP builds its xdp_buff on the skb's head, with frame_sz reaching
+ * the end of skb_shared_info (bpf_prog_run_generic_xdp), so the shared info
+ * sits where xdp_get_shared_info_from_buff finds it. Native buffers carry
+ * no GSO state and may hold anything there, hence the skb_ifaces check. */
+static __always_inline __u32 udp_segments(struct xdp_md *ctx)
+{
+	__u32 ifindex = ctx->ingress_ifindex;
+	if (!bpf_cast_to_kern_ctx || !bpf_rdonly_cast)
+		return 1;
+	if (!bpf_map_lookup_elem(&skb_ifaces, &ifindex))
+		return 1;
+	struct xdp_buff *xb = bpf_cast_to_kern_ctx(ctx);
+	__u64 hard = (__u64)xb->data_hard_start;
+	__u64 size = __builtin_preserve_type_info(*(struct skb_shared_info *)0, 1 /* BPF_TYPE_SIZE */);
+	__u64 at = hard + xb->frame_sz - ((size + TL_CACHE_BYTES - 1) & ~(__u64)(TL_CACHE_BYTES - 1));
+	struct skb_shared_info *si = bpf_rdonly_cast((void *)at,
+		__builtin_btf_type_id(*(struct skb_shared_info *)0, 1 /* BPF_TYPE_ID_TARGET */));
+	__u32 gso_type = si->gso_type;
+	__u32 gso_size = si->gso_size;
+	__u32 segs = si->gso_segs;
+	if (!gso_size || !(gso_type & SKB_GSO_UDP_L4) || !segs)
+		return 1;
+	return segs;
+}
+
+#endif /* __TL_SEGMENTS_H */

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* Severity-aware shedding (DESIGN.md §7): the syslog <PRI> of a UDP
+ * payload, its class, and the drop debt that lets protected datagrams
+ * through at the cost of others within one window. */
+#ifndef __TL_SEVERITY_H
+#define __TL_SEVERITY_H
+
+#include "maps.h"
+#include "parse.h"
+#include "verdict.h"
+
+/* parse_pri's result for a packet that severity does not judge. */
+#define TL_SEV_NONE (-2)
+
+/* The syslog <PRI> at the start of a UDP payload (RFC 5424 §6.2.1, RFC 3164
+ * §4.1.1): "<", 1 to 3 digits without a leading zero, a value 0..191, ">".
+ * Returns the severity (PRI mod 8), or -1 when it is missing, malformed or
+ * out of range, or the payload ends first. Reads at most 5 bytes. */
+static __always_inline int parse_pri(const struct cursor *c)
+{
+	const __u8 *b = c->pos;
+	__u32 v = 0;
+
+	if ((void *)(b + 3) > c->end || b[0] != '<')
+		return -1;
+#pragma unroll
+	for (int i = 1; i <= 4; i++) {
+		if ((void *)(b + i + 1) > c->end)
+			return -1;
+		__u8 ch = b[i];
+		if (ch == '>')
+			return (i == 1 || v > 191) ? -1 : (int)(v & 7);
+		if (i == 4 || ch < '0' || ch > '9' || (i == 2 && b[1] == '0'))
+			return -1;
+		v = v * 10 + (ch - '0');
+	}
+	return -1;
+}
+
+/* Severity-aware shedding (DESIGN.md §7) of a UDP packet of class cls whose
+ * tier says drop (1) or pass (0); returns the final drop. A protected packet
+ * takes a drop verdict as a pass while the window's debt is under
+ * protect_budget, and adds one to it; any other packet takes a pass verdict
+ * as a drop while the debt is positive, and pays one off. Each side adds
+ * first and undoes when it overshot, so with any number of CPUs the debt
+ * that stays is in [0, protect_budget]: protection never gives the
+ * collector more than protect_budget extra packets per window. The debt is
+ * read as signed: an add and its undo may leave it at -1 for an instant. */
+static __always_inline int severity_verdict(struct tl_window *w, const struct tl_settings *s, __u32 cls,
+					    int drop, __u64 bytes)
+{
+	if (drop && cls == TL_SEV_PROTECTED) {
+		if ((__s64)READ_ONCE(w->debt) >= (__s64)s->protect_budget)
+			return drop;
+		if ((__s64)__sync_fetch_and_add(&w->debt, 1) < (__s64)s->protect_budget) {
+			count(&severity_stats, TL_SEV_PROTECTED_PASS, 1, bytes);
+			return 0;
+		}
+		__sync_fetch_and_sub(&w->debt, 1);
+		return drop;
+	}
+	if (!drop && cls != TL_SEV_PROTECTED && (__s64)READ_ONCE(w->debt) > 0) {
+		if ((__s64)__sync_fetch_and_sub(&w->debt, 1) > 0) {
+			count(&severity_stats, TL_SEV_PAID_DROP, 1, bytes);
+			return 1;
+		}
+		__sync_fetch_and_add(&w->debt, 1);
+	}
+	return drop;
+}
+
+/* The verdict of a selected UDP datagram under a policy with a severity
+ * block (DESIGN.md §7): sev is its <PRI>'s severity (parse_pri, -1 for
+ * none), tier and thr its tier-table entry. Shed-first datagrams take the
+ * threshold of shed_drops[tier]; then severity_verdict applies the drop
+ * debt, and the class and verdict are counted in severity_stats. s and w
+ * are the caller's settings and window. Returns TL_PASS, TL_DROP or
+ * TL_WOULD_DROP. */
+static __always_inline __u32 tl_severity_judge(const struct tl_settings *s, struct tl_window *w, int sev,
+					       __u32 tier, __u32 thr, __u64 bytes)
+{
+	__u32 cls = TL_SEV_NORMAL;
+	if (sev >= 0 && sev < 8)
+		cls = s->sev_class[sev & 7];
+	if (cls == TL_SEV_SHED_FIRST) {
+		/* The mask bounds the index for verifiers that do not carry the
+		 * clamp's range over a register copy (Linux 6.1); the clamp keeps
+		 * it in the array. */
+		tier &= 0x1f;
+		if (tier > TL_MAX_TIERS)
+			tier = TL_MAX_TIERS;
+		thr = s->shed_drops[tier];
+	}
+	__u32 verdict = TL_PASS;
+	if (s->mode != TL_MODE_OFF && severity_verdict(w, s, cls, draw_drop(thr), bytes))
+		verdict = mode_verdict(s);
+	if (cls >= TL_SEV_CLASSES)
+		cls = TL_SEV_NORMAL;
+	count(&severity_stats, cls * TL_VERDICTS + verdict, 1, bytes);
+	return verdict;
+}
+
+#endif /* __TL_SEVERITY_H */

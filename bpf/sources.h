@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* Per-source budgets (DESIGN.md §6).
+ *
+ * A packet's source group is its source address masked per family. The
+ * group's count in the current window is estimated by a count-min sketch:
+ * TL_SKETCH_ROWS rows of TL_SKETCH_COLS cells, row r placing the group by
+ * source_col with its own seeds. tiers.SourceColumn and tiers.Sketch are
+ * the same functions in Go. Each cell carries the window id it counts for
+ * (source_window, window.h), so the sketch is never cleared: a cell of
+ * another window counts as 0 and is reset by the first packet that touches
+ * it. */
+#ifndef __TL_SOURCES_H
+#define __TL_SOURCES_H
+
+#include "maps.h"
+#include "parse.h"
+#include "verdict.h"
+#include "window.h"
+
+/* The column of a group in one row: the multiply-shift hash (Dietzfelbinger
+ * et al. 1997; Thorup 2015, "High speed hashing for integers and strings",
+ * vector multiply-shift), strongly universal over the key (x_0..x_3,
+ * family): (a_0 x_0 + a_1 x_1 + a_2 x_2 + a_3 x_3 + a_4 [IPv6] + b) mod 2^64,
+ * top TL_SKETCH_COL_BITS bits, with 64-bit seeds a_i, b of the row and the
+ * 32-bit address words x_i (IPv4: x_0 only). Pairwise independence per row
+ * is what the count-min sketch's analysis needs; the products do not depend
+ * on each other, so the rows cost a few cycles each. */
+static __always_inline __u32 source_col(const struct tl_src_key *k, const __u64 *a)
+{
+	__u64 h = a[5] + a[0] * k->addr[0];
+	if (k->family == 6)
+		h += a[1] * k->addr[1] + a[2] * k->addr[2] + a[3] * k->addr[3] + a[4];
+	return h >> (64 - TL_SKETCH_COL_BITS);
+}
+
+/* The packet's source group. The address words are loaded as they lie in
+ * the header and masked with masks tiers.Compile encoded the same way. */
+static __always_inline void source_group(const struct pkt *p, const struct tl_settings *s,
+					 struct tl_src_key *k)
+{
+	if (p->l3proto == ETH_P_IP) {
+		const struct iphdr *ip = p->l3;
+		if ((void *)(ip + 1) > p->end)
+			return;
+		k->addr[0] = ip->saddr & s->src_mask4;
+		k->family = 4;
+		return;
+	}
+	const struct ipv6hdr *ip6 = p->l3;
+	if ((void *)(ip6 + 1) > p->end)
+		return;
+	/* Word loads, as of iphdr's saddr: XDP does not enforce alignment. */
+	const __u32 *a = (const __u32 *)&ip6->saddr;
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		k->addr[i] = a[i] & s->src_mask6[i];
+	k->family = 6;
+}
+
+/* Adds one to a cell for window wid (already shifted above the count),
+ * whose value the caller just read as old, and returns the cell's count for
+ * that window, this packet included.
+ *
+ * Accepted races: a cell of an old window is reset by compare-and-swap to
+ * (wid, 1); a CPU that loses the swap adds to what the winner wrote. A CPU
+ * that read a current cell and adds just after another CPU reset it for a
+ * newer window (a window boundary) adds to the newer window: an
+ * overestimate of one, which a count-min sketch allows anyway. A count of
+ * 2^32 packets in one window would carry into the window id (not reachable
+ * at line rate within tiers.MaxWindow per cell). */
+static __always_inline __u32 sketch_add(__u64 *cell, __u64 old, __u64 wid)
+{
+	if ((old >> TL_CELL_COUNT_BITS) != (wid >> TL_CELL_COUNT_BITS) &&
+	    __sync_bool_compare_and_swap(cell, old, wid | 1))
+		return 1;
+	__u64 v = __sync_fetch_and_add(cell, 1) + 1;
+	if ((v >> TL_CELL_COUNT_BITS) != (wid >> TL_CELL_COUNT_BITS))
+		return 1; /* a newer window's cell: nothing of ours in it */
+	return (__u32)v;
+}
+
+/* Counts the packet in its group's cells for window id and returns whether
+ * the group is over budget: whether the least of its cells (never below the
+ * group's true count) exceeds the budget, this packet included.
+ *
+ * Accepted race: a packet is within budget when it is among the first
+ * budget packets of any one row, and CPUs racing on one group can reach
+ * the rows in different orders, so a group may get a few packets over its
+ * budget per window: at most what other CPUs count while one packet is
+ * between its first and last row (nanoseconds; an interrupt's length at
+ * worst). A group alone in its cells never gets fewer than its budget:
+ * each row admits exactly its first budget increments.
+ *
+ * A group already over budget in every one of its cells is judged by plain
+ * reads and not added: its cells all exceed the budget already, so adding
+ * changes no decision, for it or for any group that shares a cell. The
+ * flood's own packets thus touch the sketch without atomics, and counts
+ * stop just above the budget. tiers.Sketch.Count does the same. A stale
+ * read only sees a lower count (or an older window, read as 0), which
+ * sends the packet to the atomic path. */
+static __always_inline int sketch_over(const struct tl_src_key *k, const struct tl_settings *s, __u64 id)
+{
+	__u64 wid = (__u64)(__u32)id << TL_CELL_COUNT_BITS;
+	__u64 *cells[TL_SKETCH_ROWS];
+	__u64 vals[TL_SKETCH_ROWS];
+	__u32 est = 0xffffffff;
+#pragma unroll
+	for (__u32 r = 0; r < TL_SKETCH_ROWS; r++) {
+		__u32 key = r * TL_SKETCH_COLS + source_col(k, &s->src_seeds[r * TL_SEED_WORDS_N]);
+		__u64 *cell = bpf_map_lookup_elem(&source_sketch, &key);
+		if (!cell)
+			return 0; /* cannot happen: key < max_entries */
+		cells[r] = cell;
+		__u64 v = READ_ONCE(*cell);
+		vals[r] = v;
+		__u32 c = (v >> TL_CELL_COUNT_BITS) == (wid >> TL_CELL_COUNT_BITS) ? (__u32)v : 0;
+		if (c < est)
+			est = c;
+	}
+	if (est > s->src_budget)
+		return 1;
+
+	est = 0xffffffff;
+#pragma unroll
+	for (__u32 r = 0; r < TL_SKETCH_ROWS; r++) {
+		__u32 c = sketch_add(cells[r], vals[r], wid);
+		if (c < est)
+			est = c;
+	}
+	return est > s->src_budget;
+}
+
+/* Adds packets over budget in window id to group k's entry in this CPU's
+ * value of source_top: plain adds, no atomics (only this CPU writes it,
+ * and XDP does not nest on a CPU). An entry another CPU made has this
+ * CPU's value zeroed, so the first packets here count a window too.
+ * Accepted race: two CPUs that miss at once both insert; the second insert
+ * fails (BPF_NOEXIST) and its packets go uncounted here (the source_stats
+ * count has them). */
+static __always_inline void source_top_put(const struct tl_src_key *k, __u64 id, __u64 packets)
+{
+	struct tl_src_top *t = bpf_map_lookup_elem(&source_top, k);
+	if (!t) {
+		struct tl_src_top n = { .packets = packets, .last_window = id, .windows = 1 };
+		bpf_map_update_elem(&source_top, k, &n, BPF_NOEXIST);
+		return;
+	}
+	t->packets += packets;
+	if (t->last_window != id) {
+		t->last_window = id;
+		t->windows++;
+	}
+}
+
+static __always_inline int same_group(const struct tl_src_key *a, const struct tl_src_key *b)
+{
+	return a->addr[0] == b->addr[0] && a->addr[1] == b->addr[1] && a->addr[2] == b->addr[2] &&
+	       a->addr[3] == b->addr[3] && a->family == b->family;
+}
+
+/* Remembers a group over budget in window id for tierlimit status --top.
+ * A flood from one source is a run of its packets on each CPU: the run's
+ * first packet goes to source_top (so the group is listed at once), the
+ * rest are counted in this CPU's source_run, without the hash lookup, and
+ * added to source_top when the CPU's run ends (another group over budget,
+ * or a new window). bpf.TopSources adds the runs still open. */
+static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id)
+{
+	__u32 zero = 0;
+	struct tl_src_run *r = bpf_map_lookup_elem(&source_run, &zero);
+	if (!r) {
+		source_top_put(k, id, 1);
+		return;
+	}
+	if (r->window == id && r->key.family && same_group(&r->key, k)) {
+		r->packets++;
+		return;
+	}
+	if (r->packets)
+		source_top_put(&r->key, r->window, r->packets);
+	source_top_put(k, id, 1);
+	r->key = *k;
+	r->window = id;
+	r->packets = 0;
+}
+
+/* Judges a selected packet against its group's budget. Returns -1 when it
+ * is within budget (it goes on to the window and the tiers), or the XDP
+ * action for a packet over budget: dropped in enforce mode, passed in
+ * dry-run (would_drop) and off, counted in source_stats and never in the
+ * window. A first fragment's verdict is remembered for its followers. A
+ * stage stop returns XDP_DROP, an action, which tl_judge returns. */
+static __always_inline int source_budget(const struct pkt *p, const struct tl_settings *s,
+					 struct tl_window *w, __u64 bytes)
+{
+	struct tl_src_key k = {};
+	source_group(p, s, &k);
+	__u64 id = source_window(w, s);
+	TL_STAGE(TL_STAGE_GROUP, XDP_DROP);
+	int over = sketch_over(&k, s, id);
+	TL_STAGE(TL_STAGE_SKETCH, XDP_DROP);
+	if (!over)
+		return -1;
+
+	__u32 verdict = mode_verdict(s);
+	count(&source_stats, verdict, 1, bytes);
+	source_top_add(&k, id);
+	if (p->frag == FRAG_FIRST)
+		remember_first(p, verdict);
+	return xdp_action(verdict);
+}
+
+#endif /* __TL_SOURCES_H */
