@@ -42,7 +42,7 @@ type xdpMD struct {
 // after 100 packets of a window every selected packet is in the
 // 100% tier and is dropped without a draw. The window is an hour long.
 func dropPolicy() tiers.Policy {
-	p := tiers.Default()
+	p := ordinalDefault()
 	p.Window, p.Max = time.Hour, 100
 	return p
 }
@@ -228,7 +228,7 @@ func BenchmarkScaling(b *testing.B) {
 		frame []byte
 	}{
 		// Tier 0 for 7*10^7 packets: shared count, table lookup, stats.
-		{"selected-pass", func() tiers.Policy { p := tiers.Default(); p.Window, p.Max = time.Hour, 100_000_000; return p }(), UDP4(b, 514)},
+		{"selected-pass", func() tiers.Policy { p := ordinalDefault(); p.Window, p.Max = time.Hour, 100_000_000; return p }(), UDP4(b, 514)},
 		// Saturated: per-CPU overflow count, stats, drop.
 		{"selected-drop", dropPolicy(), UDP4(b, 514)},
 		// The control: parse, policy and selector lookups, per-CPU

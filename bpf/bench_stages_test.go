@@ -40,7 +40,7 @@ var (
 // count nothing (they stop before the stats); the benchmark checks it.
 func BenchmarkStages(b *testing.B) {
 	policy := func(max uint64) tiers.Policy {
-		p := tiers.Default()
+		p := ordinalDefault()
 		p.Window, p.Max = time.Hour, max
 		return p
 	}

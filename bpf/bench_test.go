@@ -32,7 +32,7 @@ const benchChunk = 1 << 17
 // floor-atomics, the floor's atomic adds per packet.
 func BenchmarkProgram(b *testing.B) {
 	policy := func(max uint64, ts ...tiers.Tier) tiers.Policy {
-		p := tiers.Default()
+		p := ordinalDefault()
 		p.Window, p.Max = time.Hour, max
 		if len(ts) > 0 {
 			p.Tiers = ts

@@ -92,4 +92,15 @@
 #define TL_MAX_CPUS 1024
 #endif
 
+/* The smooth shape's estimator (DESIGN.md §9; tiers.SmoothFracBits,
+ * SmoothMinFrac, SmoothOnsetMin, SmoothTickShift): fixed-point window
+ * fractions, the least fraction the extrapolation divides by (1/32), the
+ * least count that can latch an onset, and the tick when there is no jiffies
+ * gate (the clock in ns >> 22, 4.19 ms). */
+#define TL_SMOOTH_FRAC_BITS 16
+#define TL_SMOOTH_ONE (1ULL << TL_SMOOTH_FRAC_BITS)
+#define TL_SMOOTH_MIN_FRAC (TL_SMOOTH_ONE / 32)
+#define TL_SMOOTH_ONSET_MIN 16
+#define TL_SMOOTH_TICK_SHIFT 22
+
 #endif /* __TL_CONSTS_H */

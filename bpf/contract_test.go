@@ -46,7 +46,7 @@ func TestContract(t *testing.T) {
 	eq("tiers.SevProtected / TL_SEV_PROTECTED", uint64(tiers.SevProtected), uint64(bpf.LimiterTlSevClassTL_SEV_PROTECTED))
 	eq("tiers.SevShedFirst / TL_SEV_SHED_FIRST", uint64(tiers.SevShedFirst), uint64(bpf.LimiterTlSevClassTL_SEV_SHED_FIRST))
 	eq("tiers.NumSeverityClasses / TL_SEV_CLASSES", tiers.NumSeverityClasses, uint64(bpf.LimiterTlSevClassTL_SEV_CLASSES))
-	eq("tier 0 threshold / TL_THR_NEVER", uint64(mustCompile(t, tiers.Default()).Drops[0]), uint64(bpf.LimiterTlThrTL_THR_NEVER))
+	eq("tier 0 threshold / TL_THR_NEVER", uint64(mustCompile(t, ordinalDefault()).Drops[0]), uint64(bpf.LimiterTlThrTL_THR_NEVER))
 
 	// Key encodings.
 	eq("tiers.PortKeys / TL_PORT_KEYS", tiers.PortKeys, uint64(bpf.LimiterTlConstTL_PORT_KEYS))
@@ -132,7 +132,7 @@ func TestContract(t *testing.T) {
 // 96 more bits, IPv6 as is, the family in the tag, and Prefix reads back
 // what the config said.
 func contractPrefixKeys(t *testing.T) {
-	p := tiers.Default()
+	p := ordinalDefault()
 	p.Exempt = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0"), netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("2001:db8::/32")}
 	p.Select = append(p.Select, tiers.Rule{Proto: tiers.ProtoUDP, Ports: []tiers.PortRange{{First: 9, Last: 9}}, Dests: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("::/0")}})
 	tab := mustCompile(t, p)

@@ -96,7 +96,7 @@ func modelCounts(h *harness, n uint64) (packets []uint64, drops, variance []floa
 // stopped within a packet per CPU of T_last (the fast path was taken).
 func TestSaturatedWindowTwoCPUs(t *testing.T) {
 	cpus := twoCPUs(t)
-	p := tiers.Default()
+	p := ordinalDefault()
 	p.Window, p.Max = time.Minute, 1_000_000
 	h := newHarness(t, p)
 	frame := UDP4(t, 514)
@@ -154,13 +154,13 @@ func TestSaturatedWindowTwoCPUs(t *testing.T) {
 // Policies with a table at step 1 and at a coarser step, and with a last
 // tier that draws (50%).
 func TestSaturationBoundary(t *testing.T) {
-	half := tiers.Default()
+	half := ordinalDefault()
 	half.Tiers[len(half.Tiers)-1].Drop = tiers.Pct(50)
 	for _, c := range []struct {
 		name string
 		p    tiers.Policy
 		max  uint64
-	}{{"step1", tiers.Default(), 40000}, {"coarse", tiers.Default(), 100_000_003}, {"last50", half, 40000}} {
+	}{{"step1", ordinalDefault(), 40000}, {"coarse", ordinalDefault(), 100_000_003}, {"last50", half, 40000}} {
 		t.Run(c.name, func(t *testing.T) {
 			p := c.p
 			p.Window, p.Max = time.Hour, c.max
@@ -198,7 +198,7 @@ func TestSaturationBoundary(t *testing.T) {
 // past the old last_n still count, so the next packet has the exact n of
 // the window and the tier the new policy gives that n.
 func TestReloadKeepsSaturatedCount(t *testing.T) {
-	p := tiers.Default()
+	p := ordinalDefault()
 	p.Window, p.Max = time.Hour, 1000
 	h := newHarness(t, p)
 	frame := UDP4(t, 514)

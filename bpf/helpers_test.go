@@ -167,7 +167,7 @@ func monotonicNow(tb testing.TB) uint64 {
 // family and a rule narrowed to destination prefixes.
 func testPolicy(tb testing.TB) tiers.Policy {
 	tb.Helper()
-	p := tiers.Default()
+	p := ordinalDefault()
 	p.Window = time.Hour
 	p.Exempt = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8:ee::/48")}
 	p.Select = append(p.Select,
@@ -183,4 +183,12 @@ func testPolicy(tb testing.TB) tiers.Policy {
 // sigmaBound is the 5-sigma half-width of a binomial proportion over n trials.
 func sigmaBound(p float64, n int) float64 {
 	return 5 * math.Sqrt(p*(1-p)/float64(n))
+}
+
+// ordinalDefault is the embedded default policy under the seed's ordinal
+// shape (DESIGN.md §2), the rule the exact tests of this package pin.
+func ordinalDefault() tiers.Policy {
+	p := tiers.Default()
+	p.Shape = tiers.ShapeOrdinal
+	return p
 }

@@ -213,7 +213,7 @@ func TestFragmentMemory(t *testing.T) {
 // TestAddressFamilies is issue 10 §4: ::/0 matches no IPv4 packet and an
 // IPv4 prefix no IPv6 packet, in exempt sources and in select dests.
 func TestAddressFamilies(t *testing.T) {
-	p := tiers.Default()
+	p := ordinalDefault()
 	p.Window = time.Hour
 	p.Exempt = []netip.Prefix{netip.MustParsePrefix("::/0"), netip.MustParsePrefix("10.99.0.0/24")}
 	p.Select = append(p.Select,

@@ -26,6 +26,7 @@
 #include "policy.h"
 #include "verdict.h"
 #include "window.h"
+#include "smooth.h"
 #include "sources.h"
 #include "severity.h"
 #include "segments.h"
@@ -83,11 +84,13 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	if (!w)
 		goto unselected;
 	if (s->src_budget) {
-		int act = source_budget(&p, s, w, bytes);
+		int act = source_budget(&p, s, slot, w, bytes);
 		if (act >= 0)
 			return act;
 	}
-	__u64 n = window_count(w, s);
+	struct window_pos pos;
+	window_count(w, s, &pos);
+	__u64 n = pos.n;
 	TL_STAGE(TL_STAGE_WINDOW, XDP_DROP);
 
 	/* A super-packet counts as the datagrams it carries: the rest of them
@@ -97,12 +100,16 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	if (tl_skb_ifaces && p.l4proto == IPPROTO_UDP) {
 		segs = udp_segments(ctx);
 		if (segs > 1)
-			n = __sync_fetch_and_add(&w->count, segs - 1) + segs;
+			pos.n = n = __sync_fetch_and_add(&w->count, segs - 1) + segs;
 	}
 
 	__u32 tier, thr;
-	if (!tier_entry(s, slot, n, &tier, &thr))
+	if (s->shape == TL_SHAPE_SMOOTH) {
+		if (!sm_judge(w, s, slot, &pos, &tier, &thr))
+			goto unselected;
+	} else if (!tier_entry(s, slot, n, &tier, &thr)) {
 		goto unselected;
+	}
 	__u32 verdict = TL_PASS;
 	if (sev != TL_SEV_NONE)
 		verdict = tl_severity_judge(s, w, sev, tier, thr, bytes);

@@ -214,10 +214,14 @@ func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Tabl
 		set.Bounds[k] = t.TierStart(k + 1)
 	}
 	copy(set.Drops[:], t.Drops)
+	l.setShape(&set, p, t)
 	if sv := t.Severity; sv.On {
 		set.SevOn = 1
 		set.ProtectBudget = sv.ProtectBudget
 		copy(set.ShedDrops[:], sv.ShedDrops)
+		if t.Shape == tiers.ShapeSmooth {
+			copy(set.ShedDrops[:], t.Smoothed.ShedDrops)
+		}
 		for sev, c := range sv.Class {
 			set.SevClass[sev] = uint8(c)
 		}
@@ -250,6 +254,32 @@ func (l *Limiter) setSaturation(set *LimiterTlSettings, t tiers.Table) error {
 	}
 	set.NrCpus = uint32(min(cpus, maxCPUs))
 	return nil
+}
+
+// setShape fills the settings of the shape (DESIGN.md §9, smooth.h): the
+// ticks of a window as the estimate counts them (window_jiffies under the
+// tick gate, else window_ns >> TL_SMOOTH_TICK_SHIFT; at least 1), and the
+// smooth table's closed form past its end.
+func (l *Limiter) setShape(set *LimiterTlSettings, p tiers.Policy, t tiers.Table) {
+	set.Shape = uint32(t.Shape)
+	set.SmTicks = max(set.WindowJiffies, 1)
+	if set.WindowJiffies == 0 {
+		set.SmTicks = max(uint64(p.Window.Nanoseconds())>>tiers.SmoothTickShift, 1)
+	}
+	if t.Shape == tiers.ShapeSmooth {
+		set.SmLastN = t.Smoothed.LastN
+		set.SmPassBase = t.Smoothed.PassBase
+		set.SmPassLast = t.Smoothed.PassLast
+	}
+}
+
+// TickNs returns the tick of the smooth estimate in ns (tiers.Model.SetTick):
+// the kernel's jiffy under the tick gate, else 1 << tiers.SmoothTickShift.
+func (l *Limiter) TickNs() uint64 {
+	if l.tickNs == 0 {
+		return 1 << tiers.SmoothTickShift
+	}
+	return l.tickNs
 }
 
 func (l *Limiter) windowJiffies(w time.Duration) uint64 {
@@ -299,7 +329,11 @@ func (l *Limiter) writeTable(slot uint32, t tiers.Table) error {
 	keys := make([]uint32, len(t.Thresholds))
 	vals := make([]LimiterTlEntry, len(t.Thresholds))
 	base := slot * uint32(TableMax)
-	for i, thr := range t.Thresholds {
+	thrs := t.Thresholds
+	if t.Shape == tiers.ShapeSmooth {
+		thrs = t.Smoothed.Thresholds
+	}
+	for i, thr := range thrs {
 		keys[i] = base + uint32(i)
 		vals[i] = LimiterTlEntry{Thr: thr, Tier: uint32(t.Tiers[i])}
 	}

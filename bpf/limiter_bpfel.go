@@ -16,27 +16,31 @@ import (
 type LimiterTlConst uint32
 
 const (
-	LimiterTlConstTL_C_MAX_TIERS       LimiterTlConst = 16
-	LimiterTlConstTL_C_MAX_RULES       LimiterTlConst = 32
-	LimiterTlConstTL_C_TABLE_MAX       LimiterTlConst = 1048576
-	LimiterTlConstTL_C_SLOTS           LimiterTlConst = 2
-	LimiterTlConstTL_C_LPM_ENTRIES     LimiterTlConst = 131072
-	LimiterTlConstTL_C_FRAG_ENTRIES    LimiterTlConst = 16384
-	LimiterTlConstTL_PORT_KEYS         LimiterTlConst = 65536
-	LimiterTlConstTL_LPM_TAG_BITS      LimiterTlConst = 32
-	LimiterTlConstTL_LPM_ADDR_BITS     LimiterTlConst = 128
-	LimiterTlConstTL_DEST_RULE_BITS    LimiterTlConst = 8
-	LimiterTlConstTL_SHIFT_MASK        LimiterTlConst = 63
-	LimiterTlConstTL_C_SKETCH_ROWS     LimiterTlConst = 2
-	LimiterTlConstTL_C_SKETCH_COLS     LimiterTlConst = 131072
-	LimiterTlConstTL_C_SRC_TOP_ENTRIES LimiterTlConst = 1024
-	LimiterTlConstTL_CELL_COUNT_BITS   LimiterTlConst = 32
-	LimiterTlConstTL_C_SKETCH_COL_BITS LimiterTlConst = 17
-	LimiterTlConstTL_SEED_WORDS        LimiterTlConst = 6
-	LimiterTlConstTL_C_FRAG_TTL_MS     LimiterTlConst = 1000
-	LimiterTlConstTL_C_SKB_IFACES      LimiterTlConst = 64
-	LimiterTlConstTL_LPM_TAG_IPV6      LimiterTlConst = 1073741824
-	LimiterTlConstTL_C_MAX_CPUS        LimiterTlConst = 1024
+	LimiterTlConstTL_C_MAX_TIERS         LimiterTlConst = 16
+	LimiterTlConstTL_C_MAX_RULES         LimiterTlConst = 32
+	LimiterTlConstTL_C_TABLE_MAX         LimiterTlConst = 1048576
+	LimiterTlConstTL_C_SLOTS             LimiterTlConst = 2
+	LimiterTlConstTL_C_LPM_ENTRIES       LimiterTlConst = 131072
+	LimiterTlConstTL_C_FRAG_ENTRIES      LimiterTlConst = 16384
+	LimiterTlConstTL_PORT_KEYS           LimiterTlConst = 65536
+	LimiterTlConstTL_LPM_TAG_BITS        LimiterTlConst = 32
+	LimiterTlConstTL_LPM_ADDR_BITS       LimiterTlConst = 128
+	LimiterTlConstTL_DEST_RULE_BITS      LimiterTlConst = 8
+	LimiterTlConstTL_SHIFT_MASK          LimiterTlConst = 63
+	LimiterTlConstTL_C_SKETCH_ROWS       LimiterTlConst = 2
+	LimiterTlConstTL_C_SKETCH_COLS       LimiterTlConst = 131072
+	LimiterTlConstTL_C_SRC_TOP_ENTRIES   LimiterTlConst = 1024
+	LimiterTlConstTL_CELL_COUNT_BITS     LimiterTlConst = 32
+	LimiterTlConstTL_C_SKETCH_COL_BITS   LimiterTlConst = 17
+	LimiterTlConstTL_SEED_WORDS          LimiterTlConst = 6
+	LimiterTlConstTL_C_FRAG_TTL_MS       LimiterTlConst = 1000
+	LimiterTlConstTL_C_SKB_IFACES        LimiterTlConst = 64
+	LimiterTlConstTL_LPM_TAG_IPV6        LimiterTlConst = 1073741824
+	LimiterTlConstTL_C_MAX_CPUS          LimiterTlConst = 1024
+	LimiterTlConstTL_C_SMOOTH_FRAC_BITS  LimiterTlConst = 16
+	LimiterTlConstTL_C_SMOOTH_MIN_FRAC   LimiterTlConst = 2048
+	LimiterTlConstTL_C_SMOOTH_ONSET_MIN  LimiterTlConst = 16
+	LimiterTlConstTL_C_SMOOTH_TICK_SHIFT LimiterTlConst = 22
 )
 
 type LimiterTlEntry struct {
@@ -100,7 +104,8 @@ type LimiterTlOverflow struct {
 	_       structs.HostLayout
 	Window  [2]uint64
 	Packets [2]uint64
-	Pad     [12]uint64
+	Ex      [2]uint64
+	Pad     [10]uint64
 }
 
 type LimiterTlPort struct {
@@ -144,7 +149,11 @@ type LimiterTlSettings struct {
 	LastThr       uint32
 	LastTier      uint32
 	NrCpus        uint32
-	Pad2          uint32
+	Shape         uint32
+	SmTicks       uint64
+	SmLastN       uint64
+	SmPassBase    uint64
+	SmPassLast    uint64
 }
 
 type LimiterTlSettingsFlag uint32
@@ -169,6 +178,21 @@ const (
 	LimiterTlSevStatTL_SEV_PAID_DROP      LimiterTlSevStat = 10
 	LimiterTlSevStatTL_SEV_STATS          LimiterTlSevStat = 11
 )
+
+type LimiterTlSmoothCpu struct {
+	_       structs.HostLayout
+	Id      uint64
+	Tick    uint64
+	BaseIn  uint64
+	PrevIn  uint64
+	BaseTot uint64
+	Mult    uint64
+	Ovf     uint64
+	Ex      uint64
+	HiR     uint64
+	HiThr   uint32
+	ExThr   uint32
+}
 
 type LimiterTlSrcKey struct {
 	_      structs.HostLayout
@@ -234,6 +258,12 @@ type LimiterTlWindow struct {
 	StartJiffies uint64
 	Debt         uint64
 	Overflowed   uint64
+	StartTick    uint64
+	Gap          uint64
+	ExpectIn     uint64
+	Onset        uint64
+	ExCount      uint64
+	PrevEx       uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -251,6 +281,7 @@ const (
 	LimiterMapSettings       = "settings"
 	LimiterMapSeverityStats  = "severity_stats"
 	LimiterMapSkbIfaces      = "skb_ifaces"
+	LimiterMapSmoothCpu      = "smooth_cpu"
 	LimiterMapSourceRun      = "source_run"
 	LimiterMapSourceSketch   = "source_sketch"
 	LimiterMapSourceStats    = "source_stats"
@@ -323,6 +354,7 @@ type LimiterMapSpecs struct {
 	Settings       *ebpf.MapSpec `ebpf:"settings"`
 	SeverityStats  *ebpf.MapSpec `ebpf:"severity_stats"`
 	SkbIfaces      *ebpf.MapSpec `ebpf:"skb_ifaces"`
+	SmoothCpu      *ebpf.MapSpec `ebpf:"smooth_cpu"`
 	SourceRun      *ebpf.MapSpec `ebpf:"source_run"`
 	SourceSketch   *ebpf.MapSpec `ebpf:"source_sketch"`
 	SourceStats    *ebpf.MapSpec `ebpf:"source_stats"`
@@ -371,6 +403,7 @@ type LimiterMaps struct {
 	Settings       *ebpf.Map `ebpf:"settings"`
 	SeverityStats  *ebpf.Map `ebpf:"severity_stats"`
 	SkbIfaces      *ebpf.Map `ebpf:"skb_ifaces"`
+	SmoothCpu      *ebpf.Map `ebpf:"smooth_cpu"`
 	SourceRun      *ebpf.Map `ebpf:"source_run"`
 	SourceSketch   *ebpf.Map `ebpf:"source_sketch"`
 	SourceStats    *ebpf.Map `ebpf:"source_stats"`
@@ -393,6 +426,7 @@ func (m *LimiterMaps) Close() error {
 		m.Settings,
 		m.SeverityStats,
 		m.SkbIfaces,
+		m.SmoothCpu,
 		m.SourceRun,
 		m.SourceSketch,
 		m.SourceStats,

@@ -20,7 +20,7 @@ import (
 // accuracyPolicy has wide tiers, so 10^5 packets fit inside each, and both
 // exact ends: tier 1 drops 0%, tier 4 drops 100%.
 func accuracyPolicy(tb testing.TB) tiers.Policy {
-	p := tiers.Default()
+	p := ordinalDefault()
 	p.Window = time.Hour
 	p.Max = 1_000_000
 	p.Tiers = []tiers.Tier{{At: tiers.Pct(50), Drop: tiers.Pct(0)}, {At: tiers.Pct(70), Drop: tiers.Pct(20)}, {At: tiers.Pct(80), Drop: tiers.Pct(50)}, {At: tiers.Pct(100), Drop: tiers.Pct(100)}}
@@ -102,7 +102,7 @@ func equal(a, b []uint64) bool {
 func TestWindow(t *testing.T) {
 	for _, gate := range []bool{true, false} {
 		t.Run(map[bool]string{true: "gate", false: "exact"}[gate], func(t *testing.T) {
-			p := tiers.Default()
+			p := ordinalDefault()
 			p.Window = 200 * time.Millisecond
 			p.Max = 100
 			opts := bpf.Options{}
@@ -156,7 +156,7 @@ func testWindow(t *testing.T, h *harness) {
 func TestWindowEdge(t *testing.T) {
 	for _, gate := range []bool{true, false} {
 		t.Run(map[bool]string{true: "gate", false: "exact"}[gate], func(t *testing.T) {
-			p := tiers.Default()
+			p := ordinalDefault()
 			p.Window = 50 * time.Millisecond
 			opts := bpf.Options{}
 			if gate {
@@ -280,7 +280,7 @@ func TestConcurrentCount(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs 2 CPUs")
 	}
-	p := tiers.Default()
+	p := ordinalDefault()
 	p.Window = time.Hour
 	h := newHarness(t, p)
 	h.preload(0)
@@ -303,7 +303,7 @@ func TestConcurrentCount(t *testing.T) {
 // TestApplySwapsWholePolicy flips between two policies: each takes effect
 // at once, and the window carries on.
 func TestApplySwapsWholePolicy(t *testing.T) {
-	lenient := tiers.Default()
+	lenient := ordinalDefault()
 	lenient.Window = time.Hour
 	lenient.Max = 1_000_000
 	strict := lenient
@@ -347,11 +347,11 @@ func TestApplySwapsUnderTraffic(t *testing.T) {
 		return r
 	}
 	always := []tiers.Tier{{At: tiers.Pct(100), Drop: tiers.Pct(100)}}
-	a := tiers.Default() // both ports, max 1: every packet in tier 1, dropped
+	a := ordinalDefault() // both ports, max 1: every packet in tier 1, dropped
 	a.Window, a.Max, a.Tiers, a.Select = time.Hour, 1, always, udp(514, 1514)
-	b := tiers.Default() // udp/514, max 10^6: tier 0, passed
+	b := ordinalDefault() // udp/514, max 10^6: tier 0, passed
 	b.Window, b.Max, b.Select = time.Hour, 1_000_000, udp(514)
-	c := tiers.Default() // udp/1514, max 1, dry-run: tier 1, would_drop
+	c := ordinalDefault() // udp/1514, max 1, dry-run: tier 1, would_drop
 	c.Window, c.Max, c.Tiers, c.Select, c.Mode = time.Hour, 1, always, udp(1514), tiers.ModeDryRun
 	pols := []tiers.Policy{a, b, c}
 	tabs := []tiers.Table{mustCompile(t, a), mustCompile(t, b), mustCompile(t, c)}
@@ -437,8 +437,8 @@ func TestApplySwapsUnderTraffic(t *testing.T) {
 }
 
 func TestApplyRefusesWhatDoesNotFit(t *testing.T) {
-	h := newHarness(t, tiers.Default())
-	p := tiers.Default()
+	h := newHarness(t, ordinalDefault())
+	p := ordinalDefault()
 	tab, err := tiers.Compile(p)
 	if err != nil {
 		t.Fatal(err)
@@ -456,7 +456,7 @@ func TestApplyRefusesWhatDoesNotFit(t *testing.T) {
 
 // TestModes: dry-run counts would_drop and passes; off passes and counts.
 func TestModes(t *testing.T) {
-	p := tiers.Default()
+	p := ordinalDefault()
 	p.Window = time.Hour
 	h := newHarness(t, p)
 	frame := UDP4(t, 514)
@@ -492,7 +492,7 @@ func TestModes(t *testing.T) {
 // compiled at a coarser step.
 func TestActiveReadsBackThePolicy(t *testing.T) {
 	for _, max := range []uint64{40000, 100_000_003} {
-		p := tiers.Default()
+		p := ordinalDefault()
 		p.Max, p.Mode, p.Window = max, tiers.ModeDryRun, 250*time.Millisecond
 		p.Tiers = []tiers.Tier{{At: tiers.Pct(50), Drop: tiers.Pct(0)}, {At: tiers.Pct(70), Drop: tiers.MustParsePercent("12.5")}, {At: tiers.MustParsePercent("70.5"), Drop: tiers.Pct(50)}, {At: tiers.Pct(120), Drop: tiers.Pct(100)}}
 		h := newHarness(t, p)

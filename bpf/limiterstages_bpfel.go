@@ -27,6 +27,7 @@ const (
 	limiterStagesMapSettings       = "settings"
 	limiterStagesMapSeverityStats  = "severity_stats"
 	limiterStagesMapSkbIfaces      = "skb_ifaces"
+	limiterStagesMapSmoothCpu      = "smooth_cpu"
 	limiterStagesMapSourceRun      = "source_run"
 	limiterStagesMapSourceSketch   = "source_sketch"
 	limiterStagesMapSourceStats    = "source_stats"
@@ -100,6 +101,7 @@ type limiterStagesMapSpecs struct {
 	Settings       *ebpf.MapSpec `ebpf:"settings"`
 	SeverityStats  *ebpf.MapSpec `ebpf:"severity_stats"`
 	SkbIfaces      *ebpf.MapSpec `ebpf:"skb_ifaces"`
+	SmoothCpu      *ebpf.MapSpec `ebpf:"smooth_cpu"`
 	SourceRun      *ebpf.MapSpec `ebpf:"source_run"`
 	SourceSketch   *ebpf.MapSpec `ebpf:"source_sketch"`
 	SourceStats    *ebpf.MapSpec `ebpf:"source_stats"`
@@ -149,6 +151,7 @@ type limiterStagesMaps struct {
 	Settings       *ebpf.Map `ebpf:"settings"`
 	SeverityStats  *ebpf.Map `ebpf:"severity_stats"`
 	SkbIfaces      *ebpf.Map `ebpf:"skb_ifaces"`
+	SmoothCpu      *ebpf.Map `ebpf:"smooth_cpu"`
 	SourceRun      *ebpf.Map `ebpf:"source_run"`
 	SourceSketch   *ebpf.Map `ebpf:"source_sketch"`
 	SourceStats    *ebpf.Map `ebpf:"source_stats"`
@@ -171,6 +174,7 @@ func (m *limiterStagesMaps) Close() error {
 		m.Settings,
 		m.SeverityStats,
 		m.SkbIfaces,
+		m.SmoothCpu,
 		m.SourceRun,
 		m.SourceSketch,
 		m.SourceStats,

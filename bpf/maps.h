@@ -84,6 +84,15 @@ struct {
 	__type(value, struct tl_overflow);
 } overflow SEC(".maps");
 
+/* Each CPU's smooth estimate of the current window, refreshed once per
+ * tick: struct tl_smooth_cpu (smooth.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tl_smooth_cpu);
+} smooth_cpu SEC(".maps");
+
 /* Selected packets by [tier * TL_VERDICTS + verdict], per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

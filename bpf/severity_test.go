@@ -19,7 +19,7 @@ import (
 // emerg..err within 5% of max, shed debug first.
 func severityPolicy(tb testing.TB, max uint64) tiers.Policy {
 	tb.Helper()
-	p := tiers.Default()
+	p := ordinalDefault()
 	p.Max, p.Window = max, time.Hour
 	p.Severity = &tiers.Severity{Protect: []int{0, 1, 2, 3}, ProtectBudget: tiers.Pct(5), ShedFirst: []int{7}}
 	if err := p.Validate(); err != nil {

@@ -16,6 +16,7 @@
 #include "parse.h"
 #include "verdict.h"
 #include "window.h"
+#include "smooth.h"
 
 /* The column of a group in one row: the multiply-shift hash (Dietzfelbinger
  * et al. 1997; Thorup 2015, "High speed hashing for integers and strings",
@@ -190,19 +191,26 @@ static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id)
  * dry-run (would_drop) and off, counted in source_stats and never in the
  * window. A first fragment's verdict is remembered for its followers. A
  * stage stop returns XDP_DROP, an action, which tl_judge returns. */
-static __always_inline int source_budget(const struct pkt *p, const struct tl_settings *s,
+static __always_inline int source_budget(const struct pkt *p, const struct tl_settings *s, __u32 slot,
 					 struct tl_window *w, __u64 bytes)
 {
 	struct tl_src_key k = {};
 	source_group(p, s, &k);
-	__u64 id = source_window(w, s);
+	__u64 tick;
+	__u64 id = source_window(w, s, &tick);
 	TL_STAGE(TL_STAGE_GROUP, XDP_DROP);
 	int over = sketch_over(&k, s, id);
 	TL_STAGE(TL_STAGE_SKETCH, XDP_DROP);
 	if (!over)
 		return -1;
 
-	__u32 verdict = mode_verdict(s);
+	/* Over budget: judged on the capacity in-budget traffic leaves
+	 * (smooth.h over_budget_thr), never counted in the window's n. */
+	__u32 thr, verdict = TL_PASS;
+	if (!over_budget_thr(w, s, slot, id, tick, &thr))
+		thr = TL_THR_ALWAYS;
+	if (s->mode != TL_MODE_OFF && draw_drop(thr))
+		verdict = mode_verdict(s);
 	count(&source_stats, verdict, 1, bytes);
 	source_top_add(&k, id);
 	if (p->frag == FRAG_FIRST)

@@ -30,10 +30,12 @@ func udpFrom(tb testing.TB, src netip.Addr) []byte {
 }
 
 // sourcesPolicy is max per hour-long window with a per-source budget, and
-// one tier far above what a test sends, so that every drop is a budget's.
+// one tier far above what a test sends: over-budget packets are judged on
+// the capacity in-budget traffic leaves (DESIGN.md §6), so none is dropped
+// and the tests see the budget in the counters.
 func sourcesPolicy(tb testing.TB, max uint64, s tiers.Sources) tiers.Policy {
 	tb.Helper()
-	p := tiers.Default()
+	p := ordinalDefault()
 	p.Window, p.Max = time.Hour, max
 	p.Tiers = []tiers.Tier{{At: tiers.Pct(100000), Drop: tiers.Pct(100)}}
 	p.Sources = s
@@ -83,7 +85,7 @@ func TestSourcesDifferential(t *testing.T) {
 			d := m.PacketFrom(now, pool[j])
 			ret := h.run(frames[j])
 			got := h.window().Count
-			if (ret == xdpDrop) != d.OverBudget || got != m.N() {
+			if (ret == xdpDrop) != (d.Verdict == tiers.VerdictDrop) || got != m.N() {
 				t.Fatalf("window %d packet %d from %v: program action %d n %d; model over budget %v n %d",
 					win, i, pool[j], ret, got, d.OverBudget, m.N())
 			}
@@ -107,7 +109,7 @@ func TestSourcesDifferential(t *testing.T) {
 // memory does not move, and the tiers shed as without sources.
 func TestSourcesSpoofedFlood(t *testing.T) {
 	const max, offered = 20000, 100000
-	p := tiers.Default()
+	p := ordinalDefault()
 	p.Window, p.Max = time.Hour, max
 	p.Sources = tiers.Sources{Budget: tiers.Pct(10), PrefixV4: 32, PrefixV6: 64}
 	h := newHarness(t, p)
@@ -181,11 +183,13 @@ func TestSourcesGrouping(t *testing.T) {
 			dropped := 0
 			for round := range 3 {
 				for i, f := range frames {
+					before := h.window().Count
 					ret := h.run(f)
-					if n := round*len(frames) + i + 1; (ret == xdpDrop) != (n > budget) {
-						t.Fatalf("packet %d of the group (host %d): action %d", n, i, ret)
+					over := h.window().Count == before
+					if n := round*len(frames) + i + 1; over != (n > budget) || ret != xdpPass {
+						t.Fatalf("packet %d of the group (host %d): action %d, over budget %v", n, i, ret, over)
 					}
-					if ret == xdpDrop {
+					if over {
 						dropped++
 					}
 				}
@@ -194,7 +198,7 @@ func TestSourcesGrouping(t *testing.T) {
 				t.Errorf("a host of another prefix: action %d, want pass", ret)
 			}
 			st := h.stats()
-			if got := st.OverBudget[tiers.VerdictDrop].Packets; got != uint64(dropped) || dropped != 50 {
+			if got := st.OverBudget[tiers.VerdictPass].Packets; got != uint64(dropped) || dropped != 50 {
 				t.Errorf("over budget: counted %d, dropped %d, want 50", got, dropped)
 			}
 			if got := h.window().Count; got != budget+1 {
@@ -221,6 +225,11 @@ func TestSourcesModes(t *testing.T) {
 			p.Mode = mode
 			h := newHarness(t, p)
 			h.expire()
+			// One tier at T_1 = 15, drop 100%: over-budget packets take
+			// positions n + rank = 11.. (DESIGN.md §6), so ranks 1-4 pass
+			// and the other 16 are dropped, would_drop or passed by mode.
+			p.Tiers = []tiers.Tier{{At: tiers.MustParsePercent("1.5%"), Drop: tiers.Pct(100)}}
+			h.apply(p)
 			frame := udpFrom(t, netip.MustParseAddr("192.0.2.77"))
 			want := uint32(xdpPass)
 			if mode == tiers.ModeEnforce {
@@ -228,14 +237,14 @@ func TestSourcesModes(t *testing.T) {
 			}
 			for i := range 30 {
 				ret := h.run(frame)
-				if i >= 10 && ret != want {
-					t.Fatalf("packet %d: action %d, want %d", i+1, ret, want)
+				if w := map[bool]uint32{true: want, false: xdpPass}[i >= 14]; ret != w {
+					t.Fatalf("packet %d: action %d, want %d", i+1, ret, w)
 				}
 			}
 			st := h.stats()
 			v := map[tiers.Mode]tiers.Verdict{tiers.ModeEnforce: tiers.VerdictDrop, tiers.ModeDryRun: tiers.VerdictWouldDrop, tiers.ModeOff: tiers.VerdictPass}[mode]
-			if st.OverBudget[v].Packets != 20 || overBudget(st) != 20 {
-				t.Errorf("over budget by verdict %+v, want 20 %s", st.OverBudget, v)
+			if st.OverBudget[v].Packets != 16+map[bool]uint64{true: 4}[mode == tiers.ModeOff] || overBudget(st) != 20 {
+				t.Errorf("over budget by verdict %+v, want 16 %s of 20", st.OverBudget, v)
 			}
 			if n := h.window().Count; n != 10 || st.SelectedPackets() != 10 {
 				t.Errorf("window n %d, selected %d; want 10 and 10", n, st.SelectedPackets())
@@ -248,6 +257,8 @@ func TestSourcesModes(t *testing.T) {
 // budget, and the fragments of an over-budget datagram follow it.
 func TestSourcesExemptAndFragments(t *testing.T) {
 	p := sourcesPolicy(t, 1000, tiers.Sources{BudgetPackets: 5, PrefixV4: 32, PrefixV6: 64})
+	// T_1 = 6: the over-budget datagram's position, 5 + 1, drops.
+	p.Tiers = []tiers.Tier{{At: tiers.MustParsePercent("0.6%"), Drop: tiers.Pct(100)}}
 	p.Exempt = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}
 	h := newHarness(t, p)
 	h.expire()
@@ -288,30 +299,32 @@ func TestSourcesReload(t *testing.T) {
 	h := newHarness(t, off)
 	h.expire()
 	frame := UDP4(t, 514)
-	send := func(n int) (drops int) {
+	// send returns how many of n packets were over budget.
+	send := func(n int) (over int) {
+		before := overBudget(h.stats())
 		for range n {
 			if h.run(frame) == xdpDrop {
-				drops++
+				t.Fatal("a drop under a tier far above the traffic")
 			}
 		}
-		return drops
+		return int(overBudget(h.stats()) - before)
 	}
 	if d := send(30); d != 0 {
-		t.Fatalf("sources off: %d drops", d)
+		t.Fatalf("sources off: %d over budget", d)
 	}
 	h.apply(on(20)) // the sketch starts counting now: 20 pass, 10 over
 	if d := send(30); d != 10 {
-		t.Errorf("budget 20 turned on: %d of 30 dropped, want 10", d)
+		t.Errorf("budget 20 turned on: %d of 30 over budget, want 10", d)
 	}
 	// Over budget, the group's cells stopped at 21 (sketch_over): raised
 	// to 50, the budget lets 29 more through in this window.
 	h.apply(on(50))
 	if d := send(30); d != 1 {
-		t.Errorf("budget raised to 50: %d of 30 dropped, want 1", d)
+		t.Errorf("budget raised to 50: %d of 30 over budget, want 1", d)
 	}
 	h.apply(off)
 	if d := send(30); d != 0 {
-		t.Errorf("sources off again: %d drops", d)
+		t.Errorf("sources off again: %d over budget", d)
 	}
 	if a, err := h.l.Active(); err != nil || a.Sources.Budget != 0 {
 		t.Errorf("Active after turning off: %+v, %v", a.Sources, err)
@@ -425,8 +438,10 @@ func TestSourcesSeedsSurviveReload(t *testing.T) {
 		t.Error("a limiter on pinned maps drew new seeds")
 	}
 	// The group's 5 packets of this window still count: the 6th is over.
-	if ret := second.run(frame); ret != xdpDrop {
-		t.Errorf("6th packet after the reload: action %d, want drop", ret)
+	before := overBudget(second.stats())
+	second.run(frame)
+	if got := overBudget(second.stats()) - before; got != 1 {
+		t.Errorf("6th packet after the reload: %d over budget, want 1", got)
 	}
 	if other := newHarness(t, p); other.l.SketchSeeds() == first.l.SketchSeeds() {
 		t.Error("fresh maps reuse the seeds")

@@ -41,6 +41,10 @@ enum tl_const {
 	 * so a prefix only ever matches packets of its own family */
 	TL_LPM_TAG_IPV6 = 1 << 30,
 	TL_C_MAX_CPUS = TL_MAX_CPUS,
+	TL_C_SMOOTH_FRAC_BITS = TL_SMOOTH_FRAC_BITS,
+	TL_C_SMOOTH_MIN_FRAC = TL_SMOOTH_MIN_FRAC,
+	TL_C_SMOOTH_ONSET_MIN = TL_SMOOTH_ONSET_MIN,
+	TL_C_SMOOTH_TICK_SHIFT = TL_SMOOTH_TICK_SHIFT,
 };
 
 /* Drop thresholds on the bpf_get_prandom_u32() scale (tl_entry.thr). */
@@ -136,6 +140,14 @@ struct tl_window {
 	__u64 start_jiffies; /* bpf_jiffies64() read just before start_ns; 0: unknown */
 	__u64 debt;          /* severity: protected passes not yet paid off */
 	__u64 overflowed;    /* opened + 1 once a CPU counted in the overflow map in this window; else less */
+	/* The shape and the budgets that share (DESIGN.md §6, §9), written by
+	 * the opener but for ex_count and onset: */
+	__u64 start_tick; /* the window's first tick: start_jiffies, or start_ns >> TL_SMOOTH_TICK_SHIFT */
+	__u64 gap;        /* ticks between the previous window's end and this one's start */
+	__u64 expect_in;  /* the previous window's count, less the gap's share: this window's expected in-budget count */
+	__u64 onset;      /* opened + 1 once the window is latched as an onset (smooth) */
+	__u64 ex_count;   /* over-budget packets counted on the shared line (ordinal, below saturation) */
+	__u64 prev_ex;    /* the previous window's ex_count */
 };
 
 /* One CPU's packets past saturation (limiter.c window_count), for the
@@ -146,7 +158,8 @@ struct tl_window {
 struct tl_overflow {
 	__u64 window[2];  /* tl_window.opened of the window counted in packets[i] */
 	__u64 packets[2]; /* packets of that window this CPU counted */
-	__u64 _pad[12];
+	__u64 ex[2];      /* over-budget packets of that window this CPU counted */
+	__u64 _pad[10];
 };
 
 /* The policy of one slot, besides its table and its selectors. */
@@ -188,7 +201,36 @@ struct tl_settings {
 	__u32 last_thr;
 	__u32 last_tier;
 	__u32 nr_cpus; /* entries of the overflow map to sum: possible CPUs, at most TL_MAX_CPUS */
-	__u32 _pad2;
+	__u32 shape;   /* enum tl_shape; under TL_SHAPE_SMOOTH tier_table and shed_drops hold q's thresholds */
+	/* The smooth shape (smooth.h, tiers.SmoothTable): ticks in a window
+	 * (at least 1); the first R̂ past the table; P there and the last
+	 * tier's pass probability, 16 fractional bits. */
+	__u64 sm_ticks;
+	__u64 sm_last_n;
+	__u64 sm_pass_base;
+	__u64 sm_pass_last;
+};
+
+/* enum of tl_settings.shape; values match tiers.Shape. */
+enum tl_shape {
+	TL_SHAPE_ORDINAL = 0,
+	TL_SHAPE_SMOOTH = 1,
+};
+
+/* One CPU's smooth estimate of the current window, refreshed at its first
+ * packet of each tick (smooth.h; tiers.SmoothCoef). */
+struct tl_smooth_cpu {
+	__u64 id;       /* tl_window.opened + 1 of the window it describes; 0: none */
+	__u64 tick;     /* the tick it was computed in */
+	__u64 base_in;  /* the previous window's in-budget share of the last window's span */
+	__u64 prev_in;  /* the previous window's in-budget count, less the gap's share */
+	__u64 base_tot; /* base_in for all selected packets, over-budget ones included */
+	__u64 mult;     /* 1/max(f, min), TL_SMOOTH_FRAC_BITS fractional bits */
+	__u64 ovf;      /* in-budget packets counted per CPU past saturation, summed */
+	__u64 ex;       /* over-budget packets of the window, summed */
+	__u64 hi_r;     /* R̂ of hi_thr, the memo of q past the table; 0: none */
+	__u32 hi_thr;
+	__u32 ex_thr;   /* the over-budget packets' drop threshold this tick */
 };
 
 /* One entry of a compiled tier table. */
@@ -281,6 +323,7 @@ struct tl_contract {
 	enum tl_sev_stat sev_stat;
 	enum tl_malformed malformed;
 	enum tl_stage stage;
+	enum tl_shape shape;
 };
 
 #endif /* __TL_TYPES_H */

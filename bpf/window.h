@@ -14,7 +14,7 @@
  * packet of a window on a CPU reuses the slot of window id - 2, and marks
  * the window as overflowed (a store to the shared line, once per window
  * unless CPUs race to it, all storing the same value). */
-static __always_inline int overflow_add(struct tl_window *w, __u64 id)
+static __always_inline int overflow_add(struct tl_window *w, __u64 id, int ex)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct tl_overflow *o = bpf_map_lookup_elem(&overflow, &cpu);
@@ -24,17 +24,26 @@ static __always_inline int overflow_add(struct tl_window *w, __u64 id)
 	if (o->window[i] != id) {
 		o->window[i] = id;
 		o->packets[i] = 0;
-		if (READ_ONCE(w->overflowed) != id + 1)
-			w->overflowed = id + 1;
+		o->ex[i] = 0;
 	}
+	if (ex) {
+		o->ex[i]++;
+		return 1;
+	}
+	if (!o->packets[i] && READ_ONCE(w->overflowed) != id + 1)
+		w->overflowed = id + 1;
 	o->packets[i]++;
 	return 1;
 }
 
-/* bpf_loop's state for overflow_sum. */
+/* bpf_loop's state for overflow_sum: the sums of window id's slots, and
+ * of window id - 1's (the other slot) when prev is set. */
 struct overflow_sum_ctx {
 	__u64 id;
-	__u64 sum;
+	__u64 sum;     /* in-budget packets past saturation, window id */
+	__u64 ex;      /* over-budget packets, window id */
+	__u64 prev;    /* the same two for window id - 1 */
+	__u64 prev_ex;
 };
 
 static long overflow_sum_cpu(__u32 cpu, struct overflow_sum_ctx *x)
@@ -43,9 +52,21 @@ static long overflow_sum_cpu(__u32 cpu, struct overflow_sum_ctx *x)
 	if (!o)
 		return 1;
 	__u32 i = x->id & 1;
-	if (o->window[i] == x->id)
+	if (o->window[i] == x->id) {
 		x->sum += o->packets[i];
+		x->ex += o->ex[i];
+	}
+	if (o->window[i ^ 1] == x->id - 1) {
+		x->prev += o->packets[i ^ 1];
+		x->prev_ex += o->ex[i ^ 1];
+	}
 	return 0;
+}
+
+/* All four sums of overflow_sum_ctx for window id, over nr_cpus CPUs. */
+static __always_inline void overflow_sums(struct overflow_sum_ctx *x, __u32 nr_cpus)
+{
+	bpf_loop(nr_cpus < TL_MAX_CPUS ? nr_cpus : TL_MAX_CPUS, overflow_sum_cpu, x, 0);
 }
 
 /* The packets of window id that the first nr_cpus CPUs counted in the
@@ -55,7 +76,7 @@ static long overflow_sum_cpu(__u32 cpu, struct overflow_sum_ctx *x)
 static __always_inline __u64 overflow_sum(__u64 id, __u32 nr_cpus)
 {
 	struct overflow_sum_ctx x = { .id = id };
-	bpf_loop(nr_cpus < TL_MAX_CPUS ? nr_cpus : TL_MAX_CPUS, overflow_sum_cpu, &x, 0);
+	overflow_sums(&x, nr_cpus);
 	return x.sum;
 }
 
@@ -86,7 +107,8 @@ static __always_inline int window_expired(struct tl_window *w, const struct tl_s
 	return (__s64)(t->now - t->start) > (__s64)s->window_ns;
 }
 
-/* Counts a selected packet in the shared window and returns its n (1-based).
+/* Counts a selected packet in the shared window and returns its n (1-based),
+ * the window's id and the tick of the reading (window_count, below).
  *
  * The seed's rule: a window opens at the first selected packet that arrives
  * more than window_ns after the current window opened, on bpf_ktime_get_ns.
@@ -146,47 +168,99 @@ static __always_inline int window_expired(struct tl_window *w, const struct tl_s
  * either way. These orders are x86's (loads in program order, stores in
  * program order); on arm64 the JIT does not order plain loads, and a packet
  * that sees them out of order is misfiled the same way, one per other CPU
- * per window opening at most. */
-static __always_inline __u64 window_count(struct tl_window *w, const struct tl_settings *s)
+ * per window opening at most.
+ *
+ * The opener also records what the smooth shape and the budgets that share
+ * need of the window that ends (window_open): its start tick, the gap after
+ * it, its in-budget count less the gap's share (expect_in), and its shared
+ * over-budget count; all plain stores by the single opener, read by the
+ * other CPUs without order: a CPU that reads one stale for the few ns after
+ * the opening judges one packet on the old window's values. */
+static __always_inline void window_open(struct tl_window *w, const struct tl_settings *s, __u64 tick,
+					__u64 jiffies)
+{
+	__u64 old_tick = w->start_tick;
+	__u64 first = w->opened == 0;
+	w->start_jiffies = jiffies;
+	w->start_tick = tick;
+	w->overflowed = 0;
+	__u64 prev = __sync_lock_test_and_set(&w->count, 1);
+	w->last_count = prev;
+	w->prev_ex = __sync_lock_test_and_set(&w->ex_count, 0);
+	/* The previous window's end is its start plus a window; ticks beyond
+	 * it are a gap, which weighs its count down (tiers.SmoothCoef.Prev). */
+	__u64 j = s->sm_ticks ? s->sm_ticks : 1;
+	__u64 end = old_tick + j;
+	__u64 gap = first || tick <= end ? 0 : tick - end;
+	if (gap > j)
+		gap = j;
+	w->gap = gap;
+	w->expect_in = first ? 0 : prev * (j - gap) / j;
+	w->opened++;
+	/* A packet of the old window may still add to or pay the debt
+	 * after this: it then counts in the new window (one per other
+	 * CPU at most, in practice). */
+	__sync_lock_test_and_set(&w->debt, 0);
+}
+
+/* The tick of a window_expired reading: jiffies under the tick gate, else
+ * the clock >> TL_SMOOTH_TICK_SHIFT (window_expired reads the clock
+ * whenever the gate is off). */
+static __always_inline __u64 window_tick(const struct tl_settings *s, const struct window_clock *t)
+{
+	return s->window_jiffies ? t->jiffies : t->now >> TL_SMOOTH_TICK_SHIFT;
+}
+
+/* What window_count says of a packet. */
+struct window_pos {
+	__u64 n;    /* the packet's 1-based count in its window */
+	__u64 id;   /* the window's id, tl_window.opened */
+	__u64 tick; /* window_tick of the reading */
+};
+
+static __always_inline void window_count(struct tl_window *w, const struct tl_settings *s, struct window_pos *pos)
 {
 	struct window_clock t;
 
-	if (window_expired(w, s, &t) && __sync_bool_compare_and_swap(&w->start_ns, t.start, t.now)) {
-		w->start_jiffies = t.jiffies;
-		w->overflowed = 0;
-		w->last_count = __sync_lock_test_and_set(&w->count, 1);
-		w->opened++;
-		/* A packet of the old window may still add to or pay the debt
-		 * after this: it then counts in the new window (one per other
-		 * CPU at most, in practice). */
-		__sync_lock_test_and_set(&w->debt, 0);
-		return 1;
+	int expired = window_expired(w, s, &t);
+	pos->tick = window_tick(s, &t);
+	if (expired && __sync_bool_compare_and_swap(&w->start_ns, t.start, t.now)) {
+		window_open(w, s, pos->tick, t.jiffies);
+		pos->n = 1;
+		pos->id = w->opened;
+		return;
 	}
 	__u64 id = READ_ONCE(w->opened);
 	__u64 c = READ_ONCE(w->count);
-	if (c + 1 >= s->last_n && overflow_add(w, id))
-		return c + 1;
+	pos->id = id;
+	if (c + 1 >= s->last_n && overflow_add(w, id, 0)) {
+		pos->n = c + 1;
+		return;
+	}
 	__u64 overflowed = READ_ONCE(w->overflowed);
 	__u64 n = __sync_fetch_and_add(&w->count, 1) + 1;
 	if (overflowed == id + 1 && n < s->last_n)
 		n += overflow_sum(id, s->nr_cpus);
-	return n;
+	pos->n = n;
 }
 
 /* The id of the window the packet will be counted in: tl_window.opened, or
  * one more when the window has expired and this packet (or a racing one)
- * is about to open the next. It applies window_count's rule through
- * window_expired, tick gate included, so the two agree but for a packet at
- * a window's very end that a racing CPU moves into the next window between
- * the two reads: it is counted in the sketch under the old id (accepted:
- * one packet's share of a group's budget is charged to the window that just
- * ended). opened is bumped by the opener after start_ns, so a CPU may pair
- * the new start_ns with the old opened for a few ns: same consequence. */
-static __always_inline __u64 source_window(struct tl_window *w, const struct tl_settings *s)
+ * is about to open the next; and the tick of the reading. It applies
+ * window_count's rule (window_expired), so the two agree but for a packet
+ * at a window's very end that a racing CPU moves into the next window
+ * between the two reads: it is counted in the sketch under the old id
+ * (accepted: one packet's share of a group's budget is charged to the
+ * window that just ended). opened is bumped by the opener after start_ns,
+ * so a CPU may pair the new start_ns with the old opened for a few ns:
+ * same consequence. */
+static __always_inline __u64 source_window(struct tl_window *w, const struct tl_settings *s, __u64 *tick)
 {
 	struct window_clock t;
 	__u64 id = READ_ONCE(w->opened);
-	return window_expired(w, s, &t) ? id + 1 : id;
+	int expired = window_expired(w, s, &t);
+	*tick = window_tick(s, &t);
+	return expired ? id + 1 : id;
 }
 
 #endif /* __TL_WINDOW_H */

@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* The smooth shape (DESIGN.md §9) and the over-budget packets' share of the
+ * window (DESIGN.md §6), in both shapes.
+ *
+ * Smooth drops each selected packet with probability q(R̂) = 1 − P(R̂)/R̂,
+ * where R̂ estimates the window's offered count. tiers.SmoothCoef is the
+ * same estimator in Go, and tiers.Model the reference the tests compare
+ * against:
+ *   S = n + base: the count over the last window's span (n, plus the
+ *       previous window's count times the part of the span it covers);
+ *   F = n × mult: n extrapolated to the window's end, mult = 1/max(f, 1/32);
+ *   a window is an onset once F > 2 S with at least TL_SMOOTH_ONSET_MIN
+ *   packets, latched in tl_window.onset; R̂ = max(S, F) in an onset, else S.
+ *
+ * The per-tick parts (base, mult, the summed per-CPU counts and the
+ * over-budget threshold) are computed by each CPU at its first packet of a
+ * tick (jiffies, or the clock >> TL_SMOOTH_TICK_SHIFT) into its own
+ * smooth_cpu entry: three divisions and one bpf_loop over the CPUs per
+ * tick, never per packet, and no write the CPUs share. A packet pays one
+ * per-CPU lookup, two multiplications, a table lookup and the draw. */
+#ifndef __TL_SMOOTH_H
+#define __TL_SMOOTH_H
+
+#include "maps.h"
+#include "policy.h"
+#include "window.h"
+
+/* x × y >> TL_SMOOTH_FRAC_BITS; the callers keep x below 2^41 and y below
+ * 2^22, so the product fits. */
+static __always_inline __u64 sm_mul(__u64 x, __u64 y)
+{
+	return (x * y) >> TL_SMOOTH_FRAC_BITS;
+}
+
+/* q(R̂) past the table, from the closed form P(R̂) = pass_base + (R̂ −
+ * last_n) × pass_last (tiers.SmoothTable.Beyond): one division. */
+static __always_inline __u32 sm_beyond(const struct tl_settings *s, __u64 rhat)
+{
+	if (rhat < s->sm_last_n)
+		rhat = s->sm_last_n;
+	if (!rhat)
+		rhat = 1;
+	__u64 p16 = s->sm_pass_base + (rhat - s->sm_last_n) * s->sm_pass_last;
+	__u64 ratio = p16 / rhat;
+	if (ratio >= TL_SMOOTH_ONE)
+		return TL_THR_NEVER;
+	if (!ratio)
+		return TL_THR_ALWAYS;
+	return (__u32)((TL_SMOOTH_ONE - ratio) << 16);
+}
+
+/* The tier and q(R̂) of an estimate: the smooth table's entry R̂ >> shift,
+ * or the closed form past it (tiers.Table.Smooth). Past the table, q is
+ * memoised per CPU and reused while R̂ stays within 1/1024 of the R̂ it was
+ * computed for, so that a steady flood pays no division per packet. */
+static __always_inline int sm_entry(const struct tl_settings *s, __u32 slot, struct tl_smooth_cpu *c,
+				    __u64 rhat, __u32 *tier, __u32 *thr)
+{
+	if (rhat < s->sm_last_n)
+		return tier_entry(s, slot, rhat, tier, thr);
+	*tier = s->last_tier;
+	__u64 d = rhat > c->hi_r ? rhat - c->hi_r : c->hi_r - rhat;
+	if (!c->hi_r || d > c->hi_r >> 10) {
+		c->hi_r = rhat;
+		c->hi_thr = sm_beyond(s, rhat);
+	}
+	*thr = c->hi_thr;
+	return 1;
+}
+
+/* P(r) with 16 fractional bits, from q (tiers.Table.pass16). */
+static __always_inline __u64 sm_pass16(const struct tl_settings *s, __u32 slot, struct tl_smooth_cpu *c, __u64 r)
+{
+	__u32 tier, thr;
+	if (r >= s->sm_last_n)
+		thr = sm_beyond(s, r);
+	else if (!tier_entry(s, slot, r, &tier, &thr))
+		return 0;
+	if (thr == TL_THR_ALWAYS)
+		return 0;
+	return r * (TL_SMOOTH_ONE - (thr >> 16));
+}
+
+/* The over-budget packets' threshold when the in-budget expectation is rin
+ * and the estimate of all selected packets rtot: they pass P(rtot) −
+ * P(rin) together, (P(rtot) − P(rin)) / (rtot − rin) each
+ * (tiers.Table.ShareThreshold). */
+static __always_inline __u32 sm_share(const struct tl_settings *s, __u32 slot, struct tl_smooth_cpu *c,
+				      __u64 rin, __u64 rtot)
+{
+	__u32 tier, thr;
+	if (rtot <= rin + 1) {
+		if (rin + 1 >= s->sm_last_n)
+			return sm_beyond(s, rin + 1);
+		return tier_entry(s, slot, rin + 1, &tier, &thr) ? thr : TL_THR_NEVER;
+	}
+	__u64 pin = sm_pass16(s, slot, c, rin), ptot = sm_pass16(s, slot, c, rtot);
+	if (ptot <= pin)
+		return TL_THR_ALWAYS;
+	__u64 share = (ptot - pin) / (rtot - rin);
+	if (share >= TL_SMOOTH_ONE)
+		return TL_THR_NEVER;
+	if (!share)
+		return TL_THR_ALWAYS;
+	return (__u32)((TL_SMOOTH_ONE - share) << 16);
+}
+
+/* R̂ of count n under c: S, or max(S, F) in an onset (tiers.SmoothCoef.Estimate). */
+static __always_inline __u64 sm_estimate(__u64 n, __u64 base, __u64 mult, int onset)
+{
+	__u64 s = n + base, f = sm_mul(n, mult);
+	return onset && f > s ? f : s;
+}
+
+/* Whether count n under (base, mult) is an onset (tiers.SmoothCoef.Onset). */
+static __always_inline int sm_onset(__u64 n, __u64 base, __u64 mult)
+{
+	return n >= TL_SMOOTH_ONSET_MIN && sm_mul(n, mult) > 2 * (n + base);
+}
+
+/* This CPU's estimate of window id at tick, refreshed when either changed
+ * (tiers.Model.refresh). in is the window's shared in-budget count as the
+ * caller read it. Returns NULL only if the per-CPU map cannot be read. */
+static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const struct tl_settings *s, __u32 slot,
+						     __u64 id, __u64 tick, __u64 in)
+{
+	__u32 zero = 0;
+	struct tl_smooth_cpu *c = bpf_map_lookup_elem(&smooth_cpu, &zero);
+	if (!c || (c->id == id + 1 && c->tick == tick))
+		return c;
+
+	__u64 j = s->sm_ticks ? s->sm_ticks : 1;
+	__u64 start = READ_ONCE(w->start_tick);
+	__u64 e = tick > start ? tick - start : 0;
+	if (e > j)
+		e = j;
+	__u64 f = ((2 * e + 1) << (TL_SMOOTH_FRAC_BITS - 1)) / j;
+	if (f > TL_SMOOTH_ONE)
+		f = TL_SMOOTH_ONE;
+	__u64 gap = READ_ONCE(w->gap);
+	__u64 g = (gap > j ? j : gap) << TL_SMOOTH_FRAC_BITS;
+	g /= j;
+
+	struct overflow_sum_ctx x = { .id = id };
+	overflow_sums(&x, s->nr_cpus);
+	__u64 prev_in = READ_ONCE(w->last_count) + x.prev;
+	__u64 prev_tot = prev_in + READ_ONCE(w->prev_ex) + x.prev_ex;
+	__u64 ov = f + g < TL_SMOOTH_ONE ? TL_SMOOTH_ONE - f - g : 0;
+
+	c->id = id + 1;
+	c->tick = tick;
+	c->base_in = sm_mul(prev_in, ov);
+	c->base_tot = sm_mul(prev_tot, ov);
+	c->prev_in = sm_mul(prev_in, TL_SMOOTH_ONE - g);
+	c->mult = (1ULL << (2 * TL_SMOOTH_FRAC_BITS)) / (f > TL_SMOOTH_MIN_FRAC ? f : TL_SMOOTH_MIN_FRAC);
+	c->ovf = x.sum;
+	c->ex = x.ex + READ_ONCE(w->ex_count);
+	c->ex_thr = TL_THR_NEVER;
+	if (s->src_budget) {
+		__u64 n = in + x.sum;
+		int onset = READ_ONCE(w->onset) == id + 1;
+		if (!onset && sm_onset(n + c->ex, c->base_tot, c->mult)) {
+			w->onset = id + 1;
+			onset = 1;
+		}
+		__u64 rin = n > c->prev_in ? n : c->prev_in;
+		__u64 rtot = sm_estimate(n + c->ex, c->base_tot, c->mult, onset);
+		c->ex_thr = sm_share(s, slot, c, rin, rtot);
+	}
+	return c;
+}
+
+/* The smooth judgement of an in-budget packet whose window_count is pos:
+ * its tier and q(R̂) (tiers.Model.smooth). Past saturation n is the shared
+ * count, and the per-CPU counts summed at this CPU's tick are added. With
+ * budgets on, in-budget packets are judged on S alone: a group's first
+ * budget packets come at its own rate and then stop, which F would read as
+ * a flood; the onset is latched on all selected packets. The latch is a
+ * plain store of one value by any CPU that sees the onset first. Returns 0
+ * when a map cannot be read. */
+static __always_inline int sm_judge(struct tl_window *w, const struct tl_settings *s, __u32 slot,
+				    const struct window_pos *pos, __u32 *tier, __u32 *thr)
+{
+	struct tl_smooth_cpu *c = sm_coef(w, s, slot, pos->id, pos->tick, pos->n);
+	if (!c)
+		return 0;
+	__u64 n = pos->n >= s->last_n ? pos->n + c->ovf : pos->n;
+	int onset = READ_ONCE(w->onset) == pos->id + 1;
+	if (!onset && sm_onset(n + c->ex, c->base_tot, c->mult)) {
+		w->onset = pos->id + 1;
+		onset = 1;
+	}
+	__u64 rhat = s->src_budget ? n + c->base_in : sm_estimate(n, c->base_in, c->mult, onset);
+	return sm_entry(s, slot, c, rhat, tier, thr);
+}
+
+/* The position and threshold of an over-budget packet of window id read at
+ * tick (DESIGN.md §6), counting it.
+ *
+ * Ordinal: position max(n, expect_in) + its rank among the window's
+ * over-budget packets, where expect_in is the previous window's in-budget
+ * count less the gap's share (tiers.Model.overBudget). The rank is a shared
+ * add until the position reaches last_n; from there on every position is in
+ * the table's last entry, so the packet counts itself in its CPU's overflow
+ * slot instead (ex) and a one-source flood makes no shared write.
+ *
+ * Smooth: the threshold this CPU computed at its tick (sm_coef); the packet
+ * counts itself in its CPU's overflow slot. */
+static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_settings *s, __u32 slot,
+					   __u64 id, __u64 tick, __u32 *thr)
+{
+	__u64 in = READ_ONCE(w->count);
+	if (s->shape == TL_SHAPE_SMOOTH) {
+		if (!overflow_add(w, id, 1))
+			__sync_fetch_and_add(&w->ex_count, 1);
+		struct tl_smooth_cpu *c = sm_coef(w, s, slot, id, tick, in);
+		if (!c)
+			return 0;
+		*thr = c->ex_thr;
+		return 1;
+	}
+	__u64 expect = READ_ONCE(w->expect_in);
+	__u64 base = in > expect ? in : expect;
+	__u64 pos = base + READ_ONCE(w->ex_count) + 1;
+	__u32 tier;
+	if (pos >= s->last_n && overflow_add(w, id, 1)) {
+		*thr = s->last_thr;
+		return 1;
+	}
+	pos = base + __sync_fetch_and_add(&w->ex_count, 1) + 1;
+	return tier_entry(s, slot, pos, &tier, thr);
+}
+
+#endif /* __TL_SMOOTH_H */
