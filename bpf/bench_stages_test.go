@@ -1,3 +1,5 @@
+//go:build tlstages
+
 package bpf_test
 
 import (
@@ -12,7 +14,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// stage names a TL_STAGE of limiter.c for BenchmarkStages' metrics;
+// stage names a TL_STAGE stop (bpf/verdict.h) for BenchmarkStages' metrics;
 // "full" (0) is the whole program.
 type stage struct {
 	name string
@@ -30,8 +32,20 @@ var (
 	stFull   = stage{"full", 0}
 )
 
+// newHarnessStage is newHarnessOpts for a program that stops every packet
+// at stage (bpf.LoadStage); 0 is the whole program.
+func newHarnessStage(tb testing.TB, p tiers.Policy, opts bpf.Options, stage bpf.LimiterTlStage) *harness {
+	tb.Helper()
+	Require(tb)
+	l, err := bpf.LoadStage(opts, stage)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return newHarnessWith(tb, p, l)
+}
+
 // BenchmarkStages splits the cost of the program's main paths by stage
-// (limiter.c TL_STAGE): for each path the program is loaded once per
+// (TL_STAGE, bpf/verdict.h): for each path the program is loaded once per
 // stage it reaches (bpf.LoadStage: every packet returns XDP_DROP there)
 // and once whole, and all of them run chunk by chunk beside a bare
 // XDP_DROP on the same frame (BenchmarkProgram's method). It reports each

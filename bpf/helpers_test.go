@@ -46,18 +46,18 @@ func kernelTick(tb testing.TB) uint64 {
 
 func newHarnessOpts(tb testing.TB, p tiers.Policy, opts bpf.Options) *harness {
 	tb.Helper()
-	return newHarnessStage(tb, p, opts, 0)
-}
-
-// newHarnessStage is newHarnessOpts for a program that stops every packet
-// at stage (bpf.LoadStage); 0 is the whole program.
-func newHarnessStage(tb testing.TB, p tiers.Policy, opts bpf.Options, stage bpf.LimiterTlStage) *harness {
-	tb.Helper()
 	testenv.Require(tb)
-	l, err := bpf.LoadStage(opts, stage)
+	l, err := bpf.Load(opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return newHarnessWith(tb, p, l)
+}
+
+// newHarnessWith is a harness on a loaded limiter l, which it closes at
+// the end of the test, with policy p applied.
+func newHarnessWith(tb testing.TB, p tiers.Policy, l *bpf.Limiter) *harness {
+	tb.Helper()
 	tb.Cleanup(func() { l.Close() })
 	h := &harness{tb: tb, l: l}
 	h.apply(p)
