@@ -112,9 +112,12 @@ func fairCollect(t *testing.T, a *agent.Agent, rx *testenv.Receiver, run *fairRu
 
 // TestFairShedding is issue 12's case on a real veth with a real UDP
 // receiver: with sources on, B–K get all their datagrams through a flood
-// from A, A gets its budget, and the collector's total per window is what
-// the tiers pass of the packets that reached them; the same traffic after a
-// reload without sources shows B–K shed at the seed's rate.
+// from A, and A gets what nobody else uses (DESIGN.md §6): the collector's
+// total per window is what the tiers pass of everything offered, P(R_in +
+// R_ex), as without budgets, and in the first window at most T_1 more (the
+// ordinal shape's bound: A's excess arrives with the in-budget traffic, and
+// no previous window tells its count); the same traffic after a reload
+// without sources shows B–K shed at the seed's rate.
 func TestFairShedding(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
@@ -144,29 +147,36 @@ func TestFairShedding(t *testing.T) {
 	on := fairTraffic(t, senders, 0)
 	fairCollect(t, a, rx, &on, 0, 0)
 	overA := 0
+	t1 := tab.TierStart(1)
 	for w := range on.sent {
-		reached, total, lightSent, lightGot := 0, 0, 0, 0
+		offered, total, lightSent, lightGot := 0, 0, 0, 0
 		for s := range on.sent[w] {
 			total += on.got[w][s]
+			offered += on.sent[w][s]
 			if s == 0 {
-				reached += min(on.sent[w][0], budget)
 				overA += on.sent[w][0] - min(on.sent[w][0], budget)
 				continue
 			}
-			reached += on.sent[w][s]
 			lightSent += on.sent[w][s]
 			lightGot += on.got[w][s]
 			if on.got[w][s] != on.sent[w][s] {
 				t.Errorf("with sources, window %d: source %c received %d of %d", w, 'A'+s, on.got[w][s], on.sent[w][s])
 			}
 		}
-		if on.got[w][0] > budget || on.got[w][0] != min(on.sent[w][0], budget) {
-			t.Errorf("with sources, window %d: A received %d of %d, want its budget %d", w, on.got[w][0], on.sent[w][0], budget)
+		if on.got[w][0] <= budget {
+			t.Errorf("with sources, window %d: A received %d of %d: only its budget %d, not what nobody else used", w, on.got[w][0], on.sent[w][0], budget)
 		}
-		e := tab.Expected(uint64(reached))
-		bound := within(t, fmt.Sprintf("with sources, window %d total", w), total, e, 0)
-		t.Logf("with sources, window %d: A sent %d received %d (budget %d); B–K sent %d received %d (%.0f%%); collector %d, tiers' pass for the %d that reached them %.1f ± %.1f",
-			w, on.sent[w][0], on.got[w][0], budget, lightSent, lightGot, 100*float64(lightGot)/float64(lightSent), total, reached, e.Passed, bound)
+		e := tab.Expected(uint64(offered))
+		// Later windows: a 0.25 s gap between bursts weighs the previous
+		// window's in-budget count down by a quarter, so A's excess may
+		// take up to that many in-budget positions.
+		slack := float64(lightSent+budget) / 4
+		if w == 0 {
+			slack = float64(t1)
+		}
+		bound := within(t, fmt.Sprintf("with sources, window %d total", w), total, e, slack)
+		t.Logf("with sources, window %d: A sent %d received %d (budget %d); B–K sent %d received %d (%.0f%%); collector %d of %d offered, P(R) %.1f ± %.1f",
+			w, on.sent[w][0], on.got[w][0], budget, lightSent, lightGot, 100*float64(lightGot)/float64(lightSent), total, offered, e.Passed, bound)
 	}
 
 	reg := prometheus.NewPedanticRegistry()
@@ -188,8 +198,8 @@ func TestFairShedding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := st.OverBudget[tiers.VerdictDrop].Packets; got != uint64(overA) {
-		t.Errorf("over budget dropped %d, A sent %d over its budget", got, overA)
+	if got := st.OverBudget[tiers.VerdictDrop].Packets + st.OverBudget[tiers.VerdictPass].Packets; got != uint64(overA) {
+		t.Errorf("over budget %d, A sent %d over its budget", got, overA)
 	}
 
 	// The same traffic without sources, after a reload.
@@ -201,7 +211,7 @@ func TestFairShedding(t *testing.T) {
 		t.Fatal(err)
 	}
 	off := fairTraffic(t, senders, 1000)
-	fairCollect(t, a, rx, &off, 1000, int(st.SelectedPackets()+st.OverBudget[tiers.VerdictDrop].Packets))
+	fairCollect(t, a, rx, &off, 1000, int(st.SelectedPackets()+st.OverBudget[tiers.VerdictDrop].Packets+st.OverBudget[tiers.VerdictPass].Packets))
 	for w := range off.sent {
 		offered, total, lightSent, lightGot := 0, 0, 0, 0
 		for s := range off.sent[w] {

@@ -19,8 +19,10 @@ import (
 )
 
 // smallPolicy is the acceptance tests' policy: max 2000 selected packets
-// per 1 s window, the seed's tiers (T = 1400, 1600, 2000), UDP 514 only.
+// per 1 s window, the seed's tiers (T = 1400, 1600, 2000), UDP 514 only,
+// under the ordinal shape whose windows these tests count exactly.
 const smallPolicy = `mode: enforce
+shape: ordinal
 window: 1s
 max: %d
 tiers:
