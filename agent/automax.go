@@ -477,26 +477,28 @@ func portsString(ports []tiers.PortRange) string {
 	return "udp/" + tiers.Rule{Ports: ports}.PortsString()
 }
 
-// The metrics of the adaptive max (DESIGN.md §5, §8), collected with the
-// agent's other metrics while a controller runs.
+// The metrics of the adaptive max (DESIGN.md §5, §8), emitted while a
+// controller runs.
 var (
-	autoAdjustDesc = prometheus.NewDesc("tierlimit_auto_max_adjustments_total",
-		"Changes of the adaptive max (max: auto), by direction (up, down).", []string{"direction"}, nil)
-	autoDropsDesc = prometheus.NewDesc("tierlimit_collector_socket_drops_total",
-		"Receive-buffer drops of the collector's UDP sockets (the selected ports) seen by the adaptive max.", nil, nil)
+	autoAdjustDesc = metric("auto_max_adjustments_total", "Changes of the adaptive max (max: auto), by direction (up, down).", "direction")
+	autoDropsDesc  = metric("collector_socket_drops_total", "Receive-buffer drops of the collector's UDP sockets (the selected ports) seen by the adaptive max.")
 )
 
-func describeAuto(ch chan<- *prometheus.Desc) {
-	ch <- autoAdjustDesc
-	ch <- autoDropsDesc
-}
-
-func (a *Agent) collectAuto(ch chan<- prometheus.Metric) {
+// autoCounts returns the controller's counters, nil when none runs.
+func (a *Agent) autoCounts() *AutoCounts {
 	m := a.auto.Load()
 	if m == nil {
+		return nil
+	}
+	return &AutoCounts{Up: m.up.Load(), Down: m.down.Load(), SocketDrops: m.socketDrops.Load()}
+}
+
+// collectAuto emits the adaptive max's families of snapshot s.
+func collectAuto(ch chan<- prometheus.Metric, s Snapshot) {
+	if s.Auto == nil {
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(autoAdjustDesc, prometheus.CounterValue, float64(m.up.Load()), "up")
-	ch <- prometheus.MustNewConstMetric(autoAdjustDesc, prometheus.CounterValue, float64(m.down.Load()), "down")
-	ch <- prometheus.MustNewConstMetric(autoDropsDesc, prometheus.CounterValue, float64(m.socketDrops.Load()))
+	counter(ch, autoAdjustDesc, s.Auto.Up, "up")
+	counter(ch, autoAdjustDesc, s.Auto.Down, "down")
+	counter(ch, autoDropsDesc, s.Auto.SocketDrops)
 }
