@@ -136,9 +136,10 @@ func (sl *sourceLogger) check(a *Agent, now time.Time) error {
 	return nil
 }
 
-// watchSources logs groups going over budget, every interval until ctx
-// ends. Nothing is read while the policy has sources off.
-func (a *Agent) watchSources(ctx context.Context, interval time.Duration) {
+// WatchSources logs groups going over budget, every interval until ctx
+// ends. Nothing is read while the policy has sources off. Nothing starts it
+// but its caller (tierlimit run does).
+func (a *Agent) WatchSources(ctx context.Context, interval time.Duration) {
 	sl := newSourceLogger(a.lim)
 	t := time.NewTicker(interval)
 	defer t.Stop()
