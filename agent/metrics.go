@@ -130,7 +130,7 @@ func collectTiers(ch chan<- prometheus.Metric, s Snapshot) {
 	for t := range s.Stats.Selected {
 		// Every tier of the policy, and any tier an earlier policy
 		// counted in: counters never vanish.
-		if t > len(s.Policy.Bounds) && s.Stats.Selected[t] == [bpf.Verdicts]bpf.Counter{} {
+		if t > len(s.Policy.Bounds) && s.Stats.Selected[t] == [bpf.NumVerdicts]bpf.Counter{} {
 			continue
 		}
 		tier := strconv.Itoa(t)

@@ -21,7 +21,7 @@ type Sources struct {
 	// Budget is the active budget; Budget.Budget 0 is off.
 	Budget tiers.SourceBudget
 	// OverBudget counts over-budget packets by tiers.Verdict.
-	OverBudget [bpf.Verdicts]bpf.Counter
+	OverBudget [bpf.NumVerdicts]bpf.Counter
 	// Top lists the groups over budget, most packets first.
 	Top []bpf.SourceGroup
 	// OverRecently is how many groups of Top were over budget in the
