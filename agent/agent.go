@@ -8,9 +8,39 @@
 // only to mount bpffs, CAP_DAC_OVERRIDE when not uid 0), and Linux >= 5.12;
 // XDP links need >= 5.9 (older kernels fall back to netlink).
 //
-// The files follow the lifecycle: pindir.go and lock.go hold the pin
-// directory, attach.go attaches, watch.go notices what changes under a
-// running agent, pinned.go reads and removes pinned state with no agent.
+// What each file does:
+//
+// Lifecycle and attach:
+//   - agent.go: Config, the Agent, New (load, apply, attach) and Close.
+//   - caps.go: the capability check; errors.go: the typed errors.
+//   - attach.go: attaching to one interface, adopting a pinned link, the
+//     netlink fallback, detaching.
+//   - netns.go: running in the agent's network namespace; stacked.go:
+//     refusing interfaces stacked on each other; nativehint.go: what to
+//     change when a driver refuses native XDP; gso.go: which interfaces
+//     count super-packets.
+//
+// Pinned state:
+//   - pindir.go and lock.go: the pin directory and its locks.
+//   - linkwatch.go: Watch, which notices what changes under a running agent
+//     (renamed, deleted or foreign interfaces, removed pins) and repairs it.
+//   - pinned.go: reading and removing pinned state with no agent running
+//     (tierlimit status and detach).
+//
+// Reload:
+//   - reload.go: the Reloader (SIGHUP, config file changes); watch.go: the
+//     config path's symlink chain that the Reloader watches.
+//   - automax.go: the adaptive max's controller, which reads the drop signal
+//     (sockdrops.go) and applies the law of tiers/autolaw.go.
+//
+// Metrics and serving:
+//   - snapshot.go: the Snapshot, one read of the maps, for /metrics and
+//     status.
+//   - metrics.go: the one collector and the limiter's families;
+//     severity_metrics.go, sources.go and automax.go add their features'
+//     families (collectSeverity, collectSources, collectAuto). sources.go
+//     also logs groups going over budget (WatchSources).
+//   - serve.go: the metrics HTTP server.
 package agent
 
 import (

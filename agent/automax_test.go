@@ -116,7 +116,9 @@ func (r *rig) window(delivered, shed, drops uint64) uint64 {
 	return r.m.Max()
 }
 
-func TestAutoLawCutsInProportionBoundedByBeta(t *testing.T) {
+// TestAutoAppliesCuts: the controller applies each cut of the law
+// (tiers/autolaw_test.go has the law's own cases), counts and logs it.
+func TestAutoAppliesCuts(t *testing.T) {
 	r := newRig(t, autoPolicy(t, autoYAML))
 	steps := []struct {
 		name                   string
@@ -125,9 +127,9 @@ func TestAutoLawCutsInProportionBoundedByBeta(t *testing.T) {
 	}{
 		{"5% of what was delivered dropped: max × 0.95", 20000, 30000, 1000, 38000},
 		{"the window after a cut is not cut", 20000, 30000, 18000, 38000},
-		{"drops go on: the cut is bounded by Beta", 20000, 30000, 18000, uint64(38000 * AutoBeta)},
+		{"drops go on: the cut is bounded by Beta", 20000, 30000, 18000, uint64(38000 * tiers.AutoBeta)},
 		{"a clean window", 20000, 30000, 0, 26600},
-		{"first drops after a clean window: bounded by BetaFirst", 20000, 30000, 18000, uint64(26600 * AutoBetaFirst)},
+		{"first drops after a clean window: bounded by BetaFirst", 20000, 30000, 18000, uint64(26600 * tiers.AutoBetaFirst)},
 		{"clean", 1000000, 1, 0, 23940},
 		{"one drop in a million still lowers max by one packet", 1000000, 1, 1, 23939},
 		{"clean", 1000000, 1, 0, 23939},
@@ -151,7 +153,7 @@ func TestAutoLawCutsInProportionBoundedByBeta(t *testing.T) {
 	}
 }
 
-func TestAutoLawBounds(t *testing.T) {
+func TestAutoAppliesWithinBounds(t *testing.T) {
 	p := autoPolicy(t, "max: auto\nauto: {start: 1000, floor: 900, ceiling: 1100}\n")
 	r := newRig(t, p)
 	for range 5 {
@@ -176,60 +178,8 @@ func TestAutoLawBounds(t *testing.T) {
 	}
 }
 
-func TestAutoNoChangeWhileNotShedding(t *testing.T) {
-	r := newRig(t, autoPolicy(t, autoYAML))
-	for range 50 {
-		r.window(30000, 0, 0)
-	}
-	if got := r.m.Max(); got != 40000 || len(r.applied) != 0 {
-		t.Fatalf("max %d, %d applied: clean windows without shedding must change nothing", got, len(r.applied))
-	}
-	// Near the last max with drops (here 40000, cut to 38000), shedding
-	// windows interrupted by one without shedding start the count again.
-	r.window(20000, 30000, 1000)
-	for range 10 {
-		r.window(30000, 100, 0)
-		r.window(30000, 0, 0)
-	}
-	if got := r.m.Max(); got != 38000 {
-		t.Fatalf("max %d: %d clean windows while shedding are needed in a row", got, AutoK)
-	}
-	alpha := autoAlpha(*r.m.base.Auto)
-	// A collector whose buffer is more than half full is behind: clean
-	// windows do not count. (The buffer fills in a window without
-	// shedding, where max does not matter, so that it is not a growing
-	// backlog while the tiers shed: TestAutoCutsGrowingBacklog.)
-	r.src.full = 0.6
-	r.window(30000, 0, 0)
-	for range 2 * AutoK {
-		r.window(30000, 100, 0)
-	}
-	if got := r.m.Max(); got != 38000 {
-		t.Fatalf("max %d raised while the collector's buffer was 60%% full", got)
-	}
-	r.src.full = 0.4
-	for range AutoK {
-		r.window(30000, 100, 0)
-	}
-	if got := r.m.Max(); got != 38000+alpha {
-		t.Fatalf("max %d after %d clean shedding windows, want 38000 + alpha", got, AutoK)
-	}
-	// More than 10% over it, one clean window is enough and the step
-	// doubles each time.
-	for r.m.Max() <= 44000 {
-		r.window(30000, 100, 0)
-	}
-	m := r.m.Max()
-	for _, step := range []uint64{alpha, 2 * alpha, 4 * alpha, 8 * alpha, 16 * alpha, 16 * alpha} {
-		if got := r.window(30000, 100, 0); got != m+step {
-			t.Fatalf("probing: max %d, want %d + %d", got, m, step)
-		}
-		m += step
-	}
-}
-
 // TestAutoCutsGrowingBacklog: a receive buffer over half full that grew by
-// AutoRise or more since the window before, while the tiers shed, is cut
+// tiers.AutoRise or more since the window before, while the tiers shed, is cut
 // by BetaFirst before it overflows; a full buffer that holds or drains is
 // not, nor one that grows below half, nor one that grows while nothing is
 // shed, nor one in the window right after a cut.
@@ -246,7 +196,7 @@ func TestAutoCutsGrowingBacklog(t *testing.T) {
 		{"the window after a cut is not cut", 0.95, 100, 36000},
 		{"full but draining", 0.9, 100, 36000},
 		{"full and holding", 0.9, 100, 36000},
-		{"under AutoRise fuller", 0.9 + AutoRise/2, 100, 36000},
+		{"under tiers.AutoRise fuller", 0.9 + tiers.AutoRise/2, 100, 36000},
 		{"grows, but nothing shed", 0.99, 0, 36000},
 		{"drains under half", 0.2, 100, 36000},
 		{"grows from 20% to 45%: under half, so a second clean window: max + alpha", 0.45, 100, 36400},
@@ -263,11 +213,11 @@ func TestAutoCutsGrowingBacklog(t *testing.T) {
 	}
 	// After the cut the step up starts again at alpha near the cut max.
 	r.src.full = 0
-	for range AutoK {
+	for range tiers.AutoK {
 		r.window(30000, 100, 0)
 	}
-	if got, want := r.m.Max(), 32760+autoAlpha(*r.m.base.Auto); got != want {
-		t.Errorf("max %d after %d clean windows, want %d", got, AutoK, want)
+	if got, want := r.m.Max(), 32760+tiers.AutoAlpha(*r.m.base.Auto); got != want {
+		t.Errorf("max %d after %d clean windows, want %d", got, tiers.AutoK, want)
 	}
 }
 

@@ -84,7 +84,6 @@ func (a *Agent) check(att *Attachment) string {
 //   - the pin directory, or pins in it, removed: logged, and everything is
 //     pinned again from the fds the agent holds.
 func (a *Agent) Watch(ctx context.Context, interval time.Duration) {
-	go a.watchSources(ctx, time.Second) // sources.go: groups going over budget
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

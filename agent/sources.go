@@ -21,7 +21,7 @@ type Sources struct {
 	// Budget is the active budget; Budget.Budget 0 is off.
 	Budget tiers.SourceBudget
 	// OverBudget counts over-budget packets by tiers.Verdict.
-	OverBudget [bpf.Verdicts]bpf.Counter
+	OverBudget [bpf.NumVerdicts]bpf.Counter
 	// Top lists the groups over budget, most packets first.
 	Top []bpf.SourceGroup
 	// OverRecently is how many groups of Top were over budget in the
@@ -30,38 +30,24 @@ type Sources struct {
 	OverRecently int
 }
 
-// ReadSources reads the budget, the over-budget counters and up to top
-// groups over budget (top <= 0: all) from l.
-func ReadSources(l *bpf.Limiter, top int) (Sources, error) {
-	var s Sources
-	a, err := l.Active()
-	if err != nil {
-		return s, err
-	}
-	s.Budget = a.Sources
-	st, err := l.Stats()
-	if err != nil {
-		return s, err
-	}
-	s.OverBudget = st.OverBudget
-	w, err := l.Window()
-	if err != nil {
-		return s, err
-	}
-	all, err := l.TopSources(0)
-	if err != nil {
-		return s, err
-	}
-	for _, g := range all {
-		if g.LastWindow+1 >= w.Opened {
-			s.OverRecently++
-		}
-	}
+// Sources returns what snapshot s says of per-source budgets, with up to
+// top groups over budget (top <= 0: all).
+func (s Snapshot) Sources(top int) Sources {
+	all := s.TopSources
 	if top > 0 && len(all) > top {
 		all = all[:top]
 	}
-	s.Top = all
-	return s, nil
+	return Sources{Budget: s.Policy.Sources, OverBudget: s.Stats.OverBudget, Top: all, OverRecently: s.SourcesOverRecently}
+}
+
+// ReadSources reads the budget, the over-budget counters and up to top
+// groups over budget (top <= 0: all) from l.
+func ReadSources(l *bpf.Limiter, top int) (Sources, error) {
+	s, err := TakeSnapshot(l)
+	if err != nil {
+		return Sources{}, err
+	}
+	return s.Sources(top), nil
 }
 
 // ReadPinnedSources is ReadSources on the maps pinned under pin, with no
@@ -75,45 +61,20 @@ func ReadPinnedSources(pin string, top int) (Sources, error) {
 	return ReadSources(lim, top)
 }
 
-// sourcesCollector exports the per-source budget's metrics at scrape time,
-// with bounded labels: no per-source label.
-type sourcesCollector struct {
-	a                          *Agent
-	overBudget, groups, budget *prometheus.Desc
-}
+// The per-source budget's metrics, with bounded labels: no per-source label.
+var (
+	overBudgetDesc   = metric("source_over_budget_packets_total", "Selected packets over their source group's budget, by verdict (drop in enforce, would_drop in dry-run, pass in off); not counted in the window.", "verdict")
+	sourcesOverDesc  = metric("sources_over_budget", "Source groups over budget in the current or the previous window (approximate: a bounded table).")
+	sourceBudgetDesc = metric("policy_source_budget_packets", "Packets per source group and window before packets are over budget; 0 when sources are off.")
+)
 
-// SourcesCollector returns the prometheus.Collector of the per-source
-// budget metrics (DESIGN.md §6); Registry registers it beside Collector.
-func (a *Agent) SourcesCollector() prometheus.Collector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, labels, nil)
-	}
-	return &sourcesCollector{
-		a:          a,
-		overBudget: d("source_over_budget_packets_total", "Selected packets over their source group's budget, by verdict (drop in enforce, would_drop in dry-run, pass in off); not counted in the window.", "verdict"),
-		groups:     d("sources_over_budget", "Source groups over budget in the current or the previous window (approximate: a bounded table)."),
-		budget:     d("policy_source_budget_packets", "Packets per source group and window before packets are over budget; 0 when sources are off."),
-	}
-}
-
-func (c *sourcesCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.overBudget
-	ch <- c.groups
-	ch <- c.budget
-}
-
-func (c *sourcesCollector) Collect(ch chan<- prometheus.Metric) {
-	s, err := ReadSources(c.a.lim, 0)
-	if err != nil {
-		c.a.scrapeErrors.Add(1)
-		c.a.log.Warn("scrape: read source budget maps", "error", err)
-		return
-	}
+// collectSources emits the per-source budget families of snapshot s.
+func collectSources(ch chan<- prometheus.Metric, s Snapshot) {
 	for _, v := range tiers.Verdicts {
-		ch <- prometheus.MustNewConstMetric(c.overBudget, prometheus.CounterValue, float64(s.OverBudget[v].Packets), v.String())
+		counter(ch, overBudgetDesc, s.Stats.OverBudget[v].Packets, v.String())
 	}
-	ch <- prometheus.MustNewConstMetric(c.groups, prometheus.GaugeValue, float64(s.OverRecently))
-	ch <- prometheus.MustNewConstMetric(c.budget, prometheus.GaugeValue, float64(s.Budget.Budget))
+	gauge(ch, sourcesOverDesc, float64(s.SourcesOverRecently))
+	gauge(ch, sourceBudgetDesc, float64(s.Policy.Sources.Budget))
 }
 
 // Logging of groups that go over budget: one line per group and window, at
@@ -175,9 +136,10 @@ func (sl *sourceLogger) check(a *Agent, now time.Time) error {
 	return nil
 }
 
-// watchSources logs groups going over budget, every interval until ctx
-// ends. Nothing is read while the policy has sources off.
-func (a *Agent) watchSources(ctx context.Context, interval time.Duration) {
+// WatchSources logs groups going over budget, every interval until ctx
+// ends. Nothing is read while the policy has sources off. Nothing starts it
+// but its caller (tierlimit run does).
+func (a *Agent) WatchSources(ctx context.Context, interval time.Duration) {
 	sl := newSourceLogger(a.lim)
 	t := time.NewTicker(interval)
 	defer t.Stop()

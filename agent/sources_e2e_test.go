@@ -180,9 +180,9 @@ func TestFairShedding(t *testing.T) {
 	}
 
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(a.SourcesCollector())
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 5 {
-		t.Errorf("sources collector: %d series, %v; want 5", n, err)
+	reg.MustRegister(a.Collector())
+	if n, err := testutil.GatherAndCount(reg, "tierlimit_source_over_budget_packets_total", "tierlimit_sources_over_budget", "tierlimit_policy_source_budget_packets"); err != nil || n != 5 {
+		t.Errorf("sources families: %d series, %v; want 5", n, err)
 	}
 	if got := testutil.ToFloat64(onlyMetric(t, reg, "tierlimit_sources_over_budget")); got != 1 {
 		t.Errorf("sources_over_budget = %v, want 1 (A)", got)

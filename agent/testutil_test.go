@@ -107,8 +107,14 @@ type metrics map[string]float64
 // checks descriptors, help and label consistency) and gathers it.
 func gather(t *testing.T, a *agent.Agent) metrics {
 	t.Helper()
+	return gatherFrom(t, a.Collector())
+}
+
+// gatherFrom gathers collector c in a pedantic registry.
+func gatherFrom(t *testing.T, c prometheus.Collector) metrics {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(a.Collector()); err != nil {
+	if err := reg.Register(c); err != nil {
 		t.Fatalf("register collector: %v", err)
 	}
 	mfs, err := reg.Gather()

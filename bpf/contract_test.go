@@ -25,8 +25,9 @@ func TestContract(t *testing.T) {
 	eq("tiers.MaxSelectRules / TL_MAX_RULES", tiers.MaxSelectRules, uint64(bpf.LimiterTlConstTL_C_MAX_RULES))
 	eq("tiers.MaxTableEntries / TL_TABLE_MAX", tiers.MaxTableEntries, uint64(bpf.LimiterTlConstTL_C_TABLE_MAX))
 	eq("bpf.MaxTiers", uint64(bpf.MaxTiers), tiers.MaxTiers)
-	eq("bpf.MaxRules", uint64(bpf.MaxRules), tiers.MaxSelectRules)
-	eq("bpf.TableMax", uint64(bpf.TableMax), tiers.MaxTableEntries)
+	eq("bpf.MaxSelectRules", uint64(bpf.MaxSelectRules), tiers.MaxSelectRules)
+	eq("bpf.MaxTableEntries", uint64(bpf.MaxTableEntries), tiers.MaxTableEntries)
+	eq("bpf.NumVerdicts", uint64(bpf.NumVerdicts), tiers.NumVerdicts)
 	// A rule is one bit of tl_port.cidr_rules and of tl_settings.syn_rules,
 	// and fits in the dests tag below the slot.
 	if tiers.MaxSelectRules > 32 || tiers.MaxSelectRules > 1<<tiers.DestRuleBits {

@@ -27,12 +27,12 @@ import (
 const (
 	// MaxTiers is the most tiers a policy may have (TL_MAX_TIERS).
 	MaxTiers = int(LimiterTlConstTL_C_MAX_TIERS)
-	// TableMax is the most entries of one compiled table (TL_TABLE_MAX).
-	TableMax = int(LimiterTlConstTL_C_TABLE_MAX)
-	// MaxRules is the most select rules (TL_MAX_RULES).
-	MaxRules = int(LimiterTlConstTL_C_MAX_RULES)
-	// Verdicts is the number of verdicts per tier in the stats map.
-	Verdicts = int(LimiterTlVerdictTL_VERDICTS)
+	// MaxTableEntries is the most entries of one compiled table (TL_TABLE_MAX).
+	MaxTableEntries = int(LimiterTlConstTL_C_TABLE_MAX)
+	// MaxSelectRules is the most select rules (TL_MAX_RULES).
+	MaxSelectRules = int(LimiterTlConstTL_C_MAX_RULES)
+	// NumVerdicts is the number of verdicts per tier in the stats map.
+	NumVerdicts = int(LimiterTlVerdictTL_VERDICTS)
 	// PrefixEntries is the most prefixes each LPM trie (exempt sources,
 	// select dests) holds, over both policy slots (TL_LPM_ENTRIES).
 	PrefixEntries = int(LimiterTlConstTL_C_LPM_ENTRIES)
@@ -293,10 +293,10 @@ func fits(p tiers.Policy, t tiers.Table) error {
 	switch {
 	case len(p.Tiers) > MaxTiers:
 		return fmt.Errorf("%w: %d tiers, at most %d", ErrPolicy, len(p.Tiers), MaxTiers)
-	case len(p.Select) > MaxRules:
-		return fmt.Errorf("%w: %d select rules, at most %d", ErrPolicy, len(p.Select), MaxRules)
-	case len(t.Thresholds) == 0 || len(t.Thresholds) > TableMax:
-		return fmt.Errorf("%w: table of %d entries, want 1..%d", ErrPolicy, len(t.Thresholds), TableMax)
+	case len(p.Select) > MaxSelectRules:
+		return fmt.Errorf("%w: %d select rules, at most %d", ErrPolicy, len(p.Select), MaxSelectRules)
+	case len(t.Thresholds) == 0 || len(t.Thresholds) > MaxTableEntries:
+		return fmt.Errorf("%w: table of %d entries, want 1..%d", ErrPolicy, len(t.Thresholds), MaxTableEntries)
 	case len(t.Bounds) != len(p.Tiers) || len(t.Drops) != len(p.Tiers)+1:
 		return fmt.Errorf("%w: table compiled for %d tiers, policy has %d", ErrPolicy, len(t.Bounds), len(p.Tiers))
 	case len(t.Tiers) != len(t.Thresholds):
@@ -328,7 +328,7 @@ func (l *Limiter) activeSlot() (uint32, error) {
 func (l *Limiter) writeTable(slot uint32, t tiers.Table) error {
 	keys := make([]uint32, len(t.Thresholds))
 	vals := make([]LimiterTlEntry, len(t.Thresholds))
-	base := slot * uint32(TableMax)
+	base := slot * uint32(MaxTableEntries)
 	thrs := t.Thresholds
 	if t.Shape == tiers.ShapeSmooth {
 		thrs = t.Smoothed.Thresholds
@@ -357,7 +357,7 @@ func (c *Counter) add(s LimiterTlStat) {
 // Stats are the program's counters summed over CPUs.
 type Stats struct {
 	// Selected is indexed by [tier][tiers.Verdict], tier 0..MaxTiers.
-	Selected [MaxTiers + 1][Verdicts]Counter
+	Selected [MaxTiers + 1][NumVerdicts]Counter
 	// Unselected counts packets passed without counting: not selected,
 	// malformed, truncated or nested too deep.
 	Unselected Counter
@@ -368,13 +368,13 @@ type Stats struct {
 	FragmentPass, FragmentDrop Counter
 	// Severity counts selected UDP packets of policies with a severity
 	// block by [tiers.SeverityClass][tiers.Verdict].
-	Severity [tiers.NumSeverityClasses][Verdicts]Counter
+	Severity [tiers.NumSeverityClasses][NumVerdicts]Counter
 	// ProtectedPass counts drop verdicts that protection turned into
 	// passes; PaidDrop counts pass verdicts dropped to pay the debt.
 	ProtectedPass, PaidDrop Counter
 	// OverBudget counts selected packets over their source group's budget
 	// by tiers.Verdict (pass under mode off); they are not in Selected.
-	OverBudget [Verdicts]Counter
+	OverBudget [NumVerdicts]Counter
 	// Malformed counts frames whose length fields disagree with the frame,
 	// by reason (tiers.Malformed). They pass, but for tiny fragments in
 	// enforce mode, which are dropped.
@@ -406,8 +406,8 @@ func (l *Limiter) Stats() (Stats, error) {
 	var st Stats
 	var per []LimiterTlStat
 	for t := range st.Selected {
-		for v := range Verdicts {
-			if err := l.objs.Stats.Lookup(uint32(t*Verdicts+v), &per); err != nil {
+		for v := range NumVerdicts {
+			if err := l.objs.Stats.Lookup(uint32(t*NumVerdicts+v), &per); err != nil {
 				return Stats{}, fmt.Errorf("read stats[%d][%d]: %w", t, v, err)
 			}
 			for _, s := range per {

@@ -79,7 +79,7 @@ func activeSources(set *LimiterTlSettings) tiers.SourceBudget {
 // readOverBudget sums the per-CPU over-budget counters into st.OverBudget.
 func (l *Limiter) readOverBudget(st *Stats) error {
 	var per []LimiterTlStat
-	for v := range Verdicts {
+	for v := range NumVerdicts {
 		if err := l.objs.SourceStats.Lookup(uint32(v), &per); err != nil {
 			return fmt.Errorf("read source_stats[%d]: %w", v, err)
 		}

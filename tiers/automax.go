@@ -52,17 +52,23 @@ func (a *AutoMax) defaults() {
 	}
 }
 
-// validate checks the bounds and that p.Max lies within them; keys are
-// named as in YAML ("auto.floor").
-func (a AutoMax) validate(p Policy) error {
+// checkRange checks that each bound is a count of packets; keys are named
+// as in YAML ("auto.floor").
+func (a AutoMax) checkRange() error {
 	for _, f := range []struct {
 		key string
 		v   uint64
 	}{{"auto.start", a.Start}, {"auto.floor", a.Floor}, {"auto.ceiling", a.Ceiling}} {
-		if f.v == 0 || f.v > MaxPackets {
-			return configErr(f.key, strconv.FormatUint(f.v, 10), ErrAuto, "must be from 1 to %d packets", uint64(MaxPackets))
+		if err := checkPackets(f.key, f.v, ErrAuto); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// validate checks the bounds' order and that p.Max lies within them
+// (checkRange has checked their range).
+func (a AutoMax) validate(p Policy) error {
 	if a.Floor > a.Start {
 		return configErr("auto.floor", strconv.FormatUint(a.Floor, 10), ErrAuto, "floor must be at most start (%d)", a.Start)
 	}
@@ -100,9 +106,9 @@ func (ps *yamlParser) autoYAML(p *Policy, isAuto bool, block *yaml.Node) error {
 	var a AutoMax
 	if block != nil && !isNull(block) {
 		_, err := ps.mapping("auto", block, []field{
-			{"start", autoField(&a.Start)},
-			{"floor", autoField(&a.Floor)},
-			{"ceiling", autoField(&a.Ceiling)},
+			{"start", ps.autoField(&a.Start)},
+			{"floor", ps.autoField(&a.Floor)},
+			{"ceiling", ps.autoField(&a.Ceiling)},
 		})
 		if err != nil {
 			return err
@@ -114,16 +120,17 @@ func (ps *yamlParser) autoYAML(p *Policy, isAuto bool, block *yaml.Node) error {
 	return nil
 }
 
-func autoField(dst *uint64) func(key string, v *yaml.Node) error {
+// autoField reads a bound; 0 and what no uint64 holds are kept as
+// MaxPackets+1, so that defaults leaves them and Validate refuses them.
+func (ps *yamlParser) autoField(dst *uint64) func(key string, v *yaml.Node) error {
 	return func(key string, v *yaml.Node) error {
 		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
 			return typeErr(key, v, "a whole number of packets")
 		}
-		var i int64
-		if err := v.Decode(&i); err != nil || i <= 0 || i > MaxPackets {
-			return valueErr(key, v, ErrAuto, "must be from 1 to %d packets", uint64(MaxPackets))
+		*dst = ps.packets(key, v)
+		if *dst == 0 {
+			*dst = MaxPackets + 1
 		}
-		*dst = uint64(i)
 		return nil
 	}
 }

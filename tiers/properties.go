@@ -114,10 +114,9 @@ func (ps *propsParser) max(e propEntry) error {
 	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		return e.err(ErrType, "want a whole number of packets")
 	}
-	if err != nil || n <= 0 {
-		return e.err(ErrMax, "must be from 1 to %d packets", uint64(MaxPackets))
-	}
-	ps.p.Max = uint64(n)
+	// Validate checks the range, and validate names this entry: a negative
+	// count reads as 0, one past int64 as ParseInt's MaxInt64.
+	ps.p.Max = uint64(max(n, 0))
 	return nil
 }
 

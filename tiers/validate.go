@@ -8,6 +8,16 @@ import (
 
 // configErr builds a *ConfigError whose Err wraps sentinel, followed by the
 // formatted detail when format is not empty.
+// checkPackets is the one range check of a count of packets per window
+// (max, and the auto block's bounds): from 1 to MaxPackets. The parsers
+// leave it to Validate, and name the value as written.
+func checkPackets(key string, n uint64, sentinel error) *ConfigError {
+	if n == 0 || n > MaxPackets {
+		return configErr(key, strconv.FormatUint(n, 10), sentinel, "must be from 1 to %d packets", uint64(MaxPackets))
+	}
+	return nil
+}
+
 func configErr(key, value string, sentinel error, format string, args ...any) *ConfigError {
 	err := sentinel
 	if format != "" {
@@ -45,8 +55,13 @@ func (p Policy) Validate() error {
 	if p.Window <= 0 || p.Window > MaxWindow {
 		return configErr("window", p.Window.String(), ErrWindow, "must be more than 0 and at most %s", MaxWindow)
 	}
-	if p.Max == 0 || p.Max > MaxPackets {
-		return configErr("max", strconv.FormatUint(p.Max, 10), ErrMax, "must be from 1 to %d packets", uint64(MaxPackets))
+	if p.Auto != nil {
+		if err := p.Auto.checkRange(); err != nil {
+			return err
+		}
+	}
+	if err := checkPackets("max", p.Max, ErrMax); err != nil {
+		return err
 	}
 	if len(p.Tiers) == 0 {
 		return configErr("tiers", "", ErrEmptyTiers, "a policy needs at least one tier")

@@ -54,7 +54,7 @@ func parseYAML(data []byte, base Policy) (Policy, error) {
 		doc.Content[0].Kind == yaml.MappingNode && len(doc.Content[0].Content) == 0 {
 		return Policy{}, emptyConfig()
 	}
-	ps := yamlParser{lines: map[string]int{}}
+	ps := yamlParser{lines: map[string]int{}, written: map[string]string{}}
 	if len(doc.Content) == 1 {
 		if err := ps.policy(doc.Content[0], &p); err != nil {
 			return Policy{}, err
@@ -85,6 +85,24 @@ func yamlSyntaxError(err error) error {
 // line of its value, so that Validate's errors can be located.
 type yamlParser struct {
 	lines map[string]int
+	// written holds the value as written of keys whose value the policy
+	// cannot hold as written (packets), for Validate's errors.
+	written map[string]string
+}
+
+// packets reads a whole number of packets (an !!int scalar), which
+// Validate range-checks (checkPackets): a negative count reads as 0 and one
+// past int64 as MaxPackets+1, and the error names the value as written.
+func (ps *yamlParser) packets(key string, v *yaml.Node) uint64 {
+	ps.written[key] = nodeValue(v)
+	var i int64
+	switch err := v.Decode(&i); {
+	case err != nil:
+		return MaxPackets + 1
+	case i < 0:
+		return 0
+	}
+	return uint64(i)
 }
 
 // locate fills in the line of a Validate error from the key, or from the
@@ -95,6 +113,9 @@ func (ps *yamlParser) locate(err error) error {
 		return err
 	}
 	located := *ce
+	if w, ok := ps.written[ce.Key]; ok {
+		located.Value = w
+	}
 	for key := ce.Key; key != ""; key = parentKey(key) {
 		if line, ok := ps.lines[key]; ok {
 			located.Line = line
@@ -307,11 +328,7 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
 				return typeErr(key, v, "a whole number of packets, or auto")
 			}
-			var i int64
-			if err := v.Decode(&i); err != nil || i <= 0 || i > MaxPackets {
-				return valueErr(key, v, ErrMax, "must be from 1 to %d packets", uint64(MaxPackets))
-			}
-			p.Max = uint64(i)
+			p.Max = ps.packets(key, v)
 			return nil
 		}},
 		{"tiers", func(key string, v *yaml.Node) error {

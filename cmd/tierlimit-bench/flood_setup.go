@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,15 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
-	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // The flood sandbox: namespaces, veths, the method under test and its undo list.
@@ -32,7 +29,6 @@ type bench struct {
 	m     method
 	pair  *sandbox.Pair
 	lim   *bpf.Limiter
-	xdp   link.Link
 	recv  *receiver
 	napi  int // pid of the collector veth's NAPI thread
 	conf  string
@@ -128,38 +124,21 @@ func setup(ctx context.Context, cfg *floodConfig, m method) (_ *bench, err error
 	return b, nil
 }
 
-// attachXDP loads tierlimit with the policy and attaches it in native mode
-// (veth's own XDP) to the collector's veth, inside its namespace.
+// attachXDP runs tierlimit's agent, unpinned, with the policy on the
+// collector's veth in native mode (veth's own XDP), inside its namespace:
+// the bench attaches as any user does. Closing the agent detaches it.
 func (b *bench) attachXDP() error {
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return err
-	}
-	tick, _ := bpf.KernelTick()
-	l, err := bpf.Load(bpf.Options{TickNs: tick})
-	if err != nil {
-		return err
-	}
-	b.lim = l
-	b.undo = append(b.undo, func() { l.Close() })
-	p := b.cfg.policy()
-	tab, err := tiers.Compile(p)
-	if err != nil {
-		return err
-	}
-	if err := l.Apply(p, tab); err != nil {
-		return err
-	}
 	return b.pair.Coll.Do(func() error {
-		ifc, err := net.InterfaceByName(b.pair.CollIf)
+		a, err := agent.New(agent.Config{Interfaces: []string{b.pair.CollIf}, XDPMode: agent.XDPNative}, b.cfg.policy())
 		if err != nil {
-			return err
+			return fmt.Errorf("agent on %s: %w", b.pair.CollIf, err)
 		}
-		lk, err := l.AttachXDP(ifc.Index, bpf.HookNative)
-		if err != nil {
-			return fmt.Errorf("attach xdp to %s: %w", b.pair.CollIf, err)
-		}
-		b.xdp = lk
-		b.undo = append(b.undo, func() { lk.Close() })
+		b.lim = a.Limiter()
+		b.undo = append(b.undo, func() {
+			if err := a.Close(); err != nil {
+				fmt.Fprintln(b.cfg.log, "cleanup:", err)
+			}
+		})
 		return nil
 	})
 }

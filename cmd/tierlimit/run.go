@@ -190,6 +190,7 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 		log.Info("serving metrics", "addr", "http://"+ln.Addr().String()+"/metrics")
 	}
 	go a.Watch(ctx, 2*time.Second)
+	go a.WatchSources(ctx, time.Second)
 	r.Run(ctx, a, sighup)
 	log.Info("stopping", "reason", context.Cause(ctx))
 	return nil
