@@ -161,7 +161,9 @@ type Agent struct {
 // *IncompatiblePinError for pinned maps of another version (nothing is
 // written then), *ForeignProgramError when an interface runs another XDP
 // program and cfg.Replace is false, *BusyError when it runs a tierlimit
-// this agent cannot adopt, ErrNativeRefused, ErrPinPath, ErrStacked when two
+// this agent cannot adopt, ErrNativeRefused, ErrPinPath, *PrivateBPFFSError
+// when the bpffs at cfg.PinPath would end with the agent (nothing is
+// attached then), ErrStacked when two
 // interfaces are stacked on each other, and tiers errors for a policy that
 // does not compile.
 func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
@@ -264,6 +266,7 @@ func (a *Agent) load() error {
 			return err
 		}
 		a.pd = pd
+		a.logBPFFS()
 		opts.PinPath = pd.maps()
 		followRenames(pd, a.nh, a.log)
 	}

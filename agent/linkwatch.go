@@ -269,6 +269,7 @@ func (a *Agent) closeOne(att *Attachment) {
 		return
 	}
 	pinned := a.linkPinned(att)
+	outlives, fsWhy := a.pinsOutlive()
 	if att.link != nil {
 		att.link.Close()
 	}
@@ -279,6 +280,8 @@ func (a *Agent) closeOne(att *Attachment) {
 		a.log.Error("the limiter's pinned link is gone: the limiter is detached as the agent exits", "iface", att.Iface, "pin", a.pd.path)
 	case att.link == nil:
 		a.log.Info("limiter stays attached (through netlink, not pinned)", "iface", att.Iface)
+	case !outlives:
+		a.log.Error("the limiter's pins end with the agent's bpffs: the limiter is detached as the agent exits", "iface", att.Iface, "pin", a.pd.path, "reason", fsWhy)
 	default:
 		a.log.Info("limiter stays attached and pinned", "iface", att.Iface, "pin", a.pd.path, "link", a.pd.linkPin(att.Iface))
 	}

@@ -28,12 +28,14 @@ type pinDir struct {
 	dirLock  *os.File
 	dev, ino uint64 // identity of the locked directory
 	created  bool   // made by this run: New removes it on failure
+	life     BPFFSLife
 }
 
 // openPinDir locks the pin path pin, mounts bpffs on /sys/fs/bpf when it is
 // missing there, makes the directory if needed, and checks that the maps
 // pinned there fit this version before anything is written. Returns
-// ErrPinPath, *AgentRunningError or *IncompatiblePinError.
+// ErrPinPath, *AgentRunningError, *IncompatiblePinError or
+// *PrivateBPFFSError (bpffs.go).
 func openPinDir(pin string) (_ *pinDir, err error) {
 	path, err := CanonicalPinPath(pin)
 	if err != nil {
@@ -51,7 +53,11 @@ func openPinDir(pin string) (_ *pinDir, err error) {
 			d.release(true)
 		}
 	}()
-	if err := ensureBPFFS(path); err != nil {
+	mounted, err := ensureBPFFS(path)
+	if err != nil {
+		return nil, err
+	}
+	if d.life, err = checkBPFFSLife(path, mounted); err != nil {
 		return nil, err
 	}
 	if err := d.lockDir(true); err != nil {
@@ -184,22 +190,22 @@ func UnpinName(name string) string {
 }
 
 // ensureBPFFS makes sure the pin path's parent is on a bpffs, mounting
-// one on /sys/fs/bpf when it is missing there.
-func ensureBPFFS(pin string) error {
+// one on /sys/fs/bpf when it is missing there, and reports whether it did.
+func ensureBPFFS(pin string) (mounted bool, _ error) {
 	parent := filepath.Dir(pin)
 	if isBPFFS(parent) {
-		return nil
+		return false, nil
 	}
 	if parent != "/sys/fs/bpf" {
-		return fmt.Errorf("%w %s: %s is not a bpffs mount", ErrPinPath, pin, parent)
+		return false, fmt.Errorf("%w %s: %s is not a bpffs mount", ErrPinPath, pin, parent)
 	}
 	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return fmt.Errorf("mount bpffs: %w", err)
+		return false, fmt.Errorf("mount bpffs: %w", err)
 	}
 	if err := unix.Mount("bpf", parent, "bpf", 0, "mode=0700"); err != nil {
-		return fmt.Errorf("%s is not a bpffs mount and mounting one failed: %w (mount it with: mount -t bpf bpf /sys/fs/bpf)", parent, err)
+		return false, fmt.Errorf("%s is not a bpffs mount and mounting one failed: %w (mount it with: mount -t bpf bpf /sys/fs/bpf)", parent, err)
 	}
-	return nil
+	return true, nil
 }
 
 func isBPFFS(path string) bool {

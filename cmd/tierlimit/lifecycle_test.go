@@ -719,39 +719,3 @@ func TestReloadOnSymlinkSwap(t *testing.T) {
 		t.Fatalf("policy_max_packets %v after the swap, want 1000000", got)
 	}
 }
-
-// TestMountsBPFFS runs the agent where /sys/fs/bpf is not mounted (a
-// private mount namespace with it unmounted, as some containers and
-// distributions leave it): the agent mounts bpffs and pins there.
-func TestMountsBPFFS(t *testing.T) {
-	testenv.Require(t)
-	p := testenv.NewPair(t)
-	bin := cli(t)
-	const pin = "/sys/fs/bpf/tltest-mount"
-	t.Cleanup(func() { os.Remove(agent.LockFile(pin)) })
-	script := fmt.Sprintf(`set -u
-while mountpoint -q /sys/fs/bpf; do umount /sys/fs/bpf; done
-echo "before: $(stat -f -c %%T /sys/fs/bpf)"
-%[1]s run --iface %[2]s --pin-path %[3]s --metrics-addr "" & pid=$!
-for i in $(seq 100); do [ -e %[3]s/links/%[2]s ] && break; sleep 0.05; done
-echo "after: $(stat -f -c %%T /sys/fs/bpf)"
-ls %[3]s/links
-kill $pid; wait $pid
-%[1]s detach --iface %[2]s --pin-path %[3]s && echo detached
-`, bin, p.CollIf, pin)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "nsenter", "--net="+p.Coll.Path, "sh", "-c", script)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	for _, want := range []string{"before: sysfs", "after: bpf_fs", p.CollIf, "detached"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
-	}
-	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != 0 {
-		t.Errorf("program %d left attached", x.ID)
-	}
-}

@@ -46,7 +46,8 @@ SIGTERM.
 The links and maps are pinned under --pin-path, so limiting goes on while the
 agent is down and a restarted agent adopts them without an attach gap;
 'tierlimit detach --iface IF' removes them. With --no-pin the limiter is
-detached when run stops.
+detached when run stops. run refuses (exit 2) to pin into a bpffs that would
+end with it: one private to its mount namespace, as under 'ip netns exec'.
 
 A file change reloads when the content changes, also behind symlinks (a
 Kubernetes ConfigMap's ..data swap, a file symlinked from another

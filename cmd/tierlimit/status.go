@@ -31,7 +31,7 @@ and the N source groups with the most packets over budget.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := agent.ReadStatus(pin)
 			if err != nil {
-				return err
+				return explainNotPinned(err, pin) // where it looked (bpffs.go)
 			}
 			if top < 0 {
 				return usageErrorf("--top %d: want a number of groups, 0 for none", top)
@@ -193,7 +193,7 @@ to touch an XDP program that is not tierlimit's.`,
 				return usageErrorf("detach: --iface is required")
 			}
 			if err := agent.Detach(pin, iface); err != nil {
-				return explainAgent(err, pin, []string{iface})
+				return explainNotPinned(explainAgent(err, pin, []string{iface}), pin)
 			}
 			g.logger().Info("detached", "iface", iface)
 			return nil
