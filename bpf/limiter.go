@@ -478,6 +478,11 @@ type Window struct {
 	// last entry's first n (limiter.c window_count). Read only: SetWindow
 	// ignores it and puts all of Count on the shared count.
 	Overflow uint64
+	// Gap is the ticks between the previous window's end and this one's
+	// start, and Onset whether the smooth shape latched this window as an
+	// onset (DESIGN.md §9). Read only.
+	Gap   uint64
+	Onset bool
 }
 
 // Window reads the window state. Count and LastCount are exact: the shared
@@ -504,6 +509,7 @@ func (l *Limiter) Window() (Window, error) {
 	return Window{
 		StartNs: w.StartNs, Count: w.Count + cur, LastCount: w.LastCount + prev,
 		Opened: w.Opened, StartJiffies: w.StartJiffies, Overflow: cur, Debt: debt,
+		Gap: w.Gap, Onset: w.Opened > 0 && w.Onset == w.Opened+1,
 	}, nil
 }
 
@@ -576,6 +582,10 @@ type Active struct {
 	Severity tiers.SeverityTable
 	// Sources is the per-source budget; Budget 0 is off.
 	Sources tiers.SourceBudget
+	// Shape is the policy's shape (DESIGN.md §9), and Ticks the ticks of a
+	// window as the smooth estimate counts them (at least 1).
+	Shape tiers.Shape
+	Ticks uint64
 }
 
 // Active reads the active slot's settings, which hold what tiers.Compile
@@ -606,6 +616,8 @@ func (l *Limiter) Active() (Active, error) {
 		DropRatios: make([]float64, set.Tiers+1),
 		Drops:      make([]uint32, set.Tiers+1),
 		Sources:    activeSources(&set),
+		Shape:      tiers.Shape(set.Shape),
+		Ticks:      max(set.SmTicks, 1),
 	}
 	for k := range a.Bounds {
 		a.Bounds[k] = set.Bounds[k]

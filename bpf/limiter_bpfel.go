@@ -179,6 +179,13 @@ const (
 	LimiterTlSevStatTL_SEV_STATS          LimiterTlSevStat = 11
 )
 
+type LimiterTlShape uint32
+
+const (
+	LimiterTlShapeTL_SHAPE_ORDINAL LimiterTlShape = 0
+	LimiterTlShapeTL_SHAPE_SMOOTH  LimiterTlShape = 1
+)
+
 type LimiterTlSmoothCpu struct {
 	_       structs.HostLayout
 	Id      uint64
