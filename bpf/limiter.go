@@ -550,7 +550,15 @@ func (l *Limiter) SetWindow(w Window) error {
 	if err := putAll(l.objs.Overflow, keys, make([]LimiterTlOverflow, maxCPUs)); err != nil {
 		return fmt.Errorf("clear overflow: %w", err)
 	}
-	v := LimiterTlWindow{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, StartJiffies: w.StartJiffies, Debt: w.Debt}
+	// The smooth shape's and the budgets' fields of the window (its start
+	// tick, gap, expected in-budget count, onset, over-budget counts) are
+	// kept as they are: Window does not expose them to be set.
+	var v LimiterTlWindow
+	if err := l.objs.Window.Lookup(uint32(0), &v); err != nil {
+		return fmt.Errorf("read window: %w", err)
+	}
+	v.StartNs, v.Count, v.LastCount, v.Opened, v.StartJiffies, v.Debt = w.StartNs, w.Count, w.LastCount, w.Opened, w.StartJiffies, w.Debt
+	v.Overflowed = 0
 	if err := l.objs.Window.Put(uint32(0), &v); err != nil {
 		return fmt.Errorf("write window: %w", err)
 	}
