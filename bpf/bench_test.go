@@ -69,6 +69,15 @@ func BenchmarkProgram(b *testing.B) {
 		// From the second packet on, over budget: sketch, over-budget
 		// counter and the top table's LRU lookup, then XDP_DROP.
 		{"sources-over", withSources(policy(100_000_000), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514), 0},
+		// The smooth shape (DESIGN.md §9): the per-CPU estimate, R̂ and
+		// q(R̂) on every selected packet. smooth-pass stays below T_1
+		// (q = 0, no draw); smooth-drop is a flood far past the table
+		// (q from the memoised closed form, a draw per packet), the
+		// counterpart of selected-random and selected-drop; and the
+		// over-budget path judged at the per-tick share.
+		{"smooth-pass", smooth(policy(100_000_000)), UDP4(b, 514), 1},
+		{"smooth-drop", smooth(policy(100)), UDP4(b, 514), 0},
+		{"smooth-sources-over", smooth(withSources(policy(100_000_000), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64})), UDP4(b, 514), 0},
 	}
 	for _, gate := range []bool{true, false} {
 		opts := bpf.Options{}
@@ -89,6 +98,11 @@ func BenchmarkProgram(b *testing.B) {
 			})
 		}
 	}
+}
+
+func smooth(p tiers.Policy) tiers.Policy {
+	p.Shape = tiers.ShapeSmooth
+	return p
 }
 
 func withSeverity(p tiers.Policy) tiers.Policy {
