@@ -99,6 +99,46 @@ func BenchmarkLiveFrames(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// BenchmarkLiveFramesSmooth is BenchmarkLiveFrames for the smooth shape's
+// drop path (DESIGN.md §9): a flood far past the table, q(R̂) from the
+// memoised closed form and a draw per frame, beside the ordinal drop path
+// (a second limiter, saturated) and a bare XDP_DROP, chunk by chunk in the
+// same run. It reports Mpps for each and x-ordinal (smooth over ordinal,
+// higher is better). The smooth program passes a frame now and then (q < 1),
+// into the stack of the benchmark's own namespace, where no socket waits.
+func BenchmarkLiveFramesSmooth(b *testing.B) {
+	sp := dropPolicy()
+	sp.Shape = tiers.ShapeSmooth
+	h := newHarness(b, sp)
+	ord := newHarness(b, dropPolicy())
+	bare := BareProgram(b, xdpDrop)
+	frame := UDP4(b, 514)
+	ns := NewNS(b)
+	h.expire()
+	h.repeat(frame, 1000)
+	ord.expire()
+	ord.repeat(frame, 1000)
+	for _, p := range []*ebpf.Program{ord.l.Program(), bare} {
+		if got, err := p.Run(&ebpf.RunOptions{Data: frame}); err != nil || got != xdpDrop {
+			b.Fatalf("control program returns %d (%v), want XDP_DROP: refusing a live run", got, err)
+		}
+	}
+	check := func(s0, s1 bpf.Stats, n uint32) (uint64, error) {
+		judged := s1.SelectedPackets() - s0.SelectedPackets()
+		if judged < uint64(n) {
+			return 0, fmt.Errorf("smooth judged %d of %d live frames", judged, n)
+		}
+		return judged, nil
+	}
+	best := liveChunks(b, ns, h, frame, check, ord.l.Program(), bare)
+	b.ReportMetric(best[0], "Mpps")
+	b.ReportMetric(best[1], "ordinal-Mpps")
+	b.ReportMetric(best[2], "bare-Mpps")
+	b.ReportMetric(best[0]/best[1], "x-ordinal")
+	b.ReportMetric(best[0]/best[2], "x-bare")
+	b.ReportMetric(0, "ns/op")
+}
+
 // liveChunks runs h's program and then each of controls on frame in
 // live-frames mode on lo of ns, chunk by chunk (liveChunk frames) until b.N
 // frames each, and returns each program's best chunk in Mpps: tierlimit's
@@ -238,6 +278,10 @@ func BenchmarkScaling(b *testing.B) {
 		// budget, as in a flood from one host: the sketch's plain reads,
 		// the over-budget stats and the top table's entry, no window.
 		{"sources-over", withSources(dropPolicy(), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514)},
+		// The smooth shape's drop path: the per-CPU estimate, q(R̂) and a
+		// draw per packet, counted per CPU past saturation.
+		{"smooth-drop", smooth(dropPolicy()), UDP4(b, 514)},
+		{"smooth-sources-over", smooth(withSources(dropPolicy(), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64})), UDP4(b, 514)},
 	} {
 		b.Run(path.name, func(b *testing.B) {
 			h := newHarness(b, path.p)
@@ -245,7 +289,11 @@ func BenchmarkScaling(b *testing.B) {
 			frame := path.frame
 			h.expire()
 			h.run(UDP4(b, 514)) // opens the window
-			c0, o0 := h.window().Count, h.stats().OverBudget[tiers.VerdictDrop].Packets
+			overAll := func() uint64 {
+				st := h.stats()
+				return st.OverBudget[tiers.VerdictDrop].Packets + st.OverBudget[tiers.VerdictPass].Packets
+			}
+			c0, o0 := h.window().Count, overAll()
 			n := uint32(max(b.N/scalingRounds, 1))
 			var one, two, bareOne, bareTwo float64
 			for range scalingRounds {
@@ -267,7 +315,7 @@ func BenchmarkScaling(b *testing.B) {
 			ran, want, wantOver := 3*uint64(n)*scalingRounds, uint64(0), uint64(0)
 			switch path.name {
 			case "unselected":
-			case "sources-over":
+			case "sources-over", "smooth-sources-over":
 				wantOver = ran
 			default:
 				want = ran
@@ -275,8 +323,8 @@ func BenchmarkScaling(b *testing.B) {
 			if got := h.window().Count - c0; got != want {
 				b.Fatalf("window count grew by %d, want %d", got, want)
 			}
-			if got := h.stats().OverBudget[tiers.VerdictDrop].Packets - o0; got != wantOver {
-				b.Fatalf("over-budget drops grew by %d, want %d", got, wantOver)
+			if got := overAll() - o0; got != wantOver {
+				b.Fatalf("over-budget packets grew by %d, want %d", got, wantOver)
 			}
 			x, bx := two/one, bareTwo/bareOne
 			b.ReportMetric(one, "1cpu-Mpps")

@@ -104,8 +104,10 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	}
 
 	__u32 tier, thr;
+	struct tl_smooth_cpu *sc = NULL;
 	if (s->shape == TL_SHAPE_SMOOTH) {
-		if (!sm_judge(w, s, slot, &pos, &tier, &thr))
+		sc = sm_judge(w, s, slot, &pos, &tier, &thr);
+		if (!sc)
 			goto unselected;
 	} else if (!tier_entry(s, slot, n, &tier, &thr)) {
 		goto unselected;
@@ -113,7 +115,7 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	__u32 verdict = TL_PASS;
 	if (sev != TL_SEV_NONE)
 		verdict = tl_severity_judge(s, w, sev, tier, thr, bytes);
-	else if (s->mode != TL_MODE_OFF && draw_drop(thr))
+	else if (s->mode != TL_MODE_OFF && (sc ? sm_drop(sc, thr) : draw_drop(thr)))
 		verdict = mode_verdict(s);
 	count(&stats, tier * TL_VERDICTS + verdict, segs, bytes);
 	if (p.frag == FRAG_FIRST)

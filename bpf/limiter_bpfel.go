@@ -199,6 +199,7 @@ type LimiterTlSmoothCpu struct {
 	HiR     uint64
 	HiThr   uint32
 	ExThr   uint32
+	Rng     uint64
 }
 
 type LimiterTlSrcKey struct {

@@ -149,6 +149,7 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 
 	c->id = id + 1;
 	c->tick = tick;
+	c->rng = ((__u64)bpf_get_prandom_u32() << 32 | bpf_get_prandom_u32()) | 1;
 	c->base_in = sm_mul(prev_in, ov);
 	c->base_tot = sm_mul(prev_tot, ov);
 	c->prev_in = sm_mul(prev_in, TL_SMOOTH_ONE - g);
@@ -170,20 +171,44 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 	return c;
 }
 
+/* A uniform 32-bit draw from this CPU's xorshift64* generator (Vigna,
+ * "An experimental exploration of Marsaglia's xorshift generators", 2016:
+ * the high 32 bits of the product pass BigCrush), reseeded from
+ * bpf_get_prandom_u32 at each tick's refresh: the smooth shape draws for
+ * nearly every packet of a flood, and this costs a few instructions where
+ * the helper costs a call. */
+static __always_inline __u32 sm_rand(struct tl_smooth_cpu *c)
+{
+	__u64 x = c->rng;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	c->rng = x;
+	return (x * 0x2545F4914F6CDD1DULL) >> 32;
+}
+
+/* Whether a packet at threshold thr is dropped, drawing from c:
+ * draw_drop with sm_rand for bpf_get_prandom_u32. */
+static __always_inline int sm_drop(struct tl_smooth_cpu *c, __u32 thr)
+{
+	return thr != TL_THR_NEVER && (thr == TL_THR_ALWAYS || sm_rand(c) < thr);
+}
+
 /* The smooth judgement of an in-budget packet whose window_count is pos:
  * its tier and q(R̂) (tiers.Model.smooth). Past saturation n is the shared
  * count, and the per-CPU counts summed at this CPU's tick are added. With
  * budgets on, in-budget packets are judged on S alone: a group's first
  * budget packets come at its own rate and then stop, which F would read as
  * a flood; the onset is latched on all selected packets. The latch is a
- * plain store of one value by any CPU that sees the onset first. Returns 0
- * when a map cannot be read. */
-static __always_inline int sm_judge(struct tl_window *w, const struct tl_settings *s, __u32 slot,
-				    const struct window_pos *pos, __u32 *tier, __u32 *thr)
+ * plain store of one value by any CPU that sees the onset first. Returns
+ * this CPU's estimate (for sm_drop), or NULL when a map cannot be read. */
+static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const struct tl_settings *s,
+						      __u32 slot, const struct window_pos *pos, __u32 *tier,
+						      __u32 *thr)
 {
 	struct tl_smooth_cpu *c = sm_coef(w, s, slot, pos->id, pos->tick, pos->n);
 	if (!c)
-		return 0;
+		return NULL;
 	__u64 n = pos->n >= s->last_n ? pos->n + c->ovf : pos->n;
 	int onset = READ_ONCE(w->onset) == pos->id + 1;
 	if (!onset && sm_onset(n + c->ex, c->base_tot, c->mult)) {
@@ -191,7 +216,7 @@ static __always_inline int sm_judge(struct tl_window *w, const struct tl_setting
 		onset = 1;
 	}
 	__u64 rhat = s->src_budget ? n + c->base_in : sm_estimate(n, c->base_in, c->mult, onset);
-	return sm_entry(s, slot, c, rhat, tier, thr);
+	return sm_entry(s, slot, c, rhat, tier, thr) ? c : NULL;
 }
 
 /* The position and threshold of an over-budget packet of window id read at

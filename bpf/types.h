@@ -231,6 +231,7 @@ struct tl_smooth_cpu {
 	__u64 hi_r;     /* R̂ of hi_thr, the memo of q past the table; 0: none */
 	__u32 hi_thr;
 	__u32 ex_thr;   /* the over-budget packets' drop threshold this tick */
+	__u64 rng;      /* xorshift64* state, reseeded from bpf_get_prandom_u32 each tick */
 };
 
 /* One entry of a compiled tier table. */
