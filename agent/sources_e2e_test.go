@@ -120,6 +120,12 @@ func fairCollect(t *testing.T, a *agent.Agent, rx *testenv.Receiver, run *fairRu
 // without sources shows B–K shed at the seed's rate.
 func TestFairShedding(t *testing.T) {
 	testenv.Require(t)
+	for _, shape := range []tiers.Shape{tiers.ShapeOrdinal, tiers.ShapeSmooth} {
+		t.Run(shape.String(), func(t *testing.T) { fairShedding(t, shape) })
+	}
+}
+
+func fairShedding(t *testing.T, shape tiers.Shape) {
 	p := newPair(t)
 	dst := netip.AddrPortFrom(p.CollAddr, 514)
 	rx := testenv.NewReceiver(t, p.Coll, dst)
@@ -135,6 +141,7 @@ func TestFairShedding(t *testing.T) {
 	}
 
 	plain := policy(t, fairMax)
+	plain.Shape = shape
 	fair := plain.Clone()
 	fair.Sources = tiers.Sources{Budget: tiers.Pct(10), PrefixV4: 32, PrefixV6: 64}
 	tab, err := tiers.Compile(fair)
@@ -174,6 +181,7 @@ func TestFairShedding(t *testing.T) {
 		if w == 0 {
 			slack = float64(t1)
 		}
+		slack += shapeSlack(shape, tab.Expected(uint64(offered)))
 		bound := within(t, fmt.Sprintf("with sources, window %d total", w), total, e, slack)
 		t.Logf("with sources, window %d: A sent %d received %d (budget %d); B–K sent %d received %d (%.0f%%); collector %d of %d offered, P(R) %.1f ± %.1f",
 			w, on.sent[w][0], on.got[w][0], budget, lightSent, lightGot, 100*float64(lightGot)/float64(lightSent), total, offered, e.Passed, bound)
@@ -223,13 +231,25 @@ func TestFairShedding(t *testing.T) {
 			}
 		}
 		e := ptab.Expected(uint64(offered))
-		bound := within(t, fmt.Sprintf("without sources, window %d total", w), total, e, 0)
+		bound := within(t, fmt.Sprintf("without sources, window %d total", w), total, e, shapeSlack(shape, e))
 		t.Logf("without sources, window %d: A sent %d received %d; B–K sent %d received %d (%.0f%%; the seed's pass rate at this load %.0f%%); collector %d, model %.1f ± %.1f",
 			w, off.sent[w][0], off.got[w][0], lightSent, lightGot, 100*float64(lightGot)/float64(lightSent), 100*e.Passed/float64(offered), total, e.Passed, bound)
 		if lightGot*2 > lightSent {
 			t.Errorf("without sources, window %d: B–K received %d of %d: the flood should shed most of them", w, lightGot, lightSent)
 		}
 	}
+}
+
+// shapeSlack is what a window's total may differ from P(R) beyond 5σ for
+// the case's traffic: bursts of 0.85 s with 0.25 s of silence between
+// them. The ordinal shape counts positions, so none; the smooth shape's
+// estimate is of a rate (DESIGN.md §9 promises P(R) for a steady one), and
+// a burst pattern moves its windows' totals by up to a quarter.
+func shapeSlack(shape tiers.Shape, e tiers.Expectation) float64 {
+	if shape == tiers.ShapeSmooth {
+		return e.Passed / 4
+	}
+	return 0
 }
 
 // onlyMetric returns the one series of name that reg gathers, as a

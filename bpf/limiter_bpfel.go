@@ -200,6 +200,8 @@ type LimiterTlSmoothCpu struct {
 	HiThr   uint32
 	ExThr   uint32
 	Rng     uint64
+	Slot    uint32
+	Pad     uint32
 }
 
 type LimiterTlSrcKey struct {

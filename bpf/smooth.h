@@ -14,10 +14,11 @@
  *
  * The per-tick parts (base, mult, the summed per-CPU counts and the
  * over-budget threshold) are computed by each CPU at its first packet of a
- * tick (jiffies, or the clock >> TL_SMOOTH_TICK_SHIFT) into its own
- * smooth_cpu entry: three divisions and one bpf_loop over the CPUs per
- * tick, never per packet, and no write the CPUs share. A packet pays one
- * per-CPU lookup, two multiplications, a table lookup and the draw. */
+ * tick (jiffies, or the clock >> TL_SMOOTH_TICK_SHIFT), or of a new policy
+ * slot, into its own smooth_cpu entry: three divisions and one bpf_loop
+ * over the CPUs per tick, never per packet, and no write the CPUs share. A
+ * packet pays one per-CPU lookup, two multiplications, a table lookup (or
+ * the memo of q past the table) and a draw from the CPU's own generator. */
 #ifndef __TL_SMOOTH_H
 #define __TL_SMOOTH_H
 
@@ -126,7 +127,7 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 {
 	__u32 zero = 0;
 	struct tl_smooth_cpu *c = bpf_map_lookup_elem(&smooth_cpu, &zero);
-	if (!c || (c->id == id + 1 && c->tick == tick))
+	if (!c || (c->id == id + 1 && c->tick == tick && c->slot == slot))
 		return c;
 
 	__u64 j = s->sm_ticks ? s->sm_ticks : 1;
@@ -149,6 +150,8 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 
 	c->id = id + 1;
 	c->tick = tick;
+	c->slot = slot;
+	c->hi_r = 0; /* the memo is of the slot's policy, and one tick old at most */
 	c->rng = ((__u64)bpf_get_prandom_u32() << 32 | bpf_get_prandom_u32()) | 1;
 	c->base_in = sm_mul(prev_in, ov);
 	c->base_tot = sm_mul(prev_tot, ov);
@@ -215,7 +218,10 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 		w->onset = pos->id + 1;
 		onset = 1;
 	}
-	__u64 rhat = s->src_budget ? n + c->base_in : sm_estimate(n, c->base_in, c->mult, onset);
+	/* Without budgets every selected packet is in budget: the previous
+	 * window's over-budget packets (a policy with budgets before a reload)
+	 * were offered too, so S takes all of them (base_tot). */
+	__u64 rhat = s->src_budget ? n + c->base_in : sm_estimate(n, c->base_tot, c->mult, onset);
 	return sm_entry(s, slot, c, rhat, tier, thr) ? c : NULL;
 }
 

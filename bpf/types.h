@@ -232,6 +232,8 @@ struct tl_smooth_cpu {
 	__u32 hi_thr;
 	__u32 ex_thr;   /* the over-budget packets' drop threshold this tick */
 	__u64 rng;      /* xorshift64* state, reseeded from bpf_get_prandom_u32 each tick */
+	__u32 slot;     /* the policy slot it was computed for: a reload refreshes it */
+	__u32 _pad;
 };
 
 /* One entry of a compiled tier table. */

@@ -281,7 +281,10 @@ func (m *Model) smooth(nowNs uint64) (int, uint32) {
 	m.onset = m.onset || m.coefTot.Onset(m.count+m.ex)
 	rhat := m.coef.Sliding(m.count)
 	if m.sketch == nil {
-		rhat = m.coef.Estimate(m.count, m.onset)
+		// Without budgets every selected packet is in budget: the previous
+		// window's over-budget packets (under a policy with budgets before
+		// a reload) were offered too.
+		rhat = m.coefTot.Estimate(m.count, m.onset)
 	}
 	m.lastEstim = rhat
 	return m.table.Smooth(rhat)
