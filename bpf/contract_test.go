@@ -10,7 +10,7 @@ import (
 )
 
 // TestContract holds every constant, enum and key encoding that tiers (pure
-// Go) shares with limiter.c against the C side: the values bpf2go exported
+// Go) shares with the XDP program against the C side: the values bpf2go exported
 // from types.h and consts.h, and the map sizes in the object's own specs. It
 // needs no kernel. Change one side only and it fails.
 func TestContract(t *testing.T) {

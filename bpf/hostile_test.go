@@ -87,7 +87,7 @@ func hostileCases(t testing.TB) []verdictCase {
 		{"ipv4 AH past the total length", with16(Serialize(t, eth4(), IPv4(Src4, Dst4, layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), ipv4Tot, 20+16), malformedAs(tiers.MalformedIPv4Length), tiers.ClassMalformed},
 		{"ipv6 ESP (50): encrypted", Serialize(t, eth6(), ip6(layers.IPProtocolESP), gopacket.Payload(make([]byte, 64))), unselected, tiers.ClassUnselected},
 	}
-	// Not walked: the kernel delivers no UDP behind them (limiter.c
+	// Not walked: the kernel delivers no UDP behind them (parse.h
 	// ipv6_is_ext). Each is followed by what would be a UDP/514 header.
 	for _, nh := range []layers.IPProtocol{135, 139, 140, 253, 254, layers.IPProtocolNoNextHeader} {
 		cases = append(cases, verdictCase{

@@ -60,8 +60,8 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	struct cursor c = { .pos = data + (pri_off & TL_PRI_OFF_MAX), .end = data_end };
 	TL_STAGE(TL_STAGE_JUDGE, XDP_DROP);
 
-	__u32 slot;
-	struct tl_settings *s = active_settings(&slot);
+	__u32 zero = 0, slot;
+	struct tl_settings *s = active_settings(&zero, &slot);
 	if (!s || !s->table_len)
 		goto unselected;
 	/* Read the <PRI> now, so that the cursor is dead from here on: the
@@ -79,7 +79,6 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	}
 	TL_STAGE(TL_STAGE_POLICY, XDP_DROP);
 
-	__u32 zero = 0;
 	struct tl_window *w = bpf_map_lookup_elem(&window, &zero);
 	if (!w)
 		goto unselected;

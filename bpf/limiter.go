@@ -1,4 +1,5 @@
-// Package bpf holds the tierlimit XDP program (limiter.c), its bpf2go
+// Package bpf holds the tierlimit XDP program (limiter.c and the headers
+// it includes, maps.h to verdict.h), its bpf2go
 // bindings, and the small API that loads it, writes a compiled policy into
 // its maps and reads its counters back. The agent and the tests share this
 // one path to the kernel.
@@ -92,7 +93,7 @@ type Options struct {
 	PinPath string
 	// TickNs is the kernel's tick (1/CONFIG_HZ) in ns, from KernelTick. It
 	// enables the program's tick gate, which skips bpf_ktime_get_ns for
-	// packets that cannot be at a window's end (limiter.c window_count).
+	// packets that cannot be at a window's end (window.h window_expired).
 	// 0 disables the gate: every selected packet reads the clock.
 	TickNs uint64
 }
@@ -241,7 +242,7 @@ func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Tabl
 }
 
 // setSaturation fills the settings of the saturated window's fast path
-// (limiter.c window_count): the first n of the table's last entry, that
+// (window.h window_count): the first n of the table's last entry, that
 // entry, and how many overflow slots the program sums.
 func (l *Limiter) setSaturation(set *LimiterTlSettings, t tiers.Table) error {
 	last := len(t.Thresholds) - 1
@@ -475,7 +476,7 @@ type Window struct {
 	Debt uint64
 	// Overflow is the part of Count that CPUs counted in their own overflow
 	// slots rather than on the shared count: the packets past the table's
-	// last entry's first n (limiter.c window_count). Read only: SetWindow
+	// last entry's first n (window.h window_count). Read only: SetWindow
 	// ignores it and puts all of Count on the shared count.
 	Overflow uint64
 	// Gap is the ticks between the previous window's end and this one's

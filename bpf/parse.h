@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* Packet parsing, Ethernet to UDP or TCP: a header cursor and one function
  * per layer (each checks bounds, advances the cursor and returns the next
- * protocol or a PARSE_* error), the syslog <PRI> of a UDP payload, and the
+ * protocol or a PARSE_* error), the fragment kinds, the addresses, and the
  * header fields the entry point hands to tl_judge (pkt_pack, pkt_unpack).
- * Every way a packet can be malformed ends in XDP_PASS (DESIGN.md §2). */
+ * The parser only classifies (parse_packet's PKT_*); the entry point passes
+ * every malformed packet, and verdict.h judges fragments (DESIGN.md §2). */
 #ifndef __TL_PARSE_H
 #define __TL_PARSE_H
 

@@ -71,7 +71,7 @@ type namedMap struct {
 
 // namedMaps lists every map of the program with the name it is pinned
 // under, read from the bpf2go struct's ebpf tags, so that a map added to
-// limiter.c is pinned, re-pinned and opened without a list to keep.
+// maps.h is pinned, re-pinned and opened without a list to keep.
 func (l *Limiter) namedMaps() []namedMap {
 	v := reflect.ValueOf(&l.objs.LimiterMaps).Elem()
 	var out []namedMap

@@ -111,7 +111,7 @@ type SourceGroup struct {
 // over budget (an LRU of tiers.TopSources entries: the groups over budget
 // least recently are evicted first), most packets over budget first; n <=
 // 0 returns all. A group's packets are its entry's, summed over the CPUs,
-// plus each CPU's open run of it (limiter.c source_top_add). The prefix
+// plus each CPU's open run of it (sources.h source_top_add). The prefix
 // lengths come from the active policy. Returns the map read's error when
 // either table cannot be read.
 func (l *Limiter) TopSources(n int) ([]SourceGroup, error) {

@@ -130,7 +130,7 @@ struct tl_stat {
 /* The one window shared by all CPUs. start_ns and count change atomically;
  * last_count and opened are written only by the CPU that opened the window.
  * Past the last table entry's first n, packets are counted per CPU in the
- * overflow map instead of in count (limiter.c window_count): the window's
+ * overflow map instead of in count (window.h window_count): the window's
  * offered load is count plus the overflow of every CPU for this window. */
 struct tl_window {
 	__u64 start_ns;   /* clock of the packet that opened the window, ns */
@@ -150,7 +150,7 @@ struct tl_window {
 	__u64 prev_ex;    /* the previous window's ex_count */
 };
 
-/* One CPU's packets past saturation (limiter.c window_count), for the
+/* One CPU's packets past saturation (window.h window_count), for the
  * window with opened == window[opened & 1] in packets[opened & 1]: two
  * slots, so that the previous window's count survives the next one's first
  * packet until the agent reads it. Padded to two cache lines so that no two
@@ -194,7 +194,7 @@ struct tl_settings {
 	__u32 src_prefix_v6;
 	/* hash seeds: row r uses [r * TL_SEED_WORDS, (r + 1) * TL_SEED_WORDS) */
 	__u64 src_seeds[TL_SKETCH_ROWS * TL_SEED_WORDS_N];
-	/* The saturated window's fast path (limiter.c window_count): the first
+	/* The saturated window's fast path (window.h window_count): the first
 	 * n of the table's last entry, tiers.Table.TierStart(tiers), and that
 	 * entry's threshold and tier. */
 	__u64 last_n;
@@ -302,7 +302,7 @@ struct tl_src_run {
 	__u64 packets; /* the run's packets after its first, not yet in source_top */
 };
 
-/* Where a benchmark load (limiter.c tl_bench_stage) stops a packet: the
+/* Where a benchmark load (verdict.h tl_bench_stage) stops a packet: the
  * stages in the order a selected packet meets them. */
 enum tl_stage {
 	TL_STAGE_ENTRY = 1,   /* the program entered: the test run's own cost */

@@ -122,8 +122,8 @@ static __always_inline int follow_fragment(struct pkt *p, __u64 bytes)
  * fragment's verdict holds for its followers. */
 static __always_inline int tiny_fragment(struct pkt *p, __u64 bytes)
 {
-	__u32 slot;
-	struct tl_settings *s = active_settings(&slot);
+	__u32 zero = 0, slot;
+	struct tl_settings *s = active_settings(&zero, &slot);
 	count(&malformed_stats, TL_MAL_TINY_FRAGMENT, 1, bytes);
 	/* would_drop here passes like a pass, and is not remembered. */
 	__u32 verdict = s && s->table_len ? mode_verdict(s) : TL_PASS;

@@ -265,7 +265,7 @@ func (pk *packet) ipv4() (int, *Classification) {
 
 // isIPv6Ext reports whether the program walks next-header value nh:
 // hop-by-hop, routing, fragment, AH and destination options. ESP,
-// Mobility, HIP, Shim6, 253, 254 and the rest end the walk (limiter.c
+// Mobility, HIP, Shim6, 253, 254 and the rest end the walk (bpf/parse.h
 // ipv6_is_ext says why).
 func isIPv6Ext(nh int) bool {
 	return nh == protoHopByHop || nh == protoRouting || nh == protoFragment || nh == protoAH || nh == protoDestOpts
