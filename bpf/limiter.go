@@ -33,8 +33,13 @@ const (
 	MaxSelectRules = int(LimiterTlConstTL_C_MAX_RULES)
 	// NumVerdicts is the number of verdicts per tier in the stats map.
 	NumVerdicts = int(LimiterTlVerdictTL_VERDICTS)
+	// MaxPrefixes is the most prefixes of one policy's exempt sources, and
+	// of all its select rules' dests together (TL_LPM_PREFIXES, which is
+	// TL_LPM_ENTRIES / TL_SLOTS).
+	MaxPrefixes = int(LimiterTlConstTL_C_LPM_ENTRIES / LimiterTlConstTL_C_SLOTS)
 	// PrefixEntries is the most prefixes each LPM trie (exempt sources,
-	// select dests) holds, over both policy slots (TL_LPM_ENTRIES).
+	// select dests) holds, over both policy slots (TL_LPM_ENTRIES): slots ×
+	// MaxPrefixes, so that the next policy always fits beside the running one.
 	PrefixEntries = int(LimiterTlConstTL_C_LPM_ENTRIES)
 	// FragmentEntries is the most first fragments whose verdict is
 	// remembered at once (TL_FRAG_ENTRIES).
@@ -303,15 +308,15 @@ func fits(p tiers.Policy, t tiers.Table) error {
 		return fmt.Errorf("%w: table has %d tiers for %d thresholds", ErrPolicy, len(t.Tiers), len(t.Thresholds))
 	case t.Shift > 63:
 		return fmt.Errorf("%w: table step 2^%d", ErrPolicy, t.Shift)
-	case len(p.Exempt) > tiers.MaxPrefixes:
-		return fmt.Errorf("%w: %d exempt prefixes, at most %d", ErrPolicy, len(p.Exempt), tiers.MaxPrefixes)
+	case len(p.Exempt) > MaxPrefixes:
+		return fmt.Errorf("%w: %d exempt prefixes, at most %d", ErrPolicy, len(p.Exempt), MaxPrefixes)
 	}
 	dests := 0
 	for _, r := range p.Select {
 		dests += len(r.Dests)
 	}
-	if dests > tiers.MaxPrefixes {
-		return fmt.Errorf("%w: %d dests prefixes, at most %d", ErrPolicy, dests, tiers.MaxPrefixes)
+	if dests > MaxPrefixes {
+		return fmt.Errorf("%w: %d dests prefixes, at most %d", ErrPolicy, dests, MaxPrefixes)
 	}
 	return nil
 }
