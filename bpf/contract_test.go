@@ -13,6 +13,21 @@ import (
 // Go) shares with the XDP program against the C side: the values bpf2go exported
 // from types.h and consts.h, and the map sizes in the object's own specs. It
 // needs no kernel. Change one side only and it fails.
+//
+// Where bpf and tiers both name a limit, they use one name for one meaning:
+// MaxTiers, MaxSelectRules, MaxTableEntries, MaxPrefixes, NumVerdicts,
+// NumMalformed, SketchRows (and, unexported in bpf, slots, portKeys,
+// seedWords, destRuleBits, lpmTagBits, lpmTagIPv6). The pairs whose names
+// differ differ in meaning:
+//   - bpf.PrefixEntries is the size of each LPM trie (TL_LPM_ENTRIES), which
+//     holds both policy slots: TL_SLOTS × MaxPrefixes, the per-policy limit.
+//   - tiers.Verdicts is the list of verdicts; NumVerdicts, on both sides, is
+//     their count (TL_VERDICTS).
+//   - tiers.MaxBudgetPackets is the largest budget a sketch cell can count,
+//     derived from the cell's 32 count bits (TL_CELL_COUNT_BITS), not a size.
+//   - tiers.TopSources is the size of the source_top table
+//     (TL_SRC_TOP_ENTRIES); bpf names no constant for it, and its
+//     Limiter.TopSources is the method that reads the table.
 func TestContract(t *testing.T) {
 	eq := func(name string, goSide, cSide uint64) {
 		t.Helper()
@@ -20,7 +35,21 @@ func TestContract(t *testing.T) {
 			t.Errorf("%s: Go says %d, C says %d", name, goSide, cSide)
 		}
 	}
-	// Limits.
+	contractLimits(t, eq)
+	contractEnums(t, eq)
+	contractKeys(t, eq)
+	contractPrefixKeys(t)
+	contractMalformed(t, eq)
+	contractSmooth(eq)
+	contractMapSizes(t, eq)
+}
+
+// eqFunc fails the test when the Go side and the C side of name disagree.
+type eqFunc func(name string, goSide, cSide uint64)
+
+// contractLimits holds the limits of a policy on both sides.
+func contractLimits(t *testing.T, eq eqFunc) {
+	t.Helper()
 	eq("tiers.MaxTiers / TL_MAX_TIERS", tiers.MaxTiers, uint64(bpf.LimiterTlConstTL_C_MAX_TIERS))
 	eq("tiers.MaxSelectRules / TL_MAX_RULES", tiers.MaxSelectRules, uint64(bpf.LimiterTlConstTL_C_MAX_RULES))
 	eq("tiers.MaxTableEntries / TL_TABLE_MAX", tiers.MaxTableEntries, uint64(bpf.LimiterTlConstTL_C_TABLE_MAX))
@@ -28,13 +57,19 @@ func TestContract(t *testing.T) {
 	eq("bpf.MaxSelectRules", uint64(bpf.MaxSelectRules), tiers.MaxSelectRules)
 	eq("bpf.MaxTableEntries", uint64(bpf.MaxTableEntries), tiers.MaxTableEntries)
 	eq("bpf.NumVerdicts", uint64(bpf.NumVerdicts), tiers.NumVerdicts)
+	eq("bpf.MaxPrefixes", uint64(bpf.MaxPrefixes), tiers.MaxPrefixes)
+	eq("bpf.PrefixEntries / TL_SLOTS × tiers.MaxPrefixes", uint64(bpf.PrefixEntries), uint64(bpf.LimiterTlConstTL_C_SLOTS)*tiers.MaxPrefixes)
 	// A rule is one bit of tl_port.cidr_rules and of tl_settings.syn_rules,
 	// and fits in the dests tag below the slot.
 	if tiers.MaxSelectRules > 32 || tiers.MaxSelectRules > 1<<tiers.DestRuleBits {
 		t.Errorf("%d rules do not fit a 32-bit mask and a %d-bit tag", tiers.MaxSelectRules, tiers.DestRuleBits)
 	}
+}
 
-	// Enums.
+// contractEnums holds the enums tiers mirrors: verdicts, modes, threshold
+// sentinels and severity classes.
+func contractEnums(t *testing.T, eq eqFunc) {
+	t.Helper()
 	eq("tiers.VerdictPass / TL_PASS", uint64(tiers.VerdictPass), uint64(bpf.LimiterTlVerdictTL_PASS))
 	eq("tiers.VerdictDrop / TL_DROP", uint64(tiers.VerdictDrop), uint64(bpf.LimiterTlVerdictTL_DROP))
 	eq("tiers.VerdictWouldDrop / TL_WOULD_DROP", uint64(tiers.VerdictWouldDrop), uint64(bpf.LimiterTlVerdictTL_WOULD_DROP))
@@ -48,8 +83,11 @@ func TestContract(t *testing.T) {
 	eq("tiers.SevShedFirst / TL_SEV_SHED_FIRST", uint64(tiers.SevShedFirst), uint64(bpf.LimiterTlSevClassTL_SEV_SHED_FIRST))
 	eq("tiers.NumSeverityClasses / TL_SEV_CLASSES", tiers.NumSeverityClasses, uint64(bpf.LimiterTlSevClassTL_SEV_CLASSES))
 	eq("tier 0 threshold / TL_THR_NEVER", uint64(mustCompile(t, ordinalDefault()).Drops[0]), uint64(bpf.LimiterTlThrTL_THR_NEVER))
+}
 
-	// Key encodings.
+// contractKeys holds the encodings of the ports and LPM keys.
+func contractKeys(t *testing.T, eq eqFunc) {
+	t.Helper()
 	eq("tiers.PortKeys / TL_PORT_KEYS", tiers.PortKeys, uint64(bpf.LimiterTlConstTL_PORT_KEYS))
 	eq("tiers.PortFlagPackets / TL_PORT_PACKETS", tiers.PortFlagPackets, uint64(bpf.LimiterTlPortFlagTL_PORT_PACKETS))
 	eq("tiers.PortFlagSYN / TL_PORT_SYN", tiers.PortFlagSYN, uint64(bpf.LimiterTlPortFlagTL_PORT_SYN))
@@ -57,9 +95,12 @@ func TestContract(t *testing.T) {
 	eq("tiers.LPMAddrBits / TL_LPM_ADDR_BITS", tiers.LPMAddrBits, uint64(bpf.LimiterTlConstTL_LPM_ADDR_BITS))
 	eq("tiers.DestRuleBits / TL_DEST_RULE_BITS", tiers.DestRuleBits, uint64(bpf.LimiterTlConstTL_DEST_RULE_BITS))
 	eq("tiers.LPMTagIPv6 / TL_LPM_TAG_IPV6", tiers.LPMTagIPv6, uint64(bpf.LimiterTlConstTL_LPM_TAG_IPV6))
-	contractPrefixKeys(t)
+}
 
-	// Malformed reasons: tiers.Malformed indexes malformed_stats.
+// contractMalformed holds the malformed reasons (tiers.Malformed indexes
+// malformed_stats) and the fragment verdicts' lifetime.
+func contractMalformed(t *testing.T, eq eqFunc) {
+	t.Helper()
 	eq("tiers.NumMalformed / TL_MAL_MAX", uint64(tiers.NumMalformed), uint64(bpf.LimiterTlMalformedTL_MAL_MAX))
 	eq("bpf.NumMalformed", uint64(bpf.NumMalformed), uint64(tiers.NumMalformed))
 	eq("tiers.MalformedIPv4Length / TL_MAL_IPV4_LENGTH", uint64(tiers.MalformedIPv4Length), uint64(bpf.LimiterTlMalformedTL_MAL_IPV4LENGTH))
@@ -73,8 +114,20 @@ func TestContract(t *testing.T) {
 	if bpf.FragmentTTL <= 0 || bpf.FragmentTTL > 30*time.Second {
 		t.Errorf("fragment verdicts live %v, want (0, 30s]", bpf.FragmentTTL)
 	}
+}
 
-	// Map sizes, read back from the object's map specs.
+// contractSmooth holds the smooth estimator's constants (DESIGN.md §9).
+func contractSmooth(eq eqFunc) {
+	eq("tiers.SmoothFracBits / TL_SMOOTH_FRAC_BITS", tiers.SmoothFracBits, uint64(bpf.LimiterTlConstTL_C_SMOOTH_FRAC_BITS))
+	eq("tiers.SmoothMinFrac / TL_SMOOTH_MIN_FRAC", tiers.SmoothMinFrac, uint64(bpf.LimiterTlConstTL_C_SMOOTH_MIN_FRAC))
+	eq("tiers.SmoothOnsetMin / TL_SMOOTH_ONSET_MIN", tiers.SmoothOnsetMin, uint64(bpf.LimiterTlConstTL_C_SMOOTH_ONSET_MIN))
+	eq("tiers.SmoothTickShift / TL_SMOOTH_TICK_SHIFT", tiers.SmoothTickShift, uint64(bpf.LimiterTlConstTL_C_SMOOTH_TICK_SHIFT))
+}
+
+// contractMapSizes holds the map sizes, read back from the object's map
+// specs, and the per-source budgets' sketch and top table.
+func contractMapSizes(t *testing.T, eq eqFunc) {
+	t.Helper()
 	spec, err := bpf.LoadLimiter()
 	if err != nil {
 		t.Fatal(err)

@@ -34,8 +34,13 @@ const (
 	MaxSelectRules = int(LimiterTlConstTL_C_MAX_RULES)
 	// NumVerdicts is the number of verdicts per tier in the stats map.
 	NumVerdicts = int(LimiterTlVerdictTL_VERDICTS)
+	// MaxPrefixes is the most prefixes of one policy's exempt sources, and
+	// of all its select rules' dests together (TL_LPM_PREFIXES, which is
+	// TL_LPM_ENTRIES / TL_SLOTS).
+	MaxPrefixes = int(LimiterTlConstTL_C_LPM_ENTRIES / LimiterTlConstTL_C_SLOTS)
 	// PrefixEntries is the most prefixes each LPM trie (exempt sources,
-	// select dests) holds, over both policy slots (TL_LPM_ENTRIES).
+	// select dests) holds, over both policy slots (TL_LPM_ENTRIES): slots ×
+	// MaxPrefixes, so that the next policy always fits beside the running one.
 	PrefixEntries = int(LimiterTlConstTL_C_LPM_ENTRIES)
 	// FragmentEntries is the most first fragments whose verdict is
 	// remembered at once (TL_FRAG_ENTRIES).
@@ -304,15 +309,15 @@ func fits(p tiers.Policy, t tiers.Table) error {
 		return fmt.Errorf("%w: table has %d tiers for %d thresholds", ErrPolicy, len(t.Tiers), len(t.Thresholds))
 	case t.Shift > 63:
 		return fmt.Errorf("%w: table step 2^%d", ErrPolicy, t.Shift)
-	case len(p.Exempt) > tiers.MaxPrefixes:
-		return fmt.Errorf("%w: %d exempt prefixes, at most %d", ErrPolicy, len(p.Exempt), tiers.MaxPrefixes)
+	case len(p.Exempt) > MaxPrefixes:
+		return fmt.Errorf("%w: %d exempt prefixes, at most %d", ErrPolicy, len(p.Exempt), MaxPrefixes)
 	}
 	dests := 0
 	for _, r := range p.Select {
 		dests += len(r.Dests)
 	}
-	if dests > tiers.MaxPrefixes {
-		return fmt.Errorf("%w: %d dests prefixes, at most %d", ErrPolicy, dests, tiers.MaxPrefixes)
+	if dests > MaxPrefixes {
+		return fmt.Errorf("%w: %d dests prefixes, at most %d", ErrPolicy, dests, MaxPrefixes)
 	}
 	return nil
 }
@@ -340,120 +345,6 @@ func (l *Limiter) writeTable(slot uint32, t tiers.Table) error {
 	}
 	if err := putAll(l.objs.TierTable, keys, vals); err != nil {
 		return fmt.Errorf("write tier table of slot %d: %w", slot, err)
-	}
-	return nil
-}
-
-// Counter is a packet and byte count; bytes are L2 frame lengths.
-type Counter struct {
-	Packets uint64
-	Bytes   uint64
-}
-
-func (c *Counter) add(s LimiterTlStat) {
-	c.Packets += s.Packets
-	c.Bytes += s.Bytes
-}
-
-// Stats are the program's counters summed over CPUs.
-type Stats struct {
-	// Selected is indexed by [tier][tiers.Verdict], tier 0..MaxTiers.
-	Selected [MaxTiers + 1][NumVerdicts]Counter
-	// Unselected counts packets passed without counting: not selected,
-	// malformed, truncated or nested too deep.
-	Unselected Counter
-	// Exempt counts selected packets from exempt sources.
-	Exempt Counter
-	// FragmentPass and FragmentDrop count non-first fragments, which follow
-	// the verdict of their first fragment.
-	FragmentPass, FragmentDrop Counter
-	// Severity counts selected UDP packets of policies with a severity
-	// block by [tiers.SeverityClass][tiers.Verdict].
-	Severity [tiers.NumSeverityClasses][NumVerdicts]Counter
-	// ProtectedPass counts drop verdicts that protection turned into
-	// passes; PaidDrop counts pass verdicts dropped to pay the debt.
-	ProtectedPass, PaidDrop Counter
-	// OverBudget counts selected packets over their source group's budget
-	// by tiers.Verdict (pass under mode off); they are not in Selected.
-	OverBudget [NumVerdicts]Counter
-	// Malformed counts frames whose length fields disagree with the frame,
-	// by reason (tiers.Malformed). They pass, but for tiny fragments in
-	// enforce mode, which are dropped.
-	Malformed [NumMalformed]Counter
-}
-
-// SelectedTotal sums Selected over tiers for verdict v.
-func (s *Stats) SelectedTotal(v tiers.Verdict) Counter {
-	var c Counter
-	for t := range s.Selected {
-		c.Packets += s.Selected[t][v].Packets
-		c.Bytes += s.Selected[t][v].Bytes
-	}
-	return c
-}
-
-// SelectedPackets sums Selected over tiers and verdicts: every selected
-// packet counted in a window.
-func (s *Stats) SelectedPackets() uint64 {
-	var n uint64
-	for _, v := range tiers.Verdicts {
-		n += s.SelectedTotal(v).Packets
-	}
-	return n
-}
-
-// Stats reads and sums the per-CPU counters.
-func (l *Limiter) Stats() (Stats, error) {
-	var st Stats
-	var per []LimiterTlStat
-	for t := range st.Selected {
-		for v := range NumVerdicts {
-			if err := l.objs.Stats.Lookup(uint32(t*NumVerdicts+v), &per); err != nil {
-				return Stats{}, fmt.Errorf("read stats[%d][%d]: %w", t, v, err)
-			}
-			for _, s := range per {
-				st.Selected[t][v].add(s)
-			}
-		}
-	}
-	misc := [miscMax]*Counter{&st.Unselected, &st.Exempt, &st.FragmentPass, &st.FragmentDrop}
-	if err := sumInto(l.objs.MiscStats, "misc_stats", misc[:]); err != nil {
-		return Stats{}, err
-	}
-	sev := make([]*Counter, 0, sevStats)
-	for c := range st.Severity {
-		for v := range st.Severity[c] {
-			sev = append(sev, &st.Severity[c][v])
-		}
-	}
-	sev = append(sev, &st.ProtectedPass, &st.PaidDrop)
-	if err := sumInto(l.objs.SeverityStats, "severity_stats", sev); err != nil {
-		return Stats{}, err
-	}
-	if err := l.readOverBudget(&st); err != nil {
-		return Stats{}, err
-	}
-	mal := make([]*Counter, len(st.Malformed))
-	for i := range st.Malformed {
-		mal[i] = &st.Malformed[i]
-	}
-	if err := sumInto(l.objs.MalformedStats, "malformed_stats", mal); err != nil {
-		return Stats{}, err
-	}
-	return st, nil
-}
-
-// sumInto adds entry i of the per-CPU stats map m, summed over CPUs, to
-// dst[i].
-func sumInto(m *ebpf.Map, name string, dst []*Counter) error {
-	var per []LimiterTlStat
-	for i, c := range dst {
-		if err := m.Lookup(uint32(i), &per); err != nil {
-			return fmt.Errorf("read %s[%d]: %w", name, i, err)
-		}
-		for _, s := range per {
-			c.add(s)
-		}
 	}
 	return nil
 }

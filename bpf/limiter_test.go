@@ -339,13 +339,7 @@ func TestApplySwapsWholePolicy(t *testing.T) {
 // action and the one counter it moved are policy A's, B's or C's answer for
 // that frame, never a mix such as A's selectors with B's settings.
 func TestApplySwapsUnderTraffic(t *testing.T) {
-	udp := func(ports ...uint16) []tiers.Rule {
-		var r []tiers.Rule
-		for _, p := range ports {
-			r = append(r, tiers.Rule{Proto: tiers.ProtoUDP, Ports: []tiers.PortRange{{First: p, Last: p}}})
-		}
-		return r
-	}
+	udp := udpRules
 	always := []tiers.Tier{{At: tiers.Pct(100), Drop: tiers.Pct(100)}}
 	a := ordinalDefault() // both ports, max 1: every packet in tier 1, dropped
 	a.Window, a.Max, a.Tiers, a.Select = time.Hour, 1, always, udp(514, 1514)
@@ -367,22 +361,6 @@ func TestApplySwapsUnderTraffic(t *testing.T) {
 		"udp/1514": {{xdpDrop, "tier1/drop"}, {xdpPass, "unselected"}, {xdpPass, "tier1/would_drop"}},
 	}
 	frames := map[string][]byte{"udp/514": UDP4(t, 514), "udp/1514": UDP4(t, 1514)}
-	moved := func(before, after bpf.Stats) string {
-		for _, c := range []struct {
-			name string
-			n    func(bpf.Stats) uint64
-		}{
-			{"unselected", func(s bpf.Stats) uint64 { return s.Unselected.Packets }},
-			{"tier1/drop", func(s bpf.Stats) uint64 { return s.Selected[1][tiers.VerdictDrop].Packets }},
-			{"tier1/would_drop", func(s bpf.Stats) uint64 { return s.Selected[1][tiers.VerdictWouldDrop].Packets }},
-			{"tier0/pass", func(s bpf.Stats) uint64 { return s.Selected[0][tiers.VerdictPass].Packets }},
-		} {
-			if c.n(after) != c.n(before) {
-				return c.name
-			}
-		}
-		return "other"
-	}
 
 	stop := make(chan struct{})
 	applied := make(chan int)
@@ -410,7 +388,7 @@ func TestApplySwapsUnderTraffic(t *testing.T) {
 		name := []string{"udp/514", "udp/1514"}[i%2]
 		before := h.stats()
 		got := outcome{h.run(frames[name]), ""}
-		got.counter = moved(before, h.stats())
+		got.counter = movedCounter(before, h.stats())
 		bad = fmt.Sprintf("packet %d (%s): action %d, counter %s: no whole policy gives that (A, B, C: %v)",
 			i, name, got.action, got.counter, want[name])
 		for k, w := range want[name] {
@@ -434,6 +412,34 @@ func TestApplySwapsUnderTraffic(t *testing.T) {
 	if len(seen) < 4 {
 		t.Errorf("packets saw only %v over %d applies: the swaps did not interleave with traffic", seen, n)
 	}
+}
+
+// movedCounter names the one counter of TestApplySwapsUnderTraffic that
+// moved from before to after, or "other".
+func movedCounter(before, after bpf.Stats) string {
+	for _, c := range []struct {
+		name string
+		n    func(bpf.Stats) uint64
+	}{
+		{"unselected", func(s bpf.Stats) uint64 { return s.Unselected.Packets }},
+		{"tier1/drop", func(s bpf.Stats) uint64 { return s.Selected[1][tiers.VerdictDrop].Packets }},
+		{"tier1/would_drop", func(s bpf.Stats) uint64 { return s.Selected[1][tiers.VerdictWouldDrop].Packets }},
+		{"tier0/pass", func(s bpf.Stats) uint64 { return s.Selected[0][tiers.VerdictPass].Packets }},
+	} {
+		if c.n(after) != c.n(before) {
+			return c.name
+		}
+	}
+	return "other"
+}
+
+// udpRules is one select rule for each UDP port.
+func udpRules(ports ...uint16) []tiers.Rule {
+	var r []tiers.Rule
+	for _, p := range ports {
+		r = append(r, tiers.Rule{Proto: tiers.ProtoUDP, Ports: []tiers.PortRange{{First: p, Last: p}}})
+	}
+	return r
 }
 
 func TestApplyRefusesWhatDoesNotFit(t *testing.T) {

@@ -2,9 +2,10 @@ package tiers
 
 import "time"
 
-// Limits of a policy. The first three match the sizes the BPF program is
-// built with (bpf/consts.h: TL_MAX_TIERS, TL_MAX_RULES, TL_TABLE_MAX); the
-// others keep every threshold exact in 64-bit arithmetic.
+// Limits of a policy. The first three and MaxPrefixes match the sizes the
+// BPF program is built with (bpf/consts.h: TL_MAX_TIERS, TL_MAX_RULES,
+// TL_TABLE_MAX, TL_LPM_PREFIXES), which package bpf exports under the same
+// names; the others keep every threshold exact in 64-bit arithmetic.
 const (
 	// MaxTiers is the most tiers a policy may have; tier 0, below the first
 	// threshold, comes on top. Validate returns ErrTooMany beyond it.

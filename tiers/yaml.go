@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
@@ -275,6 +274,8 @@ func scalar(key string, n *yaml.Node, want string) (string, error) {
 	return n.Value, nil
 }
 
+// policy walks the top-level mapping into p, one parser per key (the
+// longer ones are named functions below), then applies max: auto.
 func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 	root = resolve(root)
 	if isNull(root) {
@@ -285,41 +286,9 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 		autoBlock *yaml.Node
 	)
 	_, err := ps.mapping("", root, []field{
-		{"mode", func(key string, v *yaml.Node) error {
-			s, err := scalar(key, v, "enforce, dry-run or off")
-			if err != nil {
-				return err
-			}
-			m, err := ParseMode(s)
-			if err != nil {
-				return valueErr(key, v, ErrMode, "want enforce, dry-run or off")
-			}
-			p.Mode = m
-			return nil
-		}},
-		{"shape", func(key string, v *yaml.Node) error {
-			s, err := scalar(key, v, "smooth or ordinal")
-			if err != nil {
-				return err
-			}
-			sh, err := ParseShape(s)
-			if err != nil {
-				return valueErr(key, v, ErrShape, "want smooth or ordinal")
-			}
-			p.Shape = sh
-			return nil
-		}},
-		{"window", func(key string, v *yaml.Node) error {
-			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
-				return typeErr(key, v, "a duration such as 1s or 500ms")
-			}
-			d, err := time.ParseDuration(v.Value)
-			if err != nil {
-				return valueErr(key, v, ErrWindow, "want a duration such as 1s or 500ms")
-			}
-			p.Window = d
-			return nil
-		}},
+		{"mode", func(key string, v *yaml.Node) error { return modeField(key, v, p) }},
+		{"shape", func(key string, v *yaml.Node) error { return shapeField(key, v, p) }},
+		{"window", func(key string, v *yaml.Node) error { return windowField(key, v, p) }},
 		{"max", func(key string, v *yaml.Node) error {
 			if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == "auto" {
 				isAuto = true
@@ -345,23 +314,7 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 			p.Severity, err = ps.severity(key, v)
 			return err
 		}},
-		{"exempt", func(key string, v *yaml.Node) error {
-			p.Exempt = nil
-			if isNull(v) {
-				return nil
-			}
-			_, err := ps.mapping(key, v, []field{
-				{"sources", func(key string, v *yaml.Node) error {
-					if isNull(v) {
-						return nil
-					}
-					pfx, err := ps.prefixes(key, v)
-					p.Exempt = pfx
-					return err
-				}},
-			})
-			return err
-		}},
+		{"exempt", func(key string, v *yaml.Node) error { return ps.exempt(key, v, p) }},
 		{"sources", func(key string, v *yaml.Node) (err error) {
 			p.Sources, err = ps.sources(key, v)
 			return err
@@ -375,6 +328,66 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 		return err
 	}
 	return ps.autoYAML(p, isAuto, autoBlock)
+}
+
+// modeField parses policy key mode into p.Mode.
+func modeField(key string, v *yaml.Node, p *Policy) error {
+	s, err := scalar(key, v, "enforce, dry-run or off")
+	if err != nil {
+		return err
+	}
+	m, err := ParseMode(s)
+	if err != nil {
+		return valueErr(key, v, ErrMode, "want enforce, dry-run or off")
+	}
+	p.Mode = m
+	return nil
+}
+
+// shapeField parses policy key shape into p.Shape.
+func shapeField(key string, v *yaml.Node, p *Policy) error {
+	s, err := scalar(key, v, "smooth or ordinal")
+	if err != nil {
+		return err
+	}
+	sh, err := ParseShape(s)
+	if err != nil {
+		return valueErr(key, v, ErrShape, "want smooth or ordinal")
+	}
+	p.Shape = sh
+	return nil
+}
+
+// windowField parses policy key window into p.Window.
+func windowField(key string, v *yaml.Node, p *Policy) error {
+	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
+		return typeErr(key, v, "a duration such as 1s or 500ms")
+	}
+	d, err := time.ParseDuration(v.Value)
+	if err != nil {
+		return valueErr(key, v, ErrWindow, "want a duration such as 1s or 500ms")
+	}
+	p.Window = d
+	return nil
+}
+
+// exempt parses the exempt mapping (its one key, sources) into p.Exempt.
+func (ps *yamlParser) exempt(key string, v *yaml.Node, p *Policy) error {
+	p.Exempt = nil
+	if isNull(v) {
+		return nil
+	}
+	_, err := ps.mapping(key, v, []field{
+		{"sources", func(key string, v *yaml.Node) error {
+			if isNull(v) {
+				return nil
+			}
+			pfx, err := ps.prefixes(key, v)
+			p.Exempt = pfx
+			return err
+		}},
+	})
+	return err
 }
 
 func (ps *yamlParser) tiers(key string, v *yaml.Node) ([]Tier, error) {
@@ -423,190 +436,4 @@ func percentNode(key string, v *yaml.Node) (Percent, error) {
 		return Percent{}, &ConfigError{Key: key, Value: s, Line: v.Line, Err: err}
 	}
 	return pc, nil
-}
-
-func (ps *yamlParser) rules(key string, v *yaml.Node) ([]Rule, error) {
-	if isNull(v) || v.Kind == yaml.SequenceNode && len(v.Content) == 0 {
-		return nil, valueErr(key, v, ErrEmptySelect, "a policy needs at least one select rule")
-	}
-	items, err := ps.sequence(key, v, MaxSelectRules, "rules")
-	if err != nil {
-		return nil, err
-	}
-	rules := make([]Rule, len(items))
-	for i, item := range items {
-		path := fmt.Sprintf("%s[%d]", key, i)
-		r := &rules[i]
-		seen, err := ps.mapping(path, item, []field{
-			{"proto", func(key string, v *yaml.Node) error {
-				s, err := scalar(key, v, "udp or tcp")
-				if err != nil {
-					return err
-				}
-				switch s {
-				case "udp":
-					r.Proto = ProtoUDP
-				case "tcp":
-					r.Proto = ProtoTCP
-				default:
-					return valueErr(key, v, ErrProto, "want udp or tcp")
-				}
-				return nil
-			}},
-			{"ports", func(key string, v *yaml.Node) error {
-				ports, err := ps.ports(key, v)
-				r.Ports = ports
-				return err
-			}},
-			{"dests", func(key string, v *yaml.Node) error {
-				if isNull(v) || v.Kind == yaml.SequenceNode && len(v.Content) == 0 {
-					return valueErr(key, v, ErrCIDR, "empty dests: leave the key out to match any destination")
-				}
-				pfx, err := ps.prefixes(key, v)
-				r.Dests = pfx
-				return err
-			}},
-			{"count", func(key string, v *yaml.Node) error {
-				s, err := scalar(key, v, "packets or syn")
-				if err != nil {
-					return err
-				}
-				switch s {
-				case "packets":
-					r.Count = CountPackets
-				case "syn":
-					r.Count = CountSYN
-				default:
-					return valueErr(key, v, ErrCount, "want packets or syn")
-				}
-				return nil
-			}},
-		})
-		if err != nil {
-			return nil, err
-		}
-		for _, name := range []string{"proto", "ports"} {
-			if !seen[name] {
-				return nil, &ConfigError{Key: path + "." + name, Line: item.Line,
-					Err: fmt.Errorf("%w: a select rule needs proto and ports", ErrMissingKey)}
-			}
-		}
-		if !seen["count"] && r.Proto == ProtoTCP {
-			r.Count = CountSYN
-		}
-	}
-	return rules, nil
-}
-
-func (ps *yamlParser) ports(key string, v *yaml.Node) ([]PortRange, error) {
-	if isNull(v) || v.Kind == yaml.SequenceNode && len(v.Content) == 0 {
-		return nil, valueErr(key, v, ErrPort, "a rule needs at least one port")
-	}
-	items, err := ps.sequence(key, v, 0, "ports")
-	if err != nil {
-		return nil, err
-	}
-	ports := make([]PortRange, len(items))
-	for i, item := range items {
-		path := fmt.Sprintf("%s[%d]", key, i)
-		if item.Kind != yaml.ScalarNode || (item.ShortTag() != "!!int" && item.ShortTag() != "!!str") {
-			return nil, typeErr(path, item, `a port such as 514 or a range such as "1000-2000"`)
-		}
-		pr, ok := parsePortRange(item.Value)
-		if !ok {
-			return nil, valueErr(path, item, ErrPort, "want a port from 1 to 65535, or a range first-last with first <= last")
-		}
-		ports[i] = pr
-	}
-	return ports, nil
-}
-
-// parsePortRange parses "514" or "1000-2000" (decimal digits only) into a
-// range within 1..65535 with First <= Last.
-func parsePortRange(s string) (PortRange, bool) {
-	first, last, isRange := strings.Cut(s, "-")
-	a, ok := parsePort(strings.TrimSpace(first))
-	if !ok {
-		return PortRange{}, false
-	}
-	b := a
-	if isRange {
-		if b, ok = parsePort(strings.TrimSpace(last)); !ok || b < a {
-			return PortRange{}, false
-		}
-	}
-	return PortRange{First: a, Last: b}, true
-}
-
-func parsePort(s string) (uint16, bool) {
-	if s == "" || len(s) > 5 {
-		return 0, false
-	}
-	n := 0
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			return 0, false
-		}
-		n = n*10 + int(r-'0')
-	}
-	if n < 1 || n > 65535 {
-		return 0, false
-	}
-	return uint16(n), true
-}
-
-func (ps *yamlParser) prefixes(key string, v *yaml.Node) ([]netip.Prefix, error) {
-	items, err := ps.sequence(key, v, 0, "prefixes")
-	if err != nil {
-		return nil, err
-	}
-	if len(items) == 0 {
-		return nil, nil
-	}
-	out := make([]netip.Prefix, len(items))
-	for i, item := range items {
-		path := fmt.Sprintf("%s[%d]", key, i)
-		s, err := scalar(path, item, "a CIDR such as 192.0.2.0/24")
-		if err != nil {
-			return nil, err
-		}
-		pfx, err := parsePrefix(s)
-		if err != nil {
-			return nil, valueErr(path, item, ErrCIDR, "%v", err)
-		}
-		out[i] = pfx
-	}
-	return out, nil
-}
-
-// parsePrefix parses a CIDR, or a bare address as a one-host prefix, and
-// clears the host bits.
-func parsePrefix(s string) (netip.Prefix, error) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			// netip's message repeats the input: keep only its reason.
-			msg := err.Error()
-			if i := strings.LastIndex(msg, "): "); i >= 0 {
-				msg = msg[i+3:]
-			}
-			return netip.Prefix{}, errors.New(msg)
-		}
-		if msg := mappedPrefix(p); msg != "" {
-			return netip.Prefix{}, errors.New(msg)
-		}
-		return p.Masked(), nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, errors.New("want a CIDR such as 192.0.2.0/24 or 2001:db8::/32")
-	}
-	if a.Zone() != "" {
-		return netip.Prefix{}, errors.New("an address with a zone is not a prefix")
-	}
-	p := netip.PrefixFrom(a, a.BitLen())
-	if msg := mappedPrefix(p); msg != "" {
-		return netip.Prefix{}, errors.New(msg)
-	}
-	return p, nil
 }

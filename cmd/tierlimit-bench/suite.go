@@ -37,36 +37,15 @@ type suiteOpts struct {
 // sweep and its plot, all written to -out as results.md, the PNG and the
 // raw data.
 func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("suite", flag.ContinueOnError)
-	o := suiteOpts{}
-	cfg, runs, methods := floodFlags(fs)
-	o.flood = cfg
-	fs.StringVar(&o.out, "out", "deploy/bench", "output `dir` for results.md, the plot and raw/")
-	fs.StringVar(&o.bpfTest, "bpf-test", "", "the bpf package's test binary (go test -c ./bpf); empty skips figures 1-3")
-	fs.StringVar(&o.benchtime, "benchtime", "4194304x", "-test.benchtime of figures 1-3 (packets per measurement)")
-	fs.IntVar(&o.count, "count", 7, "-test.count of figures 1-3")
-	fs.Uint64Var(&o.xdpTxPackets, "xdp-tx-packets", 3_000_000, "frames per run of the xdp-tx flood")
-	sources := fs.String("sources", "trafgen", "flood sources of figure 4, comma-separated: trafgen, xdp-tx (exploratory: see results.md)")
-	fs.BoolVar(&o.quick, "quick", false, "smoke run: 1 run each, short floods, 3 sweep points (CI; no timing claims)")
-	fs.StringVar(&o.command, "command", "", "the command line to quote in results.md (default: this one)")
-	fs.StringVar(&o.benchFrom, "bench-from", "", "take figures 1-3 from this `file` of go test -bench output (a raw/bpf-bench.txt) instead of running -bpf-test")
-	fs.BoolVar(&o.floods, "floods", true, "run figures 4 and 5; false carries them over, marked as such, from the results.md already in -out")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	o, methods, err := parseSuiteFlags(args)
+	if err != nil {
+		return err
 	}
-	o.runs = *runs
-	o.sources = strings.Split(*sources, ",")
-	if o.quick {
-		o.runs, o.count, o.benchtime = 1, 1, "262144x"
-		cfg.packets, o.xdpTxPackets = 60_000, 300_000
-	}
-	if o.command == "" {
-		o.command = "tierlimit-bench suite " + strings.Join(args, " ")
-	}
+	cfg := o.flood
 	if err := cfg.init(stderr); err != nil {
 		return err
 	}
-	ms, err := parseMethods(*methods)
+	ms, err := parseMethods(methods)
 	if err != nil {
 		return usageError{err}
 	}
@@ -123,6 +102,38 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	return writeReport(rep, o, start, stdout)
+}
+
+// parseSuiteFlags parses the suite's flags (with the flood's, floodFlags)
+// into its options and the -methods list, not yet parsed.
+func parseSuiteFlags(args []string) (suiteOpts, string, error) {
+	fs := flag.NewFlagSet("suite", flag.ContinueOnError)
+	o := suiteOpts{}
+	cfg, runs, methods := floodFlags(fs)
+	o.flood = cfg
+	fs.StringVar(&o.out, "out", "deploy/bench", "output `dir` for results.md, the plot and raw/")
+	fs.StringVar(&o.bpfTest, "bpf-test", "", "the bpf package's test binary (go test -c ./bpf); empty skips figures 1-3")
+	fs.StringVar(&o.benchtime, "benchtime", "4194304x", "-test.benchtime of figures 1-3 (packets per measurement)")
+	fs.IntVar(&o.count, "count", 7, "-test.count of figures 1-3")
+	fs.Uint64Var(&o.xdpTxPackets, "xdp-tx-packets", 3_000_000, "frames per run of the xdp-tx flood")
+	sources := fs.String("sources", "trafgen", "flood sources of figure 4, comma-separated: trafgen, xdp-tx (exploratory: see results.md)")
+	fs.BoolVar(&o.quick, "quick", false, "smoke run: 1 run each, short floods, 3 sweep points (CI; no timing claims)")
+	fs.StringVar(&o.command, "command", "", "the command line to quote in results.md (default: this one)")
+	fs.StringVar(&o.benchFrom, "bench-from", "", "take figures 1-3 from this `file` of go test -bench output (a raw/bpf-bench.txt) instead of running -bpf-test")
+	fs.BoolVar(&o.floods, "floods", true, "run figures 4 and 5; false carries them over, marked as such, from the results.md already in -out")
+	if err := fs.Parse(args); err != nil {
+		return suiteOpts{}, "", usageError{err}
+	}
+	o.runs = *runs
+	o.sources = strings.Split(*sources, ",")
+	if o.quick {
+		o.runs, o.count, o.benchtime = 1, 1, "262144x"
+		cfg.packets, o.xdpTxPackets = 60_000, 300_000
+	}
+	if o.command == "" {
+		o.command = "tierlimit-bench suite " + strings.Join(args, " ")
+	}
+	return o, *methods, nil
 }
 
 // writeReport writes results.md.

@@ -91,6 +91,12 @@ func runDemoAuto(ctx context.Context, g *globals, f demoFlags) error {
 		flood <- err
 	}()
 
+	return printDemoAuto(ctx, g, f, am, coll, flood)
+}
+
+// printDemoAuto prints a row for each window the controller judged, until
+// the flood ends (then the settled max) or ctx does.
+func printDemoAuto(ctx context.Context, g *globals, f demoFlags, am *agent.AutoMax, coll *sandbox.SlowCollector, flood <-chan error) error {
 	fmt.Fprintf(g.stdout, "%6s %8s %9s %12s %7s %7s  %s\n", "window", "offered", "delivered", "socket drops", "buffer", "max", "change")
 	printed := 0
 	tick := time.NewTicker(f.window / 4)

@@ -46,35 +46,9 @@ func TestDaemonSet(t *testing.T) {
 		t.Fatalf("%d containers, want 1", len(pod.Containers))
 	}
 	c := pod.Containers[0]
-	sc := c.SecurityContext
-	if sc == nil || sc.Capabilities == nil || (sc.Privileged != nil && *sc.Privileged) {
-		t.Fatalf("securityContext %+v: want capabilities and not privileged", sc)
-	}
-	var add []string
-	for _, cp := range sc.Capabilities.Add {
-		add = append(add, string(cp))
-	}
-	if want := []string{"NET_ADMIN", "BPF", "PERFMON"}; !slices.Equal(add, want) {
-		t.Errorf("capabilities add %v, want the README's %v", add, want)
-	}
-	if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-		t.Errorf("capabilities drop %v, allowPrivilegeEscalation %v: want ALL and false", sc.Capabilities.Drop, sc.AllowPrivilegeEscalation)
-	}
+	checkSecurityContext(t, c)
 
-	mounts := map[string]corev1.VolumeMount{}
-	for _, m := range c.VolumeMounts {
-		mounts[m.MountPath] = m
-	}
-	volumes := map[string]corev1.Volume{}
-	for _, v := range pod.Volumes {
-		volumes[v.Name] = v
-	}
-	for _, path := range []string{"/sys/fs/bpf", "/run/tierlimit"} {
-		v := volumes[mounts[path].Name]
-		if v.HostPath == nil || v.HostPath.Path != path {
-			t.Errorf("%s: volume %+v, want hostPath %s", path, v, path)
-		}
-	}
+	mounts, volumes := checkHostMounts(t, pod, c)
 	pm := mounts["/etc/tierlimit"]
 	if v := volumes[pm.Name]; v.ConfigMap == nil || v.ConfigMap.Name != "tierlimit-policy" || pm.SubPath != "" {
 		t.Errorf("/etc/tierlimit: mount %+v of %+v, want the tierlimit-policy ConfigMap as a directory", pm, v)
@@ -123,4 +97,45 @@ func TestDaemonSet(t *testing.T) {
 		*mon.Spec.PodMetricsEndpoints[0].Port != "metrics" || !strings.HasPrefix(mon.Spec.PodMetricsEndpoints[0].Path, "/metrics") {
 		t.Errorf("PodMonitor %+v does not scrape the pods' metrics port", mon.Spec)
 	}
+}
+
+// checkSecurityContext checks the container's capabilities: the README's
+// three added, ALL dropped, no privilege or escalation.
+func checkSecurityContext(t *testing.T, c corev1.Container) {
+	t.Helper()
+	sc := c.SecurityContext
+	if sc == nil || sc.Capabilities == nil || (sc.Privileged != nil && *sc.Privileged) {
+		t.Fatalf("securityContext %+v: want capabilities and not privileged", sc)
+	}
+	var add []string
+	for _, cp := range sc.Capabilities.Add {
+		add = append(add, string(cp))
+	}
+	if want := []string{"NET_ADMIN", "BPF", "PERFMON"}; !slices.Equal(add, want) {
+		t.Errorf("capabilities add %v, want the README's %v", add, want)
+	}
+	if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("capabilities drop %v, allowPrivilegeEscalation %v: want ALL and false", sc.Capabilities.Drop, sc.AllowPrivilegeEscalation)
+	}
+}
+
+// checkHostMounts checks that bpffs and /run/tierlimit come from the host,
+// and returns the container's mounts by path and the pod's volumes by name.
+func checkHostMounts(t *testing.T, pod corev1.PodSpec, c corev1.Container) (map[string]corev1.VolumeMount, map[string]corev1.Volume) {
+	t.Helper()
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range pod.Volumes {
+		volumes[v.Name] = v
+	}
+	for _, path := range []string{"/sys/fs/bpf", "/run/tierlimit"} {
+		v := volumes[mounts[path].Name]
+		if v.HostPath == nil || v.HostPath.Path != path {
+			t.Errorf("%s: volume %+v, want hostPath %s", path, v, path)
+		}
+	}
+	return mounts, volumes
 }
