@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"net/netip"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -24,7 +25,11 @@ func newCheckCmd(g *globals) *cobra.Command {
 		Long: `check validates a policy file (YAML, or the seed's .properties) and prints the
 compiled policy: each tier's packet range and drop rate, the table size and
 its rounding, and the expected passed and dropped packets per window at
-several offered loads. Without --config it checks the embedded default.
+several offered loads. It names the shape; for smooth it prints the pass
+rate the tiers allow at 0.5 to 10 × max and how the program estimates the
+offered load. With per-source budgets it states how they share the
+capacity in-budget traffic leaves. Without --config it checks the embedded
+default.
 
 A bad policy is reported on one line, naming the key, the value and the line,
 with exit code 2.`,
@@ -73,6 +78,7 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	fmt.Fprintf(w, "policy\t%s: valid\n", source)
 	fmt.Fprintf(w, "mode\t%s\n", p.Mode)
 	fmt.Fprintf(w, "window\t%s\n", p.Window)
+	fmt.Fprintf(w, "shape\t%s\n", shapeSummary(p.Shape))
 	if p.Auto != nil {
 		printAuto(w, *p.Auto)
 	} else {
@@ -81,7 +87,11 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	for _, part := range []func(io.Writer, tiers.Policy, tiers.Table) error{printTiers, printTable, printExpected, printSelect} {
+	parts := []func(io.Writer, tiers.Policy, tiers.Table) error{printTiers, printTable, printExpected, printSelect}
+	if p.Shape == tiers.ShapeSmooth {
+		parts = slices.Insert(parts, 3, printSmooth)
+	}
+	for _, part := range parts {
 		fmt.Fprintln(out)
 		if err := part(out, p, t); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,13 +30,15 @@ type demoFlags struct {
 	severity bool
 	noisy    bool // --noisy-source (demo_sources.go)
 	auto     bool
+	// shape is --shape: the policy's shape, smooth unless set.
+	shape tiers.Shape
 }
 
 func newDemoCmd(g *globals) *cobra.Command {
 	var f demoFlags
-	var loads string
+	var loads, shape string
 	cmd := &cobra.Command{
-		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5] [--severity | --noisy-source | --auto]",
+		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5] [--shape smooth|ordinal] [--severity | --noisy-source | --auto]",
 		Short: "Watch the limiter shed a syslog flood in a throwaway sandbox",
 		Long: `demo builds a sandbox (two network namespaces joined by a veth pair, nothing
 in the host's namespace), attaches the limiter to the collector's end with the
@@ -44,10 +47,18 @@ syslog from the sender's end, one window per offered load (a multiple of max).
 It prints, per window, what was offered, passed and dropped, by tier, beside
 the model's expectation, then removes the sandbox. Needs root.
 
+Each window's row also shows how its passes spread over it, from the times
+the collector's socket received them: the most received in a tenth of the
+window beside the window's average tenth (passes / 10). --shape ordinal
+(the seed's rule) passes a flood's window in a burst at its start, at the
+flood's rate; --shape smooth (the default) spreads it over the window.
+
 --noisy-source shows fair shedding instead: one sender floods at 10 × max
-and five others send 4% of max each, for two windows with per-source
-budgets (sources: {budget: 10%}) and two without; per window it prints each
-sender's sent and passed datagrams beside the model's.
+and five others send 4% of max each, under three policies side by side: no
+budgets, per-source budgets (sources: {budget: 10%}), and the same budgets
+with the noisy sender alone (a relay on a quiet collector). For two windows
+of each it prints what each sender sent and got through, the collector's
+total, and what the tiers' expectation P(R) gives each.
 
 With --auto the policy has max: auto starting at --max, and a collector that
 reads only a quarter of --max per window, behind a small receive buffer, is
@@ -68,6 +79,10 @@ window, the collector's socket drops and the max the agent learnt.`,
 			if f.window < 100*time.Millisecond || f.window > 10*time.Second {
 				return usageErrorf("--window %v: want 100ms..10s", f.window)
 			}
+			var err error
+			if f.shape, err = tiers.ParseShape(shape); err != nil {
+				return usageErrorf("--shape %q: want smooth or ordinal", shape)
+			}
 			if f.severity {
 				return runSeverityDemo(cmd.Context(), g, f)
 			}
@@ -86,6 +101,7 @@ window, the collector's socket drops and the max the agent learnt.`,
 	cmd.Flags().Uint64Var(&f.max, "max", 1000, "selected packets per window the sandbox's collector is meant to handle")
 	cmd.Flags().DurationVar(&f.window, "window", 500*time.Millisecond, "window length")
 	cmd.Flags().StringVar(&loads, "loads", "0.5,1,1.5,2,3,5,10", "offered load of each window, as multiples of max")
+	cmd.Flags().StringVar(&shape, "shape", "smooth", "the policy's shape: smooth (passes spread over the window) or ordinal (the seed's rule: a burst at the window's start)")
 	cmd.Flags().BoolVar(&f.severity, "severity", false, "flood 1% crit, 49% info, 50% debug under a severity block (protect emerg..err, shed debug first)")
 	cmd.Flags().BoolVar(&f.noisy, "noisy-source", false, "show fair shedding: one heavy sender, five light ones, with and without per-source budgets")
 	cmd.Flags().BoolVar(&f.auto, "auto", false, "max: auto starting at --max, flooded at 2 × max into a collector that reads max/4 per window: watch max settle")
@@ -95,7 +111,7 @@ window, the collector's socket drops and the max the agent learnt.`,
 // demoPolicy is the seed's policy scaled to f, selecting UDP 514 only.
 func demoPolicy(f demoFlags) (tiers.Policy, error) {
 	pol := tiers.Default()
-	pol.Max, pol.Window = f.max, f.window
+	pol.Max, pol.Window, pol.Shape = f.max, f.window, f.shape
 	pol.Select = []tiers.Rule{{Proto: tiers.ProtoUDP, Ports: []tiers.PortRange{{First: 514, Last: 514}}}}
 	if err := pol.Validate(); err != nil {
 		return pol, configError{err}
@@ -108,7 +124,7 @@ func demoPolicy(f demoFlags) (tiers.Policy, error) {
 type demoRig struct {
 	pair *sandbox.Pair
 	a    *agent.Agent
-	recv *traffic.Counter
+	recv *demoReceiver
 	send *net.UDPConn
 	dst  netip.AddrPort
 }
@@ -134,8 +150,10 @@ func newDemoRig(g *globals, pol tiers.Policy) (_ *demoRig, err error) {
 			return err
 		}
 		conn.SetReadBuffer(8 << 20)
-		r.recv = traffic.NewCounter(conn)
-		return nil
+		if r.recv, err = newDemoReceiver(conn); err != nil {
+			conn.Close()
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -176,7 +194,7 @@ func runDemo(ctx context.Context, g *globals, f demoFlags) error {
 		pair.Send.Name, pair.SendIf, pair.SendAddr, pair.Coll.Name, pair.CollIf, pair.CollAddr, pol.String())
 
 	// Rows print as each window ends, so columns have fixed widths.
-	fmt.Fprintf(g.stdout, "%6s %8s %6s %8s %9s %8s", "window", "offered", "× max", "passed", "expected", "dropped")
+	fmt.Fprintf(g.stdout, "%6s %8s %6s %8s %9s %8s %8s %8s", "window", "offered", "× max", "passed", "expected", "dropped", "top 1/10", "avg 1/10")
 	for k := 0; k <= len(pol.Tiers); k++ {
 		fmt.Fprintf(g.stdout, "  %14s", fmt.Sprintf("tier %d pass/drop", k))
 	}
@@ -190,10 +208,12 @@ func runDemo(ctx context.Context, g *globals, f demoFlags) error {
 }
 
 // demoWindow is one window of the demo: the program's counters before and
-// after it, and the datagrams the collector socket received.
+// after it, the datagrams the collector socket received, and when the
+// first was sent: the window opens at it.
 type demoWindow struct {
 	before, after bpf.Stats
 	received      int64
+	origin        time.Time
 }
 
 // offer sends count datagrams made by msg in one window and returns what
@@ -209,6 +229,7 @@ func (r *demoRig) offer(ctx context.Context, pol tiers.Policy, count int, msg fu
 		return nil, err
 	}
 	got0 := r.recv.Count()
+	w.origin = time.Now()
 	if _, err := traffic.Pace(ctx, r.send, r.dst, count, pol.Window*8/10, 10*pol.Window, msg); err != nil {
 		if ctx.Err() != nil {
 			return nil, nil
@@ -249,6 +270,8 @@ func (r *demoRig) window(ctx context.Context, g *globals, pol tiers.Policy, i in
 		dropped += d
 		fmt.Fprintf(&perTier, "  %16s", fmt.Sprintf("%d/%d", p, d))
 	}
-	fmt.Fprintf(g.stdout, "%6d %8d %6.1f %8d %9.0f %8d%s\n", i+1, offered, load, w.received, e.Passed, dropped, perTier.String())
+	top := slices.Max(r.recv.Tenths(i, w.origin, pol.Window))
+	fmt.Fprintf(g.stdout, "%6d %8d %6.1f %8d %9.0f %8d %8d %8.1f%s\n", i+1, offered, load, w.received, e.Passed, dropped,
+		top, float64(w.received)/10, perTier.String())
 	return nil
 }

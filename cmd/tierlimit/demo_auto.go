@@ -22,7 +22,7 @@ const demoAutoWindows = 30
 // window for demoAutoWindows windows. Each judged window prints a row.
 func runDemoAuto(ctx context.Context, g *globals, f demoFlags) error {
 	pol := tiers.Default()
-	pol.Window = f.window
+	pol.Window, pol.Shape = f.window, f.shape
 	pol.Auto = &tiers.AutoMax{Start: f.max, Floor: max(1, f.max/40), Ceiling: 5 * f.max}
 	pol.Max = f.max
 	pol.Select = []tiers.Rule{{Proto: tiers.ProtoUDP, Ports: []tiers.PortRange{{First: 514, Last: 514}}}}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -17,12 +18,14 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// demo --noisy-source: one heavy sender and several light ones, with and
-// without per-source budgets (DESIGN.md §6).
+// demo --noisy-source: one heavy sender and several light ones, under no
+// budgets, under per-source budgets, and the heavy one alone under budgets
+// (DESIGN.md §6).
 
 const (
 	noisyLight   = 5 // light senders
-	noisyWindows = 2 // windows with sources, then as many without
+	noisyWindows = 2 // windows of each policy
+	noisyBudget  = 10
 )
 
 // noisyDemo is the sandbox of demo --noisy-source.
@@ -36,36 +39,65 @@ type noisyDemo struct {
 	recv  *net.UDPConn
 	mu    sync.Mutex
 	count map[netip.Addr]int // received, by source
+	// before is count when the current window began.
+	before map[netip.Addr]int
+}
+
+// noisyCase is one of the demo's three columns: a policy, whether the light
+// senders send, and per window what each sender sent and got through.
+type noisyCase struct {
+	name   string
+	pol    tiers.Policy
+	light  bool
+	sent   [noisyWindows][]int
+	passed [noisyWindows][]int
 }
 
 func runNoisyDemo(ctx context.Context, g *globals, f demoFlags) error {
 	plain := tiers.Default()
-	plain.Max, plain.Window = f.max, f.window
+	plain.Max, plain.Window, plain.Shape = f.max, f.window, f.shape
 	plain.Select = []tiers.Rule{{Proto: tiers.ProtoUDP, Ports: []tiers.PortRange{{First: 514, Last: 514}}}}
 	fair := plain.Clone()
-	fair.Sources = tiers.Sources{Budget: tiers.Pct(10), PrefixV4: 32, PrefixV6: 64}
+	fair.Sources = tiers.Sources{Budget: tiers.Pct(noisyBudget), PrefixV4: 32, PrefixV6: 64}
 	if err := fair.Validate(); err != nil {
 		return configError{err}
 	}
+	cases := []*noisyCase{
+		{name: "no budgets", pol: plain, light: true},
+		{name: fmt.Sprintf("budgets %d%%", noisyBudget), pol: fair, light: true},
+		{name: "noisy alone", pol: fair},
+	}
 	d := &noisyDemo{g: g, f: f, count: map[netip.Addr]int{}}
-	if err := d.setup(fair); err != nil {
+	if err := d.setup(plain); err != nil {
 		d.close()
 		return err
 	}
 	defer d.close()
 	fmt.Fprintf(g.stdout, "sandbox: %s (%s) <-veth-> %s (%s, %s)\nsenders: %s floods at 10 × max; %d others send 4%% of max each\n",
 		d.pair.Send.Name, d.pair.SendIf, d.pair.Coll.Name, d.pair.CollIf, d.pair.CollAddr, d.srcs[0], noisyLight)
-	for i, p := range []tiers.Policy{fair, plain} {
-		if i > 0 {
-			if err := d.a.Reload(p); err != nil {
-				return err
-			}
+	fmt.Fprintf(g.stdout, "policies: %s\n          %s\n", plain.String(), fair.String())
+	for i, c := range cases {
+		if err := d.a.Reload(c.pol); err != nil {
+			return err
 		}
-		fmt.Fprintf(g.stdout, "\npolicy: %s\n", p.String())
+		// Each policy starts from idle: two windows without traffic, so
+		// that no window remembers the previous policy's.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(2 * f.window):
+		}
 		for w := range noisyWindows {
-			if err := d.window(ctx, p, i*noisyWindows+w+1); err != nil || ctx.Err() != nil {
+			sent, err := d.window(ctx, c.light, i*noisyWindows+w+1)
+			if err != nil || ctx.Err() != nil {
 				return err
 			}
+			c.sent[w], c.passed[w] = sent, d.passedSince(sent)
+		}
+	}
+	for w := range noisyWindows {
+		if err := d.print(w, cases); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -145,17 +177,20 @@ func (d *noisyDemo) close() {
 	}
 }
 
-// window sends one window's traffic, the senders' datagrams shuffled
-// together and spread over 80% of the window, and prints per sender what
-// was sent, what the collector received and what the model passes of the
-// same sequence.
-func (d *noisyDemo) window(ctx context.Context, p tiers.Policy, n int) error {
-	light := max(1, int(d.f.max*4/100))
+// window sends one window's traffic, the senders' datagrams (the noisy
+// one's only, unless light) shuffled together and spread over 80% of the
+// window, and returns what each sender sent; the collector's counts move
+// on by what passed (passedSince).
+func (d *noisyDemo) window(ctx context.Context, light bool, n int) ([]int, error) {
+	perLight := max(1, int(d.f.max*4/100))
 	var order []int
 	for i := range d.srcs {
-		k := light
-		if i == 0 {
+		k := perLight
+		switch {
+		case i == 0:
 			k = int(10 * d.f.max)
+		case !light:
+			k = 0
 		}
 		for range k {
 			order = append(order, i)
@@ -164,36 +199,30 @@ func (d *noisyDemo) window(ctx context.Context, p tiers.Policy, n int) error {
 	rand.New(rand.NewPCG(uint64(n), 1)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 
 	d.mu.Lock()
-	before := make(map[netip.Addr]int, len(d.count))
-	for k, v := range d.count {
-		before[k] = v
-	}
+	d.before = maps.Clone(d.count)
 	d.mu.Unlock()
-
 	dst := &net.UDPAddr{IP: d.pair.CollAddr.AsSlice(), Port: 514}
-	sent, k, err := d.pace(ctx, order, dst, n, d.f.window*8/10, d.f.window*9/10)
+	sent, _, err := d.pace(ctx, order, dst, n, d.f.window*8/10, d.f.window*9/10)
 	if err != nil {
-		return err
-	}
-	tab, err := tiers.Compile(p)
-	if err != nil {
-		return configError{err}
-	}
-	m := tiers.NewModel(p, tab, nil)
-	m.SetSketchSeeds(d.a.Limiter().SketchSeeds())
-	model := make([]int, len(d.srcs))
-	for _, i := range order[:k] {
-		if m.PacketFrom(0, d.srcs[i]).Verdict == tiers.VerdictPass {
-			model[i]++
-		}
+		return nil, err
 	}
 	select {
 	case <-ctx.Done():
-		return nil
 	case <-time.After(d.f.window * 4 / 10):
 	}
-	d.print(n, sent, model, before)
-	return nil
+	return sent, nil
+}
+
+// passedSince returns what the collector received from each sender since
+// the window began.
+func (d *noisyDemo) passedSince(sent []int) []int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	got := make([]int, len(sent))
+	for i, src := range d.srcs {
+		got[i] = d.count[src] - d.before[src]
+	}
+	return got
 }
 
 // pace sends order's datagrams (each the index of its sender) spread over
@@ -222,20 +251,86 @@ func (d *noisyDemo) pace(ctx context.Context, order []int, dst *net.UDPAddr, win
 	return sent, i, nil
 }
 
-func (d *noisyDemo) print(n int, sent, model []int, before map[netip.Addr]int) {
+// print writes window w of the three cases side by side: per sender what
+// it sent, what the collector received and what the tiers give it in
+// expectation (noisyExpect); then the light senders' sum and the
+// collector's total.
+func (d *noisyDemo) print(w int, cases []*noisyCase) error {
 	out := d.g.stdout
-	fmt.Fprintf(out, "window %d\n  %-16s %8s %8s %8s\n", n, "source", "sent", "passed", "model")
-	var ts, tp, tm int
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for i, src := range d.srcs {
-		got := d.count[src] - before[src]
-		label := ""
-		if i == 0 {
-			label = "  noisy"
-		}
-		fmt.Fprintf(out, "  %-16s %8d %8d %8d%s\n", src, sent[i], got, model[i], label)
-		ts, tp, tm = ts+sent[i], tp+got, tm+model[i]
+	note := ""
+	if w == 0 {
+		note = " (from idle: the flood's onset)"
 	}
-	fmt.Fprintf(out, "  %-16s %8d %8d %8d\n", "total", ts, tp, tm)
+	fmt.Fprintf(out, "\nwindow %d%s\n  %-16s", w+1, note, "")
+	exp := make([][]float64, len(cases))
+	for k, c := range cases {
+		fmt.Fprintf(out, " | %-24s", c.name)
+		tab, err := tiers.Compile(c.pol)
+		if err != nil {
+			return configError{err}
+		}
+		exp[k] = noisyExpect(tab, c.sent[w])
+	}
+	fmt.Fprintf(out, "\n  %-16s", "source")
+	for range cases {
+		fmt.Fprintf(out, " | %6s %8s %8s", "sent", "passed", "expect")
+	}
+	fmt.Fprintln(out)
+	row := func(label string, idx []int, extra string) {
+		fmt.Fprintf(out, "  %-16s", label)
+		for k, c := range cases {
+			var sent, passed int
+			var e float64
+			for _, i := range idx {
+				sent, passed, e = sent+c.sent[w][i], passed+c.passed[w][i], e+exp[k][i]
+			}
+			fmt.Fprintf(out, " | %6d %8d %8.0f", sent, passed, e)
+		}
+		fmt.Fprintln(out, extra)
+	}
+	all := make([]int, len(d.srcs))
+	for i, src := range d.srcs {
+		all[i] = i
+		extra := ""
+		if i == 0 {
+			extra = "  noisy"
+		}
+		row(src.String(), []int{i}, extra)
+	}
+	row("light", all[1:], "")
+	row("total", all, "")
+	return nil
+}
+
+// noisyExpect returns what each sender of a window gets through in
+// expectation by the rule of DESIGN.md §6, R the window's offered count:
+// without budgets its share of P(R); with a budget B, its first B packets'
+// share of P(R_in) and the rest's share of P(R) − P(R_in), R_in the
+// window's in-budget count.
+func noisyExpect(t tiers.Table, sent []int) []float64 {
+	b := uint64(t.Sources.Budget)
+	var r, rin uint64
+	for _, s := range sent {
+		r += uint64(s)
+		if b > 0 {
+			rin += min(uint64(s), b)
+		}
+	}
+	share := func(part, of uint64, passes float64) float64 {
+		if of == 0 {
+			return 0
+		}
+		return float64(part) * passes / float64(of)
+	}
+	pin, ptot := t.Expected(rin).Passed, t.Expected(r).Passed
+	out := make([]float64, len(sent))
+	for i, s := range sent {
+		if b == 0 {
+			out[i] = share(uint64(s), r, ptot)
+			continue
+		}
+		in := min(uint64(s), b)
+		out[i] = share(in, rin, pin) + share(uint64(s)-in, r-rin, ptot-pin)
+	}
+	return out
 }

@@ -6,48 +6,63 @@ import (
 	"testing"
 )
 
-// TestDemoNoisySource runs `tierlimit demo --noisy-source`: with sources,
-// every light sender's datagrams pass and the noisy one gets its budget,
-// as the model says; without, the light senders lose most of theirs.
+// TestDemoNoisySource runs `tierlimit demo --noisy-source` in both shapes:
+// three policies side by side, two windows each. Without budgets the light
+// senders lose most of theirs; with budgets they lose nothing and the noisy
+// sender gets what they leave, well over its budget; alone (the relay) it
+// gets what the tiers give, near P(R), not its budget; the collector's
+// total with budgets stays near the total without.
 func TestDemoNoisySource(t *testing.T) {
-	out, _ := demoCLI(t, "--noisy-source", "--max", "200", "--window", "500ms")
-	// rows[window] are the sender rows: address, sent, passed, model.
-	rows := map[int][][]string{}
-	window := 0
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		switch {
-		case len(f) == 2 && f[0] == "window":
-			window, _ = strconv.Atoi(f[1])
-		case len(f) >= 4 && strings.HasPrefix(f[0], "198.51.100."):
-			rows[window] = append(rows[window], f)
-		}
-	}
-	if len(rows) != 4 {
-		t.Fatalf("want 4 windows of sender rows:\n%s", out)
-	}
-	for w := 1; w <= 4; w++ {
-		lightSent, lightPassed := 0, 0
-		for i, r := range rows[w] {
-			sent, _ := strconv.Atoi(r[1])
-			passed, _ := strconv.Atoi(r[2])
-			model, _ := strconv.Atoi(r[3])
-			if w <= 2 && passed != model {
-				t.Errorf("window %d (sources on), %s: passed %d, model %d", w, r[0], passed, model)
+	const budget = 20 // 10% of max 200
+	for _, shape := range []string{"smooth", "ordinal"} {
+		out, _ := demoCLI(t, "--noisy-source", "--shape", shape, "--max", "200", "--window", "500ms")
+		// A sender the scheduler delays is cut at 90% of the window, so
+		// what was sent is read, not assumed.
+		// rows[window][label] are the label's sent, passed and expect in
+		// each of the three cases: no budgets, budgets, noisy alone.
+		rows := map[int]map[string][3][3]float64{}
+		window := 0
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 && f[0] == "window" {
+				window, _ = strconv.Atoi(f[1])
+				rows[window] = map[string][3][3]float64{}
+				continue
 			}
-			if w <= 2 && i == 0 && passed != 20 {
-				t.Errorf("window %d: the noisy sender passed %d, want its budget 20", w, passed)
+			if len(f) < 12 || (f[0] != "198.51.100.10" && f[0] != "light" && f[0] != "total") {
+				continue
 			}
-			if i > 0 {
-				lightSent += sent
-				lightPassed += passed
+			var r [3][3]float64
+			for c := range 3 {
+				for k := range 3 {
+					r[c][k], _ = strconv.ParseFloat(f[2+4*c+k], 64)
+				}
 			}
+			rows[window][f[0]] = r
 		}
-		if w <= 2 && lightPassed != lightSent {
-			t.Errorf("window %d (sources on): light senders passed %d of %d", w, lightPassed, lightSent)
+		if len(rows) != 2 {
+			t.Fatalf("%s: want 2 windows:\n%s", shape, out)
 		}
-		if w > 2 && 2*lightPassed > lightSent {
-			t.Errorf("window %d (sources off): light senders passed %d of %d, want most shed", w, lightPassed, lightSent)
+		for w := 1; w <= 2; w++ {
+			noisy, light, total := rows[w]["198.51.100.10"], rows[w]["light"], rows[w]["total"]
+			const none, budgets, alone = 0, 1, 2
+			const sent, passed, expect = 0, 1, 2
+			if light[none][sent] == 0 || 2*light[none][passed] > light[none][sent] {
+				t.Errorf("%s window %d, no budgets: light senders passed %v of %v, want most shed", shape, w, light[none][passed], light[none][sent])
+			}
+			if light[budgets][passed] != light[budgets][sent] || light[budgets][sent] == 0 {
+				t.Errorf("%s window %d, budgets: light senders passed %v of %v, want all", shape, w, light[budgets][passed], light[budgets][sent])
+			}
+			if noisy[budgets][passed] <= 2*budget {
+				t.Errorf("%s window %d, budgets: the noisy sender passed %v, want what the light ones leave, over twice its budget %d (expect %v)",
+					shape, w, noisy[budgets][passed], budget, noisy[budgets][expect])
+			}
+			if light[alone][sent] != 0 || noisy[alone][passed] < 0.6*noisy[alone][expect] || noisy[alone][passed] > 2*noisy[alone][expect] {
+				t.Errorf("%s window %d, noisy alone: passed %v, want near P(R) = %v, far over its budget %d", shape, w, noisy[alone][passed], noisy[alone][expect], budget)
+			}
+			if total[budgets][passed] < 0.6*total[none][expect] || total[budgets][passed] > 2*total[none][expect] {
+				t.Errorf("%s window %d: the collector's total with budgets %v, without %v (P(R) = %v)", shape, w, total[budgets][passed], total[none][passed], total[none][expect])
+			}
 		}
 	}
 }

@@ -11,34 +11,66 @@ import (
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
-// TestDemo runs `tierlimit demo` as a function: below max everything
-// passes, at 3× max the tiers shed what the model says, and the sandbox is
-// gone afterwards.
+// TestDemo runs `tierlimit demo` as a function in both shapes: below max
+// everything passes, at 5× max the tiers shed what the model says, the
+// sandbox is gone afterwards, and the tenth columns show the shape: the
+// ordinal window's passes arrive in a burst at its start (its top tenth
+// holds most of them), the smooth one's spread (its top tenth is less than
+// half the ordinal one's).
 func TestDemo(t *testing.T) {
-	out, _ := demoCLI(t, "--max", "200", "--window", "200ms", "--loads", "0.5,3")
+	top := map[string]float64{}
+	for _, shape := range []string{"ordinal", "smooth"} {
+		out, _ := demoCLI(t, "--shape", shape, "--max", "200", "--window", "500ms", "--loads", "0.5,5")
+		if !strings.Contains(out, "shape="+shape) {
+			t.Errorf("%s: the policy line does not name the shape:\n%s", shape, out)
+		}
+		rows := demoRows(out)
+		if len(rows) != 2 {
+			t.Fatalf("%s: want 2 window rows:\n%s", shape, out)
+		}
+		num := func(s string) float64 { v, _ := strconv.ParseFloat(s, 64); return v }
+		// Window 1: 100 offered, all passed.
+		if rows[0][1] != "100" || rows[0][3] != "100" || rows[0][5] != "0" {
+			t.Errorf("%s below max: row %v, want 100 offered, 100 passed, 0 dropped", shape, rows[0])
+		}
+		// Window 2: 1000 offered; passed within 25% of the model (the row
+		// also prints it): the demo's own pacing is the only imprecision.
+		passed, expected := num(rows[1][3]), num(rows[1][4])
+		if rows[1][1] != "1000" || passed < 0.75*expected || passed > 1.25*expected || num(rows[1][5])+passed != 1000 {
+			t.Errorf("%s at 5× max: row %v, want 1000 offered and passed near %v", shape, rows[1], expected)
+		}
+		// The tenth columns: the top tenth is at least the average and at
+		// most the window's passes, and the average is passes / 10.
+		for _, r := range rows {
+			p, tp, avg := num(r[3]), num(r[6]), num(r[7])
+			if avg != p/10 || tp < avg || tp > p {
+				t.Errorf("%s: row %v: top tenth %v, average %v of %v passes", shape, r, tp, avg, p)
+			}
+		}
+		top[shape] = num(rows[1][6])
+		// Ordinal at 5× max: n < T_1 = 140 pass, sent at 1000 per 0.4 s, so
+		// the first tenth (50 ms) receives 125 of the window's ~175.
+		if shape == "ordinal" && top[shape] < 0.5*passed {
+			t.Errorf("ordinal at 5× max: top tenth %v of %v passes, want the burst: over half", top[shape], passed)
+		}
+	}
+	if top["ordinal"] <= 2*top["smooth"] {
+		t.Errorf("top tenth at 5× max: ordinal %v, smooth %v; want ordinal over twice smooth", top["ordinal"], top["smooth"])
+	}
+}
+
+// demoRows returns the window rows of demo's output, split in fields.
+func demoRows(out string) [][]string {
 	var rows [][]string
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 6 && f[0] != "window" {
+		if len(f) >= 8 && f[0] != "window" {
 			if _, err := strconv.Atoi(f[0]); err == nil {
 				rows = append(rows, f)
 			}
 		}
 	}
-	if len(rows) != 2 {
-		t.Fatalf("want 2 window rows:\n%s", out)
-	}
-	num := func(s string) float64 { v, _ := strconv.ParseFloat(s, 64); return v }
-	// Window 1: 100 offered, all passed.
-	if rows[0][1] != "100" || rows[0][3] != "100" || rows[0][5] != "0" {
-		t.Errorf("below max: row %v, want 100 offered, 100 passed, 0 dropped", rows[0])
-	}
-	// Window 2: 600 offered; passed within 25% of the model (the row also
-	// prints it): the demo's own pacing is the only imprecision.
-	passed, expected := num(rows[1][3]), num(rows[1][4])
-	if rows[1][1] != "600" || passed < 0.75*expected || passed > 1.25*expected || num(rows[1][5])+passed != 600 {
-		t.Errorf("at 3× max: row %v, want 600 offered and passed near %v", rows[1], expected)
-	}
+	return rows
 }
 
 // TestDemoSeverity runs `tierlimit demo --severity`: at 5× max every crit

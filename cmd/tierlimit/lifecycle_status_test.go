@@ -27,7 +27,9 @@ func TestDryRunAndOff(t *testing.T) {
 	testenv.Require(t)
 	p := testenv.NewPair(t)
 	cfg := filepath.Join(t.TempDir(), "tierlimit.yaml")
-	const windowYAML = "mode: %s\nwindow: 200ms\nmax: 200\nselect: [{proto: udp, ports: [514]}]\n"
+	// The ordinal shape: would_drop is compared with the seed's exact
+	// per-window expectation.
+	const windowYAML = "mode: %s\nwindow: 200ms\nmax: 200\nshape: ordinal\nselect: [{proto: udp, ports: [514]}]\n"
 	writeConfig(t, cfg, fmt.Sprintf(windowYAML, "dry-run"))
 	recv := testenv.NewReceiver(t, p.Coll, netip.AddrPortFrom(p.CollAddr, 514))
 	a := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--no-pin")

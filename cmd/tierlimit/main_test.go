@@ -130,6 +130,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"check", "--bogus"}, 2},
 		{[]string{"bogus"}, 2},
 		{[]string{"--log-format", "xml", "check"}, 2},
+		{[]string{"demo", "--shape", "square"}, 2},
 	} {
 		code, _, errs := runCmd(t, c.args...)
 		if code != c.code {

@@ -80,6 +80,7 @@ func printSourcesCheck(w io.Writer, p tiers.Policy, t tiers.Table) {
 	b := t.Sources
 	fmt.Fprintf(w, "\nsources: budget %s = %d packets per window for each /%d (IPv4) or /%d (IPv6) source group\n",
 		p.Sources, b.Budget, b.PrefixV4, b.PrefixV6)
+	printSharing(w, p, t)
 	fmt.Fprintf(w, "  count-min sketch: %d rows × %d columns of %d-byte cells = %s, whatever the number of sources;\n",
 		tiers.SketchRows, tiers.SketchCols, tiers.SketchCellBytes, binarySize(tiers.SketchBytes))
 	fmt.Fprintf(w, "  groups over budget table: %d entries (LRU, counted per CPU: a flood from one source shares no cache line)\n", tiers.TopSources)
@@ -93,6 +94,26 @@ func printSourcesCheck(w io.Writer, p tiers.Policy, t tiers.Table) {
 		fmt.Fprintf(tw, "  %d\t%.3g\t%.3g\t\n", h, p, u)
 	}
 	tw.Flush()
+}
+
+// printSharing states how budgets share (DESIGN.md §6): the rule, how the
+// shape applies it, and for the ordinal shape the bound on what the
+// collector can receive beyond P(R) in a window.
+func printSharing(w io.Writer, p tiers.Policy, t tiers.Table) {
+	fmt.Fprintln(w, "  sharing: a group's packets beyond its budget are over budget and not counted in n; in-budget packets are judged as")
+	fmt.Fprintln(w, "  if there were none over budget (P(R_in) pass), and over-budget packets on the capacity in-budget traffic leaves, so together")
+	fmt.Fprintln(w, "  they pass P(R_in + R_ex) − P(R_in) and the window passes P(R_in + R_ex), as without budgets: a source alone (a relay)")
+	fmt.Fprintln(w, "  gets what the tiers give it, and light groups lose nothing to a noisy one")
+	if p.Shape == tiers.ShapeSmooth {
+		fmt.Fprintln(w, "  smooth: each over-budget packet passes with probability (P(R̂_in + R̂_ex) − P(R̂_in)) / R̂_ex, from the estimates of the")
+		fmt.Fprintln(w, "  in-budget and over-budget counts, recomputed once per tick; the collector receives no more than without budgets, in expectation")
+		return
+	}
+	fmt.Fprintln(w, "  ordinal: an over-budget packet is judged at position max(n, expect_in) + its rank among the window's over-budget packets,")
+	fmt.Fprintln(w, "  expect_in the previous window's in-budget count less the gap's share; in steady state the over-budget positions start")
+	fmt.Fprintln(w, "  after the previous window's in-budget count")
+	fmt.Fprintln(w, "  bound: a window with no previous window (expect_in = 0) whose over-budget traffic arrives before its in-budget traffic")
+	fmt.Fprintf(w, "  can pass up to T_1 = %d packets more than P(R_in + R_ex): in-budget and over-budget packets both take tier 0's positions\n", t.Bounds[0])
 }
 
 // binarySize writes n bytes in the largest binary unit that divides it:

@@ -35,10 +35,14 @@ func TestCheckPrintsSources(t *testing.T) {
 
 // TestStatusTopSources: after one sender went over its budget, metrics
 // count its packets over budget, and `status --top` (no agent running)
-// lists its group, in text and JSON; the agent logged it.
+// lists its group, in text and JSON; the agent logged it. The tiers leave
+// nothing to share (one tier from T_1 = 21 that drops everything, so the
+// budget's 20 are all that pass: DESIGN.md §6), so every packet over
+// budget is dropped.
 func TestStatusTopSources(t *testing.T) {
 	testenv.Require(t)
-	p, pin, cfg := pinnedSetup(t, "window: 1h\nmax: 1000\nselect: [{proto: udp, ports: [514]}]\nsources: {budget: 20}\n")
+	p, pin, cfg := pinnedSetup(t, "window: 1h\nmax: 1000\nshape: ordinal\ntiers: [{at: 2.1%, drop: 100%}]\n"+
+		"select: [{proto: udp, ports: [514]}]\nsources: {budget: 20}\n")
 	a := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--pin-path", pin)
 	s := testenv.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
 	if _, err := s.Pace(context.Background(), 300, 100*time.Millisecond, 5*time.Second, func(i int) []byte { return testenv.SyslogMessage(0, i) }); err != nil {
