@@ -1,0 +1,263 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/internal/testenv"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// Issue 22's experiment, scaled to a shared 2-vCPU machine: a collector
+// that handles goodputC datagrams/s behind the kernel's default receive
+// buffer, a flood of 600-byte RFC 5424 lines at 10 × goodputC, and
+// tierlimit in front with max = goodputC per 1 s window and the default
+// tiers (the issue's scale is C = 2,000 and a 20,000/s flood).
+const (
+	goodputC     = 1000 // the collector's datagrams per second
+	goodputFlood = 10 * goodputC
+	goodputLine  = 600 // bytes of each syslog line
+	// goodputSlack is how far behind its schedule the collector may fall
+	// and still catch up (a late wakeup on a loaded machine): over any span
+	// T it reads at most goodputC × T + goodputC × goodputSlack datagrams.
+	goodputSlack = 20 * time.Millisecond
+)
+
+// goodputLineOf is datagram seq of the flood: an RFC 5424 line padded to
+// goodputLine bytes.
+func goodputLineOf(seq int) []byte {
+	b := fmt.Appendf(nil, "<134>1 2026-12-01T12:00:00.000Z sender tltest 4242 ID47 - burst=0 seq=%d ", seq)
+	for len(b) < goodputLine {
+		b = append(b, 'x')
+	}
+	return b
+}
+
+// pacedCollector is the issue's collector: a UDP socket on :514 with the
+// kernel's default receive buffer, whose application takes 1/rate s per
+// datagram. It reads one datagram, then holds until that datagram's
+// processing is done on a schedule of one per 1/rate: a wakeup late by up
+// to goodputSlack is caught up, an idle collector earns nothing, so it
+// processes at most rate datagrams per second.
+type pacedCollector struct {
+	conn   *net.UDPConn
+	rate   float64
+	read   atomic.Uint64
+	rcvbuf int // SO_RCVBUF as the kernel reports it
+	done   chan struct{}
+}
+
+func newPacedCollector(t *testing.T, ns *testenv.NS, addr netip.AddrPort, rate int) *pacedCollector {
+	t.Helper()
+	c := &pacedCollector{rate: float64(rate), done: make(chan struct{})}
+	err := ns.Do(func() (err error) {
+		if c.conn, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr)); err != nil {
+			return err
+		}
+		rc, err := c.conn.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			c.rcvbuf, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+		}); err != nil {
+			return err
+		}
+		return serr
+	})
+	if err != nil {
+		t.Fatalf("collector on %s in %s: %v", addr, ns.Name, err)
+	}
+	go c.loop()
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (c *pacedCollector) loop() {
+	defer close(c.done)
+	buf := make([]byte, 64<<10)
+	per := time.Duration(float64(time.Second) / c.rate)
+	var busy time.Time // when the datagram in hand is processed
+	for {
+		if _, _, err := c.conn.ReadFromUDPAddrPort(buf); err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		now := time.Now()
+		if floor := now.Add(-goodputSlack); busy.Before(floor) {
+			busy = floor
+		}
+		busy = busy.Add(per)
+		if d := time.Until(busy); d > 0 {
+			time.Sleep(d)
+		}
+		c.read.Add(1)
+	}
+}
+
+// Read is how many datagrams the application has processed.
+func (c *pacedCollector) Read() uint64 { return c.read.Load() }
+
+func (c *pacedCollector) Close() {
+	if c.conn.Close() == nil {
+		<-c.done
+	}
+}
+
+// goodputRig is the experiment's rig: a veth pair, the agent on the
+// collector side, the paced collector behind it, a sock_diag probe of the
+// collector's socket, and a flood from the sender side.
+type goodputRig struct {
+	t       *testing.T
+	p       *testenv.Pair
+	a       *agent.Agent
+	coll    *pacedCollector
+	probe   agent.DropSource
+	sendErr chan error
+}
+
+func goodputPolicy(t *testing.T, shape, max string) tiers.Policy {
+	t.Helper()
+	p, err := tiers.ParseYAML(fmt.Appendf(nil, "window: 1s\nshape: %s\nmax: %s\nselect: [{proto: udp, ports: [514]}]\n", shape, max))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// newGoodputRig starts everything but the flood; a nil policy runs no agent.
+func newGoodputRig(t *testing.T, pol *tiers.Policy) *goodputRig {
+	t.Helper()
+	r := &goodputRig{t: t, p: newPair(t), sendErr: make(chan error, 1)}
+	if pol != nil {
+		a, err := newAgent(r.p, agent.Config{}, *pol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		r.a = a
+	}
+	if err := r.p.Coll.Do(func() (err error) {
+		r.probe, err = agent.OpenDropSource(false)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.probe.Close() })
+	if r.probe.Signal() != agent.SignalSockDiag {
+		t.Fatalf("socket drops: %s, want %s (per socket)", r.probe.Signal(), agent.SignalSockDiag)
+	}
+	dst := netip.AddrPortFrom(r.p.CollAddr, 514)
+	r.coll = newPacedCollector(t, r.p.Coll, dst, goodputC)
+	t.Logf("collector: %d datagrams/s, SO_RCVBUF %d bytes (the kernel's default), %d-byte lines, flood %d/s",
+		goodputC, r.coll.rcvbuf, goodputLine, goodputFlood)
+	ping(t, r.p.Send, r.p.CollAddr.String(), 1, "0.2")
+	return r
+}
+
+// flood sends goodputFlood datagrams/s for d in the background, bounded by ctx.
+func (r *goodputRig) flood(ctx context.Context, d time.Duration) {
+	tx := testenv.NewSender(r.t, r.p.Send, netip.AddrPortFrom(r.p.CollAddr, 514))
+	go func() {
+		_, err := tx.Pace(ctx, int(goodputFlood*d.Seconds()), d, d+2*time.Second, goodputLineOf)
+		r.sendErr <- err
+	}()
+}
+
+// wait lets d pass, failing the test if the flood ends meanwhile.
+func (r *goodputRig) wait(d time.Duration) {
+	r.t.Helper()
+	select {
+	case <-time.After(d):
+	case err := <-r.sendErr:
+		r.t.Fatalf("flood ended early: %v", err)
+	}
+}
+
+// goodput is one measured span.
+type goodput struct {
+	secs                   float64
+	read                   uint64 // datagrams the application processed
+	offered, passed, drops float64
+	sockDrops              uint64
+}
+
+func (g goodput) String() string {
+	return fmt.Sprintf("application reads %.0f/s (%.0f%% of %d/s); XDP offered %.0f/s, passed %.0f/s; socket drops %d (%.1f%% of passed)",
+		float64(g.read)/g.secs, 100*float64(g.read)/g.secs/goodputC, goodputC, g.offered/g.secs, g.passed/g.secs,
+		g.sockDrops, 100*float64(g.sockDrops)/max(1, g.passed))
+}
+
+// measure measures d of the flood.
+func (r *goodputRig) measure(d time.Duration) goodput {
+	r.t.Helper()
+	ports := []tiers.PortRange{{First: 514, Last: 514}}
+	if _, err := r.probe.Read(ports); err != nil {
+		r.t.Fatal(err)
+	}
+	var m0 metrics
+	if r.a != nil {
+		m0 = gather(r.t, r.a)
+	}
+	t0, n0 := time.Now(), r.coll.Read()
+	r.wait(d)
+	s, err := r.probe.Read(ports)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	g := goodput{secs: time.Since(t0).Seconds(), read: r.coll.Read() - n0, sockDrops: s.Drops}
+	if r.a != nil {
+		m1 := gather(r.t, r.a)
+		g.offered = m1.sum("tierlimit_selected_packets_total") - m0.sum("tierlimit_selected_packets_total")
+		g.passed = m1.sum("tierlimit_selected_packets_total", `verdict="pass"`) - m0.sum("tierlimit_selected_packets_total", `verdict="pass"`)
+	}
+	return g
+}
+
+// TestGoodputSmooth is issue 22's goodput experiment: behind tierlimit with
+// max = C and the smooth shape, a collector that handles C/s under a flood
+// at 10 × C reads ≥ 80% of C per second (over the last 5 windows), and its
+// socket drops ≤ 2% of what XDP passed. The ordinal shape, run the same way
+// right after, is logged beside it: its passes come in a burst at each
+// window's start, which the default buffer cannot hold.
+func TestGoodputSmooth(t *testing.T) {
+	testenv.Require(t)
+	pol := goodputPolicy(t, "smooth", fmt.Sprint(goodputC))
+	r := newGoodputRig(t, &pol)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r.flood(ctx, 18*time.Second)
+
+	r.wait(3 * time.Second)
+	smooth := r.measure(5 * time.Second)
+	t.Logf("smooth, last 5 windows: %v", smooth)
+
+	if err := r.a.Reload(goodputPolicy(t, "ordinal", fmt.Sprint(goodputC))); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(2 * time.Second)
+	ordinal := r.measure(5 * time.Second)
+	t.Logf("ordinal (not asserted), last 5 windows: %v", ordinal)
+
+	if rate := float64(smooth.read) / smooth.secs; rate < 0.8*goodputC {
+		t.Errorf("smooth: the application reads %.0f/s, want ≥ 80%% of %d/s", rate, goodputC)
+	}
+	if float64(smooth.sockDrops) > 0.02*smooth.passed {
+		t.Errorf("smooth: %d socket drops, want ≤ 2%% of the %.0f XDP passed", smooth.sockDrops, smooth.passed)
+	}
+	if smooth.passed < 0.5*goodputC*smooth.secs || smooth.offered < 5*goodputC*smooth.secs {
+		t.Errorf("smooth: offered %.0f, passed %.0f in %.1f s: not the flood the test means", smooth.offered, smooth.passed, smooth.secs)
+	}
+}
