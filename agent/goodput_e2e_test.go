@@ -261,3 +261,79 @@ func TestGoodputSmooth(t *testing.T) {
 		t.Errorf("smooth: offered %.0f, passed %.0f in %.1f s: not the flood the test means", smooth.offered, smooth.passed, smooth.secs)
 	}
 }
+
+// autoGoodput runs the adaptive max (start 2 × C, smooth) on r's flood
+// with the controller reading src, for 15 judged windows, and checks issue
+// 22's bounds: by the end of them the application reads ≥ 75% of C (over
+// the last 5) and the socket drops are under 1% of offered (in each of the
+// last 3).
+func autoGoodput(t *testing.T, r *goodputRig, src agent.DropSource) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	am, err := r.a.StartAutoMax(ctx, goodputAutoPolicy(t, ""), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("signal: %s", am.Signal())
+	r.flood(ctx, 30*time.Second)
+	judged := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Duration(3*n) * time.Second); len(am.History()) < n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d windows judged in %v, want %d", len(am.History()), time.Duration(3*n)*time.Second, n)
+			}
+			r.wait(5 * time.Millisecond)
+		}
+	}
+	judged(10)
+	t1, n1 := time.Now(), r.coll.Read()
+	judged(15)
+	rate := float64(r.coll.Read()-n1) / time.Since(t1).Seconds()
+	ws := am.History()[:15]
+	logTrajectory(t, "auto", ws)
+	var offered, drops uint64
+	for _, w := range ws {
+		offered, drops = offered+w.Offered, drops+w.SocketDrops
+	}
+	t.Logf("last 5 windows: the application reads %.0f/s (%.0f%% of %d/s); 15 windows: %d socket drops of %d offered (%.2f%%), max %d → %d",
+		rate, 100*rate/goodputC, goodputC, drops, offered, 100*float64(drops)/float64(max(1, offered)), 2*goodputC, am.Max())
+	if rate < 0.75*goodputC {
+		t.Errorf("the application reads %.0f/s, want ≥ 75%% of %d/s", rate, goodputC)
+	}
+	for _, w := range ws[len(ws)-3:] {
+		if float64(w.SocketDrops) >= 0.01*float64(w.Offered) {
+			t.Errorf("window %d (of the last 3 of 15): %d socket drops ≥ 1%% of %d offered", w.Window, w.SocketDrops, w.Offered)
+		}
+	}
+	if ws[0].Offered < 5*goodputC {
+		t.Errorf("first window offered %d: not the flood the test means", ws[0].Offered)
+	}
+}
+
+// goodputAutoPolicy is max: auto from 2 × C, smooth, its signal read in
+// netns ("": the agent's own).
+func goodputAutoPolicy(t *testing.T, netns string) tiers.Policy {
+	t.Helper()
+	auto := fmt.Sprintf("auto\nauto: {start: %d}", 2*goodputC)
+	if netns != "" {
+		auto = fmt.Sprintf("auto\nauto: {start: %d, netns: %s}", 2*goodputC, netns)
+	}
+	return goodputPolicy(t, "smooth", auto)
+}
+
+// TestGoodputAutoMax: the adaptive max, smooth, starting at 2 × C in front
+// of the same collector, settles where the collector keeps up (issue 22).
+func TestGoodputAutoMax(t *testing.T) {
+	testenv.Require(t)
+	pol := goodputAutoPolicy(t, "")
+	r := newGoodputRig(t, &pol)
+	var src agent.DropSource
+	if err := r.p.Coll.Do(func() (err error) {
+		src, err = agent.OpenDropSource(false)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	autoGoodput(t, r, src)
+}
