@@ -23,9 +23,8 @@ import (
 // tierlimit in front with max = goodputC per 1 s window and the default
 // tiers (the scale is C = 2,000 and a 20,000/s flood).
 const (
-	goodputC     = 1000 // the collector's datagrams per second
-	goodputFlood = 10 * goodputC
-	goodputLine  = 600 // bytes of each syslog line
+	goodputC    = 1000 // the collector's datagrams per second
+	goodputLine = 600  // bytes of each syslog line
 	// goodputSlack is how far behind its schedule the collector may fall
 	// and still catch up (a late wakeup on a loaded machine): over any span
 	// T it reads at most goodputC × T + goodputC × goodputSlack datagrams.
@@ -123,6 +122,7 @@ type goodputRig struct {
 	t       *testing.T
 	p       *testenv.Pair
 	dst     netip.AddrPort // the collector's socket
+	c       int            // the collector's datagrams per second; the flood is 10 × c
 	a       *agent.Agent
 	coll    *pacedCollector
 	probe   agent.DropSource
@@ -158,7 +158,14 @@ func newGoodputRig(t *testing.T, pol *tiers.Policy) *goodputRig {
 // collector veth, and the collector on dst in ns.
 func startGoodputRig(t *testing.T, p *testenv.Pair, ns *testenv.NS, dst netip.AddrPort, pol *tiers.Policy) *goodputRig {
 	t.Helper()
-	r := &goodputRig{t: t, p: p, dst: dst, sendErr: make(chan error, 1)}
+	return startGoodputRigC(t, p, ns, dst, pol, goodputC)
+}
+
+// startGoodputRigC is startGoodputRig with a collector that handles c
+// datagrams/s and a flood at 10 × c.
+func startGoodputRigC(t *testing.T, p *testenv.Pair, ns *testenv.NS, dst netip.AddrPort, pol *tiers.Policy, c int) *goodputRig {
+	t.Helper()
+	r := &goodputRig{t: t, p: p, dst: dst, c: c, sendErr: make(chan error, 1)}
 	if pol != nil {
 		a, err := newAgent(r.p, agent.Config{}, *pol)
 		if err != nil {
@@ -177,18 +184,18 @@ func startGoodputRig(t *testing.T, p *testenv.Pair, ns *testenv.NS, dst netip.Ad
 	if r.probe.Signal() != agent.SignalSockDiag {
 		t.Fatalf("socket drops: %s, want %s (per socket)", r.probe.Signal(), agent.SignalSockDiag)
 	}
-	r.coll = newPacedCollector(t, ns, dst, goodputC)
+	r.coll = newPacedCollector(t, ns, dst, c)
 	t.Logf("collector: %d datagrams/s, SO_RCVBUF %d bytes (the kernel's default), %d-byte lines, flood %d/s",
-		goodputC, r.coll.rcvbuf, goodputLine, goodputFlood)
+		c, r.coll.rcvbuf, goodputLine, 10*c)
 	ping(t, r.p.Send, dst.Addr().String(), 1, "0.2")
 	return r
 }
 
-// flood sends goodputFlood datagrams/s for d in the background, bounded by ctx.
+// flood sends 10 × r.c datagrams/s for d in the background, bounded by ctx.
 func (r *goodputRig) flood(ctx context.Context, d time.Duration) {
 	tx := testenv.NewSender(r.t, r.p.Send, r.dst)
 	go func() {
-		_, err := tx.Pace(ctx, int(goodputFlood*d.Seconds()), d, d+2*time.Second, goodputLineOf)
+		_, err := tx.Pace(ctx, int(float64(10*r.c)*d.Seconds()), d, d+2*time.Second, goodputLineOf)
 		r.sendErr <- err
 	}()
 }
@@ -205,6 +212,7 @@ func (r *goodputRig) wait(d time.Duration) {
 
 // goodput is one measured span.
 type goodput struct {
+	c                      int // the collector's datagrams per second
 	secs                   float64
 	read                   uint64 // datagrams the application processed
 	offered, passed, drops float64
@@ -213,7 +221,7 @@ type goodput struct {
 
 func (g goodput) String() string {
 	return fmt.Sprintf("application reads %.0f/s (%.0f%% of %d/s); XDP offered %.0f/s, passed %.0f/s; socket drops %d (%.1f%% of passed)",
-		float64(g.read)/g.secs, 100*float64(g.read)/g.secs/goodputC, goodputC, g.offered/g.secs, g.passed/g.secs,
+		float64(g.read)/g.secs, 100*float64(g.read)/g.secs/float64(g.c), g.c, g.offered/g.secs, g.passed/g.secs,
 		g.sockDrops, 100*float64(g.sockDrops)/max(1, g.passed))
 }
 
@@ -234,7 +242,7 @@ func (r *goodputRig) measure(d time.Duration) goodput {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	g := goodput{secs: time.Since(t0).Seconds(), read: r.coll.Read() - n0, sockDrops: s.Drops}
+	g := goodput{c: r.c, secs: time.Since(t0).Seconds(), read: r.coll.Read() - n0, sockDrops: s.Drops}
 	if r.a != nil {
 		m1 := gather(r.t, r.a)
 		g.offered = m1.sum("tierlimit_selected_packets_total") - m0.sum("tierlimit_selected_packets_total")
