@@ -212,11 +212,11 @@ func (r *goodputRig) wait(d time.Duration) {
 
 // goodput is one measured span.
 type goodput struct {
-	c                      int // the collector's datagrams per second
-	secs                   float64
-	read                   uint64 // datagrams the application processed
-	offered, passed, drops float64
-	sockDrops              uint64
+	c               int // the collector's datagrams per second
+	secs            float64
+	read            uint64 // datagrams the application processed
+	offered, passed float64
+	sockDrops       uint64
 }
 
 func (g goodput) String() string {
