@@ -356,10 +356,17 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 	if err != nil {
 		return err
 	}
-	if err := a.lim.ApplyContext(ctx, p, tab); err != nil {
+	src, err := a.autoSource(p) // a new auto.netns: its signal, or refused
+	if err != nil {
 		return err
 	}
-	a.autoApplied(p)
+	if err := a.lim.ApplyContext(ctx, p, tab); err != nil {
+		if src != nil {
+			src.Close()
+		}
+		return err
+	}
+	a.autoApplied(p, src)
 	return nil
 }
 

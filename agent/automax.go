@@ -60,7 +60,6 @@ type limiterReader interface {
 type AutoMax struct {
 	log   *slog.Logger
 	lim   limiterReader
-	src   DropSource
 	clock clock
 	// mu serialises judgements with reloads (the Agent's mu); apply
 	// compiles and applies a policy with mu held.
@@ -68,6 +67,9 @@ type AutoMax struct {
 	apply func(tiers.Policy) error
 
 	// Guarded by mu.
+	src     DropSource   // the signal, read in the namespace netns names
+	netns   string       // auto.netns that src was opened for: "" is the agent's own
+	closed  bool         // run has ended and closed src
 	base    tiers.Policy // the policy in force; Max is the learnt max when Auto != nil
 	law     tiers.AutoLaw
 	primed  bool         // the baselines below are set
@@ -87,16 +89,20 @@ func newAutoMax(log *slog.Logger, lim limiterReader, src DropSource, c clock, mu
 	m := &AutoMax{log: log, lim: lim, src: src, clock: c, mu: mu, apply: apply, base: p.Clone()}
 	if p.Auto != nil {
 		m.law = tiers.NewAutoLaw(*p.Auto, p.Max)
+		m.netns = p.Auto.NetNS
 	}
 	return m
 }
 
 // StartAutoMax starts the adaptive-max controller for policy p, the policy
-// New or the last Reload applied, reading collector socket drops from src
-// (OpenDropSource, opened in the agent's network namespace). It runs until
-// ctx ends or the agent closes, then closes src. While the policy has no
-// `max: auto` it only follows reloads; Reload keeps the learnt max when the
-// auto bounds stay the same. Returns an error when a controller runs already.
+// New or the last Reload applied, reading collector socket drops from src,
+// which OpenDropSourceIn opened in p's auto.netns (the agent's network
+// namespace when p has none). It runs until ctx ends or the agent closes,
+// then closes src. While the policy has no `max: auto` it only follows
+// reloads; Reload keeps the learnt max when the auto settings stay the
+// same, and opens the signal again when auto.netns changes (a namespace
+// where it cannot be read refuses the reload). Returns an error when a
+// controller runs already.
 func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src DropSource) (*AutoMax, error) {
 	apply := func(p tiers.Policy) error {
 		if a.closed.Load() {
@@ -108,14 +114,14 @@ func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src DropSource
 	if !a.auto.CompareAndSwap(nil, m) {
 		return nil, fmt.Errorf("adaptive max: a controller runs already")
 	}
-	a.log.Info("adaptive max: collector socket drops", "signal", src.Signal(), "ports", portsString(udpPorts(p)),
+	a.log.Info("adaptive max: collector socket drops", "signal", src.Signal(), "netns", netnsName(m.netns), "ports", portsString(udpPorts(p)),
 		"law", fmt.Sprintf("drops: max×max(%.1f, 1-drops/delivered); %d clean windows while shedding: max+step (start/%d, doubling beyond 10%% over the last max with drops, up to ×%d)",
 			tiers.AutoBeta, tiers.AutoK, tiers.AutoAlphaDiv, tiers.AutoAlphaCap))
 	if s, ok := src.(*snmp); ok && s.why != nil {
 		a.log.Warn("adaptive max: no per-socket drops, using the namespace's UDP RcvbufErrors", "reason", s.why)
 	}
 	go func() {
-		defer src.Close()
+		defer m.closeSource()
 		m.run(ctx, a.closed.Load)
 	}()
 	return m, nil
@@ -142,11 +148,49 @@ func (a *Agent) autoPolicy(p tiers.Policy) tiers.Policy {
 	return p
 }
 
-// autoApplied tells the controller that a reload applied p (a.applyMu held).
-func (a *Agent) autoApplied(p tiers.Policy) {
+// autoApplied tells the controller that a reload applied p (a.applyMu
+// held), with src, the signal autoSource opened for it, or nil.
+func (a *Agent) autoApplied(p tiers.Policy, src DropSource) {
 	if m := a.auto.Load(); m != nil {
-		m.reloaded(p)
+		m.reloaded(p, src)
+	} else if src != nil {
+		src.Close()
 	}
+}
+
+// autoSource opens the signal in p's auto.netns when the controller reads
+// another namespace now (a.applyMu held); nil when it stays. "" is the
+// agent's own namespace.
+func (a *Agent) autoSource(p tiers.Policy) (DropSource, error) {
+	m := a.auto.Load()
+	if m == nil || p.Auto == nil || p.Auto.NetNS == m.netns {
+		return nil, nil
+	}
+	if p.Auto.NetNS != "" {
+		return OpenDropSourceIn(p.Auto.NetNS)
+	}
+	var src DropSource
+	err := a.inNS(func() (err error) {
+		src, err = OpenDropSource(false)
+		return err
+	})
+	return src, err
+}
+
+// netnsName is how the log names auto.netns.
+func netnsName(path string) string {
+	if path == "" {
+		return "the agent's"
+	}
+	return path
+}
+
+// closeSource closes the signal once run has ended.
+func (m *AutoMax) closeSource() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	m.src.Close()
 }
 
 func (m *AutoMax) reloadPolicy(p tiers.Policy) tiers.Policy {
@@ -156,9 +200,18 @@ func (m *AutoMax) reloadPolicy(p tiers.Policy) tiers.Policy {
 	return p
 }
 
-func (m *AutoMax) reloaded(p tiers.Policy) {
+func (m *AutoMax) reloaded(p tiers.Policy, src DropSource) {
 	keep := p.Auto != nil && m.base.Auto != nil && *p.Auto == *m.base.Auto
 	m.base = p.Clone()
+	if src != nil {
+		if m.closed {
+			src.Close()
+		} else {
+			m.src.Close()
+			m.src, m.netns = src, p.Auto.NetNS
+			m.log.Info("adaptive max: collector socket drops", "signal", src.Signal(), "netns", netnsName(m.netns))
+		}
+	}
 	switch {
 	case keep:
 		m.log.Info("adaptive max: reload keeps the learnt max", "max", p.Max, "auto", p.Auto.String())
@@ -178,7 +231,11 @@ func (m *AutoMax) Max() uint64 {
 }
 
 // Signal names the drop signal: SignalSockDiag or SignalSNMP.
-func (m *AutoMax) Signal() string { return m.src.Signal() }
+func (m *AutoMax) Signal() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.src.Signal()
+}
 
 // History returns the last judged windows, oldest first.
 func (m *AutoMax) History() []AutoWindow {

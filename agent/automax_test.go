@@ -261,7 +261,7 @@ func TestAutoReloadKeepsLearntMax(t *testing.T) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		q := r.m.reloadPolicy(p)
-		r.m.reloaded(q)
+		r.m.reloaded(q, nil)
 		return q.Max
 	}
 	// The same file, or another change than the auto block: max stays.

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 
@@ -30,6 +31,83 @@ func (a *Agent) inNS(fn func() error) error {
 		}
 		if err := netns.Set(a.ns); err != nil {
 			errc <- fmt.Errorf("enter the agent's network namespace: %w", err)
+			return
+		}
+		err = fn()
+		if rerr := netns.Set(cur); rerr != nil {
+			errc <- fmt.Errorf("restore network namespace: %w (after: %v)", rerr, err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- err
+	}()
+	return <-errc
+}
+
+// ErrSignalNetNS is returned by OpenDropSourceIn when the collector-socket
+// drop signal cannot be read in the network namespace it names
+// (*SignalNetNSError).
+var ErrSignalNetNS = errors.New("cannot read the collector socket drops in the network namespace")
+
+// SignalNetNSError is a network namespace (auto.netns) in which the
+// adaptive max's signal cannot be read: the path is not a network
+// namespace, cannot be opened or entered, or neither sock_diag nor
+// /proc/net/snmp answers there.
+type SignalNetNSError struct {
+	Path string
+	Err  error
+}
+
+func (e *SignalNetNSError) Error() string {
+	return fmt.Sprintf("%v %s: %v", ErrSignalNetNS, e.Path, e.Err)
+}
+
+func (e *SignalNetNSError) Unwrap() []error { return []error{ErrSignalNetNS, e.Err} }
+
+// OpenDropSourceIn opens the collector-socket drop signal (OpenDropSource)
+// in the network namespace at path, such as /proc/PID/ns/net or
+// /run/netns/NAME, where a collector in a container or pod has its sockets
+// (DESIGN.md §8); "" is the calling thread's namespace. It enters the
+// namespace on a locked OS thread only to open the source, whose netlink
+// socket and /proc files stay that namespace's.
+func OpenDropSourceIn(path string) (DropSource, error) {
+	if path == "" {
+		return OpenDropSource(false)
+	}
+	h, err := netns.GetFromPath(path)
+	if err != nil {
+		return nil, &SignalNetNSError{Path: path, Err: err}
+	}
+	defer h.Close()
+	var src DropSource
+	err = onThreadIn(h, func() (err error) {
+		src, err = OpenDropSource(false)
+		return err
+	})
+	if err != nil {
+		return nil, &SignalNetNSError{Path: path, Err: err}
+	}
+	return src, nil
+}
+
+// onThreadIn runs fn on a locked OS thread inside the network namespace
+// h and puts the thread back afterwards; a thread that cannot go back
+// stays locked and dies with its goroutine.
+func onThreadIn(h netns.NsHandle, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		cur, err := netns.Get()
+		if err != nil {
+			errc <- fmt.Errorf("read network namespace: %w", err)
+			return
+		}
+		defer cur.Close()
+		if err := netns.Set(h); err != nil {
+			errc <- fmt.Errorf("enter: %w", err)
+			if netns.Set(cur) == nil {
+				runtime.UnlockOSThread()
+			}
 			return
 		}
 		err = fn()

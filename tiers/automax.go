@@ -3,6 +3,7 @@ package tiers
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
@@ -10,8 +11,9 @@ import (
 
 // ErrAuto: the auto block (DESIGN.md §8) is inconsistent: floor, start and
 // ceiling not in order, one of them outside [1, MaxPackets], an auto block
-// without max: auto, or max: auto in a policy that selects no UDP port (its
-// signal is UDP receive-buffer drops).
+// without max: auto, max: auto in a policy that selects no UDP port (its
+// signal is UDP receive-buffer drops), or an auto.netns that is empty or not
+// an absolute path.
 var ErrAuto = errors.New("bad auto settings")
 
 // DefaultAutoStart is the max an adaptive policy starts from when its auto
@@ -29,11 +31,20 @@ type AutoMax struct {
 	Floor uint64
 	// Ceiling is the highest max (default 5 × Start, at most MaxPackets).
 	Ceiling uint64
+	// NetNS is the network namespace whose collector sockets the agent
+	// reads the signal in (`auto.netns`), an absolute path such as
+	// /proc/PID/ns/net or /run/netns/NAME; "" is the agent's own.
+	NetNS string
 }
 
-// String returns "start=40000 floor=1000 ceiling=200000".
+// String returns "start=40000 floor=1000 ceiling=200000", with
+// " netns=PATH" when NetNS is set.
 func (a AutoMax) String() string {
-	return fmt.Sprintf("start=%d floor=%d ceiling=%d", a.Start, a.Floor, a.Ceiling)
+	s := fmt.Sprintf("start=%d floor=%d ceiling=%d", a.Start, a.Floor, a.Ceiling)
+	if a.NetNS != "" {
+		s += " netns=" + a.NetNS
+	}
+	return s
 }
 
 // defaults fills in the bounds that the file left out (0).
@@ -69,6 +80,9 @@ func (a AutoMax) checkRange() error {
 // validate checks the bounds' order and that p.Max lies within them
 // (checkRange has checked their range).
 func (a AutoMax) validate(p Policy) error {
+	if a.NetNS != "" && !filepath.IsAbs(a.NetNS) {
+		return configErr("auto.netns", a.NetNS, ErrAuto, "want an absolute path to a network namespace, such as /proc/PID/ns/net or /run/netns/NAME")
+	}
 	if a.Floor > a.Start {
 		return configErr("auto.floor", strconv.FormatUint(a.Floor, 10), ErrAuto, "floor must be at most start (%d)", a.Start)
 	}
@@ -109,6 +123,7 @@ func (ps *yamlParser) autoYAML(p *Policy, isAuto bool, block *yaml.Node) error {
 			{"start", ps.autoField(&a.Start)},
 			{"floor", ps.autoField(&a.Floor)},
 			{"ceiling", ps.autoField(&a.Ceiling)},
+			{"netns", ps.netnsField(&a.NetNS)},
 		})
 		if err != nil {
 			return err
@@ -131,6 +146,21 @@ func (ps *yamlParser) autoField(dst *uint64) func(key string, v *yaml.Node) erro
 		if *dst == 0 {
 			*dst = MaxPackets + 1
 		}
+		return nil
+	}
+}
+
+// netnsField reads auto.netns: a non-empty path (Validate checks that it
+// is absolute).
+func (ps *yamlParser) netnsField(dst *string) func(key string, v *yaml.Node) error {
+	return func(key string, v *yaml.Node) error {
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
+			return typeErr(key, v, "a path to a network namespace")
+		}
+		if v.Value == "" {
+			return valueErr(key, v, ErrAuto, "want a path to a network namespace, such as /proc/PID/ns/net or /run/netns/NAME; leave the key out for the agent's own")
+		}
+		*dst = v.Value
 		return nil
 	}
 }

@@ -12,12 +12,14 @@ func TestParseYAMLAuto(t *testing.T) {
 		want      AutoMax
 	}{
 		{"defaults", "max: auto\n", AutoMax{Start: 40000, Floor: 1000, Ceiling: 200000}},
-		{"issue example", "max: auto\nauto:\n  start: 40000\n  floor: 1000\n  ceiling: 200000\n", AutoMax{40000, 1000, 200000}},
-		{"block before max", "auto: {start: 500}\nmax: auto\n", AutoMax{500, 12, 2500}},
-		{"tiny start", "max: auto\nauto: {start: 1}\n", AutoMax{1, 1, 5}},
-		{"floor equals start equals ceiling", "max: auto\nauto: {start: 7, floor: 7, ceiling: 7}\n", AutoMax{7, 7, 7}},
-		{"null block", "max: auto\nauto:\n", AutoMax{40000, 1000, 200000}},
-		{"huge start", "max: auto\nauto: {start: 1099511627776}\n", AutoMax{MaxPackets, MaxPackets / 40, MaxPackets}},
+		{"issue example", "max: auto\nauto:\n  start: 40000\n  floor: 1000\n  ceiling: 200000\n", AutoMax{Start: 40000, Floor: 1000, Ceiling: 200000}},
+		{"block before max", "auto: {start: 500}\nmax: auto\n", AutoMax{Start: 500, Floor: 12, Ceiling: 2500}},
+		{"tiny start", "max: auto\nauto: {start: 1}\n", AutoMax{Start: 1, Floor: 1, Ceiling: 5}},
+		{"floor equals start equals ceiling", "max: auto\nauto: {start: 7, floor: 7, ceiling: 7}\n", AutoMax{Start: 7, Floor: 7, Ceiling: 7}},
+		{"null block", "max: auto\nauto:\n", AutoMax{Start: 40000, Floor: 1000, Ceiling: 200000}},
+		{"huge start", "max: auto\nauto: {start: 1099511627776}\n", AutoMax{Start: MaxPackets, Floor: MaxPackets / 40, Ceiling: MaxPackets}},
+		{"netns", "max: auto\nauto:\n  start: 500\n  netns: /run/netns/collector\n", AutoMax{Start: 500, Floor: 12, Ceiling: 2500, NetNS: "/run/netns/collector"}},
+		{"netns of a pid", "max: auto\nauto: {netns: /proc/4242/ns/net}\n", AutoMax{Start: 40000, Floor: 1000, Ceiling: 200000, NetNS: "/proc/4242/ns/net"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, err := ParseYAML([]byte(c.src))
@@ -65,6 +67,10 @@ func TestParseYAMLAutoInvalid(t *testing.T) {
 		{"unknown key", "max: auto\nauto:\n  beta: 0.5\n", ErrUnknownKey, "auto.beta", "", 3},
 		{"block not a mapping", "max: auto\nauto: 5\n", ErrType, "auto", "5", 2},
 		{"max other text", "max: automatic\n", ErrType, "max", "automatic", 1},
+		{"netns empty", "max: auto\nauto:\n  netns: \"\"\n", ErrAuto, "auto.netns", "", 3},
+		{"netns relative", "max: auto\nauto:\n  start: 500\n  netns: run/netns/collector\n", ErrAuto, "auto.netns", "run/netns/collector", 4},
+		{"netns a number", "max: auto\nauto: {netns: 4242}\n", ErrType, "auto.netns", "4242", 2},
+		{"netns null", "max: auto\nauto:\n  netns:\n", ErrType, "auto.netns", "", 3},
 		{"no udp rule", "max: auto\nselect:\n  - {proto: tcp, ports: [601]}\n", ErrAuto, "max", "auto", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -94,6 +100,14 @@ func TestValidateAuto(t *testing.T) {
 	}
 	if q := p.WithMax(150); p.Max != 40000 || q.Max != 150 || q.Auto == p.Auto {
 		t.Errorf("WithMax changed p or shares Auto: %d %d", p.Max, q.Max)
+	}
+	for ns, ok := range map[string]bool{"": true, "/proc/1/ns/net": true, "proc/1/ns/net": false, "collector": false} {
+		q := p.WithMax(1000)
+		q.Auto.NetNS = ns
+		var ce *ConfigError
+		if err := q.Validate(); (err == nil) != ok || err != nil && (!errors.As(err, &ce) || ce.Key != "auto.netns" || ce.Value != ns) {
+			t.Errorf("netns %q: Validate = %v, want ok %v", ns, err, ok)
+		}
 	}
 }
 

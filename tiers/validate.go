@@ -42,7 +42,7 @@ func configErr(key, value string, sentinel error, format string, args ...any) *C
 // a udp rule (the seed counted requests; only TCP has connection attempts);
 // ErrBudget and ErrPrefixLen for Sources out of range.
 // ErrAuto for an Auto whose bounds are out of order or range, a Max outside
-// them, or no udp rule.
+// them, no udp rule, or a NetNS that is not an absolute path.
 func (p Policy) Validate() error {
 	switch p.Mode {
 	case ModeEnforce, ModeDryRun, ModeOff:

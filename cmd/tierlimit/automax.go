@@ -10,16 +10,34 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// startAutoMax starts the agent's adaptive-max controller on the collector
-// socket drops of this namespace. It runs whatever the policy, so that a
-// reload can turn `max: auto` on; without a drop signal an adaptive max
-// stays at its start.
-func startAutoMax(ctx context.Context, log *slog.Logger, a *agent.Agent, p tiers.Policy) {
-	src, err := agent.OpenDropSource(false)
-	if err != nil {
-		if p.Auto != nil {
-			log.Error("adaptive max: no collector socket drop signal; max stays at start", "max", p.Max, "error", err)
+// openAutoSignal opens the collector-socket drop signal of policy p before
+// anything is attached: in auto.netns when p sets one, else in this
+// namespace. With `max: auto`, a signal that cannot be read is a config
+// error (exit 2), never a silent "no drops" (DESIGN.md §8); without it,
+// nil and no error: an adaptive max that a reload turns on stays at start.
+func openAutoSignal(p tiers.Policy) (agent.DropSource, error) {
+	if p.Auto == nil {
+		src, err := agent.OpenDropSource(false)
+		if err != nil {
+			return nil, nil
 		}
+		return src, nil
+	}
+	src, err := agent.OpenDropSourceIn(p.Auto.NetNS)
+	if err == nil {
+		return src, nil
+	}
+	if p.Auto.NetNS != "" {
+		return nil, configError{fmt.Errorf("auto.netns %q: %w; name the network namespace where the collector's sockets live: /proc/PID/ns/net of a process in it, or /run/netns/NAME", p.Auto.NetNS, err)}
+	}
+	return nil, configError{fmt.Errorf("max: auto: the collector socket drops cannot be read in this network namespace: %w", err)}
+}
+
+// startAutoMax starts the agent's adaptive-max controller on src, the
+// signal openAutoSignal opened (nil: none, and no controller). It runs
+// whatever the policy, so that a reload can turn `max: auto` on.
+func startAutoMax(ctx context.Context, log *slog.Logger, a *agent.Agent, p tiers.Policy, src agent.DropSource) {
+	if src == nil {
 		return
 	}
 	if _, err := a.StartAutoMax(ctx, p, src); err != nil {
@@ -35,6 +53,9 @@ func printAuto(w io.Writer, a tiers.AutoMax) {
 	fmt.Fprintf(w, "max\tauto: starts at %d, moves within [%d, %d] selected packets per window; the tables below are at start\n",
 		a.Start, a.Floor, a.Ceiling)
 	fmt.Fprintf(w, "auto signal\treceive-buffer drops of the UDP sockets on the selected ports (sock_diag per socket, else /proc/net/snmp RcvbufErrors), judged once per window, in the middle of the next\n")
+	if a.NetNS != "" {
+		fmt.Fprintf(w, "auto netns\t%s: the signal is read in that network namespace, where the collector's sockets live; run refuses to start when it cannot be read there\n", a.NetNS)
+	}
 	fmt.Fprintf(w, "auto down\tsocket drops D while P were delivered: max × max(β, 1 − D/P), at least 1 lower, not below %d; β = %.1f after a window that dropped over 30%%, else %.1f; no cut in the window after a cut\n",
 		a.Floor, tiers.AutoBeta, tiers.AutoBetaFirst)
 	fmt.Fprintf(w, "auto early\tno socket drops yet, but a collector socket's receive buffer over half full and %.0f%% of it fuller than in the window before, while shedding (sock_diag only): max × %.1f, as a cut\n",

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
+	"net/netip"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +31,16 @@ func TestCheckAuto(t *testing.T) {
 	}
 	t.Logf("\n%s", out)
 
+	path = writeFile(t, "auto-netns.yaml", "max: auto\nauto:\n  start: 20000\n  netns: /run/netns/collector\n")
+	if code, out, errs := runCmd(t, "check", "--config", path); code != 0 || !regexp.MustCompile(`auto netns +/run/netns/collector: the signal is read in that network namespace`).MatchString(out) {
+		t.Errorf("auto.netns: exit %d, stderr %q, want it printed:\n%s", code, errs, out)
+	}
+	if strings.Contains(out, "auto netns") {
+		t.Errorf("auto netns printed without auto.netns:\n%s", out)
+	}
+
 	for _, c := range []struct{ name, src, want string }{
+		{"netns relative", "max: auto\nauto:\n  netns: run/netns/collector\n", `line 3: auto.netns: "run/netns/collector": bad auto settings: want an absolute path`},
 		{"floor over start", "max: auto\nauto:\n  start: 100\n  floor: 200\n", `line 4: auto.floor: "200": bad auto settings: floor must be at most start (100)`},
 		{"properties", "limiter.max=auto\n", `line 1: limiter.max: "auto": bad auto settings`},
 	} {
@@ -81,5 +93,33 @@ func TestRunAutoMax(t *testing.T) {
 	}
 	if err := r.stop(t); err != nil {
 		t.Fatalf("run: %v\n%s", err, r.log)
+	}
+}
+
+// TestRunAutoNetNS runs `tierlimit run` with auto.netns naming another
+// namespace, where the collector's socket is: the log says the signal is
+// read there. One that names a path that is no network namespace, or none,
+// refuses to start with exit 2, before anything is attached.
+func TestRunAutoNetNS(t *testing.T) {
+	testenv.Require(t)
+	p := runPair(t)
+	testenv.NewReceiver(t, p.Send, netip.AddrPortFrom(p.SendAddr, 514))
+	auto := "max: auto\nauto: {start: 3000, netns: %s}\nselect: [{proto: udp, ports: [514]}]\n"
+	cfg := writeFile(t, "auto.yaml", fmt.Sprintf(auto, p.Send.Path))
+	r, _ := startCLI(t, p.Coll, "run", "--iface", p.CollIf, "--config", cfg, "--no-pin", "--metrics-addr", "127.0.0.1:0")
+	if !strings.Contains(r.log.String(), "signal=sock_diag netns="+p.Send.Path) {
+		t.Errorf("no log of the signal read in %s:\n%s", p.Send.Path, r.log)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatalf("run: %v\n%s", err, r.log)
+	}
+
+	for _, path := range []string{"/run/netns/tltest-none", "/proc/self/ns/mnt"} {
+		cfg := writeFile(t, "auto.yaml", fmt.Sprintf(auto, path))
+		code, _, errs := runCmd(t, "run", "--iface", "tlnone0", "--config", cfg, "--no-pin")
+		if code != 2 || !strings.Contains(errs, `auto.netns "`+path+`": cannot read the collector socket drops in the network namespace`) ||
+			strings.Contains(errs, "tlnone0") {
+			t.Errorf("auto.netns %s: exit %d, stderr %q; want 2, the signal refused before the interface is looked up", path, code, errs)
+		}
 	}
 }

@@ -157,6 +157,18 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	if f.noPin {
 		pin = ""
 	}
+	// Before anything is attached: a signal that cannot be read refuses.
+	src, err := openAutoSignal(p)
+	if err != nil {
+		return err
+	}
+	if src != nil {
+		defer func() {
+			if src != nil {
+				src.Close()
+			}
+		}()
+	}
 	ln, err := listenMetrics(f, pin)
 	if err != nil {
 		return err
@@ -181,7 +193,8 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	logStarted(log, a, f, p, pin)
 	// Before the metrics are served, so that the first scrape already has
 	// the adaptive max's series and the log its signal.
-	startAutoMax(ctx, log, a, p)
+	startAutoMax(ctx, log, a, p, src)
+	src = nil // the controller owns it
 
 	sctx, stopServe := context.WithCancel(ctx)
 	defer stopServe()
