@@ -49,9 +49,12 @@ type floodConfig struct {
 }
 
 // benchPolicy is the default policy (tiers 70%→20%, 80%→50%, 100%→100%,
-// udp 514) with max and window set.
+// udp 514) with max and window set, under the ordinal shape: the suite
+// compares every window packet for packet with the seed's rule (the in-app
+// method implements it), and the shapes pass the same P(R) per window.
 func benchPolicy(max uint64, window time.Duration) tiers.Policy {
 	p := tiers.Default()
+	p.Shape = tiers.ShapeOrdinal
 	p.Max, p.Window = max, window
 	return p
 }
