@@ -170,6 +170,7 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 		PinPath:    pin,
 		Replace:    f.replace,
 		Logger:     log,
+		Version:    runVersion(),
 	}, p)
 	if err != nil {
 		return explainAgent(err, pin, f.ifaces)
