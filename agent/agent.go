@@ -55,6 +55,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -205,6 +206,11 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	}
 	if err := checkStacked(a.nh, links); err != nil {
 		return nil, err
+	}
+	// bpf(2) refused here, with the capabilities checked, is a filter:
+	// say so before the memlock probe words it as a limit.
+	if err := probeBPF(); errors.Is(err, unix.EPERM) {
+		return nil, classifyBPFError(err, seccompMode())
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)

@@ -67,6 +67,8 @@ func explainAgent(err error, pin string, ifaces []string) error {
 		return hinted{err, "try --xdp-mode generic, or auto to fall back"}
 	case errors.Is(err, agent.ErrDuplicateInterface):
 		return usageError{fmt.Errorf("--iface: %w", err)}
+	case errors.Is(err, agent.ErrBPFDenied): // exit 2: how run was started must change
+		return usageError{err}
 	case errors.Is(err, agent.ErrPrivateBPFFS): // exit 2: how run was started must change
 		return usageError{hinted{err, privateBPFFSHint}}
 	case errors.Is(err, agent.ErrPinPath):
