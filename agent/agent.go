@@ -55,6 +55,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -100,6 +101,9 @@ type Config struct {
 	Replace bool
 	// Logger receives the agent's logs; nil discards them.
 	Logger *slog.Logger
+	// Version is the binary's version, recorded beside the pinned
+	// layout so that an older binary can name it.
+	Version string
 }
 
 // Attachment is the limiter on one interface.
@@ -135,6 +139,8 @@ type Agent struct {
 	ns netns.NsHandle
 	// pd is the pin directory, held while the agent runs; nil unpinned.
 	pd *pinDir
+	// migration carries an older layout's pinned state during New.
+	migration *bpf.Migration
 
 	// applyMu serialises reloads (Limiter.Apply) and Close; mu serialises
 	// Watch's repairs and Close, and guards attached, so that /healthz
@@ -153,12 +159,17 @@ type Agent struct {
 
 // New loads the limiter (adopting pinned maps and links under
 // cfg.PinPath if there are any), applies policy p and attaches to every
-// interface. On error nothing stays attached that was not before, and a
+// interface. Pinned maps of an older layout, or whose specs differ, are
+// migrated (DESIGN.md §11): the program is loaded on maps of its own, which
+// get what keeps its meaning and the policy; the pinned links switch to it
+// in place; then its maps are pinned in place of the old ones. The old
+// program never sees the new policy: same-layout maps are shared, and a
+// policy written into them is read alike by both programs, as on a reload. On error nothing stays attached that was not before, and a
 // pin directory this call made is removed.
 //
 // Returns ErrNotRoot without the capabilities, ErrNoInterface for a missing
 // interface, ErrDuplicateInterface for one given twice, *AgentRunningError when another agent holds cfg.PinPath,
-// *IncompatiblePinError for pinned maps of another version (nothing is
+// *NewerLayoutError for pinned state of a newer layout (nothing is
 // written then), *ForeignProgramError when an interface runs another XDP
 // program and cfg.Replace is false, *BusyError when it runs a tierlimit
 // this agent cannot adopt, ErrNativeRefused, ErrPinPath, *PrivateBPFFSError
@@ -196,6 +207,11 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := checkStacked(a.nh, links); err != nil {
 		return nil, err
 	}
+	// bpf(2) refused here, with the capabilities checked, is a filter:
+	// say so before the memlock probe words it as a limit.
+	if err := probeBPF(); errors.Is(err, unix.EPERM) {
+		return nil, classifyBPFError(err, seccompMode())
+	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
 	}
@@ -204,6 +220,11 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	}
 	if err := a.lim.Apply(p, tab); err != nil {
 		return nil, fmt.Errorf("apply policy: %w", err)
+	}
+	if a.pd != nil && a.pd.migrate != nil {
+		if err := a.startMigration(); err != nil {
+			return nil, err
+		}
 	}
 	for i, l := range links {
 		att, err := a.attach(l)
@@ -217,12 +238,26 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 		return nil, err
 	}
 	if a.pd != nil {
-		if err := a.pd.pinProgram(a.lim.Program()); err != nil {
+		if err := a.pinState(); err != nil {
 			return nil, err
 		}
 		a.warnOtherLinks()
 	}
 	return a, nil
+}
+
+// pinState pins what New made under the pin directory once every link
+// runs the program: the migrated maps, the program and the layout record.
+func (a *Agent) pinState() error {
+	if a.migration != nil {
+		if err := a.finishMigration(); err != nil {
+			return err
+		}
+	}
+	if err := a.pd.pinProgram(a.lim.Program()); err != nil {
+		return err
+	}
+	return writeLayout(a.pd.path, a.cfg.Version)
 }
 
 // resolve opens the netlink handle and looks the interfaces up.
@@ -268,6 +303,9 @@ func (a *Agent) load() error {
 		a.pd = pd
 		a.logBPFFS()
 		opts.PinPath = pd.maps()
+		if pd.migrate != nil {
+			opts.PinPath = "" // maps of its own, pinned once the links run it
+		}
 		followRenames(pd, a.nh, a.log)
 	}
 	lim, err := bpf.Load(opts)
@@ -292,6 +330,9 @@ func (a *Agent) abort() {
 		} else if att.link != nil {
 			att.link.Close()
 		}
+	}
+	if a.migration != nil {
+		a.migration.Close()
 	}
 	if a.lim != nil {
 		a.lim.Close()

@@ -3,6 +3,8 @@ package agent
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tierlimit/tierlimit/bpf"
 )
 
 // Sentinel errors. The typed errors below wrap them, so errors.Is works on
@@ -33,6 +35,9 @@ var (
 	// path do not match this version's program (*IncompatiblePinError).
 	// Nothing has been written; Detach removes them.
 	ErrIncompatiblePin = errors.New("pinned maps are incompatible with this version")
+	// ErrNewerLayout is returned for pinned state of a newer layout
+	// (*NewerLayoutError).
+	ErrNewerLayout = errors.New("pinned state was written by a newer tierlimit")
 	// ErrPinPath is returned by New for a pin path bpffs cannot hold.
 	ErrPinPath = errors.New("bad pin path")
 	// ErrNativeRefused is returned by New when the driver refuses native
@@ -96,6 +101,25 @@ func (e *AgentRunningError) Error() string {
 }
 
 func (e *AgentRunningError) Unwrap() error { return ErrAgentRunning }
+
+// NewerLayoutError is returned by New and ReadStatus when the pin
+// directory was written by a newer tierlimit, whose layout this binary
+// does not know (DESIGN.md §11): reading it could misread any field.
+type NewerLayoutError struct {
+	Pin   string
+	Found Layout
+}
+
+func (e *NewerLayoutError) Error() string {
+	by := e.Found.WrittenBy
+	if by == "" {
+		by = "an unknown version"
+	}
+	return fmt.Sprintf("%v: %s holds layout %d, written by tierlimit %s; this tierlimit knows layouts up to %d",
+		ErrNewerLayout, e.Pin, e.Found.Version, by, bpf.Layout)
+}
+
+func (e *NewerLayoutError) Unwrap() error { return ErrNewerLayout }
 
 // IncompatiblePinError names the pinned map that does not match.
 type IncompatiblePinError struct {

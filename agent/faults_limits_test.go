@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -247,9 +248,10 @@ func sortedCopy(s []string) []string {
 	return c
 }
 
-// TestIncompatiblePinDir (D): maps of another layout under the pin path
-// are refused before anything is written, and Detach, as the error
-// advises, removes them so that the next start works.
+// TestIncompatiblePinDir (D): a pinned map whose spec differs from this
+// version's (here an unrecorded window of 8 bytes) is migrated, not
+// refused (DESIGN.md §11): the agent starts on maps of its own, logs it,
+// and leaves its layout recorded; Detach removes it all.
 func TestIncompatiblePinDir(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
@@ -265,30 +267,25 @@ func TestIncompatiblePinDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Close()
-	_, err = newAgent(p, agent.Config{PinPath: pin}, defaultPolicy())
-	if !errors.Is(err, agent.ErrIncompatiblePin) || !strings.Contains(err.Error(), "window") {
-		t.Fatalf("start on an incompatible pin dir: %v, want ErrIncompatiblePin naming the map", err)
+	var logs testenv.SyncBuffer
+	a, err := newAgent(p, agent.Config{PinPath: pin, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, defaultPolicy())
+	if err != nil {
+		t.Fatalf("start on a pin dir whose window map differs: %v, want a migration", err)
 	}
-	entries, _ := os.ReadDir(filepath.Join(pin, "maps"))
-	if len(entries) != 1 {
-		t.Errorf("the refused start wrote into the pin dir: %d maps", len(entries))
+	if !strings.Contains(logs.String(), "migrated pinned state") || !strings.Contains(logs.String(), "window") {
+		t.Errorf("the migration is not logged, naming the window:\n%s", logs.String())
 	}
-	if _, err := os.Stat(filepath.Join(pin, "links")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the refused start made links/ (%v)", err)
-	}
-	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != 0 {
-		t.Errorf("the refused start attached %+v", x)
+	sendUDP(t, p, 514, 5)
+	a.Close()
+	st, err := agent.ReadStatus(pin)
+	if err != nil || st.Layout.Version != bpf.Layout || !st.Layout.Recorded || st.Stats.SelectedPackets() != 5 {
+		t.Errorf("status after the migration: %v, layout %v, %d selected, want layout %d and 5", err, st.Layout, st.Stats.SelectedPackets(), bpf.Layout)
 	}
 	if err := p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }); err != nil {
-		t.Fatalf("detach, as advised: %v", err)
+		t.Fatal(err)
 	}
 	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("detach left %s (%v)", pin, err)
-	}
-	a := startPinned(t, p, pin, defaultPolicy())
-	a.Close()
-	if err := p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }); err != nil {
-		t.Fatal(err)
 	}
 }
 

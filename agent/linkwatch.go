@@ -248,7 +248,10 @@ func (a *Agent) repin() error {
 			return fmt.Errorf("pin link %s: %w", path, err)
 		}
 	}
-	return a.pd.pinProgram(a.lim.Program())
+	if err := a.pd.pinProgram(a.lim.Program()); err != nil {
+		return err
+	}
+	return writeLayout(a.pd.path, a.cfg.Version)
 }
 
 // closeOne lets go of att when the agent stops, and logs what is really

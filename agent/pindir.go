@@ -29,13 +29,17 @@ type pinDir struct {
 	dev, ino uint64 // identity of the locked directory
 	created  bool   // made by this run: New removes it on failure
 	life     BPFFSLife
+	// migrate is set when the pinned maps are of an older layout, or
+	// their specs differ from this version's: New carries them over.
+	migrate *migrate
 }
 
 // openPinDir locks the pin path pin, mounts bpffs on /sys/fs/bpf when it is
 // missing there, makes the directory if needed, and checks that the maps
-// pinned there fit this version before anything is written. Returns
-// ErrPinPath, *AgentRunningError, *IncompatiblePinError or
-// *PrivateBPFFSError (bpffs.go).
+// pinned there fit this version before anything is written: when they do
+// not (an older layout, or specs that differ), migrate says so. Returns
+// ErrPinPath, *AgentRunningError, *NewerLayoutError or *PrivateBPFFSError
+// (bpffs.go).
 func openPinDir(pin string) (_ *pinDir, err error) {
 	path, err := CanonicalPinPath(pin)
 	if err != nil {
@@ -63,8 +67,14 @@ func openPinDir(pin string) (_ *pinDir, err error) {
 	if err := d.lockDir(true); err != nil {
 		return nil, err
 	}
-	if err := bpf.CheckPinned(d.maps()); err != nil {
-		return nil, &IncompatiblePinError{Pin: path, Err: err}
+	found, err := checkLayout(path)
+	if err != nil {
+		return nil, err
+	}
+	if hasPinnedMaps(d.maps()) {
+		if err := bpf.CheckLayout(d.maps(), found.Version); err != nil {
+			d.migrate = &migrate{from: found, why: err}
+		}
 	}
 	return d, d.makeSubdirs()
 }

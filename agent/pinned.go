@@ -37,15 +37,27 @@ type PinnedLink struct {
 type Status struct {
 	PinPath string       `json:"pin_path"`
 	Links   []PinnedLink `json:"interfaces"`
+	// Layout is the pinned maps' layout record; an older layout than
+	// bpf.Layout is read as far as it means what this one does, and
+	// Unread names the maps that could not be.
+	Layout Layout   `json:"layout"`
+	Unread []string `json:"unread_maps,omitempty"`
 	Snapshot
 }
 
-// ReadStatus reads the links and maps pinned under pin. Returns
-// ErrNotPinned when nothing is pinned there.
+// ReadStatus reads the links and maps pinned under pin, of this layout or
+// an older one. Returns ErrNotPinned when nothing is pinned there and
+// *NewerLayoutError for a newer layout.
 func ReadStatus(pin string) (Status, error) {
 	st := Status{PinPath: pin}
 	if c, err := CanonicalPinPath(pin); err == nil {
 		pin = c
+	}
+	// A record that cannot be read (not root) is left to the Stat below,
+	// which says so.
+	var err error
+	if st.Layout, err = checkLayout(pin); errors.Is(err, ErrNewerLayout) {
+		return st, err
 	}
 	if _, err := os.Stat(filepath.Join(pin, "maps")); errors.Is(err, os.ErrNotExist) {
 		return st, fmt.Errorf("%w under %s", ErrNotPinned, pin)
@@ -64,11 +76,12 @@ func ReadStatus(pin string) (Status, error) {
 		pl.Iface = UnpinName(e.Name())
 		st.Links = append(st.Links, pl)
 	}
-	lim, err := bpf.OpenPinned(filepath.Join(pin, "maps"))
+	lim, unread, err := bpf.OpenPinned(filepath.Join(pin, "maps"), st.Layout.Version)
 	if err != nil {
 		return st, err
 	}
 	defer lim.Close()
+	st.Unread = unread
 	st.Snapshot, err = TakeSnapshot(lim)
 	return st, err
 }

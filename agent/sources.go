@@ -53,7 +53,11 @@ func ReadSources(l *bpf.Limiter, top int) (Sources, error) {
 // ReadPinnedSources is ReadSources on the maps pinned under pin, with no
 // agent running (tierlimit status --top).
 func ReadPinnedSources(pin string, top int) (Sources, error) {
-	lim, err := bpf.OpenPinned(filepath.Join(pin, "maps"))
+	l, err := checkLayout(pin)
+	if err != nil {
+		return Sources{}, err
+	}
+	lim, _, err := bpf.OpenPinned(filepath.Join(pin, "maps"), l.Version)
 	if err != nil {
 		return Sources{}, err
 	}

@@ -40,28 +40,129 @@ func CheckPinned(dir string) error {
 	return nil
 }
 
-// OpenPinned opens the maps pinned in dir by a Limiter loaded with
-// Options.PinPath = dir, without loading the program: enough for Stats,
-// Window and Active, as `tierlimit status` needs with no agent running.
-// Program returns nil on the result; Apply must not be called.
-func OpenPinned(dir string) (*Limiter, error) {
-	l := &Limiter{}
-	open := func(name string) (*ebpf.Map, error) {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
-		if err != nil {
-			return nil, fmt.Errorf("open pinned map %s: %w", name, err)
-		}
-		return m, nil
+// OpenPinned opens the maps pinned in dir by a Limiter of layout from
+// (Layout, or an older one), without loading the program: enough for
+// Stats, Window and Active, as `tierlimit status` needs with no agent
+// running. A map the older layout lacks or reads differently is replaced
+// by an empty one of this layout holding what carries over (the window's
+// shared prefix; the settings when they are a prefix of this layout's), so
+// that every read works; unread names those whose content could not be
+// read. Program returns nil on the result; Apply must not be called.
+func OpenPinned(dir string, from int) (_ *Limiter, unread []string, err error) {
+	spec, err := LoadLimiter()
+	if err != nil {
+		return nil, nil, fmt.Errorf("load limiter spec: %w", err)
 	}
-	for _, f := range l.namedMaps() {
-		m, err := open(f.name)
+	l := &Limiter{}
+	old := map[string]*ebpf.Map{}
+	defer func() {
+		for name, m := range old {
+			if m != l.mapNamed(name) {
+				m.Close()
+			}
+		}
 		if err != nil {
 			l.objs.Close()
-			return nil, err
 		}
-		*f.dst = m
+	}()
+	for _, f := range l.namedMaps() {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, f.name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err == nil {
+			old[f.name] = m
+		} else if from == Layout || !errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("open pinned map %s: %w", f.name, err)
+		}
 	}
-	return l, nil
+	for _, f := range l.namedMaps() {
+		ms, m := spec.Maps[f.name], old[f.name]
+		kept := m != nil && ms.Compatible(m) == nil
+		if kept && (from == Layout || counterKept(ms, m, from) || sameMeaning[f.name]) {
+			*f.dst = m
+			continue
+		}
+		if *f.dst, err = emptyMap(ms); err != nil {
+			return nil, nil, err
+		}
+		switch {
+		case f.name == LimiterMapWindow && m != nil && m.ValueSize() >= windowPrefix:
+			err = viewWindow(*f.dst, m, old[LimiterMapOverflow])
+		case f.name == LimiterMapSettings && m != nil && settingsPrefix[from] == m.ValueSize():
+			err = viewSettings(*f.dst, m)
+		case f.name == LimiterMapSmoothCpu && m == nil:
+		case f.name == LimiterMapOverflow && old[LimiterMapWindow] != nil:
+			// its packets are in the window's count (viewWindow)
+		case statusReads[f.name]:
+			unread = append(unread, f.name)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return l, unread, nil
+}
+
+// sameMeaning names the maps whose content means the same in every layout
+// so far, besides the counters: enough for status to read them as they are
+// when their spec matches.
+var sameMeaning = map[string]bool{
+	LimiterMapActiveSlot: true, LimiterMapTierTable: true, LimiterMapPorts: true,
+	LimiterMapExemptSources: true, LimiterMapSelectDests: true, LimiterMapSourceTop: true,
+}
+
+// statusReads names the maps Stats, Window, Active and TopSources read:
+// the others, replaced by empty ones, are not missed.
+var statusReads = map[string]bool{
+	LimiterMapStats: true, LimiterMapMiscStats: true, LimiterMapMalformedStats: true,
+	LimiterMapSeverityStats: true, LimiterMapSourceStats: true, LimiterMapWindow: true,
+	LimiterMapSettings: true, LimiterMapActiveSlot: true, LimiterMapSourceTop: true,
+}
+
+func (l *Limiter) mapNamed(name string) *ebpf.Map {
+	for _, f := range l.namedMaps() {
+		if f.name == name {
+			return *f.dst
+		}
+	}
+	return nil
+}
+
+// emptyMap creates an unpinned map of spec.
+func emptyMap(spec *ebpf.MapSpec) (*ebpf.Map, error) {
+	s := spec.Copy()
+	s.Pinning = ebpf.PinNone
+	s.Contents = nil
+	m, err := ebpf.NewMap(s)
+	if err != nil {
+		return nil, fmt.Errorf("create map %s: %w", spec.Name, err)
+	}
+	return m, nil
+}
+
+func viewWindow(dst, win, ovf *ebpf.Map) error {
+	w, err := readOldWindow(win, ovf)
+	if err != nil {
+		return err
+	}
+	v := LimiterTlWindow{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, StartJiffies: w.StartJiffies}
+	return dst.Put(uint32(0), &v)
+}
+
+// viewSettings copies the older layout's settings, a prefix of this
+// layout's, into dst; the fields it lacks read as zero.
+func viewSettings(dst, old *ebpf.Map) error {
+	raw := make([]byte, old.ValueSize())
+	full := make([]byte, dst.ValueSize())
+	for slot := range min(old.MaxEntries(), dst.MaxEntries()) {
+		if err := old.Lookup(slot, &raw); err != nil {
+			return fmt.Errorf("read pinned settings: %w", err)
+		}
+		clear(full)
+		copy(full, raw)
+		if err := dst.Put(slot, full); err != nil {
+			return fmt.Errorf("copy settings: %w", err)
+		}
+	}
+	return nil
 }
 
 type namedMap struct {
@@ -93,7 +194,11 @@ func (l *Limiter) Repin(dir string) error {
 		if err := m.Unpin(); err != nil {
 			return fmt.Errorf("unpin map %s: %w", f.name, err)
 		}
-		if err := m.Pin(filepath.Join(dir, f.name)); err != nil {
+		path := filepath.Join(dir, f.name)
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("unpin map %s: %w", f.name, err)
+		}
+		if err := m.Pin(path); err != nil {
 			return fmt.Errorf("pin map %s: %w", f.name, err)
 		}
 	}

@@ -51,6 +51,9 @@ func explainAgent(err error, pin string, ifaces []string) error {
 		running  *agent.AgentRunningError
 		incompat *agent.IncompatiblePinError
 	)
+	if e := explainLayout(err, detach); e != nil {
+		return e
+	}
 	switch {
 	case errors.As(err, &foreign) && !foreign.HeldByLink:
 		return hinted{err, "pass --replace to replace it"}
@@ -64,10 +67,22 @@ func explainAgent(err error, pin string, ifaces []string) error {
 		return hinted{err, "try --xdp-mode generic, or auto to fall back"}
 	case errors.Is(err, agent.ErrDuplicateInterface):
 		return usageError{fmt.Errorf("--iface: %w", err)}
+	case errors.Is(err, agent.ErrBPFDenied): // exit 2: how run was started must change
+		return usageError{err}
 	case errors.Is(err, agent.ErrPrivateBPFFS): // exit 2: how run was started must change
 		return usageError{hinted{err, privateBPFFSHint}}
 	case errors.Is(err, agent.ErrPinPath):
 		return fmt.Errorf("--pin-path: %w", err)
 	}
 	return err
+}
+
+// explainLayout words a pinned state of a newer layout (exit 2: this
+// binary must not run on it), nil for any other error.
+func explainLayout(err error, detach string) error {
+	if !errors.Is(err, agent.ErrNewerLayout) {
+		return nil
+	}
+	return usageError{hinted{err, "run that version or a newer one; or remove the limiter with " + detach +
+		" (the interfaces go unprotected until an agent attaches again)"}}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -102,15 +103,34 @@ func checkRunFlags(f runFlags) (agent.XDPMode, error) {
 		return "", usageErrorf("--xdp-mode: %v", err)
 	}
 	if f.metricsAddr != "" {
-		_, port, err := net.SplitHostPort(f.metricsAddr)
-		if err == nil {
-			_, err = strconv.ParseUint(port, 10, 16)
-		}
-		if err != nil {
-			return "", usageErrorf("--metrics-addr %q: want host:port, port 0..65535: %v", f.metricsAddr, err)
+		if _, err := metricsListenAddr(f.metricsAddr); err != nil {
+			return "", usageError{err}
 		}
 	}
 	return xdpMode, nil
+}
+
+// metricsPort is the port a bare address in --metrics-addr listens on.
+const metricsPort = "9713"
+
+// metricsListenAddr is the address to listen on for --metrics-addr s:
+// host:port, [IPv6]:port (or [IPv4]:port, which the DaemonSet writes so
+// that one form holds either family of $(POD_IP)), or a bare IP literal,
+// IPv4 or IPv6 (with a %zone), which listens on port 9713. A bare IPv6
+// literal cannot carry a port: "fd00::1:9713" is the address fd00::1:9713.
+func metricsListenAddr(s string) (string, error) {
+	bare := strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+	if ip, err := netip.ParseAddr(bare); err == nil && (bare == s || "["+bare+"]" == s) {
+		return net.JoinHostPort(ip.String(), metricsPort), nil
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err != nil {
+		return "", fmt.Errorf("--metrics-addr %q: want host:port, [IPv6]:port or an IP address (port %s), port 0..65535: %v", s, metricsPort, err)
+	}
+	return net.JoinHostPort(host, port), nil
 }
 
 // listenMetrics binds --metrics-addr (nil when empty). It runs before
@@ -120,7 +140,11 @@ func listenMetrics(f runFlags, pin string) (net.Listener, error) {
 	if f.metricsAddr == "" {
 		return nil, nil
 	}
-	ln, err := net.Listen("tcp", f.metricsAddr)
+	addr, err := metricsListenAddr(f.metricsAddr)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		if pin == "" {
 			return nil, fmt.Errorf("metrics listener: %w", err)
@@ -182,6 +206,7 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 		PinPath:    pin,
 		Replace:    f.replace,
 		Logger:     log,
+		Version:    runVersion(),
 	}, p)
 	if err != nil {
 		return explainAgent(err, pin, f.ifaces)

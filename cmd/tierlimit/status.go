@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -30,6 +32,9 @@ and the N source groups with the most packets over budget.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := agent.ReadStatus(pin)
+			if e := explainLayout(err, "tierlimit detach --iface IF --pin-path "+pin); e != nil {
+				return e
+			}
 			if err != nil {
 				return explainNotPinned(err, pin) // where it looked (bpffs.go)
 			}
@@ -63,6 +68,8 @@ and the N source groups with the most packets over budget.`,
 type statusJSON struct {
 	PinPath    string             `json:"pin_path"`
 	Interfaces []agent.PinnedLink `json:"interfaces"`
+	Layout     agent.Layout       `json:"layout"`
+	Unread     []string           `json:"unread_maps,omitempty"`
 	Policy     struct {
 		Mode     string       `json:"mode"`
 		WindowNs int64        `json:"window_ns"`
@@ -106,6 +113,7 @@ func writeStatusJSON(w io.Writer, st agent.Status, src *agent.Sources) error {
 	var out statusJSON
 	out.PinPath = st.PinPath
 	out.Interfaces = st.Links
+	out.Layout, out.Unread = st.Layout, st.Unread
 	if out.Interfaces == nil {
 		out.Interfaces = []agent.PinnedLink{}
 	}
@@ -157,6 +165,7 @@ func writeStatus(w io.Writer, st agent.Status) error {
 		}
 		fmt.Fprintf(w, "  %s (ifindex %d): %s XDP, link %d, program %d\n", l.Iface, l.Ifindex, l.Mode, l.LinkID, l.ProgramID)
 	}
+	writeLayoutStatus(w, st)
 	fmt.Fprintf(w, "\npolicy: mode %s, window %v, max %d packets, table %d entries, step %d\n\n",
 		pol.Mode, pol.Window, pol.Max, pol.TableLen, uint64(1)<<pol.Shift)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -202,4 +211,17 @@ to touch an XDP program that is not tierlimit's.`,
 	cmd.Flags().StringVar(&iface, "iface", "", "interface to detach from")
 	cmd.Flags().StringVar(&pin, "pin-path", agent.DefaultPinPath, "bpffs directory of the pinned links and maps")
 	return cmd
+}
+
+// writeLayoutStatus says which layout the maps are pinned in, when it is
+// older than this binary's: the next agent migrates it (DESIGN.md §11).
+func writeLayoutStatus(w io.Writer, st agent.Status) {
+	if st.Layout.Recorded && st.Layout.Version == bpf.Layout {
+		return
+	}
+	fmt.Fprintf(w, "\nlayout %s, older than this version's %d: the next agent migrates it in place", st.Layout, bpf.Layout)
+	if len(st.Unread) > 0 {
+		fmt.Fprintf(w, "; not readable here: %s", strings.Join(st.Unread, ", "))
+	}
+	fmt.Fprintln(w)
 }

@@ -67,3 +67,12 @@ func buildVersion() (v, c string) {
 	}
 	return v, c
 }
+
+// runVersion is the version recorded beside the pinned layout.
+func runVersion() string {
+	v, c := buildVersion()
+	if len(c) > 12 {
+		c = c[:12]
+	}
+	return v + "-" + c
+}

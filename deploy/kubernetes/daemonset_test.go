@@ -77,7 +77,7 @@ func TestDaemonSet(t *testing.T) {
 		}
 	}
 	if len(c.Ports) != 1 || c.Ports[0].Name != "metrics" || c.Ports[0].ContainerPort != 9713 ||
-		!slices.Contains(c.Args, "--metrics-addr=$(POD_IP):9713") {
+		!slices.Contains(c.Args, "--metrics-addr=[$(POD_IP)]:9713") {
 		t.Errorf("ports %+v, args %v: want metrics on 9713 at the pod's (the node's) address", c.Ports, c.Args)
 	}
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {

@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// ErrBPFDenied is returned by New when the kernel refuses bpf(2) itself
+// although the agent holds CAP_BPF (*BPFDeniedError).
+var ErrBPFDenied = errors.New("bpf(2) denied although CAP_BPF is granted")
+
+// BPFDeniedError says that bpf(2) failed with EPERM while the capability
+// check passed: what refuses it is a seccomp filter (a container runtime's
+// default profile: containerd before 1.7, moby, moby#42601) or an LSM, not
+// the memlock limit that the error of the later load would name.
+type BPFDeniedError struct {
+	Err error
+	// Seccomp is /proc/self/status's Seccomp: 0 none, 1 strict, 2 a
+	// filter; -1 unknown.
+	Seccomp int
+}
+
+func (e *BPFDeniedError) Error() string {
+	why := "no seccomp filter is active, so an LSM (SELinux, AppArmor, a BPF LSM) refuses it: allow bpf for the agent's domain"
+	switch e.Seccomp {
+	case 2:
+		why = "a seccomp filter is active (Seccomp: 2 in /proc/self/status) and denies the bpf syscall: " +
+			"run the agent with a seccomp profile that allows bpf (Kubernetes: securityContext.seccompProfile.type: Unconfined, " +
+			"or a Localhost profile that adds bpf; Docker: --security-opt seccomp=unconfined or a profile with bpf; systemd: drop bpf from SystemCallFilter)"
+	case 1:
+		why = "the process runs under strict seccomp, which allows no bpf"
+	case -1:
+		why = "a seccomp filter or an LSM refuses it (the seccomp mode could not be read)"
+	}
+	return fmt.Sprintf("%v: %v; %s. This is not the memlock limit", ErrBPFDenied, e.Err, why)
+}
+
+func (e *BPFDeniedError) Unwrap() []error { return []error{ErrBPFDenied, e.Err} }
+
+// classifyBPFError words err, from the first bpf(2) call of an agent whose
+// capability check passed: EPERM there is a filter, not a capability.
+func classifyBPFError(err error, seccomp int) error {
+	if errors.Is(err, unix.EPERM) {
+		return &BPFDeniedError{Err: err, Seccomp: seccomp}
+	}
+	return fmt.Errorf("bpf(2): %w", err)
+}
+
+// probeBPF makes the smallest bpf(2) call the agent needs: creating a
+// one-entry array map, with CAP_BPF.
+func probeBPF() error {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err != nil {
+		return err
+	}
+	return m.Close()
+}
+
+// seccompMode reads the Seccomp field of /proc/self/status; -1 unknown.
+func seccompMode() int {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "Seccomp:"); ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
