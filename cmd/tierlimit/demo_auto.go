@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/tierlimit/tierlimit/agent"
@@ -94,6 +95,20 @@ func runDemoAuto(ctx context.Context, g *globals, f demoFlags) error {
 	return printDemoAuto(ctx, g, f, am, coll, flood)
 }
 
+// settled returns the least, median and largest max of the last n windows
+// of h (all of them when fewer).
+func settled(h []agent.AutoWindow, n int) (lo, med, hi uint64) {
+	var ms []uint64
+	for _, w := range h[max(0, len(h)-n):] {
+		ms = append(ms, w.Max)
+	}
+	if len(ms) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(ms)
+	return ms[0], ms[len(ms)/2], ms[len(ms)-1]
+}
+
 // printDemoAuto prints a row for each window the controller judged, until
 // the flood ends (then the settled max) or ctx does.
 func printDemoAuto(ctx context.Context, g *globals, f demoFlags, am *agent.AutoMax, coll *sandbox.SlowCollector, flood <-chan error) error {
@@ -109,8 +124,9 @@ func printDemoAuto(ctx context.Context, g *globals, f demoFlags, am *agent.AutoM
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "\nmax settled at %d (the collector takes about %d per window); the collector read %d datagrams\n",
-				am.Max(), uint64(float64(f.max)/4), coll.Read())
+			lo, med, hi := settled(am.History(), 10)
+			fmt.Fprintf(g.stdout, "\nmax settled at %d (median of the last 10 windows, from %d to %d: the law probes above the collector and cuts back; the collector takes about %d per window); the collector read %d datagrams\n",
+				med, lo, hi, uint64(float64(f.max)/4), coll.Read())
 			return nil
 		case <-tick.C:
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,9 +29,15 @@ func TestDemoAuto(t *testing.T) {
 	if maxes[0] >= 800 {
 		t.Errorf("first window: max %v, want a cut from 800", maxes[0])
 	}
-	// Capacity 200 per window / 0.88 ≈ 227; the law settles within 30%.
-	if last := maxes[len(maxes)-1]; last < 160 || last > 300 {
-		t.Errorf("max settled at %v, want near 227", last)
+	// Capacity 200 per window / 0.88 ≈ 227; the law settles within 30%:
+	// the median of the last 10 windows, as it probes above and cuts back
+	// (under the smooth shape the collector's buffer tells of an excess a
+	// few windows later than under the ordinal burst, so the probe's last
+	// steps may overshoot before the cut).
+	tail := slices.Clone(maxes[max(0, len(maxes)-10):])
+	slices.Sort(tail)
+	if med := tail[len(tail)/2]; med < 160 || med > 300 {
+		t.Errorf("max settled at a median of %v over the last 10 windows (%v), want near 227", med, maxes[max(0, len(maxes)-10):])
 	}
 	if !strings.Contains(errs, "adaptive max") {
 		t.Errorf("no adaptive max log:\n%s", errs)
