@@ -232,8 +232,8 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
  * over-budget packets, where expect_in is the previous window's in-budget
  * count less the gap's share (tiers.Model.overBudget). The rank is a shared
  * add until the position reaches last_n; from there on every position is in
- * the table's last entry, so the packet counts itself in its CPU's overflow
- * slot instead (ex) and a one-source flood makes no shared write.
+ * the table's last entry, so the packet is judged there without counting
+ * its rank, and a one-source flood makes no shared write.
  *
  * Smooth: the threshold this CPU computed at its tick (sm_coef); the packet
  * counts itself in its CPU's overflow slot. */
@@ -254,7 +254,10 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 	__u64 base = in > expect ? in : expect;
 	__u64 pos = base + READ_ONCE(w->ex_count) + 1;
 	__u32 tier;
-	if (pos >= s->last_n && overflow_add(w, id, 1)) {
+	if (pos >= s->last_n) {
+		/* Past T_last every position is the last entry's: no write at
+		 * all (source_stats counts the packet; only the smooth shape
+		 * reads the per-CPU over-budget counts). */
 		*thr = s->last_thr;
 		return 1;
 	}

@@ -29,9 +29,6 @@ import (
 // the version that wrote it did, from the BPF object bpf/testdata keeps of
 // it, and run today's binary on it.
 
-// layout0Object is the BPF object of commit 90e44a6, layout 0 (its README).
-const layout0Object = "../../bpf/testdata/layout-0/limiter_bpfel.o"
-
 // pinLayout0 loads the layout-0 object with its maps pinned by name under
 // pin/maps, writes policy body into them (ordinal: that program knows no
 // other shape), attaches it to the collector veth through a bpf_link
@@ -39,25 +36,15 @@ const layout0Object = "../../bpf/testdata/layout-0/limiter_bpfel.o"
 // 90e44a6's agent left behind when it stopped.
 func pinLayout0(t *testing.T, p *testenv.Pair, pin, body string) {
 	t.Helper()
-	spec, err := ebpf.LoadCollectionSpec(layout0Object)
+	pol, err := tiers.ParseYAML([]byte(body))
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, m := range spec.Maps {
-		if m.Name != "" && m.Name[0] != '.' {
-			m.Pinning = ebpf.PinByName
-		}
 	}
 	maps := filepath.Join(pin, "maps")
 	if err := os.MkdirAll(maps, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: maps}})
-	if err != nil {
-		t.Fatalf("load the layout-0 object: %v", err)
-	}
-	defer coll.Close()
-	writeLayout0Policy(t, coll, body)
+	coll := testenv.LoadLayout0(t, maps, pol)
 	prog := coll.Programs["tierlimit"]
 	if prog == nil {
 		t.Fatal("no program tierlimit in the layout-0 object")
@@ -89,81 +76,6 @@ func pinLayout0(t *testing.T, p *testenv.Pair, pin, body string) {
 // scratch maps and copies what layout 0 holds alike into coll's maps: its
 // tl_settings is today's prefix (bpf TestSettingsPrefix), the table, the
 // ports and the prefixes are unchanged.
-func writeLayout0Policy(t *testing.T, coll *ebpf.Collection, body string) {
-	t.Helper()
-	pol, err := tiers.ParseYAML([]byte(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol.Shape = tiers.ShapeOrdinal
-	tab, err := tiers.Compile(pol)
-	if err != nil {
-		t.Fatal(err)
-	}
-	scratch := testenv.PinPath(t)
-	if err := os.Mkdir(scratch, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	lim, err := bpf.Load(bpf.Options{PinPath: scratch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lim.Close()
-	if err := lim.Apply(pol, tab); err != nil {
-		t.Fatal(err)
-	}
-	open := func(name string) *ebpf.Map {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(scratch, name), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		return m
-	}
-	var slot uint32
-	if err := open("active_slot").Lookup(uint32(0), &slot); err != nil {
-		t.Fatal(err)
-	}
-	var set bpf.LimiterTlSettings
-	if err := open("settings").Lookup(slot, &set); err != nil {
-		t.Fatal(err)
-	}
-	raw := make([]byte, open("settings").ValueSize())
-	if err := open("settings").Lookup(slot, &raw); err != nil {
-		t.Fatal(err)
-	}
-	old := coll.Maps["settings"]
-	put(t, old, slot, raw[:old.ValueSize()])
-	put(t, coll.Maps["active_slot"], uint32(0), slot)
-	var e bpf.LimiterTlEntry
-	for i := range set.TableLen {
-		k := slot*uint32(bpf.MaxTableEntries) + i
-		if err := open("tier_table").Lookup(k, &e); err != nil {
-			t.Fatal(err)
-		}
-		put(t, coll.Maps["tier_table"], k, e)
-	}
-	for _, name := range []string{"ports", "select_dests", "exempt_sources"} {
-		var k, v []byte
-		it := open(name).Iterate()
-		for it.Next(&k, &v) {
-			if strings.Trim(string(v), "\x00") != "" || name != "ports" {
-				put(t, coll.Maps[name], k, v)
-			}
-		}
-		if err := it.Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func put(t *testing.T, m *ebpf.Map, k, v any) {
-	t.Helper()
-	if err := m.Put(k, v); err != nil {
-		t.Fatalf("write %v: %v", m, err)
-	}
-}
-
 // runCLI runs `tierlimit args...` in ns and returns its exit code and
 // output.
 func runCLI(t *testing.T, ns *testenv.NS, args ...string) (int, string) {

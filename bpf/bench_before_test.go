@@ -1,0 +1,71 @@
+package bpf_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	. "github.com/tierlimit/tierlimit/internal/testenv"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// BenchmarkBeforeWave measures paths of today's program beside the same
+// paths of the program this wave started from (commit 90e44a6, kept as
+// bpf/testdata/layout-0, loaded with the same policy by
+// testenv.LoadLayout0), and a bare XDP_DROP, chunk by chunk in the same
+// run (best chunk each). It reports ns/pkt for each and x-before, today's
+// over the earlier program's: the cost of this wave's changes on a path.
+//
+//   - sources-over: one group over its budget (1) under max 10^8, the
+//     configuration of BenchmarkProgram's sources-over. The earlier program
+//     dropped every such packet; today's judges it on what in-budget
+//     traffic leaves (DESIGN.md §6): below T_last its position is a shared
+//     add, so this path pays one atomic add more.
+//   - sources-over-flood: the same at max 100, as a flood is: past T_last
+//     the over-budget positions are in the table's last entry and the
+//     packet counts itself on its CPU (no shared write), as before.
+//   - selected-drop and selected-random: the ordinal paths, unchanged in
+//     semantics (the rooms of issue 21 and the new window fields).
+func BenchmarkBeforeWave(b *testing.B) {
+	Require(b)
+	budget1 := tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}
+	pol := func(max uint64, s tiers.Sources, ts ...tiers.Tier) tiers.Policy {
+		p := ordinalDefault()
+		p.Window, p.Max, p.Sources = time.Hour, max, s
+		if len(ts) > 0 {
+			p.Tiers = ts
+		}
+		return p
+	}
+	for _, path := range []struct {
+		name string
+		p    tiers.Policy
+	}{
+		{"sources-over", pol(100_000_000, budget1)},
+		{"sources-over-flood", pol(100, budget1)},
+		{"selected-drop", pol(100, tiers.Sources{})},
+		{"selected-random", pol(100, tiers.Sources{}, tiers.Tier{At: tiers.Pct(1), Drop: tiers.Pct(50)})},
+	} {
+		b.Run(path.name, func(b *testing.B) {
+			frame := UDP4(b, 514)
+			h := newHarness(b, path.p)
+			h.expire()
+			old := LoadLayout0(b, "", path.p).Programs["tierlimit"]
+			bare := BareProgram(b, xdpDrop)
+			// Both open their window with a first packet and, for the
+			// flood paths, pass T_last before the timed chunks.
+			for _, prog := range []*ebpf.Program{h.l.Program(), old} {
+				if _, err := runExact(prog, frame, 200); err != nil {
+					b.Fatal(err)
+				}
+			}
+			best := bestChunks(b, frame, h.l.Program(), old, bare)
+			b.ReportMetric(best[0], "ns/pkt")
+			b.ReportMetric(best[1], "before-ns/pkt")
+			b.ReportMetric(best[2], "bare-ns/pkt")
+			b.ReportMetric(best[0]/best[1], "x-before")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
