@@ -8,44 +8,51 @@
 // only to mount bpffs, CAP_DAC_OVERRIDE when not uid 0), and Linux >= 5.12;
 // XDP links need >= 5.9 (older kernels fall back to netlink).
 //
-// What each file does:
+// The code lives in four rooms, one per kind of change; each file is
+// listed under the room it belongs to (a feature's metrics family may sit
+// with its feature, as collectAuto does in automax.go).
 //
-// Lifecycle and attach:
-//   - agent.go: Config, the Agent, New (load, apply, attach) and Close.
-//   - caps.go: the capability check; errors.go: the typed errors.
+// Lifecycle and attach: starting, attaching, and stopping.
+//   - agent.go: Config, Attachment, the Agent, New (resolve, load, apply,
+//     attach), Limiter, Attachments and Close.
 //   - attach.go: attaching to one interface, adopting a pinned link, the
-//     netlink fallback, detaching.
-//   - netns.go: running in the agent's network namespace; stacked.go:
-//     refusing interfaces stacked on each other; nativehint.go: what to
-//     change when a driver refuses native XDP; gso.go: which interfaces
-//     count super-packets.
+//     netlink fallback, whether each interface still runs the limiter
+//     (Attached, check), and letting go of it at Close (closeOne,
+//     detachOne).
+//   - netns.go: running in the agent's network namespace (inNS) and
+//     opening the drop signal in another (OpenDropSourceIn);
+//     stacked.go: refusing interfaces stacked on each other;
+//     nativehint.go: what to change when a driver refuses native XDP;
+//     gso.go: which interfaces count super-packets.
+//   - caps.go: the capability check; errors.go: the typed errors.
 //
-// Pinned state:
-//   - pindir.go and lock.go: the pin directory and its locks.
+// Pinned state and its repair: what outlives the agent.
+//   - pindir.go and lock.go: the pin directory and its locks; bpffs.go:
+//     refusing a bpffs that ends with the agent.
 //   - linkwatch.go: Watch, which notices what changes under a running agent
 //     (renamed, deleted or foreign interfaces, removed pins) and repairs it.
 //   - pinned.go: reading and removing pinned state with no agent running
 //     (tierlimit status and detach).
 //
-// Reload:
-//   - reload.go: the Reloader (SIGHUP, config file changes); watch.go: the
-//     config path's symlink chain that the Reloader watches.
+// Reload: changing the policy of a running agent.
+//   - reload.go: Reload and ReloadContext, and the Reloader (SIGHUP, config
+//     file changes) that calls them; configwatch.go: the config path's
+//     symlink chain that the Reloader watches.
 //   - automax.go: the adaptive max's controller, which reads the drop signal
 //     (sockdrops.go) and applies the law of tiers/autolaw.go.
 //
-// Metrics and serving:
+// Metrics and serving: what the maps say, and who is told.
 //   - snapshot.go: the Snapshot, one read of the maps, for /metrics and
 //     status.
 //   - metrics.go: the one collector and the limiter's families;
 //     severity_metrics.go, sources.go and automax.go add their features'
 //     families (collectSeverity, collectSources, collectAuto). sources.go
 //     also logs groups going over budget (WatchSources).
-//   - serve.go: the metrics HTTP server.
+//   - serve.go: the registry, the /metrics and /healthz handler, and the
+//     HTTP server.
 package agent
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -356,59 +363,6 @@ func (a *Agent) Attachments() []Attachment {
 		out[i] = Attachment{Iface: att.Iface, Index: att.Index, Mode: att.Mode, LinkID: att.LinkID}
 	}
 	return out
-}
-
-var errClosed = errors.New("agent closed")
-
-// Reload compiles p and swaps it in atomically (bpf.Limiter.Apply). On
-// error the old policy keeps running, and the error is counted in
-// config_reloads_total{result="error"}. With an adaptive-max controller
-// running (StartAutoMax), a p with the same auto bounds as the policy in
-// force keeps the learnt max instead of p.Max.
-func (a *Agent) Reload(p tiers.Policy) error {
-	return a.ReloadContext(context.Background(), p)
-}
-
-// ReloadContext is Reload that gives up when ctx ends (SIGTERM) before the
-// new policy is active, keeping the old one: a reload that writes tens of
-// thousands of prefixes takes seconds (bpf.Limiter.ApplyContext).
-func (a *Agent) ReloadContext(ctx context.Context, p tiers.Policy) error {
-	err := a.reload(ctx, p)
-	if err != nil {
-		a.reloadErr.Add(1)
-		return err
-	}
-	a.reloadOK.Add(1)
-	return nil
-}
-
-// ReloadFailed counts a reload that failed before a policy existed (the
-// config file did not parse).
-func (a *Agent) ReloadFailed() { a.reloadErr.Add(1) }
-
-func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
-	a.applyMu.Lock()
-	defer a.applyMu.Unlock()
-	if a.closed.Load() {
-		return errClosed
-	}
-	p = a.autoPolicy(p)          // keeps a learnt adaptive max
-	tab, err := tiers.Compile(p) // validates p
-	if err != nil {
-		return err
-	}
-	src, err := a.autoSource(p) // a new auto.netns: its signal, or refused
-	if err != nil {
-		return err
-	}
-	if err := a.lim.ApplyContext(ctx, p, tab); err != nil {
-		if src != nil {
-			src.Close()
-		}
-		return err
-	}
-	a.autoApplied(p, src)
-	return nil
 }
 
 // Close stops the agent. Without pinning it detaches the limiter; with

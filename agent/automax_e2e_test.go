@@ -90,65 +90,97 @@ func TestAutoMaxSlowCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("signal: %s", am.Signal())
-	dst := netip.AddrPortFrom(p.CollAddr, 514)
+	r := &autoRun{t: t, p: p, a: a, am: am, logs: logs, probe: probe, dst: netip.AddrPortFrom(p.CollAddr, 514)}
 	ping(t, p.Send, p.CollAddr.String(), 1, "0.2")
+	r.flood(ctx)
 
-	// One flood for the whole test, in the background.
-	const total = 40 * time.Second
-	tx := testenv.NewSender(t, p.Send, dst)
-	sendErr := make(chan error, 1)
-	go func() {
-		_, err := tx.Pace(ctx, int(autoOffered*total.Seconds()), total, total+2*time.Second,
-			func(i int) []byte { return testenv.SyslogMessage(0, i) })
-		sendErr <- err
-	}()
-	windows := func(n int) {
-		select {
-		case <-time.After(time.Duration(n) * autoWindow):
-		case err := <-sendErr:
-			t.Fatalf("flood ended early: %v", err)
-		}
-	}
-	// judged waits until n windows after from have been judged: limiter
-	// windows, which open at traffic and run a little over autoWindow.
-	judged := func(from, n int) {
-		t.Helper()
-		for deadline := time.Now().Add(time.Duration(3*n) * autoWindow); len(am.History()) < from+n; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d windows judged in %v, want %d", len(am.History())-from, time.Duration(3*n)*autoWindow, n)
-			}
-			select {
-			case <-time.After(5 * time.Millisecond):
-			case err := <-sendErr:
-				t.Fatalf("flood ended early: %v", err)
-			}
-		}
-	}
-
-	// 0. No collector socket: max held at start, said once.
-	windows(6)
-	if got := am.Max(); got != autoStart {
-		t.Errorf("no collector socket: max %d, want held at %d", got, autoStart)
-	}
-	if n := strings.Count(logs.String(), "no collector socket"); n != 1 {
-		t.Errorf("said %d times that there is no collector socket, want once", n)
-	}
-
+	r.noCollector()
 	// 1. A fixed max with the collector up.
 	if err := a.Reload(autoTestPolicy(t, false)); err != nil {
 		t.Fatal(err)
 	}
-	coll, err := sandbox.NewSlowCollector(p.Coll, dst, autoRcvbuf, autoSlow)
+	coll, err := sandbox.NewSlowCollector(p.Coll, r.dst, autoRcvbuf, autoSlow)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer coll.Close()
-	windows(2)
+	r.fixedMax(coll)
+	r.autoMax(coll)
+	r.reloadKeepsLearnt()
+	r.speedUp(coll)
+}
+
+// autoRun is TestAutoMaxSlowCollector's state, shared by its phases.
+type autoRun struct {
+	t       *testing.T
+	p       *testenv.Pair
+	a       *agent.Agent
+	am      *agent.AutoMax
+	logs    *testenv.SyncBuffer
+	probe   agent.DropSource
+	dst     netip.AddrPort
+	sendErr chan error
+}
+
+// flood starts one flood for the whole test, in the background.
+func (r *autoRun) flood(ctx context.Context) {
+	const total = 40 * time.Second
+	tx := testenv.NewSender(r.t, r.p.Send, r.dst)
+	r.sendErr = make(chan error, 1)
+	go func() {
+		_, err := tx.Pace(ctx, int(autoOffered*total.Seconds()), total, total+2*time.Second,
+			func(i int) []byte { return testenv.SyslogMessage(0, i) })
+		r.sendErr <- err
+	}()
+}
+
+// windows waits n autoWindows, failing if the flood ends meanwhile.
+func (r *autoRun) windows(n int) {
+	select {
+	case <-time.After(time.Duration(n) * autoWindow):
+	case err := <-r.sendErr:
+		r.t.Fatalf("flood ended early: %v", err)
+	}
+}
+
+// judged waits until n windows after from have been judged: limiter
+// windows, which open at traffic and run a little over autoWindow.
+func (r *autoRun) judged(from, n int) {
+	t, am := r.t, r.am
+	t.Helper()
+	for deadline := time.Now().Add(time.Duration(3*n) * autoWindow); len(am.History()) < from+n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d windows judged in %v, want %d", len(am.History())-from, time.Duration(3*n)*autoWindow, n)
+		}
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case err := <-r.sendErr:
+			t.Fatalf("flood ended early: %v", err)
+		}
+	}
+}
+
+// noCollector is phase 0: no collector socket: max held at start, said once.
+func (r *autoRun) noCollector() {
+	t := r.t
+	r.windows(6)
+	if got := r.am.Max(); got != autoStart {
+		t.Errorf("no collector socket: max %d, want held at %d", got, autoStart)
+	}
+	if n := strings.Count(r.logs.String(), "no collector socket"); n != 1 {
+		t.Errorf("said %d times that there is no collector socket, want once", n)
+	}
+}
+
+// fixedMax is phase 1: a fixed max with the collector up: its socket drops.
+func (r *autoRun) fixedMax(coll *sandbox.SlowCollector) {
+	t := r.t
+	r.windows(2)
 	ports := []tiers.PortRange{{First: 514, Last: 514}}
-	probe.Read(ports)
+	r.probe.Read(ports)
 	t0, r0 := time.Now(), coll.Read()
-	windows(6)
-	s, err := probe.Read(ports)
+	r.windows(6)
+	s, err := r.probe.Read(ports)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,16 +190,19 @@ func TestAutoMaxSlowCollector(t *testing.T) {
 	if fixedDrops < 1000 {
 		t.Errorf("fixed max: %.0f socket drops/s, want thousands (the issue's tens of thousands, scaled)", fixedDrops)
 	}
+}
 
-	// 2. max: auto.
+// autoMax is phase 2: max: auto.
+func (r *autoRun) autoMax(coll *sandbox.SlowCollector) {
+	t, a, am := r.t, r.a, r.am
 	if err := a.Reload(autoTestPolicy(t, true)); err != nil {
 		t.Fatal(err)
 	}
 	m0 := gather(t, a)
 	from := len(am.History())
-	judged(from, 10)
+	r.judged(from, 10)
 	t1, r1, m1 := time.Now(), coll.Read(), gather(t, a)
-	judged(from, 15)
+	r.judged(from, 15)
 	t2, r2, m2 := time.Now(), coll.Read(), gather(t, a)
 	slowWins := am.History()[from : from+15]
 	logTrajectory(t, "slow", slowWins)
@@ -194,25 +229,32 @@ func TestAutoMaxSlowCollector(t *testing.T) {
 		t.Errorf("metrics: policy_max_packets %v (max %d), adjustments down %v", m2["tierlimit_policy_max_packets"], am.Max(),
 			m2[`tierlimit_auto_max_adjustments_total{direction="down"}`])
 	}
+}
 
-	// A reload of the same file keeps the learnt max (the controller may
-	// move it by a step meanwhile, but it does not start again).
+// reloadKeepsLearnt checks that a reload of the same file keeps the learnt
+// max (the controller may move it by a step meanwhile, but it does not
+// start again).
+func (r *autoRun) reloadKeepsLearnt() {
+	t, a, am := r.t, r.a, r.am
 	learnt := am.Max()
 	if err := a.Reload(autoTestPolicy(t, true)); err != nil {
 		t.Fatal(err)
 	}
 	if got, act := am.Max(), gather(t, a)["tierlimit_policy_max_packets"]; got > learnt*12/10 || act > float64(learnt)*1.2 ||
-		!strings.Contains(logs.String(), "reload keeps the learnt max") {
+		!strings.Contains(r.logs.String(), "reload keeps the learnt max") {
 		t.Errorf("reload with unchanged auto: max %d, policy_max_packets %v; want the learnt %d, not start %d", got, act, learnt, autoStart)
 	}
+}
 
-	// 3. The collector speeds up.
+// speedUp is phase 3: the collector speeds up.
+func (r *autoRun) speedUp(coll *sandbox.SlowCollector) {
+	t, a, am := r.t, r.a, r.am
 	coll.SetRate(autoFast)
-	from = len(am.History())
+	from := len(am.History())
 	want := uint64(0.9 * autoFast * autoWindow.Seconds() / autoPass)
 	reached := -1
 	for i := 0; i < 30 && reached < 0; i++ {
-		judged(from, i+1)
+		r.judged(from, i+1)
 		if am.History()[from+i].Max >= want {
 			reached = i + 1
 		}

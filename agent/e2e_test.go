@@ -97,12 +97,20 @@ func TestEndToEndVeth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Tolerance: the windows open exactly at the bursts (checked below), so
+	tier := endToEndModel(t, tab, sent, per, received, offered)
+	endToEndMetrics(t, p, m, sent, total, received, tier)
+}
+
+// endToEndModel compares each window's received count, and the total, with
+// the model, and returns the model's packet count per tier.
+func endToEndModel(t *testing.T, tab tiers.Table, sent []int, per map[int]int, received, offered int) [4]int {
+	// Tolerance: the windows open exactly at the bursts (endToEndMetrics
+	// checks windows_opened_total), so
 	// each window's offered count is known exactly and the only spread is
 	// the program's random draws: binomial per tier, variance from
 	// tiers.Expected. 5σ per window gives a false failure about once in 1.7
 	// million windows; no slack is added because nothing else varies.
-	var tier0, tier1, tier2, tier3 int
+	var tier [4]int
 	var sumExp, sumVar float64
 	for i, n := range sent {
 		if n <= int(tab.Bounds[len(tab.Bounds)-1]) {
@@ -113,15 +121,21 @@ func TestEndToEndVeth(t *testing.T) {
 		t.Logf("window %d: offered %d, received %d, model %.1f ± %.1f (5σ)", i, n, per[i], e.Passed, bound)
 		sumExp += e.Passed
 		sumVar += e.Variance
-		tier0 += int(e.PerTier[0].Packets)
-		tier1 += int(e.PerTier[1].Packets)
-		tier2 += int(e.PerTier[2].Packets)
-		tier3 += int(e.PerTier[3].Packets)
+		tier[0] += int(e.PerTier[0].Packets)
+		tier[1] += int(e.PerTier[1].Packets)
+		tier[2] += int(e.PerTier[2].Packets)
+		tier[3] += int(e.PerTier[3].Packets)
 	}
 	if d := math.Abs(float64(received) - sumExp); d > 5*math.Sqrt(sumVar) {
 		t.Errorf("total received %d, model %.1f ± %.1f (5σ)", received, sumExp, 5*math.Sqrt(sumVar))
 	}
+	return tier
+}
 
+// endToEndMetrics checks TestEndToEndVeth's metrics m against the traffic:
+// total sent in bursts, received, and the model's count per tier.
+func endToEndMetrics(t *testing.T, p *testenv.Pair, m metrics, sent []int, total, received int, tier [4]int) {
+	bursts := len(sent)
 	pass := m.sum("tierlimit_selected_packets_total", `verdict="pass"`)
 	drop := m.sum("tierlimit_selected_packets_total", `verdict="drop"`)
 	t.Logf("sent %d, received %d; metrics: pass %.0f, drop %.0f, windows %.0f, unselected %.0f",
@@ -133,7 +147,7 @@ func TestEndToEndVeth(t *testing.T) {
 		t.Errorf("pass + drop = %.0f, sent %d (±0); %s; %s", pass+drop, total,
 			linkStats(p.Send, p.SendIf), linkStats(p.Coll, p.CollIf))
 	}
-	if got := m["tierlimit_windows_opened_total"]; got != bursts {
+	if got := m["tierlimit_windows_opened_total"]; got != float64(bursts) {
 		t.Errorf("windows_opened_total = %.0f, want %d: one per burst", got, bursts)
 	}
 	// The tiers' packet counts are deterministic: tier 0 always passes,
@@ -142,12 +156,12 @@ func TestEndToEndVeth(t *testing.T) {
 		series string
 		want   int
 	}{
-		{`tier="0",verdict="pass"`, tier0},
+		{`tier="0",verdict="pass"`, tier[0]},
 		{`tier="0",verdict="drop"`, 0},
 		{`tier="3",verdict="pass"`, 0},
-		{`tier="3",verdict="drop"`, tier3},
-		{`tier="1"`, tier1},
-		{`tier="2"`, tier2},
+		{`tier="3",verdict="drop"`, tier[3]},
+		{`tier="1"`, tier[1]},
+		{`tier="2"`, tier[2]},
 		{`verdict="would_drop"`, 0},
 	} {
 		if got := m.sum("tierlimit_selected_packets_total", strings.Split(c.series, ",")...); int(got) != c.want {
@@ -183,40 +197,16 @@ func TestRsyslogLogger(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
 
-	lines := func(tag string, n int) []string {
-		l := make([]string, n)
-		for i := range l {
-			l[i] = fmt.Sprintf("%s seq=%d", tag, i)
-		}
-		return l
-	}
-
 	// Below the first tier (100 < T_1 = 140): every message gets through.
 	const below = 100
-	if err := testenv.Logger(ctx, p.Send, dst, "tltest", lines("below-tier", below)); err != nil {
-		t.Fatal(err)
-	}
-	// logger has exited, so its last datagram left after the window opened.
-	firstDone := time.Now()
-	m1 := waitSelectedMetrics(t, a, below)
-	got, err := rs.WaitCount("below-tier seq=", below, time.Second, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("below the first tier: sent %d, in rsyslog's file %d", below, got)
-	if got != below {
-		t.Errorf("rsyslog wrote %d of %d messages below the first tier", got, below)
-	}
-	if pass, drop := m1.sum("tierlimit_selected_packets_total", `verdict="pass"`), m1.sum("tierlimit_selected_packets_total", `verdict="drop"`); pass != below || drop != 0 {
-		t.Errorf("metrics pass %.0f drop %.0f, want %d and 0", pass, drop, below)
-	}
+	m1, firstDone := rsyslogBelowTier(ctx, t, p, a, rs, dst, below)
 
 	// A burst of 3× max in one window: logger sends it in milliseconds, so
 	// all of it is one window, opened more than 1 s after the first one
 	// (checked below with windows_opened_total).
 	time.Sleep(time.Until(firstDone.Add(1100 * time.Millisecond)))
 	const burst = 3 * max
-	if err := testenv.Logger(ctx, p.Send, dst, "tltest", lines("burst", burst)); err != nil {
+	if err := testenv.Logger(ctx, p.Send, dst, "tltest", loggerLines("burst", burst)); err != nil {
 		t.Fatal(err)
 	}
 	e, err := tiers.Expected(pol, burst)
@@ -228,7 +218,7 @@ func TestRsyslogLogger(t *testing.T) {
 	drop := m2.sum("tierlimit_selected_packets_total", `verdict="drop"`) - m1.sum("tierlimit_selected_packets_total", `verdict="drop"`)
 	// Wait (bounded) until rsyslog has written what XDP passed, or its file
 	// has stopped growing for 1 s.
-	got, err = rs.WaitCount("burst seq=", int(pass), time.Second, 15*time.Second)
+	got, err := rs.WaitCount("burst seq=", int(pass), time.Second, 15*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +236,39 @@ func TestRsyslogLogger(t *testing.T) {
 	if w := m2["tierlimit_windows_opened_total"]; w != 2 {
 		t.Errorf("windows_opened_total = %.0f, want 2 (one per logger run)", w)
 	}
+}
+
+// loggerLines is n messages for logger: tag seq=0 … tag seq=n-1.
+func loggerLines(tag string, n int) []string {
+	l := make([]string, n)
+	for i := range l {
+		l[i] = fmt.Sprintf("%s seq=%d", tag, i)
+	}
+	return l
+}
+
+// rsyslogBelowTier sends below messages, fewer than the first tier, with
+// logger and checks that rsyslog writes every one; it returns the metrics
+// after them and when logger finished.
+func rsyslogBelowTier(ctx context.Context, t *testing.T, p *testenv.Pair, a *agent.Agent, rs *testenv.Rsyslog, dst netip.AddrPort, below int) (metrics, time.Time) {
+	if err := testenv.Logger(ctx, p.Send, dst, "tltest", loggerLines("below-tier", below)); err != nil {
+		t.Fatal(err)
+	}
+	// logger has exited, so its last datagram left after the window opened.
+	firstDone := time.Now()
+	m1 := waitSelectedMetrics(t, a, below)
+	got, err := rs.WaitCount("below-tier seq=", below, time.Second, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("below the first tier: sent %d, in rsyslog's file %d", below, got)
+	if got != below {
+		t.Errorf("rsyslog wrote %d of %d messages below the first tier", got, below)
+	}
+	if pass, drop := m1.sum("tierlimit_selected_packets_total", `verdict="pass"`), m1.sum("tierlimit_selected_packets_total", `verdict="drop"`); pass != float64(below) || drop != 0 {
+		t.Errorf("metrics pass %.0f drop %.0f, want %d and 0", pass, drop, below)
+	}
+	return m1, firstDone
 }
 
 // TestControlTrafficSurvivesFlood floods UDP/514 at 5× max and checks that
@@ -267,28 +290,7 @@ func TestControlTrafficSurvivesFlood(t *testing.T) {
 
 	// An echo listener on TCP 8080 and a receiver on UDP 5514: neither port
 	// is selected.
-	var ln net.Listener
-	if err := p.Coll.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(p.CollAddr, 8080).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(10 * time.Second))
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	echoListener(t, p, 8080)
 	otherDst := netip.AddrPortFrom(p.CollAddr, 5514)
 	otherRx := testenv.NewReceiver(t, p.Coll, otherDst)
 	otherTx := testenv.NewSender(t, p.Send, otherDst)
@@ -310,8 +312,63 @@ func TestControlTrafficSurvivesFlood(t *testing.T) {
 	}()
 	time.Sleep(300 * time.Millisecond) // into the flood, past max
 
-	// Neighbour resolution under flood: forget both sides' neighbours, then
-	// ping, which has to resolve them again.
+	neighboursUnderFlood(ctx, t, p, pings)
+	tcpEchoes(t, p, 8080, conns)
+
+	// Unselected UDP, counted at both ends.
+	n, err := otherTx.Pace(ctx, other, 200*time.Millisecond, 5*time.Second, func(i int) []byte { return testenv.SyslogMessage(1, i) })
+	if err != nil || n != other {
+		t.Fatalf("sent %d of %d datagrams to port %d: %v", n, other, otherDst.Port(), err)
+	}
+	if time.Since(floodStart) > duration {
+		t.Logf("control traffic outlasted the flood (%v): the machine is slow", time.Since(floodStart))
+	}
+	res := <-done
+	if res.err != nil {
+		t.Fatalf("flood: %v", res.err)
+	}
+	otherRx.WaitTotal(other, 5*time.Second)
+	_, otherGot := otherRx.Counts()
+	if otherGot != other {
+		t.Errorf("unselected UDP to port %d: %d of %d arrived", otherDst.Port(), otherGot, other)
+	}
+
+	// At least every echo request and reply that came in on the XDP side,
+	// the unselected datagrams, and a SYN, an ACK and the data of each
+	// connection; neighbour messages come on top.
+	floodCounters(t, p, a, before, res.n, float64(3*pings+other+3*conns))
+}
+
+// echoListener serves a TCP echo on port in the collector's namespace
+// until the test ends.
+func echoListener(t *testing.T, p *testenv.Pair, port uint16) {
+	var ln net.Listener
+	if err := p.Coll.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(p.CollAddr, port).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				io.Copy(c, c)
+			}()
+		}
+	}()
+}
+
+// neighboursUnderFlood checks neighbour resolution under flood: forget
+// both sides' neighbours, then ping, which has to resolve them again.
+func neighboursUnderFlood(ctx context.Context, t *testing.T, p *testenv.Pair, pings int) {
 	for _, side := range []struct {
 		ns    *testenv.NS
 		iface string
@@ -332,13 +389,16 @@ func TestControlTrafficSurvivesFlood(t *testing.T) {
 			t.Errorf("neighbour %s not resolved in %s: %v: %q", side.peer, side.ns.Name, err, out)
 		}
 	}
+}
 
-	// TCP to another port: connect, exchange bytes, close.
+// tcpEchoes makes conns TCP connections to another port: connect,
+// exchange bytes, close.
+func tcpEchoes(t *testing.T, p *testenv.Pair, port uint16, conns int) {
 	for i := range conns {
 		var c net.Conn
 		err := p.Send.Do(func() error {
 			var err error
-			c, err = net.DialTimeout("tcp", netip.AddrPortFrom(p.CollAddr, 8080).String(), 5*time.Second)
+			c, err = net.DialTimeout("tcp", netip.AddrPortFrom(p.CollAddr, port).String(), 5*time.Second)
 			return err
 		})
 		if err != nil {
@@ -355,43 +415,26 @@ func TestControlTrafficSurvivesFlood(t *testing.T) {
 		}
 		c.Close()
 	}
+}
 
-	// Unselected UDP, counted at both ends.
-	n, err := otherTx.Pace(ctx, other, 200*time.Millisecond, 5*time.Second, func(i int) []byte { return testenv.SyslogMessage(1, i) })
-	if err != nil || n != other {
-		t.Fatalf("sent %d of %d datagrams to port %d: %v", n, other, otherDst.Port(), err)
-	}
-	if time.Since(floodStart) > duration {
-		t.Logf("control traffic outlasted the flood (%v): the machine is slow", time.Since(floodStart))
-	}
-	res := <-done
-	if res.err != nil {
-		t.Fatalf("flood: %v", res.err)
-	}
-	otherRx.WaitTotal(other, 5*time.Second)
-	_, otherGot := otherRx.Counts()
-	if otherGot != other {
-		t.Errorf("unselected UDP to port %d: %d of %d arrived", otherDst.Port(), otherGot, other)
-	}
-
+// floodCounters checks the counters TestControlTrafficSurvivesFlood moved
+// since before: sent flood datagrams, and at least minUnsel unselected.
+func floodCounters(t *testing.T, p *testenv.Pair, a *agent.Agent, before metrics, sent int, minUnsel float64) {
 	after := gather(t, a)
 	d := func(name string, match ...string) float64 {
 		return after.sum(name, match...) - before.sum(name, match...)
 	}
 	unsel := d("tierlimit_unselected_packets_total")
 	pass, drop := d("tierlimit_selected_packets_total", `verdict="pass"`), d("tierlimit_selected_packets_total", `verdict="drop"`)
-	t.Logf("flood: %d datagrams sent; selected pass %.0f drop %.0f; unselected +%.0f", res.n, pass, drop, unsel)
-	// At least every echo request and reply that came in on the XDP side,
-	// the unselected datagrams, and a SYN, an ACK and the data of each
-	// connection; neighbour messages come on top.
-	if minUnsel := float64(3*pings + other + 3*conns); unsel < minUnsel {
+	t.Logf("flood: %d datagrams sent; selected pass %.0f drop %.0f; unselected +%.0f", sent, pass, drop, unsel)
+	if unsel < minUnsel {
 		t.Errorf("unselected_packets_total rose by %.0f, want at least %.0f", unsel, minUnsel)
 	}
-	if pass+drop > float64(res.n) || drop < float64(res.n)/2 {
+	if pass+drop > float64(sent) || drop < float64(sent)/2 {
 		// At 5× max, tier 3 alone drops everything past 2000 of each
 		// 10000-datagram window: well over half. Datagrams queued while
 		// the neighbour was unresolved may be lost before XDP, hence <=.
-		t.Errorf("selected pass %.0f + drop %.0f of %d flood datagrams: the flood was not shed", pass, drop, res.n)
+		t.Errorf("selected pass %.0f + drop %.0f of %d flood datagrams: the flood was not shed", pass, drop, sent)
 	}
 	if got := d("tierlimit_fragment_packets_total", `verdict="drop"`); got != 0 {
 		t.Errorf("fragment drops %.0f, want 0", got)

@@ -10,69 +10,6 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// Attached reports whether the limiter is attached to every interface:
-// each one, in the agent's network namespace, runs the agent's own program
-// (by program id) through the agent's link. A program that is not the
-// agent's on a reused ifindex is not attached.
-func (a *Agent) Attached() bool {
-	if a.closed.Load() {
-		return false
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.attached) == 0 {
-		return false
-	}
-	for _, att := range a.attached {
-		if a.check(att) != "" {
-			return false
-		}
-	}
-	return true
-}
-
-// attachedTo reports whether the attachment on ifindex is healthy and the
-// agent is open (xdp_attached).
-func (a *Agent) attachedTo(ifindex int) bool {
-	if a.closed.Load() {
-		return false
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, att := range a.attached {
-		if att.Index == ifindex {
-			return a.check(att) == ""
-		}
-	}
-	return false
-}
-
-// check returns "" when att's interface runs the agent's program through
-// att's link, else what is wrong.
-func (a *Agent) check(att *Attachment) string {
-	if att.link != nil {
-		info, err := att.link.Info()
-		if err != nil || info.XDP() == nil {
-			return fmt.Sprintf("link info: %v", err)
-		}
-		if info.XDP().Ifindex == 0 {
-			return "interface deleted"
-		}
-	}
-	l, err := a.nh.LinkByIndex(att.Index)
-	if err != nil {
-		return "interface gone from the namespace"
-	}
-	x := l.Attrs().Xdp
-	switch {
-	case x == nil || !x.Attached:
-		return "no XDP program on the interface"
-	case x.ProgId != a.progID:
-		return fmt.Sprintf("the interface runs another XDP program (%s), not the agent's (id %d)", describeProgram(x.ProgId), a.progID)
-	}
-	return ""
-}
-
 // Watch checks, every interval until ctx ends, that the limiter is what
 // the agent says it is, and repairs what it can:
 //   - an interface renamed: its pinned link follows the new name;
@@ -252,40 +189,4 @@ func (a *Agent) repin() error {
 		return err
 	}
 	return writeLayout(a.pd.path, a.cfg.Version)
-}
-
-// closeOne lets go of att when the agent stops, and logs what is really
-// left on the interface.
-func (a *Agent) closeOne(att *Attachment) {
-	a.followRename(att) // name the interface as it is called now
-	why := a.check(att)
-	if a.pd == nil {
-		if why != "" {
-			if att.link != nil {
-				att.link.Close()
-			}
-			a.log.Warn("limiter was not attached any more: nothing to detach", "iface", att.Iface, "ifindex", att.Index, "reason", why)
-			return
-		}
-		a.detachOne(att)
-		a.log.Info("detached", "iface", att.Iface)
-		return
-	}
-	pinned := a.linkPinned(att)
-	outlives, fsWhy := a.pinsOutlive()
-	if att.link != nil {
-		att.link.Close()
-	}
-	switch {
-	case why != "":
-		a.log.Warn("interface no longer runs the limiter", "iface", att.Iface, "ifindex", att.Index, "reason", why)
-	case att.link != nil && !pinned:
-		a.log.Error("the limiter's pinned link is gone: the limiter is detached as the agent exits", "iface", att.Iface, "pin", a.pd.path)
-	case att.link == nil:
-		a.log.Info("limiter stays attached (through netlink, not pinned)", "iface", att.Iface)
-	case !outlives:
-		a.log.Error("the limiter's pins end with the agent's bpffs: the limiter is detached as the agent exits", "iface", att.Iface, "pin", a.pd.path, "reason", fsWhy)
-	default:
-		a.log.Info("limiter stays attached and pinned", "iface", att.Iface, "pin", a.pd.path, "link", a.pd.linkPin(att.Iface))
-	}
 }

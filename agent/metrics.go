@@ -1,21 +1,13 @@
 package agent
 
 import (
-	"log/slog"
-	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
 )
-
-// DefaultMetricsAddr is where /metrics listens unless told otherwise.
-const DefaultMetricsAddr = "127.0.0.1:9713"
 
 // The metrics (DESIGN.md §5) take one path from the maps: the collector
 // takes one Snapshot per scrape and hands it to each feature's collect
@@ -170,33 +162,4 @@ func collectPolicy(ch chan<- prometheus.Metric, s Snapshot) {
 		}
 		gauge(ch, tierDropDesc, s.Policy.DropRatios[t], tier)
 	}
-}
-
-// Registry returns a registry with the agent's collector and the Go and
-// process collectors.
-func (a *Agent) Registry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(a.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
-}
-
-// Handler serves /metrics (promhttp, with a timeout and a limit on
-// concurrent scrapes) and /healthz, which is 200 only while the limiter is
-// attached to every interface.
-func (a *Agent) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(a.Registry(), promhttp.HandlerOpts{
-		ErrorLog:            slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
-		ErrorHandling:       promhttp.ContinueOnError,
-		MaxRequestsInFlight: 4,
-		Timeout:             10 * time.Second,
-	}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		if !a.Attached() {
-			http.Error(w, "not attached\n", http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ok\n"))
-	})
-	return mux
 }

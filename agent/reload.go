@@ -28,6 +28,59 @@ type Reloadable interface {
 	ReloadFailed()
 }
 
+var errClosed = errors.New("agent closed")
+
+// Reload compiles p and swaps it in atomically (bpf.Limiter.Apply). On
+// error the old policy keeps running, and the error is counted in
+// config_reloads_total{result="error"}. With an adaptive-max controller
+// running (StartAutoMax), a p with the same auto bounds as the policy in
+// force keeps the learnt max instead of p.Max.
+func (a *Agent) Reload(p tiers.Policy) error {
+	return a.ReloadContext(context.Background(), p)
+}
+
+// ReloadContext is Reload that gives up when ctx ends (SIGTERM) before the
+// new policy is active, keeping the old one: a reload that writes tens of
+// thousands of prefixes takes seconds (bpf.Limiter.ApplyContext).
+func (a *Agent) ReloadContext(ctx context.Context, p tiers.Policy) error {
+	err := a.reload(ctx, p)
+	if err != nil {
+		a.reloadErr.Add(1)
+		return err
+	}
+	a.reloadOK.Add(1)
+	return nil
+}
+
+// ReloadFailed counts a reload that failed before a policy existed (the
+// config file did not parse).
+func (a *Agent) ReloadFailed() { a.reloadErr.Add(1) }
+
+func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
+	if a.closed.Load() {
+		return errClosed
+	}
+	p = a.autoPolicy(p)          // keeps a learnt adaptive max
+	tab, err := tiers.Compile(p) // validates p
+	if err != nil {
+		return err
+	}
+	src, err := a.autoSource(p) // a new auto.netns: its signal, or refused
+	if err != nil {
+		return err
+	}
+	if err := a.lim.ApplyContext(ctx, p, tab); err != nil {
+		if src != nil {
+			src.Close()
+		}
+		return err
+	}
+	a.autoApplied(p, src)
+	return nil
+}
+
 // ReloaderConfig configures a Reloader.
 type ReloaderConfig struct {
 	// Path is the policy file (YAML or .properties, see tiers.LoadFile).

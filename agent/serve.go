@@ -8,7 +8,14 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
+
+// DefaultMetricsAddr is where /metrics listens unless told otherwise.
+const DefaultMetricsAddr = "127.0.0.1:9713"
 
 // MaxMetricsConns is how many connections the metrics server holds at
 // once. A connection over the cap makes room by closing the one that has
@@ -152,4 +159,33 @@ func (l *connCap) track(nc net.Conn, s http.ConnState) {
 	case http.StateHijacked, http.StateClosed:
 		delete(l.conns, c)
 	}
+}
+
+// Registry returns a registry with the agent's collector and the Go and
+// process collectors.
+func (a *Agent) Registry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(a.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Handler serves /metrics (promhttp, with a timeout and a limit on
+// concurrent scrapes) and /healthz, which is 200 only while the limiter is
+// attached to every interface.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(a.Registry(), promhttp.HandlerOpts{
+		ErrorLog:            slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4,
+		Timeout:             10 * time.Second,
+	}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if !a.Attached() {
+			http.Error(w, "not attached\n", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	return mux
 }

@@ -112,61 +112,23 @@ func TestSeverityFlood(t *testing.T) {
 
 	run := func(name string, flood severityFlood) (sent []int, byPRI map[int]int) {
 		t.Helper()
-		before := rx.CountsByPRI()
-		selected := int(gather(t, a).sum("tierlimit_selected_packets_total"))
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		sent, err := tx.SendBursts(ctx, testenv.Bursts{
-			Count: bursts, PerBurst: perBurst, Message: flood.message,
-			Spread: 850 * time.Millisecond, Budget: 950 * time.Millisecond, Period: 1100 * time.Millisecond,
-		})
-		if err != nil {
-			t.Fatalf("%s: send: %v (sent %v)", name, err, sent)
-		}
-		total := 0
-		for _, n := range sent {
-			total += n
-		}
-		// Once the program has seen every datagram, wait for the socket to
-		// drain all it passed, then for quiet, so a late extra shows too.
-		m := waitSelectedMetrics(t, a, selected+total)
-		rx.WaitTotal(int(m.sum("tierlimit_selected_packets_total", `verdict="pass"`)), 10*time.Second)
-		rx.WaitQuiet(200*time.Millisecond, 5*time.Second)
-		after := rx.CountsByPRI()
-		byPRI = map[int]int{}
-		for k, v := range after {
-			byPRI[k] = v - before[k]
-		}
-		return sent, byPRI
+		return sendSeverity(t, a, rx, tx, name, flood, bursts, perBurst)
 	}
-	sentCount := func(f severityFlood, sent []int, pri int) int {
-		n := 0
-		for b, k := range sent {
-			for _, x := range f.pri[b][:k] {
-				if x == pri {
-					n++
-				}
-			}
-		}
-		return n
-	}
-	rate := func(got, of int) float64 { return float64(got) / float64(max(of, 1)) }
-
 	// With severity.
 	flood := newSeverityFlood(bursts, perBurst, 1)
 	sent, got := run("with severity", flood)
 	mean, sd := flood.expected(pol, sent)
-	crit, info, debug := sentCount(flood, sent, priCrit), sentCount(flood, sent, priInfo), sentCount(flood, sent, priDebug)
+	crit, info, debug := flood.sentCount(sent, priCrit), flood.sentCount(sent, priInfo), flood.sentCount(sent, priDebug)
 	total := got[priCrit] + got[priInfo] + got[priDebug]
 	t.Logf("model: crit %.1f, info %.1f, debug %.1f", mean[priCrit], mean[priInfo], mean[priDebug])
 	t.Logf("with severity: crit %d/%d (%.1f%%), info %d/%d (%.1f%%), debug %d/%d (%.1f%%); total %d, model %.1f ± %.1f (5σ)",
-		got[priCrit], crit, 100*rate(got[priCrit], crit), got[priInfo], info, 100*rate(got[priInfo], info),
-		got[priDebug], debug, 100*rate(got[priDebug], debug), total, mean[-1], 5*sd[-1])
-	if rate(got[priCrit], crit) < 0.99 {
+		got[priCrit], crit, 100*passRate(got[priCrit], crit), got[priInfo], info, 100*passRate(got[priInfo], info),
+		got[priDebug], debug, 100*passRate(got[priDebug], debug), total, mean[-1], 5*sd[-1])
+	if passRate(got[priCrit], crit) < 0.99 {
 		t.Errorf("crit received %d of %d, want >= 99%%", got[priCrit], crit)
 	}
-	if rate(got[priDebug], debug) >= rate(got[priInfo], info) {
-		t.Errorf("debug passed at %.3f, not below info's %.3f", rate(got[priDebug], debug), rate(got[priInfo], info))
+	if passRate(got[priDebug], debug) >= passRate(got[priInfo], info) {
+		t.Errorf("debug passed at %.3f, not below info's %.3f", passRate(got[priDebug], debug), passRate(got[priInfo], info))
 	}
 	if d := math.Abs(float64(total) - mean[-1]); d > 5*sd[-1]+1 {
 		t.Errorf("total received %d, model %.1f ± %.1f (5σ)", total, mean[-1], 5*sd[-1]+1)
@@ -194,11 +156,59 @@ func TestSeverityFlood(t *testing.T) {
 	time.Sleep(1200 * time.Millisecond) // let the last window expire
 	sent2, got2 := run("without severity", flood)
 	mean2, sd2 := flood.expected(plain, sent2)
-	crit2 := sentCount(flood, sent2, priCrit)
+	crit2 := flood.sentCount(sent2, priCrit)
 	t.Logf("without severity: crit %d/%d (%.1f%%), model %.1f ± %.1f (5σ); overall %.1f%%",
-		got2[priCrit], crit2, 100*rate(got2[priCrit], crit2), mean2[priCrit], 5*sd2[priCrit],
-		100*rate(got2[priCrit]+got2[priInfo]+got2[priDebug], crit2+sentCount(flood, sent2, priInfo)+sentCount(flood, sent2, priDebug)))
+		got2[priCrit], crit2, 100*passRate(got2[priCrit], crit2), mean2[priCrit], 5*sd2[priCrit],
+		100*passRate(got2[priCrit]+got2[priInfo]+got2[priDebug], crit2+flood.sentCount(sent2, priInfo)+flood.sentCount(sent2, priDebug)))
 	if d := math.Abs(float64(got2[priCrit]) - mean2[priCrit]); d > 5*sd2[priCrit]+1 {
 		t.Errorf("without severity, crit received %d, model %.1f ± %.1f", got2[priCrit], mean2[priCrit], 5*sd2[priCrit]+1)
 	}
 }
+
+// sendSeverity sends flood in bursts through tx and returns what each
+// burst sent and what rx received from it by PRI.
+func sendSeverity(t *testing.T, a *agent.Agent, rx *testenv.Receiver, tx *testenv.Sender, name string, flood severityFlood, bursts, perBurst int) (sent []int, byPRI map[int]int) {
+	t.Helper()
+	before := rx.CountsByPRI()
+	selected := int(gather(t, a).sum("tierlimit_selected_packets_total"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sent, err := tx.SendBursts(ctx, testenv.Bursts{
+		Count: bursts, PerBurst: perBurst, Message: flood.message,
+		Spread: 850 * time.Millisecond, Budget: 950 * time.Millisecond, Period: 1100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatalf("%s: send: %v (sent %v)", name, err, sent)
+	}
+	total := 0
+	for _, n := range sent {
+		total += n
+	}
+	// Once the program has seen every datagram, wait for the socket to
+	// drain all it passed, then for quiet, so a late extra shows too.
+	m := waitSelectedMetrics(t, a, selected+total)
+	rx.WaitTotal(int(m.sum("tierlimit_selected_packets_total", `verdict="pass"`)), 10*time.Second)
+	rx.WaitQuiet(200*time.Millisecond, 5*time.Second)
+	after := rx.CountsByPRI()
+	byPRI = map[int]int{}
+	for k, v := range after {
+		byPRI[k] = v - before[k]
+	}
+	return sent, byPRI
+}
+
+// sentCount is how many datagrams of pri the bursts sent.
+func (f severityFlood) sentCount(sent []int, pri int) int {
+	n := 0
+	for b, k := range sent {
+		for _, x := range f.pri[b][:k] {
+			if x == pri {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// passRate is got of of, 0 when of is 0.
+func passRate(got, of int) float64 { return float64(got) / float64(max(of, 1)) }

@@ -130,22 +130,32 @@ func shapeOnVeth(t *testing.T, shape tiers.Shape) {
 		t.Fatalf("%d windows of arrivals (sent %d + %d)", len(starts), sentFlood, sentLow)
 	}
 	pr := tab.Expected(flood)
-	sigma := math.Sqrt(pr.Variance)
-	sum := func(a [10]int) (s int) {
-		for _, v := range a {
-			s += v
-		}
-		return s
-	}
 	for i, tn := range tenths {
-		t.Logf("%s window %d at %v: passed %d by tenth %v", shape, i, starts[i].Sub(starts[0]).Round(time.Millisecond), sum(tn), tn)
+		t.Logf("%s window %d at %v: passed %d by tenth %v", shape, i, starts[i].Sub(starts[0]).Round(time.Millisecond), sumTenths(tn), tn)
 	}
 	if shape == tiers.ShapeOrdinal {
 		return // logged for comparison only
 	}
+	shapeOnset(t, tenths[0], pr, maxN)
+	shapeSteady(t, tenths, pr, flood)
+	shapeRelease(t, arr, fall, window, sentLow)
+}
+
+// sumTenths is a window's passed count, the sum of its tenths.
+func sumTenths(a [10]int) (s int) {
+	for _, v := range a {
+		s += v
+	}
+	return s
+}
+
+// shapeOnset checks the smooth shape's property 3 on the flood's first
+// window: under 1.1 × P(R) in all, and under a quarter of maxN in any tenth.
+func shapeOnset(t *testing.T, first10 [10]int, pr tiers.Expectation, maxN float64) {
+	sigma := math.Sqrt(pr.Variance)
 	// Property 3: the flood's first window.
-	first, most := float64(sum(tenths[0])), 0
-	for _, v := range tenths[0] {
+	first, most := float64(sumTenths(first10)), 0
+	for _, v := range first10 {
 		most = max(most, v)
 	}
 	if first > 1.1*pr.Passed+5*sigma {
@@ -154,9 +164,15 @@ func shapeOnVeth(t *testing.T, shape tiers.Shape) {
 	if lim := 0.25*maxN + 5*math.Sqrt(0.25*maxN); float64(most) > lim {
 		t.Errorf("onset: a tenth of the first window passed %d, want ≤ 0.25 × max (+5σ: %.0f)", most, lim)
 	}
+}
+
+// shapeSteady checks the smooth shape's properties 1 and 2 on the flood's
+// steady windows: each passes P(R), evenly over its tenths.
+func shapeSteady(t *testing.T, tenths [][10]int, pr tiers.Expectation, flood float64) {
+	sigma := math.Sqrt(pr.Variance)
 	// Properties 1 and 2: the flood's windows 1..2 (3 may hold the fall).
 	for i := 1; i <= 2; i++ {
-		got := float64(sum(tenths[i]))
+		got := float64(sumTenths(tenths[i]))
 		if d := math.Abs(got - pr.Passed); d > 5*sigma+0.1*pr.Passed {
 			t.Errorf("steady: window %d passed %.0f, want P(R) = %.0f ± (5σ %.0f + 10%%)", i, got, pr.Passed, 5*sigma)
 		}
@@ -169,6 +185,12 @@ func shapeOnVeth(t *testing.T, shape tiers.Shape) {
 			}
 		}
 	}
+}
+
+// shapeRelease checks the smooth shape's property 4: after the fall to
+// sentLow datagrams over 3 windows, every datagram arrives from one window
+// after the fall on.
+func shapeRelease(t *testing.T, arr []time.Time, fall time.Time, window time.Duration, sentLow int) {
 	// Property 4: from one window after the fall on, every datagram
 	// arrives (0.5 × max is below T_1).
 	after := fall.Add(window + 100*time.Millisecond)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -129,12 +130,7 @@ func fairShedding(t *testing.T, shape tiers.Shape) {
 	p := newPair(t)
 	dst := netip.AddrPortFrom(p.CollAddr, 514)
 	rx := testenv.NewReceiver(t, p.Coll, dst)
-	senders := make([]*testenv.Sender, fairSources)
-	for s := range senders {
-		src := netip.AddrFrom4([4]byte{198, 51, 100, byte(10 + 10*min(s, 1) + max(s-1, 0))}) // A .10, B–K .20–.29
-		testenv.AddAddr(t, p.Send, p.SendIf, netip.PrefixFrom(src, 24))
-		senders[s] = testenv.NewSenderFrom(t, p.Send, src, dst)
-	}
+	senders := fairSenders(t, p, dst)
 	ping(t, p.Send, p.CollAddr.String(), 1, "0.2")
 	if t.Failed() {
 		t.FailNow()
@@ -148,11 +144,43 @@ func fairShedding(t *testing.T, shape tiers.Shape) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	budget := int(tab.Sources.Budget)
 	a := startAgent(t, p, agent.XDPAuto, fair)
 
 	on := fairTraffic(t, senders, 0)
 	fairCollect(t, a, rx, &on, 0, 0)
+	overA := fairWithSources(t, shape, tab, &on)
+	st := fairSourceMetrics(t, a, overA)
+
+	// The same traffic without sources, after a reload.
+	if err := a.Reload(plain); err != nil {
+		t.Fatal(err)
+	}
+	ptab, err := tiers.Compile(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := fairTraffic(t, senders, 1000)
+	fairCollect(t, a, rx, &off, 1000, int(st.SelectedPackets()+st.OverBudget[tiers.VerdictDrop].Packets+st.OverBudget[tiers.VerdictPass].Packets))
+	fairWithoutSources(t, shape, ptab, &off)
+}
+
+// fairSenders adds A (.10) and B–K (.20–.29) in 198.51.100.0/24 to the
+// sender's side and makes a sender from each.
+func fairSenders(t *testing.T, p *testenv.Pair, dst netip.AddrPort) []*testenv.Sender {
+	senders := make([]*testenv.Sender, fairSources)
+	for s := range senders {
+		src := netip.AddrFrom4([4]byte{198, 51, 100, byte(10 + 10*min(s, 1) + max(s-1, 0))}) // A .10, B–K .20–.29
+		testenv.AddAddr(t, p.Send, p.SendIf, netip.PrefixFrom(src, 24))
+		senders[s] = testenv.NewSenderFrom(t, p.Send, src, dst)
+	}
+	return senders
+}
+
+// fairWithSources checks the windows of a run with sources: B–K pass in
+// full, A gets its budget and what nobody else used, and each window's
+// total follows the model. It returns A's packets over its budget.
+func fairWithSources(t *testing.T, shape tiers.Shape, tab tiers.Table, on *fairRun) int {
+	budget := int(tab.Sources.Budget)
 	overA := 0
 	t1 := tab.TierStart(1)
 	for w := range on.sent {
@@ -186,7 +214,13 @@ func fairShedding(t *testing.T, shape tiers.Shape) {
 		t.Logf("with sources, window %d: A sent %d received %d (budget %d); B–K sent %d received %d (%.0f%%); collector %d of %d offered, P(R) %.1f ± %.1f",
 			w, on.sent[w][0], on.got[w][0], budget, lightSent, lightGot, 100*float64(lightGot)/float64(lightSent), total, offered, e.Passed, bound)
 	}
+	return overA
+}
 
+// fairSourceMetrics checks the sources' families, TopSources and the over
+// budget counters against A's overA packets over budget, and returns the
+// limiter's stats.
+func fairSourceMetrics(t *testing.T, a *agent.Agent, overA int) bpf.Stats {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(a.Collector())
 	if n, err := testutil.GatherAndCount(reg, "tierlimit_source_over_budget_packets_total", "tierlimit_sources_over_budget", "tierlimit_policy_source_budget_packets"); err != nil || n != 5 {
@@ -209,17 +243,12 @@ func fairShedding(t *testing.T, shape tiers.Shape) {
 	if got := st.OverBudget[tiers.VerdictDrop].Packets + st.OverBudget[tiers.VerdictPass].Packets; got != uint64(overA) {
 		t.Errorf("over budget %d, A sent %d over its budget", got, overA)
 	}
+	return st
+}
 
-	// The same traffic without sources, after a reload.
-	if err := a.Reload(plain); err != nil {
-		t.Fatal(err)
-	}
-	ptab, err := tiers.Compile(plain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	off := fairTraffic(t, senders, 1000)
-	fairCollect(t, a, rx, &off, 1000, int(st.SelectedPackets()+st.OverBudget[tiers.VerdictDrop].Packets+st.OverBudget[tiers.VerdictPass].Packets))
+// fairWithoutSources checks the windows of a run without sources: each
+// window's total follows the model and the flood sheds most of B–K.
+func fairWithoutSources(t *testing.T, shape tiers.Shape, ptab tiers.Table, off *fairRun) {
 	for w := range off.sent {
 		offered, total, lightSent, lightGot := 0, 0, 0, 0
 		for s := range off.sent[w] {

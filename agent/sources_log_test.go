@@ -41,23 +41,8 @@ func TestSourceLogRateLimited(t *testing.T) {
 	var buf bytes.Buffer
 	a := &Agent{lim: l, log: slog.New(slog.NewTextHandler(&buf, nil))}
 	sl := newSourceLogger(l)
-	over := func(hosts int) {
-		for h := range hosts {
-			src := net.IPv4(192, 0, 2, byte(h+1))
-			frame := testenv.Serialize(t, testenv.Eth(layers.EthernetTypeIPv4), testenv.IPv4(src, testenv.Dst4, layers.IPProtocolUDP), testenv.UDP(514), testenv.Syslog())
-			if _, err := l.Program().Run(&ebpf.RunOptions{Data: frame, Repeat: 3}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	lines := func() []string {
-		s := strings.TrimSpace(buf.String())
-		buf.Reset()
-		if s == "" {
-			return nil
-		}
-		return strings.Split(s, "\n")
-	}
+	over := func(hosts int) { sendOverBudget(t, l, hosts) }
+	lines := func() []string { return takeLines(&buf) }
 
 	now := time.Now()
 	over(8)
@@ -85,6 +70,42 @@ func TestSourceLogRateLimited(t *testing.T) {
 		t.Fatalf("same window again: %d lines:\n%s", len(got), strings.Join(got, "\n"))
 	}
 	// A new window: the group going over again is news.
+	expireWindow(t, l, p.Window)
+	over(1)
+	if err := sl.check(a, now.Add(20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got = lines()
+	if len(got) != 1 || !strings.Contains(got[0], "group="+netip.MustParseAddr("192.0.2.1").String()+"/32") {
+		t.Fatalf("next window: want one line for 192.0.2.1/32, got %d:\n%s", len(got), strings.Join(got, "\n"))
+	}
+}
+
+// sendOverBudget runs three syslog datagrams from each of hosts sources,
+// 192.0.2.1 on, through l's program.
+func sendOverBudget(t *testing.T, l *bpf.Limiter, hosts int) {
+	for h := range hosts {
+		src := net.IPv4(192, 0, 2, byte(h+1))
+		frame := testenv.Serialize(t, testenv.Eth(layers.EthernetTypeIPv4), testenv.IPv4(src, testenv.Dst4, layers.IPProtocolUDP), testenv.UDP(514), testenv.Syslog())
+		if _, err := l.Program().Run(&ebpf.RunOptions{Data: frame, Repeat: 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// takeLines returns the lines logged into buf and empties it.
+func takeLines(buf *bytes.Buffer) []string {
+	s := strings.TrimSpace(buf.String())
+	buf.Reset()
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// expireWindow moves l's window start back past window, so that the next
+// packet opens a window.
+func expireWindow(t *testing.T, l *bpf.Limiter, window time.Duration) {
 	w, err := l.Window()
 	if err != nil {
 		t.Fatal(err)
@@ -93,16 +114,8 @@ func TestSourceLogRateLimited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.StartNs, w.StartJiffies = mono-uint64(p.Window)-uint64(time.Millisecond), 0 // expired: the next packet opens a window
+	w.StartNs, w.StartJiffies = mono-uint64(window)-uint64(time.Millisecond), 0 // expired: the next packet opens a window
 	if err := l.SetWindow(w); err != nil {
 		t.Fatal(err)
-	}
-	over(1)
-	if err := sl.check(a, now.Add(20*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	got = lines()
-	if len(got) != 1 || !strings.Contains(got[0], "group="+netip.MustParseAddr("192.0.2.1").String()+"/32") {
-		t.Fatalf("next window: want one line for 192.0.2.1/32, got %d:\n%s", len(got), strings.Join(got, "\n"))
 	}
 }

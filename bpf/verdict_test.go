@@ -106,6 +106,13 @@ type verdictCase struct {
 }
 
 func verdictCases(t testing.TB) []verdictCase {
+	cases := append(parseVerdictCases(t), selectVerdictCases(t)...)
+	return append(cases, hostileCases(t)...)
+}
+
+// parseVerdictCases are the rows on the parser: IPv4 options, VLAN tags,
+// IPv6 extension chains and fragments.
+func parseVerdictCases(t testing.TB) []verdictCase {
 	ip4 := func() *layers.IPv4 { return IPv4(Src4, Dst4, layers.IPProtocolUDP) }
 	eth4 := func() *layers.Ethernet { return Eth(layers.EthernetTypeIPv4) }
 
@@ -120,10 +127,6 @@ func verdictCases(t testing.TB) []verdictCase {
 	if f := ihl6(53); f[14]&0x0f != 6 || f[36] != 2 || f[37] != 2 {
 		t.Fatalf("IHL=6 frame is not built as intended: % x", f[14:42])
 	}
-
-	exemptIP := func() *layers.IPv4 { ip := ip4(); ip.SrcIP = net.IPv4(203, 0, 113, 7).To4(); return ip }
-	otherDst := func() *layers.IPv4 { ip := ip4(); ip.DstIP = net.IPv4(203, 0, 113, 9).To4(); return ip }
-	exempt6 := IPv6(net.ParseIP("2001:db8:ee::5"), Dst6, layers.IPProtocolUDP)
 
 	vlan := func(next layers.EthernetType) *layers.Dot1Q {
 		return &layers.Dot1Q{VLANIdentifier: 42, Type: next}
@@ -142,24 +145,7 @@ func verdictCases(t testing.TB) []verdictCase {
 	}
 	deepest = append(deepest, destOpts(layers.IPProtocolUDP), UDP(514), Syslog())
 
-	arp := Serialize(t, Eth(layers.EthernetTypeARP), &layers.ARP{
-		AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
-		Operation: layers.ARPRequest, SourceHwAddress: SrcMAC, SourceProtAddress: Src4,
-		DstHwAddress: make([]byte, 6), DstProtAddress: Dst4,
-	})
-	ns := Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolICMPv6),
-		&layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypeNeighborSolicitation, 0)},
-		&layers.ICMPv6NeighborSolicitation{TargetAddress: Dst6})
-	echo := Serialize(t, eth4(), IPv4(Src4, Dst4, layers.IPProtocolICMPv4),
-		&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: 1, Seq: 1})
-	lldp := Serialize(t, &layers.Ethernet{SrcMAC: SrcMAC, DstMAC: []byte{0x01, 0x80, 0xc2, 0, 0, 0x0e}, EthernetType: layers.EthernetTypeLinkLayerDiscovery},
-		&layers.LinkLayerDiscovery{
-			ChassisID: layers.LLDPChassisID{Subtype: layers.LLDPChassisIDSubTypeMACAddr, ID: SrcMAC},
-			PortID:    layers.LLDPPortID{Subtype: layers.LLDPPortIDSubtypeIfaceName, ID: []byte("eth0")},
-			TTL:       120,
-		})
-
-	cases := []verdictCase{
+	return []verdictCase{
 		{"udp4/514", UDP4(t, 514), selected, tiers.ClassSelected},
 		{"udp6/514", UDP6(t, 514), selected, tiers.ClassSelected},
 		{"ipv4 IHL=6 udp/514", ihl6(514), selected, tiers.ClassSelected},
@@ -179,6 +165,36 @@ func verdictCases(t testing.TB) []verdictCase {
 			ip.FragOffset = 10
 			return ip
 		}(), gopacket.Payload(make([]byte, 32))), unselected, tiers.ClassUnselected},
+	}
+}
+
+// selectVerdictCases are the rows on selection: control traffic, ports,
+// TCP flags, exempt sources and destinations.
+func selectVerdictCases(t testing.TB) []verdictCase {
+	ip4 := func() *layers.IPv4 { return IPv4(Src4, Dst4, layers.IPProtocolUDP) }
+	eth4 := func() *layers.Ethernet { return Eth(layers.EthernetTypeIPv4) }
+	exemptIP := func() *layers.IPv4 { ip := ip4(); ip.SrcIP = net.IPv4(203, 0, 113, 7).To4(); return ip }
+	otherDst := func() *layers.IPv4 { ip := ip4(); ip.DstIP = net.IPv4(203, 0, 113, 9).To4(); return ip }
+	exempt6 := IPv6(net.ParseIP("2001:db8:ee::5"), Dst6, layers.IPProtocolUDP)
+
+	arp := Serialize(t, Eth(layers.EthernetTypeARP), &layers.ARP{
+		AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
+		Operation: layers.ARPRequest, SourceHwAddress: SrcMAC, SourceProtAddress: Src4,
+		DstHwAddress: make([]byte, 6), DstProtAddress: Dst4,
+	})
+	ns := Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolICMPv6),
+		&layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypeNeighborSolicitation, 0)},
+		&layers.ICMPv6NeighborSolicitation{TargetAddress: Dst6})
+	echo := Serialize(t, eth4(), IPv4(Src4, Dst4, layers.IPProtocolICMPv4),
+		&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: 1, Seq: 1})
+	lldp := Serialize(t, &layers.Ethernet{SrcMAC: SrcMAC, DstMAC: []byte{0x01, 0x80, 0xc2, 0, 0, 0x0e}, EthernetType: layers.EthernetTypeLinkLayerDiscovery},
+		&layers.LinkLayerDiscovery{
+			ChassisID: layers.LLDPChassisID{Subtype: layers.LLDPChassisIDSubTypeMACAddr, ID: SrcMAC},
+			PortID:    layers.LLDPPortID{Subtype: layers.LLDPPortIDSubtypeIfaceName, ID: []byte("eth0")},
+			TTL:       120,
+		})
+
+	return []verdictCase{
 		{"arp", arp, unselected, tiers.ClassUnselected},
 		{"icmpv6 neighbour solicitation", ns, unselected, tiers.ClassUnselected},
 		{"icmp echo", echo, unselected, tiers.ClassUnselected},
@@ -200,7 +216,6 @@ func verdictCases(t testing.TB) []verdictCase {
 		{"dests syn rule, syn", TCP4(t, 7000, true, false), selected, tiers.ClassSelected},
 		{"dests syn rule, ack", TCP4(t, 7000, false, true), unselected, tiers.ClassUnselected},
 	}
-	return append(cases, hostileCases(t)...)
 }
 
 func TestVerdictTable(t *testing.T) {

@@ -33,10 +33,17 @@ func openAutoSignal(p tiers.Policy) (agent.DropSource, error) {
 	return nil, configError{fmt.Errorf("max: auto: the collector socket drops cannot be read in this network namespace: %w", err)}
 }
 
+// autoStarter is what startAutoMax needs of the agent (*agent.Agent): its
+// adaptive-max controller, in the agent's reload room.
+type autoStarter interface {
+	StartAutoMax(ctx context.Context, p tiers.Policy, src agent.DropSource) (*agent.AutoMax, error)
+}
+
 // startAutoMax starts the agent's adaptive-max controller on src, the
 // signal openAutoSignal opened (nil: none, and no controller). It runs
-// whatever the policy, so that a reload can turn `max: auto` on.
-func startAutoMax(ctx context.Context, log *slog.Logger, a *agent.Agent, p tiers.Policy, src agent.DropSource) {
+// whatever the policy, so that a reload can turn `max: auto` on. When the
+// controller does not start, src is closed and the error logged.
+func startAutoMax(ctx context.Context, log *slog.Logger, a autoStarter, p tiers.Policy, src agent.DropSource) {
 	if src == nil {
 		return
 	}

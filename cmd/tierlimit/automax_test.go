@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"regexp"
@@ -9,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/internal/testenv"
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 func TestCheckAuto(t *testing.T) {
@@ -121,5 +127,41 @@ func TestRunAutoNetNS(t *testing.T) {
 			strings.Contains(errs, "tlnone0") {
 			t.Errorf("auto.netns %s: exit %d, stderr %q; want 2, the signal refused before the interface is looked up", path, code, errs)
 		}
+	}
+}
+
+// fakeStarter is an autoStarter that refuses, counting its calls.
+type fakeStarter struct{ calls int }
+
+func (f *fakeStarter) StartAutoMax(context.Context, tiers.Policy, agent.DropSource) (*agent.AutoMax, error) {
+	f.calls++
+	return nil, errors.New("refused")
+}
+
+// fakeSource is a DropSource that only records its Close.
+type fakeSource struct{ closed int }
+
+func (*fakeSource) Read([]tiers.PortRange) (agent.DropSample, error) { return agent.DropSample{}, nil }
+func (*fakeSource) Signal() string                                   { return agent.SignalSNMP }
+func (s *fakeSource) Close() error                                   { s.closed++; return nil }
+
+// TestStartAutoMaxRefused checks that startAutoMax starts nothing without a
+// signal, and that a controller that does not start has its signal closed
+// and the error logged.
+func TestStartAutoMaxRefused(t *testing.T) {
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	a := &fakeStarter{}
+	startAutoMax(context.Background(), log, a, tiers.Default(), nil)
+	if a.calls != 0 {
+		t.Errorf("no signal: StartAutoMax called %d times, want none", a.calls)
+	}
+	src := &fakeSource{}
+	startAutoMax(context.Background(), log, a, tiers.Default(), src)
+	if a.calls != 1 || src.closed != 1 {
+		t.Errorf("refused: StartAutoMax called %d times, the signal closed %d times; want 1 and 1", a.calls, src.closed)
+	}
+	if !strings.Contains(logs.String(), "adaptive max") || !strings.Contains(logs.String(), "refused") {
+		t.Errorf("refused: the log does not say so:\n%s", logs.String())
 	}
 }
