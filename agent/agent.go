@@ -53,6 +53,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
