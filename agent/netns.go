@@ -14,34 +14,7 @@ import (
 // goroutine: an ifindex of the agent's namespace must never reach another
 // one's interface.
 func (a *Agent) inNS(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		cur, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("read network namespace: %w", err)
-			return // the thread stays locked and dies with the goroutine
-		}
-		defer cur.Close()
-		if cur.Equal(a.ns) {
-			err = fn()
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		if err := netns.Set(a.ns); err != nil {
-			errc <- fmt.Errorf("enter the agent's network namespace: %w", err)
-			return
-		}
-		err = fn()
-		if rerr := netns.Set(cur); rerr != nil {
-			errc <- fmt.Errorf("restore network namespace: %w (after: %v)", rerr, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	return <-errc
+	return onThreadIn(a.ns, "the agent's network namespace", fn)
 }
 
 // ErrSignalNetNS is returned by OpenDropSourceIn when the collector-socket
@@ -80,7 +53,7 @@ func OpenDropSourceIn(path string) (DropSource, error) {
 	}
 	defer h.Close()
 	var src DropSource
-	err = onThreadIn(h, func() (err error) {
+	err = onThreadIn(h, "the network namespace "+path, func() (err error) {
 		src, err = OpenDropSource(false)
 		return err
 	})
@@ -91,9 +64,9 @@ func OpenDropSourceIn(path string) (DropSource, error) {
 }
 
 // onThreadIn runs fn on a locked OS thread inside the network namespace
-// h and puts the thread back afterwards; a thread that cannot go back
-// stays locked and dies with its goroutine.
-func onThreadIn(h netns.NsHandle, fn func() error) error {
+// h (what names it in errors) and puts the thread back afterwards; a
+// thread that cannot go back stays locked and dies with its goroutine.
+func onThreadIn(h netns.NsHandle, what string, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -103,8 +76,14 @@ func onThreadIn(h netns.NsHandle, fn func() error) error {
 			return
 		}
 		defer cur.Close()
+		if cur.Equal(h) {
+			err = fn()
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
 		if err := netns.Set(h); err != nil {
-			errc <- fmt.Errorf("enter: %w", err)
+			errc <- fmt.Errorf("enter %s: %w", what, err)
 			if netns.Set(cur) == nil {
 				runtime.UnlockOSThread()
 			}
