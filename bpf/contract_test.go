@@ -28,6 +28,8 @@ func TestContract(t *testing.T) {
 	eq("bpf.MaxSelectRules", uint64(bpf.MaxSelectRules), tiers.MaxSelectRules)
 	eq("bpf.MaxTableEntries", uint64(bpf.MaxTableEntries), tiers.MaxTableEntries)
 	eq("bpf.NumVerdicts", uint64(bpf.NumVerdicts), tiers.NumVerdicts)
+	eq("tiers.RecordSnapMax / TL_RECORD_SNAP_MAX", tiers.RecordSnapMax, uint64(bpf.LimiterTlConstTL_C_RECORD_SNAP_MAX))
+	eq("bpf.RecordSnapMax", uint64(bpf.RecordSnapMax), tiers.RecordSnapMax)
 	// A rule is one bit of tl_port.cidr_rules and of tl_settings.syn_rules,
 	// and fits in the dests tag below the slot.
 	if tiers.MaxSelectRules > 32 || tiers.MaxSelectRules > 1<<tiers.DestRuleBits {

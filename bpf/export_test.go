@@ -4,3 +4,4 @@ import "github.com/cilium/ebpf"
 
 // FragVerdicts is the frag_verdicts map, for tests that age its entries.
 func (l *Limiter) FragVerdicts() *ebpf.Map { return l.objs.FragVerdicts }
+func (l *Limiter) RecordGate() *ebpf.Map { return l.objs.RecordGate }

@@ -23,9 +23,12 @@ const (
 	limiterStagesMapMiscStats      = "misc_stats"
 	limiterStagesMapOverflow       = "overflow"
 	limiterStagesMapPorts          = "ports"
+	limiterStagesMapRecordCpu      = "record_cpu"
+	limiterStagesMapRecordGate     = "record_gate"
 	limiterStagesMapSelectDests    = "select_dests"
 	limiterStagesMapSettings       = "settings"
 	limiterStagesMapSeverityStats  = "severity_stats"
+	limiterStagesMapShedSamples    = "shed_samples"
 	limiterStagesMapSkbIfaces      = "skb_ifaces"
 	limiterStagesMapSmoothCpu      = "smooth_cpu"
 	limiterStagesMapSourceRun      = "source_run"
@@ -97,9 +100,12 @@ type limiterStagesMapSpecs struct {
 	MiscStats      *ebpf.MapSpec `ebpf:"misc_stats"`
 	Overflow       *ebpf.MapSpec `ebpf:"overflow"`
 	Ports          *ebpf.MapSpec `ebpf:"ports"`
+	RecordCpu      *ebpf.MapSpec `ebpf:"record_cpu"`
+	RecordGate     *ebpf.MapSpec `ebpf:"record_gate"`
 	SelectDests    *ebpf.MapSpec `ebpf:"select_dests"`
 	Settings       *ebpf.MapSpec `ebpf:"settings"`
 	SeverityStats  *ebpf.MapSpec `ebpf:"severity_stats"`
+	ShedSamples    *ebpf.MapSpec `ebpf:"shed_samples"`
 	SkbIfaces      *ebpf.MapSpec `ebpf:"skb_ifaces"`
 	SmoothCpu      *ebpf.MapSpec `ebpf:"smooth_cpu"`
 	SourceRun      *ebpf.MapSpec `ebpf:"source_run"`
@@ -147,9 +153,12 @@ type limiterStagesMaps struct {
 	MiscStats      *ebpf.Map `ebpf:"misc_stats"`
 	Overflow       *ebpf.Map `ebpf:"overflow"`
 	Ports          *ebpf.Map `ebpf:"ports"`
+	RecordCpu      *ebpf.Map `ebpf:"record_cpu"`
+	RecordGate     *ebpf.Map `ebpf:"record_gate"`
 	SelectDests    *ebpf.Map `ebpf:"select_dests"`
 	Settings       *ebpf.Map `ebpf:"settings"`
 	SeverityStats  *ebpf.Map `ebpf:"severity_stats"`
+	ShedSamples    *ebpf.Map `ebpf:"shed_samples"`
 	SkbIfaces      *ebpf.Map `ebpf:"skb_ifaces"`
 	SmoothCpu      *ebpf.Map `ebpf:"smooth_cpu"`
 	SourceRun      *ebpf.Map `ebpf:"source_run"`
@@ -170,9 +179,12 @@ func (m *limiterStagesMaps) Close() error {
 		m.MiscStats,
 		m.Overflow,
 		m.Ports,
+		m.RecordCpu,
+		m.RecordGate,
 		m.SelectDests,
 		m.Settings,
 		m.SeverityStats,
+		m.ShedSamples,
 		m.SkbIfaces,
 		m.SmoothCpu,
 		m.SourceRun,
