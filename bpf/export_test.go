@@ -4,4 +4,6 @@ import "github.com/cilium/ebpf"
 
 // FragVerdicts is the frag_verdicts map, for tests that age its entries.
 func (l *Limiter) FragVerdicts() *ebpf.Map { return l.objs.FragVerdicts }
+
+// RecordGate is the record_gate map, for tests that check it untouched.
 func (l *Limiter) RecordGate() *ebpf.Map { return l.objs.RecordGate }

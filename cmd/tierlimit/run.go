@@ -31,6 +31,7 @@ type runFlags struct {
 	noPin       bool
 	pinPath     string
 	replace     bool
+	stateFile   string
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -68,6 +69,7 @@ The config must be a regular file of at most 4 MiB.`,
 	fl.BoolVar(&f.noPin, "no-pin", false, "do not pin: detach when run stops")
 	fl.StringVar(&f.pinPath, "pin-path", agent.DefaultPinPath, "bpffs directory for the pinned links and maps")
 	fl.BoolVar(&f.replace, "replace", false, "replace another XDP program already attached to an interface")
+	fl.StringVar(&f.stateFile, "state-file", agent.DefaultStateFile, "where the open or last shedding episode is kept, for 'tierlimit status --shed'; empty disables")
 	return cmd
 }
 
@@ -182,6 +184,9 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	// Before the metrics are served, so that the first scrape already has
 	// the adaptive max's series and the log its signal.
 	startAutoMax(ctx, log, a, p)
+	if _, err := a.StartRecord(ctx, p, f.stateFile); err != nil {
+		log.Error("shed record: not started; shedding goes on unrecorded", "error", err)
+	}
 
 	sctx, stopServe := context.WithCancel(ctx)
 	defer stopServe()
