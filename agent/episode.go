@@ -27,11 +27,22 @@ import (
 const (
 	QuietWindows = 3
 	// DefaultStateFile is where `tierlimit run` keeps the open or last
-	// episode: under the unit's StateDirectory.
+	// episode, under the unit's StateDirectory, when systemd does not say
+	// where that is (DefaultStatePath).
 	DefaultStateFile = "/var/lib/tierlimit/episode.json"
 	// TopGroups is how many source groups a summary names.
 	TopGroups = 5
 )
+
+// DefaultStatePath is the episode state file: episode.json in
+// $STATE_DIRECTORY (which systemd sets for StateDirectory=, the first of
+// them), else DefaultStateFile.
+func DefaultStatePath() string {
+	if d, _, _ := strings.Cut(os.Getenv("STATE_DIRECTORY"), ":"); d != "" {
+		return filepath.Join(d, "episode.json")
+	}
+	return DefaultStateFile
+}
 
 // Episode is one shedding episode, as reports and the state file give it.
 type Episode struct {

@@ -69,7 +69,7 @@ The config must be a regular file of at most 4 MiB.`,
 	fl.BoolVar(&f.noPin, "no-pin", false, "do not pin: detach when run stops")
 	fl.StringVar(&f.pinPath, "pin-path", agent.DefaultPinPath, "bpffs directory for the pinned links and maps")
 	fl.BoolVar(&f.replace, "replace", false, "replace another XDP program already attached to an interface")
-	fl.StringVar(&f.stateFile, "state-file", agent.DefaultStateFile, "where the open or last shedding episode is kept, for 'tierlimit status --shed'; empty disables")
+	fl.StringVar(&f.stateFile, "state-file", agent.DefaultStatePath(), "where the open or last shedding episode is kept, for 'tierlimit status --shed'; empty disables")
 	return cmd
 }
 
