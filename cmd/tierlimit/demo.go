@@ -29,13 +29,14 @@ type demoFlags struct {
 	severity bool
 	noisy    bool // --noisy-source (demo_sources.go)
 	auto     bool
+	record   bool // --record (demo_record.go)
 }
 
 func newDemoCmd(g *globals) *cobra.Command {
 	var f demoFlags
 	var loads string
 	cmd := &cobra.Command{
-		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5] [--severity | --noisy-source | --auto]",
+		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5] [--severity | --noisy-source | --auto | --record]",
 		Short: "Watch the limiter shed a syslog flood in a throwaway sandbox",
 		Long: `demo builds a sandbox (two network namespaces joined by a veth pair, nothing
 in the host's namespace), attaches the limiter to the collector's end with the
@@ -52,7 +53,13 @@ sender's sent and passed datagrams beside the model's.
 With --auto the policy has max: auto starting at --max, and a collector that
 reads only a quarter of --max per window, behind a small receive buffer, is
 flooded at twice --max per window for 30 windows: each row shows a judged
-window, the collector's socket drops and the max the agent learnt.`,
+window, the collector's socket drops and the max the agent learnt.
+
+--record shows the shed record: two senders flood at 6 and 3 × max and four
+others send 4% of max each, for 6 windows; the shedding episode's RFC 5424
+reports (open, a summary every second, close) print as a syslog listener on
+the host's loopback receives them, then the last samples as tshark lists
+them, each with its packet comment.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, s := range strings.Split(loads, ",") {
@@ -74,6 +81,12 @@ window, the collector's socket drops and the max the agent learnt.`,
 			if f.noisy {
 				return runNoisyDemo(cmd.Context(), g, f)
 			}
+			if f.record {
+				if os.Geteuid() != 0 {
+					return agent.ErrNotRoot
+				}
+				return runRecordDemo(cmd.Context(), g, f)
+			}
 			if f.auto {
 				if os.Geteuid() != 0 {
 					return agent.ErrNotRoot
@@ -88,6 +101,7 @@ window, the collector's socket drops and the max the agent learnt.`,
 	cmd.Flags().StringVar(&loads, "loads", "0.5,1,1.5,2,3,5,10", "offered load of each window, as multiples of max")
 	cmd.Flags().BoolVar(&f.severity, "severity", false, "flood 1% crit, 49% info, 50% debug under a severity block (protect emerg..err, shed debug first)")
 	cmd.Flags().BoolVar(&f.noisy, "noisy-source", false, "show fair shedding: one heavy sender, five light ones, with and without per-source budgets")
+	cmd.Flags().BoolVar(&f.record, "record", false, "show the shed record: two noisy senders, the episode's syslog reports and tshark-style samples")
 	cmd.Flags().BoolVar(&f.auto, "auto", false, "max: auto starting at --max, flooded at 2 × max into a collector that reads max/4 per window: watch max settle")
 	return cmd
 }
