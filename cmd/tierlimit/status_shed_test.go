@@ -44,3 +44,17 @@ func TestStatusShed(t *testing.T) {
 		t.Errorf("--json: exit %d, %v: %s", code, err, out)
 	}
 }
+
+// TestCheckRecord: check states the shed record and where reports go.
+func TestCheckRecord(t *testing.T) {
+	cfg := writeFile(t, "p.yaml", "max: 1000\nrecord: {samples: 50/s, dir: /var/lib/tierlimit/shed, max_bytes: 64MiB}\nevents: {syslog: 'tcp://[2001:db8::5]:601'}\n")
+	code, out, _ := runCmd(t, "check", "--config", cfg)
+	for _, want := range []string{
+		"shed record: at most 50 samples/s of shed packets, 256 bytes each, as pcapng in /var/lib/tierlimit/shed within 67108864 bytes",
+		"episode reports: tcp://[2001:db8::5]:601 (RFC 5424) and the agent's log; a summary every 10s",
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, check lacks %q:\n%s", code, want, out)
+		}
+	}
+}
