@@ -61,11 +61,14 @@ func (c *countWriter) Write(b []byte) (int, error) {
 }
 
 // newPcapDir makes dir (0750) and removes the oldest files beyond maxBytes.
+// The pcapDir works even when that fails: each file it opens makes dir
+// again, so a dir that cannot be written yet only costs the samples
+// written meanwhile.
 func newPcapDir(dir string, maxBytes uint64, snaplen uint32, ifname func(int) string) (*pcapDir, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("record dir: %w", err)
-	}
 	d := &pcapDir{dir: dir, maxBytes: maxBytes, snaplen: snaplen, ifname: ifname}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return d, fmt.Errorf("record dir: %w", err)
+	}
 	return d, d.prune()
 }
 
@@ -113,6 +116,9 @@ func (d *pcapDir) iface(ifindex int) pcapgo.NgInterface {
 }
 
 func (d *pcapDir) open(ts time.Time, ifindex int) error {
+	if err := os.MkdirAll(d.dir, 0o750); err != nil {
+		return fmt.Errorf("record dir: %w", err)
+	}
 	name := filepath.Join(d.dir, pcapPrefix+ts.UTC().Format("20060102T150405.000000000Z")+pcapSuffix)
 	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
 	if err != nil {

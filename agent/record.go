@@ -103,7 +103,8 @@ func newRecorder(log *slog.Logger, rd sampleReader, r tiers.Record, ifname func(
 	if r.Dir != "" {
 		d, err := newPcapDir(r.Dir, r.MaxBytes, max(r.Snaplen, 1), ifname)
 		if err != nil {
-			return nil, err
+			log.Warn("shed record: the record dir is not usable yet; samples are kept in memory and counted lost until it is", "dir", r.Dir, "error", err)
+			rec.dirErr.Store(true)
 		}
 		rec.dir = d
 	}

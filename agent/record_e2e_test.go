@@ -312,3 +312,34 @@ func TestRecordEventsDown(t *testing.T) {
 
 // fmtSscan reads one number.
 func fmtSscan(s string, v *float64) (int, error) { return fmt.Sscan(s, v) }
+
+// TestRecordDirUnusable: a record dir that cannot be made (its parent is a
+// file) costs the samples, counted lost, and nothing else: the agent
+// sheds and keeps the samples in memory.
+func TestRecordDirUnusable(t *testing.T) {
+	testenv.Require(t)
+	p := newPair(t)
+	parent := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(parent, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pol := recordPolicy(t, filepath.Join(parent, "shed"), "")
+	a := startAgent(t, p, agent.XDPAuto, pol)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ep, err := a.StartRecord(ctx, pol, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping(t, p.Send, p.CollAddr.String(), 1, "0.2")
+	floodFrom(t, p, []netip.Addr{p.SendAddr}, []int{2000}, 2*time.Second)
+	time.Sleep(200 * time.Millisecond)
+	m := gather(t, a)
+	lost, written := m.sum("tierlimit_shed_samples_total", `result="lost"`), m.sum("tierlimit_shed_samples_total", `result="written"`)
+	if drops := m.sum("tierlimit_selected_packets_total", `verdict="drop"`); drops < 2000 || lost < 100 || written != 0 {
+		t.Errorf("drops %v, samples lost %v written %v: want the flood shed and every sample lost", drops, lost, written)
+	}
+	if n := len(ep.Recorder().Recent()); n < 100 {
+		t.Errorf("%d samples in memory, want at least 100", n)
+	}
+}
