@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,5 +82,45 @@ func readRecordFile(t *testing.T, name string) int {
 			t.Fatal(err)
 		}
 		n++
+	}
+}
+
+// TestRecordEventsRsyslog sends an episode's reports to a real rsyslogd
+// (in the collector's namespace, on its loopback): rsyslog parses them as
+// RFC 5424, its message without the structured data, tagged tierlimit,
+// for the open, the summaries and the close.
+func TestRecordEventsRsyslog(t *testing.T) {
+	testenv.Require(t)
+	testenv.RequireRsyslog(t)
+	p, pin, cfg := pinnedSetup(t, strictYAML+"events: {syslog: udp://127.0.0.1:5514, summary_every: 1s}\n")
+	rs := testenv.StartRsyslog(t, p.Coll, netip.MustParseAddrPort("127.0.0.1:5514"))
+	run := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--pin-path", pin)
+	f := startFlood(t, p, 3*time.Second)
+	<-f.done
+	if n, err := rs.WaitCount("shedding ended after", 1, time.Second, 10*time.Second); n != 1 || err != nil {
+		t.Fatalf("rsyslog got %d closing reports (%v); agent log:\n%s", n, err, run.log)
+	}
+	out, err := os.ReadFile(rs.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opens, summaries int
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.Contains(line, "shedding") {
+			continue
+		}
+		if !strings.Contains(line, " tierlimit[") || strings.Contains(line, "shed@32473") {
+			t.Errorf("rsyslog did not parse the report as RFC 5424 with structured data: %q", line)
+		}
+		switch {
+		case strings.Contains(line, "shedding began on "+p.CollIf):
+			t.Logf("rsyslog wrote: %s", line)
+			opens++
+		case strings.Contains(line, "top source groups by sampled sheds"):
+			summaries++
+		}
+	}
+	if opens != 1 || summaries < 1 {
+		t.Errorf("rsyslog got %d openings and %d summaries, want 1 and at least 1:\n%s", opens, summaries, out)
 	}
 }
