@@ -91,6 +91,9 @@ type Episodes struct {
 	mode   tiers.Mode
 	max    uint64
 	host   string
+	// samples is record.samples; share the eligible share set last.
+	samples uint32
+	share   float64
 
 	mu          sync.Mutex
 	cur         Episode
@@ -106,7 +109,7 @@ type Episodes struct {
 func newEpisodes(log *slog.Logger, lim *bpf.Limiter, rec *Recorder, p tiers.Policy, ifaces func() []string, state string) *Episodes {
 	host, _ := os.Hostname()
 	e := &Episodes{log: log, lim: lim, rec: rec, ifaces: ifaces, state: state, window: max(p.Window, 100*time.Millisecond),
-		every: p.Events.SummaryEvery, mode: p.Mode, max: p.Max, host: host}
+		every: p.Events.SummaryEvery, mode: p.Mode, max: p.Max, host: host, samples: p.Record.Samples, share: 1}
 	if e.every <= 0 {
 		e.every = tiers.DefaultSummaryEvery
 	}
@@ -162,7 +165,9 @@ func (e *Episodes) tick(now time.Time, st bpf.Stats) {
 		return
 	}
 	shed := shedOf(&st) - shedOf(&e.prev)
-	rate := float64(offeredOf(&st)-offeredOf(&e.prev)) / now.Sub(e.prevAt).Seconds()
+	dt := now.Sub(e.prevAt).Seconds()
+	rate := float64(offeredOf(&st)-offeredOf(&e.prev)) / dt
+	e.setShare(float64(shed) / dt)
 	prev := e.prev
 	e.prev, e.prevAt = st, now
 	switch {
@@ -186,6 +191,32 @@ func (e *Episodes) tick(now time.Time, st bpf.Stats) {
 		e.nextSummary = now.Add(e.every)
 		e.report("summary", now)
 	}
+}
+
+// recordOversample: the share of shed packets eligible for a sample is
+// this many times record.samples over the last window's shed rate (bpf
+// SetRecordShare), so that the cap's gate still finds an eligible packet
+// soon after each token while the samples stay a random draw.
+const recordOversample = 4
+
+// setShare sets the share of shed packets eligible for a sample from the
+// last window's shed rate (packets/s): all of them when nothing was shed.
+func (e *Episodes) setShare(shedRate float64) {
+	if e.lim == nil || e.samples == 0 {
+		return
+	}
+	share := 1.0
+	if shedRate > 0 {
+		share = min(1, recordOversample*float64(e.samples)/shedRate)
+	}
+	if share == e.share {
+		return
+	}
+	if err := e.lim.SetRecordShare(share); err != nil {
+		e.log.Warn("shed record: set the sampled share", "error", err)
+		return
+	}
+	e.share = share
 }
 
 func (e *Episodes) open(now time.Time, start bpf.Stats, rate float64) {

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
@@ -47,6 +49,21 @@ type Recorder struct {
 
 	written, lost atomic.Uint64 // samples kept, and those the agent could not write
 	dirErr        atomic.Bool   // the last write failed: logged once until it works again
+}
+
+// payloadSeverity reads the syslog severity of a sampled UDP frame whose
+// <PRI> the program did not read (no severity block): -1 when the frame is
+// not UDP, the snaplen cut the payload's start, or it has no valid <PRI>.
+func payloadSeverity(frame []byte) int {
+	p := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.DecodeOptions{Lazy: true, NoCopy: true})
+	udp, ok := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
+	if !ok {
+		return -1
+	}
+	if sev, ok := tiers.SyslogSeverity(udp.Payload); ok {
+		return sev
+	}
+	return -1
 }
 
 // SampleComment is a sample's packet comment and log form:
@@ -134,6 +151,9 @@ func (r *Recorder) run() {
 // dir, in the pcapng files. A sample the files refuse (a full or read-only
 // disk) is counted lost; shedding is not affected.
 func (r *Recorder) keep(s bpf.Sample) {
+	if s.Severity < 0 {
+		s.Severity = payloadSeverity(s.Data)
+	}
 	r.mu.Lock()
 	if len(r.recent) < RecentSamples {
 		r.recent = append(r.recent, s)

@@ -213,7 +213,11 @@ func checkTopGroups(t *testing.T, params map[string]string, a, b netip.Addr) {
 		g, s, _ := strings.Cut(top[i], ":")
 		var share float64
 		fmtSscan(s, &share)
+		// The slack: the flood's first window samples the first shed
+		// packet after each token (the share is set from the window
+		// before), which can favour either sender.
 		bound := 5*math.Sqrt(want.share*(1-want.share)/n) + 0.02
+		t.Logf("top group %d: %s at %.3f (true %.3f ± %.3f, %v samples)", i+1, g, share, want.share, bound, n)
 		if g != want.group || math.Abs(share-want.share) > bound {
 			t.Errorf("top group %d: %s at %.3f, want %s at %.3f ± %.3f (%v samples)", i+1, g, share, want.group, want.share, bound, n)
 		}

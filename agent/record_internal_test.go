@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/tierlimit/tierlimit/bpf"
@@ -439,5 +441,36 @@ func waitFor(t *testing.T, ok func() bool) {
 			t.Fatal("condition not met within 10 s")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPayloadSeverity: the agent reads the <PRI> of a sample the program
+// did not (no severity block), and only of a whole UDP syslog frame.
+func TestPayloadSeverity(t *testing.T) {
+	frame := func(payload string) []byte {
+		buf := gopacket.NewSerializeBuffer()
+		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: net.IP{192, 0, 2, 1}, DstIP: net.IP{192, 0, 2, 2}}
+		udp := &layers.UDP{SrcPort: 40000, DstPort: 514}
+		udp.SetNetworkLayerForChecksum(ip)
+		err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
+			&layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4},
+			ip, udp, gopacket.Payload(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	for _, c := range []struct {
+		frame []byte
+		want  int
+	}{
+		{frame("<134>1 - - - - - - info"), 6},
+		{frame("<11>Jan  1 00:00:00 host app: err"), 3},
+		{frame("no pri"), -1},
+		{frame("<134>1 x")[:44], -1}, // cut inside the UDP header
+	} {
+		if got := payloadSeverity(c.frame); got != c.want {
+			t.Errorf("payloadSeverity(%q) = %d, want %d", c.frame, got, c.want)
+		}
 	}
 }

@@ -344,6 +344,7 @@ const (
 	LimiterMapWindow         = "window"
 	LimiterProgTierlimit     = "tierlimit"
 	LimiterVarTlContractBtf  = "tl_contract_btf"
+	LimiterVarTlRecordShare  = "tl_record_share"
 	LimiterVarTlSkbIfaces    = "tl_skb_ifaces"
 )
 
@@ -425,6 +426,7 @@ type LimiterMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterVariableSpecs struct {
 	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlRecordShare *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
 }
 
@@ -504,6 +506,7 @@ func (m *LimiterMaps) Close() error {
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterVariables struct {
 	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlRecordShare *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.Variable `ebpf:"tl_skb_ifaces"`
 }
 

@@ -41,6 +41,7 @@ const (
 	limiterStagesProgTierlimit     = "tierlimit"
 	limiterStagesVarTlBenchStage   = "tl_bench_stage"
 	limiterStagesVarTlContractBtf  = "tl_contract_btf"
+	limiterStagesVarTlRecordShare  = "tl_record_share"
 	limiterStagesVarTlSkbIfaces    = "tl_skb_ifaces"
 )
 
@@ -123,6 +124,7 @@ type limiterStagesMapSpecs struct {
 type limiterStagesVariableSpecs struct {
 	TlBenchStage  *ebpf.VariableSpec `ebpf:"tl_bench_stage"`
 	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlRecordShare *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
 }
 
@@ -203,6 +205,7 @@ func (m *limiterStagesMaps) Close() error {
 type limiterStagesVariables struct {
 	TlBenchStage  *ebpf.Variable `ebpf:"tl_bench_stage"`
 	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlRecordShare *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.Variable `ebpf:"tl_skb_ifaces"`
 }
 

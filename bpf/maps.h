@@ -216,4 +216,12 @@ struct {
  * that the selected path reads it with one load. */
 volatile __u32 tl_skb_ifaces;
 
+/* The share of shed packets that may take a sample (record.h record_token),
+ * on the bpf_get_prandom_u32() scale; TL_THR_ALWAYS (the value at load):
+ * every one. The agent sets it each window to a few times record.samples
+ * over the shed rate, so that the samples are a random draw of the shed
+ * packets rather than the first after each of the gate's tokens, which
+ * would favour a sender whose packets come first after a tick. */
+volatile __u32 tl_record_share = TL_THR_ALWAYS;
+
 #endif /* __TL_MAPS_H */

@@ -94,6 +94,21 @@ func setRecord(set *LimiterTlSettings, r tiers.RecordTable, tickNs uint64) {
 	set.RecTickNs = tickNs
 }
 
+// SetRecordShare sets the share (0..1) of shed packets that may take a
+// sample, the rest being passed over before the cap's gate (maps.h
+// tl_record_share): a share a few times record.samples over the shed rate
+// makes the samples a random draw of the shed packets. 1 at load.
+func (l *Limiter) SetRecordShare(share float64) error {
+	thr := uint32(tiers.AlwaysDrop)
+	if share < 1 {
+		thr = uint32(max(share, 0) * (1 << 32))
+	}
+	if err := l.objs.TlRecordShare.Set(thr); err != nil {
+		return fmt.Errorf("set tl_record_share: %w", err)
+	}
+	return nil
+}
+
 // RecordCounts returns the samples the program wrote into the ring, and
 // those it had no room for, summed over CPUs.
 func (l *Limiter) RecordCounts() (sampled, lost uint64, err error) {

@@ -51,7 +51,13 @@ static __always_inline __u64 record_meta(const struct pkt *p, void *data, __u32 
  * gate's line is written at most rec_samples times a second plus the
  * swaps that lose a race for a sample, so the CPUs keep it in their caches.
  * Accepted race: the losers of a swap skip their sample; there was one
- * token and another CPU took it. */
+ * token and another CPU took it.
+ *
+ * While the gate has a token, a shed packet takes it with probability
+ * tl_record_share (maps.h): the sample is a random one of the shed
+ * packets that follow the token, not the first. Only packets that find a
+ * token draw: under a flood, about the share's fraction of a token's wait
+ * (with tl_record_share at 4 × the cap over the shed rate, a quarter). */
 static __always_inline int record_token(const struct tl_settings *s)
 {
 	__u32 zero = 0;
@@ -61,6 +67,9 @@ static __always_inline int record_token(const struct tl_settings *s)
 	__u64 now = s->rec_tick_ns ? bpf_jiffies64() * s->rec_tick_ns : bpf_ktime_get_ns();
 	__u64 tat = READ_ONCE(g->tat);
 	if ((__s64)(tat - now) > (__s64)s->rec_tau_ns)
+		return 0;
+	__u32 share = tl_record_share;
+	if (share != TL_THR_ALWAYS && bpf_get_prandom_u32() >= share)
 		return 0;
 	__u64 next = ((__s64)(tat - now) > 0 ? tat : now) + s->rec_interval_ns;
 	return __sync_bool_compare_and_swap(&g->tat, tat, next);

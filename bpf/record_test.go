@@ -3,6 +3,7 @@ package bpf_test
 import (
 	"bytes"
 	"errors"
+	"math"
 	"net/netip"
 	"os"
 	"runtime"
@@ -250,5 +251,36 @@ func TestRecordSnaplen(t *testing.T) {
 		if len(got) != 1 || !bytes.Equal(got[0].Data, want) {
 			t.Errorf("snaplen %d: samples %+v, want data %x", snap, got, want)
 		}
+	}
+}
+
+// TestRecordShare: with a share of 0 no shed packet is eligible, whatever
+// the gate allows; with about half, about half of a slow trickle is
+// sampled (5σ); back at 1, every one the gate allows.
+func TestRecordShare(t *testing.T) {
+	frame := udpFrom(t, netip.AddrFrom4([4]byte(Src4)))
+	h := newHarness(t, recordPolicy(t, tiers.MaxRecordSamples))
+	h.preload(1000)
+	count := func(share float64, n int) uint64 {
+		t.Helper()
+		if err := h.l.SetRecordShare(share); err != nil {
+			t.Fatal(err)
+		}
+		s0, l0 := recordCounts(t, h)
+		for range n {
+			h.run(frame)
+		}
+		s1, l1 := recordCounts(t, h)
+		return s1 + l1 - s0 - l0
+	}
+	if got := count(0, 200); got != 0 {
+		t.Errorf("share 0: %d samples, want none", got)
+	}
+	const n = 2000 // one test run each: far below the cap's 100000/s
+	if got := count(0.5, n); math.Abs(float64(got)-n/2) > 5*math.Sqrt(n*0.25) {
+		t.Errorf("share 0.5: %d samples of %d, want %d ± %.0f", got, n, n/2, 5*math.Sqrt(n*0.25))
+	}
+	if got := count(1, 200); got < 190 {
+		t.Errorf("share 1: %d samples of 200, want about all", got)
 	}
 }
