@@ -158,7 +158,8 @@ type Agent struct {
 	attached []*Attachment
 	pinsLost bool // Watch logged the pinned state as gone
 
-	auto atomic.Pointer[AutoMax] // the adaptive-max controller, once started
+	auto   atomic.Pointer[AutoMax]  // the adaptive-max controller, once started
+	record atomic.Pointer[Episodes] // the shed record, once started
 
 	reloadOK, reloadErr atomic.Uint64
 	scrapeErrors        atomic.Uint64

@@ -12,7 +12,7 @@ import (
 // The metrics (DESIGN.md §5) take one path from the maps: the collector
 // takes one Snapshot per scrape and hands it to each feature's collect
 // function (collectTiers, collectPolicy, collectSeverity, collectSources,
-// collectAuto), all of one shape. A feature declares its Descs with metric,
+// collectAuto, collectRecord), all of one shape. A feature declares its Descs with metric,
 // next to its collect function; adding a metric touches that one place.
 
 // descs is every Desc that metric made, for Describe.
@@ -95,6 +95,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, scrapeErrorsDesc, a.scrapeErrors.Load())
 	s.Auto = a.autoCounts()
 	collectAuto(ch, s)
+	s.Record = a.recordCounts()
+	collectRecord(ch, s)
 }
 
 // The limiter's traffic, window and policy families.

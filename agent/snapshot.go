@@ -43,6 +43,9 @@ type Snapshot struct {
 	// when no controller runs, as in `tierlimit status`. It is the agent's,
 	// not the maps': the collector fills it in.
 	Auto *AutoCounts
+	// Record holds the shed record's counters (DESIGN.md §10): nil when
+	// the record was not started. The agent's, like Auto.
+	Record *RecordCounts
 }
 
 // AutoCounts are the adaptive-max controller's counters.

@@ -37,6 +37,7 @@ func BenchmarkProgram(b *testing.B) {
 		if len(ts) > 0 {
 			p.Tiers = ts
 		}
+		p.Record = tiers.Record{} // sampling off; BenchmarkRecord has it on
 		return p
 	}
 	within := tiers.Sources{Budget: tiers.Pct(100), PrefixV4: 32, PrefixV6: 64}

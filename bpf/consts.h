@@ -103,4 +103,16 @@
 #define TL_SMOOTH_ONSET_MIN 16
 #define TL_SMOOTH_TICK_SHIFT 22
 
+/* The shed record (DESIGN.md §10, record.h): the most bytes a sample keeps
+ * of its frame (record.snaplen is at most this; tiers.RecordSnapMax
+ * matches it), and the size of the ring buffer the samples go through, a
+ * power of two of pages: 1 MiB holds about 3400 samples, 34 s of the
+ * default 100/s, for an agent that falls behind. */
+#ifndef TL_RECORD_SNAP_MAX
+#define TL_RECORD_SNAP_MAX 256
+#endif
+#ifndef TL_RECORD_RING_BYTES
+#define TL_RECORD_RING_BYTES (1 << 20)
+#endif
+
 #endif /* __TL_CONSTS_H */

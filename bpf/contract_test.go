@@ -59,6 +59,8 @@ func contractLimits(t *testing.T, eq eqFunc) {
 	eq("bpf.NumVerdicts", uint64(bpf.NumVerdicts), tiers.NumVerdicts)
 	eq("bpf.MaxPrefixes", uint64(bpf.MaxPrefixes), tiers.MaxPrefixes)
 	eq("bpf.PrefixEntries / TL_SLOTS × tiers.MaxPrefixes", uint64(bpf.PrefixEntries), uint64(bpf.LimiterTlConstTL_C_SLOTS)*tiers.MaxPrefixes)
+	eq("tiers.RecordSnapMax / TL_RECORD_SNAP_MAX", tiers.RecordSnapMax, uint64(bpf.LimiterTlConstTL_C_RECORD_SNAP_MAX))
+	eq("bpf.RecordSnapMax", uint64(bpf.RecordSnapMax), tiers.RecordSnapMax)
 	// A rule is one bit of tl_port.cidr_rules and of tl_settings.syn_rules,
 	// and fits in the dests tag below the slot.
 	if tiers.MaxSelectRules > 32 || tiers.MaxSelectRules > 1<<tiers.DestRuleBits {

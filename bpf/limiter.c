@@ -13,7 +13,7 @@
  * TCP, pkt_pack), policy.h (active slot, selectors, exempt sources, tier
  * table), sources.h (per-source budgets), window.h (the shared window),
  * severity.h, segments.h (UDP super-packets), verdict.h (mode and draw,
- * counters, fragments, TL_STAGE). maps.h holds every map; consts.h and
+ * counters, fragments, TL_STAGE), record.h (samples of shed packets). maps.h holds every map; consts.h and
  * types.h the limits and the structs Go shares. */
 
 #include "include/tl_kernel.h"
@@ -83,7 +83,7 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	if (!w)
 		goto unselected;
 	if (s->src_budget) {
-		int act = source_budget(&p, s, slot, w, bytes);
+		int act = source_budget(ctx, &p, s, slot, w, bytes, sev);
 		if (act >= 0)
 			return act;
 	}
@@ -117,6 +117,8 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	else if (s->mode != TL_MODE_OFF && (sc ? sm_drop(sc, thr) : draw_drop(thr)))
 		verdict = mode_verdict(s);
 	count(&stats, tier * TL_VERDICTS + verdict, segs, bytes);
+	if (verdict != TL_PASS && s->rec_samples && record_token(s))
+		tl_record(ctx, record_meta(&p, data, slot, tier, TL_REASON_TIER, verdict, sev));
 	if (p.frag == FRAG_FIRST)
 		remember_first(&p, verdict);
 	return xdp_action(verdict);
@@ -140,7 +142,7 @@ int tierlimit(struct xdp_md *ctx)
 		TL_STAGE(TL_STAGE_PARSED, XDP_DROP);
 		break;
 	case PKT_FOLLOW:
-		return follow_fragment(&p, bytes);
+		return follow_fragment(ctx, &p, bytes);
 	case PKT_TINY:
 		return tiny_fragment(&p, bytes);
 	case PKT_MALFORMED:

@@ -236,6 +236,7 @@ func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Tabl
 		set.Flags |= hasExempt
 	}
 	l.setSources(&set, t.Sources)
+	setRecord(&set, t.Record, l.tickNs)
 	if err := l.objs.Settings.Put(slot, &set); err != nil {
 		return fmt.Errorf("write settings of slot %d: %w", slot, err)
 	}

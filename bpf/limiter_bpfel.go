@@ -41,6 +41,8 @@ const (
 	LimiterTlConstTL_C_SMOOTH_MIN_FRAC   LimiterTlConst = 2048
 	LimiterTlConstTL_C_SMOOTH_ONSET_MIN  LimiterTlConst = 16
 	LimiterTlConstTL_C_SMOOTH_TICK_SHIFT LimiterTlConst = 22
+	LimiterTlConstTL_C_RECORD_SNAP_MAX   LimiterTlConst = 256
+	LimiterTlConstTL_RECORD_NONE         LimiterTlConst = 255
 )
 
 type LimiterTlEntry struct {
@@ -121,6 +123,46 @@ const (
 	LimiterTlPortFlagTL_PORT_SYN     LimiterTlPortFlag = 2
 )
 
+type LimiterTlReason uint32
+
+const (
+	LimiterTlReasonTL_REASON_TIER        LimiterTlReason = 0
+	LimiterTlReasonTL_REASON_OVER_BUDGET LimiterTlReason = 1
+	LimiterTlReasonTL_REASON_SHED_FIRST  LimiterTlReason = 2
+	LimiterTlReasonTL_REASON_FRAGMENT    LimiterTlReason = 3
+	LimiterTlReasonTL_REASONS            LimiterTlReason = 4
+)
+
+type LimiterTlRecordCpu struct {
+	_       structs.HostLayout
+	Sampled uint64
+	Lost    uint64
+}
+
+type LimiterTlRecordGate struct {
+	_   structs.HostLayout
+	Tat uint64
+	Pad [7]uint64
+}
+
+type LimiterTlSample struct {
+	_        structs.HostLayout
+	TimeNs   uint64
+	Ifindex  uint32
+	Len      uint32
+	Caplen   uint32
+	Tier     uint8
+	Reason   uint8
+	Verdict  uint8
+	Sev      uint8
+	SevClass uint8
+	Family   uint8
+	Prefix   uint8
+	Pad      [5]uint8
+	Group    [4]uint32
+	Data     [256]uint8
+}
+
 type LimiterTlSettings struct {
 	_             structs.HostLayout
 	WindowNs      uint64
@@ -154,6 +196,14 @@ type LimiterTlSettings struct {
 	SmLastN       uint64
 	SmPassBase    uint64
 	SmPassLast    uint64
+	RecSamples    uint32
+	RecSnaplen    uint32
+	RecMask4      uint32
+	RecMask6      [4]uint32
+	RecPrefixes   uint32
+	RecIntervalNs uint64
+	RecTauNs      uint64
+	RecTickNs     uint64
 }
 
 type LimiterTlSettingsFlag uint32
@@ -287,9 +337,12 @@ const (
 	LimiterMapMiscStats      = "misc_stats"
 	LimiterMapOverflow       = "overflow"
 	LimiterMapPorts          = "ports"
+	LimiterMapRecordCpu      = "record_cpu"
+	LimiterMapRecordGate     = "record_gate"
 	LimiterMapSelectDests    = "select_dests"
 	LimiterMapSettings       = "settings"
 	LimiterMapSeverityStats  = "severity_stats"
+	LimiterMapShedSamples    = "shed_samples"
 	LimiterMapSkbIfaces      = "skb_ifaces"
 	LimiterMapSmoothCpu      = "smooth_cpu"
 	LimiterMapSourceRun      = "source_run"
@@ -301,6 +354,7 @@ const (
 	LimiterMapWindow         = "window"
 	LimiterProgTierlimit     = "tierlimit"
 	LimiterVarTlContractBtf  = "tl_contract_btf"
+	LimiterVarTlRecordShare  = "tl_record_share"
 	LimiterVarTlSkbIfaces    = "tl_skb_ifaces"
 )
 
@@ -360,9 +414,12 @@ type LimiterMapSpecs struct {
 	MiscStats      *ebpf.MapSpec `ebpf:"misc_stats"`
 	Overflow       *ebpf.MapSpec `ebpf:"overflow"`
 	Ports          *ebpf.MapSpec `ebpf:"ports"`
+	RecordCpu      *ebpf.MapSpec `ebpf:"record_cpu"`
+	RecordGate     *ebpf.MapSpec `ebpf:"record_gate"`
 	SelectDests    *ebpf.MapSpec `ebpf:"select_dests"`
 	Settings       *ebpf.MapSpec `ebpf:"settings"`
 	SeverityStats  *ebpf.MapSpec `ebpf:"severity_stats"`
+	ShedSamples    *ebpf.MapSpec `ebpf:"shed_samples"`
 	SkbIfaces      *ebpf.MapSpec `ebpf:"skb_ifaces"`
 	SmoothCpu      *ebpf.MapSpec `ebpf:"smooth_cpu"`
 	SourceRun      *ebpf.MapSpec `ebpf:"source_run"`
@@ -379,6 +436,7 @@ type LimiterMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterVariableSpecs struct {
 	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlRecordShare *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
 }
 
@@ -409,9 +467,12 @@ type LimiterMaps struct {
 	MiscStats      *ebpf.Map `ebpf:"misc_stats"`
 	Overflow       *ebpf.Map `ebpf:"overflow"`
 	Ports          *ebpf.Map `ebpf:"ports"`
+	RecordCpu      *ebpf.Map `ebpf:"record_cpu"`
+	RecordGate     *ebpf.Map `ebpf:"record_gate"`
 	SelectDests    *ebpf.Map `ebpf:"select_dests"`
 	Settings       *ebpf.Map `ebpf:"settings"`
 	SeverityStats  *ebpf.Map `ebpf:"severity_stats"`
+	ShedSamples    *ebpf.Map `ebpf:"shed_samples"`
 	SkbIfaces      *ebpf.Map `ebpf:"skb_ifaces"`
 	SmoothCpu      *ebpf.Map `ebpf:"smooth_cpu"`
 	SourceRun      *ebpf.Map `ebpf:"source_run"`
@@ -432,9 +493,12 @@ func (m *LimiterMaps) Close() error {
 		m.MiscStats,
 		m.Overflow,
 		m.Ports,
+		m.RecordCpu,
+		m.RecordGate,
 		m.SelectDests,
 		m.Settings,
 		m.SeverityStats,
+		m.ShedSamples,
 		m.SkbIfaces,
 		m.SmoothCpu,
 		m.SourceRun,
@@ -452,6 +516,7 @@ func (m *LimiterMaps) Close() error {
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterVariables struct {
 	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlRecordShare *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.Variable `ebpf:"tl_skb_ifaces"`
 }
 

@@ -23,9 +23,12 @@ const (
 	limiterStagesMapMiscStats      = "misc_stats"
 	limiterStagesMapOverflow       = "overflow"
 	limiterStagesMapPorts          = "ports"
+	limiterStagesMapRecordCpu      = "record_cpu"
+	limiterStagesMapRecordGate     = "record_gate"
 	limiterStagesMapSelectDests    = "select_dests"
 	limiterStagesMapSettings       = "settings"
 	limiterStagesMapSeverityStats  = "severity_stats"
+	limiterStagesMapShedSamples    = "shed_samples"
 	limiterStagesMapSkbIfaces      = "skb_ifaces"
 	limiterStagesMapSmoothCpu      = "smooth_cpu"
 	limiterStagesMapSourceRun      = "source_run"
@@ -38,6 +41,7 @@ const (
 	limiterStagesProgTierlimit     = "tierlimit"
 	limiterStagesVarTlBenchStage   = "tl_bench_stage"
 	limiterStagesVarTlContractBtf  = "tl_contract_btf"
+	limiterStagesVarTlRecordShare  = "tl_record_share"
 	limiterStagesVarTlSkbIfaces    = "tl_skb_ifaces"
 )
 
@@ -97,9 +101,12 @@ type limiterStagesMapSpecs struct {
 	MiscStats      *ebpf.MapSpec `ebpf:"misc_stats"`
 	Overflow       *ebpf.MapSpec `ebpf:"overflow"`
 	Ports          *ebpf.MapSpec `ebpf:"ports"`
+	RecordCpu      *ebpf.MapSpec `ebpf:"record_cpu"`
+	RecordGate     *ebpf.MapSpec `ebpf:"record_gate"`
 	SelectDests    *ebpf.MapSpec `ebpf:"select_dests"`
 	Settings       *ebpf.MapSpec `ebpf:"settings"`
 	SeverityStats  *ebpf.MapSpec `ebpf:"severity_stats"`
+	ShedSamples    *ebpf.MapSpec `ebpf:"shed_samples"`
 	SkbIfaces      *ebpf.MapSpec `ebpf:"skb_ifaces"`
 	SmoothCpu      *ebpf.MapSpec `ebpf:"smooth_cpu"`
 	SourceRun      *ebpf.MapSpec `ebpf:"source_run"`
@@ -117,6 +124,7 @@ type limiterStagesMapSpecs struct {
 type limiterStagesVariableSpecs struct {
 	TlBenchStage  *ebpf.VariableSpec `ebpf:"tl_bench_stage"`
 	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlRecordShare *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
 }
 
@@ -147,9 +155,12 @@ type limiterStagesMaps struct {
 	MiscStats      *ebpf.Map `ebpf:"misc_stats"`
 	Overflow       *ebpf.Map `ebpf:"overflow"`
 	Ports          *ebpf.Map `ebpf:"ports"`
+	RecordCpu      *ebpf.Map `ebpf:"record_cpu"`
+	RecordGate     *ebpf.Map `ebpf:"record_gate"`
 	SelectDests    *ebpf.Map `ebpf:"select_dests"`
 	Settings       *ebpf.Map `ebpf:"settings"`
 	SeverityStats  *ebpf.Map `ebpf:"severity_stats"`
+	ShedSamples    *ebpf.Map `ebpf:"shed_samples"`
 	SkbIfaces      *ebpf.Map `ebpf:"skb_ifaces"`
 	SmoothCpu      *ebpf.Map `ebpf:"smooth_cpu"`
 	SourceRun      *ebpf.Map `ebpf:"source_run"`
@@ -170,9 +181,12 @@ func (m *limiterStagesMaps) Close() error {
 		m.MiscStats,
 		m.Overflow,
 		m.Ports,
+		m.RecordCpu,
+		m.RecordGate,
 		m.SelectDests,
 		m.Settings,
 		m.SeverityStats,
+		m.ShedSamples,
 		m.SkbIfaces,
 		m.SmoothCpu,
 		m.SourceRun,
@@ -191,6 +205,7 @@ func (m *limiterStagesMaps) Close() error {
 type limiterStagesVariables struct {
 	TlBenchStage  *ebpf.Variable `ebpf:"tl_bench_stage"`
 	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlRecordShare *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.Variable `ebpf:"tl_skb_ifaces"`
 }
 

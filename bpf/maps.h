@@ -171,6 +171,37 @@ struct {
 	__type(value, struct tl_stat);
 } malformed_stats SEC(".maps");
 
+/* Sampled shed packets for the agent (record.h): struct tl_sample. A ring
+ * buffer, not a perf event array: one buffer shared by all CPUs, so the
+ * agent reads samples in the order they were taken and sizes one buffer,
+ * not one per CPU (a flood on one CPU fills its own perf buffer while the
+ * others idle); bpf_ringbuf_reserve hands out the record's memory, so the
+ * frame's bytes are copied once, into place, with no stack buffer (a
+ * sample outgrows the 512-byte stack's comfort) and no second copy by
+ * bpf_perf_event_output. The cost of one shared reservation (a spinlock)
+ * is paid only by sampled packets, at most record.samples per second. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, TL_RECORD_RING_BYTES);
+} shed_samples SEC(".maps");
+
+/* The cap of samples, shared by all CPUs: struct tl_record_gate (record.h
+ * record_token). Read by every shed packet, written only by those sampled. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tl_record_gate);
+} record_gate SEC(".maps");
+
+/* Each CPU's counts of samples written and lost: struct tl_record_cpu. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tl_record_cpu);
+} record_cpu SEC(".maps");
+
 /* Interfaces (by ifindex) the program is attached to in generic (skb)
  * mode, where one frame can be a UDP GSO/GRO super-packet. The value is
  * unused. The agent writes it, and tl_skb_ifaces, after attaching. */
@@ -184,5 +215,13 @@ struct {
 /* Entries of skb_ifaces: 0 spares every packet the lookup. A global, so
  * that the selected path reads it with one load. */
 volatile __u32 tl_skb_ifaces;
+
+/* The share of shed packets that may take a sample (record.h record_token),
+ * on the bpf_get_prandom_u32() scale; TL_THR_ALWAYS (the value at load):
+ * every one. The agent sets it each window to a few times record.samples
+ * over the shed rate, so that the samples are a random draw of the shed
+ * packets rather than the first after each of the gate's tokens, which
+ * would favour a sender whose packets come first after a tick. */
+volatile __u32 tl_record_share = TL_THR_ALWAYS;
 
 #endif /* __TL_MAPS_H */

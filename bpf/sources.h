@@ -189,10 +189,12 @@ static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id)
  * is within budget (it goes on to the window and the tiers), or the XDP
  * action for a packet over budget: dropped in enforce mode, passed in
  * dry-run (would_drop) and off, counted in source_stats and never in the
- * window. A first fragment's verdict is remembered for its followers. A
+ * window. A shed packet is sampled (record.h), with sev its <PRI>'s
+ * severity (parse_pri; negative for none). A first fragment's verdict is
+ * remembered for its followers. A
  * stage stop returns XDP_DROP, an action, which tl_judge returns. */
-static __always_inline int source_budget(const struct pkt *p, const struct tl_settings *s, __u32 slot,
-					 struct tl_window *w, __u64 bytes)
+static __always_inline int source_budget(struct xdp_md *ctx, const struct pkt *p, const struct tl_settings *s,
+					 __u32 slot, struct tl_window *w, __u64 bytes, int sev)
 {
 	struct tl_src_key k = {};
 	source_group(p, s, &k);
@@ -212,6 +214,9 @@ static __always_inline int source_budget(const struct pkt *p, const struct tl_se
 	if (s->mode != TL_MODE_OFF && draw_drop(thr))
 		verdict = mode_verdict(s);
 	count(&source_stats, verdict, 1, bytes);
+	if (verdict != TL_PASS && s->rec_samples && record_token(s))
+		tl_record(ctx, record_meta(p, (void *)(long)ctx->data, slot, TL_RECORD_NONE, TL_REASON_OVER_BUDGET,
+					   verdict, sev));
 	source_top_add(&k, id);
 	if (p->frag == FRAG_FIRST)
 		remember_first(p, verdict);

@@ -45,6 +45,9 @@ enum tl_const {
 	TL_C_SMOOTH_MIN_FRAC = TL_SMOOTH_MIN_FRAC,
 	TL_C_SMOOTH_ONSET_MIN = TL_SMOOTH_ONSET_MIN,
 	TL_C_SMOOTH_TICK_SHIFT = TL_SMOOTH_TICK_SHIFT,
+	TL_C_RECORD_SNAP_MAX = TL_RECORD_SNAP_MAX,
+	/* tl_sample.tier and .sev when unknown (over budget, fragments; no <PRI>) */
+	TL_RECORD_NONE = 0xff,
 };
 
 /* Drop thresholds on the bpf_get_prandom_u32() scale (tl_entry.thr). */
@@ -209,6 +212,63 @@ struct tl_settings {
 	__u64 sm_last_n;
 	__u64 sm_pass_base;
 	__u64 sm_pass_last;
+	/* The shed record (DESIGN.md §10, record.h): samples per second in
+	 * all (0: off, and nothing below is read), bytes kept of each frame
+	 * (at most TL_RECORD_SNAP_MAX), and the masks of a sample's source
+	 * group (the sources' prefixes, encoded as src_mask4 and src_mask6).
+	 * The cap's gate (record_gate, a GCRA): one sample every
+	 * rec_interval_ns, rec_tau_ns of burst tolerance ((burst - 1) ×
+	 * interval), on a clock of bpf_jiffies64() × rec_tick_ns (one load,
+	 * where bpf_ktime_get_ns costs tens of ns in a VM; 0: ktime). */
+	__u32 rec_samples;
+	__u32 rec_snaplen;
+	__u32 rec_mask4;
+	__u32 rec_mask6[4];
+	__u32 rec_prefixes; /* the masks' lengths: v4 | v6 << 8 */
+	__u64 rec_interval_ns;
+	__u64 rec_tau_ns;
+	__u64 rec_tick_ns;
+};
+
+/* Why a sampled packet was shed (tl_sample.reason, DESIGN.md §10). */
+enum tl_reason {
+	TL_REASON_TIER = 0,        /* its tier's draw (or a drop that pays protection's debt) */
+	TL_REASON_OVER_BUDGET = 1, /* its source group was over budget (§6) */
+	TL_REASON_SHED_FIRST = 2,  /* a shed_first severity, judged at the next tier's rate (§7) */
+	TL_REASON_FRAGMENT = 3,    /* a fragment that follows a dropped first */
+	TL_REASONS = 4,
+};
+
+/* One sampled shed packet, as the program writes it into shed_samples
+ * (record.h): its verdict, then the first caplen bytes of its frame. */
+struct tl_sample {
+	__u64 time_ns;  /* bpf_ktime_get_ns() (CLOCK_MONOTONIC) */
+	__u32 ifindex;  /* the interface it arrived on */
+	__u32 len;      /* the frame's length */
+	__u32 caplen;   /* bytes of data kept: min(len, rec_snaplen) */
+	__u8 tier;      /* its tier; TL_RECORD_NONE over budget and for fragments */
+	__u8 reason;    /* enum tl_reason */
+	__u8 verdict;   /* TL_DROP, or TL_WOULD_DROP in dry-run */
+	__u8 sev;       /* its <PRI>'s severity 0..7; TL_RECORD_NONE when not read */
+	__u8 sev_class; /* enum tl_sev_class */
+	__u8 family;    /* the group's family, 4 or 6; 0 when not found */
+	__u8 prefix;    /* the group's prefix length */
+	__u8 _pad[5];
+	__u32 group[4]; /* the source group: the source address masked as tl_src_key */
+	__u8 data[TL_RECORD_SNAP_MAX];
+};
+
+/* The cap's shared state (record_gate): the theoretical arrival time of
+ * the next sample, on the gate's clock; alone in its cache line. */
+struct tl_record_gate {
+	__u64 tat;
+	__u64 _pad[7];
+};
+
+/* One CPU's counts of samples (record_cpu). */
+struct tl_record_cpu {
+	__u64 sampled; /* samples written into the ring */
+	__u64 lost;    /* samples the ring had no room for */
 };
 
 /* enum of tl_settings.shape; values match tiers.Shape. */
@@ -327,6 +387,8 @@ struct tl_contract {
 	enum tl_malformed malformed;
 	enum tl_stage stage;
 	enum tl_shape shape;
+	enum tl_reason reason;
+	struct tl_sample sample; /* the ring buffer's records have no BTF of their own */
 };
 
 #endif /* __TL_TYPES_H */

@@ -10,6 +10,7 @@
 #include "maps.h"
 #include "parse.h"
 #include "policy.h"
+#include "record.h"
 
 /* Cost attribution, for benchmarks only (bpf BenchmarkStages). Built with
  * -DTL_BENCH_STAGES (the limiterStages object, gen.go), a program loaded
@@ -102,14 +103,19 @@ static __always_inline int pass_unselected(const struct pkt *p, __u64 bytes)
 
 /* A non-first fragment carries no L4 header: it is never counted, and takes
  * the verdict of its first fragment when that was dropped less than
- * TL_FRAG_TTL_MS ago (DESIGN.md §2). */
-static __always_inline int follow_fragment(struct pkt *p, __u64 bytes)
+ * TL_FRAG_TTL_MS ago (DESIGN.md §2). A drop is sampled (record.h). */
+static __always_inline int follow_fragment(struct xdp_md *ctx, struct pkt *p, __u64 bytes)
 {
 	struct tl_frag_key k = {};
 	frag_key(p, &k);
 	struct tl_frag_verdict *v = bpf_map_lookup_elem(&frag_verdicts, &k);
 	if (v && (__s64)(v->expires_ns - bpf_ktime_get_ns()) > 0) {
 		count(&misc_stats, TL_MISC_FRAG_DROP, 1, bytes);
+		__u32 zero = 0, slot;
+		struct tl_settings *s = active_settings(&zero, &slot);
+		if (s && s->rec_samples && record_token(s))
+			tl_record(ctx, record_meta(p, (void *)(long)ctx->data, slot, TL_RECORD_NONE,
+						   TL_REASON_FRAGMENT, TL_DROP, -1));
 		return XDP_DROP;
 	}
 	count(&misc_stats, TL_MISC_FRAG_PASS, 1, bytes);

@@ -48,6 +48,9 @@ type Table struct {
 	// only (DESIGN.md §9).
 	Shape    Shape
 	Smoothed SmoothTable
+	// Record is the shed record's sampling (DESIGN.md §10), encoded for
+	// the program's settings; the zero value samples nothing.
+	Record RecordTable
 }
 
 // thresholdOf is floor(max × at / 100) for at in micro-percent, exactly.
@@ -149,6 +152,7 @@ func Compile(p Policy) (Table, error) {
 		Selectors:  compileSelectors(p),
 		Severity:   compileSeverity(p, drops),
 		Sources:    compileSources(p),
+		Record:     compileRecord(p),
 		Shape:      p.Shape,
 	}
 	for i := range n {

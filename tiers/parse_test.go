@@ -23,6 +23,8 @@ func TestDefault(t *testing.T) {
 			{Proto: ProtoUDP, Ports: []PortRange{{514, 514}}, Count: CountPackets},
 			{Proto: ProtoTCP, Ports: []PortRange{{601, 601}, {6514, 6514}}, Count: CountSYN},
 		},
+		Record: Record{Samples: 100, Snaplen: 256, MaxBytes: 256 << 20},
+		Events: Events{SummaryEvery: 10 * time.Second},
 	}
 	got := Default()
 	if !reflect.DeepEqual(got, want) {

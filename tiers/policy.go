@@ -95,4 +95,10 @@ type Policy struct {
 	// Auto, when not nil, makes Max adaptive (`max: auto`, DESIGN.md §8):
 	// the agent moves Max within Auto's bounds; Max is the max in force.
 	Auto *AutoMax
+	// Record is what the program samples of shed packets and where the
+	// agent keeps them (DESIGN.md §10); the zero value samples nothing,
+	// Parse defaults to DefaultRecordSamples in memory.
+	Record Record
+	// Events is where episode reports go (DESIGN.md §10).
+	Events Events
 }

@@ -140,13 +140,19 @@ func compileSources(p Policy) SourceBudget {
 	} else {
 		b.Budget = uint32(min(thresholdOf(p.Max, s.Budget.micro), MaxBudgetPackets))
 	}
-	m4 := maskBytes(s.PrefixV4, 4)
-	b.Mask4 = binary.LittleEndian.Uint32(m4)
-	m6 := maskBytes(s.PrefixV6, 16)
-	for i := range b.Mask6 {
-		b.Mask6[i] = binary.LittleEndian.Uint32(m6[4*i:])
-	}
+	b.Mask4, b.Mask6 = encodeMasks(s.PrefixV4, s.PrefixV6)
 	return b
+}
+
+// encodeMasks encodes the group masks of prefix lengths v4 and v6 as the
+// program applies them (SourceBudget.Mask4, Mask6).
+func encodeMasks(v4, v6 int) (m4 uint32, m6 [4]uint32) {
+	m4 = binary.LittleEndian.Uint32(maskBytes(v4, 4))
+	b6 := maskBytes(v6, 16)
+	for i := range m6 {
+		m6[i] = binary.LittleEndian.Uint32(b6[4*i:])
+	}
+	return m4, m6
 }
 
 // maskBytes returns a network-order mask of n bytes with the first bits set.

@@ -115,6 +115,9 @@ func (p Policy) Validate() error {
 	if err := p.Sources.validate(p.Max); err != nil {
 		return err
 	}
+	if err := p.Record.validate(); err != nil {
+		return err
+	}
 	if p.Auto != nil {
 		return p.Auto.validate(p)
 	}

@@ -323,6 +323,12 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 			autoBlock = v
 			return nil
 		}},
+		{"record", func(key string, v *yaml.Node) error {
+			return ps.record(key, v, &p.Record)
+		}},
+		{"events", func(key string, v *yaml.Node) error {
+			return ps.events(key, v, &p.Events)
+		}},
 	})
 	if err != nil {
 		return err

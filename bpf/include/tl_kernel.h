@@ -25,6 +25,7 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_LRU_PERCPU_HASH = 10,
 	BPF_MAP_TYPE_LPM_TRIE = 11,
+	BPF_MAP_TYPE_RINGBUF = 27,
 };
 
 enum {

@@ -100,7 +100,27 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	fmt.Fprintf(out, "\nexempt sources: %s\n", prefixes(p.Exempt, "none"))
 	printSourcesCheck(out, p, t)
 	printSeverityCheck(out, p, t)
+	printRecordCheck(out, p)
 	return nil
+}
+
+// printRecordCheck prints the shed record and where episodes are reported
+// (DESIGN.md §10).
+func printRecordCheck(out io.Writer, p tiers.Policy) {
+	r := p.Record
+	switch {
+	case r.Samples == 0:
+		fmt.Fprintf(out, "\nshed record: off (record.samples 0)\n")
+	case r.Dir == "":
+		fmt.Fprintf(out, "\nshed record: at most %d samples/s of shed packets, %d bytes each, in the agent's memory (no record.dir)\n", r.Samples, r.Snaplen)
+	default:
+		fmt.Fprintf(out, "\nshed record: at most %d samples/s of shed packets, %d bytes each, as pcapng in %s within %d bytes\n", r.Samples, r.Snaplen, r.Dir, r.MaxBytes)
+	}
+	dest := "the agent's log only (no events.syslog)"
+	if s := p.Events.Syslog(); s != "" {
+		dest = s + " (RFC 5424) and the agent's log"
+	}
+	fmt.Fprintf(out, "episode reports: %s; a summary every %s\n", dest, p.Events.SummaryEvery)
 }
 
 // printTiers prints each tier's at, packet range and drop, and where a

@@ -30,6 +30,7 @@ type demoFlags struct {
 	severity bool
 	noisy    bool // --noisy-source (demo_sources.go)
 	auto     bool
+	record   bool // --record (demo_record.go)
 	// shape is --shape: the policy's shape, smooth unless set.
 	shape tiers.Shape
 }
@@ -38,7 +39,7 @@ func newDemoCmd(g *globals) *cobra.Command {
 	var f demoFlags
 	var loads, shape string
 	cmd := &cobra.Command{
-		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5] [--shape smooth|ordinal] [--severity | --noisy-source | --auto]",
+		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5] [--shape smooth|ordinal] [--severity | --noisy-source | --auto | --record]",
 		Short: "Watch the limiter shed a syslog flood in a throwaway sandbox",
 		Long: `demo builds a sandbox (two network namespaces joined by a veth pair, nothing
 in the host's namespace), attaches the limiter to the collector's end with the
@@ -63,7 +64,13 @@ total, and what the tiers' expectation P(R) gives each.
 With --auto the policy has max: auto starting at --max, and a collector that
 reads only a quarter of --max per window, behind a small receive buffer, is
 flooded at twice --max per window for 30 windows: each row shows a judged
-window, the collector's socket drops and the max the agent learnt.`,
+window, the collector's socket drops and the max the agent learnt.
+
+--record shows the shed record: two senders flood at 6 and 3 × max and four
+others send 4% of max each, for 6 windows; the shedding episode's RFC 5424
+reports (open, a summary every second, close) print as a syslog listener on
+the host's loopback receives them, then the last samples as tshark lists
+them, each with its packet comment.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, s := range strings.Split(loads, ",") {
@@ -89,6 +96,12 @@ window, the collector's socket drops and the max the agent learnt.`,
 			if f.noisy {
 				return runNoisyDemo(cmd.Context(), g, f)
 			}
+			if f.record {
+				if os.Geteuid() != 0 {
+					return agent.ErrNotRoot
+				}
+				return runRecordDemo(cmd.Context(), g, f)
+			}
 			if f.auto {
 				if os.Geteuid() != 0 {
 					return agent.ErrNotRoot
@@ -104,6 +117,7 @@ window, the collector's socket drops and the max the agent learnt.`,
 	cmd.Flags().StringVar(&shape, "shape", "smooth", "the policy's shape: smooth (passes spread over the window) or ordinal (the seed's rule: a burst at the window's start)")
 	cmd.Flags().BoolVar(&f.severity, "severity", false, "flood 1% crit, 49% info, 50% debug under a severity block (protect emerg..err, shed debug first)")
 	cmd.Flags().BoolVar(&f.noisy, "noisy-source", false, "show fair shedding: one heavy sender, five light ones, with and without per-source budgets")
+	cmd.Flags().BoolVar(&f.record, "record", false, "show the shed record: two noisy senders, the episode's syslog reports and tshark-style samples")
 	cmd.Flags().BoolVar(&f.auto, "auto", false, "max: auto starting at --max, flooded at 2 × max into a collector that reads max/4 per window: watch max settle")
 	return cmd
 }

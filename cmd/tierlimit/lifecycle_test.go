@@ -80,6 +80,8 @@ func spawnRun(t *testing.T, ns *testenv.NS, setup func(*exec.Cmd), args ...strin
 	p.cmd = ns.Command(context.Background(), cli(t), append([]string{"run"}, args...)...)
 	p.cmd.Stderr = p.log
 	p.cmd.Stdout = p.log
+	// The episode state file (DESIGN.md §10) goes to the test's dir.
+	p.cmd.Env = append(os.Environ(), "STATE_DIRECTORY="+t.TempDir())
 	if setup != nil {
 		setup(p.cmd)
 	}

@@ -59,7 +59,7 @@ func TestHUPDuringStartup(t *testing.T) {
 	p := testenv.NewPair(t)
 	cfg := writeFile(t, "policy.yaml", runPolicy)
 	start := time.Now()
-	a := spawnRun(t, p.Coll, func(c *exec.Cmd) { c.Env = append(os.Environ(), "GODEBUG=inittrace=1") },
+	a := spawnRun(t, p.Coll, func(c *exec.Cmd) { c.Env = append(c.Env, "GODEBUG=inittrace=1") },
 		"--iface", p.CollIf, "--config", cfg, "--no-pin")
 	if !a.waitLog("init github.com/tierlimit/tierlimit/internal/earlysignal @", 10*time.Second) {
 		t.Fatalf("no SIGHUP subscription while the program initialises:\n%s", a.log)

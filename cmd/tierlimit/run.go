@@ -32,6 +32,7 @@ type runFlags struct {
 	noPin       bool
 	pinPath     string
 	replace     bool
+	stateFile   string
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -69,6 +70,7 @@ The config must be a regular file of at most 4 MiB.`,
 	fl.BoolVar(&f.noPin, "no-pin", false, "do not pin: detach when run stops")
 	fl.StringVar(&f.pinPath, "pin-path", agent.DefaultPinPath, "bpffs directory for the pinned links and maps")
 	fl.BoolVar(&f.replace, "replace", false, "replace another XDP program already attached to an interface")
+	fl.StringVar(&f.stateFile, "state-file", agent.DefaultStatePath(), "where the open or last shedding episode is kept, for 'tierlimit status --shed'; empty disables")
 	return cmd
 }
 
@@ -220,6 +222,9 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	// the adaptive max's series and the log its signal.
 	startAutoMax(ctx, log, a, p, src)
 	src = nil // the controller owns it
+	if _, err := a.StartRecord(ctx, p, f.stateFile); err != nil {
+		log.Error("shed record: not started; shedding goes on unrecorded", "error", err)
+	}
 
 	sctx, stopServe := context.WithCancel(ctx)
 	defer stopServe()

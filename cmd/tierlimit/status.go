@@ -21,16 +21,26 @@ func newStatusCmd(g *globals) *cobra.Command {
 	var pin string
 	var asJSON bool
 	var top int
+	var shed bool
+	var stateFile string
 	cmd := &cobra.Command{
-		Use:   "status [--json] [--top N]",
+		Use:   "status [--json] [--top N] [--shed]",
 		Short: "Show the pinned limiter: interfaces, policy, window and totals",
 		Long: `status reads the pinned links and maps, with no agent running, and prints the
 interfaces and their XDP mode, the policy in force (tiers with thresholds and
 drop rates), the current window's count and tier, and the totals per tier and
 verdict: the same numbers /metrics shows. --top N adds the per-source budget
-and the N source groups with the most packets over budget.`,
+and the N source groups with the most packets over budget.
+
+--shed prints the open shedding episode, or the last one, instead: when it
+began (and ended), the packets shed by tier, reason and severity class, and
+the source groups with the most sampled sheds, from the state file the agent
+keeps (--state-file), so it works with no agent running.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if shed {
+				return statusShed(g.stdout, stateFile, asJSON)
+			}
 			st, err := agent.ReadStatus(pin)
 			if e := explainLayout(err, "tierlimit detach --iface IF --pin-path "+pin); e != nil {
 				return e
@@ -61,6 +71,8 @@ and the N source groups with the most packets over budget.`,
 	cmd.Flags().StringVar(&pin, "pin-path", agent.DefaultPinPath, "bpffs directory of the pinned links and maps")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().IntVar(&top, "top", 0, "also list the N source groups with the most packets over budget")
+	cmd.Flags().BoolVar(&shed, "shed", false, "print the open or last shedding episode")
+	cmd.Flags().StringVar(&stateFile, "state-file", agent.DefaultStatePath(), "the agent's episode state file, for --shed")
 	return cmd
 }
 

@@ -40,6 +40,7 @@ PACKAGES=(
 	rsyslog bsdutils iputils-ping util-linux
 	make git ca-certificates curl python3 bpftool
 	prometheus systemd debootstrap
+	tcpdump tshark
 )
 
 # The commands the tests, the demo and the benchmarks run, by the package
@@ -48,6 +49,7 @@ TOOLS=(
 	"clang-${CLANG_VERSION}" "llvm-strip-${CLANG_VERSION}" ip ethtool nft trafgen
 	logger rsyslogd ping nsenter setpriv taskset unshare make git
 	promtool prometheus systemd-analyze
+	tcpdump tshark
 )
 
 mode=full

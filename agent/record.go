@@ -1,0 +1,326 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// RecentSamples is how many samples the agent keeps in memory, newest last.
+const RecentSamples = 1024
+
+// sampleReader is what the recorder reads samples from: *bpf.SampleReader.
+type sampleReader interface {
+	Read() (bpf.Sample, error)
+	Close() error
+}
+
+// Recorder keeps the shed record (DESIGN.md §10): it reads the program's
+// samples, keeps the last RecentSamples in memory, writes them into
+// rotating pcapng files when the policy names a record dir, and counts
+// them for the episode in progress.
+type Recorder struct {
+	log *slog.Logger
+	rd  sampleReader
+	dir *pcapDir // nil: memory only
+	// monoOff turns a sample's CLOCK_MONOTONIC time into wall time.
+	monoOff time.Duration
+
+	mu     sync.Mutex
+	recent []bpf.Sample // a ring of RecentSamples, next at head
+	head   int
+	groups map[netip.Prefix]uint64 // samples by group since resetGroups
+	nGroup uint64                  // their total
+
+	written, lost atomic.Uint64 // samples kept, and those the agent could not write
+	dirErr        atomic.Bool   // the last write failed: logged once until it works again
+}
+
+// payloadSeverity reads the syslog severity of a sampled UDP frame whose
+// <PRI> the program did not read (no severity block): -1 when the frame is
+// not UDP, the snaplen cut the payload's start, or it has no valid <PRI>.
+func payloadSeverity(frame []byte) int {
+	p := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.DecodeOptions{Lazy: true, NoCopy: true})
+	udp, ok := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
+	if !ok {
+		return -1
+	}
+	if sev, ok := tiers.SyslogSeverity(udp.Payload); ok {
+		return sev
+	}
+	return -1
+}
+
+// SampleComment is a sample's packet comment and log form:
+// "tier=3 reason=tier severity=info group=10.0.0.0/24 verdict=drop", with
+// "dry_run=true" after a would_drop; "-" for a tier or severity the sample
+// does not have.
+func SampleComment(s bpf.Sample) string {
+	tier, sev := "-", "-"
+	if s.Tier >= 0 {
+		tier = strconv.Itoa(s.Tier)
+	}
+	if s.Severity >= 0 {
+		sev = tiers.SeverityName(s.Severity)
+	}
+	group := "-"
+	if s.Group.IsValid() {
+		group = s.Group.String()
+	}
+	c := fmt.Sprintf("tier=%s reason=%s severity=%s class=%s group=%s verdict=%s", tier, s.Reason, sev, s.Class, group, s.Verdict)
+	if s.Verdict == tiers.VerdictWouldDrop {
+		c += " dry_run=true"
+	}
+	return c
+}
+
+// ParseSampleComment reads a comment SampleComment wrote back into its
+// keys and values.
+func ParseSampleComment(c string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, f := range strings.Fields(c) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || k == "" || v == "" {
+			return nil, fmt.Errorf("comment %q: field %q is not key=value", c, f)
+		}
+		out[k] = v
+	}
+	for _, k := range []string{"tier", "reason", "severity", "class", "group", "verdict"} {
+		if _, ok := out[k]; !ok {
+			return nil, fmt.Errorf("comment %q: no %s", c, k)
+		}
+	}
+	return out, nil
+}
+
+// newRecorder starts reading rd. With r.Dir set, samples go to pcapng
+// files there too; ifname names interfaces for them.
+func newRecorder(log *slog.Logger, rd sampleReader, r tiers.Record, ifname func(int) string) (*Recorder, error) {
+	rec := &Recorder{log: log, rd: rd, recent: make([]bpf.Sample, 0, RecentSamples), groups: map[netip.Prefix]uint64{}}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return nil, fmt.Errorf("read the monotonic clock: %w", err)
+	}
+	rec.monoOff = time.Duration(time.Now().UnixNano() - ts.Nano())
+	if r.Dir != "" {
+		d, err := newPcapDir(r.Dir, r.MaxBytes, max(r.Snaplen, 1), ifname)
+		if err != nil {
+			log.Warn("shed record: the record dir is not usable yet; samples are kept in memory and counted lost until it is", "dir", r.Dir, "error", err)
+			rec.dirErr.Store(true)
+		}
+		rec.dir = d
+	}
+	return rec, nil
+}
+
+// run reads samples until the reader is closed.
+func (r *Recorder) run() {
+	for {
+		s, err := r.rd.Read()
+		if errors.Is(err, bpf.ErrClosed) {
+			if r.dir != nil {
+				r.dir.close()
+			}
+			return
+		}
+		if err != nil {
+			r.lost.Add(1)
+			r.log.Warn("shed record: read sample", "error", err)
+			continue
+		}
+		r.keep(s)
+	}
+}
+
+// keep stores one sample: in memory, in the episode's groups and, with a
+// dir, in the pcapng files. A sample the files refuse (a full or read-only
+// disk) is counted lost; shedding is not affected.
+func (r *Recorder) keep(s bpf.Sample) {
+	if s.Severity < 0 {
+		s.Severity = payloadSeverity(s.Data)
+	}
+	r.mu.Lock()
+	if len(r.recent) < RecentSamples {
+		r.recent = append(r.recent, s)
+	} else {
+		r.recent[r.head] = s
+	}
+	r.head = (r.head + 1) % RecentSamples
+	if s.Group.IsValid() {
+		r.groups[s.Group]++
+	}
+	r.nGroup++
+	r.mu.Unlock()
+	if r.dir == nil {
+		r.written.Add(1)
+		return
+	}
+	err := r.dir.write(r.wall(s.Mono), s.Ifindex, s.Len, s.Data, SampleComment(s))
+	if err != nil {
+		r.lost.Add(1)
+		if !r.dirErr.Swap(true) {
+			r.log.Warn("shed record: samples not written, counted lost until the dir takes them again", "dir", r.dir.dir, "error", err)
+		}
+		return
+	}
+	if r.dirErr.Swap(false) {
+		r.log.Info("shed record: samples written again", "dir", r.dir.dir)
+	}
+	r.written.Add(1)
+}
+
+func (r *Recorder) wall(mono time.Duration) time.Time {
+	return time.Unix(0, int64(mono+r.monoOff))
+}
+
+// Recent returns the samples in memory, oldest first.
+func (r *Recorder) Recent() []bpf.Sample {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.recent) < RecentSamples {
+		return append([]bpf.Sample(nil), r.recent...)
+	}
+	return append(append([]bpf.Sample(nil), r.recent[r.head:]...), r.recent[:r.head]...)
+}
+
+// GroupShare is a source group's share of an episode's samples.
+type GroupShare struct {
+	Group   netip.Prefix `json:"group"`
+	Samples uint64       `json:"samples"`
+	Share   float64      `json:"share"`
+}
+
+// topGroups returns the n groups with the most samples since the last
+// reset, and the number of samples.
+func (r *Recorder) topGroups(n int) ([]GroupShare, uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]GroupShare, 0, len(r.groups))
+	for g, c := range r.groups {
+		out = append(out, GroupShare{Group: g, Samples: c})
+	}
+	sortShares(out)
+	if len(out) > n {
+		out = out[:n]
+	}
+	for i := range out {
+		out[i].Share = float64(out[i].Samples) / float64(max(r.nGroup, 1))
+	}
+	return out, r.nGroup
+}
+
+// resetGroups starts counting groups afresh: a new episode.
+func (r *Recorder) resetGroups() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.groups)
+	r.nGroup = 0
+}
+
+// close stops run.
+func (r *Recorder) close() { r.rd.Close() }
+
+// recordCounts are the record's counters, nil before StartRecord.
+func (a *Agent) recordCounts() *RecordCounts {
+	if ep := a.record.Load(); ep != nil {
+		return ep.counts()
+	}
+	return nil
+}
+
+// RecordCounts are the shed record's counters (DESIGN.md §5).
+type RecordCounts struct {
+	Shedding      bool
+	Episodes      uint64
+	Written, Lost uint64 // samples; Lost includes the program's ring-full losses
+	Sent, Errors  uint64 // event reports
+}
+
+// StartRecord starts the shed record (DESIGN.md §10) of policy p: the
+// sample reader (with p.Record.Samples > 0), the pcapng files (with
+// p.Record.Dir) and the episode tracker, which reports to p.Events and
+// keeps the open or last episode in statePath ("" for none). Cancelling
+// ctx stops them. A reload changes what the program samples (rate and
+// snaplen); the dir, the events destination and the tracker's window are
+// those of p until the agent restarts.
+func (a *Agent) StartRecord(ctx context.Context, p tiers.Policy, statePath string) (*Episodes, error) {
+	if a.record.Load() != nil {
+		return nil, fmt.Errorf("shed record: started already")
+	}
+	var rec *Recorder
+	if p.Record.Samples > 0 {
+		rd, err := a.lim.Samples()
+		if err != nil {
+			return nil, err
+		}
+		if rec, err = newRecorder(a.log, rd, p.Record, a.ifname); err != nil {
+			rd.Close()
+			return nil, err
+		}
+		go rec.run()
+		context.AfterFunc(ctx, rec.close)
+	}
+	ep := newEpisodes(a.log, a.lim, rec, p, a.ifaceNames, statePath)
+	a.record.Store(ep)
+	go ep.run(ctx)
+	return ep, nil
+}
+
+// ifname is the name of the attached interface with ifindex i, or "".
+func (a *Agent) ifname(i int) string {
+	for _, att := range a.Attachments() {
+		if att.Index == i {
+			return att.Iface
+		}
+	}
+	return ""
+}
+
+func (a *Agent) ifaceNames() []string {
+	var out []string
+	for _, att := range a.Attachments() {
+		out = append(out, att.Iface)
+	}
+	return out
+}
+
+// The shed record's families (DESIGN.md §5, §10).
+var (
+	sheddingDesc     = metric("shedding", "1 while a shedding episode is open.")
+	episodesDesc     = metric("shed_episodes_total", "Shedding episodes opened.")
+	shedSamplesDesc  = metric("shed_samples_total", "Sampled shed packets kept (written), and those the agent could not keep up with or write (lost).", "result")
+	eventReportsDesc = metric("event_reports_total", "Episode reports sent to events.syslog (sent), and those not sent (error).", "result")
+)
+
+// collectRecord emits the shed record's counters, once it is started.
+func collectRecord(ch chan<- prometheus.Metric, s Snapshot) {
+	r := s.Record
+	if r == nil {
+		return
+	}
+	up := 0.0
+	if r.Shedding {
+		up = 1
+	}
+	gauge(ch, sheddingDesc, up)
+	counter(ch, episodesDesc, r.Episodes)
+	counter(ch, shedSamplesDesc, r.Written, "written")
+	counter(ch, shedSamplesDesc, r.Lost, "lost")
+	counter(ch, eventReportsDesc, r.Sent, "sent")
+	counter(ch, eventReportsDesc, r.Errors, "error")
+}

@@ -1,0 +1,144 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Episode reports leave as RFC 5424 messages with structured data under a
+// private SD-ID: shed@32473 (32473 is the example enterprise number of RFC
+// 5612), over UDP (one message per datagram, RFC 5426) or TCP with
+// octet-counting framing (RFC 6587 §3.4.1).
+const (
+	sdID = "shed@32473"
+	// eventQueue bounds the reports waiting for the destination: a
+	// report that finds it full is counted as an error and dropped, so a
+	// dead destination never blocks the agent.
+	eventQueue = 64
+	// eventTimeout bounds a dial or a write.
+	eventTimeout = 2 * time.Second
+	// facility 4: security/authorization messages (RFC 5424 §6.2.1).
+	eventFacility = 4
+)
+
+// sdParam is one PARAM-NAME="PARAM-VALUE" of the structured data.
+type sdParam struct{ name, value string }
+
+// sdEscape escapes '"', '\' and ']' in a PARAM-VALUE (RFC 5424 §6.3.3).
+func sdEscape(v string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, `]`, `\]`).Replace(v)
+}
+
+// formatRFC5424 renders one message: <PRI>1 TIMESTAMP HOSTNAME APP-NAME
+// PROCID MSGID [shed@32473 ...] MSG.
+func formatRFC5424(sev int, ts time.Time, host, msgID string, params []sdParam, msg string) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "<%d>1 %s %s tierlimit %d %s [%s", eventFacility*8+sev,
+		ts.UTC().Format("2006-01-02T15:04:05.000000Z"), nilValue(host), os.Getpid(), msgID, sdID)
+	for _, p := range params {
+		fmt.Fprintf(&b, ` %s="%s"`, p.name, sdEscape(p.value))
+	}
+	b.WriteString("] ")
+	b.WriteString(msg)
+	return []byte(b.String())
+}
+
+// nilValue is "-" for an empty header field, and the field with spaces and
+// non-printing characters removed otherwise (RFC 5424 §6: PRINTUSASCII).
+func nilValue(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 33 || r > 126 {
+			return -1
+		}
+		return r
+	}, s)
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// eventSender sends reports to events.syslog from its own goroutine, off
+// any path the agent waits on: send queues, run dials and writes. A failed
+// dial or write counts an error, drops that report and closes the
+// connection; the next report dials again, so reports resume when the
+// destination returns.
+type eventSender struct {
+	log           *slog.Logger
+	network, addr string
+	q             chan []byte
+	sent, errs    atomic.Uint64
+}
+
+func newEventSender(log *slog.Logger, network, addr string) *eventSender {
+	return &eventSender{log: log, network: network, addr: addr, q: make(chan []byte, eventQueue)}
+}
+
+// send queues msg, or counts an error when the queue is full.
+func (e *eventSender) send(msg []byte) {
+	select {
+	case e.q <- msg:
+	default:
+		e.errs.Add(1)
+	}
+}
+
+func (e *eventSender) run(ctx context.Context) {
+	var conn net.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	failing := false
+	for {
+		var msg []byte
+		select {
+		case <-ctx.Done():
+			return
+		case msg = <-e.q:
+		}
+		err := e.write(ctx, &conn, msg)
+		if err != nil {
+			e.errs.Add(1)
+			if conn != nil {
+				conn.Close()
+				conn = nil
+			}
+			if !failing {
+				e.log.Warn("events: report not sent; counting errors until the destination takes them", "syslog", e.network+"://"+e.addr, "error", err)
+			}
+			failing = true
+			continue
+		}
+		if failing {
+			e.log.Info("events: reports sent again", "syslog", e.network+"://"+e.addr)
+		}
+		failing = false
+		e.sent.Add(1)
+	}
+}
+
+func (e *eventSender) write(ctx context.Context, conn *net.Conn, msg []byte) error {
+	if *conn == nil {
+		d := net.Dialer{Timeout: eventTimeout}
+		c, err := d.DialContext(ctx, e.network, e.addr)
+		if err != nil {
+			return err
+		}
+		*conn = c
+	}
+	if e.network == "tcp" {
+		msg = append([]byte(strconv.Itoa(len(msg))+" "), msg...)
+	}
+	(*conn).SetWriteDeadline(time.Now().Add(eventTimeout))
+	_, err := (*conn).Write(msg)
+	return err
+}

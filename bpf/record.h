@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* The shed record (DESIGN.md §10): samples of shed packets (dropped, or
+ * would_drop in dry-run) for the agent, at most tl_settings.rec_samples per
+ * second in all, whatever the flood and the number of CPUs.
+ *
+ * One gate shared by all CPUs (record_gate, record_token) spaces the
+ * samples: read by every shed packet, written only by sampled ones, so a
+ * flood on any number of CPUs shares one cap, and a flood on one CPU gets
+ * all of it. A sample is one reservation in the ring buffer shed_samples
+ * (maps.h says why a ring buffer), filled in place and submitted, and
+ * counted in this CPU's record_cpu.
+ *
+ * The callers, where verdicts are final (tl_judge, source_budget,
+ * follow_fragment), check a shed packet against the cap (record_token)
+ * only when rec_samples is set, and call tl_record only for one the cap
+ * lets through: with sampling off a shed packet pays one load and compare,
+ * an unsampled one the gate's check, and a packet that passes nothing. */
+#ifndef __TL_RECORD_H
+#define __TL_RECORD_H
+
+#include "maps.h"
+#include "parse.h"
+#include "policy.h"
+
+/* tl_record's meta argument, bit 0 first:
+ *   0..7 offset of the L3 header from data   8 1 for IPv6
+ *  16..23 tier     24..31 reason (enum tl_reason)
+ *  32..39 verdict  40..47 severity 0..7, or more for none
+ *  48..55 the active slot the caller judged with */
+static __always_inline __u64 record_meta(const struct pkt *p, void *data, __u32 slot, __u32 tier,
+					 __u32 reason, __u32 verdict, int sev)
+{
+	return ((__u64)((void *)p->l3 - data) & 0xff) | (__u64)(p->l3proto == ETH_P_IPV6) << 8 |
+	       (__u64)(tier & 0xff) << 16 | (__u64)(reason & 0xff) << 24 | (__u64)(verdict & 0xff) << 32 |
+	       (__u64)(sev & 0xff) << 40 | (__u64)(slot & (TL_SLOTS - 1)) << 48;
+}
+
+/* Whether the cap lets this shed packet be sampled, for a caller that has
+ * checked that rec_samples is set (with it 0, tau and interval are 0 and
+ * every shed packet would be sampled: bpf's TestRecordNothingOnPass sees a
+ * caller that forgot): the generic cell rate
+ * algorithm (ITU-T I.371) on the shared gate. A packet at time now
+ * conforms when now ≥ tat − tau; the first CPU to move tat on (to
+ * max(tat, now) + interval) by compare-and-swap takes the sample. Over any
+ * span t the gate passes at most t / interval + burst (tau / interval + 1)
+ * samples, whatever the CPUs: rec_samples × t + burst. With the tick clock
+ * a span is measured in whole ticks, at most one tick longer than it is:
+ * rec_samples × (t + tick) + burst.
+ *
+ * An unsampled shed packet reads the clock and tat and compares: the
+ * gate's line is written at most rec_samples times a second plus the
+ * swaps that lose a race for a sample, so the CPUs keep it in their caches.
+ * Accepted race: the losers of a swap skip their sample; there was one
+ * token and another CPU took it.
+ *
+ * While the gate has a token, a shed packet takes it with probability
+ * tl_record_share (maps.h): the sample is a random one of the shed
+ * packets that follow the token, not the first. Only packets that find a
+ * token draw: under a flood, about the share's fraction of a token's wait
+ * (with tl_record_share at 4 × the cap over the shed rate, a quarter). */
+static __always_inline int record_token(const struct tl_settings *s)
+{
+	__u32 zero = 0;
+	struct tl_record_gate *g = bpf_map_lookup_elem(&record_gate, &zero);
+	if (!g)
+		return 0;
+	__u64 now = s->rec_tick_ns ? bpf_jiffies64() * s->rec_tick_ns : bpf_ktime_get_ns();
+	__u64 tat = READ_ONCE(g->tat);
+	if ((__s64)(tat - now) > (__s64)s->rec_tau_ns)
+		return 0;
+	__u32 share = tl_record_share;
+	if (share != TL_THR_ALWAYS && bpf_get_prandom_u32() >= share)
+		return 0;
+	__u64 next = ((__s64)(tat - now) > 0 ? tat : now) + s->rec_interval_ns;
+	return __sync_bool_compare_and_swap(&g->tat, tat, next);
+}
+
+/* The source group of the frame's L3 header at off, masked as source
+ * budgets mask it (sources.h source_group, with the rec_ masks). */
+static __always_inline void record_group(struct tl_sample *smp, const struct tl_settings *s, void *data,
+					 void *end, __u32 off, int ipv6)
+{
+	if (ipv6) {
+		const struct ipv6hdr *ip6 = data + off;
+		if ((void *)(ip6 + 1) > end)
+			return;
+		const __u32 *a = (const __u32 *)&ip6->saddr;
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			smp->group[i] = a[i] & s->rec_mask6[i];
+		smp->family = 6;
+		smp->prefix = s->rec_prefixes >> 8;
+		return;
+	}
+	const struct iphdr *ip = data + off;
+	if ((void *)(ip + 1) > end)
+		return;
+	smp->group[0] = ip->saddr & s->rec_mask4;
+	smp->family = 4;
+	smp->prefix = s->rec_prefixes;
+}
+
+/* Copies the frame's first caplen bytes (caplen ≤ TL_RECORD_SNAP_MAX and
+ * ≤ the frame) into the sample: whole words, then the tail. A loop the
+ * verifier walks, rather than bpf_xdp_load_bytes, which needs Linux 5.18. */
+static __always_inline void record_copy(struct tl_sample *smp, __u8 *data, void *end, __u32 caplen)
+{
+	__u32 i = 0;
+	for (; i < TL_RECORD_SNAP_MAX; i += 8) {
+		if (i + 8 > caplen || (void *)(data + i + 8) > end)
+			break;
+		*(__u64 *)&smp->data[i] = *(__u64 *)(data + i);
+	}
+	for (int j = 0; j < 8; j++, i++) {
+		if (i >= caplen || i >= TL_RECORD_SNAP_MAX || (void *)(data + i + 1) > end)
+			break;
+		smp->data[i] = data[i];
+	}
+}
+
+/* Samples a shed packet if this CPU's bucket has a token: its verdict from
+ * meta (record_meta), the rest from the frame and the settings of the
+ * caller's slot.
+ * Returns 1 when a sample was written. Call it only for a packet the cap
+ * let through (record_token), so that an unsampled one pays no call.
+ *
+ * A global function: the verifier checks it once, with meta unknown, and
+ * the paths that call it pay a call. */
+__noinline int tl_record(struct xdp_md *ctx, __u64 meta)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 slot = (meta >> 48) & (TL_SLOTS - 1), zero = 0;
+	struct tl_settings *s = bpf_map_lookup_elem(&settings, &slot);
+	if (!s)
+		return 0;
+	struct tl_record_cpu *rc = bpf_map_lookup_elem(&record_cpu, &zero);
+	if (!rc)
+		return 0;
+	struct tl_sample *smp = bpf_ringbuf_reserve(&shed_samples, sizeof(*smp), 0);
+	if (!smp) {
+		rc->lost++;
+		return 0;
+	}
+	rc->sampled++;
+
+	__u32 len = data_end - data;
+	__u32 caplen = len < s->rec_snaplen ? len : s->rec_snaplen;
+	if (caplen > TL_RECORD_SNAP_MAX)
+		caplen = TL_RECORD_SNAP_MAX;
+	__u32 sev = (meta >> 40) & 0xff;
+	__u32 cls = TL_SEV_NORMAL;
+	if (s->sev_on && sev < 8)
+		cls = s->sev_class[sev & 7];
+	__u32 reason = (meta >> 24) & 0xff;
+	if (reason == TL_REASON_TIER && cls == TL_SEV_SHED_FIRST)
+		reason = TL_REASON_SHED_FIRST;
+
+	smp->time_ns = bpf_ktime_get_ns();
+	smp->ifindex = ctx->ingress_ifindex;
+	smp->len = len;
+	smp->caplen = caplen;
+	smp->tier = (meta >> 16) & 0xff;
+	smp->reason = reason;
+	smp->verdict = (meta >> 32) & 0xff;
+	smp->sev = sev < 8 ? sev : TL_RECORD_NONE;
+	smp->sev_class = cls;
+	smp->family = 0;
+	smp->prefix = 0;
+	__builtin_memset(smp->_pad, 0, sizeof(smp->_pad));
+	__builtin_memset(smp->group, 0, sizeof(smp->group));
+	record_group(smp, s, data, data_end, meta & 0xff, (meta >> 8) & 1);
+	record_copy(smp, data, data_end, caplen);
+	bpf_ringbuf_submit(smp, 0);
+	return 1;
+}
+
+#endif /* __TL_RECORD_H */

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tierlimit/tierlimit/agent"
+)
+
+// statusShed prints the episode in the agent's state file (DESIGN.md §10).
+func statusShed(w io.Writer, path string, asJSON bool) error {
+	ep, err := agent.ReadEpisode(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if asJSON {
+			_, err := fmt.Fprintln(w, "null")
+			return err
+		}
+		_, err := fmt.Fprintf(w, "no shedding episode recorded (%s does not exist: no episode since the agent's state was created, or run uses another --state-file)\n", path)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(ep)
+	}
+	return writeEpisode(w, ep, time.Now())
+}
+
+func writeEpisode(w io.Writer, ep agent.Episode, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	state := "closed"
+	if ep.Open {
+		state = "open"
+	}
+	fmt.Fprintf(tw, "episode\t%d (%s)\n", ep.ID, state)
+	fmt.Fprintf(tw, "began\t%s\n", ep.Start.Local().Format(time.RFC3339))
+	if !ep.Open {
+		fmt.Fprintf(tw, "ended\t%s\n", ep.End.Local().Format(time.RFC3339))
+	}
+	fmt.Fprintf(tw, "duration\t%s\n", ep.Duration(now).Round(time.Second))
+	fmt.Fprintf(tw, "interfaces\t%v\n", ep.Interfaces)
+	fmt.Fprintf(tw, "mode\t%s (max %d per window)\n", ep.Mode, ep.Max)
+	fmt.Fprintf(tw, "offered\t%.0f selected packets/s at the start, peak %.0f\n", ep.OfferedRate, ep.PeakRate)
+	fmt.Fprintf(tw, "shed\t%d packets\n", ep.Shed)
+	for _, c := range []struct {
+		name string
+		m    map[string]uint64
+	}{{"by tier", ep.ByTier}, {"by reason", ep.ByReason}, {"by severity", ep.BySeverity}} {
+		if len(c.m) == 0 {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t", c.name)
+		for i, k := range slices.Sorted(maps.Keys(c.m)) {
+			if i > 0 {
+				fmt.Fprint(tw, ", ")
+			}
+			fmt.Fprintf(tw, "%s: %d", k, c.m[k])
+		}
+		fmt.Fprintln(tw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(ep.Top) == 0 {
+		_, err := fmt.Fprintf(w, "\ntop source groups: none sampled (%d samples)\n", ep.Samples)
+		return err
+	}
+	fmt.Fprintf(w, "\ntop source groups by sampled sheds (%d samples):\n", ep.Samples)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\tSAMPLES\tSHARE")
+	for _, g := range ep.Top {
+		fmt.Fprintf(tw, "%s\t%d\t%.1f%%\n", g.Group, g.Samples, 100*g.Share)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"encoding/json"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierlimit/tierlimit/agent"
+)
+
+// TestStatusShed prints the episode an agent left in its state file, in
+// text and JSON, with no agent and no pinned state.
+func TestStatusShed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "episode.json")
+	code, out, _ := runCmd(t, "status", "--shed", "--state-file", path)
+	if code != 0 || !strings.Contains(out, "no shedding episode recorded") {
+		t.Errorf("no file: exit %d, %q", code, out)
+	}
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ep := agent.Episode{ID: 7, Start: start, End: start.Add(90 * time.Second), Interfaces: []string{"eth1"}, Mode: "enforce",
+		Max: 40000, OfferedRate: 120000, PeakRate: 150000, Shed: 9000000,
+		ByTier: map[string]uint64{"3": 8000000, "2": 500000}, ByReason: map[string]uint64{"tier": 8500000, "over_budget": 500000},
+		Samples: 9000, Top: []agent.GroupShare{{Group: netip.MustParsePrefix("10.1.2.0/24"), Samples: 6000, Share: 6000.0 / 9000},
+			{Group: netip.MustParsePrefix("2001:db8::/64"), Samples: 3000, Share: 3000.0 / 9000}}}
+	b, _ := json.Marshal(ep)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runCmd(t, "status", "--shed", "--state-file", path)
+	for _, want := range []string{"episode     7 (closed)", "duration    1m30s", "shed        9000000 packets",
+		"by tier     2: 500000, 3: 8000000", "by reason   over_budget: 500000, tier: 8500000",
+		"top source groups by sampled sheds (9000 samples)", "10.1.2.0/24    6000     66.7%", "2001:db8::/64  3000     33.3%"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
+	code, out, _ = runCmd(t, "status", "--shed", "--json", "--state-file", path)
+	var got agent.Episode
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || got.ID != 7 || len(got.Top) != 2 || got.Top[0].Group != ep.Top[0].Group {
+		t.Errorf("--json: exit %d, %v: %s", code, err, out)
+	}
+}
+
+// TestCheckRecord: check states the shed record and where reports go.
+func TestCheckRecord(t *testing.T) {
+	cfg := writeFile(t, "p.yaml", "max: 1000\nrecord: {samples: 50/s, dir: /var/lib/tierlimit/shed, max_bytes: 64MiB}\nevents: {syslog: 'tcp://[2001:db8::5]:601'}\n")
+	code, out, _ := runCmd(t, "check", "--config", cfg)
+	for _, want := range []string{
+		"shed record: at most 50 samples/s of shed packets, 256 bytes each, as pcapng in /var/lib/tierlimit/shed within 67108864 bytes",
+		"episode reports: tcp://[2001:db8::5]:601 (RFC 5424) and the agent's log; a summary every 10s",
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, check lacks %q:\n%s", code, want, out)
+		}
+	}
+}
