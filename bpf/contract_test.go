@@ -67,7 +67,14 @@ func TestContract(t *testing.T) {
 	eq("tiers.MalformedUDPLength / TL_MAL_UDP_LENGTH", uint64(tiers.MalformedUDPLength), uint64(bpf.LimiterTlMalformedTL_MAL_UDP_LENGTH))
 	eq("tiers.MalformedTCPLength / TL_MAL_TCP_LENGTH", uint64(tiers.MalformedTCPLength), uint64(bpf.LimiterTlMalformedTL_MAL_TCP_LENGTH))
 	eq("tiers.MalformedTinyFragment / TL_MAL_TINY_FRAGMENT", uint64(tiers.MalformedTinyFragment), uint64(bpf.LimiterTlMalformedTL_MAL_TINY_FRAGMENT))
+	eq("tiers.MalformedIPv4Checksum / TL_MAL_IPV4_CHECKSUM", uint64(tiers.MalformedIPv4Checksum), uint64(bpf.LimiterTlMalformedTL_MAL_IPV4CHECKSUM))
 	eq("len(tiers.MalformedReasons)", uint64(len(tiers.MalformedReasons)), uint64(tiers.NumMalformed))
+	// Unclassified reasons: tiers.Unclassified indexes unclassified_stats.
+	eq("tiers.NumUnclassified / TL_UNCL_MAX", uint64(tiers.NumUnclassified), uint64(bpf.LimiterTlUnclassifiedTL_UNCL_MAX))
+	eq("tiers.UnclassifiedVLANDepth / TL_UNCL_VLAN_DEPTH", uint64(tiers.UnclassifiedVLANDepth), uint64(bpf.LimiterTlUnclassifiedTL_UNCL_VLAN_DEPTH))
+	eq("tiers.UnclassifiedIPv6Chain / TL_UNCL_IPV6_CHAIN", uint64(tiers.UnclassifiedIPv6Chain), uint64(bpf.LimiterTlUnclassifiedTL_UNCL_IPV6CHAIN))
+	eq("tiers.UnclassifiedFragmentChain / TL_UNCL_FRAGMENT_CHAIN", uint64(tiers.UnclassifiedFragmentChain), uint64(bpf.LimiterTlUnclassifiedTL_UNCL_FRAGMENT_CHAIN))
+	eq("len(tiers.UnclassifiedReasons)", uint64(len(tiers.UnclassifiedReasons)), uint64(tiers.NumUnclassified))
 	// The kernel gives up reassembly after net.ipv4.ipfrag_time (30 s by
 	// default): a verdict must not outlive it.
 	if bpf.FragmentTTL <= 0 || bpf.FragmentTTL > 30*time.Second {
@@ -119,6 +126,7 @@ func TestContract(t *testing.T) {
 		t.Errorf("tiers.SketchCols %d is not a power of two", tiers.SketchCols)
 	}
 	eq("malformed_stats entries / tiers.NumMalformed", uint64(tiers.NumMalformed), size("malformed_stats"))
+	eq("unclassified_stats entries / tiers.NumUnclassified", uint64(tiers.NumUnclassified), size("unclassified_stats"))
 	eq("skb_ifaces entries / bpf.SKBIfaces", uint64(bpf.SKBIfaces), size("skb_ifaces"))
 	eq("overflow entries / TL_MAX_CPUS", uint64(bpf.LimiterTlConstTL_C_MAX_CPUS), size("overflow"))
 	// One overflow slot per CPU, two cache lines, so that no two CPUs' counts share one.

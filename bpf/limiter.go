@@ -55,6 +55,9 @@ const (
 	// NumMalformed is the number of malformed reasons (enum tl_malformed),
 	// which tiers.Malformed mirrors.
 	NumMalformed = int(LimiterTlMalformedTL_MAL_MAX)
+	// NumUnclassified is the number of unclassified reasons (enum
+	// tl_unclassified), which tiers.Unclassified mirrors.
+	NumUnclassified = int(LimiterTlUnclassifiedTL_UNCL_MAX)
 	// maxCPUs is the most CPUs with a slot in the overflow map (TL_MAX_CPUS).
 	maxCPUs = int(LimiterTlConstTL_C_MAX_CPUS)
 )
@@ -71,6 +74,7 @@ const (
 	portPackets = uint32(LimiterTlPortFlagTL_PORT_PACKETS)
 	portSYN     = uint32(LimiterTlPortFlagTL_PORT_SYN)
 	hasExempt   = uint32(LimiterTlSettingsFlagTL_HAS_EXEMPT)
+	anyDest     = uint32(LimiterTlSettingsFlagTL_ANY_DEST)
 
 	sevStats = int(LimiterTlSevStatTL_SEV_STATS)
 )
@@ -204,6 +208,7 @@ func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Tabl
 		Shift:         uint32(t.Shift),
 		Mode:          uint32(p.Mode),
 		SynRules:      t.Selectors.SynRules,
+		DestRules:     t.Selectors.DestRules,
 		Tiers:         uint32(len(p.Tiers)),
 		Max:           p.Max,
 	}
@@ -228,6 +233,9 @@ func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Tabl
 	}
 	if len(p.Exempt) > 0 {
 		set.Flags |= hasExempt
+	}
+	if t.Selectors.AnyDest {
+		set.Flags |= anyDest
 	}
 	l.setSources(&set, t.Sources)
 	if err := l.objs.Settings.Put(slot, &set); err != nil {
@@ -379,6 +387,10 @@ type Stats struct {
 	// by reason (tiers.Malformed). They pass, but for tiny fragments in
 	// enforce mode, which are dropped.
 	Malformed [NumMalformed]Counter
+	// Unclassified counts frames whose port the program cannot tell, by
+	// reason (tiers.Unclassified): they are judged as selected, and are in
+	// Selected (or Exempt) too.
+	Unclassified [NumUnclassified]Counter
 }
 
 // SelectedTotal sums Selected over tiers for verdict v.
@@ -437,6 +449,13 @@ func (l *Limiter) Stats() (Stats, error) {
 		mal[i] = &st.Malformed[i]
 	}
 	if err := sumInto(l.objs.MalformedStats, "malformed_stats", mal); err != nil {
+		return Stats{}, err
+	}
+	uncl := make([]*Counter, len(st.Unclassified))
+	for i := range st.Unclassified {
+		uncl[i] = &st.Unclassified[i]
+	}
+	if err := sumInto(l.objs.UnclassifiedStats, "unclassified_stats", uncl); err != nil {
 		return Stats{}, err
 	}
 	return st, nil

@@ -79,7 +79,8 @@ const (
 	LimiterTlMalformedTL_MAL_UDP_LENGTH    LimiterTlMalformed = 2
 	LimiterTlMalformedTL_MAL_TCP_LENGTH    LimiterTlMalformed = 3
 	LimiterTlMalformedTL_MAL_TINY_FRAGMENT LimiterTlMalformed = 4
-	LimiterTlMalformedTL_MAL_MAX           LimiterTlMalformed = 5
+	LimiterTlMalformedTL_MAL_IPV4CHECKSUM  LimiterTlMalformed = 5
+	LimiterTlMalformedTL_MAL_MAX           LimiterTlMalformed = 6
 )
 
 type LimiterTlMisc uint32
@@ -134,7 +135,7 @@ type LimiterTlSettings struct {
 	Max           uint64
 	Bounds        [16]uint64
 	Drops         [17]uint32
-	Pad           uint32
+	DestRules     uint32
 	ProtectBudget uint64
 	ShedDrops     [17]uint32
 	SevOn         uint32
@@ -160,6 +161,7 @@ type LimiterTlSettingsFlag uint32
 
 const (
 	LimiterTlSettingsFlagTL_HAS_EXEMPT LimiterTlSettingsFlag = 1
+	LimiterTlSettingsFlagTL_ANY_DEST   LimiterTlSettingsFlag = 2
 )
 
 type LimiterTlSevClass uint32
@@ -248,6 +250,15 @@ const (
 	LimiterTlThrTL_THR_ALWAYS LimiterTlThr = 4294967295
 )
 
+type LimiterTlUnclassified uint32
+
+const (
+	LimiterTlUnclassifiedTL_UNCL_VLAN_DEPTH     LimiterTlUnclassified = 0
+	LimiterTlUnclassifiedTL_UNCL_IPV6CHAIN      LimiterTlUnclassified = 1
+	LimiterTlUnclassifiedTL_UNCL_FRAGMENT_CHAIN LimiterTlUnclassified = 2
+	LimiterTlUnclassifiedTL_UNCL_MAX            LimiterTlUnclassified = 3
+)
+
 type LimiterTlVerdict uint32
 
 const (
@@ -278,28 +289,30 @@ type LimiterTlWindow struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	LimiterMapActiveSlot     = "active_slot"
-	LimiterMapExemptSources  = "exempt_sources"
-	LimiterMapFragVerdicts   = "frag_verdicts"
-	LimiterMapMalformedStats = "malformed_stats"
-	LimiterMapMiscStats      = "misc_stats"
-	LimiterMapOverflow       = "overflow"
-	LimiterMapPorts          = "ports"
-	LimiterMapSelectDests    = "select_dests"
-	LimiterMapSettings       = "settings"
-	LimiterMapSeverityStats  = "severity_stats"
-	LimiterMapSkbIfaces      = "skb_ifaces"
-	LimiterMapSmoothCpu      = "smooth_cpu"
-	LimiterMapSourceRun      = "source_run"
-	LimiterMapSourceSketch   = "source_sketch"
-	LimiterMapSourceStats    = "source_stats"
-	LimiterMapSourceTop      = "source_top"
-	LimiterMapStats          = "stats"
-	LimiterMapTierTable      = "tier_table"
-	LimiterMapWindow         = "window"
-	LimiterProgTierlimit     = "tierlimit"
-	LimiterVarTlContractBtf  = "tl_contract_btf"
-	LimiterVarTlSkbIfaces    = "tl_skb_ifaces"
+	LimiterMapActiveSlot        = "active_slot"
+	LimiterMapExemptSources     = "exempt_sources"
+	LimiterMapFragVerdicts      = "frag_verdicts"
+	LimiterMapMalformedStats    = "malformed_stats"
+	LimiterMapMiscStats         = "misc_stats"
+	LimiterMapOverflow          = "overflow"
+	LimiterMapPorts             = "ports"
+	LimiterMapSelectDests       = "select_dests"
+	LimiterMapSettings          = "settings"
+	LimiterMapSeverityStats     = "severity_stats"
+	LimiterMapSkbIfaces         = "skb_ifaces"
+	LimiterMapSmoothCpu         = "smooth_cpu"
+	LimiterMapSourceRun         = "source_run"
+	LimiterMapSourceSketch      = "source_sketch"
+	LimiterMapSourceStats       = "source_stats"
+	LimiterMapSourceTop         = "source_top"
+	LimiterMapStats             = "stats"
+	LimiterMapTierTable         = "tier_table"
+	LimiterMapUnclassifiedStats = "unclassified_stats"
+	LimiterMapWindow            = "window"
+	LimiterProgTierlimit        = "tierlimit"
+	LimiterVarTlContractBtf     = "tl_contract_btf"
+	LimiterVarTlOpaque          = "tl_opaque"
+	LimiterVarTlSkbIfaces       = "tl_skb_ifaces"
 )
 
 // LoadLimiter returns the embedded CollectionSpec for Limiter.
@@ -351,25 +364,26 @@ type LimiterProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterMapSpecs struct {
-	ActiveSlot     *ebpf.MapSpec `ebpf:"active_slot"`
-	ExemptSources  *ebpf.MapSpec `ebpf:"exempt_sources"`
-	FragVerdicts   *ebpf.MapSpec `ebpf:"frag_verdicts"`
-	MalformedStats *ebpf.MapSpec `ebpf:"malformed_stats"`
-	MiscStats      *ebpf.MapSpec `ebpf:"misc_stats"`
-	Overflow       *ebpf.MapSpec `ebpf:"overflow"`
-	Ports          *ebpf.MapSpec `ebpf:"ports"`
-	SelectDests    *ebpf.MapSpec `ebpf:"select_dests"`
-	Settings       *ebpf.MapSpec `ebpf:"settings"`
-	SeverityStats  *ebpf.MapSpec `ebpf:"severity_stats"`
-	SkbIfaces      *ebpf.MapSpec `ebpf:"skb_ifaces"`
-	SmoothCpu      *ebpf.MapSpec `ebpf:"smooth_cpu"`
-	SourceRun      *ebpf.MapSpec `ebpf:"source_run"`
-	SourceSketch   *ebpf.MapSpec `ebpf:"source_sketch"`
-	SourceStats    *ebpf.MapSpec `ebpf:"source_stats"`
-	SourceTop      *ebpf.MapSpec `ebpf:"source_top"`
-	Stats          *ebpf.MapSpec `ebpf:"stats"`
-	TierTable      *ebpf.MapSpec `ebpf:"tier_table"`
-	Window         *ebpf.MapSpec `ebpf:"window"`
+	ActiveSlot        *ebpf.MapSpec `ebpf:"active_slot"`
+	ExemptSources     *ebpf.MapSpec `ebpf:"exempt_sources"`
+	FragVerdicts      *ebpf.MapSpec `ebpf:"frag_verdicts"`
+	MalformedStats    *ebpf.MapSpec `ebpf:"malformed_stats"`
+	MiscStats         *ebpf.MapSpec `ebpf:"misc_stats"`
+	Overflow          *ebpf.MapSpec `ebpf:"overflow"`
+	Ports             *ebpf.MapSpec `ebpf:"ports"`
+	SelectDests       *ebpf.MapSpec `ebpf:"select_dests"`
+	Settings          *ebpf.MapSpec `ebpf:"settings"`
+	SeverityStats     *ebpf.MapSpec `ebpf:"severity_stats"`
+	SkbIfaces         *ebpf.MapSpec `ebpf:"skb_ifaces"`
+	SmoothCpu         *ebpf.MapSpec `ebpf:"smooth_cpu"`
+	SourceRun         *ebpf.MapSpec `ebpf:"source_run"`
+	SourceSketch      *ebpf.MapSpec `ebpf:"source_sketch"`
+	SourceStats       *ebpf.MapSpec `ebpf:"source_stats"`
+	SourceTop         *ebpf.MapSpec `ebpf:"source_top"`
+	Stats             *ebpf.MapSpec `ebpf:"stats"`
+	TierTable         *ebpf.MapSpec `ebpf:"tier_table"`
+	UnclassifiedStats *ebpf.MapSpec `ebpf:"unclassified_stats"`
+	Window            *ebpf.MapSpec `ebpf:"window"`
 }
 
 // LimiterVariableSpecs contains global variables before they are loaded into the kernel.
@@ -377,6 +391,7 @@ type LimiterMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterVariableSpecs struct {
 	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlOpaque      *ebpf.VariableSpec `ebpf:"tl_opaque"`
 	TlSkbIfaces   *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
 }
 
@@ -400,25 +415,26 @@ func (o *LimiterObjects) Close() error {
 //
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterMaps struct {
-	ActiveSlot     *ebpf.Map `ebpf:"active_slot"`
-	ExemptSources  *ebpf.Map `ebpf:"exempt_sources"`
-	FragVerdicts   *ebpf.Map `ebpf:"frag_verdicts"`
-	MalformedStats *ebpf.Map `ebpf:"malformed_stats"`
-	MiscStats      *ebpf.Map `ebpf:"misc_stats"`
-	Overflow       *ebpf.Map `ebpf:"overflow"`
-	Ports          *ebpf.Map `ebpf:"ports"`
-	SelectDests    *ebpf.Map `ebpf:"select_dests"`
-	Settings       *ebpf.Map `ebpf:"settings"`
-	SeverityStats  *ebpf.Map `ebpf:"severity_stats"`
-	SkbIfaces      *ebpf.Map `ebpf:"skb_ifaces"`
-	SmoothCpu      *ebpf.Map `ebpf:"smooth_cpu"`
-	SourceRun      *ebpf.Map `ebpf:"source_run"`
-	SourceSketch   *ebpf.Map `ebpf:"source_sketch"`
-	SourceStats    *ebpf.Map `ebpf:"source_stats"`
-	SourceTop      *ebpf.Map `ebpf:"source_top"`
-	Stats          *ebpf.Map `ebpf:"stats"`
-	TierTable      *ebpf.Map `ebpf:"tier_table"`
-	Window         *ebpf.Map `ebpf:"window"`
+	ActiveSlot        *ebpf.Map `ebpf:"active_slot"`
+	ExemptSources     *ebpf.Map `ebpf:"exempt_sources"`
+	FragVerdicts      *ebpf.Map `ebpf:"frag_verdicts"`
+	MalformedStats    *ebpf.Map `ebpf:"malformed_stats"`
+	MiscStats         *ebpf.Map `ebpf:"misc_stats"`
+	Overflow          *ebpf.Map `ebpf:"overflow"`
+	Ports             *ebpf.Map `ebpf:"ports"`
+	SelectDests       *ebpf.Map `ebpf:"select_dests"`
+	Settings          *ebpf.Map `ebpf:"settings"`
+	SeverityStats     *ebpf.Map `ebpf:"severity_stats"`
+	SkbIfaces         *ebpf.Map `ebpf:"skb_ifaces"`
+	SmoothCpu         *ebpf.Map `ebpf:"smooth_cpu"`
+	SourceRun         *ebpf.Map `ebpf:"source_run"`
+	SourceSketch      *ebpf.Map `ebpf:"source_sketch"`
+	SourceStats       *ebpf.Map `ebpf:"source_stats"`
+	SourceTop         *ebpf.Map `ebpf:"source_top"`
+	Stats             *ebpf.Map `ebpf:"stats"`
+	TierTable         *ebpf.Map `ebpf:"tier_table"`
+	UnclassifiedStats *ebpf.Map `ebpf:"unclassified_stats"`
+	Window            *ebpf.Map `ebpf:"window"`
 }
 
 func (m *LimiterMaps) Close() error {
@@ -441,6 +457,7 @@ func (m *LimiterMaps) Close() error {
 		m.SourceTop,
 		m.Stats,
 		m.TierTable,
+		m.UnclassifiedStats,
 		m.Window,
 	)
 }
@@ -450,6 +467,7 @@ func (m *LimiterMaps) Close() error {
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterVariables struct {
 	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlOpaque      *ebpf.Variable `ebpf:"tl_opaque"`
 	TlSkbIfaces   *ebpf.Variable `ebpf:"tl_skb_ifaces"`
 }
 

@@ -171,6 +171,15 @@ struct {
 	__type(value, struct tl_stat);
 } malformed_stats SEC(".maps");
 
+/* Unclassified frames by enum tl_unclassified, per CPU: judged as
+ * selected, and counted here as well. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TL_UNCL_MAX);
+	__type(key, __u32);
+	__type(value, struct tl_stat);
+} unclassified_stats SEC(".maps");
+
 /* Interfaces (by ifindex) the program is attached to in generic (skb)
  * mode, where one frame can be a UDP GSO/GRO super-packet. The value is
  * unused. The agent writes it, and tl_skb_ifaces, after attaching. */

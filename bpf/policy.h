@@ -50,6 +50,28 @@ static __always_inline int is_selected(const struct pkt *p, __u32 slot, const st
 	return 0;
 }
 
+/* Does a select rule of this slot count an unclassified frame (DESIGN.md
+ * §2), whose port is unknown? Any rule without dests does; a rule with
+ * dests does when they hold the destination. A frame with no L3 header we
+ * know (TL_UNCL_VLAN_DEPTH) is counted by any rule. */
+static __always_inline int uncl_selected(const struct pkt *p, __u32 slot, const struct tl_settings *s)
+{
+	if ((s->flags & TL_ANY_DEST) || p->uncl == 1 + TL_UNCL_VLAN_DEPTH)
+		return 1;
+	__u32 rules = s->dest_rules;
+	struct tl_lpm_key k = { .prefixlen = TL_LPM_TAG_BITS + TL_LPM_ADDR_BITS };
+	load_addr(p, 1, k.addr);
+	__u32 family = p->l3proto == ETH_P_IPV6 ? TL_LPM_TAG_IPV6 : 0;
+	for (__u32 i = 0; i < TL_MAX_RULES; i++) {
+		if (!(rules & (1U << i)))
+			continue;
+		k.tag = family | slot << TL_DEST_RULE_BITS | i;
+		if (bpf_map_lookup_elem(&select_dests, &k))
+			return 1;
+	}
+	return 0;
+}
+
 static __always_inline int is_exempt(const struct pkt *p, __u32 slot)
 {
 	struct tl_lpm_key k = { .prefixlen = TL_LPM_TAG_BITS + TL_LPM_ADDR_BITS, .tag = slot };

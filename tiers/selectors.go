@@ -74,6 +74,11 @@ type Selectors struct {
 	Ports []PortSelector
 	// SynRules has bit i set when rule i has dests and counts SYN only.
 	SynRules uint32
+	// DestRules has bit i set when rule i has dests; AnyDest is set when
+	// some rule has none. They decide which unclassified frames, whose
+	// port is unknown, are counted (Classification.Deep).
+	DestRules uint32
+	AnyDest   bool
 	// Dests holds the destination prefixes of the rules that have dests.
 	Dests []PrefixKey
 	// Exempt holds the exempt source prefixes.
@@ -118,6 +123,11 @@ func compileSelectors(p Policy) Selectors {
 		}
 		if len(r.Dests) > 0 && r.Count == CountSYN {
 			s.SynRules |= 1 << i
+		}
+		if len(r.Dests) > 0 {
+			s.DestRules |= 1 << i
+		} else {
+			s.AnyDest = true
 		}
 		for _, d := range r.Dests {
 			s.Dests = append(s.Dests, prefixKey(uint32(i), d))
