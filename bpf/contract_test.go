@@ -100,7 +100,8 @@ func TestContract(t *testing.T) {
 	eq("settings entries / slots", slots, size("settings"))
 	eq("misc_stats entries / TL_MISC_MAX", uint64(bpf.LimiterTlMiscTL_MISC_MAX), size("misc_stats"))
 	eq("exempt_sources entries / bpf.PrefixEntries", uint64(bpf.PrefixEntries), size("exempt_sources"))
-	eq("select_dests entries / bpf.PrefixEntries", uint64(bpf.PrefixEntries), size("select_dests"))
+	eq("select_dests entries / PrefixEntries + slots × tiers.MaxLocalPrefixes", uint64(bpf.PrefixEntries)+uint64(size("settings"))*tiers.MaxLocalPrefixes, size("select_dests"))
+	eq("tiers.MaxLocalPrefixes / TL_LOCAL_PREFIXES", tiers.MaxLocalPrefixes, uint64(bpf.LimiterTlConstTL_C_LOCAL_PREFIXES))
 	eq("severity_stats entries / classes × verdicts + 2", tiers.NumSeverityClasses*tiers.NumVerdicts+2, size("severity_stats"))
 	eq("frag_verdicts entries / bpf.FragmentEntries", uint64(bpf.FragmentEntries), size("frag_verdicts"))
 	// Per-source budgets: the sketch, its cells and the top table.

@@ -321,6 +321,13 @@ func fits(p tiers.Policy, t tiers.Table) error {
 	if dests > tiers.MaxPrefixes {
 		return fmt.Errorf("%w: %d dests prefixes, at most %d", ErrPolicy, dests, tiers.MaxPrefixes)
 	}
+	local := 0
+	for _, r := range p.Select {
+		local += len(r.LocalDests)
+	}
+	if local > tiers.MaxLocalPrefixes {
+		return fmt.Errorf("%w: %d local destinations, at most %d", ErrPolicy, local, tiers.MaxLocalPrefixes)
+	}
 	return nil
 }
 

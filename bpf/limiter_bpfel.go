@@ -21,6 +21,7 @@ const (
 	LimiterTlConstTL_C_TABLE_MAX         LimiterTlConst = 1048576
 	LimiterTlConstTL_C_SLOTS             LimiterTlConst = 2
 	LimiterTlConstTL_C_LPM_ENTRIES       LimiterTlConst = 131072
+	LimiterTlConstTL_C_LOCAL_PREFIXES    LimiterTlConst = 4096
 	LimiterTlConstTL_C_FRAG_ENTRIES      LimiterTlConst = 16384
 	LimiterTlConstTL_PORT_KEYS           LimiterTlConst = 65536
 	LimiterTlConstTL_LPM_TAG_BITS        LimiterTlConst = 32

@@ -61,7 +61,7 @@ struct {
 /* Destination prefixes of select rules that have dests, tag = slot << TL_DEST_RULE_BITS | rule. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, TL_LPM_ENTRIES);
+	__uint(max_entries, TL_DEST_ENTRIES);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct tl_lpm_key);
 	__type(value, __u8);

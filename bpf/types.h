@@ -15,6 +15,7 @@ enum tl_const {
 	TL_C_TABLE_MAX = TL_TABLE_MAX,
 	TL_C_SLOTS = TL_SLOTS,
 	TL_C_LPM_ENTRIES = TL_LPM_ENTRIES,
+	TL_C_LOCAL_PREFIXES = TL_LOCAL_PREFIXES,
 	TL_C_FRAG_ENTRIES = TL_FRAG_ENTRIES,
 	/* ports key: ((slot * 2 + is_tcp) * TL_PORT_KEYS) + destination port */
 	TL_PORT_KEYS = 65536,

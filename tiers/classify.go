@@ -280,10 +280,10 @@ func (p Policy) judgeDeep(pk *packet, c Classification) Classification {
 	hasL3 := c.Unclassified != UnclassifiedVLANDepth
 	sel := !hasL3
 	for _, r := range p.Select {
-		if len(r.Dests) == 0 {
+		if !r.hasDests() {
 			sel = true
 		}
-		for _, d := range r.Dests {
+		for _, d := range append(r.Dests[:len(r.Dests):len(r.Dests)], r.LocalDests...) {
 			sel = sel || prefixContains(d, pk.dst)
 		}
 	}
@@ -553,10 +553,10 @@ func (p Policy) selects(proto Proto, dport uint16, dst netip.Addr, syn bool) boo
 		if !inPorts {
 			continue
 		}
-		if len(r.Dests) == 0 {
+		if !r.hasDests() {
 			return true
 		}
-		for _, d := range r.Dests {
+		for _, d := range append(r.Dests[:len(r.Dests):len(r.Dests)], r.LocalDests...) {
 			if prefixContains(d, dst) {
 				return true
 			}

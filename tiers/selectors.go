@@ -112,7 +112,7 @@ func compileSelectors(p Policy) Selectors {
 			for port := uint32(pr.First); port <= uint32(pr.Last); port++ {
 				ps := &dense[base+port]
 				switch {
-				case len(r.Dests) > 0:
+				case r.hasDests():
 					ps.CidrRules |= 1 << i
 				case r.Count == CountSYN:
 					ps.Flags |= PortFlagSYN
@@ -121,15 +121,18 @@ func compileSelectors(p Policy) Selectors {
 				}
 			}
 		}
-		if len(r.Dests) > 0 && r.Count == CountSYN {
+		if r.hasDests() && r.Count == CountSYN {
 			s.SynRules |= 1 << i
 		}
-		if len(r.Dests) > 0 {
+		if r.hasDests() {
 			s.DestRules |= 1 << i
 		} else {
 			s.AnyDest = true
 		}
 		for _, d := range r.Dests {
+			s.Dests = append(s.Dests, prefixKey(uint32(i), d))
+		}
+		for _, d := range r.LocalDests {
 			s.Dests = append(s.Dests, prefixKey(uint32(i), d))
 		}
 	}
@@ -144,6 +147,10 @@ func compileSelectors(p Policy) Selectors {
 	}
 	return s
 }
+
+// hasDests reports whether the rule matches some destinations only: it
+// has dests, or resolved local ones.
+func (r Rule) hasDests() bool { return len(r.Dests) > 0 || len(r.LocalDests) > 0 }
 
 // MergeRanges returns rs sorted by First with overlapping and adjacent
 // ranges joined; rs is not changed.

@@ -1,0 +1,136 @@
+package agent
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// The host's own destinations, for select rules with `dests: local` (the
+// default; DESIGN.md §2, tiers.Rule.Local). They are read from the local
+// routing table (table 255) of the agent's namespace, which is where Linux
+// itself decides that a packet is for this host (ip_route_input): every
+// address on any interface (a VIP on lo included; an AnyIP route such as
+// `ip route add local 10.0.0.0/24 dev lo` as its prefix), the broadcast
+// addresses and the IPv6 anycast and multicast routes. IPv4 multicast has
+// no route there: 224.0.0.0/4 is added whole. A group the host has not
+// joined is counted though Linux discards it (the kernel-oracle test's
+// amplification [dst]).
+
+// ipv4Multicast is added to the local prefixes whole.
+var ipv4Multicast = netip.MustParsePrefix("224.0.0.0/4")
+
+// localPrefixes lists the host's own destinations, sorted, from the local
+// routing table that nh sees.
+func localPrefixes(nh *netlink.Handle) ([]netip.Prefix, error) {
+	routes, err := nh.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_LOCAL}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, err
+	}
+	out := []netip.Prefix{ipv4Multicast}
+	for _, r := range routes {
+		switch r.Type {
+		case unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_ANYCAST, unix.RTN_MULTICAST:
+		default:
+			continue
+		}
+		if r.Dst == nil {
+			continue
+		}
+		a, ok := netip.AddrFromSlice(r.Dst.IP)
+		if !ok {
+			continue
+		}
+		bits, _ := r.Dst.Mask.Size()
+		out = append(out, netip.PrefixFrom(a.Unmap(), bits).Masked())
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(out), nil
+}
+
+// LocalPrefixes returns the host's destinations that `dests: local` rules
+// count, as last read.
+func (a *Agent) LocalPrefixes() []netip.Prefix {
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
+	return slices.Clone(a.local)
+}
+
+// followLocal re-reads the local prefixes whenever an address or a route
+// of the agent's namespace changes, until done is closed, and applies the
+// policy in force again when they differ: a VIP added to lo, an address
+// that a DHCP client renews or one that goes away is counted, or not, from
+// then on. Events in a burst (an interface going down drops all its
+// addresses) are read as one, after a quiet 50 ms.
+func (a *Agent) followLocal(done <-chan struct{}) {
+	addrs := make(chan netlink.AddrUpdate, 64)
+	routes := make(chan netlink.RouteUpdate, 64)
+	errf := func(err error) { a.log.Warn("following local addresses", "err", err) }
+	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{Namespace: &a.ns, ErrorCallback: errf}); err != nil {
+		a.log.Error("cannot follow local addresses: dests local keeps the addresses of the start", "err", err)
+		return
+	}
+	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: &a.ns, ErrorCallback: errf}); err != nil {
+		a.log.Error("cannot follow local routes: dests local keeps the addresses of the start", "err", err)
+		return
+	}
+	for {
+		select {
+		case <-done:
+			return
+		case _, ok := <-addrs:
+			if !ok {
+				return
+			}
+		case _, ok := <-routes:
+			if !ok {
+				return
+			}
+		}
+		quiet := time.NewTimer(50 * time.Millisecond)
+	drain:
+		for {
+			select {
+			case <-done:
+				quiet.Stop()
+				return
+			case <-addrs:
+			case <-routes:
+			case <-quiet.C:
+				break drain
+			}
+		}
+		a.refreshLocal()
+	}
+}
+
+// refreshLocal reads the local prefixes and, when they changed, applies
+// the policy in force with them.
+func (a *Agent) refreshLocal() {
+	local, err := localPrefixes(a.nh)
+	if err != nil {
+		a.log.Warn("read local addresses", "err", err)
+		return
+	}
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
+	if a.closed.Load() || slices.Equal(local, a.local) {
+		return
+	}
+	old := a.local
+	a.local = local
+	if err := a.applyLocked(a.current); err != nil {
+		a.local = old
+		a.log.Error("apply the policy to new local addresses", "err", err, "local", local)
+		return
+	}
+	a.log.Info("local addresses changed: dests local follows them", "local", local)
+}
