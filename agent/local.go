@@ -6,55 +6,14 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
+
+	"github.com/tierlimit/tierlimit/internal/localaddr"
 )
 
-// The host's own destinations, for select rules with `dests: local` (the
-// default; DESIGN.md §2, tiers.Rule.Local). They are read from the local
-// routing table (table 255) of the agent's namespace, which is where Linux
-// itself decides that a packet is for this host (ip_route_input): every
-// address on any interface (a VIP on lo included; an AnyIP route such as
-// `ip route add local 10.0.0.0/24 dev lo` as its prefix), the broadcast
-// addresses and the IPv6 anycast and multicast routes. IPv4 multicast has
-// no route there: 224.0.0.0/4 is added whole. A group the host has not
-// joined is counted though Linux discards it (the kernel-oracle test's
-// amplification [dst]).
-
-// ipv4Multicast is added to the local prefixes whole.
-var ipv4Multicast = netip.MustParsePrefix("224.0.0.0/4")
-
-// localPrefixes lists the host's own destinations, sorted, from the local
-// routing table that nh sees.
-func localPrefixes(nh *netlink.Handle) ([]netip.Prefix, error) {
-	routes, err := nh.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_LOCAL}, netlink.RT_FILTER_TABLE)
-	if err != nil {
-		return nil, err
-	}
-	out := []netip.Prefix{ipv4Multicast}
-	for _, r := range routes {
-		switch r.Type {
-		case unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_ANYCAST, unix.RTN_MULTICAST:
-		default:
-			continue
-		}
-		if r.Dst == nil {
-			continue
-		}
-		a, ok := netip.AddrFromSlice(r.Dst.IP)
-		if !ok {
-			continue
-		}
-		bits, _ := r.Dst.Mask.Size()
-		out = append(out, netip.PrefixFrom(a.Unmap(), bits).Masked())
-	}
-	slices.SortFunc(out, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
-	return slices.Compact(out), nil
-}
+// localPrefixes is the host's own destinations, for select rules with
+// `dests: local` (the default; DESIGN.md §2, tiers.Rule.Local), from the
+// local routing table that nh sees (localaddr.Prefixes).
+func localPrefixes(nh *netlink.Handle) ([]netip.Prefix, error) { return localaddr.Prefixes(nh) }
 
 // LocalPrefixes returns the host's destinations that `dests: local` rules
 // count, as last read.

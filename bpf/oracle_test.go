@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/localaddr"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -85,14 +87,6 @@ func TestKernelOracle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	p := saturatedPolicy()
-	tab, err := tiers.Compile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Apply(p, tab); err != nil {
-		t.Fatal(err)
-	}
 	got2 := oracleRun(t, cases, l)
 
 	delivered := 0
@@ -116,13 +110,14 @@ func TestKernelOracle(t *testing.T) {
 }
 
 // saturatedPolicy counts the default's traffic in a window that drops
-// every counted packet: max 1, one tier from 100% at 100%.
-func saturatedPolicy() tiers.Policy {
+// every counted packet: max 1, one tier from 100% at 100%; its dests:
+// local resolved to local, as the agent resolves it.
+func saturatedPolicy(local []netip.Prefix) tiers.Policy {
 	p := ordinalDefault()
 	p.Max = 1
 	p.Window = time.Hour
 	p.Tiers = []tiers.Tier{{At: tiers.Pct(100), Drop: tiers.Pct(100)}}
-	return p
+	return p.WithLocal(local)
 }
 
 func countFrames(cs []oracleCase) int {
@@ -209,6 +204,29 @@ func oracleRun(t *testing.T, cases []oracleCase, l *bpf.Limiter) map[int]bool {
 	defer stop()
 	if l != nil {
 		if err := p.Coll.Do(func() error {
+			// The IPv6 address's local route comes once the veth has its
+			// carrier: wait for both addresses, as the agent follows them.
+			var local []netip.Prefix
+			for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				var err error
+				if local, err = localaddr.Prefixes(&netlink.Handle{}); err != nil {
+					return err
+				}
+				if slices.Contains(local, netip.PrefixFrom(p.CollAddr, 32)) && slices.Contains(local, netip.PrefixFrom(p.CollAddr6, 128)) {
+					break
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("local destinations %v lack the collector's addresses after 3 s", local)
+				}
+			}
+			pol := saturatedPolicy(local)
+			tab, err := tiers.Compile(pol)
+			if err != nil {
+				return err
+			}
+			if err := l.Apply(pol, tab); err != nil {
+				return err
+			}
 			lk, err := link.AttachXDP(link.XDPOptions{Program: l.Program(), Interface: collIdx, Flags: link.XDPDriverMode})
 			if err != nil {
 				return err
