@@ -10,5 +10,5 @@
 // (make bench: go test -c -tags tlstages ./bpf).
 package tierlimit
 
-//go:generate go tool bpf2go -output-dir bpf -go-package bpf -target bpfel -type tl_stat -type tl_window -type tl_settings -type tl_entry -type tl_port -type tl_lpm_key -type tl_frag_key -type tl_const -type tl_thr -type tl_verdict -type tl_mode -type tl_misc -type tl_port_flag -type tl_settings_flag -type tl_sev_class -type tl_sev_stat -type tl_src_key -type tl_src_top -type tl_src_run -type tl_malformed -type tl_unclassified -type tl_frag_verdict -type tl_overflow -type tl_stage -type tl_shape -type tl_smooth_cpu Limiter bpf/limiter.c
+//go:generate go tool bpf2go -output-dir bpf -go-package bpf -target bpfel -type tl_stat -type tl_window -type tl_settings -type tl_entry -type tl_port -type tl_lpm_key -type tl_frag_key -type tl_const -type tl_thr -type tl_verdict -type tl_mode -type tl_misc -type tl_port_flag -type tl_settings_flag -type tl_sev_class -type tl_sev_stat -type tl_src_key -type tl_src_top -type tl_src_run -type tl_malformed -type tl_dest_cache -type tl_unclassified -type tl_frag_verdict -type tl_overflow -type tl_stage -type tl_shape -type tl_smooth_cpu Limiter bpf/limiter.c
 //go:generate go tool bpf2go -output-dir bpf -go-package bpf -target bpfel -no-global-types -tags tlstages limiterStages bpf/limiter.c -- -DTL_BENCH_STAGES

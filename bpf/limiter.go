@@ -200,6 +200,9 @@ func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Tabl
 	if err := l.writeSelectors(ctx, slot, t.Selectors); err != nil {
 		return err
 	}
+	if err := l.clearDestCache(); err != nil {
+		return err
+	}
 	set := LimiterTlSettings{
 		WindowNs: uint64(p.Window.Nanoseconds()),
 		// Whole ticks in a window: the tick gate's bound.
@@ -354,6 +357,20 @@ func (l *Limiter) writeTable(slot uint32, t tiers.Table) error {
 	}
 	if err := putAll(l.objs.TierTable, keys, vals); err != nil {
 		return fmt.Errorf("write tier table of slot %d: %w", slot, err)
+	}
+	return nil
+}
+
+// clearDestCache empties every CPU's dest_cache: the answers it holds for
+// the slot just written are stale (maps.h dest_cache). Called before the
+// flip, so that after it no packet of the new policy reads one.
+func (l *Limiter) clearDestCache() error {
+	n, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("possible CPUs: %w", err)
+	}
+	if err := l.objs.DestCache.Put(uint32(0), make([]LimiterTlDestCache, n)); err != nil {
+		return fmt.Errorf("clear dest_cache: %w", err)
 	}
 	return nil
 }

@@ -44,6 +44,13 @@ const (
 	LimiterTlConstTL_C_SMOOTH_TICK_SHIFT LimiterTlConst = 22
 )
 
+type LimiterTlDestCache struct {
+	_     structs.HostLayout
+	Tag   uint32
+	State uint32
+	Addr  [16]uint8
+}
+
 type LimiterTlEntry struct {
 	_    structs.HostLayout
 	Thr  uint32
@@ -291,6 +298,7 @@ type LimiterTlWindow struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	LimiterMapActiveSlot        = "active_slot"
+	LimiterMapDestCache         = "dest_cache"
 	LimiterMapExemptSources     = "exempt_sources"
 	LimiterMapFragVerdicts      = "frag_verdicts"
 	LimiterMapMalformedStats    = "malformed_stats"
@@ -366,6 +374,7 @@ type LimiterProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterMapSpecs struct {
 	ActiveSlot        *ebpf.MapSpec `ebpf:"active_slot"`
+	DestCache         *ebpf.MapSpec `ebpf:"dest_cache"`
 	ExemptSources     *ebpf.MapSpec `ebpf:"exempt_sources"`
 	FragVerdicts      *ebpf.MapSpec `ebpf:"frag_verdicts"`
 	MalformedStats    *ebpf.MapSpec `ebpf:"malformed_stats"`
@@ -417,6 +426,7 @@ func (o *LimiterObjects) Close() error {
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterMaps struct {
 	ActiveSlot        *ebpf.Map `ebpf:"active_slot"`
+	DestCache         *ebpf.Map `ebpf:"dest_cache"`
 	ExemptSources     *ebpf.Map `ebpf:"exempt_sources"`
 	FragVerdicts      *ebpf.Map `ebpf:"frag_verdicts"`
 	MalformedStats    *ebpf.Map `ebpf:"malformed_stats"`
@@ -441,6 +451,7 @@ type LimiterMaps struct {
 func (m *LimiterMaps) Close() error {
 	return _LimiterClose(
 		m.ActiveSlot,
+		m.DestCache,
 		m.ExemptSources,
 		m.FragVerdicts,
 		m.MalformedStats,

@@ -17,6 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	limiterStagesMapActiveSlot        = "active_slot"
+	limiterStagesMapDestCache         = "dest_cache"
 	limiterStagesMapExemptSources     = "exempt_sources"
 	limiterStagesMapFragVerdicts      = "frag_verdicts"
 	limiterStagesMapMalformedStats    = "malformed_stats"
@@ -93,6 +94,7 @@ type limiterStagesProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type limiterStagesMapSpecs struct {
 	ActiveSlot        *ebpf.MapSpec `ebpf:"active_slot"`
+	DestCache         *ebpf.MapSpec `ebpf:"dest_cache"`
 	ExemptSources     *ebpf.MapSpec `ebpf:"exempt_sources"`
 	FragVerdicts      *ebpf.MapSpec `ebpf:"frag_verdicts"`
 	MalformedStats    *ebpf.MapSpec `ebpf:"malformed_stats"`
@@ -145,6 +147,7 @@ func (o *limiterStagesObjects) Close() error {
 // It can be passed to loadLimiterStagesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type limiterStagesMaps struct {
 	ActiveSlot        *ebpf.Map `ebpf:"active_slot"`
+	DestCache         *ebpf.Map `ebpf:"dest_cache"`
 	ExemptSources     *ebpf.Map `ebpf:"exempt_sources"`
 	FragVerdicts      *ebpf.Map `ebpf:"frag_verdicts"`
 	MalformedStats    *ebpf.Map `ebpf:"malformed_stats"`
@@ -169,6 +172,7 @@ type limiterStagesMaps struct {
 func (m *limiterStagesMaps) Close() error {
 	return _LimiterStagesClose(
 		m.ActiveSlot,
+		m.DestCache,
 		m.ExemptSources,
 		m.FragVerdicts,
 		m.MalformedStats,

@@ -67,6 +67,19 @@ struct {
 	__type(value, __u8);
 } select_dests SEC(".maps");
 
+/* Per CPU: the last destination looked up in select_dests and its answer
+ * (struct tl_dest_cache), so that a collector's traffic, all to one
+ * address, pays the trie once per CPU and policy. The agent empties it
+ * after it writes a slot's destinations and before it makes the slot
+ * active (bpf.Limiter.ApplyContext): a tag names its slot, so an answer
+ * cached for the active slot stays true until that slot is written again. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tl_dest_cache);
+} dest_cache SEC(".maps");
+
 /* The window shared by all CPUs: one struct tl_window. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

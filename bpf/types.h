@@ -270,6 +270,15 @@ struct tl_lpm_key {
 	__u8 addr[16];
 };
 
+/* The last destination lookup in select_dests on this CPU (dest_cache):
+ * a key (the tag and address of struct tl_lpm_key, at full length) and
+ * its answer. state 0: empty; 1: not in the trie; 2: in it. */
+struct tl_dest_cache {
+	__u32 tag;
+	__u32 state;
+	__u8 addr[16];
+};
+
 /* Identifies the fragments of one IP datagram (RFC 791, RFC 8200 §4.5). */
 struct tl_frag_key {
 	__u8 src[16];
