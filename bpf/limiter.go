@@ -361,20 +361,6 @@ func (l *Limiter) writeTable(slot uint32, t tiers.Table) error {
 	return nil
 }
 
-// clearDestCache empties every CPU's dest_cache: the answers it holds for
-// the slot just written are stale (maps.h dest_cache). Called before the
-// flip, so that after it no packet of the new policy reads one.
-func (l *Limiter) clearDestCache() error {
-	n, err := ebpf.PossibleCPU()
-	if err != nil {
-		return fmt.Errorf("possible CPUs: %w", err)
-	}
-	if err := l.objs.DestCache.Put(uint32(0), make([]LimiterTlDestCache, n)); err != nil {
-		return fmt.Errorf("clear dest_cache: %w", err)
-	}
-	return nil
-}
-
 // Counter is a packet and byte count; bytes are L2 frame lengths.
 type Counter struct {
 	Packets uint64

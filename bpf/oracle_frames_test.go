@@ -113,28 +113,8 @@ func mutate(r *rand.Rand, m *mut, c *oracleCase, kind string) {
 		m.vid = pick[uint16](r, 0, 0, 1, 42)
 		m.trailer = pick(r, 0, 0, 1, 18, 40)
 		d("tags %x vid %d trailer %d", m.tags, m.vid, m.trailer)
-	case "dst":
-		if m.v6 {
-			m.dst = netip.MustParseAddr(pick(r, "ff02::1", "ff05::1:3", "ff02::99", "2001:db8:51::99", "::1", "2001:db8:77::1", "fe80::1"))
-			if m.dst.IsMulticast() && r.IntN(2) == 0 {
-				m.dstMAC = macMcast6
-			}
-		} else {
-			m.dst = netip.MustParseAddr(pick(r, "198.51.100.255", "255.255.255.255", "224.0.0.1", "239.1.2.3", "198.51.100.99", "192.0.2.77", "127.0.0.1", "198.51.100.0"))
-			if m.dst.IsMulticast() && r.IntN(2) == 0 {
-				m.dstMAC = macMcast4
-			} else if r.IntN(2) == 0 && !m.dst.IsLoopback() {
-				m.dstMAC = macBroadcast
-			}
-		}
-		d("dst %v dmac %x", m.dst, m.dstMAC)
-	case "src":
-		if m.v6 {
-			m.src = netip.MustParseAddr(pick(r, "2001:db8:51::77", "2001:db8:99::5", "ff02::1", "::", "::1", "fe80::5"))
-		} else {
-			m.src = netip.MustParseAddr(pick(r, "198.51.100.77", "203.0.113.9", "224.0.0.5", "0.0.0.0", "127.0.0.1", "198.51.100.255", "255.255.255.255"))
-		}
-		d("src %v", m.src)
+	case "dst", "src":
+		mutateAddr(r, m, kind, d)
 	case "ip4opts":
 		m.ip4opts = ip4Options(r)
 		d("ip4 options % x", m.ip4opts)
@@ -189,6 +169,35 @@ func mutate(r *rand.Rand, m *mut, c *oracleCase, kind string) {
 		m.tcpFlags = pick[byte](r, 0x12, 0x03, 0x06, 0x0a, 0x22, 0xc2, 0x10)
 		m.tcpOpts = pick(r, []byte{2, 4, 5, 0xb4}, []byte{1, 1, 1, 0}, []byte{2, 4, 5, 0xb4, 4, 2, 1, 1, 3, 3, 7, 0})
 		d("tcp flags %#x opts % x", m.tcpFlags, m.tcpOpts)
+	}
+}
+
+// mutateAddr applies the dst or src dimension: addresses the host owns,
+// shares, or does not, and martians.
+func mutateAddr(r *rand.Rand, m *mut, kind string, d func(string, ...any)) {
+	switch kind {
+	case "dst":
+		if m.v6 {
+			m.dst = netip.MustParseAddr(pick(r, "ff02::1", "ff05::1:3", "ff02::99", "2001:db8:51::99", "::1", "2001:db8:77::1", "fe80::1"))
+			if m.dst.IsMulticast() && r.IntN(2) == 0 {
+				m.dstMAC = macMcast6
+			}
+		} else {
+			m.dst = netip.MustParseAddr(pick(r, "198.51.100.255", "255.255.255.255", "224.0.0.1", "239.1.2.3", "198.51.100.99", "192.0.2.77", "127.0.0.1", "198.51.100.0"))
+			if m.dst.IsMulticast() && r.IntN(2) == 0 {
+				m.dstMAC = macMcast4
+			} else if r.IntN(2) == 0 && !m.dst.IsLoopback() {
+				m.dstMAC = macBroadcast
+			}
+		}
+		d("dst %v dmac %x", m.dst, m.dstMAC)
+	case "src":
+		if m.v6 {
+			m.src = netip.MustParseAddr(pick(r, "2001:db8:51::77", "2001:db8:99::5", "ff02::1", "::", "::1", "fe80::5"))
+		} else {
+			m.src = netip.MustParseAddr(pick(r, "198.51.100.77", "203.0.113.9", "224.0.0.5", "0.0.0.0", "127.0.0.1", "198.51.100.255", "255.255.255.255"))
+		}
+		d("src %v", m.src)
 	}
 }
 

@@ -203,39 +203,7 @@ func oracleRun(t *testing.T, cases []oracleCase, l *bpf.Limiter) map[int]bool {
 	stop := startOracleListeners(t, p, got)
 	defer stop()
 	if l != nil {
-		if err := p.Coll.Do(func() error {
-			// The IPv6 address's local route comes once the veth has its
-			// carrier: wait for both addresses, as the agent follows them.
-			var local []netip.Prefix
-			for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-				var err error
-				if local, err = localaddr.Prefixes(&netlink.Handle{}); err != nil {
-					return err
-				}
-				if slices.Contains(local, netip.PrefixFrom(p.CollAddr, 32)) && slices.Contains(local, netip.PrefixFrom(p.CollAddr6, 128)) {
-					break
-				}
-				if time.Now().After(deadline) {
-					return fmt.Errorf("local destinations %v lack the collector's addresses after 3 s", local)
-				}
-			}
-			pol := saturatedPolicy(local)
-			tab, err := tiers.Compile(pol)
-			if err != nil {
-				return err
-			}
-			if err := l.Apply(pol, tab); err != nil {
-				return err
-			}
-			lk, err := link.AttachXDP(link.XDPOptions{Program: l.Program(), Interface: collIdx, Flags: link.XDPDriverMode})
-			if err != nil {
-				return err
-			}
-			t.Cleanup(func() { lk.Close() })
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		attachSaturated(t, p, l, collIdx)
 	}
 	var fd int
 	if err := p.Send.Do(func() (err error) {
@@ -265,6 +233,46 @@ func oracleRun(t *testing.T, cases []oracleCase, l *bpf.Limiter) map[int]bool {
 	unix.Shutdown(fd, unix.SHUT_RDWR)
 	close(done)
 	return got.snapshot()
+}
+
+// attachSaturated applies, in the collector's namespace, the saturated
+// policy with dests: local resolved there as the agent does, and attaches
+// l to the collector's veth (native mode) until t ends.
+func attachSaturated(t *testing.T, p *testenv.Pair, l *bpf.Limiter, collIdx int) {
+	t.Helper()
+	if err := p.Coll.Do(func() error {
+		// The IPv6 address's local route comes once the veth has its
+		// carrier: wait for both addresses, as the agent follows them.
+		var local []netip.Prefix
+		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			var err error
+			if local, err = localaddr.Prefixes(&netlink.Handle{}); err != nil {
+				return err
+			}
+			if slices.Contains(local, netip.PrefixFrom(p.CollAddr, 32)) && slices.Contains(local, netip.PrefixFrom(p.CollAddr6, 128)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("local destinations %v lack the collector's addresses after 3 s", local)
+			}
+		}
+		pol := saturatedPolicy(local)
+		tab, err := tiers.Compile(pol)
+		if err != nil {
+			return err
+		}
+		if err := l.Apply(pol, tab); err != nil {
+			return err
+		}
+		lk, err := link.AttachXDP(link.XDPOptions{Program: l.Program(), Interface: collIdx, Flags: link.XDPDriverMode})
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { lk.Close() })
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // setupOracleColl gives the collector's veth its fixed MAC, routes back to
