@@ -44,10 +44,14 @@ static __always_inline int parse_udp(struct pcur *c, struct pkt *p)
 /* TCP: returns 0 with the destination port and the connection-attempt bit
  * (SYN without ACK, RST or FIN: a listener discards a SYN with RST or FIN,
  * tcp_rcv_state_process); PARSE_SHORT when the header (options included)
- * is truncated; PARSE_MALFORMED when the data offset is below 5 or the
- * header runs past the IP payload (the kernel discards it, tcp_v4_rcv). */
+ * is truncated, or the frame went to a broadcast or multicast MAC, which
+ * TCP discards (tcp_v4_rcv, tcp_v6_rcv: not PACKET_HOST); PARSE_MALFORMED
+ * when the data offset is below 5 or the header runs past the IP payload
+ * (the kernel discards it, tcp_v4_rcv). */
 static __always_inline int parse_tcp(struct pcur *c, struct pkt *p)
 {
+	if (p->l2group && p->frag != FRAG_FIRST)
+		return PARSE_SHORT;
 	if (sizeof(struct tcphdr) > p->l4len)
 		return short_l4(p, TL_MAL_TCP_LENGTH);
 	struct tcphdr *tcp = pc_at(c, sizeof(*tcp));

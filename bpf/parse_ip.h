@@ -86,6 +86,7 @@ struct pkt {
 	__u16 frag_off;  /* fragment offset, in 8-byte units */
 	__u32 l4len;     /* bytes from the cursor to the IP-declared end */
 	__u32 l3off;     /* offset of the IP header from data */
+	__u8 l2group;    /* the destination MAC is broadcast or multicast */
 };
 
 /* A byte-swapped 16-bit length, with a mask the verifier sees: Linux 6.1's
@@ -119,6 +120,7 @@ static __always_inline int parse_eth(struct pcur *c, struct pkt *p)
 	if (!eth)
 		return PARSE_SHORT;
 	c->off = sizeof(*eth);
+	p->l2group = eth->h_dest[0] & 1;
 	__u16 proto = bpf_ntohs(eth->h_proto);
 
 #pragma unroll

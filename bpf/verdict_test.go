@@ -205,6 +205,16 @@ func verdictCases(t testing.TB) []verdictCase {
 		{"ipv4 bad header checksum", badSum, malformedAs(tiers.MalformedIPv4Checksum), tiers.ClassMalformed},
 		{"tcp/601 syn+rst: a listener discards it", synFlags(0x06), unselected, tiers.ClassUnselected},
 		{"tcp/601 syn+fin: a listener discards it", synFlags(0x03), unselected, tiers.ClassUnselected},
+		{"tcp/601 syn to the broadcast MAC: tcp discards it", func() []byte {
+			f := TCP4(t, 601, true, false)
+			copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+			return f
+		}(), unselected, tiers.ClassUnselected},
+		{"udp/514 to the broadcast MAC", func() []byte {
+			f := UDP4(t, 514)
+			copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+			return f
+		}(), selected, tiers.ClassSelected},
 		{"ipv4 non-first fragment before its first", frag4(t, 77, 185, false, gopacket.Payload(make([]byte, 64))), fragPass, tiers.ClassFragment},
 		{"ipv6 non-first fragment before its first", frag6(t, 77, 185, false, gopacket.Payload(make([]byte, 64))), fragPass, tiers.ClassFragment},
 		{"ipv4 non-first fragment of icmp", Serialize(t, eth4(), func() *layers.IPv4 {

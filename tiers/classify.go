@@ -493,10 +493,15 @@ func (pk *packet) udp() (uint16, *Classification) {
 	return binary.BigEndian.Uint16(h[2:]), nil
 }
 
-// tcp: 20 bytes of IP payload, a data offset of at least 5 whose header
-// fits the IP payload. Returns the destination port and whether the
-// segment is a SYN without ACK.
+// tcp: to the interface's MAC, not a broadcast or multicast one (TCP
+// discards those), or unselected; 20 bytes of IP payload, a data offset
+// of at least 5 whose header fits the IP payload. Returns the destination
+// port and whether the segment is a SYN without ACK. A first fragment is
+// judged whatever its MAC: the kernel reassembles it first.
 func (pk *packet) tcp() (uint16, bool, *Classification) {
+	if pk.frame[0]&1 != 0 && !pk.first {
+		return 0, false, &unselected
+	}
 	if pk.l4len < 20 {
 		return 0, false, pk.shortL4(MalformedTCPLength)
 	}
