@@ -56,6 +56,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 
@@ -161,6 +162,14 @@ type Agent struct {
 	auto   atomic.Pointer[AutoMax]  // the adaptive-max controller, once started
 	record atomic.Pointer[Episodes] // the shed record, once started
 
+	// current is the policy in force as given (its dests local
+	// unresolved), and local the host's destinations it was resolved
+	// with (local.go); both guarded by applyMu. stopLocal ends
+	// followLocal.
+	current   tiers.Policy
+	local     []netip.Prefix
+	stopLocal chan struct{}
+
 	reloadOK, reloadErr atomic.Uint64
 	scrapeErrors        atomic.Uint64
 	closed              atomic.Bool
@@ -183,7 +192,8 @@ type Agent struct {
 // program and cfg.Replace is false, *BusyError when it runs a tierlimit
 // this agent cannot adopt, ErrNativeRefused, ErrPinPath, *PrivateBPFFSError
 // when the bpffs at cfg.PinPath would end with the agent (nothing is
-// attached then), ErrStacked when two
+// attached then), *LinkTypeError (ErrNotEthernet) for an interface whose
+// frames have no Ethernet header, ErrStacked when two
 // interfaces are stacked on each other, and tiers errors for a policy that
 // does not compile.
 func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
@@ -199,11 +209,10 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := checkCaps(); err != nil {
 		return nil, err
 	}
-	tab, err := tiers.Compile(p)
-	if err != nil {
+	if _, err := tiers.Compile(p); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, ns: netns.None()}
+	a := &Agent{cfg: cfg, log: cfg.Logger, ns: netns.None(), stopLocal: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			a.abort()
@@ -212,6 +221,11 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	links, err := a.resolve()
 	if err != nil {
 		return nil, err
+	}
+	for _, l := range links {
+		if err := checkEthernet(l); err != nil {
+			return nil, err
+		}
 	}
 	if err := checkStacked(a.nh, links); err != nil {
 		return nil, err
@@ -227,7 +241,11 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := a.load(); err != nil {
 		return nil, err
 	}
-	if err := a.lim.Apply(p, tab); err != nil {
+	if a.local, err = localPrefixes(a.nh); err != nil {
+		return nil, fmt.Errorf("read local addresses: %w", err)
+	}
+	a.log.Info("dests local: the host's destinations", "local", a.local)
+	if err := a.applyLocked(p); err != nil {
 		return nil, fmt.Errorf("apply policy: %w", err)
 	}
 	if a.pd != nil && a.pd.migrate != nil {
@@ -235,6 +253,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 			return nil, err
 		}
 	}
+	go a.followLocal(a.stopLocal)
 	for i, l := range links {
 		att, err := a.attach(l)
 		if err != nil {
@@ -374,6 +393,7 @@ func (a *Agent) Close() error {
 	if a.closed.Swap(true) {
 		return nil
 	}
+	close(a.stopLocal)
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
 	a.mu.Lock()

@@ -14,10 +14,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// checkEthernet returns a *LinkTypeError unless l's frames start with an
+// Ethernet header: its link type (ARPHRD) is Ethernet, or loopback, whose
+// frames carry a zeroed one.
+func checkEthernet(l netlink.Link) error {
+	switch t := l.Attrs().EncapType; t {
+	case "ether", "loopback":
+		return nil
+	default:
+		return &LinkTypeError{Iface: l.Attrs().Name, Type: t}
+	}
+}
+
 // attach attaches the program to l, or adopts the link pinned for it and
 // updates its program in place, so the interface is never without XDP.
 func (a *Agent) attach(l netlink.Link) (*Attachment, error) {
 	name, idx := l.Attrs().Name, l.Attrs().Index
+	if err := checkEthernet(l); err != nil {
+		return nil, err
+	}
 	att := &Attachment{Iface: name, Index: idx}
 	// restore is the mode the interface ran in before a mode switch: if the
 	// new mode is refused, the limiter goes back on in that one.

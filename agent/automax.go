@@ -127,13 +127,19 @@ func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src DropSource
 	return m, nil
 }
 
-// applyLocked compiles p and applies it; a.applyMu is held.
+// applyLocked compiles p, its dests local resolved (withLocal), and
+// applies it; a.applyMu is held.
 func (a *Agent) applyLocked(p tiers.Policy) error {
-	tab, err := tiers.Compile(p)
+	rp := p.WithLocal(a.local)
+	tab, err := tiers.Compile(rp)
 	if err != nil {
 		return err
 	}
-	return a.lim.Apply(p, tab)
+	if err := a.lim.Apply(rp, tab); err != nil {
+		return err
+	}
+	a.current = p
+	return nil
 }
 
 // AutoMax returns the adaptive-max controller, or nil when none runs.

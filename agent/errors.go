@@ -40,10 +40,35 @@ var (
 	ErrNewerLayout = errors.New("pinned state was written by a newer tierlimit")
 	// ErrPinPath is returned by New for a pin path bpffs cannot hold.
 	ErrPinPath = errors.New("bad pin path")
+	// ErrNotEthernet is returned by New, and logged by Watch for a
+	// re-created interface, when an interface's frames do not start with
+	// an Ethernet header (*LinkTypeError).
+	ErrNotEthernet = errors.New("interface without Ethernet headers")
 	// ErrNativeRefused is returned by New when the driver refuses native
 	// XDP and the mode is native (generic or auto would work).
 	ErrNativeRefused = errors.New("native XDP mode refused by the driver")
 )
+
+// LinkTypeError is an interface whose frames start at the IP header (or
+// at some other link header): a TUN device, WireGuard, PPP, an ipip, sit
+// or gre tunnel. The program parses Ethernet frames; on such an interface
+// it would read address bytes as an EtherType and count nothing, so it is
+// not attached there (and a TUN-mode tun runs no XDP in native mode at
+// all). A gretap, a vxlan, a TAP device or a macvlan carries Ethernet and
+// is fine.
+type LinkTypeError struct {
+	Iface string
+	// Type is the link type as netlink names it (ARPHRD_*): "none" for a
+	// TUN device or WireGuard, "ppp", "ipip", "gre", "sit", "tunnel6"...
+	Type string
+}
+
+func (e *LinkTypeError) Error() string {
+	return fmt.Sprintf("%v: %s is of link type %q; tierlimit parses Ethernet frames only: attach it to the Ethernet interface the traffic arrives on",
+		ErrNotEthernet, e.Iface, e.Type)
+}
+
+func (e *LinkTypeError) Unwrap() error { return ErrNotEthernet }
 
 // ForeignProgramError is an interface that runs another XDP program.
 type ForeignProgramError struct {

@@ -106,8 +106,10 @@ var (
 	unselectedDesc      = metric("unselected_packets_total", "Packets passed without counting: not selected, malformed, truncated or nested too deep.")
 	exemptDesc          = metric("exempt_packets_total", "Selected packets from exempt sources, passed without counting.")
 	fragmentsDesc       = metric("fragment_packets_total", "Non-first IP fragments, which follow their first fragment's verdict, by verdict.", "verdict")
-	malformedDesc       = metric("malformed_packets_total", "Frames whose length fields disagree with the frame, by reason; passed uncounted, "+
+	malformedDesc       = metric("malformed_packets_total", "Frames whose length fields or IPv4 header checksum the kernel rejects, by reason; passed uncounted, "+
 		"except tiny fragments (RFC 1858), which enforce mode drops.", "reason")
+	unclassifiedDesc = metric("unclassified_packets_total", "Frames the kernel may deliver whose port the program cannot tell, by reason; "+
+		"judged as selected, so they are in selected_packets_total (or exempt_packets_total) too.", "reason")
 	windowPacketsDesc = metric("window_packets", "Selected packets counted in the current window (n); 0 once it has expired.")
 	lastWindowDesc    = metric("last_window_packets", "Final count of the previous window: the offered load, in packets.")
 	currentTierDesc   = metric("current_tier", "Tier of the latest selected packet of the current window (0 below the first threshold).")
@@ -139,6 +141,9 @@ func collectTiers(ch chan<- prometheus.Metric, s Snapshot) {
 	counter(ch, fragmentsDesc, s.Stats.FragmentDrop.Packets, "drop")
 	for _, m := range tiers.MalformedReasons {
 		counter(ch, malformedDesc, s.Stats.Malformed[m].Packets, m.String())
+	}
+	for _, u := range tiers.UnclassifiedReasons {
+		counter(ch, unclassifiedDesc, s.Stats.Unclassified[u].Packets, u.String())
 	}
 	gauge(ch, windowPacketsDesc, float64(s.WindowPackets))
 	gauge(ch, lastWindowDesc, float64(s.LastWindowPackets))

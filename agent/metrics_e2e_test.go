@@ -133,6 +133,7 @@ func TestMetrics(t *testing.T) {
 		{"policy_max_packets", "gauge"}, {"policy_tier_threshold_packets", "gauge"}, {"policy_tier_drop_ratio", "gauge"},
 		{"config_reloads_total", "counter"}, {"xdp_attached", "gauge"}, {"scrape_errors_total", "counter"},
 		{"malformed_packets_total", "counter"},
+		{"unclassified_packets_total", "counter"},
 	} {
 		name := "tierlimit_" + c.name
 		if !strings.Contains(body, "# TYPE "+name+" "+c.typ+"\n") || !strings.Contains(body, "# HELP "+name+" ") {
@@ -153,6 +154,8 @@ func TestMetrics(t *testing.T) {
 		"tierlimit_scrape_errors_total":                             0,
 		`tierlimit_malformed_packets_total{reason="udp_length"}`:    0,
 		`tierlimit_malformed_packets_total{reason="tiny_fragment"}`: 0,
+		`tierlimit_malformed_packets_total{reason="ipv4_checksum"}`: 0,
+		`tierlimit_unclassified_packets_total{reason="ipv6_chain"}`: 0,
 		`tierlimit_config_reloads_total{result="success"}`:          0,
 	} {
 		// Drop ratios are on the 2^32 scale of bpf_get_prandom_u32.

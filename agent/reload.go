@@ -62,8 +62,9 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 	if a.closed.Load() {
 		return errClosed
 	}
-	p = a.autoPolicy(p)          // keeps a learnt adaptive max
-	tab, err := tiers.Compile(p) // validates p
+	p = a.autoPolicy(p) // keeps a learnt adaptive max
+	rp := p.WithLocal(a.local)
+	tab, err := tiers.Compile(rp) // validates p
 	if err != nil {
 		return err
 	}
@@ -71,12 +72,13 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 	if err != nil {
 		return err
 	}
-	if err := a.lim.ApplyContext(ctx, p, tab); err != nil {
+	if err := a.lim.ApplyContext(ctx, rp, tab); err != nil {
 		if src != nil {
 			src.Close()
 		}
 		return err
 	}
+	a.current = p
 	a.autoApplied(p, src)
 	return nil
 }

@@ -68,6 +68,14 @@
 #endif
 #define TL_LPM_ENTRIES (TL_SLOTS * TL_LPM_PREFIXES)
 
+/* Most of the host's own destinations that the dests: local rules of one
+ * policy hold together (tiers.MaxLocalPrefixes): the destination trie
+ * holds them per slot beside TL_LPM_PREFIXES. */
+#ifndef TL_LOCAL_PREFIXES
+#define TL_LOCAL_PREFIXES (1 << 12)
+#endif
+#define TL_DEST_ENTRIES (TL_SLOTS * (TL_LPM_PREFIXES + TL_LOCAL_PREFIXES))
+
 /* Per-source budgets (DESIGN.md §6): rows and columns of the count-min
  * sketch (columns a power of two), and groups over budget remembered for
  * tierlimit status --top. tiers.SketchRows, SketchCols and TopSources

@@ -110,7 +110,14 @@ func contractMalformed(t *testing.T, eq eqFunc) {
 	eq("tiers.MalformedUDPLength / TL_MAL_UDP_LENGTH", uint64(tiers.MalformedUDPLength), uint64(bpf.LimiterTlMalformedTL_MAL_UDP_LENGTH))
 	eq("tiers.MalformedTCPLength / TL_MAL_TCP_LENGTH", uint64(tiers.MalformedTCPLength), uint64(bpf.LimiterTlMalformedTL_MAL_TCP_LENGTH))
 	eq("tiers.MalformedTinyFragment / TL_MAL_TINY_FRAGMENT", uint64(tiers.MalformedTinyFragment), uint64(bpf.LimiterTlMalformedTL_MAL_TINY_FRAGMENT))
+	eq("tiers.MalformedIPv4Checksum / TL_MAL_IPV4_CHECKSUM", uint64(tiers.MalformedIPv4Checksum), uint64(bpf.LimiterTlMalformedTL_MAL_IPV4CHECKSUM))
 	eq("len(tiers.MalformedReasons)", uint64(len(tiers.MalformedReasons)), uint64(tiers.NumMalformed))
+	// Unclassified reasons: tiers.Unclassified indexes unclassified_stats.
+	eq("tiers.NumUnclassified / TL_UNCL_MAX", uint64(tiers.NumUnclassified), uint64(bpf.LimiterTlUnclassifiedTL_UNCL_MAX))
+	eq("tiers.UnclassifiedVLANDepth / TL_UNCL_VLAN_DEPTH", uint64(tiers.UnclassifiedVLANDepth), uint64(bpf.LimiterTlUnclassifiedTL_UNCL_VLAN_DEPTH))
+	eq("tiers.UnclassifiedIPv6Chain / TL_UNCL_IPV6_CHAIN", uint64(tiers.UnclassifiedIPv6Chain), uint64(bpf.LimiterTlUnclassifiedTL_UNCL_IPV6CHAIN))
+	eq("tiers.UnclassifiedFragmentChain / TL_UNCL_FRAGMENT_CHAIN", uint64(tiers.UnclassifiedFragmentChain), uint64(bpf.LimiterTlUnclassifiedTL_UNCL_FRAGMENT_CHAIN))
+	eq("len(tiers.UnclassifiedReasons)", uint64(len(tiers.UnclassifiedReasons)), uint64(tiers.NumUnclassified))
 	// The kernel gives up reassembly after net.ipv4.ipfrag_time (30 s by
 	// default): a verdict must not outlive it.
 	if bpf.FragmentTTL <= 0 || bpf.FragmentTTL > 30*time.Second {
@@ -148,7 +155,8 @@ func contractMapSizes(t *testing.T, eq eqFunc) {
 	eq("settings entries / slots", slots, size("settings"))
 	eq("misc_stats entries / TL_MISC_MAX", uint64(bpf.LimiterTlMiscTL_MISC_MAX), size("misc_stats"))
 	eq("exempt_sources entries / bpf.PrefixEntries", uint64(bpf.PrefixEntries), size("exempt_sources"))
-	eq("select_dests entries / bpf.PrefixEntries", uint64(bpf.PrefixEntries), size("select_dests"))
+	eq("select_dests entries / PrefixEntries + slots × tiers.MaxLocalPrefixes", uint64(bpf.PrefixEntries)+uint64(size("settings"))*tiers.MaxLocalPrefixes, size("select_dests"))
+	eq("tiers.MaxLocalPrefixes / TL_LOCAL_PREFIXES", tiers.MaxLocalPrefixes, uint64(bpf.LimiterTlConstTL_C_LOCAL_PREFIXES))
 	eq("severity_stats entries / classes × verdicts + 2", tiers.NumSeverityClasses*tiers.NumVerdicts+2, size("severity_stats"))
 	eq("frag_verdicts entries / bpf.FragmentEntries", uint64(bpf.FragmentEntries), size("frag_verdicts"))
 	// Per-source budgets: the sketch, its cells and the top table.
@@ -174,6 +182,7 @@ func contractMapSizes(t *testing.T, eq eqFunc) {
 		t.Errorf("tiers.SketchCols %d is not a power of two", tiers.SketchCols)
 	}
 	eq("malformed_stats entries / tiers.NumMalformed", uint64(tiers.NumMalformed), size("malformed_stats"))
+	eq("unclassified_stats entries / tiers.NumUnclassified", uint64(tiers.NumUnclassified), size("unclassified_stats"))
 	eq("skb_ifaces entries / bpf.SKBIfaces", uint64(bpf.SKBIfaces), size("skb_ifaces"))
 	eq("overflow entries / TL_MAX_CPUS", uint64(bpf.LimiterTlConstTL_C_MAX_CPUS), size("overflow"))
 	// One overflow slot per CPU, two cache lines, so that no two CPUs' counts share one.

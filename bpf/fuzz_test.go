@@ -41,7 +41,7 @@ func FuzzProgram(f *testing.F) {
 				t.Fatalf("unselected frame: action %d, counters %+v\n% x", ret, d, frame)
 			}
 		case tiers.ClassSelected:
-			if d != selected {
+			if d != wantDelta(c) {
 				t.Fatalf("selected frame: counters %+v\n% x", d, frame)
 			}
 			checkTableVerdict(t, h, s0, s1, w1.Count, ret, frame)

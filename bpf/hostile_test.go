@@ -28,10 +28,22 @@ const (
 
 // with16 returns a copy of frame with the big-endian 16-bit field at off
 // set to v: a length field that disagrees with the frame gopacket built.
+// An IPv4 header it changes gets its checksum fixed, so that the frame is
+// judged on the field, not on the checksum the kernel would discard it for.
 func with16(frame []byte, off int, v uint16) []byte {
 	f := append([]byte(nil), frame...)
 	binary.BigEndian.PutUint16(f[off:], v)
+	if binary.BigEndian.Uint16(f[12:]) == 0x0800 && off < l3Off+int(f[l3Off]&0xf)*4 {
+		setIPv4Sum(f)
+	}
 	return f
+}
+
+// setIPv4Sum writes the header checksum of the untagged IPv4 frame f.
+func setIPv4Sum(f []byte) {
+	h := f[l3Off : l3Off+int(f[l3Off]&0xf)*4]
+	binary.BigEndian.PutUint16(h[10:], 0)
+	binary.BigEndian.PutUint16(h[10:], csum16(0, h))
 }
 
 // fragIPv4 is an IPv4 header of a fragment of datagram id carrying proto,

@@ -67,11 +67,14 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	/* Read the <PRI> now, so that the cursor is dead from here on: the
 	 * verifier then need not tell apart the parser's paths below. */
 	int sev = TL_SEV_NONE;
-	if (s->sev_on && p.l4proto == IPPROTO_UDP)
+	if (s->sev_on && p.l4proto == IPPROTO_UDP && !p.uncl)
 		sev = pri_off <= TL_PRI_OFF_MAX ? parse_pri(&c) : -1;
-	if (!is_selected(&p, slot, s))
+	if (p.uncl ? !uncl_selected(&p, slot, s) : !is_selected(&p, slot, s))
 		goto unselected;
-	if ((s->flags & TL_HAS_EXEMPT) && is_exempt(&p, slot)) {
+	/* A frame with more VLAN tags than we walk has no header we know:
+	 * no source to exempt or to group. */
+	int has_l3 = p.uncl != 1 + TL_UNCL_VLAN_DEPTH;
+	if (has_l3 && (s->flags & TL_HAS_EXEMPT) && is_exempt(&p, slot)) {
 		count(&misc_stats, TL_MISC_EXEMPT, 1, bytes);
 		if (p.frag == FRAG_FIRST)
 			remember_first(&p, TL_PASS);
@@ -82,7 +85,9 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	struct tl_window *w = bpf_map_lookup_elem(&window, &zero);
 	if (!w)
 		goto unselected;
-	if (s->src_budget) {
+	if (p.uncl)
+		count(&unclassified_stats, (__u32)(p.uncl - 1), 1, bytes);
+	if (s->src_budget && has_l3) {
 		int act = source_budget(ctx, &p, s, slot, w, bytes, sev);
 		if (act >= 0)
 			return act;
@@ -127,19 +132,30 @@ unselected:
 	return pass_unselected(&p, bytes);
 }
 
-SEC("xdp")
-int tierlimit(struct xdp_md *ctx)
+/* tl_parse's result for a packet to judge: not an XDP action. */
+#define TL_JUDGE (-1)
+
+/* Parses the frame (parse.h) and settles every packet that needs no
+ * judgement: returns its XDP action, or TL_JUDGE with the packet packed in
+ * args (pkt_pack). A function of its own (a BPF-to-BPF call), so that the
+ * parser's state (the cursor, struct pkt) is off the stack by the time
+ * tl_judge and the global functions it calls run: the verifier bounds the
+ * stack of a chain of calls at 512 bytes. */
+static __noinline int tl_parse(struct xdp_md *ctx, __u64 *args)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 bytes = data_end - data;
-	struct cursor c = { .pos = data, .end = data_end };
+	struct pcur c = { .data = data, .end = data_end, .len = bytes };
 	struct pkt p = {};
+	int deep = 0;
 
-	TL_STAGE(TL_STAGE_ENTRY, XDP_DROP);
 	switch (parse_packet(&c, &p)) {
 	case PKT_L4:
 		TL_STAGE(TL_STAGE_PARSED, XDP_DROP);
+		break;
+	case PKT_DEEP:
+		deep = 1;
 		break;
 	case PKT_FOLLOW:
 		return follow_fragment(ctx, &p, bytes);
@@ -152,7 +168,18 @@ int tierlimit(struct xdp_md *ctx)
 		return pass_unselected(&p, bytes);
 	}
 	/* Only scalars cross into tl_judge: offsets and header fields. */
-	__u64 a1, a2;
-	pkt_pack(&p, (void *)p.l3 - data, c.pos - data, &a1, &a2);
-	return tl_judge(ctx, a1, a2);
+	pkt_pack(&p, deep, c.off, &args[0], &args[1]);
+	return TL_JUDGE;
+}
+
+SEC("xdp")
+int tierlimit(struct xdp_md *ctx)
+{
+	__u64 args[2] = {};
+
+	TL_STAGE(TL_STAGE_ENTRY, XDP_DROP);
+	int act = tl_parse(ctx, args);
+	if (act != TL_JUDGE)
+		return act;
+	return tl_judge(ctx, args[0], args[1]);
 }

@@ -61,6 +61,9 @@ const (
 	// NumMalformed is the number of malformed reasons (enum tl_malformed),
 	// which tiers.Malformed mirrors.
 	NumMalformed = int(LimiterTlMalformedTL_MAL_MAX)
+	// NumUnclassified is the number of unclassified reasons (enum
+	// tl_unclassified), which tiers.Unclassified mirrors.
+	NumUnclassified = int(LimiterTlUnclassifiedTL_UNCL_MAX)
 	// maxCPUs is the most CPUs with a slot in the overflow map (TL_MAX_CPUS).
 	maxCPUs = int(LimiterTlConstTL_C_MAX_CPUS)
 )
@@ -77,6 +80,7 @@ const (
 	portPackets = uint32(LimiterTlPortFlagTL_PORT_PACKETS)
 	portSYN     = uint32(LimiterTlPortFlagTL_PORT_SYN)
 	hasExempt   = uint32(LimiterTlSettingsFlagTL_HAS_EXEMPT)
+	anyDest     = uint32(LimiterTlSettingsFlagTL_ANY_DEST)
 
 	sevStats = int(LimiterTlSevStatTL_SEV_STATS)
 )
@@ -202,6 +206,9 @@ func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Tabl
 	if err := l.writeSelectors(ctx, slot, t.Selectors); err != nil {
 		return err
 	}
+	if err := l.clearDestCache(); err != nil {
+		return err
+	}
 	set := LimiterTlSettings{
 		WindowNs: uint64(p.Window.Nanoseconds()),
 		// Whole ticks in a window: the tick gate's bound.
@@ -210,6 +217,7 @@ func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Tabl
 		Shift:         uint32(t.Shift),
 		Mode:          uint32(p.Mode),
 		SynRules:      t.Selectors.SynRules,
+		DestRules:     t.Selectors.DestRules,
 		Tiers:         uint32(len(p.Tiers)),
 		Max:           p.Max,
 	}
@@ -234,6 +242,9 @@ func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Tabl
 	}
 	if len(p.Exempt) > 0 {
 		set.Flags |= hasExempt
+	}
+	if t.Selectors.AnyDest {
+		set.Flags |= anyDest
 	}
 	l.setSources(&set, t.Sources)
 	setRecord(&set, t.Record, l.tickNs)
@@ -319,6 +330,13 @@ func fits(p tiers.Policy, t tiers.Table) error {
 	}
 	if dests > MaxPrefixes {
 		return fmt.Errorf("%w: %d dests prefixes, at most %d", ErrPolicy, dests, MaxPrefixes)
+	}
+	local := 0
+	for _, r := range p.Select {
+		local += len(r.LocalDests)
+	}
+	if local > tiers.MaxLocalPrefixes {
+		return fmt.Errorf("%w: %d local destinations, at most %d", ErrPolicy, local, tiers.MaxLocalPrefixes)
 	}
 	return nil
 }

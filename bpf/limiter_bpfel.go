@@ -21,6 +21,7 @@ const (
 	LimiterTlConstTL_C_TABLE_MAX         LimiterTlConst = 1048576
 	LimiterTlConstTL_C_SLOTS             LimiterTlConst = 2
 	LimiterTlConstTL_C_LPM_ENTRIES       LimiterTlConst = 131072
+	LimiterTlConstTL_C_LOCAL_PREFIXES    LimiterTlConst = 4096
 	LimiterTlConstTL_C_FRAG_ENTRIES      LimiterTlConst = 16384
 	LimiterTlConstTL_PORT_KEYS           LimiterTlConst = 65536
 	LimiterTlConstTL_LPM_TAG_BITS        LimiterTlConst = 32
@@ -44,6 +45,13 @@ const (
 	LimiterTlConstTL_C_RECORD_SNAP_MAX   LimiterTlConst = 256
 	LimiterTlConstTL_RECORD_NONE         LimiterTlConst = 255
 )
+
+type LimiterTlDestCache struct {
+	_     structs.HostLayout
+	Tag   uint32
+	State uint32
+	Addr  [16]uint8
+}
 
 type LimiterTlEntry struct {
 	_    structs.HostLayout
@@ -81,7 +89,8 @@ const (
 	LimiterTlMalformedTL_MAL_UDP_LENGTH    LimiterTlMalformed = 2
 	LimiterTlMalformedTL_MAL_TCP_LENGTH    LimiterTlMalformed = 3
 	LimiterTlMalformedTL_MAL_TINY_FRAGMENT LimiterTlMalformed = 4
-	LimiterTlMalformedTL_MAL_MAX           LimiterTlMalformed = 5
+	LimiterTlMalformedTL_MAL_IPV4CHECKSUM  LimiterTlMalformed = 5
+	LimiterTlMalformedTL_MAL_MAX           LimiterTlMalformed = 6
 )
 
 type LimiterTlMisc uint32
@@ -176,7 +185,7 @@ type LimiterTlSettings struct {
 	Max           uint64
 	Bounds        [16]uint64
 	Drops         [17]uint32
-	Pad           uint32
+	DestRules     uint32
 	ProtectBudget uint64
 	ShedDrops     [17]uint32
 	SevOn         uint32
@@ -210,6 +219,7 @@ type LimiterTlSettingsFlag uint32
 
 const (
 	LimiterTlSettingsFlagTL_HAS_EXEMPT LimiterTlSettingsFlag = 1
+	LimiterTlSettingsFlagTL_ANY_DEST   LimiterTlSettingsFlag = 2
 )
 
 type LimiterTlSevClass uint32
@@ -300,6 +310,15 @@ const (
 	LimiterTlThrTL_THR_ALWAYS LimiterTlThr = 4294967295
 )
 
+type LimiterTlUnclassified uint32
+
+const (
+	LimiterTlUnclassifiedTL_UNCL_VLAN_DEPTH     LimiterTlUnclassified = 0
+	LimiterTlUnclassifiedTL_UNCL_IPV6CHAIN      LimiterTlUnclassified = 1
+	LimiterTlUnclassifiedTL_UNCL_FRAGMENT_CHAIN LimiterTlUnclassified = 2
+	LimiterTlUnclassifiedTL_UNCL_MAX            LimiterTlUnclassified = 3
+)
+
 type LimiterTlVerdict uint32
 
 const (
@@ -330,32 +349,35 @@ type LimiterTlWindow struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	LimiterMapActiveSlot     = "active_slot"
-	LimiterMapExemptSources  = "exempt_sources"
-	LimiterMapFragVerdicts   = "frag_verdicts"
-	LimiterMapMalformedStats = "malformed_stats"
-	LimiterMapMiscStats      = "misc_stats"
-	LimiterMapOverflow       = "overflow"
-	LimiterMapPorts          = "ports"
-	LimiterMapRecordCpu      = "record_cpu"
-	LimiterMapRecordGate     = "record_gate"
-	LimiterMapSelectDests    = "select_dests"
-	LimiterMapSettings       = "settings"
-	LimiterMapSeverityStats  = "severity_stats"
-	LimiterMapShedSamples    = "shed_samples"
-	LimiterMapSkbIfaces      = "skb_ifaces"
-	LimiterMapSmoothCpu      = "smooth_cpu"
-	LimiterMapSourceRun      = "source_run"
-	LimiterMapSourceSketch   = "source_sketch"
-	LimiterMapSourceStats    = "source_stats"
-	LimiterMapSourceTop      = "source_top"
-	LimiterMapStats          = "stats"
-	LimiterMapTierTable      = "tier_table"
-	LimiterMapWindow         = "window"
-	LimiterProgTierlimit     = "tierlimit"
-	LimiterVarTlContractBtf  = "tl_contract_btf"
-	LimiterVarTlRecordShare  = "tl_record_share"
-	LimiterVarTlSkbIfaces    = "tl_skb_ifaces"
+	LimiterMapActiveSlot        = "active_slot"
+	LimiterMapDestCache         = "dest_cache"
+	LimiterMapExemptSources     = "exempt_sources"
+	LimiterMapFragVerdicts      = "frag_verdicts"
+	LimiterMapMalformedStats    = "malformed_stats"
+	LimiterMapMiscStats         = "misc_stats"
+	LimiterMapOverflow          = "overflow"
+	LimiterMapPorts             = "ports"
+	LimiterMapRecordCpu         = "record_cpu"
+	LimiterMapRecordGate        = "record_gate"
+	LimiterMapSelectDests       = "select_dests"
+	LimiterMapSettings          = "settings"
+	LimiterMapSeverityStats     = "severity_stats"
+	LimiterMapShedSamples       = "shed_samples"
+	LimiterMapSkbIfaces         = "skb_ifaces"
+	LimiterMapSmoothCpu         = "smooth_cpu"
+	LimiterMapSourceRun         = "source_run"
+	LimiterMapSourceSketch      = "source_sketch"
+	LimiterMapSourceStats       = "source_stats"
+	LimiterMapSourceTop         = "source_top"
+	LimiterMapStats             = "stats"
+	LimiterMapTierTable         = "tier_table"
+	LimiterMapUnclassifiedStats = "unclassified_stats"
+	LimiterMapWindow            = "window"
+	LimiterProgTierlimit        = "tierlimit"
+	LimiterVarTlContractBtf     = "tl_contract_btf"
+	LimiterVarTlOpaque          = "tl_opaque"
+	LimiterVarTlRecordShare     = "tl_record_share"
+	LimiterVarTlSkbIfaces       = "tl_skb_ifaces"
 )
 
 // LoadLimiter returns the embedded CollectionSpec for Limiter.
@@ -407,28 +429,30 @@ type LimiterProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterMapSpecs struct {
-	ActiveSlot     *ebpf.MapSpec `ebpf:"active_slot"`
-	ExemptSources  *ebpf.MapSpec `ebpf:"exempt_sources"`
-	FragVerdicts   *ebpf.MapSpec `ebpf:"frag_verdicts"`
-	MalformedStats *ebpf.MapSpec `ebpf:"malformed_stats"`
-	MiscStats      *ebpf.MapSpec `ebpf:"misc_stats"`
-	Overflow       *ebpf.MapSpec `ebpf:"overflow"`
-	Ports          *ebpf.MapSpec `ebpf:"ports"`
-	RecordCpu      *ebpf.MapSpec `ebpf:"record_cpu"`
-	RecordGate     *ebpf.MapSpec `ebpf:"record_gate"`
-	SelectDests    *ebpf.MapSpec `ebpf:"select_dests"`
-	Settings       *ebpf.MapSpec `ebpf:"settings"`
-	SeverityStats  *ebpf.MapSpec `ebpf:"severity_stats"`
-	ShedSamples    *ebpf.MapSpec `ebpf:"shed_samples"`
-	SkbIfaces      *ebpf.MapSpec `ebpf:"skb_ifaces"`
-	SmoothCpu      *ebpf.MapSpec `ebpf:"smooth_cpu"`
-	SourceRun      *ebpf.MapSpec `ebpf:"source_run"`
-	SourceSketch   *ebpf.MapSpec `ebpf:"source_sketch"`
-	SourceStats    *ebpf.MapSpec `ebpf:"source_stats"`
-	SourceTop      *ebpf.MapSpec `ebpf:"source_top"`
-	Stats          *ebpf.MapSpec `ebpf:"stats"`
-	TierTable      *ebpf.MapSpec `ebpf:"tier_table"`
-	Window         *ebpf.MapSpec `ebpf:"window"`
+	ActiveSlot        *ebpf.MapSpec `ebpf:"active_slot"`
+	DestCache         *ebpf.MapSpec `ebpf:"dest_cache"`
+	ExemptSources     *ebpf.MapSpec `ebpf:"exempt_sources"`
+	FragVerdicts      *ebpf.MapSpec `ebpf:"frag_verdicts"`
+	MalformedStats    *ebpf.MapSpec `ebpf:"malformed_stats"`
+	MiscStats         *ebpf.MapSpec `ebpf:"misc_stats"`
+	Overflow          *ebpf.MapSpec `ebpf:"overflow"`
+	Ports             *ebpf.MapSpec `ebpf:"ports"`
+	RecordCpu         *ebpf.MapSpec `ebpf:"record_cpu"`
+	RecordGate        *ebpf.MapSpec `ebpf:"record_gate"`
+	SelectDests       *ebpf.MapSpec `ebpf:"select_dests"`
+	Settings          *ebpf.MapSpec `ebpf:"settings"`
+	SeverityStats     *ebpf.MapSpec `ebpf:"severity_stats"`
+	ShedSamples       *ebpf.MapSpec `ebpf:"shed_samples"`
+	SkbIfaces         *ebpf.MapSpec `ebpf:"skb_ifaces"`
+	SmoothCpu         *ebpf.MapSpec `ebpf:"smooth_cpu"`
+	SourceRun         *ebpf.MapSpec `ebpf:"source_run"`
+	SourceSketch      *ebpf.MapSpec `ebpf:"source_sketch"`
+	SourceStats       *ebpf.MapSpec `ebpf:"source_stats"`
+	SourceTop         *ebpf.MapSpec `ebpf:"source_top"`
+	Stats             *ebpf.MapSpec `ebpf:"stats"`
+	TierTable         *ebpf.MapSpec `ebpf:"tier_table"`
+	UnclassifiedStats *ebpf.MapSpec `ebpf:"unclassified_stats"`
+	Window            *ebpf.MapSpec `ebpf:"window"`
 }
 
 // LimiterVariableSpecs contains global variables before they are loaded into the kernel.
@@ -436,6 +460,7 @@ type LimiterMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterVariableSpecs struct {
 	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlOpaque      *ebpf.VariableSpec `ebpf:"tl_opaque"`
 	TlRecordShare *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
 }
@@ -460,33 +485,36 @@ func (o *LimiterObjects) Close() error {
 //
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterMaps struct {
-	ActiveSlot     *ebpf.Map `ebpf:"active_slot"`
-	ExemptSources  *ebpf.Map `ebpf:"exempt_sources"`
-	FragVerdicts   *ebpf.Map `ebpf:"frag_verdicts"`
-	MalformedStats *ebpf.Map `ebpf:"malformed_stats"`
-	MiscStats      *ebpf.Map `ebpf:"misc_stats"`
-	Overflow       *ebpf.Map `ebpf:"overflow"`
-	Ports          *ebpf.Map `ebpf:"ports"`
-	RecordCpu      *ebpf.Map `ebpf:"record_cpu"`
-	RecordGate     *ebpf.Map `ebpf:"record_gate"`
-	SelectDests    *ebpf.Map `ebpf:"select_dests"`
-	Settings       *ebpf.Map `ebpf:"settings"`
-	SeverityStats  *ebpf.Map `ebpf:"severity_stats"`
-	ShedSamples    *ebpf.Map `ebpf:"shed_samples"`
-	SkbIfaces      *ebpf.Map `ebpf:"skb_ifaces"`
-	SmoothCpu      *ebpf.Map `ebpf:"smooth_cpu"`
-	SourceRun      *ebpf.Map `ebpf:"source_run"`
-	SourceSketch   *ebpf.Map `ebpf:"source_sketch"`
-	SourceStats    *ebpf.Map `ebpf:"source_stats"`
-	SourceTop      *ebpf.Map `ebpf:"source_top"`
-	Stats          *ebpf.Map `ebpf:"stats"`
-	TierTable      *ebpf.Map `ebpf:"tier_table"`
-	Window         *ebpf.Map `ebpf:"window"`
+	ActiveSlot        *ebpf.Map `ebpf:"active_slot"`
+	DestCache         *ebpf.Map `ebpf:"dest_cache"`
+	ExemptSources     *ebpf.Map `ebpf:"exempt_sources"`
+	FragVerdicts      *ebpf.Map `ebpf:"frag_verdicts"`
+	MalformedStats    *ebpf.Map `ebpf:"malformed_stats"`
+	MiscStats         *ebpf.Map `ebpf:"misc_stats"`
+	Overflow          *ebpf.Map `ebpf:"overflow"`
+	Ports             *ebpf.Map `ebpf:"ports"`
+	RecordCpu         *ebpf.Map `ebpf:"record_cpu"`
+	RecordGate        *ebpf.Map `ebpf:"record_gate"`
+	SelectDests       *ebpf.Map `ebpf:"select_dests"`
+	Settings          *ebpf.Map `ebpf:"settings"`
+	SeverityStats     *ebpf.Map `ebpf:"severity_stats"`
+	ShedSamples       *ebpf.Map `ebpf:"shed_samples"`
+	SkbIfaces         *ebpf.Map `ebpf:"skb_ifaces"`
+	SmoothCpu         *ebpf.Map `ebpf:"smooth_cpu"`
+	SourceRun         *ebpf.Map `ebpf:"source_run"`
+	SourceSketch      *ebpf.Map `ebpf:"source_sketch"`
+	SourceStats       *ebpf.Map `ebpf:"source_stats"`
+	SourceTop         *ebpf.Map `ebpf:"source_top"`
+	Stats             *ebpf.Map `ebpf:"stats"`
+	TierTable         *ebpf.Map `ebpf:"tier_table"`
+	UnclassifiedStats *ebpf.Map `ebpf:"unclassified_stats"`
+	Window            *ebpf.Map `ebpf:"window"`
 }
 
 func (m *LimiterMaps) Close() error {
 	return _LimiterClose(
 		m.ActiveSlot,
+		m.DestCache,
 		m.ExemptSources,
 		m.FragVerdicts,
 		m.MalformedStats,
@@ -507,6 +535,7 @@ func (m *LimiterMaps) Close() error {
 		m.SourceTop,
 		m.Stats,
 		m.TierTable,
+		m.UnclassifiedStats,
 		m.Window,
 	)
 }
@@ -516,6 +545,7 @@ func (m *LimiterMaps) Close() error {
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterVariables struct {
 	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlOpaque      *ebpf.Variable `ebpf:"tl_opaque"`
 	TlRecordShare *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.Variable `ebpf:"tl_skb_ifaces"`
 }

@@ -16,33 +16,36 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	limiterStagesMapActiveSlot     = "active_slot"
-	limiterStagesMapExemptSources  = "exempt_sources"
-	limiterStagesMapFragVerdicts   = "frag_verdicts"
-	limiterStagesMapMalformedStats = "malformed_stats"
-	limiterStagesMapMiscStats      = "misc_stats"
-	limiterStagesMapOverflow       = "overflow"
-	limiterStagesMapPorts          = "ports"
-	limiterStagesMapRecordCpu      = "record_cpu"
-	limiterStagesMapRecordGate     = "record_gate"
-	limiterStagesMapSelectDests    = "select_dests"
-	limiterStagesMapSettings       = "settings"
-	limiterStagesMapSeverityStats  = "severity_stats"
-	limiterStagesMapShedSamples    = "shed_samples"
-	limiterStagesMapSkbIfaces      = "skb_ifaces"
-	limiterStagesMapSmoothCpu      = "smooth_cpu"
-	limiterStagesMapSourceRun      = "source_run"
-	limiterStagesMapSourceSketch   = "source_sketch"
-	limiterStagesMapSourceStats    = "source_stats"
-	limiterStagesMapSourceTop      = "source_top"
-	limiterStagesMapStats          = "stats"
-	limiterStagesMapTierTable      = "tier_table"
-	limiterStagesMapWindow         = "window"
-	limiterStagesProgTierlimit     = "tierlimit"
-	limiterStagesVarTlBenchStage   = "tl_bench_stage"
-	limiterStagesVarTlContractBtf  = "tl_contract_btf"
-	limiterStagesVarTlRecordShare  = "tl_record_share"
-	limiterStagesVarTlSkbIfaces    = "tl_skb_ifaces"
+	limiterStagesMapActiveSlot        = "active_slot"
+	limiterStagesMapDestCache         = "dest_cache"
+	limiterStagesMapExemptSources     = "exempt_sources"
+	limiterStagesMapFragVerdicts      = "frag_verdicts"
+	limiterStagesMapMalformedStats    = "malformed_stats"
+	limiterStagesMapMiscStats         = "misc_stats"
+	limiterStagesMapOverflow          = "overflow"
+	limiterStagesMapPorts             = "ports"
+	limiterStagesMapRecordCpu         = "record_cpu"
+	limiterStagesMapRecordGate        = "record_gate"
+	limiterStagesMapSelectDests       = "select_dests"
+	limiterStagesMapSettings          = "settings"
+	limiterStagesMapSeverityStats     = "severity_stats"
+	limiterStagesMapShedSamples       = "shed_samples"
+	limiterStagesMapSkbIfaces         = "skb_ifaces"
+	limiterStagesMapSmoothCpu         = "smooth_cpu"
+	limiterStagesMapSourceRun         = "source_run"
+	limiterStagesMapSourceSketch      = "source_sketch"
+	limiterStagesMapSourceStats       = "source_stats"
+	limiterStagesMapSourceTop         = "source_top"
+	limiterStagesMapStats             = "stats"
+	limiterStagesMapTierTable         = "tier_table"
+	limiterStagesMapUnclassifiedStats = "unclassified_stats"
+	limiterStagesMapWindow            = "window"
+	limiterStagesProgTierlimit        = "tierlimit"
+	limiterStagesVarTlBenchStage      = "tl_bench_stage"
+	limiterStagesVarTlContractBtf     = "tl_contract_btf"
+	limiterStagesVarTlOpaque          = "tl_opaque"
+	limiterStagesVarTlRecordShare     = "tl_record_share"
+	limiterStagesVarTlSkbIfaces       = "tl_skb_ifaces"
 )
 
 // loadLimiterStages returns the embedded CollectionSpec for limiterStages.
@@ -94,28 +97,30 @@ type limiterStagesProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type limiterStagesMapSpecs struct {
-	ActiveSlot     *ebpf.MapSpec `ebpf:"active_slot"`
-	ExemptSources  *ebpf.MapSpec `ebpf:"exempt_sources"`
-	FragVerdicts   *ebpf.MapSpec `ebpf:"frag_verdicts"`
-	MalformedStats *ebpf.MapSpec `ebpf:"malformed_stats"`
-	MiscStats      *ebpf.MapSpec `ebpf:"misc_stats"`
-	Overflow       *ebpf.MapSpec `ebpf:"overflow"`
-	Ports          *ebpf.MapSpec `ebpf:"ports"`
-	RecordCpu      *ebpf.MapSpec `ebpf:"record_cpu"`
-	RecordGate     *ebpf.MapSpec `ebpf:"record_gate"`
-	SelectDests    *ebpf.MapSpec `ebpf:"select_dests"`
-	Settings       *ebpf.MapSpec `ebpf:"settings"`
-	SeverityStats  *ebpf.MapSpec `ebpf:"severity_stats"`
-	ShedSamples    *ebpf.MapSpec `ebpf:"shed_samples"`
-	SkbIfaces      *ebpf.MapSpec `ebpf:"skb_ifaces"`
-	SmoothCpu      *ebpf.MapSpec `ebpf:"smooth_cpu"`
-	SourceRun      *ebpf.MapSpec `ebpf:"source_run"`
-	SourceSketch   *ebpf.MapSpec `ebpf:"source_sketch"`
-	SourceStats    *ebpf.MapSpec `ebpf:"source_stats"`
-	SourceTop      *ebpf.MapSpec `ebpf:"source_top"`
-	Stats          *ebpf.MapSpec `ebpf:"stats"`
-	TierTable      *ebpf.MapSpec `ebpf:"tier_table"`
-	Window         *ebpf.MapSpec `ebpf:"window"`
+	ActiveSlot        *ebpf.MapSpec `ebpf:"active_slot"`
+	DestCache         *ebpf.MapSpec `ebpf:"dest_cache"`
+	ExemptSources     *ebpf.MapSpec `ebpf:"exempt_sources"`
+	FragVerdicts      *ebpf.MapSpec `ebpf:"frag_verdicts"`
+	MalformedStats    *ebpf.MapSpec `ebpf:"malformed_stats"`
+	MiscStats         *ebpf.MapSpec `ebpf:"misc_stats"`
+	Overflow          *ebpf.MapSpec `ebpf:"overflow"`
+	Ports             *ebpf.MapSpec `ebpf:"ports"`
+	RecordCpu         *ebpf.MapSpec `ebpf:"record_cpu"`
+	RecordGate        *ebpf.MapSpec `ebpf:"record_gate"`
+	SelectDests       *ebpf.MapSpec `ebpf:"select_dests"`
+	Settings          *ebpf.MapSpec `ebpf:"settings"`
+	SeverityStats     *ebpf.MapSpec `ebpf:"severity_stats"`
+	ShedSamples       *ebpf.MapSpec `ebpf:"shed_samples"`
+	SkbIfaces         *ebpf.MapSpec `ebpf:"skb_ifaces"`
+	SmoothCpu         *ebpf.MapSpec `ebpf:"smooth_cpu"`
+	SourceRun         *ebpf.MapSpec `ebpf:"source_run"`
+	SourceSketch      *ebpf.MapSpec `ebpf:"source_sketch"`
+	SourceStats       *ebpf.MapSpec `ebpf:"source_stats"`
+	SourceTop         *ebpf.MapSpec `ebpf:"source_top"`
+	Stats             *ebpf.MapSpec `ebpf:"stats"`
+	TierTable         *ebpf.MapSpec `ebpf:"tier_table"`
+	UnclassifiedStats *ebpf.MapSpec `ebpf:"unclassified_stats"`
+	Window            *ebpf.MapSpec `ebpf:"window"`
 }
 
 // limiterStagesVariableSpecs contains global variables before they are loaded into the kernel.
@@ -124,6 +129,7 @@ type limiterStagesMapSpecs struct {
 type limiterStagesVariableSpecs struct {
 	TlBenchStage  *ebpf.VariableSpec `ebpf:"tl_bench_stage"`
 	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlOpaque      *ebpf.VariableSpec `ebpf:"tl_opaque"`
 	TlRecordShare *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
 }
@@ -148,33 +154,36 @@ func (o *limiterStagesObjects) Close() error {
 //
 // It can be passed to loadLimiterStagesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type limiterStagesMaps struct {
-	ActiveSlot     *ebpf.Map `ebpf:"active_slot"`
-	ExemptSources  *ebpf.Map `ebpf:"exempt_sources"`
-	FragVerdicts   *ebpf.Map `ebpf:"frag_verdicts"`
-	MalformedStats *ebpf.Map `ebpf:"malformed_stats"`
-	MiscStats      *ebpf.Map `ebpf:"misc_stats"`
-	Overflow       *ebpf.Map `ebpf:"overflow"`
-	Ports          *ebpf.Map `ebpf:"ports"`
-	RecordCpu      *ebpf.Map `ebpf:"record_cpu"`
-	RecordGate     *ebpf.Map `ebpf:"record_gate"`
-	SelectDests    *ebpf.Map `ebpf:"select_dests"`
-	Settings       *ebpf.Map `ebpf:"settings"`
-	SeverityStats  *ebpf.Map `ebpf:"severity_stats"`
-	ShedSamples    *ebpf.Map `ebpf:"shed_samples"`
-	SkbIfaces      *ebpf.Map `ebpf:"skb_ifaces"`
-	SmoothCpu      *ebpf.Map `ebpf:"smooth_cpu"`
-	SourceRun      *ebpf.Map `ebpf:"source_run"`
-	SourceSketch   *ebpf.Map `ebpf:"source_sketch"`
-	SourceStats    *ebpf.Map `ebpf:"source_stats"`
-	SourceTop      *ebpf.Map `ebpf:"source_top"`
-	Stats          *ebpf.Map `ebpf:"stats"`
-	TierTable      *ebpf.Map `ebpf:"tier_table"`
-	Window         *ebpf.Map `ebpf:"window"`
+	ActiveSlot        *ebpf.Map `ebpf:"active_slot"`
+	DestCache         *ebpf.Map `ebpf:"dest_cache"`
+	ExemptSources     *ebpf.Map `ebpf:"exempt_sources"`
+	FragVerdicts      *ebpf.Map `ebpf:"frag_verdicts"`
+	MalformedStats    *ebpf.Map `ebpf:"malformed_stats"`
+	MiscStats         *ebpf.Map `ebpf:"misc_stats"`
+	Overflow          *ebpf.Map `ebpf:"overflow"`
+	Ports             *ebpf.Map `ebpf:"ports"`
+	RecordCpu         *ebpf.Map `ebpf:"record_cpu"`
+	RecordGate        *ebpf.Map `ebpf:"record_gate"`
+	SelectDests       *ebpf.Map `ebpf:"select_dests"`
+	Settings          *ebpf.Map `ebpf:"settings"`
+	SeverityStats     *ebpf.Map `ebpf:"severity_stats"`
+	ShedSamples       *ebpf.Map `ebpf:"shed_samples"`
+	SkbIfaces         *ebpf.Map `ebpf:"skb_ifaces"`
+	SmoothCpu         *ebpf.Map `ebpf:"smooth_cpu"`
+	SourceRun         *ebpf.Map `ebpf:"source_run"`
+	SourceSketch      *ebpf.Map `ebpf:"source_sketch"`
+	SourceStats       *ebpf.Map `ebpf:"source_stats"`
+	SourceTop         *ebpf.Map `ebpf:"source_top"`
+	Stats             *ebpf.Map `ebpf:"stats"`
+	TierTable         *ebpf.Map `ebpf:"tier_table"`
+	UnclassifiedStats *ebpf.Map `ebpf:"unclassified_stats"`
+	Window            *ebpf.Map `ebpf:"window"`
 }
 
 func (m *limiterStagesMaps) Close() error {
 	return _LimiterStagesClose(
 		m.ActiveSlot,
+		m.DestCache,
 		m.ExemptSources,
 		m.FragVerdicts,
 		m.MalformedStats,
@@ -195,6 +204,7 @@ func (m *limiterStagesMaps) Close() error {
 		m.SourceTop,
 		m.Stats,
 		m.TierTable,
+		m.UnclassifiedStats,
 		m.Window,
 	)
 }
@@ -205,6 +215,7 @@ func (m *limiterStagesMaps) Close() error {
 type limiterStagesVariables struct {
 	TlBenchStage  *ebpf.Variable `ebpf:"tl_bench_stage"`
 	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlOpaque      *ebpf.Variable `ebpf:"tl_opaque"`
 	TlRecordShare *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.Variable `ebpf:"tl_skb_ifaces"`
 }

@@ -61,11 +61,24 @@ struct {
 /* Destination prefixes of select rules that have dests, tag = slot << TL_DEST_RULE_BITS | rule. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, TL_LPM_ENTRIES);
+	__uint(max_entries, TL_DEST_ENTRIES);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct tl_lpm_key);
 	__type(value, __u8);
 } select_dests SEC(".maps");
+
+/* Per CPU: the last destination looked up in select_dests and its answer
+ * (struct tl_dest_cache), so that a collector's traffic, all to one
+ * address, pays the trie once per CPU and policy. The agent empties it
+ * after it writes a slot's destinations and before it makes the slot
+ * active (bpf.Limiter.ApplyContext): a tag names its slot, so an answer
+ * cached for the active slot stays true until that slot is written again. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tl_dest_cache);
+} dest_cache SEC(".maps");
 
 /* The window shared by all CPUs: one struct tl_window. */
 struct {
@@ -201,6 +214,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct tl_record_cpu);
 } record_cpu SEC(".maps");
+/* Unclassified frames by enum tl_unclassified, per CPU: judged as
+ * selected, and counted here as well. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TL_UNCL_MAX);
+	__type(key, __u32);
+	__type(value, struct tl_stat);
+} unclassified_stats SEC(".maps");
 
 /* Interfaces (by ifindex) the program is attached to in generic (skb)
  * mode, where one frame can be a UDP GSO/GRO super-packet. The value is

@@ -21,6 +21,28 @@ static __always_inline struct tl_settings *active_settings(__u32 *zero, __u32 *s
 	return bpf_map_lookup_elem(&settings, slot);
 }
 
+/* Is the full-length key k (tag and address) in select_dests? Answered
+ * from this CPU's dest_cache when it holds k (maps.h). A global function,
+ * so that the verifier checks it once, not on every turn of the rules'
+ * loop that calls it (TestVerifierComplexity). */
+__noinline int tl_dest_in(struct tl_lpm_key *k)
+{
+	if (!k)
+		return 0;
+	__u32 zero = 0;
+	struct tl_dest_cache *dc = bpf_map_lookup_elem(&dest_cache, &zero);
+	if (dc && dc->state && dc->tag == k->tag && *(__u64 *)dc->addr == *(__u64 *)k->addr &&
+	    *(__u64 *)(dc->addr + 8) == *(__u64 *)(k->addr + 8))
+		return dc->state == 2;
+	int in = bpf_map_lookup_elem(&select_dests, k) != NULL;
+	if (dc) {
+		dc->tag = k->tag;
+		__builtin_memcpy(dc->addr, k->addr, 16);
+		dc->state = in ? 2 : 1;
+	}
+	return in;
+}
+
 /* Does a select rule of this slot count the packet? */
 static __always_inline int is_selected(const struct pkt *p, __u32 slot, const struct tl_settings *s)
 {
@@ -43,6 +65,28 @@ static __always_inline int is_selected(const struct pkt *p, __u32 slot, const st
 		if (!(rules & (1U << i)))
 			continue;
 		if ((s->syn_rules & (1U << i)) && !p->syn)
+			continue;
+		k.tag = family | slot << TL_DEST_RULE_BITS | i;
+		if (tl_dest_in(&k))
+			return 1;
+	}
+	return 0;
+}
+
+/* Does a select rule of this slot count an unclassified frame (DESIGN.md
+ * §2), whose port is unknown? Any rule without dests does; a rule with
+ * dests does when they hold the destination. A frame with no L3 header we
+ * know (TL_UNCL_VLAN_DEPTH) is counted by any rule. */
+static __always_inline int uncl_selected(const struct pkt *p, __u32 slot, const struct tl_settings *s)
+{
+	if ((s->flags & TL_ANY_DEST) || p->uncl == 1 + TL_UNCL_VLAN_DEPTH)
+		return 1;
+	__u32 rules = s->dest_rules;
+	struct tl_lpm_key k = { .prefixlen = TL_LPM_TAG_BITS + TL_LPM_ADDR_BITS };
+	load_addr(p, 1, k.addr);
+	__u32 family = p->l3proto == ETH_P_IPV6 ? TL_LPM_TAG_IPV6 : 0;
+	for (__u32 i = 0; i < TL_MAX_RULES; i++) {
+		if (!(rules & (1U << i)))
 			continue;
 		k.tag = family | slot << TL_DEST_RULE_BITS | i;
 		if (bpf_map_lookup_elem(&select_dests, &k))

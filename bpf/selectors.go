@@ -48,6 +48,20 @@ func (l *Limiter) writeSelectors(ctx context.Context, slot uint32, sel tiers.Sel
 	return nil
 }
 
+// clearDestCache empties every CPU's dest_cache: the answers it holds for
+// the slot just written are stale (maps.h dest_cache). Called before the
+// flip, so that after it no packet of the new policy reads one.
+func (l *Limiter) clearDestCache() error {
+	n, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("possible CPUs: %w", err)
+	}
+	if err := l.objs.DestCache.Put(uint32(0), make([]LimiterTlDestCache, n)); err != nil {
+		return fmt.Errorf("clear dest_cache: %w", err)
+	}
+	return nil
+}
+
 // lpmMirror is what an LPM trie holds, per slot. Iterating a trie costs
 // tens of µs per key, so it is read once, on the first Apply after Load,
 // and kept in step with every write after that.

@@ -122,6 +122,9 @@ static __always_inline int sm_onset(__u64 n, __u64 base, __u64 mult)
 /* This CPU's estimate of window id at tick, refreshed when either changed
  * (tiers.Model.refresh). in is the window's shared in-budget count as the
  * caller read it. Returns NULL only if the per-CPU map cannot be read. */
+static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, const struct tl_settings *s,
+				  __u64 in);
+
 static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const struct tl_settings *s, __u32 slot,
 						     __u64 id, __u64 tick, __u64 in)
 {
@@ -129,7 +132,22 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 	struct tl_smooth_cpu *c = bpf_map_lookup_elem(&smooth_cpu, &zero);
 	if (!c || (c->id == id + 1 && c->tick == tick && c->slot == slot))
 		return c;
+	c->id = id + 1;
+	c->tick = tick;
+	c->slot = slot;
+	sm_refresh(c, w, s, in);
+	return c;
+}
 
+/* The refresh of sm_coef, once per tick and CPU: a function of its own
+ * (a BPF-to-BPF call), so that its locals (the bpf_loop sums) take no room
+ * in the callers' stack frame, whose chain the verifier bounds at 512
+ * bytes. */
+static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, const struct tl_settings *s,
+				  __u64 in)
+{
+	__u64 id = c->id - 1, tick = c->tick;
+	__u32 slot = c->slot & (TL_SLOTS - 1);
 	__u64 j = s->sm_ticks ? s->sm_ticks : 1;
 	__u64 start = READ_ONCE(w->start_tick);
 	__u64 e = tick > start ? tick - start : 0;
@@ -148,9 +166,6 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 	__u64 prev_tot = prev_in + READ_ONCE(w->prev_ex) + x.prev_ex;
 	__u64 ov = f + g < TL_SMOOTH_ONE ? TL_SMOOTH_ONE - f - g : 0;
 
-	c->id = id + 1;
-	c->tick = tick;
-	c->slot = slot;
 	c->hi_r = 0; /* the memo is of the slot's policy, and one tick old at most */
 	c->rng = ((__u64)bpf_get_prandom_u32() << 32 | bpf_get_prandom_u32()) | 1;
 	c->base_in = sm_mul(prev_in, ov);
@@ -171,7 +186,6 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 		__u64 rtot = sm_estimate(n + c->ex, c->base_tot, c->mult, onset);
 		c->ex_thr = sm_share(s, slot, c, rin, rtot);
 	}
-	return c;
 }
 
 /* A uniform 32-bit draw from this CPU's xorshift64* generator (Vigna,

@@ -130,6 +130,7 @@ func TestSourcesSpoofedFlood(t *testing.T) {
 		}
 		seen[a] = true
 		binary.BigEndian.PutUint32(frame[srcOff:], a)
+		setIPv4Sum(frame)
 		if h.run(frame) == xdpPass {
 			passed++
 		}

@@ -47,6 +47,10 @@ type Stats struct {
 	// by reason (tiers.Malformed). They pass, but for tiny fragments in
 	// enforce mode, which are dropped.
 	Malformed [NumMalformed]Counter
+	// Unclassified counts frames whose port the program cannot tell, by
+	// reason (tiers.Unclassified): they are judged as selected, and are in
+	// Selected (or Exempt) too.
+	Unclassified [NumUnclassified]Counter
 }
 
 // SelectedTotal sums Selected over tiers for verdict v.
@@ -105,6 +109,13 @@ func (l *Limiter) Stats() (Stats, error) {
 		mal[i] = &st.Malformed[i]
 	}
 	if err := sumInto(l.objs.MalformedStats, "malformed_stats", mal); err != nil {
+		return Stats{}, err
+	}
+	uncl := make([]*Counter, len(st.Unclassified))
+	for i := range st.Unclassified {
+		uncl[i] = &st.Unclassified[i]
+	}
+	if err := sumInto(l.objs.UnclassifiedStats, "unclassified_stats", uncl); err != nil {
 		return Stats{}, err
 	}
 	return st, nil

@@ -15,6 +15,7 @@ enum tl_const {
 	TL_C_TABLE_MAX = TL_TABLE_MAX,
 	TL_C_SLOTS = TL_SLOTS,
 	TL_C_LPM_ENTRIES = TL_LPM_ENTRIES,
+	TL_C_LOCAL_PREFIXES = TL_LOCAL_PREFIXES,
 	TL_C_FRAG_ENTRIES = TL_FRAG_ENTRIES,
 	/* ports key: ((slot * 2 + is_tcp) * TL_PORT_KEYS) + destination port */
 	TL_PORT_KEYS = 65536,
@@ -110,7 +111,18 @@ enum tl_malformed {
 	 * the port: no stack sends them, and they hide the header the
 	 * limiter judges (a SYN's flags). */
 	TL_MAL_TINY_FRAGMENT = 4,
-	TL_MAL_MAX = 5,
+	TL_MAL_IPV4_CHECKSUM = 5, /* the IPv4 header checksum fails (ip_rcv_core) */
+	TL_MAL_MAX = 6,
+};
+
+/* Indexes of unclassified_stats: frames that Linux may deliver but whose
+ * destination port the program cannot tell (DESIGN.md §2). They are judged
+ * as selected, and counted here besides their tier and verdict. */
+enum tl_unclassified {
+	TL_UNCL_VLAN_DEPTH = 0,     /* more VLAN tags than TL_VLAN_MAX */
+	TL_UNCL_IPV6_CHAIN = 1,     /* more IPv6 extension headers than TL_IPV6_EXT_MAX */
+	TL_UNCL_FRAGMENT_CHAIN = 2, /* an IPv6 first fragment whose header chain goes on in a later fragment */
+	TL_UNCL_MAX = 3,
 };
 
 /* tl_port.flags */
@@ -122,6 +134,7 @@ enum tl_port_flag {
 /* tl_settings.flags */
 enum tl_settings_flag {
 	TL_HAS_EXEMPT = 1, /* the exempt trie holds prefixes for this slot */
+	TL_ANY_DEST = 2,   /* a select rule without dests: it counts unclassified frames to any destination */
 };
 
 /* Packets and bytes (L2 frame length), one per-CPU slot of a stats map. */
@@ -180,7 +193,7 @@ struct tl_settings {
 	 * tiers 1..tiers as the table applies them, and each tier's threshold. */
 	__u64 bounds[TL_MAX_TIERS];
 	__u32 drops[TL_MAX_TIERS + 1];
-	__u32 _pad;
+	__u32 dest_rules; /* bit i: select rule i has dests (unclassified frames to them are counted) */
 	/* Severity (DESIGN.md §7), read only when sev_on: the most drop debt
 	 * a window may carry, packets; the threshold of a shed-first datagram
 	 * in each tier; the class (enum tl_sev_class) of each severity 0..7. */
@@ -319,6 +332,15 @@ struct tl_lpm_key {
 	__u8 addr[16];
 };
 
+/* The last destination lookup in select_dests on this CPU (dest_cache):
+ * a key (the tag and address of struct tl_lpm_key, at full length) and
+ * its answer. state 0: empty; 1: not in the trie; 2: in it. */
+struct tl_dest_cache {
+	__u32 tag;
+	__u32 state;
+	__u8 addr[16];
+};
+
 /* Identifies the fragments of one IP datagram (RFC 791, RFC 8200 §4.5). */
 struct tl_frag_key {
 	__u8 src[16];
@@ -385,6 +407,7 @@ struct tl_contract {
 	enum tl_sev_class sev_class;
 	enum tl_sev_stat sev_stat;
 	enum tl_malformed malformed;
+	enum tl_unclassified unclassified;
 	enum tl_stage stage;
 	enum tl_shape shape;
 	enum tl_reason reason;

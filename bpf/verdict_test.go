@@ -16,6 +16,7 @@ import (
 type delta struct {
 	selected, unselected, exempt, fragPass, fragDrop uint64
 	malformed                                        [tiers.NumMalformed]uint64
+	unclassified                                     [tiers.NumUnclassified]uint64
 }
 
 func diff(a, b bpf.Stats, wa, wb bpf.Window) delta {
@@ -28,6 +29,9 @@ func diff(a, b bpf.Stats, wa, wb bpf.Window) delta {
 	}
 	for i := range d.malformed {
 		d.malformed[i] = b.Malformed[i].Packets - a.Malformed[i].Packets
+	}
+	for i := range d.unclassified {
+		d.unclassified[i] = b.Unclassified[i].Packets - a.Unclassified[i].Packets
 	}
 	if wb.Count-wa.Count != d.selected && wb.Count != 1 {
 		d.selected = ^uint64(0) // the window and the stats disagree
@@ -50,10 +54,21 @@ func malformedAs(m tiers.Malformed) delta {
 	return d
 }
 
+// selectedAs is the delta of one unclassified frame judged as selected
+// (reason u).
+func selectedAs(u tiers.Unclassified) delta {
+	d := selected
+	d.unclassified[u] = 1
+	return d
+}
+
 // wantDelta is how the classification c of one frame moves the counters.
 func wantDelta(c tiers.Classification) delta {
 	switch c.Class {
 	case tiers.ClassSelected:
+		if c.Deep {
+			return selectedAs(c.Unclassified)
+		}
 		return selected
 	case tiers.ClassExempt:
 		return exempt
@@ -139,6 +154,18 @@ func parseVerdictCases(t testing.TB) []verdictCase {
 		tooDeep = append(tooDeep, destOpts(layers.IPProtocolIPv6Destination))
 	}
 	tooDeep = append(tooDeep, destOpts(layers.IPProtocolUDP), UDP(514), Syslog())
+	// A first fragment that ends inside a destination-options header of
+	// 24 bytes: the chain goes on in the next fragment.
+	chainCut := Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6Fragment),
+		&IPv6Fragment{NextHeader: layers.IPProtocolIPv6Destination, MoreFragments: true, Identification: 11},
+		gopacket.Payload([]byte{17, 2, 1, 18, 0, 0, 0, 0}))
+	badSum := UDP4(t, 514)
+	badSum[24] ^= 0xff // the IPv4 header checksum
+	synFlags := func(flags byte) []byte {
+		f := TCP4(t, 601, true, false)
+		f[14+20+13] = flags
+		return f
+	}
 	deepest := []gopacket.SerializableLayer{Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolIPv6Destination)}
 	for range tiers.MaxIPv6ExtHeaders - 2 {
 		deepest = append(deepest, destOpts(layers.IPProtocolIPv6Destination))
@@ -152,12 +179,28 @@ func parseVerdictCases(t testing.TB) []verdictCase {
 		{"ipv4 IHL=6 udp/53, options read as 514 at a fixed offset", ihl6(53), unselected, tiers.ClassUnselected},
 		{"vlan udp/514", Serialize(t, Eth(layers.EthernetTypeDot1Q), vlan(layers.EthernetTypeIPv4), ip4(), UDP(514), Syslog()), selected, tiers.ClassSelected},
 		{"qinq udp/514", qinq, selected, tiers.ClassSelected},
-		{"three vlan tags: too deep", threeTags, unselected, tiers.ClassUnselected},
+		{"three vlan tags: too deep, judged as selected", threeTags, selectedAs(tiers.UnclassifiedVLANDepth), tiers.ClassSelected},
 		{"ipv6 hop-by-hop udp/514", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolUDP), UDP(514), Syslog()), selected, tiers.ClassSelected},
 		{"ipv6 dest-opts udp/514", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6Destination), destOpts(layers.IPProtocolUDP), UDP(514), Syslog()), selected, tiers.ClassSelected},
 		{"ipv6 hop-by-hop+dest-opts+fragment(atomic) udp/514", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolIPv6Destination), destOpts(layers.IPProtocolIPv6Fragment), &IPv6Fragment{NextHeader: layers.IPProtocolUDP, Identification: 9}, UDP(514), Syslog()), selected, tiers.ClassSelected},
 		{"ipv6 deepest walked chain udp/514", Serialize(t, deepest...), selected, tiers.ClassSelected},
-		{"ipv6 chain one too deep", Serialize(t, tooDeep...), unselected, tiers.ClassUnselected},
+		{"ipv6 chain one too deep, judged as selected", Serialize(t, tooDeep...), selectedAs(tiers.UnclassifiedIPv6Chain), tiers.ClassSelected},
+		{"ipv6 chain one too deep to port 53, judged as selected", Serialize(t, append(tooDeep[:len(tooDeep)-2:len(tooDeep)-2], UDP(53), Syslog())...), selectedAs(tiers.UnclassifiedIPv6Chain), tiers.ClassSelected},
+		{"ipv6 first fragment whose chain goes on in the next (RFC 7112)", chainCut, selectedAs(tiers.UnclassifiedFragmentChain), tiers.ClassSelected},
+		{"ipv6 first fragment whose chain ends without room for udp", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6Fragment), &IPv6Fragment{NextHeader: layers.IPProtocolIPv6Destination, MoreFragments: true, Identification: 12}, destOpts(layers.IPProtocolUDP)), malformedAs(tiers.MalformedTinyFragment), tiers.ClassMalformed},
+		{"ipv4 bad header checksum", badSum, malformedAs(tiers.MalformedIPv4Checksum), tiers.ClassMalformed},
+		{"tcp/601 syn+rst: a listener discards it", synFlags(0x06), unselected, tiers.ClassUnselected},
+		{"tcp/601 syn+fin: a listener discards it", synFlags(0x03), unselected, tiers.ClassUnselected},
+		{"tcp/601 syn to the broadcast MAC: tcp discards it", func() []byte {
+			f := TCP4(t, 601, true, false)
+			copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+			return f
+		}(), unselected, tiers.ClassUnselected},
+		{"udp/514 to the broadcast MAC", func() []byte {
+			f := UDP4(t, 514)
+			copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+			return f
+		}(), selected, tiers.ClassSelected},
 		{"ipv4 non-first fragment before its first", frag4(t, 77, 185, false, gopacket.Payload(make([]byte, 64))), fragPass, tiers.ClassFragment},
 		{"ipv6 non-first fragment before its first", frag6(t, 77, 185, false, gopacket.Payload(make([]byte, 64))), fragPass, tiers.ClassFragment},
 		{"ipv4 non-first fragment of icmp", Serialize(t, eth4(), func() *layers.IPv4 {
@@ -241,7 +284,7 @@ func TestVerdictTable(t *testing.T) {
 				t.Errorf("%s (saturated=%v): counters moved %+v, want %+v", tc.name, saturated, d, tc.want)
 			}
 			wantRet := uint32(xdpPass)
-			if saturated && tc.want == selected || c.Drops(h.p) {
+			if saturated && tc.want.selected == 1 || c.Drops(h.p) {
 				wantRet = xdpDrop
 			}
 			if ret != wantRet {

@@ -66,15 +66,18 @@ const (
 	// UDP or TCP header, or a TCP fragment at offset 8 bytes. Dropped in
 	// enforce mode whatever its port; passed in dry-run and off.
 	MalformedTinyFragment
+	// MalformedIPv4Checksum: the IPv4 header checksum fails (Linux's
+	// ip_rcv_core discards it before it reads the total length).
+	MalformedIPv4Checksum
 	// NumMalformed is the number of reasons.
 	NumMalformed
 )
 
 // MalformedReasons lists every reason, in order.
-var MalformedReasons = []Malformed{MalformedIPv4Length, MalformedIPv6Length, MalformedUDPLength, MalformedTCPLength, MalformedTinyFragment}
+var MalformedReasons = []Malformed{MalformedIPv4Length, MalformedIPv6Length, MalformedUDPLength, MalformedTCPLength, MalformedTinyFragment, MalformedIPv4Checksum}
 
 // String is the reason's metric label: ipv4_length, ipv6_length,
-// udp_length, tcp_length or tiny_fragment.
+// udp_length, tcp_length, tiny_fragment or ipv4_checksum.
 func (m Malformed) String() string {
 	switch m {
 	case MalformedIPv4Length:
@@ -87,6 +90,49 @@ func (m Malformed) String() string {
 		return "tcp_length"
 	case MalformedTinyFragment:
 		return "tiny_fragment"
+	case MalformedIPv4Checksum:
+		return "ipv4_checksum"
+	}
+	return "unknown"
+}
+
+// Unclassified is why the program cannot tell the destination port of a
+// frame that Linux may deliver (DESIGN.md §2, "The kernel is the oracle"):
+// such a frame is judged as selected, and counted under its reason as
+// well. The values mirror bpf/types.h enum tl_unclassified (bpf's
+// TestContract checks them) and index the program's unclassified_stats.
+type Unclassified uint8
+
+const (
+	// UnclassifiedVLANDepth: more VLAN tags than MaxVLANTags. Linux strips
+	// priority tags (VLAN 0) however many there are.
+	UnclassifiedVLANDepth Unclassified = iota
+	// UnclassifiedIPv6Chain: more IPv6 extension headers than
+	// MaxIPv6ExtHeaders; Linux walks any number.
+	UnclassifiedIPv6Chain
+	// UnclassifiedFragmentChain: an IPv6 first fragment whose header chain
+	// goes on in a later fragment. Linux discards a first fragment whose
+	// chain ends in it without room for the L4 header (RFC 7112), but
+	// reassembles and delivers one whose chain it cannot follow to its
+	// end.
+	UnclassifiedFragmentChain
+	// NumUnclassified is the number of reasons.
+	NumUnclassified
+)
+
+// UnclassifiedReasons lists every reason, in order.
+var UnclassifiedReasons = []Unclassified{UnclassifiedVLANDepth, UnclassifiedIPv6Chain, UnclassifiedFragmentChain}
+
+// String is the reason's metric label: vlan_depth, ipv6_chain or
+// fragment_chain.
+func (u Unclassified) String() string {
+	switch u {
+	case UnclassifiedVLANDepth:
+		return "vlan_depth"
+	case UnclassifiedIPv6Chain:
+		return "ipv6_chain"
+	case UnclassifiedFragmentChain:
+		return "fragment_chain"
 	}
 	return "unknown"
 }
@@ -121,6 +167,11 @@ type Classification struct {
 	SYN bool
 	// Malformed is the reason of a ClassMalformed frame.
 	Malformed Malformed
+	// Deep is set for a frame whose port the program cannot tell
+	// (Unclassified says why): when a rule counts it, it is ClassSelected
+	// (or ClassExempt) whatever its port.
+	Deep         bool
+	Unclassified Unclassified
 }
 
 // Drops reports whether the program drops the frame whatever the window:
@@ -133,6 +184,10 @@ var unselected = Classification{}
 
 func malformed(m Malformed) *Classification {
 	return &Classification{Class: ClassMalformed, Malformed: m}
+}
+
+func deep(u Unclassified) *Classification {
+	return &Classification{Deep: true, Unclassified: u}
 }
 
 // packet is the parse state: a cursor into frame and what the layers
@@ -149,6 +204,7 @@ type packet struct {
 	fragProto   byte
 	fragOff     uint16 // in 8-byte units
 	first, next bool
+	v6          bool
 }
 
 func (pk *packet) has(n int) bool { return len(pk.frame) >= pk.off+n }
@@ -165,14 +221,11 @@ func (pk *packet) has(n int) bool { return len(pk.frame) >= pk.off+n }
 // A prefix matches addresses of its own family only.
 func Classify(p Policy, frame []byte) Classification {
 	pk := packet{frame: frame}
-	etype, ok := pk.ethernet()
-	if !ok {
-		return unselected
+	etype, stop := pk.ethernet()
+	if stop != nil {
+		return p.judgeDeep(&pk, *stop)
 	}
-	var (
-		l4   int
-		stop *Classification
-	)
+	var l4 int
 	switch etype {
 	case 0x0800:
 		l4, stop = pk.ipv4()
@@ -185,6 +238,9 @@ func Classify(p Policy, frame []byte) Classification {
 		return unselected
 	}
 	if stop != nil {
+		if stop.Deep {
+			return p.judgeDeep(&pk, *stop)
+		}
 		return *stop
 	}
 	if pk.next && (pk.fragProto == protoUDP || pk.fragProto == protoTCP || pk.fragProto == protoAH) {
@@ -214,30 +270,76 @@ func Classify(p Policy, frame []byte) Classification {
 	return p.selection(proto, dport, pk.src, pk.dst, syn, pk.first)
 }
 
+// judgeDeep is the class of an unclassified frame c: selected when some
+// rule has no dests, or its dests hold the destination, or the frame has
+// no L3 header we know (too many VLAN tags); then exempt by its source.
+func (p Policy) judgeDeep(pk *packet, c Classification) Classification {
+	if !c.Deep {
+		return c
+	}
+	hasL3 := c.Unclassified != UnclassifiedVLANDepth
+	sel := !hasL3
+	for _, r := range p.Select {
+		if !r.hasDests() {
+			sel = true
+		}
+		for _, d := range append(r.Dests[:len(r.Dests):len(r.Dests)], r.LocalDests...) {
+			sel = sel || prefixContains(d, pk.dst)
+		}
+	}
+	if !sel {
+		return Classification{FirstFragment: pk.first}
+	}
+	c.Class, c.FirstFragment = ClassSelected, pk.first
+	for _, e := range p.Exempt {
+		if hasL3 && prefixContains(e, pk.src) {
+			c.Class = ClassExempt
+		}
+	}
+	return c
+}
+
 // ethernet skips the Ethernet header and up to MaxVLANTags tags (0x8100,
-// 0x88a8) and returns the EtherType of the payload.
-func (pk *packet) ethernet() (uint16, bool) {
+// 0x88a8) and returns the EtherType of the payload; unselected when
+// truncated, deep when more tags follow.
+func (pk *packet) ethernet() (uint16, *Classification) {
 	if !pk.has(14) {
-		return 0, false
+		return 0, &unselected
 	}
 	etype := binary.BigEndian.Uint16(pk.frame[12:])
 	pk.off = 14
 	for range MaxVLANTags {
 		if etype != 0x8100 && etype != 0x88a8 {
-			return etype, true
+			return etype, nil
 		}
 		if !pk.has(4) {
-			return 0, false
+			return 0, &unselected
 		}
 		etype = binary.BigEndian.Uint16(pk.frame[pk.off+2:])
 		pk.off += 4
 	}
-	return etype, etype != 0x8100 && etype != 0x88a8
+	if etype == 0x8100 || etype == 0x88a8 {
+		return 0, deep(UnclassifiedVLANDepth)
+	}
+	return etype, nil
+}
+
+// ipv4HeaderSumOK reports whether the IPv4 header h verifies: its
+// 16-bit one's complement sum is 0xffff.
+func ipv4HeaderSumOK(h []byte) bool {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return sum == 0xffff
 }
 
 // ipv4: version 4, IHL >= 5 and the header with options in the frame, or
-// unselected; total length from IHL × 4 to the end of the frame, or
-// malformed. Returns the protocol.
+// unselected; a header checksum that verifies, then a total length from
+// IHL × 4 to the end of the frame, or malformed. Returns the protocol.
 func (pk *packet) ipv4() (int, *Classification) {
 	if !pk.has(20) {
 		return -1, &unselected
@@ -246,6 +348,9 @@ func (pk *packet) ipv4() (int, *Classification) {
 	ihl := int(ip[0]&0x0f) * 4
 	if ip[0]>>4 != 4 || ihl < 20 || !pk.has(ihl) {
 		return -1, &unselected
+	}
+	if !ipv4HeaderSumOK(ip[:ihl]) {
+		return -1, malformed(MalformedIPv4Checksum)
 	}
 	tot := int(binary.BigEndian.Uint16(ip[2:]))
 	if tot < ihl || !pk.has(tot) {
@@ -283,6 +388,7 @@ func (pk *packet) ipv6() (int, *Classification) {
 	if ip[0]>>4 != 6 {
 		return -1, &unselected
 	}
+	pk.v6 = true
 	pk.src = netip.AddrFrom16([16]byte(ip[8:24]))
 	pk.dst = netip.AddrFrom16([16]byte(ip[24:40]))
 	nh := int(ip[6])
@@ -294,11 +400,8 @@ func (pk *packet) ipv6() (int, *Classification) {
 	for range MaxIPv6ExtHeaders {
 		switch nh {
 		case protoFragment:
-			if !pk.has(8) {
-				return -1, &unselected
-			}
 			if pk.l4len < 8 {
-				return -1, malformed(MalformedIPv6Length)
+				return -1, pk.pastPayload(MalformedIPv6Length)
 			}
 			fo := binary.BigEndian.Uint16(pk.frame[pk.off+2:])
 			nh = int(pk.frame[pk.off])
@@ -317,17 +420,14 @@ func (pk *packet) ipv6() (int, *Classification) {
 				return -1, stop
 			}
 		case protoHopByHop, protoRouting, protoDestOpts:
-			if !pk.has(2) {
-				return -1, &unselected
+			if pk.l4len < 2 {
+				return -1, pk.pastPayload(MalformedIPv6Length)
 			}
 			size := (int(pk.frame[pk.off+1]) + 1) * 8
 			if size > pk.l4len {
-				return -1, malformed(MalformedIPv6Length)
+				return -1, pk.pastPayload(MalformedIPv6Length)
 			}
 			nh = int(pk.frame[pk.off])
-			if !pk.has(size) {
-				return -1, &unselected
-			}
 			pk.off += size
 			pk.l4len -= size
 		default:
@@ -335,26 +435,33 @@ func (pk *packet) ipv6() (int, *Classification) {
 		}
 	}
 	if isIPv6Ext(nh) {
-		return -1, &unselected
+		return -1, deep(UnclassifiedIPv6Chain)
 	}
 	return nh, nil
+}
+
+// pastPayload is an extension header that does not fit in the IP payload:
+// in an IPv6 first fragment the chain goes on in a later one (deep),
+// anywhere else it is malformed for reason.
+func (pk *packet) pastPayload(reason Malformed) *Classification {
+	if pk.first && pk.v6 {
+		return deep(UnclassifiedFragmentChain)
+	}
+	return malformed(reason)
 }
 
 // authHeader walks an Authentication Header (RFC 4302): 12 bytes in the
 // frame, its length ((len + 2) × 4) within the IP payload or malformed for
 // reason. Returns its next header.
 func (pk *packet) authHeader(reason Malformed) (int, *Classification) {
-	if !pk.has(12) {
-		return -1, &unselected
+	if pk.l4len < 12 {
+		return -1, pk.pastPayload(reason)
 	}
 	size := (int(pk.frame[pk.off+1]) + 2) * 4
 	if size > pk.l4len {
-		return -1, malformed(reason)
+		return -1, pk.pastPayload(reason)
 	}
 	nh := int(pk.frame[pk.off])
-	if !pk.has(size) {
-		return -1, &unselected
-	}
 	pk.off += size
 	pk.l4len -= size
 	return nh, nil
@@ -386,10 +493,15 @@ func (pk *packet) udp() (uint16, *Classification) {
 	return binary.BigEndian.Uint16(h[2:]), nil
 }
 
-// tcp: 20 bytes of IP payload, a data offset of at least 5 whose header
-// fits the IP payload. Returns the destination port and whether the
-// segment is a SYN without ACK.
+// tcp: to the interface's MAC, not a broadcast or multicast one (TCP
+// discards those), or unselected; 20 bytes of IP payload, a data offset
+// of at least 5 whose header fits the IP payload. Returns the destination
+// port and whether the segment is a SYN without ACK. A first fragment is
+// judged whatever its MAC: the kernel reassembles it first.
 func (pk *packet) tcp() (uint16, bool, *Classification) {
+	if pk.frame[0]&1 != 0 && !pk.first {
+		return 0, false, &unselected
+	}
 	if pk.l4len < 20 {
 		return 0, false, pk.shortL4(MalformedTCPLength)
 	}
@@ -407,8 +519,10 @@ func (pk *packet) tcp() (uint16, bool, *Classification) {
 	if !pk.has(doff) {
 		return 0, false, &unselected
 	}
+	// A connection attempt: SYN without ACK, and without RST or FIN,
+	// which make a listener discard it (tcp_rcv_state_process).
 	flags := h[13]
-	return binary.BigEndian.Uint16(h[2:]), flags&0x02 != 0 && flags&0x10 == 0, nil
+	return binary.BigEndian.Uint16(h[2:]), flags&0x02 != 0 && flags&0x17 == 0x02, nil
 }
 
 // selection applies the select rules and exempt sources to a parsed
@@ -444,10 +558,10 @@ func (p Policy) selects(proto Proto, dport uint16, dst netip.Addr, syn bool) boo
 		if !inPorts {
 			continue
 		}
-		if len(r.Dests) == 0 {
+		if !r.hasDests() {
 			return true
 		}
-		for _, d := range r.Dests {
+		for _, d := range append(r.Dests[:len(r.Dests):len(r.Dests)], r.LocalDests...) {
 			if prefixContains(d, dst) {
 				return true
 			}

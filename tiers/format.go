@@ -76,7 +76,13 @@ func (r Rule) String() string {
 	if r.Count == CountSYN {
 		b.WriteString(" syn")
 	}
-	if len(r.Dests) > 0 {
+	switch {
+	case r.Local && len(r.Dests) > 0:
+		b.WriteString(" to local, ")
+		b.WriteString(prefixesString(r.Dests))
+	case r.Local:
+		b.WriteString(" to local")
+	case len(r.Dests) > 0:
 		b.WriteString(" to ")
 		b.WriteString(prefixesString(r.Dests))
 	}
@@ -99,7 +105,7 @@ func (t Tier) String() string {
 
 // String returns the policy on one line for logs, such as
 //
-//	enforce window=1s max=40000 shape=smooth tiers=[70%→20% 80%→50% 100%→100%] select=[udp/514; tcp/601,6514 syn] exempt=[]
+//	enforce window=1s max=40000 shape=smooth tiers=[70%→20% 80%→50% 100%→100%] select=[udp/514 to local; tcp/601,6514 syn to local] exempt=[]
 func (p Policy) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s window=%s max=%d shape=%s", p.Mode, p.Window, p.Max, p.Shape)

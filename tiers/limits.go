@@ -32,4 +32,10 @@ const (
 	// policy slot, so the next policy always fits beside the running one.
 	// Validate returns ErrTooMany beyond it.
 	MaxPrefixes = 1 << 16
+	// MaxLocalPrefixes is the most of the host's own destinations that
+	// the dests: local rules of one policy hold together once resolved
+	// (Rule.LocalDests; bpf/consts.h TL_LOCAL_PREFIXES): the destination
+	// trie holds them per slot beside MaxPrefixes. Validate returns
+	// ErrTooMany beyond it.
+	MaxLocalPrefixes = 1 << 12
 )

@@ -20,8 +20,8 @@ func TestDefault(t *testing.T) {
 		Max:    40000,
 		Tiers:  []Tier{{Pct(70), Pct(20)}, {Pct(80), Pct(50)}, {Pct(100), Pct(100)}},
 		Select: []Rule{
-			{Proto: ProtoUDP, Ports: []PortRange{{514, 514}}, Count: CountPackets},
-			{Proto: ProtoTCP, Ports: []PortRange{{601, 601}, {6514, 6514}}, Count: CountSYN},
+			{Proto: ProtoUDP, Ports: []PortRange{{514, 514}}, Local: true, Count: CountPackets},
+			{Proto: ProtoTCP, Ports: []PortRange{{601, 601}, {6514, 6514}}, Local: true, Count: CountSYN},
 		},
 		Record: Record{Samples: 100, Snaplen: 256, MaxBytes: 256 << 20},
 		Events: Events{SummaryEvery: 10 * time.Second},
@@ -36,7 +36,7 @@ func TestDefault(t *testing.T) {
 	if again := Default(); !reflect.DeepEqual(again, want) {
 		t.Fatalf("Default() changed by its caller: %+v", again)
 	}
-	if s := want.String(); s != "enforce window=1s max=40000 shape=smooth tiers=[70%→20% 80%→50% 100%→100%] select=[udp/514; tcp/601,6514 syn] exempt=[]" {
+	if s := want.String(); s != "enforce window=1s max=40000 shape=smooth tiers=[70%→20% 80%→50% 100%→100%] select=[udp/514 to local; tcp/601,6514 syn to local] exempt=[]" {
 		t.Errorf("String() = %q", s)
 	}
 }
@@ -87,9 +87,15 @@ func TestParseYAML(t *testing.T) {
 		}},
 		{"count defaults by proto", "select:\n  - {proto: tcp, ports: [601]}\n  - {proto: udp, ports: [514]}\n  - {proto: tcp, ports: [10514], count: packets}\n", func(p *Policy) {
 			p.Select = []Rule{
-				{Proto: ProtoTCP, Ports: []PortRange{{601, 601}}, Count: CountSYN},
-				{Proto: ProtoUDP, Ports: []PortRange{{514, 514}}, Count: CountPackets},
-				{Proto: ProtoTCP, Ports: []PortRange{{10514, 10514}}, Count: CountPackets},
+				{Proto: ProtoTCP, Ports: []PortRange{{601, 601}}, Local: true, Count: CountSYN},
+				{Proto: ProtoUDP, Ports: []PortRange{{514, 514}}, Local: true, Count: CountPackets},
+				{Proto: ProtoTCP, Ports: []PortRange{{10514, 10514}}, Local: true, Count: CountPackets},
+			}
+		}},
+		{"dests local, alone and among prefixes", "select:\n  - {proto: udp, ports: [514], dests: local}\n  - {proto: udp, ports: [515], dests: [local, 10.0.0.0/8]}\n", func(p *Policy) {
+			p.Select = []Rule{
+				{Proto: ProtoUDP, Ports: []PortRange{{514, 514}}, Local: true},
+				{Proto: ProtoUDP, Ports: []PortRange{{515, 515}}, Local: true, Dests: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}},
 			}
 		}},
 		{"port ranges and dests", `select: [{proto: udp, ports: [514, "1000-2000", "65535"], dests: [10.0.0.0/8, "2001:db8::1", 192.0.2.7/24]}]`, func(p *Policy) {

@@ -53,11 +53,36 @@ type PortRange struct {
 
 // Rule selects traffic to be counted: an L4 protocol, destination ports and,
 // optionally, destination prefixes. An empty Dests matches any destination.
+//
+// Local adds the host's own addresses to Dests (`dests: local`, what Parse
+// gives a rule without dests, DESIGN.md §2). tiers cannot know them: the
+// agent resolves them (WithLocal), following them as they come and go. A
+// Local rule never resolved, with no Dests, matches any destination, as
+// it does for the program's own tests, which judge frames to any address.
 type Rule struct {
 	Proto Proto
 	Ports []PortRange
 	Dests []netip.Prefix
-	Count Count
+	Local bool
+	// LocalDests are the host's destinations of a Local rule, as WithLocal
+	// resolved them; they match as Dests do.
+	LocalDests []netip.Prefix
+	Count      Count
+}
+
+// WithLocal returns p with the host's addresses local as the LocalDests
+// of every Local rule; p is not changed. With no local addresses a Local
+// rule stays as it was.
+func (p Policy) WithLocal(local []netip.Prefix) Policy {
+	q := p
+	q.Select = make([]Rule, len(p.Select))
+	for i, r := range p.Select {
+		if r.Local {
+			r.LocalDests = append([]netip.Prefix(nil), local...)
+		}
+		q.Select[i] = r
+	}
+	return q
 }
 
 // Tier is one step of the policy. At is a percent of Policy.Max (> 0, may

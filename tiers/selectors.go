@@ -74,6 +74,11 @@ type Selectors struct {
 	Ports []PortSelector
 	// SynRules has bit i set when rule i has dests and counts SYN only.
 	SynRules uint32
+	// DestRules has bit i set when rule i has dests; AnyDest is set when
+	// some rule has none. They decide which unclassified frames, whose
+	// port is unknown, are counted (Classification.Deep).
+	DestRules uint32
+	AnyDest   bool
 	// Dests holds the destination prefixes of the rules that have dests.
 	Dests []PrefixKey
 	// Exempt holds the exempt source prefixes.
@@ -107,7 +112,7 @@ func compileSelectors(p Policy) Selectors {
 			for port := uint32(pr.First); port <= uint32(pr.Last); port++ {
 				ps := &dense[base+port]
 				switch {
-				case len(r.Dests) > 0:
+				case r.hasDests():
 					ps.CidrRules |= 1 << i
 				case r.Count == CountSYN:
 					ps.Flags |= PortFlagSYN
@@ -116,10 +121,18 @@ func compileSelectors(p Policy) Selectors {
 				}
 			}
 		}
-		if len(r.Dests) > 0 && r.Count == CountSYN {
+		if r.hasDests() && r.Count == CountSYN {
 			s.SynRules |= 1 << i
 		}
+		if r.hasDests() {
+			s.DestRules |= 1 << i
+		} else {
+			s.AnyDest = true
+		}
 		for _, d := range r.Dests {
+			s.Dests = append(s.Dests, prefixKey(uint32(i), d))
+		}
+		for _, d := range r.LocalDests {
 			s.Dests = append(s.Dests, prefixKey(uint32(i), d))
 		}
 	}
@@ -134,6 +147,10 @@ func compileSelectors(p Policy) Selectors {
 	}
 	return s
 }
+
+// hasDests reports whether the rule matches some destinations only: it
+// has dests, or resolved local ones.
+func (r Rule) hasDests() bool { return len(r.Dests) > 0 || len(r.LocalDests) > 0 }
 
 // MergeRanges returns rs sorted by First with overlapping and adjacent
 // ranges joined; rs is not changed.

@@ -107,6 +107,13 @@ func (p Policy) Validate() error {
 	if dests > MaxPrefixes {
 		return configErr("select", "", ErrTooMany, "%d dests prefixes over all rules, at most %d", dests, MaxPrefixes)
 	}
+	local := 0
+	for _, r := range p.Select {
+		local += len(r.LocalDests)
+	}
+	if local > MaxLocalPrefixes {
+		return configErr("select", "local", ErrTooMany, "the host's %d destinations over all dests: local rules, at most %d", local, MaxLocalPrefixes)
+	}
 	for i, pfx := range p.Exempt {
 		if err := checkPrefix(fmt.Sprintf("exempt.sources[%d]", i), pfx); err != nil {
 			return err

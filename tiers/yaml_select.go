@@ -47,7 +47,11 @@ func (ps *yamlParser) rules(key string, v *yaml.Node) ([]Rule, error) {
 			}},
 			{"dests", func(key string, v *yaml.Node) error {
 				if isNull(v) || v.Kind == yaml.SequenceNode && len(v.Content) == 0 {
-					return valueErr(key, v, ErrCIDR, "empty dests: leave the key out to match any destination")
+					return valueErr(key, v, ErrCIDR, "empty dests: leave the key out for the host's own addresses (local)")
+				}
+				v, r.Local = withoutLocal(v)
+				if v == nil {
+					return nil
 				}
 				pfx, err := ps.prefixes(key, v)
 				r.Dests = pfx
@@ -80,6 +84,9 @@ func (ps *yamlParser) rules(key string, v *yaml.Node) ([]Rule, error) {
 		}
 		if !seen["count"] && r.Proto == ProtoTCP {
 			r.Count = CountSYN
+		}
+		if !seen["dests"] {
+			r.Local = true
 		}
 	}
 	return rules, nil
@@ -196,4 +203,30 @@ func parsePrefix(s string) (netip.Prefix, error) {
 		return netip.Prefix{}, errors.New(msg)
 	}
 	return p, nil
+}
+
+// withoutLocal takes `local` out of a dests value: a scalar `local`, or a
+// sequence that holds it among prefixes. It returns what is left (nil for
+// nothing) and whether local was there.
+func withoutLocal(v *yaml.Node) (*yaml.Node, bool) {
+	if v.Kind == yaml.ScalarNode && v.Value == "local" {
+		return nil, true
+	}
+	if v.Kind != yaml.SequenceNode {
+		return v, false
+	}
+	rest := *v
+	rest.Content = nil
+	local := false
+	for _, c := range v.Content {
+		if c.Kind == yaml.ScalarNode && c.Value == "local" {
+			local = true
+			continue
+		}
+		rest.Content = append(rest.Content, c)
+	}
+	if len(rest.Content) == 0 {
+		return nil, local
+	}
+	return &rest, local
 }

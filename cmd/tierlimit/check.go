@@ -201,7 +201,15 @@ func printSelect(out io.Writer, p tiers.Policy, _ tiers.Table) error {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "SELECT\tPROTO\tPORTS\tCOUNT\tDESTS")
 	for i, r := range p.Select {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", i, r.Proto, r.PortsString(), r.Count, prefixes(r.Dests, "any"))
+		dests := prefixes(r.Dests, "any")
+		if r.Local {
+			// The host's own addresses, which run reads and follows.
+			dests = "local"
+			if len(r.Dests) > 0 {
+				dests += ", " + prefixes(r.Dests, "")
+			}
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", i, r.Proto, r.PortsString(), r.Count, dests)
 	}
 	return w.Flush()
 }

@@ -65,6 +65,8 @@ func explainAgent(err error, pin string, ifaces []string) error {
 		return hinted{err, "remove them with " + detach}
 	case errors.Is(err, agent.ErrNativeRefused):
 		return hinted{err, "try --xdp-mode generic, or auto to fall back"}
+	case errors.Is(err, agent.ErrNotEthernet): // exit 2: another --iface
+		return usageError{fmt.Errorf("--iface: %w", err)}
 	case errors.Is(err, agent.ErrDuplicateInterface):
 		return usageError{fmt.Errorf("--iface: %w", err)}
 	case errors.Is(err, agent.ErrBPFDenied): // exit 2: how run was started must change

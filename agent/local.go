@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/tierlimit/tierlimit/internal/localaddr"
+)
+
+// localPrefixes is the host's own destinations, for select rules with
+// `dests: local` (the default; DESIGN.md §2, tiers.Rule.Local), from the
+// local routing table that nh sees (localaddr.Prefixes).
+func localPrefixes(nh *netlink.Handle) ([]netip.Prefix, error) { return localaddr.Prefixes(nh) }
+
+// LocalPrefixes returns the host's destinations that `dests: local` rules
+// count, as last read.
+func (a *Agent) LocalPrefixes() []netip.Prefix {
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
+	return slices.Clone(a.local)
+}
+
+// followLocal re-reads the local prefixes whenever an address or a route
+// of the agent's namespace changes, until done is closed, and applies the
+// policy in force again when they differ: a VIP added to lo, an address
+// that a DHCP client renews or one that goes away is counted, or not, from
+// then on. Events in a burst (an interface going down drops all its
+// addresses) are read as one, after a quiet 50 ms.
+func (a *Agent) followLocal(done <-chan struct{}) {
+	addrs := make(chan netlink.AddrUpdate, 64)
+	routes := make(chan netlink.RouteUpdate, 64)
+	errf := func(err error) { a.log.Warn("following local addresses", "err", err) }
+	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{Namespace: &a.ns, ErrorCallback: errf}); err != nil {
+		a.log.Error("cannot follow local addresses: dests local keeps the addresses of the start", "err", err)
+		return
+	}
+	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: &a.ns, ErrorCallback: errf}); err != nil {
+		a.log.Error("cannot follow local routes: dests local keeps the addresses of the start", "err", err)
+		return
+	}
+	for {
+		select {
+		case <-done:
+			return
+		case _, ok := <-addrs:
+			if !ok {
+				return
+			}
+		case _, ok := <-routes:
+			if !ok {
+				return
+			}
+		}
+		quiet := time.NewTimer(50 * time.Millisecond)
+	drain:
+		for {
+			select {
+			case <-done:
+				quiet.Stop()
+				return
+			case <-addrs:
+			case <-routes:
+			case <-quiet.C:
+				break drain
+			}
+		}
+		a.refreshLocal()
+	}
+}
+
+// refreshLocal reads the local prefixes and, when they changed, applies
+// the policy in force with them.
+func (a *Agent) refreshLocal() {
+	local, err := localPrefixes(a.nh)
+	if err != nil {
+		a.log.Warn("read local addresses", "err", err)
+		return
+	}
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
+	if a.closed.Load() || slices.Equal(local, a.local) {
+		return
+	}
+	old := a.local
+	a.local = local
+	if err := a.applyLocked(a.current); err != nil {
+		a.local = old
+		a.log.Error("apply the policy to new local addresses", "err", err, "local", local)
+		return
+	}
+	a.log.Info("local addresses changed: dests local follows them", "local", local)
+}

@@ -1,0 +1,124 @@
+package agent_test
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/testenv"
+)
+
+// TestDestsLocal checks `dests: local`, the default of a parsed rule
+// (DESIGN.md §2), on a veth: datagrams to the collector's address are
+// counted; datagrams to the same port of an address the collector does not
+// own (sent to its MAC through a static neighbour), which the kernel
+// discards, pass uncounted; a VIP added to lo afterwards is followed
+// through netlink, and the collector reached through it keeps working and
+// is counted, until the VIP goes away again.
+func TestDestsLocal(t *testing.T) {
+	testenv.Require(t)
+	p := newPair(t)
+	a := startAgent(t, p, agent.XDPAuto, policy(t, 100000))
+	vip := netip.MustParseAddr("192.0.2.200")
+	other := netip.MustParseAddr("198.51.100.99")
+
+	var collMAC net.HardwareAddr
+	if err := p.Coll.Do(func() error {
+		l, err := netlink.LinkByName(p.CollIf)
+		collMAC = l.Attrs().HardwareAddr
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Send.Do(func() error {
+		l, err := netlink.LinkByName(p.SendIf)
+		if err != nil {
+			return err
+		}
+		if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: l.Attrs().Index, State: netlink.NUD_PERMANENT, IP: other.AsSlice(), HardwareAddr: collMAC}); err != nil {
+			return err
+		}
+		return netlink.RouteAdd(&netlink.Route{Dst: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(32, 32)}, Gw: p.CollAddr.AsSlice()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// send sends n datagrams to dst and returns how many the program
+	// counted as selected, once all n reached it (selected + unselected).
+	send := func(dst netip.Addr, n int) uint64 {
+		t.Helper()
+		s0 := stats(t, a)
+		s := testenv.NewSender(t, p.Send, netip.AddrPortFrom(dst, 514))
+		if _, err := s.Pace(context.Background(), n, 50*time.Millisecond, 5*time.Second, func(i int) []byte { return testenv.SyslogMessage(1, i) }); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			s1 := stats(t, a)
+			sel := s1.SelectedPackets() - s0.SelectedPackets()
+			if sel+s1.Unselected.Packets-s0.Unselected.Packets >= uint64(n) || time.Now().After(deadline) {
+				return sel
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitLocal := func(want bool) {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Second)
+		for slices.Contains(a.LocalPrefixes(), netip.PrefixFrom(vip, 32)) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("local prefixes %v: VIP %v there is %v after 3 s, want %v", a.LocalPrefixes(), vip, !want, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	if got := send(p.CollAddr, 20); got != 20 {
+		t.Errorf("to the collector's address: %d of 20 counted", got)
+	}
+	if got := send(other, 20); got != 0 {
+		t.Errorf("to %v, not the collector's: %d of 20 counted", other, got)
+	}
+	if got := send(vip, 20); got != 0 {
+		t.Errorf("to %v before it is on lo: %d of 20 counted", vip, got)
+	}
+	testenv.AddAddr(t, p.Coll, "lo", netip.PrefixFrom(vip, 32))
+	waitLocal(true)
+	rx := testenv.NewReceiver(t, p.Coll, netip.AddrPortFrom(vip, 514))
+	if got := send(vip, 20); got != 20 {
+		t.Errorf("to the VIP %v on lo: %d of 20 counted", vip, got)
+	}
+	if !rx.WaitTotal(20, 3*time.Second) {
+		_, total := rx.Counts()
+		t.Errorf("the collector on the VIP received %d of 20", total)
+	}
+	if err := p.Coll.Do(func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.AddrDel(lo, &netlink.Addr{IPNet: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(32, 32)}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitLocal(false)
+	if got := send(vip, 20); got != 0 {
+		t.Errorf("to %v once it left lo: %d of 20 counted", vip, got)
+	}
+}
+
+func stats(t *testing.T, a *agent.Agent) bpf.Stats {
+	t.Helper()
+	s, err := a.Limiter().Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -1,0 +1,58 @@
+// Package localaddr lists the destinations a Linux host takes as its own,
+// from the local routing table, for select rules with `dests: local`
+// (DESIGN.md §2). Package agent follows them; bpf's kernel-oracle test
+// resolves its policy with them as the agent would.
+package localaddr
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Always local, with no route in the local table: the limited broadcast
+// (ip_route_input takes it as broadcast on any interface) and IPv4
+// multicast, whole (a group the host has not joined is counted, though
+// Linux discards it).
+var always = []netip.Prefix{netip.MustParsePrefix("255.255.255.255/32"), netip.MustParsePrefix("224.0.0.0/4")}
+
+// Prefixes lists, sorted, the host's own destinations in the local routing
+// table (table 255) that nh sees: where Linux itself decides that a packet
+// is for this host (ip_route_input). Every address of every interface (a
+// VIP on lo included; an AnyIP route such as `ip route add local
+// 10.0.0.0/24 dev lo` as its prefix), the broadcast addresses, and the IPv6
+// anycast and multicast routes, with always. Loopback destinations
+// (127.0.0.0/8, ::1) are left out: Linux discards them on any other
+// interface as martians (unless route_localnet is set on it).
+func Prefixes(nh *netlink.Handle) ([]netip.Prefix, error) {
+	routes, err := nh.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_LOCAL}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Clone(always)
+	for _, r := range routes {
+		switch r.Type {
+		case unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_ANYCAST, unix.RTN_MULTICAST:
+		default:
+			continue
+		}
+		if r.Dst == nil {
+			continue
+		}
+		a, ok := netip.AddrFromSlice(r.Dst.IP)
+		if !ok || a.Unmap().IsLoopback() {
+			continue
+		}
+		bits, _ := r.Dst.Mask.Size()
+		out = append(out, netip.PrefixFrom(a.Unmap(), bits).Masked())
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(out), nil
+}

@@ -1,0 +1,47 @@
+package tiers
+
+import (
+	"net/netip"
+	"testing"
+)
+
+// TestWithLocal: a parsed rule without dests is Local; unresolved it
+// counts any destination (the program's own tests), resolved it counts the
+// host's destinations only, besides its explicit dests; the original
+// policy is left as it was, and too many local destinations are refused.
+func TestWithLocal(t *testing.T) {
+	p, err := ParseYAML([]byte("select:\n  - {proto: udp, ports: [514]}\n  - {proto: udp, ports: [515], dests: [local, 10.0.0.0/8]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Select[0].Local || !p.Select[1].Local {
+		t.Fatalf("rules %+v: want both Local", p.Select)
+	}
+	host, other, ten := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("10.1.1.1")
+	if !p.selects(ProtoUDP, 514, other, false) {
+		t.Error("unresolved dests: local does not count any destination")
+	}
+	r := p.WithLocal([]netip.Prefix{netip.PrefixFrom(host, 32)})
+	for _, c := range []struct {
+		port uint16
+		dst  netip.Addr
+		want bool
+	}{{514, host, true}, {514, other, false}, {514, ten, false}, {515, host, true}, {515, ten, true}, {515, other, false}} {
+		if got := r.selects(ProtoUDP, c.port, c.dst, false); got != c.want {
+			t.Errorf("resolved: udp/%d to %v selected %v, want %v", c.port, c.dst, got, c.want)
+		}
+	}
+	if len(p.Select[0].LocalDests) != 0 {
+		t.Errorf("WithLocal changed its policy: %+v", p.Select[0])
+	}
+	if _, err := Compile(r); err != nil {
+		t.Errorf("compile resolved: %v", err)
+	}
+	many := make([]netip.Prefix, MaxLocalPrefixes/2+1)
+	for i := range many {
+		many[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 32)
+	}
+	if err := p.WithLocal(many).Validate(); err == nil {
+		t.Errorf("%d local destinations in 2 rules: Validate accepts them, at most %d", 2*len(many), MaxLocalPrefixes)
+	}
+}
