@@ -18,10 +18,12 @@ import (
 )
 
 // issuePolicy is the setup of issue 10: max 1000, tiers 50% → 0% and
-// 100% → 100%, udp/514 and tcp/6514 (syn); one window for the whole test.
+// 100% → 100%, udp/514 and tcp/6514 (syn); one window for the whole test,
+// in the ordinal shape whose windows the tests count exactly.
 func issuePolicy(t *testing.T) tiers.Policy {
 	t.Helper()
 	p, err := tiers.ParseYAML([]byte(`window: 1h
+shape: ordinal
 max: 1000
 tiers: [{at: 50%, drop: 0%}, {at: 100%, drop: 100%}]
 select:

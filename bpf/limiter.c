@@ -83,25 +83,23 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	struct tl_window *w = bpf_map_lookup_elem(&window, &zero);
 	if (!w)
 		goto unselected;
+	/* A super-packet counts as the datagrams it carries (segments.h), in
+	 * every place a datagram is charged: its group's budget, the window
+	 * (the rest of its datagrams join right behind the first, and the
+	 * whole skb takes the verdict of its last datagram's n), the debt and
+	 * the counters. */
+	__u32 segs = 1;
+	if (tl_skb_ifaces && p.l4proto == IPPROTO_UDP)
+		segs = udp_segments(ctx);
 	if (s->src_budget) {
-		int act = source_budget(&p, s, slot, w, bytes);
+		int act = source_budget(&p, s, slot, w, bytes, segs);
 		if (act >= 0)
 			return act;
 	}
 	struct window_pos pos;
-	window_count(w, s, &pos);
+	window_count(w, s, &pos, segs);
 	__u64 n = pos.n;
 	TL_STAGE(TL_STAGE_WINDOW, XDP_DROP);
-
-	/* A super-packet counts as the datagrams it carries: the rest of them
-	 * join the window right behind the first, and the whole skb takes the
-	 * verdict of its last datagram's n. */
-	__u32 segs = 1;
-	if (tl_skb_ifaces && p.l4proto == IPPROTO_UDP) {
-		segs = udp_segments(ctx);
-		if (segs > 1)
-			pos.n = n = __sync_fetch_and_add(&w->count, segs - 1) + segs;
-	}
 
 	__u32 tier, thr;
 	struct tl_smooth_cpu *sc = NULL;
@@ -114,7 +112,7 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	}
 	__u32 verdict = TL_PASS;
 	if (sev != TL_SEV_NONE)
-		verdict = tl_severity_judge(s, w, sev, tier, thr, bytes);
+		verdict = tl_severity_judge(s, w, sev, tier, thr, bytes, segs);
 	else if (s->mode != TL_MODE_OFF && (sc ? sm_drop(sc, thr) : draw_drop(thr)))
 		verdict = mode_verdict(s);
 	count(&stats, tier * TL_VERDICTS + verdict, segs, bytes);

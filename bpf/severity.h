@@ -37,34 +37,61 @@ static __always_inline int parse_pri(const struct cursor *c)
 	return -1;
 }
 
-/* Severity-aware shedding (DESIGN.md §7) of a UDP packet of class cls whose
- * tier says drop (1) or pass (0); returns the final drop. A protected packet
- * takes a drop verdict as a pass while the window's debt is under
- * protect_budget, and adds one to it; any other packet takes a pass verdict
- * as a drop while the debt is positive, and pays one off. Each side adds
- * first and undoes when it overshot, so with any number of CPUs the debt
- * that stays is in [0, protect_budget]: protection never gives the
- * collector more than protect_budget extra packets per window. The debt is
- * read as signed: an add and its undo may leave it at -1 for an instant. */
+/* Compare-and-swap attempts of one packet on the drop debt; a packet whose
+ * attempts all lose to other CPUs keeps its tier verdict. */
+#define TL_DEBT_TRIES 4
+
+/* Severity-aware shedding (DESIGN.md §7) of a UDP packet of class cls and
+ * segs datagrams whose tier says drop (1) or pass (0); returns the final
+ * drop. A protected packet takes a drop verdict as a pass when its segs
+ * fit under protect_budget, and adds them to the window's debt; any other
+ * packet takes a pass verdict as a drop while the debt is positive, and
+ * pays off up to segs of it.
+ *
+ * The bound: every change to the debt is one compare-and-swap from a value
+ * the packet read to a value computed from it, within [0, protect_budget]
+ * (a payer never below 0, a protected add never above the budget), so the
+ * debt is in [0, protect_budget] at every instant, with any number of CPUs,
+ * and protection never gives the collector more than protect_budget extra
+ * packets per window. A swap that loses to another CPU retries with the
+ * value it found, at most TL_DEBT_TRIES times; a packet whose tries all
+ * lose keeps its tier verdict (a protected drop stays a drop, an unpaid
+ * pass stays a pass), which never moves the debt out of its bounds.
+ * TestDebtModel checks every interleaving of a few CPUs at small budgets
+ * (tiers.DebtModel is this function's steps). A reload that lowers the
+ * budget below the debt lets payers pay it down; no protected packet
+ * passes until it is under. */
 static __always_inline int severity_verdict(struct tl_window *w, const struct tl_settings *s, __u32 cls,
-					    int drop, __u64 bytes)
+					    int drop, __u64 bytes, __u32 segs)
 {
+	__u64 d = READ_ONCE(w->debt);
 	if (drop && cls == TL_SEV_PROTECTED) {
-		if ((__s64)READ_ONCE(w->debt) >= (__s64)s->protect_budget)
-			return drop;
-		if ((__s64)__sync_fetch_and_add(&w->debt, 1) < (__s64)s->protect_budget) {
-			count(&severity_stats, TL_SEV_PROTECTED_PASS, 1, bytes);
-			return 0;
+		__u64 budget = s->protect_budget;
+#pragma unroll
+		for (int i = 0; i < TL_DEBT_TRIES; i++) {
+			if (d > budget || segs > budget - d)
+				return drop;
+			__u64 seen = __sync_val_compare_and_swap(&w->debt, d, d + segs);
+			if (seen == d) {
+				count(&severity_stats, TL_SEV_PROTECTED_PASS, segs, bytes);
+				return 0;
+			}
+			d = seen;
 		}
-		__sync_fetch_and_sub(&w->debt, 1);
 		return drop;
 	}
-	if (!drop && cls != TL_SEV_PROTECTED && (__s64)READ_ONCE(w->debt) > 0) {
-		if ((__s64)__sync_fetch_and_sub(&w->debt, 1) > 0) {
-			count(&severity_stats, TL_SEV_PAID_DROP, 1, bytes);
+	if (drop || cls == TL_SEV_PROTECTED)
+		return drop;
+#pragma unroll
+	for (int i = 0; i < TL_DEBT_TRIES; i++) {
+		if ((__s64)d <= 0)
+			return drop;
+		__u64 seen = __sync_val_compare_and_swap(&w->debt, d, d > segs ? d - segs : 0);
+		if (seen == d) {
+			count(&severity_stats, TL_SEV_PAID_DROP, segs, bytes);
 			return 1;
 		}
-		__sync_fetch_and_add(&w->debt, 1);
+		d = seen;
 	}
 	return drop;
 }
@@ -74,10 +101,10 @@ static __always_inline int severity_verdict(struct tl_window *w, const struct tl
  * none), tier and thr its tier-table entry. Shed-first datagrams take the
  * threshold of shed_drops[tier]; then severity_verdict applies the drop
  * debt, and the class and verdict are counted in severity_stats. s and w
- * are the caller's settings and window. Returns TL_PASS, TL_DROP or
- * TL_WOULD_DROP. */
+ * are the caller's settings and window; a super-packet's segs datagrams are
+ * charged and counted as segs. Returns TL_PASS, TL_DROP or TL_WOULD_DROP. */
 static __always_inline __u32 tl_severity_judge(const struct tl_settings *s, struct tl_window *w, int sev,
-					       __u32 tier, __u32 thr, __u64 bytes)
+					       __u32 tier, __u32 thr, __u64 bytes, __u32 segs)
 {
 	__u32 cls = TL_SEV_NORMAL;
 	if (sev >= 0 && sev < 8)
@@ -92,11 +119,11 @@ static __always_inline __u32 tl_severity_judge(const struct tl_settings *s, stru
 		thr = s->shed_drops[tier];
 	}
 	__u32 verdict = TL_PASS;
-	if (s->mode != TL_MODE_OFF && severity_verdict(w, s, cls, draw_drop(thr), bytes))
+	if (s->mode != TL_MODE_OFF && severity_verdict(w, s, cls, draw_drop(thr), bytes, segs))
 		verdict = mode_verdict(s);
 	if (cls >= TL_SEV_CLASSES)
 		cls = TL_SEV_NORMAL;
-	count(&severity_stats, cls * TL_VERDICTS + verdict, 1, bytes);
+	count(&severity_stats, cls * TL_VERDICTS + verdict, segs, bytes);
 	return verdict;
 }
 

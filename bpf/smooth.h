@@ -230,14 +230,17 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
  * slot instead (ex) and a one-source flood makes no shared write.
  *
  * Smooth: the threshold this CPU computed at its tick (sm_coef); the packet
- * counts itself in its CPU's overflow slot. */
+ * counts itself in its CPU's overflow slot.
+ *
+ * A super-packet of segs datagrams counts as segs over-budget packets and
+ * takes its last datagram's position. */
 static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_settings *s, __u32 slot,
-					   __u64 id, __u64 tick, __u32 *thr)
+					   __u64 id, __u64 tick, __u32 segs, __u32 *thr)
 {
 	__u64 in = READ_ONCE(w->count);
 	if (s->shape == TL_SHAPE_SMOOTH) {
-		if (!overflow_add(w, id, 1))
-			__sync_fetch_and_add(&w->ex_count, 1);
+		if (!overflow_add(w, id, 1, segs))
+			__sync_fetch_and_add(&w->ex_count, segs);
 		struct tl_smooth_cpu *c = sm_coef(w, s, slot, id, tick, in);
 		if (!c)
 			return 0;
@@ -248,11 +251,11 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 	__u64 base = in > expect ? in : expect;
 	__u64 pos = base + READ_ONCE(w->ex_count) + 1;
 	__u32 tier;
-	if (pos >= s->last_n && overflow_add(w, id, 1)) {
+	if (pos >= s->last_n && overflow_add(w, id, 1, segs)) {
 		*thr = s->last_thr;
 		return 1;
 	}
-	pos = base + __sync_fetch_and_add(&w->ex_count, 1) + 1;
+	pos = base + __sync_fetch_and_add(&w->ex_count, segs) + segs;
 	return tier_entry(s, slot, pos, &tier, thr);
 }
 

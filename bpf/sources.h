@@ -58,7 +58,8 @@ static __always_inline void source_group(const struct pkt *p, const struct tl_se
 	k->family = 6;
 }
 
-/* Adds one to a cell for window wid (already shifted above the count),
+/* Adds segs (a super-packet's datagrams) to a cell for window wid (already
+ * shifted above the count),
  * whose value the caller just read as old, and returns the cell's count for
  * that window, this packet included.
  *
@@ -69,20 +70,22 @@ static __always_inline void source_group(const struct pkt *p, const struct tl_se
  * overestimate of one, which a count-min sketch allows anyway. A count of
  * 2^32 packets in one window would carry into the window id (not reachable
  * at line rate within tiers.MaxWindow per cell). */
-static __always_inline __u32 sketch_add(__u64 *cell, __u64 old, __u64 wid)
+static __always_inline __u32 sketch_add(__u64 *cell, __u64 old, __u64 wid, __u32 segs)
 {
 	if ((old >> TL_CELL_COUNT_BITS) != (wid >> TL_CELL_COUNT_BITS) &&
-	    __sync_bool_compare_and_swap(cell, old, wid | 1))
-		return 1;
-	__u64 v = __sync_fetch_and_add(cell, 1) + 1;
+	    __sync_bool_compare_and_swap(cell, old, wid | segs))
+		return segs;
+	__u64 v = __sync_fetch_and_add(cell, segs) + segs;
 	if ((v >> TL_CELL_COUNT_BITS) != (wid >> TL_CELL_COUNT_BITS))
-		return 1; /* a newer window's cell: nothing of ours in it */
+		return segs; /* a newer window's cell: nothing of ours in it */
 	return (__u32)v;
 }
 
-/* Counts the packet in its group's cells for window id and returns whether
- * the group is over budget: whether the least of its cells (never below the
- * group's true count) exceeds the budget, this packet included.
+/* Counts the packet's segs datagrams in its group's cells for window id
+ * and returns whether the group is over budget: whether the least of its
+ * cells (never below the group's true count) exceeds the budget, this
+ * packet included. A super-packet is over budget whole when its last
+ * datagram is (it passes or drops whole, as in the window).
  *
  * Accepted race: a packet is within budget when it is among the first
  * budget packets of any one row, and CPUs racing on one group can reach
@@ -99,7 +102,8 @@ static __always_inline __u32 sketch_add(__u64 *cell, __u64 old, __u64 wid)
  * stop just above the budget. tiers.Sketch.Count does the same. A stale
  * read only sees a lower count (or an older window, read as 0), which
  * sends the packet to the atomic path. */
-static __always_inline int sketch_over(const struct tl_src_key *k, const struct tl_settings *s, __u64 id)
+static __always_inline int sketch_over(const struct tl_src_key *k, const struct tl_settings *s, __u64 id,
+				       __u32 segs)
 {
 	__u64 wid = (__u64)(__u32)id << TL_CELL_COUNT_BITS;
 	__u64 *cells[TL_SKETCH_ROWS];
@@ -124,7 +128,7 @@ static __always_inline int sketch_over(const struct tl_src_key *k, const struct 
 	est = 0xffffffff;
 #pragma unroll
 	for (__u32 r = 0; r < TL_SKETCH_ROWS; r++) {
-		__u32 c = sketch_add(cells[r], vals[r], wid);
+		__u32 c = sketch_add(cells[r], vals[r], wid, segs);
 		if (c < est)
 			est = c;
 	}
@@ -164,22 +168,23 @@ static __always_inline int same_group(const struct tl_src_key *a, const struct t
  * first packet goes to source_top (so the group is listed at once), the
  * rest are counted in this CPU's source_run, without the hash lookup, and
  * added to source_top when the CPU's run ends (another group over budget,
- * or a new window). bpf.TopSources adds the runs still open. */
-static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id)
+ * or a new window). bpf.TopSources adds the runs still open. A
+ * super-packet counts its segs datagrams. */
+static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id, __u32 segs)
 {
 	__u32 zero = 0;
 	struct tl_src_run *r = bpf_map_lookup_elem(&source_run, &zero);
 	if (!r) {
-		source_top_put(k, id, 1);
+		source_top_put(k, id, segs);
 		return;
 	}
 	if (r->window == id && r->key.family && same_group(&r->key, k)) {
-		r->packets++;
+		r->packets += segs;
 		return;
 	}
 	if (r->packets)
 		source_top_put(&r->key, r->window, r->packets);
-	source_top_put(k, id, 1);
+	source_top_put(k, id, segs);
 	r->key = *k;
 	r->window = id;
 	r->packets = 0;
@@ -189,17 +194,19 @@ static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id)
  * is within budget (it goes on to the window and the tiers), or the XDP
  * action for a packet over budget: dropped in enforce mode, passed in
  * dry-run (would_drop) and off, counted in source_stats and never in the
- * window. A first fragment's verdict is remembered for its followers. A
- * stage stop returns XDP_DROP, an action, which tl_judge returns. */
+ * window. A super-packet (segs datagrams, udp_segments) is charged segs
+ * everywhere: in the sketch, the over-budget counts and source_top. A
+ * first fragment's verdict is remembered for its followers. A stage stop
+ * returns XDP_DROP, an action, which tl_judge returns. */
 static __always_inline int source_budget(const struct pkt *p, const struct tl_settings *s, __u32 slot,
-					 struct tl_window *w, __u64 bytes)
+					 struct tl_window *w, __u64 bytes, __u32 segs)
 {
 	struct tl_src_key k = {};
 	source_group(p, s, &k);
 	__u64 tick;
 	__u64 id = source_window(w, s, &tick);
 	TL_STAGE(TL_STAGE_GROUP, XDP_DROP);
-	int over = sketch_over(&k, s, id);
+	int over = sketch_over(&k, s, id, segs);
 	TL_STAGE(TL_STAGE_SKETCH, XDP_DROP);
 	if (!over)
 		return -1;
@@ -207,12 +214,12 @@ static __always_inline int source_budget(const struct pkt *p, const struct tl_se
 	/* Over budget: judged on the capacity in-budget traffic leaves
 	 * (smooth.h over_budget_thr), never counted in the window's n. */
 	__u32 thr, verdict = TL_PASS;
-	if (!over_budget_thr(w, s, slot, id, tick, &thr))
+	if (!over_budget_thr(w, s, slot, id, tick, segs, &thr))
 		thr = TL_THR_ALWAYS;
 	if (s->mode != TL_MODE_OFF && draw_drop(thr))
 		verdict = mode_verdict(s);
-	count(&source_stats, verdict, 1, bytes);
-	source_top_add(&k, id);
+	count(&source_stats, verdict, segs, bytes);
+	source_top_add(&k, id, segs);
 	if (p->frag == FRAG_FIRST)
 		remember_first(p, verdict);
 	return xdp_action(verdict);
