@@ -57,10 +57,10 @@ static __always_inline int parse_pri(const struct cursor *c)
  * value it found, at most TL_DEBT_TRIES times; a packet whose tries all
  * lose keeps its tier verdict (a protected drop stays a drop, an unpaid
  * pass stays a pass), which never moves the debt out of its bounds.
- * TestDebtModel checks every interleaving of a few CPUs at small budgets
- * (tiers.DebtModel is this function's steps). A reload that lowers the
- * budget below the debt lets payers pay it down; no protected packet
- * passes until it is under. */
+ * TestDebtModel (bpf/debt_model_test.go, this function's steps) checks
+ * every interleaving of 2 or 3 CPUs' packets at budgets 1 and 2. A reload
+ * that lowers the budget below the debt lets payers pay it down; no
+ * protected packet passes until it is under. */
 static __always_inline int severity_verdict(struct tl_window *w, const struct tl_settings *s, __u32 cls,
 					    int drop, __u64 bytes, __u32 segs)
 {
