@@ -68,7 +68,7 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	 * verifier then need not tell apart the parser's paths below. */
 	int sev = TL_SEV_NONE;
 	if (s->sev_on && p.l4proto == IPPROTO_UDP)
-		sev = pri_off <= TL_PRI_OFF_MAX ? parse_pri(&c) : -1;
+		sev = pri_off <= TL_PRI_OFF_MAX ? parse_pri(&c, udp_payload(data, data_end, pri_off)) : -1;
 	if (!is_selected(&p, slot, s))
 		goto unselected;
 	if ((s->flags & TL_HAS_EXEMPT) && is_exempt(&p, slot)) {

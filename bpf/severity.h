@@ -14,18 +14,20 @@
 
 /* The syslog <PRI> at the start of a UDP payload (RFC 5424 §6.2.1, RFC 3164
  * §4.1.1): "<", 1 to 3 digits without a leading zero, a value 0..191, ">".
- * Returns the severity (PRI mod 8), or -1 when it is missing, malformed or
- * out of range, or the payload ends first. Reads at most 5 bytes. */
-static __always_inline int parse_pri(const struct cursor *c)
+ * len is the payload's length as the UDP header declares it (udp_payload):
+ * bytes past it are Ethernet padding, not the datagram's. Returns the
+ * severity (PRI mod 8), or -1 when it is missing, malformed or out of
+ * range, or the payload ends first. Reads at most 5 bytes. */
+static __always_inline int parse_pri(const struct cursor *c, __u32 len)
 {
 	const __u8 *b = c->pos;
 	__u32 v = 0;
 
-	if ((void *)(b + 3) > c->end || b[0] != '<')
+	if ((void *)(b + 3) > c->end || len < 3 || b[0] != '<')
 		return -1;
 #pragma unroll
 	for (int i = 1; i <= 4; i++) {
-		if ((void *)(b + i + 1) > c->end)
+		if ((void *)(b + i + 1) > c->end || (__u32)i + 1 > len)
 			return -1;
 		__u8 ch = b[i];
 		if (ch == '>')
@@ -35,6 +37,21 @@ static __always_inline int parse_pri(const struct cursor *c)
 		v = v * 10 + (ch - '0');
 	}
 	return -1;
+}
+
+/* The UDP payload's length as its header declares it, for the payload at
+ * offset off from data (the UDP header is the 8 bytes before it); 0 when
+ * the header cannot be read. In a first fragment it is the whole
+ * datagram's, and the frame's end bounds the read. */
+static __always_inline __u32 udp_payload(void *data, void *data_end, __u32 off)
+{
+	if (off < sizeof(struct udphdr))
+		return 0;
+	const struct udphdr *uh = data + ((off - sizeof(struct udphdr)) & TL_PRI_OFF_MAX);
+	if ((void *)(uh + 1) > data_end)
+		return 0;
+	__u32 ulen = bpf_ntohs(uh->len);
+	return ulen > sizeof(*uh) ? ulen - sizeof(*uh) : 0;
 }
 
 /* Compare-and-swap attempts of one packet on the drop debt; a packet whose
