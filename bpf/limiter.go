@@ -123,6 +123,9 @@ func Load(opts Options) (*Limiter, error) {
 // load loads spec, the limiter's (or, for the benchmarks' stage loads,
 // export_test.go, the same program built with its stage stops).
 func load(opts Options, spec *ebpf.CollectionSpec) (*Limiter, error) {
+	if err := sizeMaps(spec); err != nil {
+		return nil, err
+	}
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
 		for _, m := range spec.Maps {

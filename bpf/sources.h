@@ -34,8 +34,19 @@ static __always_inline __u32 source_col(const struct tl_src_key *k, const __u64 
 	return h >> (64 - TL_SKETCH_COL_BITS);
 }
 
+/* The words of IPv6 transition prefixes as source_group loads them
+ * (little-endian loads of network-order bytes, as tiers.Compile's masks). */
+#define TL_NAT64_W0 0x9bff6400  /* 64:ff9b::/96 (RFC 6052): word 0 */
+#define TL_MAPPED_W2 0xffff0000 /* ::ffff:0:0/96 (IPv4-mapped): word 2 */
+#define TL_6TO4_W0 0x0220       /* 2002::/16 (RFC 3056): word 0's low half */
+
 /* The packet's source group. The address words are loaded as they lie in
- * the header and masked with masks tiers.Compile encoded the same way. */
+ * the header and masked with masks tiers.Compile encoded the same way. An
+ * IPv6 source that carries an IPv4 sender's address (NAT64's well-known
+ * prefix 64:ff9b::/96, IPv4-mapped ::ffff:0:0/96, 6to4 2002::/16) is
+ * grouped as that IPv4 address under prefix_v4, so that every IPv4 sender
+ * behind a NAT64 or 6to4 relay is its own group, as it would be over IPv4
+ * (tiers.SourceBudget.Group). */
 static __always_inline void source_group(const struct pkt *p, const struct tl_settings *s,
 					 struct tl_src_key *k)
 {
@@ -52,9 +63,21 @@ static __always_inline void source_group(const struct pkt *p, const struct tl_se
 		return;
 	/* Word loads, as of iphdr's saddr: XDP does not enforce alignment. */
 	const __u32 *a = (const __u32 *)&ip6->saddr;
-#pragma unroll
-	for (int i = 0; i < 4; i++)
-		k->addr[i] = a[i] & s->src_mask6[i];
+	__u32 a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+	if ((a0 == TL_NAT64_W0 && !a1 && !a2) || (!a0 && !a1 && a2 == TL_MAPPED_W2)) {
+		k->addr[0] = a3 & s->src_mask4;
+		k->family = 4;
+		return;
+	}
+	if ((a0 & 0xffff) == TL_6TO4_W0) {
+		k->addr[0] = ((a0 >> 16) | (a1 << 16)) & s->src_mask4;
+		k->family = 4;
+		return;
+	}
+	k->addr[0] = a0 & s->src_mask6[0];
+	k->addr[1] = a1 & s->src_mask6[1];
+	k->addr[2] = a2 & s->src_mask6[2];
+	k->addr[3] = a3 & s->src_mask6[3];
 	k->family = 6;
 }
 
@@ -135,10 +158,10 @@ static __always_inline int sketch_over(const struct tl_src_key *k, const struct 
 	return est > s->src_budget;
 }
 
-/* Adds packets over budget in window id to group k's entry in this CPU's
- * value of source_top: plain adds, no atomics (only this CPU writes it,
- * and XDP does not nest on a CPU). An entry another CPU made has this
- * CPU's value zeroed, so the first packets here count a window too.
+/* Adds packets over budget in window id to group k's entry of source_top:
+ * once per run of a group on a CPU (source_top_add), so an atomic add;
+ * last_window and windows are plain stores, and CPUs that end runs of one
+ * group at a window's start at once may count that window once, or twice.
  * Accepted race: two CPUs that miss at once both insert; the second insert
  * fails (BPF_NOEXIST) and its packets go uncounted here (the source_stats
  * count has them). */
@@ -150,8 +173,8 @@ static __always_inline void source_top_put(const struct tl_src_key *k, __u64 id,
 		bpf_map_update_elem(&source_top, k, &n, BPF_NOEXIST);
 		return;
 	}
-	t->packets += packets;
-	if (t->last_window != id) {
+	__sync_fetch_and_add(&t->packets, packets);
+	if (READ_ONCE(t->last_window) != id) {
 		t->last_window = id;
 		t->windows++;
 	}
