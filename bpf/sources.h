@@ -64,21 +64,23 @@ static __always_inline void source_group(const struct pkt *p, const struct tl_se
 	/* Word loads, as of iphdr's saddr: XDP does not enforce alignment. */
 	const __u32 *a = (const __u32 *)&ip6->saddr;
 	__u32 a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
-	if ((a0 == TL_NAT64_W0 && !a1 && !a2) || (!a0 && !a1 && a2 == TL_MAPPED_W2)) {
-		k->addr[0] = a3 & s->src_mask4;
-		k->family = 4;
-		return;
-	}
-	if ((a0 & 0xffff) == TL_6TO4_W0) {
-		k->addr[0] = ((a0 >> 16) | (a1 << 16)) & s->src_mask4;
-		k->family = 4;
-		return;
-	}
-	k->addr[0] = a0 & s->src_mask6[0];
-	k->addr[1] = a1 & s->src_mask6[1];
-	k->addr[2] = a2 & s->src_mask6[2];
-	k->addr[3] = a3 & s->src_mask6[3];
-	k->family = 6;
+	/* Branch-free, so that the verifier follows one path from here on
+	 * for every IPv6 source (a branch cost 24k instructions,
+	 * TestVerifierComplexity): TL_IS_ZERO(v) is 1 for v == 0, else 0;
+	 * e46 marks 64:ff9b::/96 and ::ffff:0:0/96, e2002 marks 2002::/16,
+	 * v4 is the IPv4 address either carries, and keep6 is all ones for
+	 * any other IPv6 source. */
+#define TL_IS_ZERO(v) ((((__u64)(__u32)(v)) - 1) >> 63)
+	__u64 e46 = TL_IS_ZERO((a0 ^ TL_NAT64_W0) | a1 | a2) | TL_IS_ZERO(a0 | a1 | (a2 ^ TL_MAPPED_W2));
+	__u64 e2002 = TL_IS_ZERO((a0 & 0xffff) ^ TL_6TO4_W0) & (e46 ^ 1);
+#undef TL_IS_ZERO
+	__u32 v4 = (__u32)(e46 * a3 + e2002 * ((a0 >> 16) | (a1 << 16)));
+	__u32 keep6 = (__u32)((e46 | e2002) - 1);
+	k->addr[0] = ((v4 & s->src_mask4) & ~keep6) | (a0 & s->src_mask6[0] & keep6);
+	k->addr[1] = a1 & s->src_mask6[1] & keep6;
+	k->addr[2] = a2 & s->src_mask6[2] & keep6;
+	k->addr[3] = a3 & s->src_mask6[3] & keep6;
+	k->family = 4 + (2 & keep6);
 }
 
 /* Adds segs (a super-packet's datagrams) to a cell for window wid (already
@@ -159,9 +161,11 @@ static __always_inline int sketch_over(const struct tl_src_key *k, const struct 
 }
 
 /* Adds packets over budget in window id to group k's entry of source_top:
- * once per run of a group on a CPU (source_top_add), so an atomic add;
- * last_window and windows are plain stores, and CPUs that end runs of one
- * group at a window's start at once may count that window once, or twice.
+ * once per run of a group on a CPU (source_top_add), so atomics. The
+ * window only moves forward, by compare-and-swap, and the CPU that moves
+ * it counts the window: a run of an older window that ends after a newer
+ * one was put adds its packets only (its window was counted, unless no
+ * run of it ended first).
  * Accepted race: two CPUs that miss at once both insert; the second insert
  * fails (BPF_NOEXIST) and its packets go uncounted here (the source_stats
  * count has them). */
@@ -174,10 +178,9 @@ static __always_inline void source_top_put(const struct tl_src_key *k, __u64 id,
 		return;
 	}
 	__sync_fetch_and_add(&t->packets, packets);
-	if (READ_ONCE(t->last_window) != id) {
-		t->last_window = id;
-		t->windows++;
-	}
+	__u64 last = READ_ONCE(t->last_window);
+	if (last < id && __sync_bool_compare_and_swap(&t->last_window, last, id))
+		__sync_fetch_and_add(&t->windows, 1);
 }
 
 static __always_inline int same_group(const struct tl_src_key *a, const struct tl_src_key *b)

@@ -191,13 +191,17 @@ static __always_inline int window_expired(struct tl_window *w, const struct tl_s
  *    window's overflow to the new window's n, or nothing (an id read
  *    before the new one shows, a few ns, undercounts that one packet);
  *  - before: its count is the old window's; it adds the old window's
- *    overflow when it reads the old id and mark, or nothing, unless the new
- *    window saturated (last_n - 1 packets) between the opener's exchange
- *    and this packet's next load, which only last_n <= 2 allows: it then
- *    adds the new window's overflow, and its verdict is the last tier's.
- * So no packet adds another window's overflow to its n through a stale
- * read, whatever the loads' order; TestWindowOrderModel enumerates the
- * interleavings, with plain loads reordered, of the old and new protocol.
+ *    overflow when it reads the old id and mark, or nothing, unless it
+ *    reads the new id and the new window is marked by then: a packet of
+ *    the saturated path misfiled under it (below), or the new window
+ *    saturated (last_n - 1 packets) between the opener's exchange and
+ *    this packet's next load, which only last_n <= 2 allows; it then adds
+ *    what the new window holds: the misfiled packets, one per other CPU.
+ * So no packet adds the old window's overflow to the new window's n, and
+ * a packet of the old window adds at most the new window's first few,
+ * whatever the loads' order. TestWindowOrderModel enumerates the
+ * interleavings, with plain loads and stores reordered between atomics,
+ * of this protocol and of the one it replaced, which fails.
  * The saturated path reads count and opened as plain loads, in either
  * order: a packet that reads the old saturated count with the new id files
  * itself (and marks) under the new window, which then counts it: one
