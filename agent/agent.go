@@ -318,11 +318,14 @@ func (a *Agent) resolve() ([]netlink.Link, error) {
 // load takes the pin directory, when pinning, and loads the limiter into
 // it: pinned maps are reused.
 func (a *Agent) load() error {
-	tick, terr := bpf.KernelTick()
+	tick, terr := bpf.MeasureTick()
 	if terr != nil {
 		a.log.Warn("kernel tick unknown: every selected packet reads the clock", "reason", terr)
+	} else if !tick.ConfigAgrees() {
+		a.log.Warn("the kernel config's CONFIG_HZ is not the kernel's tick: using the measured tick",
+			"config", tick.ConfigPath, "config_hz", tick.ConfigHZ, "measured_hz", fmt.Sprintf("%.2f", tick.HZ), "tick_ns", tick.Ns)
 	}
-	opts := bpf.Options{TickNs: tick}
+	opts := bpf.Options{TickNs: tick.Ns}
 	if a.cfg.PinPath != "" {
 		pd, err := openPinDir(a.cfg.PinPath)
 		if err != nil {

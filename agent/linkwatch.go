@@ -109,6 +109,11 @@ func (a *Agent) reattach(att *Attachment) bool {
 	a.log.Warn("interface re-created: limiter attached to it", "iface", att.Iface, "old_ifindex", att.Index,
 		"ifindex", fresh.Index, "mode", fresh.Mode, "link_id", fresh.LinkID)
 	*att = *fresh
+	// The generic-mode gate is keyed by ifindex: the new interface's
+	// super-packets count as their datagrams only once it is listed.
+	if err := a.countSuperPackets(); err != nil {
+		a.log.Error("interface re-created, but its super-packets cannot be counted", "iface", att.Iface, "ifindex", att.Index, "error", err)
+	}
 	return true
 }
 

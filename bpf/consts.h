@@ -93,6 +93,9 @@
 #ifndef TL_SRC_TOP_ENTRIES
 #define TL_SRC_TOP_ENTRIES 1024
 #endif
+/* The kernel LRU's LOCAL_FREE_TARGET: free entries a CPU takes at once
+ * (source_top's sizing, maps.h). Fixed by the kernel: no override. */
+#define TL_LRU_LOCAL_FREE 128
 
 /* Most CPUs with a slot in the overflow map. A CPU numbered beyond it
  * counts every packet on the shared count (exact, without the fast path). */

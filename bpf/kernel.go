@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,27 +14,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrNoKernelConfig is returned by KernelTick when neither /proc/config.gz
-// nor /boot/config-$(uname -r) can be read, or neither sets CONFIG_HZ.
-var ErrNoKernelConfig = errors.New("kernel config with CONFIG_HZ not found")
-
-// KernelTick returns the kernel's tick, 1/CONFIG_HZ, in ns, from the
-// running kernel's config: /proc/config.gz (CONFIG_IKCONFIG_PROC), else
-// /boot/config-<release>. Returns ErrNoKernelConfig when neither says.
+// KernelTick returns the kernel's tick in ns, measured (MeasureTick).
 func KernelTick() (uint64, error) {
+	t, err := MeasureTick()
+	return t.Ns, err
+}
+
+// configPaths are the kernel configs to read CONFIG_HZ from, in order.
+func configPaths() []string {
 	var uts unix.Utsname
 	var paths = []string{"/proc/config.gz"}
 	if err := unix.Uname(&uts); err == nil {
 		paths = append(paths, "/boot/config-"+unix.ByteSliceToString(uts.Release[:]))
 	}
-	for _, path := range paths {
-		hz, err := configHZ(path)
-		if err != nil {
-			continue
-		}
-		return 1_000_000_000 / hz, nil
-	}
-	return 0, fmt.Errorf("%w (looked in %s)", ErrNoKernelConfig, strings.Join(paths, ", "))
+	return paths
 }
 
 func configHZ(path string) (uint64, error) {

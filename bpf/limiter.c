@@ -68,7 +68,7 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	 * verifier then need not tell apart the parser's paths below. */
 	int sev = TL_SEV_NONE;
 	if (s->sev_on && p.l4proto == IPPROTO_UDP && !p.uncl)
-		sev = pri_off <= TL_PRI_OFF_MAX ? parse_pri(&c) : -1;
+		sev = pri_off <= TL_PRI_OFF_MAX ? parse_pri(&c, udp_payload(data, data_end, pri_off)) : -1;
 	if (p.uncl ? !uncl_selected(&p, slot, s) : !is_selected(&p, slot, s))
 		goto unselected;
 	/* A frame with more VLAN tags than we walk has no header we know:
@@ -87,25 +87,23 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 		goto unselected;
 	if (p.uncl)
 		count(&unclassified_stats, (__u32)(p.uncl - 1), 1, bytes);
+	/* A super-packet counts as the datagrams it carries (segments.h), in
+	 * every place a datagram is charged: its group's budget, the window
+	 * (the rest of its datagrams join right behind the first, and the
+	 * whole skb takes the verdict of its last datagram's n), the debt and
+	 * the counters. */
+	__u32 segs = 1;
+	if (tl_skb_ifaces && p.l4proto == IPPROTO_UDP)
+		segs = udp_segments(ctx);
 	if (s->src_budget && has_l3) {
-		int act = source_budget(ctx, &p, s, slot, w, bytes, sev);
+		int act = source_budget(ctx, &p, s, slot, w, bytes, sev, segs);
 		if (act >= 0)
 			return act;
 	}
 	struct window_pos pos;
-	window_count(w, s, &pos);
+	window_count(w, s, &pos, segs);
 	__u64 n = pos.n;
 	TL_STAGE(TL_STAGE_WINDOW, XDP_DROP);
-
-	/* A super-packet counts as the datagrams it carries: the rest of them
-	 * join the window right behind the first, and the whole skb takes the
-	 * verdict of its last datagram's n. */
-	__u32 segs = 1;
-	if (tl_skb_ifaces && p.l4proto == IPPROTO_UDP) {
-		segs = udp_segments(ctx);
-		if (segs > 1)
-			pos.n = n = __sync_fetch_and_add(&w->count, segs - 1) + segs;
-	}
 
 	__u32 tier, thr;
 	struct tl_smooth_cpu *sc = NULL;
@@ -118,7 +116,7 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	}
 	__u32 verdict = TL_PASS;
 	if (sev != TL_SEV_NONE)
-		verdict = tl_severity_judge(s, w, sev, tier, thr, bytes);
+		verdict = tl_severity_judge(s, w, sev, tier, thr, bytes, segs);
 	else if (s->mode != TL_MODE_OFF && (sc ? sm_drop(sc, thr) : draw_drop(thr)))
 		verdict = mode_verdict(s);
 	count(&stats, tier * TL_VERDICTS + verdict, segs, bytes);

@@ -89,11 +89,6 @@ const (
 // carries: the reason and the instructions that led to it.
 const verifierTail = 40
 
-// slotGrace is how long Apply waits after a slot stopped being active before
-// it overwrites that slot. A packet reads active_slot once and finishes in
-// well under a microsecond, so a packet still on the old slot is long gone.
-const slotGrace = 20 * time.Millisecond
-
 // Options configure Load.
 type Options struct {
 	// PinPath, when set, is a bpffs directory: maps are pinned there by name
@@ -114,9 +109,10 @@ type Limiter struct {
 	// the prefixes that changed.
 	exempt, dests lpmMirror
 	tickNs        uint64
-	lastFlip      time.Time
+	grace         *grace
 	lastSlot      uint32
-	hasPolicy     bool
+	hasPolicy     bool                           // lastSlot is the slot this Limiter made active
+	graced        bool                           // a grace period passed since that flip
 	seeds         [SketchRows * seedWords]uint64 // sketch row seeds (sources.go)
 }
 
@@ -137,6 +133,9 @@ func Load(opts Options) (*Limiter, error) {
 // load loads spec, the limiter's (or, for the benchmarks' stage loads,
 // export_test.go, the same program built with its stage stops).
 func load(opts Options, spec *ebpf.CollectionSpec) (*Limiter, error) {
+	if err := sizeMaps(spec); err != nil {
+		return nil, err
+	}
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
 		for _, m := range spec.Maps {
@@ -162,6 +161,12 @@ func load(opts Options, spec *ebpf.CollectionSpec) (*Limiter, error) {
 		l.Close()
 		return nil, err
 	}
+	g, err := newGrace()
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	l.grace = g
 	return l, nil
 }
 
@@ -169,7 +174,12 @@ func load(opts Options, spec *ebpf.CollectionSpec) (*Limiter, error) {
 func (l *Limiter) Program() *ebpf.Program { return l.objs.Tierlimit }
 
 // Close releases the program and the maps (pinned maps stay pinned).
-func (l *Limiter) Close() error { return l.objs.Close() }
+func (l *Limiter) Close() error {
+	if l.grace != nil {
+		l.grace.close()
+	}
+	return l.objs.Close()
+}
 
 // Apply writes policy p, compiled into t by tiers.Compile, into the inactive
 // slot and then makes that slot active with one 4-byte map update, so that
@@ -193,11 +203,14 @@ func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Tabl
 		return err
 	}
 	slot := active ^ 1
-	// The slot we are about to write was active until the last flip.
-	if l.hasPolicy && l.lastSlot == active {
-		if wait := slotGrace - time.Since(l.lastFlip); wait > 0 {
-			time.Sleep(wait)
+	// The slot we are about to write may have been active until a flip:
+	// ours, or another agent's before this one adopted the pins. Packets
+	// that read it then have finished after an RCU grace period (grace).
+	if !l.hasPolicy || l.lastSlot != active || !l.graced {
+		if err := l.grace.wait(); err != nil {
+			return err
 		}
+		l.graced = true
 	}
 
 	if err := l.writeTable(slot, t); err != nil {
@@ -254,7 +267,7 @@ func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Tabl
 	if err := l.objs.ActiveSlot.Put(uint32(0), slot); err != nil {
 		return fmt.Errorf("activate slot %d: %w", slot, err)
 	}
-	l.lastFlip, l.lastSlot, l.hasPolicy = time.Now(), slot, true
+	l.lastSlot, l.hasPolicy, l.graced = slot, true, false
 	return nil
 }
 

@@ -31,6 +31,7 @@ const (
 	LimiterTlConstTL_C_SKETCH_ROWS       LimiterTlConst = 2
 	LimiterTlConstTL_C_SKETCH_COLS       LimiterTlConst = 131072
 	LimiterTlConstTL_C_SRC_TOP_ENTRIES   LimiterTlConst = 1024
+	LimiterTlConstTL_C_LRU_LOCAL_FREE    LimiterTlConst = 128
 	LimiterTlConstTL_CELL_COUNT_BITS     LimiterTlConst = 32
 	LimiterTlConstTL_C_SKETCH_COL_BITS   LimiterTlConst = 17
 	LimiterTlConstTL_SEED_WORDS          LimiterTlConst = 6

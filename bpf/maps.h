@@ -157,11 +157,21 @@ struct {
 	__type(value, struct tl_stat);
 } source_stats SEC(".maps");
 
-/* Source groups seen over budget, least recently over evicted first. Per
- * CPU, so that a flood's own packets write nothing the CPUs share: the
- * agent sums the packets and takes the latest window (bpf.TopSources). */
+/* Source groups seen over budget, least recently over evicted first. A
+ * flood's own packets write nothing here: each CPU counts its run of one
+ * group in source_run and adds it at the run's end (source_top_add).
+ *
+ * Sized at load (bpf.sizeMaps): TL_SRC_TOP_ENTRIES + TL_LRU_LOCAL_FREE ×
+ * (possible CPUs + 1). The kernel's common LRU hands free entries to each
+ * CPU in batches of LOCAL_FREE_TARGET (128, kernel/bpf/bpf_lru_list.c)
+ * and, when the shared free list runs out, evicts up to that many at once:
+ * so up to 128 free entries sit with each CPU, and a table of exactly
+ * TL_SRC_TOP_ENTRIES can evict while it holds as few as
+ * TL_SRC_TOP_ENTRIES - 128 × (CPUs + 1) groups (none from 7 CPUs on).
+ * With the slack, at least TL_SRC_TOP_ENTRIES groups stay, whatever the
+ * CPU count; memory grows by about 20 KB per CPU. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, TL_SRC_TOP_ENTRIES);
 	__type(key, struct tl_src_key);
 	__type(value, struct tl_src_top);

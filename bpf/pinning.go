@@ -19,6 +19,9 @@ func CheckPinned(dir string) error {
 	if err != nil {
 		return fmt.Errorf("load limiter spec: %w", err)
 	}
+	if err := sizeMaps(spec); err != nil {
+		return err
+	}
 	for name, ms := range spec.Maps {
 		if name == "" || name[0] == '.' {
 			continue

@@ -14,18 +14,20 @@
 
 /* The syslog <PRI> at the start of a UDP payload (RFC 5424 §6.2.1, RFC 3164
  * §4.1.1): "<", 1 to 3 digits without a leading zero, a value 0..191, ">".
- * Returns the severity (PRI mod 8), or -1 when it is missing, malformed or
- * out of range, or the payload ends first. Reads at most 5 bytes. */
-static __always_inline int parse_pri(const struct cursor *c)
+ * len is the payload's length as the UDP header declares it (udp_payload):
+ * bytes past it are Ethernet padding, not the datagram's. Returns the
+ * severity (PRI mod 8), or -1 when it is missing, malformed or out of
+ * range, or the payload ends first. Reads at most 5 bytes. */
+static __always_inline int parse_pri(const struct cursor *c, __u32 len)
 {
 	const __u8 *b = c->pos;
 	__u32 v = 0;
 
-	if ((void *)(b + 3) > c->end || b[0] != '<')
+	if ((void *)(b + 3) > c->end || len < 3 || b[0] != '<')
 		return -1;
 #pragma unroll
 	for (int i = 1; i <= 4; i++) {
-		if ((void *)(b + i + 1) > c->end)
+		if ((void *)(b + i + 1) > c->end || (__u32)i + 1 > len)
 			return -1;
 		__u8 ch = b[i];
 		if (ch == '>')
@@ -37,34 +39,76 @@ static __always_inline int parse_pri(const struct cursor *c)
 	return -1;
 }
 
-/* Severity-aware shedding (DESIGN.md §7) of a UDP packet of class cls whose
- * tier says drop (1) or pass (0); returns the final drop. A protected packet
- * takes a drop verdict as a pass while the window's debt is under
- * protect_budget, and adds one to it; any other packet takes a pass verdict
- * as a drop while the debt is positive, and pays one off. Each side adds
- * first and undoes when it overshot, so with any number of CPUs the debt
- * that stays is in [0, protect_budget]: protection never gives the
- * collector more than protect_budget extra packets per window. The debt is
- * read as signed: an add and its undo may leave it at -1 for an instant. */
-static __always_inline int severity_verdict(struct tl_window *w, const struct tl_settings *s, __u32 cls,
-					    int drop, __u64 bytes)
+/* The UDP payload's length as its header declares it, for the payload at
+ * offset off from data (the UDP header is the 8 bytes before it); 0 when
+ * the header cannot be read. In a first fragment it is the whole
+ * datagram's, and the frame's end bounds the read. */
+static __always_inline __u32 udp_payload(void *data, void *data_end, __u32 off)
 {
+	if (off < sizeof(struct udphdr))
+		return 0;
+	const struct udphdr *uh = data + ((off - sizeof(struct udphdr)) & TL_PRI_OFF_MAX);
+	if ((void *)(uh + 1) > data_end)
+		return 0;
+	__u32 ulen = bpf_ntohs(uh->len);
+	return ulen > sizeof(*uh) ? ulen - sizeof(*uh) : 0;
+}
+
+/* Compare-and-swap attempts of one packet on the drop debt; a packet whose
+ * attempts all lose to other CPUs keeps its tier verdict. */
+#define TL_DEBT_TRIES 4
+
+/* Severity-aware shedding (DESIGN.md §7) of a UDP packet of class cls and
+ * segs datagrams whose tier says drop (1) or pass (0); returns the final
+ * drop. A protected packet takes a drop verdict as a pass when its segs
+ * fit under protect_budget, and adds them to the window's debt; any other
+ * packet takes a pass verdict as a drop while the debt is positive, and
+ * pays off up to segs of it.
+ *
+ * The bound: every change to the debt is one compare-and-swap from a value
+ * the packet read to a value computed from it, within [0, protect_budget]
+ * (a payer never below 0, a protected add never above the budget), so the
+ * debt is in [0, protect_budget] at every instant, with any number of CPUs,
+ * and protection never gives the collector more than protect_budget extra
+ * packets per window. A swap that loses to another CPU retries with the
+ * value it found, at most TL_DEBT_TRIES times; a packet whose tries all
+ * lose keeps its tier verdict (a protected drop stays a drop, an unpaid
+ * pass stays a pass), which never moves the debt out of its bounds.
+ * TestDebtModel (bpf/debt_model_test.go, this function's steps) checks
+ * every interleaving of 2 or 3 CPUs' packets at budgets 1 and 2. A reload
+ * that lowers the budget below the debt lets payers pay it down; no
+ * protected packet passes until it is under. */
+static __always_inline int severity_verdict(struct tl_window *w, const struct tl_settings *s, __u32 cls,
+					    int drop, __u64 bytes, __u32 segs)
+{
+	__u64 d = READ_ONCE(w->debt);
 	if (drop && cls == TL_SEV_PROTECTED) {
-		if ((__s64)READ_ONCE(w->debt) >= (__s64)s->protect_budget)
-			return drop;
-		if ((__s64)__sync_fetch_and_add(&w->debt, 1) < (__s64)s->protect_budget) {
-			count(&severity_stats, TL_SEV_PROTECTED_PASS, 1, bytes);
-			return 0;
+		__u64 budget = s->protect_budget;
+#pragma unroll
+		for (int i = 0; i < TL_DEBT_TRIES; i++) {
+			if (d > budget || segs > budget - d)
+				return drop;
+			__u64 seen = __sync_val_compare_and_swap(&w->debt, d, d + segs);
+			if (seen == d) {
+				count(&severity_stats, TL_SEV_PROTECTED_PASS, segs, bytes);
+				return 0;
+			}
+			d = seen;
 		}
-		__sync_fetch_and_sub(&w->debt, 1);
 		return drop;
 	}
-	if (!drop && cls != TL_SEV_PROTECTED && (__s64)READ_ONCE(w->debt) > 0) {
-		if ((__s64)__sync_fetch_and_sub(&w->debt, 1) > 0) {
-			count(&severity_stats, TL_SEV_PAID_DROP, 1, bytes);
+	if (drop || cls == TL_SEV_PROTECTED)
+		return drop;
+#pragma unroll
+	for (int i = 0; i < TL_DEBT_TRIES; i++) {
+		if ((__s64)d <= 0)
+			return drop;
+		__u64 seen = __sync_val_compare_and_swap(&w->debt, d, d > segs ? d - segs : 0);
+		if (seen == d) {
+			count(&severity_stats, TL_SEV_PAID_DROP, segs, bytes);
 			return 1;
 		}
-		__sync_fetch_and_add(&w->debt, 1);
+		d = seen;
 	}
 	return drop;
 }
@@ -74,10 +118,10 @@ static __always_inline int severity_verdict(struct tl_window *w, const struct tl
  * none), tier and thr its tier-table entry. Shed-first datagrams take the
  * threshold of shed_drops[tier]; then severity_verdict applies the drop
  * debt, and the class and verdict are counted in severity_stats. s and w
- * are the caller's settings and window. Returns TL_PASS, TL_DROP or
- * TL_WOULD_DROP. */
+ * are the caller's settings and window; a super-packet's segs datagrams are
+ * charged and counted as segs. Returns TL_PASS, TL_DROP or TL_WOULD_DROP. */
 static __always_inline __u32 tl_severity_judge(const struct tl_settings *s, struct tl_window *w, int sev,
-					       __u32 tier, __u32 thr, __u64 bytes)
+					       __u32 tier, __u32 thr, __u64 bytes, __u32 segs)
 {
 	__u32 cls = TL_SEV_NORMAL;
 	if (sev >= 0 && sev < 8)
@@ -92,11 +136,11 @@ static __always_inline __u32 tl_severity_judge(const struct tl_settings *s, stru
 		thr = s->shed_drops[tier];
 	}
 	__u32 verdict = TL_PASS;
-	if (s->mode != TL_MODE_OFF && severity_verdict(w, s, cls, draw_drop(thr), bytes))
+	if (s->mode != TL_MODE_OFF && severity_verdict(w, s, cls, draw_drop(thr), bytes, segs))
 		verdict = mode_verdict(s);
 	if (cls >= TL_SEV_CLASSES)
 		cls = TL_SEV_NORMAL;
-	count(&severity_stats, cls * TL_VERDICTS + verdict, 1, bytes);
+	count(&severity_stats, cls * TL_VERDICTS + verdict, segs, bytes);
 	return verdict;
 }
 

@@ -32,6 +32,12 @@ func syslog4(tb testing.TB, payload string) []byte {
 	return Serialize(tb, Eth(layers.EthernetTypeIPv4), IPv4(Src4, Dst4, layers.IPProtocolUDP), UDP(514), gopacket.Payload(payload))
 }
 
+// padded is frame cut at its IPv4 datagram's end, then pad (Ethernet
+// padding that the IP and UDP lengths leave out).
+func padded(frame []byte, end int, pad string) []byte {
+	return append(frame[:end:end], pad...)
+}
+
 // classMoved returns the severity class whose counters a packet moved, or
 // -1 when it moved none.
 func classMoved(before, after bpf.Stats) int {
@@ -79,6 +85,9 @@ func TestSeverityParse(t *testing.T) {
 		{"no <", syslog4(t, "15>x"), "15>x", tiers.SevNormal},
 		{"IPv6 <10>", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolUDP), UDP(514), gopacket.Payload("<10>x")), "<10>x", tiers.SevProtected},
 		{"VLAN <15>", Serialize(t, Eth(layers.EthernetTypeDot1Q), vlan, ip4(), UDP(514), gopacket.Payload("<15>x")), "<15>x", tiers.SevShedFirst},
+		// Ethernet padding past the UDP length is not the datagram's.
+		{"<10> in the padding of an empty datagram", padded(syslog4(t, ""), 42, "<10>x"), "", tiers.SevNormal},
+		{"<1 then 0> in the padding", padded(syslog4(t, "<1"), 44, "0>x"), "<1", tiers.SevNormal},
 		{"first fragment <10>", frag4(t, 77, 0, true, UDP(514), gopacket.Payload("<10>xxxxxxxxxxxxxxxxxxxx")), "<10>x", tiers.SevProtected},
 	} {
 		if sev, ok := tiers.SyslogSeverity([]byte(c.payload)); p.Severity.ClassOf(map[bool]int{true: sev, false: -1}[ok]) != c.want {

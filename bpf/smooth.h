@@ -250,14 +250,17 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
  * its rank, and a one-source flood makes no shared write.
  *
  * Smooth: the threshold this CPU computed at its tick (sm_coef); the packet
- * counts itself in its CPU's overflow slot. */
+ * counts itself in its CPU's overflow slot.
+ *
+ * A super-packet of segs datagrams counts as segs over-budget packets and
+ * takes its last datagram's position. */
 static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_settings *s, __u32 slot,
-					   __u64 id, __u64 tick, __u32 *thr)
+					   __u64 id, __u64 tick, __u32 segs, __u32 *thr)
 {
 	__u64 in = READ_ONCE(w->count);
 	if (s->shape == TL_SHAPE_SMOOTH) {
-		if (!overflow_add(w, id, 1))
-			__sync_fetch_and_add(&w->ex_count, 1);
+		if (!overflow_add(w, id, 1, segs))
+			__sync_fetch_and_add(&w->ex_count, segs);
 		struct tl_smooth_cpu *c = sm_coef(w, s, slot, id, tick, in);
 		if (!c)
 			return 0;
@@ -275,7 +278,7 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		*thr = s->last_thr;
 		return 1;
 	}
-	pos = base + __sync_fetch_and_add(&w->ex_count, 1) + 1;
+	pos = base + __sync_fetch_and_add(&w->ex_count, segs) + segs;
 	return tier_entry(s, slot, pos, &tier, thr);
 }
 

@@ -108,16 +108,17 @@ type SourceGroup struct {
 }
 
 // TopSources returns up to n groups from the program's table of groups
-// over budget (an LRU of tiers.TopSources entries: the groups over budget
-// least recently are evicted first), most packets over budget first; n <=
-// 0 returns all. A group's packets are its entry's, summed over the CPUs,
-// plus each CPU's open run of it (sources.h source_top_add). The prefix
+// over budget (an LRU that holds at least tiers.TopSources groups on any
+// CPU count, sizeMaps: the groups over budget least recently are evicted
+// first), most packets over budget first; n <= 0 returns all. A group's
+// packets are its entry's plus each CPU's open run of it (sources.h
+// source_top_add). The prefix
 // lengths come from the active policy. Returns the map read's error when
 // either table cannot be read.
 func (l *Limiter) TopSources(n int) ([]SourceGroup, error) {
 	var (
 		k   LimiterTlSrcKey
-		vs  []LimiterTlSrcTop // one per possible CPU
+		v   LimiterTlSrcTop
 		out []SourceGroup
 	)
 	var b tiers.SourceBudget
@@ -128,13 +129,8 @@ func (l *Limiter) TopSources(n int) ([]SourceGroup, error) {
 	}
 	byKey := map[LimiterTlSrcKey]int{} // index in out
 	it := l.objs.SourceTop.Iterate()
-	for it.Next(&k, &vs) {
-		g := SourceGroup{Group: groupPrefix(k, b)}
-		for _, v := range vs {
-			g.Packets += v.Packets
-			g.LastWindow = max(g.LastWindow, v.LastWindow)
-			g.Windows = max(g.Windows, v.Windows)
-		}
+	for it.Next(&k, &v) {
+		g := SourceGroup{Group: groupPrefix(k, b), Packets: v.Packets, LastWindow: v.LastWindow, Windows: v.Windows}
 		byKey[k] = len(out)
 		out = append(out, g)
 	}
@@ -214,4 +210,29 @@ func (l *Limiter) SourceMemory() (uint64, error) {
 		total += b
 	}
 	return total, nil
+}
+
+// lruLocalFree is the kernel LRU's LOCAL_FREE_TARGET (maps.h source_top).
+const lruLocalFree = uint32(LimiterTlConstTL_C_LRU_LOCAL_FREE)
+
+// sizeMaps sizes the maps whose size depends on the host: source_top holds
+// tiers.TopSources groups plus lruLocalFree for each possible CPU and one
+// more (maps.h says why). Load and CheckPinned both apply it, so a pinned
+// table is reused on the host that made it.
+func sizeMaps(spec *ebpf.CollectionSpec) error {
+	m, ok := spec.Maps["source_top"]
+	if !ok {
+		return nil
+	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("count possible CPUs: %w", err)
+	}
+	m.MaxEntries = SourceTopEntries(cpus)
+	return nil
+}
+
+// SourceTopEntries is source_top's size on a host with cpus possible CPUs.
+func SourceTopEntries(cpus int) uint32 {
+	return tiers.TopSources + lruLocalFree*uint32(cpus+1)
 }

@@ -34,8 +34,19 @@ static __always_inline __u32 source_col(const struct tl_src_key *k, const __u64 
 	return h >> (64 - TL_SKETCH_COL_BITS);
 }
 
+/* The words of IPv6 transition prefixes as source_group loads them
+ * (little-endian loads of network-order bytes, as tiers.Compile's masks). */
+#define TL_NAT64_W0 0x9bff6400  /* 64:ff9b::/96 (RFC 6052): word 0 */
+#define TL_MAPPED_W2 0xffff0000 /* ::ffff:0:0/96 (IPv4-mapped): word 2 */
+#define TL_6TO4_W0 0x0220       /* 2002::/16 (RFC 3056): word 0's low half */
+
 /* The packet's source group. The address words are loaded as they lie in
- * the header and masked with masks tiers.Compile encoded the same way. */
+ * the header and masked with masks tiers.Compile encoded the same way. An
+ * IPv6 source that carries an IPv4 sender's address (NAT64's well-known
+ * prefix 64:ff9b::/96, IPv4-mapped ::ffff:0:0/96, 6to4 2002::/16) is
+ * grouped as that IPv4 address under prefix_v4, so that every IPv4 sender
+ * behind a NAT64 or 6to4 relay is its own group, as it would be over IPv4
+ * (tiers.SourceBudget.Group). */
 static __always_inline void source_group(const struct pkt *p, const struct tl_settings *s,
 					 struct tl_src_key *k)
 {
@@ -52,13 +63,28 @@ static __always_inline void source_group(const struct pkt *p, const struct tl_se
 		return;
 	/* Word loads, as of iphdr's saddr: XDP does not enforce alignment. */
 	const __u32 *a = (const __u32 *)&ip6->saddr;
-#pragma unroll
-	for (int i = 0; i < 4; i++)
-		k->addr[i] = a[i] & s->src_mask6[i];
-	k->family = 6;
+	__u32 a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+	/* Branch-free, so that the verifier follows one path from here on
+	 * for every IPv6 source (a branch cost 24k instructions,
+	 * TestVerifierComplexity): TL_IS_ZERO(v) is 1 for v == 0, else 0;
+	 * e46 marks 64:ff9b::/96 and ::ffff:0:0/96, e2002 marks 2002::/16,
+	 * v4 is the IPv4 address either carries, and keep6 is all ones for
+	 * any other IPv6 source. */
+#define TL_IS_ZERO(v) ((((__u64)(__u32)(v)) - 1) >> 63)
+	__u64 e46 = TL_IS_ZERO((a0 ^ TL_NAT64_W0) | a1 | a2) | TL_IS_ZERO(a0 | a1 | (a2 ^ TL_MAPPED_W2));
+	__u64 e2002 = TL_IS_ZERO((a0 & 0xffff) ^ TL_6TO4_W0) & (e46 ^ 1);
+#undef TL_IS_ZERO
+	__u32 v4 = (__u32)(e46 * a3 + e2002 * ((a0 >> 16) | (a1 << 16)));
+	__u32 keep6 = (__u32)((e46 | e2002) - 1);
+	k->addr[0] = ((v4 & s->src_mask4) & ~keep6) | (a0 & s->src_mask6[0] & keep6);
+	k->addr[1] = a1 & s->src_mask6[1] & keep6;
+	k->addr[2] = a2 & s->src_mask6[2] & keep6;
+	k->addr[3] = a3 & s->src_mask6[3] & keep6;
+	k->family = 4 + (2 & keep6);
 }
 
-/* Adds one to a cell for window wid (already shifted above the count),
+/* Adds segs (a super-packet's datagrams) to a cell for window wid (already
+ * shifted above the count),
  * whose value the caller just read as old, and returns the cell's count for
  * that window, this packet included.
  *
@@ -69,20 +95,22 @@ static __always_inline void source_group(const struct pkt *p, const struct tl_se
  * overestimate of one, which a count-min sketch allows anyway. A count of
  * 2^32 packets in one window would carry into the window id (not reachable
  * at line rate within tiers.MaxWindow per cell). */
-static __always_inline __u32 sketch_add(__u64 *cell, __u64 old, __u64 wid)
+static __always_inline __u32 sketch_add(__u64 *cell, __u64 old, __u64 wid, __u32 segs)
 {
 	if ((old >> TL_CELL_COUNT_BITS) != (wid >> TL_CELL_COUNT_BITS) &&
-	    __sync_bool_compare_and_swap(cell, old, wid | 1))
-		return 1;
-	__u64 v = __sync_fetch_and_add(cell, 1) + 1;
+	    __sync_bool_compare_and_swap(cell, old, wid | segs))
+		return segs;
+	__u64 v = __sync_fetch_and_add(cell, segs) + segs;
 	if ((v >> TL_CELL_COUNT_BITS) != (wid >> TL_CELL_COUNT_BITS))
-		return 1; /* a newer window's cell: nothing of ours in it */
+		return segs; /* a newer window's cell: nothing of ours in it */
 	return (__u32)v;
 }
 
-/* Counts the packet in its group's cells for window id and returns whether
- * the group is over budget: whether the least of its cells (never below the
- * group's true count) exceeds the budget, this packet included.
+/* Counts the packet's segs datagrams in its group's cells for window id
+ * and returns whether the group is over budget: whether the least of its
+ * cells (never below the group's true count) exceeds the budget, this
+ * packet included. A super-packet is over budget whole when its last
+ * datagram is (it passes or drops whole, as in the window).
  *
  * Accepted race: a packet is within budget when it is among the first
  * budget packets of any one row, and CPUs racing on one group can reach
@@ -99,7 +127,8 @@ static __always_inline __u32 sketch_add(__u64 *cell, __u64 old, __u64 wid)
  * stop just above the budget. tiers.Sketch.Count does the same. A stale
  * read only sees a lower count (or an older window, read as 0), which
  * sends the packet to the atomic path. */
-static __always_inline int sketch_over(const struct tl_src_key *k, const struct tl_settings *s, __u64 id)
+static __always_inline int sketch_over(const struct tl_src_key *k, const struct tl_settings *s, __u64 id,
+				       __u32 segs)
 {
 	__u64 wid = (__u64)(__u32)id << TL_CELL_COUNT_BITS;
 	__u64 *cells[TL_SKETCH_ROWS];
@@ -124,17 +153,19 @@ static __always_inline int sketch_over(const struct tl_src_key *k, const struct 
 	est = 0xffffffff;
 #pragma unroll
 	for (__u32 r = 0; r < TL_SKETCH_ROWS; r++) {
-		__u32 c = sketch_add(cells[r], vals[r], wid);
+		__u32 c = sketch_add(cells[r], vals[r], wid, segs);
 		if (c < est)
 			est = c;
 	}
 	return est > s->src_budget;
 }
 
-/* Adds packets over budget in window id to group k's entry in this CPU's
- * value of source_top: plain adds, no atomics (only this CPU writes it,
- * and XDP does not nest on a CPU). An entry another CPU made has this
- * CPU's value zeroed, so the first packets here count a window too.
+/* Adds packets over budget in window id to group k's entry of source_top:
+ * once per run of a group on a CPU (source_top_add), so atomics. The
+ * window only moves forward, by compare-and-swap, and the CPU that moves
+ * it counts the window: a run of an older window that ends after a newer
+ * one was put adds its packets only (its window was counted, unless no
+ * run of it ended first).
  * Accepted race: two CPUs that miss at once both insert; the second insert
  * fails (BPF_NOEXIST) and its packets go uncounted here (the source_stats
  * count has them). */
@@ -146,11 +177,10 @@ static __always_inline void source_top_put(const struct tl_src_key *k, __u64 id,
 		bpf_map_update_elem(&source_top, k, &n, BPF_NOEXIST);
 		return;
 	}
-	t->packets += packets;
-	if (t->last_window != id) {
-		t->last_window = id;
-		t->windows++;
-	}
+	__sync_fetch_and_add(&t->packets, packets);
+	__u64 last = READ_ONCE(t->last_window);
+	if (last < id && __sync_bool_compare_and_swap(&t->last_window, last, id))
+		__sync_fetch_and_add(&t->windows, 1);
 }
 
 static __always_inline int same_group(const struct tl_src_key *a, const struct tl_src_key *b)
@@ -164,22 +194,23 @@ static __always_inline int same_group(const struct tl_src_key *a, const struct t
  * first packet goes to source_top (so the group is listed at once), the
  * rest are counted in this CPU's source_run, without the hash lookup, and
  * added to source_top when the CPU's run ends (another group over budget,
- * or a new window). bpf.TopSources adds the runs still open. */
-static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id)
+ * or a new window). bpf.TopSources adds the runs still open. A
+ * super-packet counts its segs datagrams. */
+static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id, __u32 segs)
 {
 	__u32 zero = 0;
 	struct tl_src_run *r = bpf_map_lookup_elem(&source_run, &zero);
 	if (!r) {
-		source_top_put(k, id, 1);
+		source_top_put(k, id, segs);
 		return;
 	}
 	if (r->window == id && r->key.family && same_group(&r->key, k)) {
-		r->packets++;
+		r->packets += segs;
 		return;
 	}
 	if (r->packets)
 		source_top_put(&r->key, r->window, r->packets);
-	source_top_put(k, id, 1);
+	source_top_put(k, id, segs);
 	r->key = *k;
 	r->window = id;
 	r->packets = 0;
@@ -189,19 +220,21 @@ static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id)
  * is within budget (it goes on to the window and the tiers), or the XDP
  * action for a packet over budget: dropped in enforce mode, passed in
  * dry-run (would_drop) and off, counted in source_stats and never in the
- * window. A shed packet is sampled (record.h), with sev its <PRI>'s
- * severity (parse_pri; negative for none). A first fragment's verdict is
- * remembered for its followers. A
- * stage stop returns XDP_DROP, an action, which tl_judge returns. */
+ * window. A super-packet (segs datagrams, udp_segments) is charged segs
+ * everywhere: in the sketch, the over-budget counts and source_top. A shed
+ * packet is sampled (record.h), with sev its <PRI>'s severity (parse_pri;
+ * negative for none). A first fragment's verdict is remembered for its
+ * followers. A stage stop returns XDP_DROP, an action, which tl_judge
+ * returns. */
 static __always_inline int source_budget(struct xdp_md *ctx, const struct pkt *p, const struct tl_settings *s,
-					 __u32 slot, struct tl_window *w, __u64 bytes, int sev)
+					 __u32 slot, struct tl_window *w, __u64 bytes, int sev, __u32 segs)
 {
 	struct tl_src_key k = {};
 	source_group(p, s, &k);
 	__u64 tick;
 	__u64 id = source_window(w, s, &tick);
 	TL_STAGE(TL_STAGE_GROUP, XDP_DROP);
-	int over = sketch_over(&k, s, id);
+	int over = sketch_over(&k, s, id, segs);
 	TL_STAGE(TL_STAGE_SKETCH, XDP_DROP);
 	if (!over)
 		return -1;
@@ -209,15 +242,15 @@ static __always_inline int source_budget(struct xdp_md *ctx, const struct pkt *p
 	/* Over budget: judged on the capacity in-budget traffic leaves
 	 * (smooth.h over_budget_thr), never counted in the window's n. */
 	__u32 thr, verdict = TL_PASS;
-	if (!over_budget_thr(w, s, slot, id, tick, &thr))
+	if (!over_budget_thr(w, s, slot, id, tick, segs, &thr))
 		thr = TL_THR_ALWAYS;
 	if (s->mode != TL_MODE_OFF && draw_drop(thr))
 		verdict = mode_verdict(s);
-	count(&source_stats, verdict, 1, bytes);
+	count(&source_stats, verdict, segs, bytes);
 	if (verdict != TL_PASS && s->rec_samples && record_token(s))
 		tl_record(ctx, record_meta(p, (void *)(long)ctx->data, slot, TL_RECORD_NONE, TL_REASON_OVER_BUDGET,
 					   verdict, sev));
-	source_top_add(&k, id);
+	source_top_add(&k, id, segs);
 	if (p->frag == FRAG_FIRST)
 		remember_first(p, verdict);
 	return xdp_action(verdict);

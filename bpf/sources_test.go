@@ -70,6 +70,25 @@ func TestSourcesDifferential(t *testing.T) {
 		binary.BigEndian.PutUint64(a[8:], r.Uint64())
 		pool = append(pool, netip.AddrFrom4([4]byte{10, byte(i % 7), byte(i), byte(r.Uint32())}), netip.AddrFrom16(a))
 	}
+	// IPv6 sources that carry IPv4 senders (NAT64, IPv4-mapped, 6to4):
+	// grouped as those, with the IPv4 pool's groups (tiers.EmbeddedIPv4).
+	for i := range 30 {
+		v4 := pool[2*(i%20)].As4()
+		var a [16]byte
+		switch i % 3 {
+		case 0:
+			copy(a[:], []byte{0, 0x64, 0xff, 0x9b})
+			copy(a[12:], v4[:])
+		case 1:
+			a[10], a[11] = 0xff, 0xff
+			copy(a[12:], v4[:])
+		case 2:
+			a[0], a[1] = 0x20, 0x02
+			copy(a[2:], v4[:])
+			a[15] = byte(i)
+		}
+		pool = append(pool, netip.AddrFrom16(a))
+	}
 	frames := make([][]byte, len(pool))
 	for i, a := range pool {
 		frames[i] = udpFrom(t, a)

@@ -31,6 +31,7 @@ enum tl_const {
 	TL_C_SKETCH_ROWS = TL_SKETCH_ROWS,
 	TL_C_SKETCH_COLS = TL_SKETCH_COLS,
 	TL_C_SRC_TOP_ENTRIES = TL_SRC_TOP_ENTRIES,
+	TL_C_LRU_LOCAL_FREE = TL_LRU_LOCAL_FREE,
 	/* source_sketch key: row * TL_SKETCH_COLS + column; a cell is a u64,
 	 * the count in its low TL_CELL_COUNT_BITS, the window id above */
 	TL_CELL_COUNT_BITS = 32,
@@ -367,9 +368,9 @@ struct tl_src_key {
 /* A source group seen over budget, for tierlimit status --top: one CPU's
  * share of it (source_top is per CPU). */
 struct tl_src_top {
-	__u64 packets;     /* packets over budget on this CPU, all windows */
-	__u64 last_window; /* id (tl_window.opened) of the last window it was over here */
-	__u64 windows;     /* windows in which this CPU saw it over budget */
+	__u64 packets;     /* packets over budget, all windows */
+	__u64 last_window; /* id (tl_window.opened) of the last window it was over */
+	__u64 windows;     /* windows in which it was over budget */
 };
 
 /* bpf2go -type exports only what the object's BTF holds, and an enum is in

@@ -8,13 +8,36 @@
 
 #include "maps.h"
 
-/* Counts a packet of window id on this CPU's overflow slot. Returns 0 when
- * the CPU has no slot (numbered TL_MAX_CPUS or more): the caller counts it
- * on the shared count instead. Only this CPU writes its slot. The first
- * packet of a window on a CPU reuses the slot of window id - 2, and marks
- * the window as overflowed (a store to the shared line, once per window
- * unless CPUs race to it, all storing the same value). */
-static __always_inline int overflow_add(struct tl_window *w, __u64 id, int ex)
+/* tl_window.overflowed of a window that has closed: above every id + 1,
+ * with the closed window's id + 1 in the low bits (window_open). */
+#define TL_OVF_CLOSED (1ULL << 63)
+
+/* Marks window id as overflowed: overflowed only moves forward, by
+ * compare-and-swap from a value whose id part (the low bits) is below
+ * id + 1. So a packet of an old window that marks late, after the opener
+ * closed that window (TL_OVF_CLOSED with the old id), writes nothing: no
+ * mark of an old window survives the opening. Once per window and CPU at
+ * most (overflow_add), so the atomic costs nothing on the flood's path. */
+static __always_inline void overflow_mark(struct tl_window *w, __u64 id)
+{
+	__u64 ov = READ_ONCE(w->overflowed);
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		if ((ov & ~TL_OVF_CLOSED) >= id + 1)
+			return;
+		__u64 seen = __sync_val_compare_and_swap(&w->overflowed, ov, id + 1);
+		if (seen == ov)
+			return;
+		ov = seen;
+	}
+}
+
+/* Counts segs packets of window id on this CPU's overflow slot. Returns 0
+ * when the CPU has no slot (numbered TL_MAX_CPUS or more): the caller
+ * counts them on the shared count instead. Only this CPU writes its slot.
+ * The first packet of a window on a CPU reuses the slot of window id - 2,
+ * and marks the window as overflowed (overflow_mark). */
+static __always_inline int overflow_add(struct tl_window *w, __u64 id, int ex, __u32 segs)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct tl_overflow *o = bpf_map_lookup_elem(&overflow, &cpu);
@@ -27,12 +50,12 @@ static __always_inline int overflow_add(struct tl_window *w, __u64 id, int ex)
 		o->ex[i] = 0;
 	}
 	if (ex) {
-		o->ex[i]++;
+		o->ex[i] += segs;
 		return 1;
 	}
 	if (!o->packets[i] && READ_ONCE(w->overflowed) != id + 1)
-		w->overflowed = id + 1;
-	o->packets[i]++;
+		overflow_mark(w, id);
+	o->packets[i] += segs;
 	return 1;
 }
 
@@ -149,26 +172,42 @@ static __always_inline int window_expired(struct tl_window *w, const struct tl_s
  * exchange then erases that increment, so the new window undercounts by the
  * packets other CPUs count in those few nanoseconds (at most one per other
  * CPU in practice). Those packets were judged at the old window's n, the
- * tier the offered load was in. start_jiffies, last_count and opened are
- * plain stores by the single opener; a CPU that reads a stale start_jiffies
- * only takes the exact path.
+ * tier the offered load was in. start_jiffies and the fields below are
+ * plain stores by the single opener; a CPU that reads a stale
+ * start_jiffies only takes the exact path.
  *
- * The overflow count adds no loss of its own. A packet reads opened (the
- * window id), count and overflowed in that order; the opener clears
- * overflowed, exchanges count, then increments opened. So a packet that
- * reads the new id also reads the new window's count, and one that reads
- * the old window's saturated count files itself under the old id, where
- * the agent adds it to last_count; one that reads the new count also reads
- * the cleared overflowed, so it never adds the old window's overflow to its
- * n. One race remains: a packet that reads the old id but the new window's
- * count (between the exchange and the increment) and finds that count
- * already saturated, which only a policy with last_n <= 2 allows, files
- * itself under the old window, which then counts one packet per racing CPU
- * more and the new one as many fewer; its verdict is the last tier's
- * either way. These orders are x86's (loads in program order, stores in
- * program order); on arm64 the JIT does not order plain loads, and a packet
- * that sees them out of order is misfiled the same way, one per other CPU
- * per window opening at most.
+ * Ordering, on any architecture: the opener's writes that others must see
+ * in order are BPF atomics with a fetch (xchg, cmpxchg, fetch_add), which
+ * are fully ordered (Documentation/bpf/standardization: BPF_FETCH; the
+ * arm64 JIT emits them as acquire-release LSE atomics or LL/SC between
+ * barriers). The opener closes the old window's mark (overflowed =
+ * TL_OVF_CLOSED | old id + 1, xchg), then exchanges count, then increments
+ * opened (fetch_add). An exact-path packet reads opened and overflowed
+ * only after its own fetch_add on count, which is ordered after or before
+ * the opener's exchange in count's single modification order:
+ *  - after: its loads follow the close, so overflowed is the closed mark
+ *    or a mark of the new window (overflow_mark never moves it back), and
+ *    matches id + 1 only when id is the new window's: it adds the new
+ *    window's overflow to the new window's n, or nothing (an id read
+ *    before the new one shows, a few ns, undercounts that one packet);
+ *  - before: its count is the old window's; it adds the old window's
+ *    overflow when it reads the old id and mark, or nothing, unless it
+ *    reads the new id and the new window is marked by then: a packet of
+ *    the saturated path misfiled under it (below), or the new window
+ *    saturated (last_n - 1 packets) between the opener's exchange and
+ *    this packet's next load, which only last_n <= 2 allows; it then adds
+ *    what the new window holds: the misfiled packets, one per other CPU.
+ * So no packet adds the old window's overflow to the new window's n, and
+ * a packet of the old window adds at most the new window's first few,
+ * whatever the loads' order. TestWindowOrderModel enumerates the
+ * interleavings, with plain loads and stores reordered between atomics,
+ * of this protocol and of the one it replaced, which fails.
+ * The saturated path reads count and opened as plain loads, in either
+ * order: a packet that reads the old saturated count with the new id files
+ * itself (and marks) under the new window, which then counts it: one
+ * packet per other CPU per opening, whose verdict is the last tier's
+ * either way, as a reading of the old id with the new count (last_n <= 2)
+ * files one under the old window.
  *
  * The opener also records what the smooth shape and the budgets that share
  * need of the window that ends (window_open): its start tick, the gap after
@@ -180,10 +219,10 @@ static __always_inline void window_open(struct tl_window *w, const struct tl_set
 					__u64 jiffies)
 {
 	__u64 old_tick = w->start_tick;
-	__u64 first = w->opened == 0;
+	__u64 id = w->opened;
 	w->start_jiffies = jiffies;
 	w->start_tick = tick;
-	w->overflowed = 0;
+	__sync_lock_test_and_set(&w->overflowed, TL_OVF_CLOSED | (id + 1));
 	__u64 prev = __sync_lock_test_and_set(&w->count, 1);
 	w->last_count = prev;
 	w->prev_ex = __sync_lock_test_and_set(&w->ex_count, 0);
@@ -191,12 +230,12 @@ static __always_inline void window_open(struct tl_window *w, const struct tl_set
 	 * it are a gap, which weighs its count down (tiers.SmoothCoef.Prev). */
 	__u64 j = s->sm_ticks ? s->sm_ticks : 1;
 	__u64 end = old_tick + j;
-	__u64 gap = first || tick <= end ? 0 : tick - end;
+	__u64 gap = !id || tick <= end ? 0 : tick - end;
 	if (gap > j)
 		gap = j;
 	w->gap = gap;
-	w->expect_in = first ? 0 : prev * (j - gap) / j;
-	w->opened++;
+	w->expect_in = !id ? 0 : prev * (j - gap) / j;
+	__sync_fetch_and_add(&w->opened, 1);
 	/* A packet of the old window may still add to or pay the debt
 	 * after this: it then counts in the new window (one per other
 	 * CPU at most, in practice). */
@@ -218,7 +257,8 @@ struct window_pos {
 	__u64 tick; /* window_tick of the reading */
 };
 
-static __always_inline void window_count(struct tl_window *w, const struct tl_settings *s, struct window_pos *pos)
+static __always_inline void window_count(struct tl_window *w, const struct tl_settings *s, struct window_pos *pos,
+					 __u32 segs)
 {
 	struct window_clock t;
 
@@ -226,20 +266,24 @@ static __always_inline void window_count(struct tl_window *w, const struct tl_se
 	pos->tick = window_tick(s, &t);
 	if (expired && __sync_bool_compare_and_swap(&w->start_ns, t.start, t.now)) {
 		window_open(w, s, pos->tick, t.jiffies);
-		pos->n = 1;
-		pos->id = w->opened;
+		/* The rest of a super-packet's datagrams join the new window
+		 * behind its first. */
+		pos->n = segs > 1 ? __sync_fetch_and_add(&w->count, segs - 1) + segs : 1;
+		pos->id = READ_ONCE(w->opened);
 		return;
 	}
-	__u64 id = READ_ONCE(w->opened);
 	__u64 c = READ_ONCE(w->count);
+	__u64 id = READ_ONCE(w->opened);
 	pos->id = id;
-	if (c + 1 >= s->last_n && overflow_add(w, id, 0)) {
-		pos->n = c + 1;
+	if (c + 1 >= s->last_n && overflow_add(w, id, 0, segs)) {
+		pos->n = c + segs;
 		return;
 	}
-	__u64 overflowed = READ_ONCE(w->overflowed);
-	__u64 n = __sync_fetch_and_add(&w->count, 1) + 1;
-	if (overflowed == id + 1 && n < s->last_n)
+	__u64 n = __sync_fetch_and_add(&w->count, segs) + segs;
+	/* After the fetch_add, which orders them (above). */
+	id = READ_ONCE(w->opened);
+	pos->id = id;
+	if (READ_ONCE(w->overflowed) == id + 1 && n < s->last_n)
 		n += overflow_sum(id, s->nr_cpus);
 	pos->n = n;
 }

@@ -170,19 +170,50 @@ func maskBytes(bitsSet, n int) []byte {
 }
 
 // Group returns the source group of src: src masked to the prefix length of
-// its family. An IPv4-mapped IPv6 address (::ffff:a.b.c.d) is IPv6, as it
-// is in an IPv6 header: only netip's 4-byte form is IPv4. It returns the zero
+// its family. An IPv6 source that carries an IPv4 sender's address is that
+// IPv4 address (EmbeddedIPv4), grouped under PrefixV4. It returns the zero
 // Prefix when b is off or src is invalid.
 func (b SourceBudget) Group(src netip.Addr) netip.Prefix {
 	if b.Budget == 0 || !src.IsValid() {
 		return netip.Prefix{}
 	}
+	src = src.WithZone("")
+	if v4, ok := EmbeddedIPv4(src); ok {
+		src = v4
+	}
 	bitsLen := int(b.PrefixV6)
 	if src.Is4() {
 		bitsLen = int(b.PrefixV4)
 	}
-	pfx, _ := src.WithZone("").Prefix(bitsLen)
+	pfx, _ := src.Prefix(bitsLen)
 	return pfx
+}
+
+// Transition prefixes whose IPv6 sources carry an IPv4 sender's address.
+var (
+	nat64WellKnown = netip.MustParsePrefix("64:ff9b::/96")  // RFC 6052: the last 32 bits
+	ipv4Mapped     = netip.MustParsePrefix("::ffff:0:0/96") // the last 32 bits
+	sixToFour      = netip.MustParsePrefix("2002::/16")     // RFC 3056: bits 16..47
+)
+
+// EmbeddedIPv4 returns the IPv4 address an IPv6 source of a transition
+// prefix carries: NAT64's well-known prefix 64:ff9b::/96, IPv4-mapped
+// ::ffff:0:0/96 and 6to4 2002::/16. Behind them every IPv4 sender would
+// otherwise share one IPv6 group (a /64 of the relay). Network-specific
+// NAT64 prefixes (64:ff9b:1::/48 and an operator's own) do not say where
+// the address sits, and are grouped as IPv6.
+func EmbeddedIPv4(a netip.Addr) (netip.Addr, bool) {
+	if !a.Is6() {
+		return netip.Addr{}, false
+	}
+	b := a.As16()
+	switch {
+	case nat64WellKnown.Contains(a), ipv4Mapped.Contains(a):
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	case sixToFour.Contains(a):
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	}
+	return netip.Addr{}, false
 }
 
 // SketchSeeds are the seeds of the sketch's rows: row r places a group by

@@ -97,6 +97,31 @@ func TestCompileSourcesMasks(t *testing.T) {
 	}
 }
 
+// TestGroupTransition is issue 25 §6: IPv6 sources that carry an IPv4
+// sender's address (NAT64's well-known prefix, IPv4-mapped, 6to4) are
+// grouped as that IPv4 address under prefix_v4, so that the IPv4 senders
+// behind one relay are not one IPv6 group; other IPv6 sources, and NAT64
+// prefixes that do not say where the address sits, stay IPv6.
+func TestGroupTransition(t *testing.T) {
+	b := SourceBudget{Budget: 10, PrefixV4: 24, PrefixV6: 64}
+	for _, c := range []struct{ src, want string }{
+		{"64:ff9b::10.1.2.3", "10.1.2.0/24"},
+		{"64:ff9b::a01:3ff", "10.1.3.0/24"},
+		{"::ffff:10.1.2.3", "10.1.2.0/24"},
+		{"2002:a01:203::1", "10.1.2.0/24"},
+		{"2002:c000:201:7::9", "192.0.2.0/24"},
+		{"64:ff9b:1::a01:203", "64:ff9b:1::/64"},
+		{"64:ff9b::1:a01:203", "64:ff9b::/64"}, // not in the /96
+		{"2001:db8::10.1.2.3", "2001:db8::/64"},
+		{"2003::1", "2003::/64"},
+		{"10.1.2.3", "10.1.2.0/24"},
+	} {
+		if g := b.Group(netip.MustParseAddr(c.src)); g != netip.MustParsePrefix(c.want) {
+			t.Errorf("Group(%s) = %v, want %s", c.src, g, c.want)
+		}
+	}
+}
+
 func TestSourceColumn(t *testing.T) {
 	// By hand: 10.0.0.1 is bytes 0a 00 00 01, loaded little-endian
 	// 0x0100000a; (3 × 0x0100000a + 5) >> (64 - SketchColBits) is 0.
