@@ -29,7 +29,8 @@
 //
 // Reload:
 //   - reload.go: the Reloader (SIGHUP, config file changes); watch.go: the
-//     config path's symlink chain that the Reloader watches.
+//     config path's symlink chain that the Reloader watches; configpoll.go:
+//     polling when it cannot be watched, and the watch's metric.
 //   - automax.go: the adaptive max's controller, which reads the drop signal
 //     (sockdrops.go) and applies the law of tiers/autolaw.go.
 //
@@ -153,6 +154,7 @@ type Agent struct {
 	auto atomic.Pointer[AutoMax] // the adaptive-max controller, once started
 
 	reloadOK, reloadErr atomic.Uint64
+	configWatch         atomic.Int32 // a WatchMode, from the Reloader
 	scrapeErrors        atomic.Uint64
 	closed              atomic.Bool
 }

@@ -20,8 +20,9 @@ const DefaultMetricsAddr = "127.0.0.1:9713"
 // The metrics (DESIGN.md §5) take one path from the maps: the collector
 // takes one Snapshot per scrape and hands it to each feature's collect
 // function (collectTiers, collectPolicy, collectSeverity, collectSources,
-// collectAuto), all of one shape. A feature declares its Descs with metric,
-// next to its collect function; adding a metric touches that one place.
+// collectAuto, collectConfigWatch), all of one shape. A feature declares
+// its Descs with metric, next to its collect function; adding a metric
+// touches that one place.
 
 // descs is every Desc that metric made, for Describe.
 var descs []*prometheus.Desc
@@ -103,6 +104,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, scrapeErrorsDesc, a.scrapeErrors.Load())
 	s.Auto = a.autoCounts()
 	collectAuto(ch, s)
+	s.ConfigWatch = WatchMode(a.configWatch.Load())
+	collectConfigWatch(ch, s)
 }
 
 // The limiter's traffic, window and policy families.

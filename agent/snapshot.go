@@ -43,6 +43,9 @@ type Snapshot struct {
 	// when no controller runs, as in `tierlimit status`. It is the agent's,
 	// not the maps': the collector fills it in.
 	Auto *AutoCounts
+	// ConfigWatch is how the agent's Reloader notices config changes
+	// (WatchNone without one); the agent's, filled in by the collector.
+	ConfigWatch WatchMode
 }
 
 // AutoCounts are the adaptive-max controller's counters.

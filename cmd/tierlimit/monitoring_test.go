@@ -285,7 +285,7 @@ func TestMonitoringEndToEnd(t *testing.T) {
 			t.Errorf("dashboard query %s: %d series, %v", q, n, err)
 		}
 	}
-	for _, n := range []string{"TierlimitInterfaceNotAttached", "TierlimitAgentDown", "TierlimitAgentAbsent", "TierlimitReloadFailed", "TierlimitScrapeErrors"} {
+	for _, n := range []string{"TierlimitInterfaceNotAttached", "TierlimitAgentDown", "TierlimitAgentAbsent", "TierlimitConfigWatchNotLive", "TierlimitReloadFailed", "TierlimitScrapeErrors"} {
 		if firing(t, p.Coll)[n] {
 			t.Errorf("%s fires for a healthy agent", n)
 		}
