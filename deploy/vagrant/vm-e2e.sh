@@ -223,6 +223,9 @@ run_vms() {
 	log "native XDP on virtio_net: queue pairs and modes"
 	guest collector xdp-matrix
 
+	log "the shipped systemd unit, started by systemd as PID 1"
+	guest collector unit-check
+
 	log "collector: rsyslog (imudp) behind tierlimit run --xdp-mode native"
 	guest collector collector-start
 	local i w
