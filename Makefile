@@ -68,7 +68,7 @@ bench-quick:
 # box (debootstrap, Debian packages only; cached); vagrant-e2e boots both VMs
 # with vagrant-libvirt (KVM, else TCG) in a sandbox namespace, floods, checks
 # every window against tiers.Expected and tears it all down. Make variables:
-# BOX (local|public), MAX, WINDOW, WINDOWS, BURST, QUEUES, SANDBOX (1|0).
+# BOX (local|public), MAX, WINDOW, WINDOWS, BURST, QUEUES, SANDBOX (1|0), UNIT_CHECK (1: the shipped unit under systemd; not yet run).
 VAGRANT ?= vagrant
 BOX ?= local
 
@@ -81,7 +81,7 @@ vagrant-box:
 
 vagrant-e2e:
 	VAGRANT=$(VAGRANT) GO=$(GO) BOX="$(BOX)" MAX="$(MAX)" WINDOW="$(WINDOW)" WINDOWS="$(WINDOWS)" \
-		BURST="$(BURST)" QUEUES="$(QUEUES)" SANDBOX="$(SANDBOX)" bash deploy/vagrant/vm-e2e.sh
+		BURST="$(BURST)" QUEUES="$(QUEUES)" SANDBOX="$(SANDBOX)" UNIT_CHECK="$(UNIT_CHECK)" bash deploy/vagrant/vm-e2e.sh
 
 # CI runs the provisioning script on its own Debian machine in the mode that
 # installs Debian packages only, then checks that the tools are there.

@@ -37,7 +37,8 @@
 // Reload: changing the policy of a running agent.
 //   - reload.go: Reload and ReloadContext, and the Reloader (SIGHUP, config
 //     file changes) that calls them; configwatch.go: the config path's
-//     symlink chain that the Reloader watches.
+//     symlink chain that the Reloader watches; configpoll.go: polling when
+//     it cannot be watched, and the watch's metric.
 //   - automax.go: the adaptive max's controller, which reads the drop signal
 //     (sockdrops.go) and applies the law of tiers/autolaw.go.
 //
@@ -171,6 +172,7 @@ type Agent struct {
 	stopLocal chan struct{}
 
 	reloadOK, reloadErr atomic.Uint64
+	configWatch         atomic.Int32 // a WatchMode, from the Reloader
 	scrapeErrors        atomic.Uint64
 	closed              atomic.Bool
 }

@@ -94,7 +94,7 @@ type configWatch struct {
 // newConfigWatch starts watching path's symlink chain. A path that does not
 // exist yet is watched for: the directory that would hold it is.
 func newConfigWatch(path string) (*configWatch, error) {
-	w, err := fsnotify.NewWatcher()
+	w, err := newWatcher()
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +126,7 @@ func (cw *configWatch) rewatch() error {
 		if cw.names[dir] != nil {
 			continue
 		}
-		if err := cw.w.Add(dir); err != nil {
+		if err := addWatch(cw.w, dir); err != nil {
 			errs = append(errs, fmt.Errorf("watch %s: %w", dir, err))
 			delete(names, dir)
 		}

@@ -12,8 +12,9 @@ import (
 // The metrics (DESIGN.md §5) take one path from the maps: the collector
 // takes one Snapshot per scrape and hands it to each feature's collect
 // function (collectTiers, collectPolicy, collectSeverity, collectSources,
-// collectAuto, collectRecord), all of one shape. A feature declares its Descs with metric,
-// next to its collect function; adding a metric touches that one place.
+// collectAuto, collectRecord, collectConfigWatch), all of one shape. A
+// feature declares its Descs with metric, next to its collect function;
+// adding a metric touches that one place.
 
 // descs is every Desc that metric made, for Describe.
 var descs []*prometheus.Desc
@@ -97,6 +98,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	collectAuto(ch, s)
 	s.Record = a.recordCounts()
 	collectRecord(ch, s)
+	s.ConfigWatch = WatchMode(a.configWatch.Load())
+	collectConfigWatch(ch, s)
 }
 
 // The limiter's traffic, window and policy families.

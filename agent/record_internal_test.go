@@ -411,7 +411,7 @@ func TestEventSenderTCP(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("sending to a dead destination blocked for %v", d)
 	}
-	waitFor(t, func() bool { return e.errs.Load() >= 2*eventQueue && len(e.q) == 0 })
+	waitUntil(t, func() bool { return e.errs.Load() >= 2*eventQueue && len(e.q) == 0 })
 	ln, err = net.Listen("tcp", addr)
 	if err != nil {
 		t.Skipf("port %s taken meanwhile: %v", addr, err)
@@ -427,13 +427,13 @@ func TestEventSenderTCP(t *testing.T) {
 			go io.Copy(io.Discard, c)
 		}
 	}()
-	waitFor(t, func() bool {
+	waitUntil(t, func() bool {
 		e.send(msg)
 		return e.sent.Load() > sent+1
 	})
 }
 
-func waitFor(t *testing.T, ok func() bool) {
+func waitUntil(t *testing.T, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !ok() {

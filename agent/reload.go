@@ -26,6 +26,8 @@ type Reloadable interface {
 	ReloadContext(ctx context.Context, p tiers.Policy) error
 	// ReloadFailed counts a reload that failed before a policy existed.
 	ReloadFailed()
+	// ConfigWatch says how config file changes are noticed now.
+	ConfigWatch(WatchMode)
 }
 
 var errClosed = errors.New("agent closed")
@@ -95,6 +97,13 @@ type ReloaderConfig struct {
 	// Debounce is how long the file must stay quiet before it is read;
 	// zero means DefaultDebounce.
 	Debounce time.Duration
+	// PollInterval is how often the file's content is read while it
+	// cannot be watched (inotify exhausted); zero means
+	// DefaultPollInterval.
+	PollInterval time.Duration
+	// WatchRetry is how often the watch is tried again meanwhile; zero
+	// means DefaultWatchRetry.
+	WatchRetry time.Duration
 	// Logger receives the reload logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -116,6 +125,11 @@ type Reloader struct {
 	cfg   ReloaderConfig
 	log   *slog.Logger
 	watch *configWatch // nil without a file, or when it cannot be watched
+	// poll and retry tick while the file cannot be watched: its content
+	// is read every PollInterval (pollSum: what the last poll read), and
+	// the watch is tried again every WatchRetry.
+	poll, retry *time.Ticker
+	pollSum     [sha256.Size]byte
 
 	// lastSum is the content last read; lastErr the failure last logged
 	// ("" after a success), and readErr whether it was a failure to read.
@@ -126,8 +140,9 @@ type Reloader struct {
 
 // NewReloader starts watching cfg.Path, before anything reads it, so that
 // no change between the first Load and Run is missed. When the path cannot
-// be watched (inotify limits), it logs a warning and reloads on SIGHUP
-// only. Close it when done.
+// be watched (inotify's instances or watches exhausted), it logs a warning
+// and Run polls the file's content instead, and tries the watch again,
+// until the watch is live. Close it when done.
 func NewReloader(cfg ReloaderConfig) *Reloader {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -135,11 +150,17 @@ func NewReloader(cfg ReloaderConfig) *Reloader {
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = DefaultDebounce
 	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.WatchRetry <= 0 {
+		cfg.WatchRetry = DefaultWatchRetry
+	}
 	r := &Reloader{cfg: cfg, log: cfg.Logger}
 	if cfg.Path != "" {
 		w, err := newConfigWatch(cfg.Path)
 		if err != nil {
-			r.log.Warn("config file not watched; reload with SIGHUP", "config", cfg.Path, "error", err)
+			r.startPolling(err)
 		} else {
 			r.watch = w
 		}
@@ -169,6 +190,7 @@ func (r *Reloader) Load() (tiers.Policy, error) {
 
 // Close stops watching.
 func (r *Reloader) Close() error {
+	r.stopPolling()
 	if r.watch == nil {
 		return nil
 	}
@@ -177,15 +199,19 @@ func (r *Reloader) Close() error {
 
 // Run reloads into target on every value from hup and on config file
 // changes until ctx ends. Signals that arrived before Run (hup buffered
-// from the start of the process) reload as soon as it starts.
+// from the start of the process) reload as soon as it starts. It tells
+// target how changes are noticed (ConfigWatch) at the start and whenever
+// that changes.
 func (r *Reloader) Run(ctx context.Context, target Reloadable, hup <-chan os.Signal) {
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	if r.watch != nil {
-		events, errs = r.watch.w.Events, r.watch.w.Errors
-	}
+	r.pollSum = r.lastSum
+	target.ConfigWatch(r.mode())
 	var quiet <-chan time.Time
 	for {
+		var events <-chan fsnotify.Event
+		var errs <-chan error
+		if r.watch != nil {
+			events, errs = r.watch.w.Events, r.watch.w.Errors
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -193,25 +219,39 @@ func (r *Reloader) Run(ctx context.Context, target Reloadable, hup <-chan os.Sig
 			r.reload(ctx, target, "SIGHUP", true)
 		case ev, ok := <-events:
 			if !ok {
-				events = nil
+				r.watchLost(target, errors.New("inotify watcher closed"))
 			} else if r.watch.relevant(ev) {
 				quiet = time.After(r.cfg.Debounce)
 			}
 		case err, ok := <-errs:
 			if !ok {
-				errs = nil
+				r.watchLost(target, errors.New("inotify watcher closed"))
 				continue
 			}
 			if !errors.Is(err, fsnotify.ErrEventOverflow) {
 				r.log.Warn("config watch", "error", err)
 			}
 			quiet = time.After(r.cfg.Debounce) // events may be lost: look
+		case <-tickC(r.poll):
+			if r.polledChange() {
+				quiet = time.After(r.cfg.Debounce)
+			}
+		case <-tickC(r.retry):
+			if r.retryWatch(target) {
+				quiet = time.After(r.cfg.Debounce) // it may have changed since the last poll
+			}
 		case <-quiet:
 			quiet = nil
-			if err := r.watch.rewatch(); err != nil {
-				r.log.Warn("config watch", "error", err)
+			if r.watch != nil {
+				if err := r.watch.rewatch(); err != nil {
+					r.watchLost(target, err)
+				}
 			}
-			r.reload(ctx, target, "file change", false)
+			trigger := "file change"
+			if r.watch == nil {
+				trigger = "file change (polled)"
+			}
+			r.reload(ctx, target, trigger, false)
 		}
 	}
 }

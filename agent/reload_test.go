@@ -24,8 +24,9 @@ import (
 // fakeTarget records what a Reloader applies.
 type fakeTarget struct {
 	mu      sync.Mutex
-	maxes   []int // max of each applied policy
-	failed  int   // ReloadFailed calls
+	maxes   []int       // max of each applied policy
+	failed  int         // ReloadFailed calls
+	modes   []WatchMode // ConfigWatch calls
 	applied chan int
 	// block, when set, holds every reload until it is closed or the
 	// reload's ctx ends; started receives once per reload that blocks.
@@ -54,6 +55,12 @@ func (f *fakeTarget) ReloadContext(ctx context.Context, p tiers.Policy) error {
 func (f *fakeTarget) ReloadFailed() {
 	f.mu.Lock()
 	f.failed++
+	f.mu.Unlock()
+}
+
+func (f *fakeTarget) ConfigWatch(m WatchMode) {
+	f.mu.Lock()
+	f.modes = append(f.modes, m)
 	f.mu.Unlock()
 }
 
@@ -107,9 +114,19 @@ type running struct {
 // Reloader on it until the test ends.
 func startReloader(t *testing.T, path string, first int) *running {
 	t.Helper()
+	return startReloaderWith(t, ReloaderConfig{Path: path}, first)
+}
+
+// startReloaderWith is startReloader with cfg's intervals (Debounce 20 ms
+// when unset).
+func startReloaderWith(t *testing.T, cfg ReloaderConfig, first int) *running {
+	t.Helper()
 	logs := &testenv.SyncBuffer{}
-	r := NewReloader(ReloaderConfig{Path: path, Debounce: 20 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if cfg.Debounce == 0 {
+		cfg.Debounce = 20 * time.Millisecond
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	r := NewReloader(cfg)
 	p, err := r.Load()
 	if err != nil {
 		t.Fatal(err)

@@ -46,6 +46,9 @@ type Snapshot struct {
 	// Record holds the shed record's counters (DESIGN.md §10): nil when
 	// the record was not started. The agent's, like Auto.
 	Record *RecordCounts
+	// ConfigWatch is how the agent's Reloader notices config changes
+	// (WatchNone without one); the agent's, filled in by the collector.
+	ConfigWatch WatchMode
 }
 
 // AutoCounts are the adaptive-max controller's counters.

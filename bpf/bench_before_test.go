@@ -6,6 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/tierlimit/tierlimit/internal/layout0"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -13,7 +14,7 @@ import (
 // BenchmarkBeforeWave measures paths of today's program beside the same
 // paths of the program this wave started from (commit 90e44a6, kept as
 // bpf/testdata/layout-0, loaded with the same policy by
-// testenv.LoadLayout0), and a bare XDP_DROP, chunk by chunk in the same
+// layout0.Load), and a bare XDP_DROP, chunk by chunk in the same
 // run (best chunk each). It reports ns/pkt for each and x-before, today's
 // over the earlier program's: the cost of this wave's changes on a path.
 //
@@ -51,7 +52,7 @@ func BenchmarkBeforeWave(b *testing.B) {
 			frame := UDP4(b, 514)
 			h := newHarness(b, path.p)
 			h.expire()
-			old := LoadLayout0(b, "", path.p).Programs["tierlimit"]
+			old := layout0.Load(b, "", path.p).Programs["tierlimit"]
 			bare := BareProgram(b, xdpDrop)
 			// Both open their window with a first packet and, for the
 			// flood paths, pass T_last before the timed chunks.

@@ -4,9 +4,10 @@
 // its maps and reads its counters back. The agent and the tests share this
 // one path to the kernel.
 //
-// The program needs Linux >= 5.12 (BPF atomics with -mcpu=v3, bounded
-// loops, bpf_jiffies64) built with CONFIG_BPF_SYSCALL, CONFIG_BPF_JIT and
-// kernel BTF (CO-RE); counting UDP GSO/GRO super-packets in generic mode
+// The program needs Linux >= 5.17 (bpf_loop; BPF atomics with -mcpu=v3,
+// bounded loops, bpf_jiffies64) built with CONFIG_BPF_SYSCALL,
+// CONFIG_BPF_JIT and kernel BTF (CO-RE), which Load probes first
+// (features.go); counting UDP GSO/GRO super-packets in generic mode
 // needs Linux >= 6.2 (SetSKBIfaces). Loading needs CAP_BPF, CAP_PERFMON and
 // CAP_NET_ADMIN (root).
 package bpf
@@ -145,6 +146,10 @@ func load(opts Options, spec *ebpf.CollectionSpec) (*Limiter, error) {
 			m.Pinning = ebpf.PinByName
 		}
 		copts.Maps.PinPath = opts.PinPath
+	}
+	// One line naming what the kernel lacks, before the verifier's log.
+	if err := checkKernel(spec, kernelProber, kernelRelease()); err != nil {
+		return nil, err
 	}
 	l := &Limiter{tickNs: opts.TickNs}
 	if err := spec.LoadAndAssign(&l.objs, &copts); err != nil {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -27,6 +28,8 @@ func explain(err error) error {
 		return nil
 	case errors.Is(err, tiers.ErrEmptyConfig):
 		return hinted{err, "'tierlimit check' without --config prints the defaults"}
+	case errors.Is(err, bpf.ErrKernelFeature): // exit 2: only another kernel helps
+		return hostError{err}
 	}
 	return err
 }

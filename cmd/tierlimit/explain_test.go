@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
@@ -31,6 +32,12 @@ func TestExplain(t *testing.T) {
 	}
 	if err := explainAgent(&agent.ForeignProgramError{Iface: "eth9", HeldByLink: true}, "", []string{"eth9"}); strings.Contains(err.Error(), "--replace") {
 		t.Errorf("--replace advised for a program held by a bpf_link: %q", err)
+	}
+	kernel := fmt.Errorf("load: %w", &bpf.KernelFeatureError{Feature: "the bpf_loop helper in XDP programs", Since: "5.17", Release: "5.15.0-91-generic", Missing: 1})
+	var stderr strings.Builder
+	if code := report(&stderr, kernel); code != exitUsage || strings.Count(stderr.String(), "\n") != 1 ||
+		!strings.Contains(stderr.String(), "lacks the bpf_loop helper in XDP programs; tierlimit needs Linux 5.17 or later") {
+		t.Errorf("a kernel without bpf_loop: exit %d, %q; want exit 2 and one line naming the helper and the version", code, stderr.String())
 	}
 	code, _, errs := runCmd(t, "check", "--config", writeFile(t, "empty.yaml", "# nothing\n"))
 	if code != exitUsage || !strings.Contains(errs, "holds no policy") || !strings.Contains(errs, "'tierlimit check' without --config prints the defaults") {

@@ -101,11 +101,20 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case isUsage(err), isConfig(err):
+	case isUsage(err), isConfig(err), errors.As(err, new(hostError)):
 		return exitUsage
 	}
 	return exitFailure
 }
+
+// hostError marks a host that cannot run the limiter as it is (a kernel
+// without a feature the program needs): exit code 2, so that systemd does
+// not restart it (RestartPreventExitStatus=2), and no usage line, since no
+// flag fixes it.
+type hostError struct{ err error }
+
+func (e hostError) Error() string { return e.err.Error() }
+func (e hostError) Unwrap() error { return e.err }
 
 // usageError marks a bad command line: exit code 2.
 type usageError struct{ err error }

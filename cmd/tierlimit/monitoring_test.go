@@ -285,7 +285,11 @@ func TestMonitoringEndToEnd(t *testing.T) {
 			t.Errorf("dashboard query %s: %d series, %v", q, n, err)
 		}
 	}
-	for _, n := range []string{"TierlimitInterfaceNotAttached", "TierlimitAgentDown", "TierlimitReloadFailed", "TierlimitScrapeErrors"} {
+	// run's Reloader tells the agent its config watch is live (issue 24).
+	if n, err := promSeries(p.Coll, `tierlimit_config_watch_live{mode="watch"} == 1`); err != nil || n != 1 {
+		t.Errorf("config watch gauge: %d series live, %v; want 1", n, err)
+	}
+	for _, n := range []string{"TierlimitInterfaceNotAttached", "TierlimitAgentDown", "TierlimitAgentAbsent", "TierlimitConfigWatchNotLive", "TierlimitReloadFailed", "TierlimitScrapeErrors"} {
 		if firing(t, p.Coll)[n] {
 			t.Errorf("%s fires for a healthy agent", n)
 		}

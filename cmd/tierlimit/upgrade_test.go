@@ -21,6 +21,7 @@ import (
 
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/layout0"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -44,7 +45,7 @@ func pinLayout0(t *testing.T, p *testenv.Pair, pin, body string) {
 	if err := os.MkdirAll(maps, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	coll := testenv.LoadLayout0(t, maps, pol)
+	coll := layout0.Load(t, maps, pol)
 	prog := coll.Programs["tierlimit"]
 	if prog == nil {
 		t.Fatal("no program tierlimit in the layout-0 object")

@@ -28,6 +28,7 @@ var types = map[string]func() any{
 	"v1/Namespace":                        func() any { return &corev1.Namespace{} },
 	"v1/ConfigMap":                        func() any { return &corev1.ConfigMap{} },
 	"v1/Service":                          func() any { return &corev1.Service{} },
+	"v1/ResourceQuota":                    func() any { return &corev1.ResourceQuota{} },
 	"apps/v1/DaemonSet":                   func() any { return &appsv1.DaemonSet{} },
 	"monitoring.coreos.com/v1/PodMonitor": func() any { return &monitoringv1.PodMonitor{} },
 }
@@ -116,21 +117,8 @@ func TestKustomization(t *testing.T) {
 	if got, want := slices.Sorted(slices.Values(k.Resources)), manifestFiles(t); !slices.Equal(got, want) {
 		t.Errorf("kustomization resources %v, want every manifest %v", got, want)
 	}
-	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), ".")
-	if err != nil {
-		t.Fatalf("kustomize build: %v", err)
-	}
-	out, err := res.AsYaml()
-	if err != nil {
-		t.Fatal(err)
-	}
 	kinds := map[string]int{}
-	for _, doc := range documents(out) {
-		obj, err := decode(doc)
-		if err != nil {
-			t.Errorf("kustomize build output: %v", err)
-			continue
-		}
+	for _, obj := range build(t) {
 		m := obj.(metav1.Object)
 		kinds[fmt.Sprintf("%T", obj)]++
 		if _, isNS := obj.(*corev1.Namespace); !isNS && m.GetNamespace() != "tierlimit" {
@@ -145,4 +133,28 @@ func TestKustomization(t *testing.T) {
 	if len(kinds) != len(types) {
 		t.Errorf("kustomize build rendered %v, want one or more of each of the %d kinds", kinds, len(types))
 	}
+}
+
+// build runs the kustomization (kustomize's own library) and strictly
+// decodes every object it renders.
+func build(t *testing.T) []any {
+	t.Helper()
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), ".")
+	if err != nil {
+		t.Fatalf("kustomize build: %v", err)
+	}
+	out, err := res.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []any
+	for _, doc := range documents(out) {
+		obj, err := decode(doc)
+		if err != nil {
+			t.Errorf("kustomize build output: %v", err)
+			continue
+		}
+		objs = append(objs, obj)
+	}
+	return objs
 }

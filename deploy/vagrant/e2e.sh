@@ -6,6 +6,9 @@
 #   e2e.sh xdp-matrix         (collector) attach with --xdp-mode native and auto
 #                             at 1 and 2 virtio queue pairs (ethtool -L), and
 #                             with an MTU native XDP refuses; print what happened
+#   e2e.sh unit-check         (collector) the shipped systemd unit, started by
+#                             systemd as PID 1: active, pinned, healthy,
+#                             restarted, stopped with the limiter left pinned
 #   e2e.sh collector-start    (collector) rsyslog with imudp on COLLECTOR_IP:514,
 #                             tierlimit run --xdp-mode $XDP_MODE on the private
 #                             NIC, and the baseline of the per-window check
@@ -55,8 +58,10 @@ binaries() {
 write_policy() {
 	mkdir -p /etc/tierlimit
 	cat >"$CONFIG" <<-YAML
-		# make vagrant-e2e: the default tiers with a max the sender's bursts exceed.
+		# make vagrant-e2e: the default tiers with a max the sender's bursts exceed,
+		# in the ordinal shape: window-check counts each tier's packets exactly.
 		mode: enforce
+		shape: ordinal
 		window: $WINDOW
 		max: $MAX
 	YAML
@@ -152,6 +157,68 @@ xdp_matrix() {
 	fi
 }
 
+# healthz: GET /healthz on the default metrics address (bash's /dev/tcp;
+# the box has no curl); prints the status line.
+healthz() {
+	exec 3<>/dev/tcp/127.0.0.1/9713 || return 1
+	printf 'GET /healthz HTTP/1.0\r\n\r\n' >&3
+	head -1 <&3 | tr -d '\r'
+	exec 3<&-
+}
+
+# unit_up: the unit is active, the limiter pinned and /healthz 200.
+unit_up() {
+	for _ in $(seq 100); do
+		if systemctl is-active --quiet tierlimit && tierlimit status >/dev/null 2>&1 && [[ "$(healthz 2>/dev/null)" == *" 200 "* ]]; then
+			return 0
+		fi
+		systemctl is-failed --quiet tierlimit && break
+		sleep 0.3
+	done
+	systemctl status tierlimit --no-pager -l | tail -20 || true
+	journalctl -u tierlimit -o cat --no-pager | tail -20 || true
+	return 1
+}
+
+# unit_check runs deploy/systemd/tierlimit.service as shipped, started by
+# systemd as PID 1 (issue 24 part 2): only the interface and the policy are
+# set, in /etc/default/tierlimit as an operator would.
+unit_check() {
+	local ifc probe=/sys/fs/bpf/tierlimit-e2e-probe
+	ifc=$(iface_of "$COLLECTOR_IP")
+	[ -n "$ifc" ] || die "no interface has $COLLECTOR_IP"
+	binaries
+	write_policy
+	stop_agent "$ifc"
+	# What the unit avoids: systemd keeps the bpffs read-only under
+	# ProtectKernelTunables=yes, whatever ReadWritePaths= says.
+	if systemd-run --quiet --wait --collect -p PrivateMounts=yes -p ProtectKernelTunables=yes \
+		-p ReadWritePaths=/sys/fs/bpf /bin/mkdir "$probe" 2>/dev/null; then
+		log "systemd $(systemctl --version | awk 'NR == 1 { print $2 }'): ProtectKernelTunables=yes with ReadWritePaths=/sys/fs/bpf leaves the bpffs writable"
+		rmdir "$probe"
+	else
+		log "systemd $(systemctl --version | awk 'NR == 1 { print $2 }'): ProtectKernelTunables=yes with ReadWritePaths=/sys/fs/bpf leaves the bpffs read-only (the shipped unit does not set it)"
+	fi
+	[ -e /usr/bin/tierlimit ] || ln -s "$BIN/tierlimit" /usr/bin/tierlimit
+	install -m 0644 "$SRC/deploy/systemd/tierlimit.service" /etc/systemd/system/tierlimit.service
+	printf 'TIERLIMIT_IFACES="%s"\nTIERLIMIT_CONFIG="%s"\nTIERLIMIT_OPTS=""\n' "$ifc" "$CONFIG" >/etc/default/tierlimit
+	systemctl daemon-reload
+	log "systemctl start tierlimit (the shipped unit) on $ifc"
+	systemctl start tierlimit || true # unit_up says why
+	unit_up || die "the shipped unit did not start, pin and report healthy"
+	log "active, pinned, /healthz $(healthz); $ifc runs XDP in $(xdp_mode_of "$ifc") mode"
+	systemctl restart tierlimit || true
+	unit_up || die "the shipped unit did not come back after systemctl restart"
+	log "restarted: active, pinned, healthy"
+	systemctl stop tierlimit
+	[ "$(xdp_mode_of "$ifc")" != none ] || die "the limiter left $ifc when the unit stopped; it is pinned to stay"
+	log "stopped: the limiter stays attached and pinned"
+	tierlimit detach --iface "$ifc" >/dev/null
+	rm -f /etc/systemd/system/tierlimit.service /etc/default/tierlimit
+	systemctl daemon-reload
+	systemctl reset-failed tierlimit 2>/dev/null || true
+}
+
 rsyslog_udp() {
 	cat >/etc/rsyslog.d/tierlimit-e2e.conf <<-EOF
 		# make vagrant-e2e: the collector. One line per datagram on $COLLECTOR_IP:514.
@@ -236,6 +303,7 @@ collector_stop() {
 
 case "${1:-}" in
 xdp-matrix) xdp_matrix ;;
+unit-check) unit_check ;;
 collector-start) collector_start ;;
 burst) burst ;;
 window-check) window_check "${2:-0}" ;;

@@ -223,6 +223,13 @@ run_vms() {
 	log "native XDP on virtio_net: queue pairs and modes"
 	guest collector xdp-matrix
 
+	# Not yet run anywhere (issue 24 part 2): off unless UNIT_CHECK=1, so
+	# that CI's run does not depend on a step no run has proven.
+	if [ "${UNIT_CHECK:-0}" = 1 ]; then
+		log "the shipped systemd unit, started by systemd as PID 1"
+		guest collector unit-check
+	fi
+
 	log "collector: rsyslog (imudp) behind tierlimit run --xdp-mode native"
 	guest collector collector-start
 	local i w

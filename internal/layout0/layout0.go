@@ -1,4 +1,7 @@
-package testenv
+// Package layout0 loads the program this repository built before pinned
+// layouts were recorded (commit 90e44a6, layout 0): for the upgrade tests
+// (DESIGN.md §11) and the benchmarks that run today's program beside it.
+package layout0
 
 import (
 	"os"
@@ -10,26 +13,27 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// Layout0Object is the path of the BPF object of commit 90e44a6, pinned
+// Object is the path of the BPF object of commit 90e44a6, pinned
 // layout 0 (bpf/testdata/layout-0/README.md): the program as the wave
 // before the smooth shape and budgets that share built it.
-func Layout0Object() string {
+func Object() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "bpf", "testdata", "layout-0", "limiter_bpfel.o")
 }
 
-// LoadLayout0 loads the layout-0 object, with its maps pinned under pin
+// Load loads the layout-0 object, with its maps pinned under pin
 // when pin is not empty, and writes policy p into its maps under the
 // ordinal shape (the only one it knows): the settings as today's program
 // encodes them (layout 0's settings are a prefix of today's,
 // bpf.TestSettingsPrefix), the tier table and the selectors. The
 // collection is closed when tb ends.
-func LoadLayout0(tb testing.TB, pin string, p tiers.Policy) *ebpf.Collection {
+func Load(tb testing.TB, pin string, p tiers.Policy) *ebpf.Collection {
 	tb.Helper()
-	spec, err := ebpf.LoadCollectionSpec(Layout0Object())
+	spec, err := ebpf.LoadCollectionSpec(Object())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -60,7 +64,7 @@ func writeLayout0Policy(tb testing.TB, coll *ebpf.Collection, p tiers.Policy) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	scratch := PinPath(tb)
+	scratch := testenv.PinPath(tb)
 	if err := os.Mkdir(scratch, 0o700); err != nil {
 		tb.Fatal(err)
 	}
