@@ -29,26 +29,7 @@ func TestDestsLocal(t *testing.T) {
 	vip := netip.MustParseAddr("192.0.2.200")
 	other := netip.MustParseAddr("198.51.100.99")
 
-	var collMAC net.HardwareAddr
-	if err := p.Coll.Do(func() error {
-		l, err := netlink.LinkByName(p.CollIf)
-		collMAC = l.Attrs().HardwareAddr
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Send.Do(func() error {
-		l, err := netlink.LinkByName(p.SendIf)
-		if err != nil {
-			return err
-		}
-		if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: l.Attrs().Index, State: netlink.NUD_PERMANENT, IP: other.AsSlice(), HardwareAddr: collMAC}); err != nil {
-			return err
-		}
-		return netlink.RouteAdd(&netlink.Route{Dst: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(32, 32)}, Gw: p.CollAddr.AsSlice()})
-	}); err != nil {
-		t.Fatal(err)
-	}
+	routeOther(t, p, vip, other)
 
 	// send sends n datagrams to dst and returns how many the program
 	// counted as selected, once all n reached it (selected + unselected).
@@ -99,18 +80,50 @@ func TestDestsLocal(t *testing.T) {
 		_, total := rx.Counts()
 		t.Errorf("the collector on the VIP received %d of 20", total)
 	}
-	if err := p.Coll.Do(func() error {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return err
-		}
-		return netlink.AddrDel(lo, &netlink.Addr{IPNet: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(32, 32)}})
-	}); err != nil {
-		t.Fatal(err)
-	}
+	delAddr(t, p.Coll, "lo", vip)
 	waitLocal(false)
 	if got := send(vip, 20); got != 0 {
 		t.Errorf("to %v once it left lo: %d of 20 counted", vip, got)
+	}
+}
+
+// routeOther makes the sender reach other at the collector's MAC (an
+// address the collector does not own) and vip through the collector.
+func routeOther(t *testing.T, p *testenv.Pair, vip, other netip.Addr) {
+	t.Helper()
+	var collMAC net.HardwareAddr
+	if err := p.Coll.Do(func() error {
+		l, err := netlink.LinkByName(p.CollIf)
+		collMAC = l.Attrs().HardwareAddr
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Send.Do(func() error {
+		l, err := netlink.LinkByName(p.SendIf)
+		if err != nil {
+			return err
+		}
+		if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: l.Attrs().Index, State: netlink.NUD_PERMANENT, IP: other.AsSlice(), HardwareAddr: collMAC}); err != nil {
+			return err
+		}
+		return netlink.RouteAdd(&netlink.Route{Dst: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(32, 32)}, Gw: p.CollAddr.AsSlice()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// delAddr removes the /32 addr from the interface named ifname in ns.
+func delAddr(t *testing.T, ns *testenv.NS, ifname string, addr netip.Addr) {
+	t.Helper()
+	if err := ns.Do(func() error {
+		l, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return err
+		}
+		return netlink.AddrDel(l, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}})
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -121,7 +121,8 @@ type verdictCase struct {
 }
 
 func verdictCases(t testing.TB) []verdictCase {
-	cases := append(parseVerdictCases(t), selectVerdictCases(t)...)
+	cases := append(parseVerdictCases(t), kernelCheckCases(t)...)
+	cases = append(cases, selectVerdictCases(t)...)
 	return append(cases, hostileCases(t)...)
 }
 
@@ -159,13 +160,6 @@ func parseVerdictCases(t testing.TB) []verdictCase {
 	chainCut := Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6Fragment),
 		&IPv6Fragment{NextHeader: layers.IPProtocolIPv6Destination, MoreFragments: true, Identification: 11},
 		gopacket.Payload([]byte{17, 2, 1, 18, 0, 0, 0, 0}))
-	badSum := UDP4(t, 514)
-	badSum[24] ^= 0xff // the IPv4 header checksum
-	synFlags := func(flags byte) []byte {
-		f := TCP4(t, 601, true, false)
-		f[14+20+13] = flags
-		return f
-	}
 	deepest := []gopacket.SerializableLayer{Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolIPv6Destination)}
 	for range tiers.MaxIPv6ExtHeaders - 2 {
 		deepest = append(deepest, destOpts(layers.IPProtocolIPv6Destination))
@@ -188,6 +182,21 @@ func parseVerdictCases(t testing.TB) []verdictCase {
 		{"ipv6 chain one too deep to port 53, judged as selected", Serialize(t, append(tooDeep[:len(tooDeep)-2:len(tooDeep)-2], UDP(53), Syslog())...), selectedAs(tiers.UnclassifiedIPv6Chain), tiers.ClassSelected},
 		{"ipv6 first fragment whose chain goes on in the next (RFC 7112)", chainCut, selectedAs(tiers.UnclassifiedFragmentChain), tiers.ClassSelected},
 		{"ipv6 first fragment whose chain ends without room for udp", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6Fragment), &IPv6Fragment{NextHeader: layers.IPProtocolIPv6Destination, MoreFragments: true, Identification: 12}, destOpts(layers.IPProtocolUDP)), malformedAs(tiers.MalformedTinyFragment), tiers.ClassMalformed},
+	}
+}
+
+// kernelCheckCases are the rows on what the kernel itself discards or
+// never delivers to a listener, and on fragments without their first.
+func kernelCheckCases(t testing.TB) []verdictCase {
+	eth4 := func() *layers.Ethernet { return Eth(layers.EthernetTypeIPv4) }
+	badSum := UDP4(t, 514)
+	badSum[24] ^= 0xff // the IPv4 header checksum
+	synFlags := func(flags byte) []byte {
+		f := TCP4(t, 601, true, false)
+		f[14+20+13] = flags
+		return f
+	}
+	return []verdictCase{
 		{"ipv4 bad header checksum", badSum, malformedAs(tiers.MalformedIPv4Checksum), tiers.ClassMalformed},
 		{"tcp/601 syn+rst: a listener discards it", synFlags(0x06), unselected, tiers.ClassUnselected},
 		{"tcp/601 syn+fin: a listener discards it", synFlags(0x03), unselected, tiers.ClassUnselected},

@@ -63,6 +63,41 @@ func (p Policy) Validate() error {
 	if err := checkPackets("max", p.Max, ErrMax); err != nil {
 		return err
 	}
+	if err := p.validateTiers(); err != nil {
+		return err
+	}
+	if len(p.Select) == 0 {
+		return configErr("select", "", ErrEmptySelect, "a policy needs at least one select rule")
+	}
+	if len(p.Select) > MaxSelectRules {
+		return configErr("select", "", ErrTooMany, "%d rules, at most %d", len(p.Select), MaxSelectRules)
+	}
+	for i, r := range p.Select {
+		if err := r.validate(fmt.Sprintf("select[%d]", i)); err != nil {
+			return err
+		}
+	}
+	if err := p.Severity.validate(); err != nil {
+		return err
+	}
+	if err := p.validatePrefixes(); err != nil {
+		return err
+	}
+	if err := p.Sources.validate(p.Max); err != nil {
+		return err
+	}
+	if err := p.Record.validate(); err != nil {
+		return err
+	}
+	if p.Auto != nil {
+		return p.Auto.validate(p)
+	}
+	return nil
+}
+
+// validateTiers checks tiers: one to MaxTiers, at in (0, MaxAtPercent],
+// drop in [0, 100], at strictly increasing.
+func (p Policy) validateTiers() error {
 	if len(p.Tiers) == 0 {
 		return configErr("tiers", "", ErrEmptyTiers, "a policy needs at least one tier")
 	}
@@ -83,33 +118,23 @@ func (p Policy) Validate() error {
 				"at must be greater than tiers[%d].at (%s)", i-1, p.Tiers[i-1].At)
 		}
 	}
-	if len(p.Select) == 0 {
-		return configErr("select", "", ErrEmptySelect, "a policy needs at least one select rule")
-	}
-	if len(p.Select) > MaxSelectRules {
-		return configErr("select", "", ErrTooMany, "%d rules, at most %d", len(p.Select), MaxSelectRules)
-	}
-	for i, r := range p.Select {
-		if err := r.validate(fmt.Sprintf("select[%d]", i)); err != nil {
-			return err
-		}
-	}
-	if err := p.Severity.validate(); err != nil {
-		return err
-	}
+	return nil
+}
+
+// validatePrefixes checks the prefix counts of the tries (MaxPrefixes
+// exempt sources and dests over all rules, MaxLocalPrefixes destinations of
+// dests: local) and each exempt prefix.
+func (p Policy) validatePrefixes() error {
 	if len(p.Exempt) > MaxPrefixes {
 		return configErr("exempt.sources", "", ErrTooMany, "%d prefixes, at most %d", len(p.Exempt), MaxPrefixes)
 	}
-	dests := 0
+	dests, local := 0, 0
 	for _, r := range p.Select {
 		dests += len(r.Dests)
+		local += len(r.LocalDests)
 	}
 	if dests > MaxPrefixes {
 		return configErr("select", "", ErrTooMany, "%d dests prefixes over all rules, at most %d", dests, MaxPrefixes)
-	}
-	local := 0
-	for _, r := range p.Select {
-		local += len(r.LocalDests)
 	}
 	if local > MaxLocalPrefixes {
 		return configErr("select", "local", ErrTooMany, "the host's %d destinations over all dests: local rules, at most %d", local, MaxLocalPrefixes)
@@ -118,15 +143,6 @@ func (p Policy) Validate() error {
 		if err := checkPrefix(fmt.Sprintf("exempt.sources[%d]", i), pfx); err != nil {
 			return err
 		}
-	}
-	if err := p.Sources.validate(p.Max); err != nil {
-		return err
-	}
-	if err := p.Record.validate(); err != nil {
-		return err
-	}
-	if p.Auto != nil {
-		return p.Auto.validate(p)
 	}
 	return nil
 }

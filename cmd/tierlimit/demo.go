@@ -73,42 +73,10 @@ the host's loopback receives them, then the last samples as tshark lists
 them, each with its packet comment.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			for _, s := range strings.Split(loads, ",") {
-				v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-				if err != nil || v <= 0 || v > 50 {
-					return usageErrorf("--loads: %q: want multiples of max in (0, 50]", s)
-				}
-				f.loads = append(f.loads, v)
+			if err := f.parse(loads, shape); err != nil {
+				return err
 			}
-			if f.max == 0 || f.max > 20000 {
-				return usageErrorf("--max %d: want 1..20000 (the sandbox sends max × load packets per window)", f.max)
-			}
-			if f.window < 100*time.Millisecond || f.window > 10*time.Second {
-				return usageErrorf("--window %v: want 100ms..10s", f.window)
-			}
-			var err error
-			if f.shape, err = tiers.ParseShape(shape); err != nil {
-				return usageErrorf("--shape %q: want smooth or ordinal", shape)
-			}
-			if f.severity {
-				return runSeverityDemo(cmd.Context(), g, f)
-			}
-			if f.noisy {
-				return runNoisyDemo(cmd.Context(), g, f)
-			}
-			if f.record {
-				if os.Geteuid() != 0 {
-					return agent.ErrNotRoot
-				}
-				return runRecordDemo(cmd.Context(), g, f)
-			}
-			if f.auto {
-				if os.Geteuid() != 0 {
-					return agent.ErrNotRoot
-				}
-				return runDemoAuto(cmd.Context(), g, f)
-			}
-			return runDemo(cmd.Context(), g, f)
+			return f.run(cmd.Context(), g)
 		},
 	}
 	cmd.Flags().Uint64Var(&f.max, "max", 1000, "selected packets per window the sandbox's collector is meant to handle")
@@ -120,6 +88,48 @@ them, each with its packet comment.`,
 	cmd.Flags().BoolVar(&f.record, "record", false, "show the shed record: two noisy senders, the episode's syslog reports and tshark-style samples")
 	cmd.Flags().BoolVar(&f.auto, "auto", false, "max: auto starting at --max, flooded at 2 × max into a collector that reads max/4 per window: watch max settle")
 	return cmd
+}
+
+// parse checks the flags and reads --loads and --shape into f. Returns a
+// usage error naming the flag.
+func (f *demoFlags) parse(loads, shape string) error {
+	for _, s := range strings.Split(loads, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || v <= 0 || v > 50 {
+			return usageErrorf("--loads: %q: want multiples of max in (0, 50]", s)
+		}
+		f.loads = append(f.loads, v)
+	}
+	if f.max == 0 || f.max > 20000 {
+		return usageErrorf("--max %d: want 1..20000 (the sandbox sends max × load packets per window)", f.max)
+	}
+	if f.window < 100*time.Millisecond || f.window > 10*time.Second {
+		return usageErrorf("--window %v: want 100ms..10s", f.window)
+	}
+	var err error
+	if f.shape, err = tiers.ParseShape(shape); err != nil {
+		return usageErrorf("--shape %q: want smooth or ordinal", shape)
+	}
+	return nil
+}
+
+// run runs the demo the flags ask for.
+func (f demoFlags) run(ctx context.Context, g *globals) error {
+	switch {
+	case f.severity:
+		return runSeverityDemo(ctx, g, f)
+	case f.noisy:
+		return runNoisyDemo(ctx, g, f)
+	case f.record || f.auto:
+		if os.Geteuid() != 0 {
+			return agent.ErrNotRoot
+		}
+		if f.record {
+			return runRecordDemo(ctx, g, f)
+		}
+		return runDemoAuto(ctx, g, f)
+	}
+	return runDemo(ctx, g, f)
 }
 
 // demoPolicy is the seed's policy scaled to f, selecting UDP 514 only.

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* Structs and enums of the shed record (DESIGN.md §10; record.h) and of the
+ * smooth shape (DESIGN.md §9; smooth.h) that Go shares (bpf2go -type in
+ * gen.go): a part of types.h, in a file of its own to keep each under 400
+ * lines. */
+#ifndef __TL_TYPES_RECORD_H
+#define __TL_TYPES_RECORD_H
+
+#include "consts.h"
+
+/* Why a sampled packet was shed (tl_sample.reason, DESIGN.md §10). */
+enum tl_reason {
+	TL_REASON_TIER = 0,        /* its tier's draw (or a drop that pays protection's debt) */
+	TL_REASON_OVER_BUDGET = 1, /* its source group was over budget (§6) */
+	TL_REASON_SHED_FIRST = 2,  /* a shed_first severity, judged at the next tier's rate (§7) */
+	TL_REASON_FRAGMENT = 3,    /* a fragment that follows a dropped first */
+	TL_REASONS = 4,
+};
+
+/* One sampled shed packet, as the program writes it into shed_samples
+ * (record.h): its verdict, then the first caplen bytes of its frame. */
+struct tl_sample {
+	__u64 time_ns;  /* bpf_ktime_get_ns() (CLOCK_MONOTONIC) */
+	__u32 ifindex;  /* the interface it arrived on */
+	__u32 len;      /* the frame's length */
+	__u32 caplen;   /* bytes of data kept: min(len, rec_snaplen) */
+	__u8 tier;      /* its tier; TL_RECORD_NONE over budget and for fragments */
+	__u8 reason;    /* enum tl_reason */
+	__u8 verdict;   /* TL_DROP, or TL_WOULD_DROP in dry-run */
+	__u8 sev;       /* its <PRI>'s severity 0..7; TL_RECORD_NONE when not read */
+	__u8 sev_class; /* enum tl_sev_class */
+	__u8 family;    /* the group's family, 4 or 6; 0 when not found */
+	__u8 prefix;    /* the group's prefix length */
+	__u8 _pad[5];
+	__u32 group[4]; /* the source group: the source address masked as tl_src_key */
+	__u8 data[TL_RECORD_SNAP_MAX];
+};
+
+/* The cap's shared state (record_gate): the theoretical arrival time of
+ * the next sample, on the gate's clock; alone in its cache line. */
+struct tl_record_gate {
+	__u64 tat;
+	__u64 _pad[7];
+};
+
+/* One CPU's counts of samples (record_cpu). */
+struct tl_record_cpu {
+	__u64 sampled; /* samples written into the ring */
+	__u64 lost;    /* samples the ring had no room for */
+};
+
+/* enum of tl_settings.shape; values match tiers.Shape. */
+enum tl_shape {
+	TL_SHAPE_ORDINAL = 0,
+	TL_SHAPE_SMOOTH = 1,
+};
+
+/* One CPU's smooth estimate of the current window, refreshed at its first
+ * packet of each tick (smooth.h; tiers.SmoothCoef). */
+struct tl_smooth_cpu {
+	__u64 id;       /* tl_window.opened + 1 of the window it describes; 0: none */
+	__u64 tick;     /* the tick it was computed in */
+	__u64 base_in;  /* the previous window's in-budget share of the last window's span */
+	__u64 prev_in;  /* the previous window's in-budget count, less the gap's share */
+	__u64 base_tot; /* base_in for all selected packets, over-budget ones included */
+	__u64 mult;     /* 1/max(f, min), TL_SMOOTH_FRAC_BITS fractional bits */
+	__u64 ovf;      /* in-budget packets counted per CPU past saturation, summed */
+	__u64 ex;       /* over-budget packets of the window, summed */
+	__u64 hi_r;     /* R̂ of hi_thr, the memo of q past the table; 0: none */
+	__u32 hi_thr;
+	__u32 ex_thr;   /* the over-budget packets' drop threshold this tick */
+	__u64 rng;      /* xorshift64* state, reseeded from bpf_get_prandom_u32 each tick */
+	__u32 slot;     /* the policy slot it was computed for: a reload refreshes it */
+	__u32 _pad;
+};
+
+#endif /* __TL_TYPES_RECORD_H */
