@@ -246,7 +246,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if a.local, err = localPrefixes(a.nh); err != nil {
 		return nil, fmt.Errorf("read local addresses: %w", err)
 	}
-	a.log.Info("dests local: the host's destinations", "local", a.local)
+	a.log.Debug("dests local: the host's destinations", "local", a.local)
 	if err := a.applyLocked(p); err != nil {
 		return nil, fmt.Errorf("apply policy: %w", err)
 	}

@@ -17,7 +17,7 @@ import (
 // what was asked.
 type fakeKernel struct {
 	noBTF    bool
-	lacks    map[string]bool // "helper:FnLoop", "map:LRUCPUHash", "prog:XDP"
+	lacks    map[string]bool // "helper:FnLoop", "map:LRUHash", "prog:XDP"
 	probeErr error           // returned for everything else when set (an inconclusive probe)
 	asked    map[string]bool
 }
@@ -60,8 +60,8 @@ func TestKernelFeatureMessage(t *testing.T) {
 	}{
 		{"Ubuntu 22.04's 5.15: no bpf_loop", fakeKernel{lacks: map[string]bool{"helper:FnLoop": true}},
 			prefix + "the bpf_loop helper in XDP programs; tierlimit needs Linux 5.17 or later"},
-		{"no LRU per-CPU hash", fakeKernel{lacks: map[string]bool{"map:LRUCPUHash": true}},
-			prefix + "the map type BPF_MAP_TYPE_LRU_PERCPU_HASH; tierlimit needs Linux 4.10 or later"},
+		{"no LRU hash", fakeKernel{lacks: map[string]bool{"map:LRUHash": true}},
+			prefix + "the map type BPF_MAP_TYPE_LRU_HASH; tierlimit needs Linux 4.10 or later"},
 		{"no per-CPU array", fakeKernel{lacks: map[string]bool{"map:PerCPUArray": true}},
 			prefix + "the map type BPF_MAP_TYPE_PERCPU_ARRAY; tierlimit needs Linux 4.6 or later"},
 		{"no LPM trie", fakeKernel{lacks: map[string]bool{"map:LPMTrie": true}},
@@ -112,7 +112,7 @@ func TestKernelRequirements(t *testing.T) {
 	if err := checkKernel(spec, k.prober(), "x"); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"prog:XDP", "helper:FnLoop", "helper:FnJiffies64", "map:LRUCPUHash", "map:PerCPUArray", "map:LPMTrie"} {
+	for _, key := range []string{"prog:XDP", "helper:FnLoop", "helper:FnJiffies64", "map:LRUHash", "map:PerCPUArray", "map:LPMTrie"} {
 		if !k.asked[key] {
 			t.Errorf("%s not probed (probed %v)", key, k.asked)
 		}

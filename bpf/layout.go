@@ -93,6 +93,9 @@ func (l *Limiter) Migrate(dir string, from int) (*Migration, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load limiter spec: %w", err)
 	}
+	if err := sizeMaps(spec); err != nil { // as Load made l's
+		return nil, err
+	}
 	mg := &Migration{from: from, old: map[string]*ebpf.Map{}, base: map[string][][]LimiterTlStat{}}
 	for _, f := range l.namedMaps() {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, f.name), &ebpf.LoadPinOptions{ReadOnly: true})

@@ -56,6 +56,11 @@ func OpenPinned(dir string, from int) (_ *Limiter, unread []string, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("load limiter spec: %w", err)
 	}
+	// The specs as Load makes them (source_top sized by the CPU count), so
+	// that this layout's own maps compare equal.
+	if err := sizeMaps(spec); err != nil {
+		return nil, nil, err
+	}
 	l := &Limiter{}
 	old := map[string]*ebpf.Map{}
 	defer func() {

@@ -166,16 +166,19 @@ static __always_inline int sketch_over(const struct tl_src_key *k, const struct 
  * it counts the window: a run of an older window that ends after a newer
  * one was put adds its packets only (its window was counted, unless no
  * run of it ended first).
- * Accepted race: two CPUs that miss at once both insert; the second insert
- * fails (BPF_NOEXIST) and its packets go uncounted here (the source_stats
- * count has them). */
+ * Two CPUs that miss at once both insert: the second insert fails
+ * (BPF_NOEXIST), and that CPU adds to the entry the first one made. */
 static __always_inline void source_top_put(const struct tl_src_key *k, __u64 id, __u64 packets)
 {
 	struct tl_src_top *t = bpf_map_lookup_elem(&source_top, k);
 	if (!t) {
 		struct tl_src_top n = { .packets = packets, .last_window = id, .windows = 1 };
-		bpf_map_update_elem(&source_top, k, &n, BPF_NOEXIST);
-		return;
+		if (!bpf_map_update_elem(&source_top, k, &n, BPF_NOEXIST))
+			return;
+		/* Another CPU inserted it first: add to its entry. */
+		t = bpf_map_lookup_elem(&source_top, k);
+		if (!t)
+			return;
 	}
 	__sync_fetch_and_add(&t->packets, packets);
 	__u64 last = READ_ONCE(t->last_window);

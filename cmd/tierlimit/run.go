@@ -251,7 +251,7 @@ func logStarted(log *slog.Logger, a *agent.Agent, f runFlags, p tiers.Policy, pi
 		source = f.config
 	}
 	log.Info("started", "interfaces", strings.Join(ifs, ","), "mode", p.Mode.String(), "policy", p.String(),
-		"config", source, "pin", pin)
+		"config", source, "pin", pin, "local_dests", a.LocalPrefixes())
 }
 
 // dropEPIPE is a log writer that drops, rather than fails, a write to a

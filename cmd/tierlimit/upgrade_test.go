@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -184,8 +185,14 @@ func TestUpgradeFromLayout0UnderFlood(t *testing.T) {
 
 	time.Sleep(time.Second)
 	before, n0 := readStatusJSON(t, p.Coll, pin)
-	if before.Layout.Version != 0 || before.Layout.Recorded || len(before.Unread) > 0 || before.Policy.Max != 100 || n0 == 0 || before.Window.Opened == 0 {
-		t.Fatalf("status of the layout-0 state: %+v, %d selected; want layout 0 unrecorded, every map read, max 100, packets counted", before, n0)
+	// Layout 0's malformed_stats (one reason fewer) and source_top (per
+	// CPU then) differ from today's in spec: status names them as unread;
+	// every other map is read.
+	unread := slices.Clone(before.Unread)
+	slices.Sort(unread)
+	if before.Layout.Version != 0 || before.Layout.Recorded || !slices.Equal(unread, []string{"malformed_stats", "source_top"}) ||
+		before.Policy.Max != 100 || n0 == 0 || before.Window.Opened == 0 {
+		t.Fatalf("status of the layout-0 state: %+v, %d selected; want layout 0 unrecorded, every map read but malformed_stats and source_top, max 100, packets counted", before, n0)
 	}
 	// The old program's policy: the new agent must not write into it.
 	oldPolicy := policyBytes(t, pin)
