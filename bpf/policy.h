@@ -34,7 +34,10 @@ __noinline int tl_dest_in(struct tl_lpm_key *k)
 	if (dc && dc->state && dc->tag == k->tag && *(__u64 *)dc->addr == *(__u64 *)k->addr &&
 	    *(__u64 *)(dc->addr + 8) == *(__u64 *)(k->addr + 8))
 		return dc->state == 2;
-	int in = bpf_map_lookup_elem(&select_dests, k) != NULL;
+	/* A copy on this function's stack: Linux 6.1's verifier takes a global
+	 * function's pointer argument (PTR_TO_MEM) as no map key. */
+	struct tl_lpm_key key = *k;
+	int in = bpf_map_lookup_elem(&select_dests, &key) != NULL;
 	if (dc) {
 		dc->tag = k->tag;
 		__builtin_memcpy(dc->addr, k->addr, 16);
