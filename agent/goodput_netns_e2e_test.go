@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +41,6 @@ func routeToPod(t *testing.T, p *testenv.Pair, pod *testenv.NS) {
 		{p.Coll, "ip link set " + peer + " netns " + pod.Name},
 		{p.Coll, "ip addr add " + podRouter.String() + "/24 dev " + host},
 		{p.Coll, "ip link set " + host + " up"},
-		{p.Coll, "sysctl -qw net.ipv4.ip_forward=1"},
 		{pod, "ip addr add " + podAddr.String() + "/24 dev " + peer},
 		{pod, "ip link set " + peer + " up"},
 		{pod, "ip route add default via " + podRouter.String()},
@@ -50,6 +50,14 @@ func routeToPod(t *testing.T, p *testenv.Pair, pod *testenv.NS) {
 		if out, err := c.ns.Command(ctx, f[0], f[1:]...).CombinedOutput(); err != nil {
 			t.Fatalf("%s in %s: %v\n%s", c.args, c.ns.Name, err, out)
 		}
+	}
+	// Forwarding on in the agent's namespace: /proc/sys/net is the opening
+	// thread's namespace's (no sysctl binary needed: a fresh Debian root
+	// has none).
+	if err := p.Coll.Do(func() error {
+		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644)
+	}); err != nil {
+		t.Fatalf("ip_forward in %s: %v", p.Coll.Name, err)
 	}
 }
 
