@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
@@ -38,24 +36,6 @@ func gsoPolicy(t *testing.T, y string) tiers.Policy {
 // sendSegmentedPayload is sendSegmented with every segment of each write
 // starting with head (a syslog <PRI>).
 func sendSegmentedPayload(dst netip.AddrPort, segment, count, size int, head string) (int, error) {
-	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, segment)
-	}); err != nil {
-		return 0, err
-	}
-	if serr != nil {
-		return 0, serr
-	}
 	buf := make([]byte, size)
 	for i := range buf {
 		buf[i] = 'x'
@@ -63,12 +43,7 @@ func sendSegmentedPayload(dst netip.AddrPort, segment, count, size int, head str
 	for off := 0; off < size; off += segment {
 		copy(buf[off:], head)
 	}
-	for i := range count {
-		if _, err := c.Write(buf); err != nil {
-			return i, err
-		}
-	}
-	return count, nil
+	return writeSegmented(dst, segment, count, buf)
 }
 
 // gsoSend sends count super-packets of segs 100-byte datagrams, each

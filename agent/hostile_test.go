@@ -40,6 +40,13 @@ select:
 // with UDP_SEGMENT = segment: each write leaves as one GSO super-packet of
 // size/segment datagrams where the device takes it whole (a veth does).
 func sendSegmented(dst netip.AddrPort, segment, count, size int) (int, error) {
+	buf := []byte(strings.Repeat("<134>1 - tierlimit gso test ", size/28+1))[:size]
+	return writeSegmented(dst, segment, count, buf)
+}
+
+// writeSegmented writes buf count times to dst from a UDP socket with
+// UDP_SEGMENT = segment, and returns how many writes went out.
+func writeSegmented(dst netip.AddrPort, segment, count int, buf []byte) (int, error) {
 	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
 	if err != nil {
 		return 0, err
@@ -58,7 +65,6 @@ func sendSegmented(dst netip.AddrPort, segment, count, size int) (int, error) {
 	if serr != nil {
 		return 0, serr
 	}
-	buf := []byte(strings.Repeat("<134>1 - tierlimit gso test ", size/28+1))[:size]
 	for i := range count {
 		if _, err := c.Write(buf); err != nil {
 			return i, err
