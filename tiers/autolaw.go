@@ -18,7 +18,13 @@ import "fmt"
 //     a clean window, or mild drops near capacity, may be the excess of
 //     several windows that a large socket buffer held before it
 //     overflowed, or a collector that stalled for a moment (DCTCP cuts in proportion to congestion, smoothed over
-//     windows, in the same way; TCP Reno always cuts by half). The window right after
+//     windows, in the same way; TCP Reno always cuts by half). Drops
+//     while the receive buffer is over AutoFull mid-window come from a
+//     standing backlog: there the cut is at least BetaFirst, since
+//     1 − D/P would give the collector exactly what it reads and the
+//     backlog, with its drops, would stand (the smooth shape of §9
+//     delivers at a steady rate, so nothing drains it between bursts).
+//     The window right after
 //     a cut is not cut again: its drops may still come from the backlog
 //     that the old max left in the socket buffer (TCP cuts once per round
 //     trip for the same reason).
@@ -131,8 +137,14 @@ func (l *AutoLaw) Judge(s AutoSample) (uint64, string) {
 		if l.ratio >= 1-AutoBeta {
 			beta = AutoBeta
 		}
+		f := max(beta, 1-ratio)
+		if s.Full > AutoFull {
+			// A standing backlog: 1 − D/P would give the collector just
+			// what it reads, and the backlog would never drain.
+			f = min(f, AutoBetaFirst)
+		}
 		l.ratio = ratio
-		return l.cutTo(max(beta, 1-ratio),
+		return l.cutTo(f,
 			fmt.Sprintf("%d collector socket drops of %d packets delivered in the last window", s.Drops, s.Delivered))
 	case growing:
 		l.ratio = 0

@@ -164,6 +164,24 @@ func TestAutoLawCutsGrowingBacklog(t *testing.T) {
 	}
 }
 
+// TestAutoLawCutsStandingBacklog: mild drops while the receive buffer stays
+// over AutoFull come from a standing backlog, so the cut is BetaFirst, not
+// 1 − D/P: the latter gives the collector exactly what it reads, and the
+// backlog and its drops stand (TestAutoMaxSlowCollector under the smooth
+// shape, where max crept down by 1% every other window).
+func TestAutoLawCutsStandingBacklog(t *testing.T) {
+	r := newLawRig(40000, 1000, 200000)
+	r.full = 0.97
+	if got, want := r.window(20000, 30000, 200), uint64(40000*AutoBetaFirst); got != want {
+		t.Errorf("1%% drops from a buffer 97%% full: max %d, want %d", got, want)
+	}
+	r.window(20000, 30000, 200) // the window after a cut
+	r.full = AutoFull
+	if got, want := r.window(20000, 30000, 200), uint64(36000*0.99); got != want {
+		t.Errorf("1%% drops from a buffer at AutoFull: max %d, want %d (1 − D/P)", got, want)
+	}
+}
+
 // TestAutoLawHold: windows with no collector socket to judge them by
 // forget the clean windows and the fill, so the next fill is never growth.
 func TestAutoLawHold(t *testing.T) {
