@@ -178,46 +178,27 @@ func TestAutoAppliesWithinBounds(t *testing.T) {
 	}
 }
 
-// TestAutoCutsGrowingBacklog: a receive buffer over half full that grew by
-// tiers.AutoRise or more since the window before, while the tiers shed, is cut
-// by BetaFirst before it overflows; a full buffer that holds or drains is
-// not, nor one that grows below half, nor one that grows while nothing is
-// shed, nor one in the window right after a cut.
+// TestAutoCutsGrowingBacklog: the controller reads the collector's receive
+// buffer fill mid-window and gives it to the law, which cuts a growing
+// backlog (tiers/autolaw_test.go has the law's own cases): at every window
+// the controller's max is the law's, fed the same counts and fills, and
+// each cut is counted and logged with its cause.
 func TestAutoCutsGrowingBacklog(t *testing.T) {
 	r := newRig(t, autoPolicy(t, autoYAML))
-	steps := []struct {
-		name string
-		full float64
-		shed uint64
-		want uint64
-	}{
-		{"first window: no fill before it to compare", 0.8, 100, 40000},
-		{"over half and 5% fuller: cut", 0.85, 100, 36000},
-		{"the window after a cut is not cut", 0.95, 100, 36000},
-		{"full but draining", 0.9, 100, 36000},
-		{"full and holding", 0.9, 100, 36000},
-		{"under tiers.AutoRise fuller", 0.9 + tiers.AutoRise/2, 100, 36000},
-		{"grows, but nothing shed", 0.99, 0, 36000},
-		{"drains under half", 0.2, 100, 36000},
-		{"grows from 20% to 45%: under half, so a second clean window: max + alpha", 0.45, 100, 36400},
-		{"grows from 45% to 55%: cut", 0.55, 100, 32760},
-	}
-	for i, c := range steps {
-		r.src.full = c.full
-		if got := r.window(30000, c.shed, 0); got != c.want {
-			t.Errorf("window %d (%s): max %d, want %d", i+1, c.name, got, c.want)
+	law := tiers.NewAutoLaw(*r.m.base.Auto, r.m.Max())
+	for i, full := range []float64{0.8, 0.85, 0.95, 0.9, 0.9, 0.91, 0.99, 0.2, 0.45, 0.55, 0, 0} {
+		shed := uint64(100)
+		if i == 6 {
+			shed = 0 // grows while nothing is shed
+		}
+		r.src.full = full
+		want, _ := law.Judge(tiers.AutoSample{Delivered: 30000, Shed: shed, Full: full})
+		if got := r.window(30000, shed, 0); got != want {
+			t.Errorf("window %d (fill %.0f%%): max %d, the law's %d", i+1, 100*full, got, want)
 		}
 	}
 	if n := r.m.down.Load(); n != 2 || !strings.Contains(r.logs.String(), "receive buffer grew from 45% to 55% full") {
 		t.Errorf("%d cuts, want 2, each logged with its cause:\n%s", n, r.logs)
-	}
-	// After the cut the step up starts again at alpha near the cut max.
-	r.src.full = 0
-	for range tiers.AutoK {
-		r.window(30000, 100, 0)
-	}
-	if got, want := r.m.Max(), 32760+tiers.AutoAlpha(*r.m.base.Auto); got != want {
-		t.Errorf("max %d after %d clean windows, want %d", got, tiers.AutoK, want)
 	}
 }
 

@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -57,26 +56,11 @@ type pacedCollector struct {
 
 func newPacedCollector(t *testing.T, ns *testenv.NS, addr netip.AddrPort, rate int) *pacedCollector {
 	t.Helper()
-	c := &pacedCollector{rate: float64(rate), done: make(chan struct{})}
-	err := ns.Do(func() (err error) {
-		if c.conn, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr)); err != nil {
-			return err
-		}
-		rc, err := c.conn.SyscallConn()
-		if err != nil {
-			return err
-		}
-		var serr error
-		if err := rc.Control(func(fd uintptr) {
-			c.rcvbuf, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
-		}); err != nil {
-			return err
-		}
-		return serr
-	})
+	conn, rcvbuf, err := sandbox.ListenUDP(ns, addr, 0)
 	if err != nil {
-		t.Fatalf("collector on %s in %s: %v", addr, ns.Name, err)
+		t.Fatal(err)
 	}
+	c := &pacedCollector{conn: conn, rate: float64(rate), rcvbuf: rcvbuf, done: make(chan struct{})}
 	go c.loop()
 	t.Cleanup(func() { c.Close() })
 	return c

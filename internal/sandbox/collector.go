@@ -28,32 +28,52 @@ type SlowCollector struct {
 // doubles it for its bookkeeping) and reads at most rate datagrams per
 // second until Close.
 func NewSlowCollector(ns *NS, addr netip.AddrPort, rcvbuf, rate int) (*SlowCollector, error) {
-	c := &SlowCollector{done: make(chan struct{})}
+	conn, _, err := ListenUDP(ns, addr, rcvbuf)
+	if err != nil {
+		return nil, err
+	}
+	c := &SlowCollector{conn: conn, done: make(chan struct{})}
 	c.rate.Store(int64(rate))
+	go c.loop()
+	return c, nil
+}
+
+// ListenUDP opens a collector's UDP socket on addr in ns. A rcvbuf over 0
+// sets its receive buffer to rcvbuf bytes (SO_RCVBUFFORCE, so the kernel's
+// limits do not apply; the kernel doubles it for its bookkeeping); 0 keeps
+// the kernel's default. It returns the socket and its SO_RCVBUF as the
+// kernel reports it, in bytes.
+func ListenUDP(ns *NS, addr netip.AddrPort, rcvbuf int) (*net.UDPConn, int, error) {
+	var conn *net.UDPConn
+	var got int
 	err := ns.Do(func() (err error) {
-		if c.conn, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr)); err != nil {
+		if conn, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr)); err != nil {
 			return err
 		}
-		rc, err := c.conn.SyscallConn()
+		rc, err := conn.SyscallConn()
 		if err != nil {
 			return err
 		}
 		var serr error
 		if err := rc.Control(func(fd uintptr) {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvbuf)
+			if rcvbuf > 0 {
+				if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvbuf); serr != nil {
+					return
+				}
+			}
+			got, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
 		}); err != nil {
 			return err
 		}
 		return serr
 	})
 	if err != nil {
-		if c.conn != nil {
-			c.conn.Close()
+		if conn != nil {
+			conn.Close()
 		}
-		return nil, fmt.Errorf("collector on %s in %s: %w", addr, ns.Name, err)
+		return nil, 0, fmt.Errorf("collector on %s in %s: %w", addr, ns.Name, err)
 	}
-	go c.loop()
-	return c, nil
+	return conn, got, nil
 }
 
 // SetRate changes the datagrams per second the collector reads.
