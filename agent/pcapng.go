@@ -90,6 +90,9 @@ func (d *pcapDir) write(ts time.Time, ifindex, length int, data []byte, comment 
 		}
 		d.ifaces[ifindex] = id
 	}
+	// A sample taken before a reload lowered the snaplen is cut to the
+	// file's: no packet is longer than its interface block says.
+	data = data[:min(len(data), int(d.snaplen))]
 	ci := gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(data), Length: length, InterfaceIndex: id}
 	err := d.w.WritePacketWithOptions(ci, data, pcapgo.NgPacketOptions{Comments: []string{comment}})
 	if err == nil {
@@ -104,6 +107,19 @@ func (d *pcapDir) write(ts time.Time, ifindex, length int, data []byte, comment 
 		return d.prune()
 	}
 	return nil
+}
+
+// setLimits takes a reload's max_bytes and snaplen: a change of either
+// closes the file being written (the next sample opens one whose
+// interface blocks carry the new snaplen) and removes the oldest files
+// beyond the new max_bytes.
+func (d *pcapDir) setLimits(maxBytes uint64, snaplen uint32) error {
+	if maxBytes == d.maxBytes && snaplen == d.snaplen {
+		return nil
+	}
+	d.maxBytes, d.snaplen = maxBytes, snaplen
+	d.close()
+	return d.prune()
 }
 
 func (d *pcapDir) iface(ifindex int) pcapgo.NgInterface {

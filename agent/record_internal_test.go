@@ -378,7 +378,7 @@ func TestEventSenderTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	e := newEventSender(slog.New(slog.DiscardHandler), "tcp", addr)
+	e := newEventSender(slog.New(slog.DiscardHandler), "tcp", addr, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go e.run(ctx)
