@@ -27,9 +27,16 @@ const (
 	pcapPrefix = "shed-"
 	pcapSuffix = ".pcapng"
 	// pcapFiles is how many files max_bytes is split into: a file is
-	// closed at max_bytes / pcapFiles, and the oldest are removed while
-	// the directory holds more than max_bytes.
+	// closed before it grows past max_bytes / pcapFiles, and the oldest
+	// are removed while the directory holds more than max_bytes less one
+	// file, the room the next file grows into: the directory never holds
+	// more than max_bytes.
 	pcapFiles = 8
+	// pcapBlockMax bounds what one write adds to a file: an interface
+	// block and a packet block of RecordSnapMax bytes with its comment
+	// (under 600 bytes together). A file is closed once it is within
+	// this of its size.
+	pcapBlockMax = 1024
 )
 
 // pcapDir writes samples into rotating pcapng files under dir, within
@@ -102,7 +109,7 @@ func (d *pcapDir) write(ts time.Time, ifindex, length int, data []byte, comment 
 		d.close()
 		return fmt.Errorf("write pcapng: %w", err)
 	}
-	if d.cw.n >= d.maxBytes/pcapFiles {
+	if d.cw.n+pcapBlockMax >= d.fileBytes() {
 		d.close()
 		return d.prune()
 	}
@@ -184,8 +191,12 @@ func (d *pcapDir) files() ([]string, []uint64, error) {
 	return names, sizes, nil
 }
 
+// fileBytes is the most a file takes.
+func (d *pcapDir) fileBytes() uint64 { return d.maxBytes / pcapFiles }
+
 // prune removes the oldest files, never the open one, while the record's
-// files take more than maxBytes.
+// files take more than maxBytes less one file (fileBytes): what the next
+// file grows into.
 func (d *pcapDir) prune() error {
 	names, sizes, err := d.files()
 	if err != nil {
@@ -196,7 +207,7 @@ func (d *pcapDir) prune() error {
 		total += s
 	}
 	var errs []error
-	for i := 0; i < len(names) && total > d.maxBytes; i++ {
+	for i := 0; i < len(names) && total > d.maxBytes-d.fileBytes(); i++ {
 		path := filepath.Join(d.dir, names[i])
 		if d.f != nil && d.f.Name() == path {
 			continue

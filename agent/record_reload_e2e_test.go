@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"os"
@@ -26,34 +27,52 @@ func pcapCount(t *testing.T, dir string) (packets, maxCap int) {
 		t.Fatal(err)
 	}
 	for _, name := range files {
-		f, err := os.Open(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := pcapgo.NewNgReader(f, pcapgo.DefaultNgReaderOptions)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		for {
-			data, _, opts, err := r.ReadPacketDataWithOptions()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: packet %d: %v", name, packets, err)
-			}
-			if len(opts.Comments) != 1 {
-				t.Fatalf("%s: packet with comments %q", name, opts.Comments)
-			}
-			if _, err := agent.ParseSampleComment(opts.Comments[0]); err != nil {
-				t.Fatal(err)
-			}
-			packets++
-			maxCap = max(maxCap, len(data))
-		}
-		f.Close()
+		n, c := pcapFileCount(t, name)
+		packets, maxCap = packets+n, max(maxCap, c)
 	}
 	return packets, maxCap
+}
+
+// pcapFileCount reads one record file as pcapCount does.
+func pcapFileCount(t *testing.T, name string) (packets, maxCap int) {
+	t.Helper()
+	packets, maxCap, err := pcapFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return packets, maxCap
+}
+
+// pcapFile reads one record file with gopacket: its packets, each with
+// one comment that parses, and the longest capture. Any goroutine may call
+// it.
+func pcapFile(name string) (packets, maxCap int, err error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	r, err := pcapgo.NewNgReader(f, pcapgo.DefaultNgReaderOptions)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", name, err)
+	}
+	for {
+		data, _, opts, err := r.ReadPacketDataWithOptions()
+		if errors.Is(err, io.EOF) {
+			return packets, maxCap, nil
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: packet %d: %w", name, packets, err)
+		}
+		if len(opts.Comments) != 1 {
+			return 0, 0, fmt.Errorf("%s: packet with comments %q", name, opts.Comments)
+		}
+		if _, err := agent.ParseSampleComment(opts.Comments[0]); err != nil {
+			return 0, 0, err
+		}
+		packets++
+		maxCap = max(maxCap, len(data))
+	}
 }
 
 // episodesOf lists the episode ids and events of reports.

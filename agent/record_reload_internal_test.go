@@ -42,7 +42,7 @@ func TestPcapDirSetLimits(t *testing.T) {
 	for _, n := range sizes {
 		total += n
 	}
-	if d.f.Name() == open || total > maxBytes/4+maxBytes/4/pcapFiles || len(names) >= len(before) {
+	if d.f.Name() == open || total > maxBytes/4 || len(names) >= len(before) {
 		t.Errorf("after setLimits: %d files (%d before) of %d bytes, writing %s (was %s); want a new file, within %d",
 			len(names), len(before), total, d.f.Name(), open, maxBytes/4)
 	}
