@@ -141,21 +141,7 @@ func TestRecordReloadLive(t *testing.T) {
 	reload(moved)
 	flood(2 * time.Second)
 	logPhase(t, a, "moved")
-	// Refused: a dir under a file; the old record goes on.
-	file := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(file, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	bad := moved
-	bad.Record.Dir = filepath.Join(file, "shed")
-	if err := a.Reload(bad); !errors.Is(err, agent.ErrRecordDir) {
-		t.Errorf("reload with a dir under a file: %v, want ErrRecordDir", err)
-	}
-	badSnap := moved
-	badSnap.Record.Snaplen = 0
-	if err := a.Reload(badSnap); !errors.Is(err, tiers.ErrRecord) {
-		t.Errorf("reload with snaplen 0: %v, want ErrRecord", err)
-	}
+	refuseBadRecord(t, a, moved) // the old record goes on
 	nB0, _ := pcapCount(t, dirB)
 	flood(time.Second)
 	nB, capB := pcapCount(t, dirB)
@@ -174,8 +160,37 @@ func TestRecordReloadLive(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // the close report's datagram
 
+	checkReloadEnd(t, a, dirA, dirB, reports1(), reports2())
+}
+
+// refuseBadRecord reloads q with a dir under a file, then with snaplen
+// 0: both refused, with ErrRecordDir and tiers.ErrRecord.
+func refuseBadRecord(t *testing.T, a *agent.Agent, q tiers.Policy) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := q
+	bad.Record.Dir = filepath.Join(file, "shed")
+	if err := a.Reload(bad); !errors.Is(err, agent.ErrRecordDir) {
+		t.Errorf("reload with a dir under a file: %v, want ErrRecordDir", err)
+	}
+	bad = q
+	bad.Record.Snaplen = 0
+	if err := a.Reload(bad); !errors.Is(err, tiers.ErrRecord) {
+		t.Errorf("reload with snaplen 0: %v, want ErrRecord", err)
+	}
+}
+
+// checkReloadEnd: every sample the agent counts written is in dirA or
+// dirB, none lost; 3 reloads succeeded and 2 were refused; each
+// destination got reports of episode 1 only, the second its close; every
+// report sent was received.
+func checkReloadEnd(t *testing.T, a *agent.Agent, dirA, dirB string, reps1, reps2 []report) {
+	t.Helper()
 	nA2, _ := pcapCount(t, dirA)
-	nB, _ = pcapCount(t, dirB)
+	nB, _ := pcapCount(t, dirB)
 	m := gather(t, a)
 	written, lost := m.sum("tierlimit_shed_samples_total", `result="written"`), m.sum("tierlimit_shed_samples_total", `result="lost"`)
 	t.Logf("samples: %d in %s, %d in %s; written %v, lost %v", nA2, dirA, nB, dirB, written, lost)
@@ -185,8 +200,8 @@ func TestRecordReloadLive(t *testing.T) {
 	if ok, bad := m.sum("tierlimit_config_reloads_total", `result="success"`), m.sum("tierlimit_config_reloads_total", `result="error"`); ok != 3 || bad != 2 {
 		t.Errorf("config_reloads_total success %v error %v, want 3 and 2", ok, bad)
 	}
-	ids1, ev1 := episodesOf(reports1())
-	ids2, ev2 := episodesOf(reports2())
+	ids1, ev1 := episodesOf(reps1)
+	ids2, ev2 := episodesOf(reps2)
 	t.Logf("destination 1: %v; destination 2: %v", ev1, ev2)
 	if len(ids1) != 1 || ids1["1"] == 0 || len(ids2) != 1 || ids2["1"] == 0 || ev2[len(ev2)-1] != "close" {
 		t.Errorf("reports of episodes %v then %v (%v, %v); want episode 1's summaries at each, its close at the second", ids1, ids2, ev1, ev2)

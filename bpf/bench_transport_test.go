@@ -45,45 +45,7 @@ func BenchmarkRecordTransport(b *testing.B) {
 	ring := newHarnessOpts(b, policy(tiers.MaxRecordSamples), opts)
 	off := newHarnessOpts(b, policy(0), opts)
 	frame := UDP4(b, 514)
-	rrd, err := ring.l.Samples()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rrd.Close()
-	transports := []transport{{"ring", ring, func() error {
-		_, err := rrd.Read()
-		return err
-	}}}
-	// perf: the reader woken at every sample (perf.NewReader's default);
-	// perf-batch: every transportWakeup samples, as the ring's adaptive
-	// wakeup wakes it about once a chunk.
-	for _, wakeup := range []int{0, transportWakeup} {
-		pl, err := bpf.LoadPerf(opts)
-		if err != nil {
-			b.Fatal(err)
-		}
-		h := newHarnessWith(b, policy(tiers.MaxRecordSamples), pl)
-		prd, err := h.l.PerfSamples(1<<20, wakeup)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer prd.Close()
-		name := "perf"
-		if wakeup > 0 {
-			name = "perf-batch"
-		}
-		transports = append(transports, transport{name, h, func() error {
-			rec, err := prd.Read()
-			if err != nil {
-				return err
-			}
-			if rec.LostSamples != 0 {
-				b.Fatalf("perf reader: %d samples lost", rec.LostSamples)
-			}
-			_, err = bpf.DecodePerfSample(rec.RawSample)
-			return err
-		}})
-	}
+	transports := newTransports(b, ring, policy(tiers.MaxRecordSamples), opts)
 	for _, h := range []*harness{off, transports[0].h, transports[1].h, transports[2].h} {
 		h.expire()
 		h.repeat(frame, 200) // saturated: the 100% tier from n = 100
@@ -119,6 +81,52 @@ func BenchmarkRecordTransport(b *testing.B) {
 		}
 	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// newTransports are the benchmark's transports: ring's (the ring buffer),
+// then perf and perf-batch, two limiters of the perf build with policy p.
+func newTransports(b *testing.B, ring *harness, p tiers.Policy, opts bpf.Options) []transport {
+	b.Helper()
+	rrd, err := ring.l.Samples()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { rrd.Close() })
+	transports := []transport{{"ring", ring, func() error {
+		_, err := rrd.Read()
+		return err
+	}}}
+	// perf: the reader woken at every sample (perf.NewReader's default);
+	// perf-batch: every transportWakeup samples, as the ring's adaptive
+	// wakeup wakes it about once a chunk.
+	for _, wakeup := range []int{0, transportWakeup} {
+		pl, err := bpf.LoadPerf(opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := newHarnessWith(b, p, pl)
+		prd, err := h.l.PerfSamples(1<<20, wakeup)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { prd.Close() })
+		name := "perf"
+		if wakeup > 0 {
+			name = "perf-batch"
+		}
+		transports = append(transports, transport{name, h, func() error {
+			rec, err := prd.Read()
+			if err != nil {
+				return err
+			}
+			if rec.LostSamples != 0 {
+				b.Fatalf("perf reader: %d samples lost", rec.LostSamples)
+			}
+			_, err = bpf.DecodePerfSample(rec.RawSample)
+			return err
+		}})
+	}
+	return transports
 }
 
 // transportWakeup is perf-batch's wakeup: every this many samples.
