@@ -126,7 +126,7 @@ func (c *recordChange) commit() {
 		}
 	}
 	c.events()
-	window := e.window
+	window, every := e.window, e.every
 	e.setPolicy(p)
 	if e.window != window {
 		select {
@@ -137,8 +137,10 @@ func (c *recordChange) commit() {
 	if next := time.Now().Add(e.every); e.cur.Open && e.nextSummary.After(next) {
 		e.nextSummary = next
 	}
-	e.log.Info("shed record: reloaded", "samples", p.Record.Samples, "snaplen", p.Record.Snaplen, "dir", p.Record.Dir,
-		"max_bytes", p.Record.MaxBytes, "events", p.Events.Syslog(), "summary_every", e.every, "window", e.window)
+	if p.Record != e.record || p.Events != e.evcfg || e.window != window || e.every != every {
+		e.log.Info("shed record: reloaded", "samples", p.Record.Samples, "snaplen", p.Record.Snaplen, "dir", p.Record.Dir,
+			"max_bytes", p.Record.MaxBytes, "events", p.Events.Syslog(), "summary_every", e.every, "window", e.window)
+	}
 	e.record, e.evcfg = p.Record, p.Events
 }
 
