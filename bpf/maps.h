@@ -204,12 +204,12 @@ struct {
  * bpf_perf_event_output. The cost of one shared reservation (a spinlock)
  * is paid only by sampled packets, at most record.samples per second.
  * Measured (bpf's BenchmarkRecordTransport, same run, against the perf
- * build below): a sample costs the program 72 ns through the ring, 199 ns
+ * build below): a sample costs the program 73 ns through the ring, 200 ns
  * through a perf event array whose reader is woken every 64 samples
- * (2.7×), 5.2 µs with perf.NewReader's wakeup at every sample (71×:
+ * (2.7×), 5.4 µs with perf.NewReader's wakeup at every sample (73×:
  * the ring's submit wakes the reader only when it has caught up); reading
- * and decoding one costs the agent the same either way (perf 1.04–1.10×
- * the ring's ~1.8 µs). */
+ * and decoding one costs the agent ~120 ns from the ring, 1.2–1.3× that
+ * from perf. */
 #ifndef TL_RECORD_PERF
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
