@@ -33,11 +33,12 @@ check-generate: generate
 test: deps
 	$(GO) test -count=1 -p 1 $(TEST_FLAGS) ./...
 
-# The stage build (gen.go's second line) is behind the tag tlstages: vet it too.
+# The stage and perf builds (gen.go's second and third lines) are behind the
+# tags tlstages and tlperf: vet them too.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt: $$out"; exit 1; }
 	$(GO) vet ./...
-	$(GO) vet -tags tlstages ./bpf/
+	$(GO) vet -tags tlstages,tlperf ./bpf/
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 # The performance suite (issue 6; root, two CPUs, trafgen and nft): figures
@@ -49,7 +50,7 @@ BENCH_FLAGS ?=
 
 bench:
 	@mkdir -p $(BENCH_TMP)
-	$(GO) test -c -tags tlstages -o $(BENCH_TMP)/bpf.test ./bpf/
+	$(GO) test -c -tags tlstages,tlperf -o $(BENCH_TMP)/bpf.test ./bpf/
 	$(GO) build -o $(BENCH_TMP)/tierlimit-bench ./cmd/tierlimit-bench
 	$(BENCH_TMP)/tierlimit-bench suite -out $(BENCH_OUT) -bpf-test $(BENCH_TMP)/bpf.test \
 		-command 'make bench' $(BENCH_FLAGS)
@@ -58,7 +59,7 @@ bench:
 # assertions; writes to a scratch directory, not deploy/bench.
 bench-quick:
 	@mkdir -p $(BENCH_TMP)
-	$(GO) test -c -tags tlstages -o $(BENCH_TMP)/bpf.test ./bpf/
+	$(GO) test -c -tags tlstages,tlperf -o $(BENCH_TMP)/bpf.test ./bpf/
 	$(GO) build -o $(BENCH_TMP)/tierlimit-bench ./cmd/tierlimit-bench
 	$(BENCH_TMP)/tierlimit-bench suite -quick -out $(BENCH_TMP)/quick -bpf-test $(BENCH_TMP)/bpf.test \
 		-command 'make bench-quick' $(BENCH_FLAGS)

@@ -51,6 +51,10 @@
 //     also logs groups going over budget (WatchSources).
 //   - serve.go: the registry, the /metrics and /healthz handler, and the
 //     HTTP server.
+//   - the shed record (DESIGN.md §10): record.go reads the program's
+//     samples, pcapng.go writes them, episode.go tracks and reports
+//     episodes through syslog.go, and record_reload.go changes them all
+//     on a reload.
 package agent
 
 import (

@@ -78,24 +78,35 @@ func (e Episode) Duration(now time.Time) time.Duration {
 	return now.Sub(e.Start)
 }
 
-// Episodes tracks shedding episodes and reports them.
+// Episodes tracks shedding episodes and reports them. A reload changes
+// its settings in place (record_reload.go): the fields from rec to record
+// are guarded by mu, as the episode is.
 type Episodes struct {
 	log    *slog.Logger
 	lim    *bpf.Limiter
-	rec    *Recorder // nil with sampling off
-	send   *eventSender
 	ifaces func() []string
 	state  string // the state file; "" for none
+	host   string
+	// ctx is run's: the readers and senders a reload starts end with it.
+	ctx context.Context
+	// retick tells run that the window changed.
+	retick chan struct{}
+	events eventCounts // what every sender, old or new, counts into
+
+	mu     sync.Mutex
+	rec    *Recorder // nil until sampling is first on
+	send   *eventSender
 	window time.Duration
 	every  time.Duration
 	mode   tiers.Mode
 	max    uint64
-	host   string
 	// samples is record.samples; share the eligible share set last.
 	samples uint32
 	share   float64
+	// record and events are the policy's blocks in force.
+	record tiers.Record
+	evcfg  tiers.Events
 
-	mu          sync.Mutex
 	cur         Episode
 	start, prev bpf.Stats
 	prevAt      time.Time
@@ -108,22 +119,33 @@ type Episodes struct {
 
 func newEpisodes(log *slog.Logger, lim *bpf.Limiter, rec *Recorder, p tiers.Policy, ifaces func() []string, state string) *Episodes {
 	host, _ := os.Hostname()
-	e := &Episodes{log: log, lim: lim, rec: rec, ifaces: ifaces, state: state, window: max(p.Window, 100*time.Millisecond),
-		every: p.Events.SummaryEvery, mode: p.Mode, max: p.Max, host: host, samples: p.Record.Samples, share: 1}
-	if e.every <= 0 {
-		e.every = tiers.DefaultSummaryEvery
-	}
+	e := &Episodes{log: log, lim: lim, rec: rec, ifaces: ifaces, state: state, host: host, share: 1,
+		retick: make(chan struct{}, 1), record: p.Record, evcfg: p.Events}
+	e.setPolicy(p)
 	if p.Events.Network != "" {
-		e.send = newEventSender(log, p.Events.Network, p.Events.Addr)
+		e.send = newEventSender(log, p.Events.Network, p.Events.Addr, &e.events)
 	}
 	return e
 }
 
+// setPolicy takes the window, summary period, mode, max and sample rate
+// of p.
+func (e *Episodes) setPolicy(p tiers.Policy) {
+	e.window = max(p.Window, 100*time.Millisecond)
+	e.every = p.Events.SummaryEvery
+	if e.every <= 0 {
+		e.every = tiers.DefaultSummaryEvery
+	}
+	e.mode, e.max, e.samples = p.Mode, p.Max, p.Record.Samples
+}
+
 func (e *Episodes) run(ctx context.Context) {
+	e.mu.Lock()
 	if e.send != nil {
 		go e.send.run(ctx)
 	}
 	t := time.NewTicker(e.window)
+	e.mu.Unlock()
 	defer t.Stop()
 	for {
 		if st, err := e.lim.Stats(); err != nil {
@@ -134,6 +156,10 @@ func (e *Episodes) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-e.retick:
+			e.mu.Lock()
+			t.Reset(e.window)
+			e.mu.Unlock()
 		case <-t.C:
 		}
 	}
@@ -187,7 +213,9 @@ func (e *Episodes) tick(now time.Time, st bpf.Stats) {
 		e.cur.Open, e.cur.End = false, now
 		e.shedding.Store(false)
 		e.report("close", now)
-	case !now.Before(e.nextSummary):
+	case !now.Add(e.window / 2).Before(e.nextSummary):
+		// Due within half a window: a tick a little early (the ticker's
+		// jitter) would otherwise put the summary off by a whole window.
 		e.nextSummary = now.Add(e.every)
 		e.report("summary", now)
 	}
@@ -383,8 +411,13 @@ func (e *Episodes) Current() Episode {
 	return e.cur
 }
 
-// Recorder returns the sample recorder, nil with sampling off.
-func (e *Episodes) Recorder() *Recorder { return e.rec }
+// Recorder returns the sample recorder, nil while sampling has never
+// been on.
+func (e *Episodes) Recorder() *Recorder {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.rec
+}
 
 // ReadEpisode reads the state file an agent wrote.
 func ReadEpisode(path string) (Episode, error) {
@@ -401,15 +434,13 @@ func ReadEpisode(path string) (Episode, error) {
 
 // counts are the record's metrics.
 func (e *Episodes) counts() *RecordCounts {
-	c := &RecordCounts{Shedding: e.shedding.Load(), Episodes: e.episodes.Load()}
-	if e.rec != nil {
-		c.Written, c.Lost = e.rec.written.Load(), e.rec.lost.Load()
+	c := &RecordCounts{Shedding: e.shedding.Load(), Episodes: e.episodes.Load(),
+		Sent: e.events.sent.Load(), Errors: e.events.errs.Load()}
+	if rec := e.Recorder(); rec != nil {
+		c.Written, c.Lost = rec.written.Load(), rec.lost.Load()
 	}
 	if _, lost, err := e.lim.RecordCounts(); err == nil {
 		c.Lost += lost
-	}
-	if e.send != nil {
-		c.Sent, c.Errors = e.send.sent.Load(), e.send.errs.Load()
 	}
 	return c
 }

@@ -47,6 +47,10 @@ var (
 	// ErrNativeRefused is returned by New when the driver refuses native
 	// XDP and the mode is native (generic or auto would work).
 	ErrNativeRefused = errors.New("native XDP mode refused by the driver")
+	// ErrRecordDir is returned by Reload when a new record.dir cannot be
+	// made or written: the reload is refused and the old policy, record
+	// dir included, keeps running.
+	ErrRecordDir = errors.New("record dir not usable")
 )
 
 // LinkTypeError is an interface whose frames start at the IP header (or

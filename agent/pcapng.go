@@ -27,9 +27,16 @@ const (
 	pcapPrefix = "shed-"
 	pcapSuffix = ".pcapng"
 	// pcapFiles is how many files max_bytes is split into: a file is
-	// closed at max_bytes / pcapFiles, and the oldest are removed while
-	// the directory holds more than max_bytes.
+	// closed before it grows past max_bytes / pcapFiles, and the oldest
+	// are removed while the directory holds more than max_bytes less one
+	// file, the room the next file grows into: the directory never holds
+	// more than max_bytes.
 	pcapFiles = 8
+	// pcapBlockMax bounds what one write adds to a file: an interface
+	// block and a packet block of RecordSnapMax bytes with its comment
+	// (under 600 bytes together). A file is closed once it is within
+	// this of its size.
+	pcapBlockMax = 1024
 )
 
 // pcapDir writes samples into rotating pcapng files under dir, within
@@ -90,6 +97,9 @@ func (d *pcapDir) write(ts time.Time, ifindex, length int, data []byte, comment 
 		}
 		d.ifaces[ifindex] = id
 	}
+	// A sample taken before a reload lowered the snaplen is cut to the
+	// file's: no packet is longer than its interface block says.
+	data = data[:min(len(data), int(d.snaplen))]
 	ci := gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(data), Length: length, InterfaceIndex: id}
 	err := d.w.WritePacketWithOptions(ci, data, pcapgo.NgPacketOptions{Comments: []string{comment}})
 	if err == nil {
@@ -99,11 +109,24 @@ func (d *pcapDir) write(ts time.Time, ifindex, length int, data []byte, comment 
 		d.close()
 		return fmt.Errorf("write pcapng: %w", err)
 	}
-	if d.cw.n >= d.maxBytes/pcapFiles {
+	if d.cw.n+pcapBlockMax >= d.fileBytes() {
 		d.close()
 		return d.prune()
 	}
 	return nil
+}
+
+// setLimits takes a reload's max_bytes and snaplen: a change of either
+// closes the file being written (the next sample opens one whose
+// interface blocks carry the new snaplen) and removes the oldest files
+// beyond the new max_bytes.
+func (d *pcapDir) setLimits(maxBytes uint64, snaplen uint32) error {
+	if maxBytes == d.maxBytes && snaplen == d.snaplen {
+		return nil
+	}
+	d.maxBytes, d.snaplen = maxBytes, snaplen
+	d.close()
+	return d.prune()
 }
 
 func (d *pcapDir) iface(ifindex int) pcapgo.NgInterface {
@@ -168,8 +191,12 @@ func (d *pcapDir) files() ([]string, []uint64, error) {
 	return names, sizes, nil
 }
 
+// fileBytes is the most a file takes.
+func (d *pcapDir) fileBytes() uint64 { return d.maxBytes / pcapFiles }
+
 // prune removes the oldest files, never the open one, while the record's
-// files take more than maxBytes.
+// files take more than maxBytes less one file (fileBytes): what the next
+// file grows into.
 func (d *pcapDir) prune() error {
 	names, sizes, err := d.files()
 	if err != nil {
@@ -180,7 +207,7 @@ func (d *pcapDir) prune() error {
 		total += s
 	}
 	var errs []error
-	for i := 0; i < len(names) && total > d.maxBytes; i++ {
+	for i := 0; i < len(names) && total > d.maxBytes-d.fileBytes(); i++ {
 		path := filepath.Join(d.dir, names[i])
 		if d.f != nil && d.f.Name() == path {
 			continue

@@ -37,7 +37,9 @@ type sampleReader interface {
 type Recorder struct {
 	log *slog.Logger
 	rd  sampleReader
-	dir *pcapDir // nil: memory only
+	// dirMu guards dir: a reload swaps it (setDir) between two samples.
+	dirMu sync.Mutex
+	dir   *pcapDir // nil: memory only
 	// monoOff turns a sample's CLOCK_MONOTONIC time into wall time.
 	monoOff time.Duration
 
@@ -108,24 +110,32 @@ func ParseSampleComment(c string) (map[string]string, error) {
 	return out, nil
 }
 
-// newRecorder starts reading rd. With r.Dir set, samples go to pcapng
-// files there too; ifname names interfaces for them.
-func newRecorder(log *slog.Logger, rd sampleReader, r tiers.Record, ifname func(int) string) (*Recorder, error) {
+// newRecorder makes a recorder of rd's samples, in memory only until it
+// gets a dir (setDir, startDir).
+func newRecorder(log *slog.Logger, rd sampleReader) (*Recorder, error) {
 	rec := &Recorder{log: log, rd: rd, recent: make([]bpf.Sample, 0, RecentSamples), groups: map[netip.Prefix]uint64{}}
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return nil, fmt.Errorf("read the monotonic clock: %w", err)
 	}
 	rec.monoOff = time.Duration(time.Now().UnixNano() - ts.Nano())
-	if r.Dir != "" {
-		d, err := newPcapDir(r.Dir, r.MaxBytes, max(r.Snaplen, 1), ifname)
-		if err != nil {
-			log.Warn("shed record: the record dir is not usable yet; samples are kept in memory and counted lost until it is", "dir", r.Dir, "error", err)
-			rec.dirErr.Store(true)
-		}
-		rec.dir = d
-	}
 	return rec, nil
+}
+
+// startDir gives the recorder r.Dir at the agent's start, if set, even
+// when the dir is not usable yet (it is made again as each file opens):
+// that is logged, and samples are counted lost until it is. ifname names
+// interfaces for the files.
+func (rec *Recorder) startDir(r tiers.Record, ifname func(int) string) {
+	if r.Dir == "" {
+		return
+	}
+	d, err := newPcapDir(r.Dir, r.MaxBytes, max(r.Snaplen, 1), ifname)
+	if err != nil {
+		rec.log.Warn("shed record: the record dir is not usable yet; samples are kept in memory and counted lost until it is", "dir", r.Dir, "error", err)
+	}
+	rec.setDir(d)
+	rec.dirErr.Store(err != nil)
 }
 
 // run reads samples until the reader is closed.
@@ -133,9 +143,7 @@ func (r *Recorder) run() {
 	for {
 		s, err := r.rd.Read()
 		if errors.Is(err, bpf.ErrClosed) {
-			if r.dir != nil {
-				r.dir.close()
-			}
+			r.setDir(nil)
 			return
 		}
 		if err != nil {
@@ -166,6 +174,8 @@ func (r *Recorder) keep(s bpf.Sample) {
 	}
 	r.nGroup++
 	r.mu.Unlock()
+	r.dirMu.Lock()
+	defer r.dirMu.Unlock()
 	if r.dir == nil {
 		r.written.Add(1)
 		return
@@ -182,6 +192,30 @@ func (r *Recorder) keep(s bpf.Sample) {
 		r.log.Info("shed record: samples written again", "dir", r.dir.dir)
 	}
 	r.written.Add(1)
+}
+
+// setDir makes d the record's dir from the next sample on (nil: memory
+// only), and closes the file of the old one: a sample is written whole
+// into one or the other.
+func (r *Recorder) setDir(d *pcapDir) {
+	r.dirMu.Lock()
+	defer r.dirMu.Unlock()
+	if r.dir != nil {
+		r.dir.close()
+	}
+	r.dir = d
+	r.dirErr.Store(false)
+}
+
+// setLimits gives the dir a reload's max_bytes and snaplen (pcapDir
+// setLimits); nothing without a dir.
+func (r *Recorder) setLimits(maxBytes uint64, snaplen uint32) error {
+	r.dirMu.Lock()
+	defer r.dirMu.Unlock()
+	if r.dir == nil {
+		return nil
+	}
+	return r.dir.setLimits(maxBytes, max(snaplen, 1))
 }
 
 func (r *Recorder) wall(mono time.Duration) time.Time {
@@ -255,10 +289,10 @@ type RecordCounts struct {
 // sample reader (with p.Record.Samples > 0), the pcapng files (with
 // p.Record.Dir) and the episode tracker, which reports to p.Events and
 // keeps the open or last episode in statePath ("" for none). Cancelling
-// ctx stops them. A reload changes what the program samples (rate and
-// snaplen); the dir, the events destination and the tracker's window are
-// those of p until the agent restarts.
+// ctx stops them. A reload changes them all in place (record_reload.go).
 func (a *Agent) StartRecord(ctx context.Context, p tiers.Policy, statePath string) (*Episodes, error) {
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
 	if a.record.Load() != nil {
 		return nil, fmt.Errorf("shed record: started already")
 	}
@@ -268,14 +302,16 @@ func (a *Agent) StartRecord(ctx context.Context, p tiers.Policy, statePath strin
 		if err != nil {
 			return nil, err
 		}
-		if rec, err = newRecorder(a.log, rd, p.Record, a.ifname); err != nil {
+		if rec, err = newRecorder(a.log, rd); err != nil {
 			rd.Close()
 			return nil, err
 		}
+		rec.startDir(p.Record, a.ifname)
 		go rec.run()
 		context.AfterFunc(ctx, rec.close)
 	}
 	ep := newEpisodes(a.log, a.lim, rec, p, a.ifaceNames, statePath)
+	ep.ctx = ctx
 	a.record.Store(ep)
 	go ep.run(ctx)
 	return ep, nil

@@ -84,7 +84,7 @@ func TestPcapDir(t *testing.T) {
 	for _, s := range sizes {
 		sum += s
 	}
-	if sum > maxBytes+maxBytes/pcapFiles || len(names) < 2 {
+	if sum > maxBytes || len(names) < 2 {
 		t.Errorf("%d files of %d bytes, want at least 2 within %d", len(names), sum, maxBytes)
 	}
 	var got int
@@ -109,7 +109,7 @@ func TestPcapDir(t *testing.T) {
 		got += c
 	}
 	// The newest samples are all there: the last file ends with the last.
-	if last != (total-1)%256 || got < total/8 {
+	if last != (total-1)%256 || got < total/10 {
 		t.Errorf("read %d packets, the last of group %d; want the newest, %d", got, last, (total-1)%256)
 	}
 	d.close()
@@ -378,7 +378,7 @@ func TestEventSenderTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	e := newEventSender(slog.New(slog.DiscardHandler), "tcp", addr)
+	e := newEventSender(slog.New(slog.DiscardHandler), "tcp", addr, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go e.run(ctx)

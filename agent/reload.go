@@ -34,7 +34,9 @@ var errClosed = errors.New("agent closed")
 
 // Reload compiles p and swaps it in atomically (bpf.Limiter.Apply). On
 // error the old policy keeps running, and the error is counted in
-// config_reloads_total{result="error"}. With an adaptive-max controller
+// config_reloads_total{result="error"}. The shed record takes the new
+// record and events settings live (record_reload.go); a new record dir
+// the agent cannot make or write refuses the reload (ErrRecordDir). With an adaptive-max controller
 // running (StartAutoMax), a p with the same auto bounds as the policy in
 // force keeps the learnt max instead of p.Max.
 func (a *Agent) Reload(p tiers.Policy) error {
@@ -74,14 +76,23 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 	if err != nil {
 		return err
 	}
-	if err := a.lim.ApplyContext(ctx, rp, tab); err != nil {
+	rc, err := a.prepareRecord(p) // a new record dir or reader: opened, or refused
+	if err != nil {
 		if src != nil {
 			src.Close()
 		}
 		return err
 	}
+	if err := a.lim.ApplyContext(ctx, rp, tab); err != nil {
+		if src != nil {
+			src.Close()
+		}
+		rc.abort()
+		return err
+	}
 	a.current = p
 	a.autoApplied(p, src)
+	rc.commit()
 	return nil
 }
 

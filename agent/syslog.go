@@ -69,16 +69,28 @@ func nilValue(s string) string {
 // any path the agent waits on: send queues, run dials and writes. A failed
 // dial or write counts an error, drops that report and closes the
 // connection; the next report dials again, so reports resume when the
-// destination returns.
+// destination returns. A reload that changes the destination stops the
+// old sender: it sends what it has queued, then ends.
 type eventSender struct {
 	log           *slog.Logger
 	network, addr string
 	q             chan []byte
-	sent, errs    atomic.Uint64
+	done          chan struct{} // closed by stop
+	*eventCounts
+	failing bool // the last report was not sent (run's own)
 }
 
-func newEventSender(log *slog.Logger, network, addr string) *eventSender {
-	return &eventSender{log: log, network: network, addr: addr, q: make(chan []byte, eventQueue)}
+// eventCounts are the reports sent and not sent (event_reports_total):
+// the senders of one Episodes share them across reloads.
+type eventCounts struct{ sent, errs atomic.Uint64 }
+
+// newEventSender makes a sender to network and addr that counts into c
+// (nil: counts of its own).
+func newEventSender(log *slog.Logger, network, addr string, c *eventCounts) *eventSender {
+	if c == nil {
+		c = &eventCounts{}
+	}
+	return &eventSender{log: log, network: network, addr: addr, q: make(chan []byte, eventQueue), done: make(chan struct{}), eventCounts: c}
 }
 
 // send queues msg, or counts an error when the queue is full.
@@ -90,6 +102,10 @@ func (e *eventSender) send(msg []byte) {
 	}
 }
 
+// stop makes run send the reports it has queued and end. Call it once,
+// after the last send.
+func (e *eventSender) stop() { close(e.done) }
+
 func (e *eventSender) run(ctx context.Context) {
 	var conn net.Conn
 	defer func() {
@@ -97,33 +113,44 @@ func (e *eventSender) run(ctx context.Context) {
 			conn.Close()
 		}
 	}()
-	failing := false
 	for {
-		var msg []byte
 		select {
 		case <-ctx.Done():
 			return
-		case msg = <-e.q:
-		}
-		err := e.write(ctx, &conn, msg)
-		if err != nil {
-			e.errs.Add(1)
-			if conn != nil {
-				conn.Close()
-				conn = nil
+		case <-e.done:
+			for {
+				select {
+				case msg := <-e.q:
+					e.deliver(ctx, &conn, msg)
+				default:
+					return
+				}
 			}
-			if !failing {
-				e.log.Warn("events: report not sent; counting errors until the destination takes them", "syslog", e.network+"://"+e.addr, "error", err)
-			}
-			failing = true
-			continue
+		case msg := <-e.q:
+			e.deliver(ctx, &conn, msg)
 		}
-		if failing {
-			e.log.Info("events: reports sent again", "syslog", e.network+"://"+e.addr)
-		}
-		failing = false
-		e.sent.Add(1)
 	}
+}
+
+// deliver writes one report, and counts it sent or an error.
+func (e *eventSender) deliver(ctx context.Context, conn *net.Conn, msg []byte) {
+	if err := e.write(ctx, conn, msg); err != nil {
+		e.errs.Add(1)
+		if *conn != nil {
+			(*conn).Close()
+			*conn = nil
+		}
+		if !e.failing {
+			e.log.Warn("events: report not sent; counting errors until the destination takes them", "syslog", e.network+"://"+e.addr, "error", err)
+		}
+		e.failing = true
+		return
+	}
+	if e.failing {
+		e.log.Info("events: reports sent again", "syslog", e.network+"://"+e.addr)
+	}
+	e.failing = false
+	e.sent.Add(1)
 }
 
 func (e *eventSender) write(ctx context.Context, conn *net.Conn, msg []byte) error {

@@ -167,9 +167,10 @@ func DecodeSample(raw []byte) (Sample, error) {
 	if len(raw) < int(unsafe.Sizeof(s)) {
 		return Sample{}, fmt.Errorf("sample of %d bytes, want %d", len(raw), unsafe.Sizeof(s))
 	}
-	if _, err := binary.Decode(raw, binary.NativeEndian, &s); err != nil {
-		return Sample{}, fmt.Errorf("decode sample: %w", err)
-	}
+	// The program wrote the struct in this host's layout (HostLayout,
+	// bpfel): copied whole, byte for byte, whatever raw's alignment.
+	// binary.Decode, field by field through reflection, took ~2 µs.
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&s)), unsafe.Sizeof(s)), raw)
 	caplen := min(int(s.Caplen), RecordSnapMax, int(s.Len))
 	out := Sample{
 		Mono:     time.Duration(s.TimeNs),

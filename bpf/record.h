@@ -137,12 +137,18 @@ __noinline int tl_record(struct xdp_md *ctx, __u64 meta)
 	struct tl_record_cpu *rc = bpf_map_lookup_elem(&record_cpu, &zero);
 	if (!rc)
 		return 0;
+#ifndef TL_RECORD_PERF
 	struct tl_sample *smp = bpf_ringbuf_reserve(&shed_samples, sizeof(*smp), 0);
 	if (!smp) {
 		rc->lost++;
 		return 0;
 	}
 	rc->sampled++;
+#else
+	struct tl_sample *smp = bpf_map_lookup_elem(&record_scratch, &zero);
+	if (!smp)
+		return 0;
+#endif
 
 	__u32 len = data_end - data;
 	__u32 caplen = len < s->rec_snaplen ? len : s->rec_snaplen;
@@ -170,8 +176,19 @@ __noinline int tl_record(struct xdp_md *ctx, __u64 meta)
 	__builtin_memset(smp->_pad, 0, sizeof(smp->_pad));
 	__builtin_memset(smp->group, 0, sizeof(smp->group));
 	record_group(smp, s, data, data_end, meta & 0xff, (meta >> 8) & 1);
+#ifndef TL_RECORD_PERF
 	record_copy(smp, data, data_end, caplen);
 	bpf_ringbuf_submit(smp, 0);
+#else
+	/* The header from the scratch sample, the frame's first caplen bytes
+	 * (≤ its length) appended by the kernel. */
+	if (bpf_perf_event_output(ctx, &shed_samples, (__u64)caplen << TL_F_CTX_LEN_SHIFT | TL_F_CURRENT_CPU, smp,
+				  __builtin_offsetof(struct tl_sample, data)) < 0) {
+		rc->lost++;
+		return 0;
+	}
+	rc->sampled++;
+#endif
 	return 1;
 }
 

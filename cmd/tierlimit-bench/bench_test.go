@@ -74,6 +74,11 @@ func benchFixture() string {
 	line("BenchmarkStages/selected-pass", "8.000 bare-ns\t 8.000 entry-ns\t 12.00 parsed-ns\t 14.00 judge-ns\t 18.00 policy-ns\t 21.00 window-ns\t 24.00 full-ns")
 	line("BenchmarkStages/sources-pass", "8.000 bare-ns\t 8.000 entry-ns\t 12.00 parsed-ns\t 14.00 judge-ns\t 18.00 policy-ns\t 20.00 group-ns\t 30.00 sketch-ns\t 36.00 window-ns\t 39.00 full-ns")
 	line("BenchmarkStages/sources-over", "8.000 bare-ns\t 8.500 entry-ns\t 12.00 parsed-ns\t 15.00 judge-ns\t 19.00 policy-ns\t 21.00 group-ns\t 25.00 sketch-ns\t 35.00 full-ns")
+	for _, path := range []string{"selected-drop", "sources-over"} {
+		line("BenchmarkRecord/"+path, "10.00 bare-ns/pkt\t 30.00 off-ns/pkt\t 31.50 on-ns/pkt\t 30.60 share-ns/pkt\t 1.020 share-x-off\t 1.050 x-off")
+	}
+	line("BenchmarkLiveFramesRecord", "19.00 Mpps\t 40.00 bare-Mpps\t 20.00 off-Mpps\t 18.00 share-Mpps\t 0.9000 share-x-off\t 0.9500 x-off")
+	line("BenchmarkRecordTransport", "25.00 off-ns/pkt\t 72.00 ring-ns/sample\t 1800 ring-read-ns/sample\t 5200 perf-ns/sample\t 1900 perf-read-ns/sample\t 72.22 perf-x-ring\t 1.056 perf-read-x-ring\t 200.0 perf-batch-ns/sample\t 1850 perf-batch-read-ns/sample\t 2.778 perf-batch-x-ring\t 1.028 perf-batch-read-x-ring")
 	for _, path := range []string{"selected-pass", "selected-drop", "unselected", "sources-over"} {
 		line("BenchmarkScaling/"+path, "10.00 1cpu-Mpps\t 18.00 2cpu-Mpps\t 1.800 x-scaling\t 1.900 bare-x-scaling\t 0.9474 x-vs-bare\t 5.000 contention-%\t 3.000 line-ns")
 	}
@@ -115,6 +120,10 @@ func TestReportBenchRows(t *testing.T) {
 		"| selected-drop | 8.0 | 0.0 | 4.0 | 2.0 | 4.0 | — | — | 2.0 | 3.0 | 23.0 | 2.88× |",
 		"| sources-over | 8.0 | 0.5 | 3.5 | 3.0 | 4.0 | 2.0 | 4.0 | — | 10.0 | 35.0 | 4.38× |",
 		"| live frames with sources on (issue 12) | over budget 0.75× bare (9.00 Mpps), within budget 0.50× (6.00 Mpps) | reported |",
+		"| test_run, drop path with the shed record on at 100/s ≤ 1.1× off (issue 23) | 1.05× (over budget 1.05×; share below 1 1.02×) | **met** |",
+		"| live frames, drop path with the shed record on ≥ 0.9× off Mpps (issue 23) | 0.95× (share below 1 0.90×) | **met** |",
+		"| live frames, Mpps | 19.00 | 18.00 | 20.00 | 0.95× | 0.90× |",
+		"| perf event array, reader woken every 64 samples | 200 | 2.78× | 1850 | 1.03× |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)

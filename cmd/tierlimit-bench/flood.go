@@ -24,9 +24,15 @@ const (
 	methodXDP  method = "tierlimit"
 	methodNFT  method = "nftables"
 	methodApp  method = "in-app"
+	// methodXDPRecord is tierlimit with the shed record on (DESIGN.md
+	// §10): samples at the default cap written to pcapng by the agent's
+	// recorder. Not in the suite's default methods: `flood -methods
+	// tierlimit,tierlimit-record` measures the record's cost beside
+	// tierlimit without it (issue 23).
+	methodXDPRecord method = "tierlimit-record"
 )
 
-var allMethods = []method{methodNone, methodXDP, methodNFT, methodApp}
+var allMethods = []method{methodNone, methodXDP, methodNFT, methodApp, methodXDPRecord}
 
 // floodConfig is what every flood run shares.
 type floodConfig struct {

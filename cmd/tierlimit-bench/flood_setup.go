@@ -18,6 +18,7 @@ import (
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // The flood sandbox: namespaces, veths, the method under test and its undo list.
@@ -72,7 +73,7 @@ func setup(ctx context.Context, cfg *floodConfig, m method) (_ *bench, err error
 		return nil, err
 	}
 	switch m {
-	case methodXDP:
+	case methodXDP, methodXDPRecord:
 		if err := b.attachXDP(); err != nil {
 			return nil, err
 		}
@@ -127,18 +128,48 @@ func setup(ctx context.Context, cfg *floodConfig, m method) (_ *bench, err error
 // attachXDP runs tierlimit's agent, unpinned, with the policy on the
 // collector's veth in native mode (veth's own XDP), inside its namespace:
 // the bench attaches as any user does. Closing the agent detaches it.
+// For methodXDPRecord the policy samples shed packets at the default cap
+// into pcapng files under a directory of its own, which the agent's
+// recorder writes as it does in service.
 func (b *bench) attachXDP() error {
+	p := b.cfg.policy()
+	var dir string
+	if b.m == methodXDPRecord {
+		var err error
+		if dir, err = os.MkdirTemp(b.cfg.tmp, "tierlimit-bench-record-"); err != nil {
+			return err
+		}
+		b.undo = append(b.undo, func() {
+			files, _ := filepath.Glob(filepath.Join(dir, "*.pcapng"))
+			var bytes int64
+			for _, f := range files {
+				if fi, err := os.Stat(f); err == nil {
+					bytes += fi.Size()
+				}
+			}
+			fmt.Fprintf(b.cfg.log, "shed record: %d bytes of samples in %d pcapng files\n", bytes, len(files))
+			os.RemoveAll(dir)
+		})
+		p.Record = tiers.Record{Samples: tiers.DefaultRecordSamples, Snaplen: tiers.RecordSnapMax, Dir: dir, MaxBytes: 16 << 20}
+	}
 	return b.pair.Coll.Do(func() error {
-		a, err := agent.New(agent.Config{Interfaces: []string{b.pair.CollIf}, XDPMode: agent.XDPNative}, b.cfg.policy())
+		a, err := agent.New(agent.Config{Interfaces: []string{b.pair.CollIf}, XDPMode: agent.XDPNative}, p)
 		if err != nil {
 			return fmt.Errorf("agent on %s: %w", b.pair.CollIf, err)
 		}
 		b.lim = a.Limiter()
+		ctx, cancel := context.WithCancel(context.Background())
 		b.undo = append(b.undo, func() {
+			cancel()
 			if err := a.Close(); err != nil {
 				fmt.Fprintln(b.cfg.log, "cleanup:", err)
 			}
 		})
+		if dir != "" {
+			if _, err := a.StartRecord(ctx, p, ""); err != nil {
+				return fmt.Errorf("shed record: %w", err)
+			}
+		}
 		return nil
 	})
 }

@@ -200,6 +200,7 @@ func (r *report) fig2(p func(string, ...any)) {
 	p("Reading the headers alone costs about nothing here (touch ≈ bare), so the gap to a bare drop is tierlimit's own work: the parse, the policy and selector lookups, the window's tick gate and read, the per-CPU overflow and stats updates.")
 	p("")
 	r.liveSources(p)
+	r.recordFigure(p)
 }
 
 func (r *report) fig4(p func(string, ...any)) {

@@ -23,6 +23,7 @@ func (r *report) benchTargets(p func(string, ...any)) {
 	p("| selected-pass 2-CPU scaling (below T_last: the shared count, by design) | %s× of bare's (scaling %s×, bare %s×) | reported |",
 		statOf(values(r.bench, pn, "x-vs-bare")).f(2), statOf(values(r.bench, pn, "x-scaling")).f(2), statOf(values(r.bench, pn, "bare-x-scaling")).f(2))
 	r.sourcesTargets(p)
+	r.recordTargets(p)
 }
 
 func (r *report) fig3(p func(string, ...any)) {

@@ -216,7 +216,7 @@ func carriedFloods(md string) string {
 
 // benchPattern is the -test.bench of figures 1-3: every benchmark that the
 // report reads, with all their sub-benchmarks.
-const benchPattern = "^(BenchmarkProgram|BenchmarkBarePass|BenchmarkLiveFrames|BenchmarkLiveFramesSources|BenchmarkScaling|BenchmarkStages)$"
+const benchPattern = "^(BenchmarkProgram|BenchmarkBarePass|BenchmarkLiveFrames|BenchmarkLiveFramesSources|BenchmarkScaling|BenchmarkStages|BenchmarkRecord|BenchmarkLiveFramesRecord|BenchmarkRecordTransport)$"
 
 func runBPFBench(ctx context.Context, o suiteOpts, stderr io.Writer) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, o.bpfTest, "-test.run", "^$",

@@ -124,3 +124,55 @@ func TestRecordEventsRsyslog(t *testing.T) {
 		t.Errorf("rsyslog got %d openings and %d summaries, want 1 and at least 1:\n%s", opens, summaries, out)
 	}
 }
+
+// recordCount is the packets in every record file under dir.
+func recordCount(t *testing.T, dir string) int {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "shed-*.pcapng"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		n += readRecordFile(t, f)
+	}
+	return n
+}
+
+// TestRecordReloadFile changes the record through the config file of a
+// running `tierlimit run` under a flood: from samples: 0 to sampling into
+// a dir, live; then to a dir under a file, which the agent refuses
+// (counted in config_reloads_total{result="error"}), sampling on into the
+// first dir.
+func TestRecordReloadFile(t *testing.T) {
+	testenv.Require(t)
+	p, pin, cfg := pinnedSetup(t, strictYAML+"record: {samples: 0}\n")
+	run := startRun(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--pin-path", pin)
+	f := startFlood(t, p, 10*time.Second)
+	defer f.stop()
+	time.Sleep(time.Second)
+	dir := filepath.Join(t.TempDir(), "shed")
+	writeConfig(t, cfg, strictYAML+"record: {samples: 200/s, dir: "+dir+", max_bytes: 1MiB}\n")
+	if !run.waitLog("shed record: reloaded", 5*time.Second) {
+		t.Fatalf("no reload of the record; agent log:\n%s", run.log)
+	}
+	var n int
+	if !waitFor(4*time.Second, func() bool { n = recordCount(t, dir); return n >= 100 }) {
+		t.Fatalf("%d samples in %s after sampling was turned on, want 100", n, dir)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeConfig(t, cfg, strictYAML+"record: {samples: 200/s, dir: "+filepath.Join(file, "shed")+", max_bytes: 1MiB}\n")
+	if !run.waitLog("record dir not usable", 5*time.Second) {
+		t.Fatalf("the dir under a file was not refused; agent log:\n%s", run.log)
+	}
+	if got := sum(scrape(t, p.Coll), "tierlimit_config_reloads_total", "result=error"); got != 1 {
+		t.Errorf("config_reloads_total{error} = %v, want 1", got)
+	}
+	n0 := recordCount(t, dir)
+	if !waitFor(4*time.Second, func() bool { n = recordCount(t, dir); return n >= n0+100 }) {
+		t.Errorf("%d samples in %s, then %d after the refused reload: want sampling on into it", n0, dir, n)
+	}
+}
