@@ -54,6 +54,13 @@
 #define TL_FRAG_TTL_MS 1000
 #endif
 
+/* Most interfaces the agent describes to the program (host.h): an
+ * interface beyond them is not checked, and its frames are counted as
+ * before (never an evasion). */
+#ifndef TL_IFACES
+#define TL_IFACES 8
+#endif
+
 /* Most interfaces on which the program runs in generic (skb) mode. */
 #ifndef TL_SKB_IFACES
 #define TL_SKB_IFACES 64

@@ -205,6 +205,8 @@ type packet struct {
 	fragOff     uint16 // in 8-byte units
 	first, next bool
 	v6          bool
+	// tcpSYN: a TCP segment with SYN and without ACK, RST or FIN.
+	tcpSYN bool
 }
 
 func (pk *packet) has(n int) bool { return len(pk.frame) >= pk.off+n }
@@ -220,10 +222,25 @@ func (pk *packet) has(n int) bool { return len(pk.frame) >= pk.off+n }
 // length fields; then the select rules and exempt sources (selection).
 // A prefix matches addresses of its own family only.
 func Classify(p Policy, frame []byte) Classification {
+	return ClassifyOn(p, Iface{}, frame)
+}
+
+// ClassifyOn is Classify for a frame arriving on an interface described by
+// ifc: a frame the policy selects but Linux certainly discards there
+// (Iface.Discards) is unselected.
+func ClassifyOn(p Policy, ifc Iface, frame []byte) Classification {
 	pk := packet{frame: frame}
+	c := p.classify(&pk)
+	if (c.Class == ClassSelected || c.Class == ClassExempt) && ifc.discards(&pk, c) {
+		return Classification{FirstFragment: c.FirstFragment}
+	}
+	return c
+}
+
+func (p Policy) classify(pk *packet) Classification {
 	etype, stop := pk.ethernet()
 	if stop != nil {
-		return p.judgeDeep(&pk, *stop)
+		return p.judgeDeep(pk, *stop)
 	}
 	var l4 int
 	switch etype {
@@ -239,7 +256,7 @@ func Classify(p Policy, frame []byte) Classification {
 	}
 	if stop != nil {
 		if stop.Deep {
-			return p.judgeDeep(&pk, *stop)
+			return p.judgeDeep(pk, *stop)
 		}
 		return *stop
 	}
@@ -267,6 +284,7 @@ func Classify(p Policy, frame []byte) Classification {
 	if stop != nil {
 		return *stop
 	}
+	pk.tcpSYN = proto == ProtoTCP && syn
 	return p.selection(proto, dport, pk.src, pk.dst, syn, pk.first)
 }
 
@@ -397,7 +415,12 @@ func (pk *packet) ipv6() (int, *Classification) {
 	if !pk.has(pk.l4len) {
 		return -1, malformed(MalformedIPv6Length)
 	}
-	for range MaxIPv6ExtHeaders {
+	for i := range MaxIPv6ExtHeaders {
+		// Hop-by-hop options only right after the fixed header: Linux
+		// discards them anywhere else (bpf/parse_ip.h parse_ipv6).
+		if nh == protoHopByHop && i > 0 {
+			return -1, &unselected
+		}
 		switch nh {
 		case protoFragment:
 			if pk.l4len < 8 {
@@ -433,6 +456,9 @@ func (pk *packet) ipv6() (int, *Classification) {
 		default:
 			return nh, nil
 		}
+	}
+	if nh == protoHopByHop {
+		return -1, &unselected
 	}
 	if isIPv6Ext(nh) {
 		return -1, deep(UnclassifiedIPv6Chain)
