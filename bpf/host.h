@@ -66,10 +66,11 @@ static __always_inline int other_host(const __u8 *eth, const void *end, __u64 wo
  * 127.0.0.0/8 when localnet (route_localnet off). In the kernel's order:
  * a multicast or limited-broadcast source always; to the limited
  * broadcast, or 0 to 0, anything else goes (brd_input); to multicast,
- * ip_mc_validate_source: a loopback source, and a 0.0.0.0/8 source unless
- * to 224.0.0.0/24 (this path has no IGMP); else a 0.0.0.0/8 source or
- * destination, and a loopback one. Class E (240/4) is not a martian: the
- * kernel routes it. */
+ * ip_mc_validate_source: a loopback source, and source 0.0.0.0 unless to
+ * 224.0.0.0/24 (this path has no IGMP); else source or destination
+ * 0.0.0.0, and a loopback one. "Zeronet" is 0.0.0.0 alone since Linux 5.3
+ * (ipv4_is_zeronet, include/linux/in.h: 0.0.0.0/8 is unicast space), and
+ * class E (240/4) is routed: neither is a martian. */
 static __always_inline int martian4(const struct iphdr *ip, int localnet)
 {
 	__u32 s = bpf_ntohl(ip->saddr), d = bpf_ntohl(ip->daddr);
@@ -79,8 +80,8 @@ static __always_inline int martian4(const struct iphdr *ip, int localnet)
 		return 0;
 	int s_lo = localnet && (s >> 24) == 127;
 	if ((d >> 28) == 0xe)
-		return s_lo || ((s >> 24) == 0 && (d >> 8) != 0xe00000);
-	return (s >> 24) == 0 || (d >> 24) == 0 || s_lo || (localnet && (d >> 24) == 127);
+		return s_lo || (s == 0 && (d >> 8) != 0xe00000);
+	return s == 0 || d == 0 || s_lo || (localnet && (d >> 24) == 127);
 }
 
 static __always_inline int loopback6(const __u32 *a)

@@ -39,7 +39,6 @@ func (ifc Iface) discards(pk *packet, c Classification) bool {
 }
 
 var (
-	zeroNet4    = netip.MustParsePrefix("0.0.0.0/8")
 	loopback4   = netip.MustParsePrefix("127.0.0.0/8")
 	multicast4  = netip.MustParsePrefix("224.0.0.0/4")
 	localMcast4 = netip.MustParsePrefix("224.0.0.0/24")
@@ -51,7 +50,8 @@ var (
 // martian4 is the kernel's IPv4 input routing (net/ipv4/route.c
 // ip_route_input_slow, ip_route_input_mc, ip_mc_validate_source) on UDP
 // and TCP, with the sysctls it does not read taken at any value and
-// route_localnet off when localnet.
+// route_localnet off when localnet. Its "zeronet" is 0.0.0.0 alone (Linux
+// 5.3 and later: 0.0.0.0/8 is unicast space).
 func martian4(s, d netip.Addr, localnet bool) bool {
 	if multicast4.Contains(s) || s == broadcast4 {
 		return true
@@ -61,9 +61,9 @@ func martian4(s, d netip.Addr, localnet bool) bool {
 	}
 	sLo := localnet && loopback4.Contains(s)
 	if multicast4.Contains(d) {
-		return sLo || (zeroNet4.Contains(s) && !localMcast4.Contains(d))
+		return sLo || (s == zero4 && !localMcast4.Contains(d))
 	}
-	return zeroNet4.Contains(s) || zeroNet4.Contains(d) || sLo || (localnet && loopback4.Contains(d))
+	return s == zero4 || d == zero4 || sLo || (localnet && loopback4.Contains(d))
 }
 
 // martian6 is ip6_rcv_core (net/ipv6/ip6_input.c) on a device that is not
