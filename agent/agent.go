@@ -170,6 +170,9 @@ type Agent struct {
 	current   tiers.Policy
 	local     []netip.Prefix
 	stopLocal chan struct{}
+	// ifaces is what the program was last told of the attached
+	// interfaces (host.go); guarded by mu.
+	ifaces []bpf.Iface
 
 	reloadOK, reloadErr atomic.Uint64
 	configWatch         atomic.Int32 // a WatchMode, from the Reloader
@@ -267,6 +270,10 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := a.countSuperPackets(); err != nil {
 		return nil, err
 	}
+	if err := a.describeIfaces(); err != nil {
+		return nil, fmt.Errorf("describe interfaces to the program: %w", err)
+	}
+	go a.followIfaces(a.stopLocal)
 	if a.pd != nil {
 		if err := a.pinState(); err != nil {
 			return nil, err
