@@ -41,11 +41,17 @@ func (a *Agent) describeIfaces() error {
 	if slices.EqualFunc(ifs, a.ifaces, sameIface) {
 		return nil
 	}
-	if err := a.lim.SetIfaces(ifs); err != nil {
+	unchecked, err := a.lim.SetIfaces(ifs)
+	if err != nil {
 		return err
 	}
 	a.ifaces = ifs
 	for i, ifc := range ifs {
+		if slices.Contains(unchecked, ifc.Index) {
+			a.log.Warn("frames Linux discards are counted on this interface: its ifindex shares the program's slot with another's",
+				"ifindex", ifc.Index, "slots", bpf.IfaceSlots)
+			continue
+		}
 		a.log.Info("frames Linux discards pass uncounted", "ifindex", ifc.Index, "mac", ifc.MAC.String(),
 			"check_mac", ifc.CheckMAC, "mac_check_off", why[i], "martians", ifc.Martians, "loopback_martian", ifc.LocalnetMartian)
 	}

@@ -37,7 +37,7 @@ func BenchmarkHostChecks(b *testing.B) {
 	}{{"selected-pass", UDP4(b, 514)}, {"selected-pass-ipv6", UDP6(b, 514)}} {
 		b.Run(f.name, func(b *testing.B) {
 			checked := newHarness(b, p)
-			if err := checked.l.SetIfaces([]bpf.Iface{{Index: 1, MAC: DstMAC, CheckMAC: true, Martians: true, LocalnetMartian: true}}); err != nil {
+			if _, err := checked.l.SetIfaces([]bpf.Iface{{Index: 1, MAC: DstMAC, CheckMAC: true, Martians: true, LocalnetMartian: true}}); err != nil {
 				b.Fatal(err)
 			}
 			unchecked := newHarness(b, p)

@@ -54,11 +54,12 @@
 #define TL_FRAG_TTL_MS 1000
 #endif
 
-/* Most interfaces the agent describes to the program (host.h): an
- * interface beyond them is not checked, and its frames are counted as
- * before (never an evasion). */
+/* Slots of the interfaces the agent describes to the program (host.h),
+ * by ifindex modulo this (a power of 2): an interface whose slot another
+ * one holds is not checked, and its frames are counted as before (never
+ * an evasion). */
 #ifndef TL_IFACES
-#define TL_IFACES 8
+#define TL_IFACES 64
 #endif
 
 /* Most interfaces on which the program runs in generic (skb) mode. */

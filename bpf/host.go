@@ -6,10 +6,10 @@ import (
 	"net"
 )
 
-// MaxIfaces is the most interfaces SetIfaces describes (TL_IFACES): the
-// program does not check frames on any further one, and counts them as it
-// would without the checks.
-const MaxIfaces = int(LimiterTlConstTL_C_IFACES)
+// IfaceSlots is how many interfaces the program can tell apart
+// (TL_IFACES): each is described in slot ifindex % IfaceSlots, and one
+// whose slot another holds is not checked (SetIfaces).
+const IfaceSlots = int(LimiterTlConstTL_C_IFACES)
 
 // Iface is what the program checks of the frames arriving on one interface
 // (bpf/host.h, DESIGN.md §2 "The kernel is the oracle"): a selected frame
@@ -51,31 +51,40 @@ func (i Iface) word() uint64 {
 }
 
 // SetIfaces describes the interfaces the program runs on, replacing the
-// earlier description; interfaces past MaxIfaces are left out (their
-// frames are counted unchecked). The checks are off while it writes: a
-// packet meanwhile is counted, as without them, never passed uncounted by
-// a half-written entry. Like SetSKBIfaces, the description lives with the
-// loaded program: call it after every load and attach.
-func (l *Limiter) SetIfaces(ifs []Iface) error {
+// earlier description, and returns the ifindexes it left out: an
+// interface whose slot (ifindex % IfaceSlots) an earlier one in ifs holds
+// is not checked, and its frames are counted as without the checks. The
+// checks are off while it writes: a packet meanwhile is counted, never
+// passed uncounted by a half-written entry. Like SetSKBIfaces, the
+// description lives with the loaded program: call it after every load
+// and attach.
+func (l *Limiter) SetIfaces(ifs []Iface) (unchecked []int, err error) {
 	var (
-		idx   [MaxIfaces]uint32
-		words [MaxIfaces]uint64
+		idx   [IfaceSlots]uint32
+		words [IfaceSlots]uint64
+		used  [IfaceSlots]bool
+		n     uint32
 	)
-	n := min(len(ifs), MaxIfaces)
-	for i := range n {
-		idx[i], words[i] = uint32(ifs[i].Index), ifs[i].word()
+	for _, ifc := range ifs {
+		i := ifc.Index % IfaceSlots
+		if used[i] || ifc.Index <= 0 {
+			unchecked = append(unchecked, ifc.Index)
+			continue
+		}
+		used[i], idx[i], words[i] = true, uint32(ifc.Index), ifc.word()
+		n++
 	}
 	if err := l.objs.TlIfCount.Set(uint32(0)); err != nil {
-		return fmt.Errorf("set tl_if_count: %w", err)
+		return nil, fmt.Errorf("set tl_if_count: %w", err)
 	}
 	if err := l.objs.TlIfWord.Set(words); err != nil {
-		return fmt.Errorf("set tl_if_word: %w", err)
+		return nil, fmt.Errorf("set tl_if_word: %w", err)
 	}
 	if err := l.objs.TlIfIndex.Set(idx); err != nil {
-		return fmt.Errorf("set tl_if_index: %w", err)
+		return nil, fmt.Errorf("set tl_if_index: %w", err)
 	}
-	if err := l.objs.TlIfCount.Set(uint32(n)); err != nil {
-		return fmt.Errorf("set tl_if_count: %w", err)
+	if err := l.objs.TlIfCount.Set(n); err != nil {
+		return nil, fmt.Errorf("set tl_if_count: %w", err)
 	}
-	return nil
+	return unchecked, nil
 }

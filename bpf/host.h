@@ -26,30 +26,26 @@
 #include "types.h"
 #include "parse.h"
 
-/* The interfaces the agent described: tl_if_count of them, each an
- * ifindex and a word holding its MAC (the six bytes as a little-endian
- * load of a frame's destination reads them) and enum tl_if_flag from bit
- * TL_IF_FLAG_SHIFT. Globals, so that the selected path reads them with
- * plain loads, no map lookup. The agent rewrites a word in place when an
- * interface changes: a packet meanwhile reads the old word or the new
- * one (an aligned 8-byte store). */
+/* The interfaces the agent described, each in slot ifindex % TL_IFACES:
+ * its ifindex, and a word holding its MAC (the six bytes as a
+ * little-endian load of a frame's destination reads them) and enum
+ * tl_if_flag from bit TL_IF_FLAG_SHIFT; tl_if_count is how many. A slot
+ * that holds another ifindex (two interfaces in one slot: the agent
+ * describes the first) means no check. Globals, so that the selected path
+ * reads them with plain loads, no map lookup and no loop. */
 volatile __u32 tl_if_count;
 volatile __u32 tl_if_index[TL_IFACES];
 volatile __u64 tl_if_word[TL_IFACES];
 
 #define TL_MAC_MASK 0xffffffffffffULL
 
+_Static_assert((TL_IFACES & (TL_IFACES - 1)) == 0, "TL_IFACES must be a power of 2");
+
 /* The word of interface ifindex, 0 when the agent did not describe it. */
 static __always_inline __u64 iface_word(__u32 ifindex)
 {
-	__u32 n = tl_if_count;
-	for (__u32 i = 0; i < TL_IFACES; i++) {
-		if (i >= n)
-			break;
-		if (tl_if_index[i] == ifindex)
-			return tl_if_word[i];
-	}
-	return 0;
+	__u32 i = ifindex & (TL_IFACES - 1);
+	return tl_if_index[i] == ifindex ? tl_if_word[i] : 0;
 }
 
 /* A unicast destination MAC that is not the interface's: PACKET_OTHERHOST
@@ -68,19 +64,21 @@ static __always_inline int other_host(const __u8 *eth, const void *end, __u64 wo
  * broadcast, or 0 to 0, anything else goes (brd_input); to multicast,
  * ip_mc_validate_source: a loopback source, and source 0.0.0.0 unless to
  * 224.0.0.0/24 (this path has no IGMP); else source or destination
- * 0.0.0.0, and a loopback one. "Zeronet" is 0.0.0.0 alone since Linux 5.3
+ * 0.0.0.0, and a loopback one. TCP to a broadcast or multicast route
+ * (tcp_v4_conn_request answers no SYN there, and no connection has such an
+ * address) is discarded too. "Zeronet" is 0.0.0.0 alone since Linux 5.3
  * (ipv4_is_zeronet, include/linux/in.h: 0.0.0.0/8 is unicast space), and
  * class E (240/4) is routed: neither is a martian. */
-static __always_inline int martian4(const struct iphdr *ip, int localnet)
+static __always_inline int martian4(const struct iphdr *ip, int localnet, int tcp)
 {
 	__u32 s = bpf_ntohl(ip->saddr), d = bpf_ntohl(ip->daddr);
 	if ((s >> 28) == 0xe || s == 0xffffffff)
 		return 1;
 	if (d == 0xffffffff || (s == 0 && d == 0))
-		return 0;
+		return tcp;
 	int s_lo = localnet && (s >> 24) == 127;
 	if ((d >> 28) == 0xe)
-		return s_lo || (s == 0 && (d >> 8) != 0xe00000);
+		return tcp || s_lo || (s == 0 && (d >> 8) != 0xe00000);
 	return s == 0 || d == 0 || s_lo || (localnet && (d >> 24) == 127);
 }
 
@@ -91,7 +89,8 @@ static __always_inline int loopback6(const __u32 *a)
 
 /* ip6_rcv_core on a device that is not loopback nor an L3 master: ::1 as
  * source or destination, a multicast destination of scope 0 (reserved) or
- * 1 (interface-local), a multicast source. And tcp_v6_conn_request: a SYN
+ * 1 (interface-local), a multicast source. And TCP: tcp_v6_conn_request
+ * answers no SYN to a multicast destination (ipv6_unicast_destination) nor
  * from an IPv4-mapped source. */
 static __always_inline int martian6(const struct ipv6hdr *ip6, const struct pkt *p)
 {
@@ -101,7 +100,9 @@ static __always_inline int martian6(const struct ipv6hdr *ip6, const struct pkt 
 		return 1;
 	if (loopback6(s) || loopback6(d))
 		return 1;
-	return p->l4proto == IPPROTO_TCP && p->syn && !p->uncl && (s[0] | s[1]) == 0 && s[2] == bpf_htonl(0xffff);
+	if (p->l4proto != IPPROTO_TCP || p->uncl)
+		return 0;
+	return d8[0] == 0xff || (p->syn && (s[0] | s[1]) == 0 && s[2] == bpf_htonl(0xffff));
 }
 
 /* Does Linux certainly discard this selected frame (the rules above)? a1
@@ -126,7 +127,7 @@ __noinline int tl_host_discards(struct xdp_md *ctx, __u64 a1)
 		const struct iphdr *ip = p.l3;
 		if ((const void *)(ip + 1) > end)
 			return 0;
-		return martian4(ip, flags & TL_IF_LOCALNET);
+		return martian4(ip, flags & TL_IF_LOCALNET, p.l4proto == IPPROTO_TCP && !p.uncl);
 	}
 	const struct ipv6hdr *ip6 = p.l3;
 	if ((const void *)(ip6 + 1) > end)

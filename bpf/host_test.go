@@ -102,6 +102,10 @@ func TestKernelDiscards(t *testing.T) {
 		{"IPv6 SYN from ::ffff:192.0.2.1", all, hostFrame(t, DstMAC, "::ffff:192.0.2.1", "2001:db8::2", true), false},
 		{"IPv6 UDP from ::ffff:192.0.2.1", all, hostFrame(t, DstMAC, "::ffff:192.0.2.1", "2001:db8::2", false), true},
 		{"IPv6 UDP from ::ffff:127.0.0.1", all, hostFrame(t, DstMAC, "::ffff:127.0.0.1", "2001:db8::2", false), true},
+		{"TCP SYN to 255.255.255.255", all, hostFrame(t, bcast, "192.0.2.1", "255.255.255.255", true), false},
+		{"TCP SYN 0.0.0.0 to 0.0.0.0", all, hostFrame(t, DstMAC, "0.0.0.0", "0.0.0.0", true), false},
+		{"TCP SYN to 224.0.0.1", all, hostFrame(t, DstMAC, "192.0.2.1", "224.0.0.1", true), false},
+		{"IPv6 TCP SYN to ff02::1", all, hostFrame(t, mc6, "2001:db8::1", "ff02::1", true), false},
 		{"IPv6 UDP from ::", all, hostFrame(t, DstMAC, "::", "2001:db8::2", false), true},
 		{"hop-by-hop first", none, hostFrame(t, DstMAC, "2001:db8::1", "2001:db8::2", false, hbh, dst), true},
 		{"hop-by-hop second", none, hostFrame(t, DstMAC, "2001:db8::1", "2001:db8::2", false, dst, hbh), false},
@@ -110,7 +114,7 @@ func TestKernelDiscards(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, ordinalDefault())
-			if err := h.l.SetIfaces(describe(c.ifc)); err != nil {
+			if _, err := h.l.SetIfaces(describe(c.ifc)); err != nil {
 				t.Fatal(err)
 			}
 			model := tiers.ClassifyOn(h.p, c.ifc, c.frame).Class == tiers.ClassSelected
@@ -135,4 +139,36 @@ func describe(ifc tiers.Iface) []bpf.Iface {
 		return nil
 	}
 	return []bpf.Iface{{Index: 1, MAC: ifc.MAC[:], CheckMAC: ifc.CheckMAC, Martians: ifc.Martians, LocalnetMartian: ifc.LocalnetMartian}}
+}
+
+// TestIfaceSlots checks that an interface whose slot (ifindex %
+// bpf.IfaceSlots) another one holds is left unchecked, and that the
+// program then counts its frames: the slot's entry is not read for it.
+func TestIfaceSlots(t *testing.T) {
+	h := newHarness(t, ordinalDefault())
+	other := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x99}
+	frame := hostFrame(t, other, "192.0.2.1", "198.51.100.1", false)
+	for _, c := range []struct {
+		name    string
+		ifs     []bpf.Iface
+		counted bool
+	}{
+		{"lo described", []bpf.Iface{{Index: 1, MAC: DstMAC, CheckMAC: true}}, false},
+		{"lo's slot held by another", []bpf.Iface{{Index: 1 + bpf.IfaceSlots, MAC: DstMAC, CheckMAC: true}, {Index: 1, MAC: DstMAC, CheckMAC: true}}, true},
+		{"none", nil, true},
+	} {
+		unchecked, err := h.l.SetIfaces(c.ifs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := len(c.ifs) == 2; (len(unchecked) == 1 && unchecked[0] == 1) != want {
+			t.Errorf("%s: left unchecked %v", c.name, unchecked)
+		}
+		s0 := h.stats()
+		h.run(frame)
+		s1 := h.stats()
+		if got := s1.SelectedPackets() != s0.SelectedPackets(); got != c.counted {
+			t.Errorf("%s: a frame to another MAC on lo counted %v, want %v", c.name, got, c.counted)
+		}
+	}
 }

@@ -37,7 +37,7 @@ const (
 	LimiterTlConstTL_SEED_WORDS          LimiterTlConst = 6
 	LimiterTlConstTL_C_FRAG_TTL_MS       LimiterTlConst = 1000
 	LimiterTlConstTL_C_SKB_IFACES        LimiterTlConst = 64
-	LimiterTlConstTL_C_IFACES            LimiterTlConst = 8
+	LimiterTlConstTL_C_IFACES            LimiterTlConst = 64
 	LimiterTlConstTL_LPM_TAG_IPV6        LimiterTlConst = 1073741824
 	LimiterTlConstTL_C_MAX_CPUS          LimiterTlConst = 1024
 	LimiterTlConstTL_C_SMOOTH_FRAC_BITS  LimiterTlConst = 16

@@ -275,8 +275,8 @@ func attachSaturated(t *testing.T, p *testenv.Pair, l *bpf.Limiter, collIdx int)
 		// report's test runs arrive, the same.
 		ifs := []bpf.Iface{{Index: collIdx, MAC: oracleCollMAC, CheckMAC: true, Martians: true, LocalnetMartian: true}}
 		ifs = append(ifs, bpf.Iface{Index: 1, MAC: oracleCollMAC, CheckMAC: true, Martians: true, LocalnetMartian: true})
-		if err := l.SetIfaces(ifs); err != nil {
-			return err
+		if unchecked, err := l.SetIfaces(ifs); err != nil || len(unchecked) > 0 {
+			return fmt.Errorf("describe the veth and lo: %v left unchecked: %v", unchecked, err)
 		}
 		lk, err := link.AttachXDP(link.XDPOptions{Program: l.Program(), Interface: collIdx, Flags: link.XDPDriverMode})
 		if err != nil {

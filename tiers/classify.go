@@ -205,8 +205,9 @@ type packet struct {
 	fragOff     uint16 // in 8-byte units
 	first, next bool
 	v6          bool
-	// tcpSYN: a TCP segment with SYN and without ACK, RST or FIN.
-	tcpSYN bool
+	// isTCP: a TCP segment; tcpSYN: one with SYN and without ACK, RST or
+	// FIN.
+	isTCP, tcpSYN bool
 }
 
 func (pk *packet) has(n int) bool { return len(pk.frame) >= pk.off+n }
@@ -284,7 +285,7 @@ func (p Policy) classify(pk *packet) Classification {
 	if stop != nil {
 		return *stop
 	}
-	pk.tcpSYN = proto == ProtoTCP && syn
+	pk.isTCP, pk.tcpSYN = proto == ProtoTCP, proto == ProtoTCP && syn
 	return p.selection(proto, dport, pk.src, pk.dst, syn, pk.first)
 }
 

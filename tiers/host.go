@@ -32,10 +32,11 @@ func (ifc Iface) discards(pk *packet, c Classification) bool {
 	if !ifc.Martians || (c.Deep && c.Unclassified == UnclassifiedVLANDepth) || !pk.src.IsValid() {
 		return false
 	}
+	tcp := pk.isTCP && !c.Deep
 	if !pk.v6 {
-		return martian4(pk.src, pk.dst, ifc.LocalnetMartian)
+		return martian4(pk.src, pk.dst, ifc.LocalnetMartian, tcp)
 	}
-	return martian6(pk.src, pk.dst, pk.tcpSYN && !c.Deep)
+	return martian6(pk.src, pk.dst, tcp, pk.tcpSYN && !c.Deep)
 }
 
 var (
@@ -50,27 +51,28 @@ var (
 // martian4 is the kernel's IPv4 input routing (net/ipv4/route.c
 // ip_route_input_slow, ip_route_input_mc, ip_mc_validate_source) on UDP
 // and TCP, with the sysctls it does not read taken at any value and
-// route_localnet off when localnet. Its "zeronet" is 0.0.0.0 alone (Linux
-// 5.3 and later: 0.0.0.0/8 is unicast space).
-func martian4(s, d netip.Addr, localnet bool) bool {
+// route_localnet off when localnet; and for TCP, a broadcast or multicast
+// destination (tcp_v4_conn_request). Its "zeronet" is 0.0.0.0 alone
+// (Linux 5.3 and later: 0.0.0.0/8 is unicast space).
+func martian4(s, d netip.Addr, localnet, tcp bool) bool {
 	if multicast4.Contains(s) || s == broadcast4 {
 		return true
 	}
 	if d == broadcast4 || (s == zero4 && d == zero4) {
-		return false
+		return tcp
 	}
 	sLo := localnet && loopback4.Contains(s)
 	if multicast4.Contains(d) {
-		return sLo || (s == zero4 && !localMcast4.Contains(d))
+		return tcp || sLo || (s == zero4 && !localMcast4.Contains(d))
 	}
 	return s == zero4 || d == zero4 || sLo || (localnet && loopback4.Contains(d))
 }
 
 // martian6 is ip6_rcv_core (net/ipv6/ip6_input.c) on a device that is not
 // loopback: ::1 as either address, a multicast source, a multicast
-// destination of scope 0 or 1; and a SYN from an IPv4-mapped source, which
-// tcp_v6_conn_request discards.
-func martian6(s, d netip.Addr, syn bool) bool {
+// destination of scope 0 or 1; and TCP to a multicast destination, or a
+// SYN from an IPv4-mapped source, which tcp_v6_conn_request discards.
+func martian6(s, d netip.Addr, tcp, syn bool) bool {
 	// netip's IsLoopback and IsMulticast unmap IPv4-mapped addresses,
 	// which the kernel does not: the bytes decide.
 	sb, db := s.As16(), d.As16()
@@ -80,7 +82,7 @@ func martian6(s, d netip.Addr, syn bool) bool {
 	if db[0] == 0xff && db[1]&0x0f <= 1 {
 		return true
 	}
-	return syn && mapped6.Contains(s)
+	return tcp && (db[0] == 0xff || (syn && mapped6.Contains(s)))
 }
 
 var loopback6 = netip.IPv6Loopback().As16()
