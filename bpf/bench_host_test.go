@@ -1,7 +1,9 @@
 package bpf_test
 
 import (
+	"math"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -54,7 +56,16 @@ func BenchmarkHostChecks(b *testing.B) {
 				}
 			}
 			s0 := checked.stats()
-			best := bestChunks(b, f.frame, progs...)
+			// Each program in each place of the round, in turn: the first
+			// of a round runs on a colder cache.
+			best := slices.Repeat([]float64{math.Inf(1)}, len(progs))
+			for r := range progs {
+				order := append(slices.Clone(progs[r:]), progs[:r]...)
+				for i, ns := range bestChunks(b, f.frame, order...) {
+					j := (i + r) % len(progs)
+					best[j] = min(best[j], ns)
+				}
+			}
 			if s1 := checked.stats(); s1.SelectedPackets() == s0.SelectedPackets() {
 				b.Fatal("the checked program counted none of the frames: the bench measures the wrong path")
 			}
