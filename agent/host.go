@@ -76,13 +76,29 @@ func (a *Agent) describe(l netlink.Link, all []netlink.Link) (bpf.Iface, string)
 	return ifc, why
 }
 
-// macAcceptors says why another device may take l's frames to a MAC
-// other than l's own ("" when none may): an rx_handler (a bridge, bond,
-// team or openvswitch port has a master; macvlan, macvtap, ipvlan,
-// macsec and VLAN devices on l are its children here, and add their
-// MACs to l's unicast list, dev_uc_add, wherever they live), or a
-// promiscuous l (a macvlan in passthru mode, an hsr port, a capture).
+// macAcceptors says why l may take, as its own, frames to a MAC other
+// than l's ("" when it may not): an rx_handler takes them (a bridge, bond,
+// team or openvswitch port has a master; macvlan, macvtap, ipvlan, macsec
+// and VLAN devices on l are its children here, and add their MACs to l's
+// unicast list, dev_uc_add, wherever they live), l is promiscuous (a
+// macvlan in passthru mode, an hsr port, a capture), l is a master (a
+// bridge passes up frames to its ports' MACs), or l sits on another
+// device (a VLAN device takes frames to its lower's MAC, vlan_do_receive).
 func (a *Agent) macAcceptors(l netlink.Link, all []netlink.Link) string {
+	if why := linkAcceptors(l, all); why != "" {
+		return why
+	}
+	at := l.Attrs()
+	fdb, err := a.nh.NeighList(at.Index, unix.AF_BRIDGE)
+	if err != nil {
+		return "its unicast address list cannot be read: " + err.Error()
+	}
+	return otherUnicast(fdb, at.Index, at.HardwareAddr)
+}
+
+// linkAcceptors is macAcceptors from the links alone: all but the
+// unicast list.
+func linkAcceptors(l netlink.Link, all []netlink.Link) string {
 	at := l.Attrs()
 	if at.MasterIndex != 0 {
 		return fmt.Sprintf("it has a master (ifindex %d)", at.MasterIndex)
@@ -90,17 +106,22 @@ func (a *Agent) macAcceptors(l netlink.Link, all []netlink.Link) string {
 	if at.Promisc > 0 {
 		return "it is promiscuous"
 	}
+	if at.ParentIndex != 0 && at.ParentIndex != at.Index && l.Type() != "veth" {
+		return fmt.Sprintf("it is a %s on ifindex %d", l.Type(), at.ParentIndex)
+	}
+	if masterKinds[l.Type()] || l.Type() == "openvswitch" {
+		return "it is a " + l.Type()
+	}
 	for _, o := range all {
 		oa := o.Attrs()
 		if oa.ParentIndex == at.Index && oa.Index != at.Index && o.Type() != "veth" {
 			return fmt.Sprintf("%s (%s) sits on it", oa.Name, o.Type())
 		}
+		if oa.MasterIndex == at.Index {
+			return fmt.Sprintf("it is the master of %s", oa.Name)
+		}
 	}
-	fdb, err := a.nh.NeighList(at.Index, unix.AF_BRIDGE)
-	if err != nil {
-		return "its unicast address list cannot be read: " + err.Error()
-	}
-	return otherUnicast(fdb, at.Index, at.HardwareAddr)
+	return ""
 }
 
 // otherUnicast says which unicast MAC besides own the address list fdb

@@ -27,3 +27,35 @@ func TestOtherUnicast(t *testing.T) {
 		t.Errorf("a child's MAC in the list: none found")
 	}
 }
+
+// TestLinkAcceptors checks when the MAC check is off from the links
+// alone: for a port, a master, a promiscuous device, a device stacked on
+// another or with one stacked on it; and on for a plain device or veth,
+// whatever veths elsewhere point at it.
+func TestLinkAcceptors(t *testing.T) {
+	attrs := func(idx, parent, master, promisc int) netlink.LinkAttrs {
+		return netlink.LinkAttrs{Index: idx, Name: "if" + string(rune('0'+idx)), ParentIndex: parent, MasterIndex: master, Promisc: promisc}
+	}
+	eth := &netlink.Device{LinkAttrs: attrs(2, 0, 0, 0)}
+	veth := &netlink.Veth{LinkAttrs: attrs(3, 2, 0, 0)} // a peer whose index elsewhere is 2
+	for _, c := range []struct {
+		name string
+		l    netlink.Link
+		all  []netlink.Link
+		off  bool
+	}{
+		{"plain device", eth, []netlink.Link{eth, veth}, false},
+		{"veth", veth, []netlink.Link{eth, veth}, false},
+		{"bridge port", &netlink.Device{LinkAttrs: attrs(2, 0, 9, 0)}, nil, true},
+		{"promiscuous", &netlink.Device{LinkAttrs: attrs(2, 0, 0, 1)}, nil, true},
+		{"vlan device", &netlink.Vlan{LinkAttrs: attrs(4, 2, 0, 0)}, nil, true},
+		{"bridge", &netlink.Bridge{LinkAttrs: attrs(9, 0, 0, 0)}, nil, true},
+		{"master of a port", eth, []netlink.Link{eth, &netlink.Device{LinkAttrs: attrs(5, 0, 2, 0)}}, true},
+		{"macvlan on it", eth, []netlink.Link{eth, &netlink.Macvlan{LinkAttrs: attrs(6, 2, 0, 0)}}, true},
+		{"vlan on it", eth, []netlink.Link{eth, &netlink.Vlan{LinkAttrs: attrs(7, 2, 0, 0)}}, true},
+	} {
+		if why := linkAcceptors(c.l, c.all); (why != "") != c.off {
+			t.Errorf("%s: %q, want the check off %v", c.name, why, c.off)
+		}
+	}
+}
