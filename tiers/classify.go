@@ -226,18 +226,6 @@ func Classify(p Policy, frame []byte) Classification {
 	return ClassifyOn(p, Iface{}, frame)
 }
 
-// ClassifyOn is Classify for a frame arriving on an interface described by
-// ifc: a frame the policy selects but Linux certainly discards there
-// (Iface.Discards) is unselected.
-func ClassifyOn(p Policy, ifc Iface, frame []byte) Classification {
-	pk := packet{frame: frame}
-	c := p.classify(&pk)
-	if (c.Class == ClassSelected || c.Class == ClassExempt) && ifc.discards(&pk, c) {
-		return Classification{FirstFragment: c.FirstFragment}
-	}
-	return c
-}
-
 func (p Policy) classify(pk *packet) Classification {
 	etype, stop := pk.ethernet()
 	if stop != nil {

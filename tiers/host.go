@@ -22,6 +22,18 @@ type Iface struct {
 	LocalnetMartian bool
 }
 
+// ClassifyOn is Classify for a frame arriving on an interface described by
+// ifc: a frame the policy selects but Linux certainly discards there is
+// unselected.
+func ClassifyOn(p Policy, ifc Iface, frame []byte) Classification {
+	pk := packet{frame: frame}
+	c := p.classify(&pk)
+	if (c.Class == ClassSelected || c.Class == ClassExempt) && ifc.discards(&pk, c) {
+		return Classification{FirstFragment: c.FirstFragment}
+	}
+	return c
+}
+
 // discards reports whether Linux discards the parsed frame pk, of class c,
 // on ifc: bpf/host.h kernel_discards, written independently.
 func (ifc Iface) discards(pk *packet, c Classification) bool {
