@@ -5,15 +5,18 @@
  * path, on the interfaces the agent describes (bpf.Limiter.SetIfaces):
  *   - another host's MAC: eth_type_trans (net/ethernet/eth.c) marks a
  *     unicast frame not to dev_addr PACKET_OTHERHOST, and ip_rcv_core and
- *     ip6_rcv_core discard it; unless an rx_handler (a bridge, bond or
- *     team port, the lower device of macvlan, macvtap or VLAN children with
- *     MACs of their own) takes it first, which the agent rules out before
- *     it sets TL_IF_MAC;
+ *     ip6_rcv_core discard it; unless another device takes it first (an
+ *     rx_handler: a bridge, bond or team port, the lower device of
+ *     macvlan, macvtap or VLAN children with MACs of their own) or takes
+ *     it as its own (a bridge, a VLAN device), which the agent rules out
+ *     before it sets TL_IF_MAC (agent/host.go macAcceptors);
  *   - IPv4 martians, whatever the sysctls but route_localnet
  *     (ip_route_input_slow, ip_route_input_mc and ip_mc_validate_source,
- *     net/ipv4/route.c);
- *   - IPv6 martians of ip6_rcv_core (net/ipv6/ip6_input.c), and a SYN from
- *     an IPv4-mapped source, which tcp_v6_conn_request discards.
+ *     net/ipv4/route.c), and TCP to a broadcast or multicast destination
+ *     (tcp_v4_conn_request);
+ *   - IPv6 martians of ip6_rcv_core (net/ipv6/ip6_input.c), and TCP to a
+ *     multicast destination or a SYN from an IPv4-mapped source, which
+ *     tcp_v6_conn_request discards.
  * An interface the agent did not describe is not checked: its frames are
  * counted as before, never passed uncounted. */
 #ifndef __TL_HOST_H
