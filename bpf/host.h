@@ -40,8 +40,6 @@ volatile __u32 tl_if_count;
 volatile __u32 tl_if_index[TL_IFACES];
 volatile __u64 tl_if_word[TL_IFACES];
 
-#define TL_MAC_MASK 0xffffffffffffULL
-
 _Static_assert((TL_IFACES & (TL_IFACES - 1)) == 0, "TL_IFACES must be a power of 2");
 
 /* The word of interface ifindex, 0 when the agent did not describe it. */
@@ -57,8 +55,7 @@ static __always_inline int other_host(const __u8 *eth, const void *end, __u64 wo
 {
 	if ((const void *)(eth + 6) > end || (eth[0] & 1))
 		return 0;
-	__u64 mac = (__u64)*(const __u32 *)eth | (__u64)*(const __u16 *)(eth + 4) << 32;
-	return mac != (word & TL_MAC_MASK);
+	return *(const __u32 *)eth != (__u32)word || *(const __u16 *)(eth + 4) != (__u16)(word >> 32);
 }
 
 /* IPv4 addresses that routing discards whatever the sysctls, with
@@ -74,12 +71,6 @@ static __always_inline int other_host(const __u8 *eth, const void *end, __u64 wo
  * class E (240/4) is routed: neither is a martian. */
 static __always_inline int martian4(const struct iphdr *ip, int localnet, int tcp)
 {
-	/* The common case first: both addresses in 1.0.0.0 to 126.255.255.255
-	 * or 128.0.0.0 to 223.255.255.255, which none of the rules below
-	 * touches. */
-	__u8 sf = ((const __u8 *)&ip->saddr)[0], df = ((const __u8 *)&ip->daddr)[0];
-	if ((__u8)(sf - 1) < 223 && sf != 127 && (__u8)(df - 1) < 223 && df != 127)
-		return 0;
 	__u32 s = bpf_ntohl(ip->saddr), d = bpf_ntohl(ip->daddr);
 	if ((s >> 28) == 0xe || s == 0xffffffff)
 		return 1;
@@ -105,10 +96,6 @@ static __always_inline int martian6(const struct ipv6hdr *ip6, int tcp, int syn)
 {
 	const __u32 *s = (const __u32 *)&ip6->saddr, *d = (const __u32 *)&ip6->daddr;
 	const __u8 *d8 = (const __u8 *)d, s0 = *(const __u8 *)s;
-	/* The common case first: no rule below touches addresses whose first
-	 * bytes are neither 0x00 (::1, IPv4-mapped) nor 0xff (multicast). */
-	if ((__u8)(s0 - 1) < 0xfe && (__u8)(d8[0] - 1) < 0xfe)
-		return 0;
 	if (s0 == 0xff || (d8[0] == 0xff && (d8[1] & 0xf) <= 1))
 		return 1;
 	if (loopback6(s) || loopback6(d))
@@ -132,21 +119,34 @@ __noinline int tl_host_discards(struct xdp_md *ctx, __u64 a1)
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	__u64 word = iface_word(ctx->ingress_ifindex);
-	__u64 flags = word >> TL_IF_FLAG_SHIFT;
+	__u32 flags = word >> TL_IF_FLAG_SHIFT;
 	if ((flags & TL_IF_MAC) && other_host(data, end, word))
 		return 1;
-	__u32 uncl = (a1 >> 9) & 7;
-	if (!(flags & TL_IF_MARTIAN) || uncl == 1 + TL_UNCL_VLAN_DEPTH)
+	if (!(flags & TL_IF_MARTIAN))
 		return 0;
-	void *l3 = data + (a1 & 0xff);
+	const __u8 *l3 = data + (a1 & 0xff);
+	int v6 = (a1 >> 8) & 1;
+	/* The common case first: addresses that no rule touches. IPv4: both
+	 * first octets in 1-126 or 128-223; IPv6: both first bytes neither
+	 * 0x00 (::1, IPv4-mapped) nor 0xff (multicast). */
+	__u32 so = v6 ? 8 : 12, dof = v6 ? 24 : 16;
+	if (l3 + 40 <= (const __u8 *)end) {
+		__u8 sf = l3[so], df = l3[dof];
+		if (v6 ? (__u8)(sf - 1) < 0xfe && (__u8)(df - 1) < 0xfe
+		       : (__u8)(sf - 1) < 223 && sf != 127 && (__u8)(df - 1) < 223 && df != 127)
+			return 0;
+	}
+	__u32 uncl = (a1 >> 9) & 7;
+	if (uncl == 1 + TL_UNCL_VLAN_DEPTH)
+		return 0;
 	int tcp = ((a1 >> 16) & 0xff) == IPPROTO_TCP && !uncl;
-	if (!((a1 >> 8) & 1)) {
-		const struct iphdr *ip = l3;
+	if (!v6) {
+		const struct iphdr *ip = (const void *)l3;
 		if ((const void *)(ip + 1) > end)
 			return 0;
 		return martian4(ip, flags & TL_IF_LOCALNET, tcp);
 	}
-	const struct ipv6hdr *ip6 = l3;
+	const struct ipv6hdr *ip6 = (const void *)l3;
 	if ((const void *)(ip6 + 1) > end)
 		return 0;
 	return martian6(ip6, tcp, (a1 >> 32) & 0xff);
