@@ -208,8 +208,9 @@ func oracleRun(t *testing.T, cases []oracleCase, l *bpf.Limiter) map[int]bool {
 	got := &idSet{m: map[int]bool{}}
 	stop := startOracleListeners(t, p, got)
 	defer stop()
+	local := waitOracleLocal(t, p)
 	if l != nil {
-		attachSaturated(t, p, l, collIdx)
+		attachSaturated(t, p, l, collIdx, local)
 	}
 	var fd int
 	if err := p.Send.Do(func() (err error) {
@@ -241,27 +242,38 @@ func oracleRun(t *testing.T, cases []oracleCase, l *bpf.Limiter) map[int]bool {
 	return got.snapshot()
 }
 
-// attachSaturated applies, in the collector's namespace, the saturated
-// policy with dests: local resolved there as the agent does, and attaches
-// l to the collector's veth (native mode) until t ends.
-func attachSaturated(t *testing.T, p *testenv.Pair, l *bpf.Limiter, collIdx int) {
+// waitOracleLocal waits, in both runs, until the collector's namespace
+// has both its addresses' local routes (the IPv6 one comes once the veth
+// has its carrier: frames sent before are lost to run 1 and would read as
+// discards), and returns its local destinations, as the agent reads them.
+func waitOracleLocal(t *testing.T, p *testenv.Pair) []netip.Prefix {
 	t.Helper()
+	var local []netip.Prefix
 	if err := p.Coll.Do(func() error {
-		// The IPv6 address's local route comes once the veth has its
-		// carrier: wait for both addresses, as the agent follows them.
-		var local []netip.Prefix
 		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			var err error
 			if local, err = localaddr.Prefixes(&netlink.Handle{}); err != nil {
 				return err
 			}
 			if slices.Contains(local, netip.PrefixFrom(p.CollAddr, 32)) && slices.Contains(local, netip.PrefixFrom(p.CollAddr6, 128)) {
-				break
+				return nil
 			}
 			if time.Now().After(deadline) {
 				return fmt.Errorf("local destinations %v lack the collector's addresses after 3 s", local)
 			}
 		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return local
+}
+
+// attachSaturated applies, in the collector's namespace, the saturated
+// policy with dests: local resolved to local, and attaches l to the
+// collector's veth (native mode) until t ends.
+func attachSaturated(t *testing.T, p *testenv.Pair, l *bpf.Limiter, collIdx int, local []netip.Prefix) {
+	t.Helper()
+	if err := p.Coll.Do(func() error {
 		pol := saturatedPolicy(local)
 		tab, err := tiers.Compile(pol)
 		if err != nil {
@@ -292,7 +304,8 @@ func attachSaturated(t *testing.T, p *testenv.Pair, l *bpf.Limiter, collIdx int)
 // setupOracleColl gives the collector's veth its fixed MAC, routes back to
 // any source through the sender (so that every SYN-ACK leaves on the veth,
 // where the sender captures it), and a neighbour for the on-link source
-// the frames spoof. Returns the veth's ifindex.
+// the frames spoof, and for the sender's addresses. Returns the veth's
+// ifindex.
 func setupOracleColl(p *testenv.Pair) (int, error) {
 	lk, err := netlink.LinkByName(p.CollIf)
 	if err != nil {
@@ -306,9 +319,11 @@ func setupOracleColl(p *testenv.Pair) (int, error) {
 			return 0, fmt.Errorf("default route via %v: %w", gw, err)
 		}
 	}
-	for _, a := range []string{"198.51.100.77", "2001:db8:51::77"} {
+	// The sender's own addresses too: a SYN-ACK leaves at once, with no
+	// neighbour discovery that a tentative address would not answer.
+	for _, a := range []string{"198.51.100.77", "2001:db8:51::77", p.SendAddr.String(), p.SendAddr6.String()} {
 		nb := &netlink.Neigh{LinkIndex: lk.Attrs().Index, State: netlink.NUD_PERMANENT, IP: net.ParseIP(a), HardwareAddr: oracleSendMAC}
-		if err := netlink.NeighAdd(nb); err != nil {
+		if err := netlink.NeighSet(nb); err != nil {
 			return 0, fmt.Errorf("neighbour %s: %w", a, err)
 		}
 	}
