@@ -25,7 +25,8 @@ import (
 //   - unchecked-ns/pkt: today's program with no interface described;
 //   - before-ns/pkt, when TIERLIMIT_BEFORE_OBJ names the object of an
 //     earlier build with the same maps (git show REV:bpf/limiter_bpfel.o):
-//     that program on the same maps and policy.
+//     that program with the same policy, on maps of its own as each of
+//     the others.
 //
 // It reports x-unchecked and x-before, today's checked path over each.
 func BenchmarkHostChecks(b *testing.B) {
@@ -44,10 +45,14 @@ func BenchmarkHostChecks(b *testing.B) {
 			}
 			unchecked := newHarness(b, p)
 			progs := []*ebpf.Program{checked.l.Program(), unchecked.l.Program()}
+			hs := []*harness{checked, unchecked}
 			if obj := os.Getenv("TIERLIMIT_BEFORE_OBJ"); obj != "" {
-				progs = append(progs, beforeProgram(b, obj, unchecked.l))
+				// On maps of its own, as each of the others.
+				before := newHarness(b, p)
+				progs = append(progs, beforeProgram(b, obj, before.l))
+				hs = append(hs, before)
 			}
-			for _, h := range []*harness{checked, unchecked} {
+			for _, h := range hs {
 				h.expire()
 			}
 			for _, prog := range progs {
