@@ -364,6 +364,9 @@ func (a *Agent) load() error {
 
 // abort undoes a failed New: detaches what it attached unless pinned.
 func (a *Agent) abort() {
+	// Ends followLocal and followIfaces, which may have started.
+	a.closed.Store(true)
+	close(a.stopLocal)
 	for _, att := range a.attached {
 		if a.pd == nil {
 			a.detachOne(att)
