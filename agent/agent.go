@@ -174,6 +174,9 @@ type Agent struct {
 	current   tiers.Policy
 	local     []netip.Prefix
 	stopLocal chan struct{}
+	// ifaces is what the program was last told of the attached
+	// interfaces (host.go); guarded by mu.
+	ifaces []bpf.Iface
 
 	reloadOK, reloadErr atomic.Uint64
 	configWatch         atomic.Int32 // a WatchMode, from the Reloader
@@ -271,6 +274,10 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := a.countSuperPackets(); err != nil {
 		return nil, err
 	}
+	if err := a.describeIfaces(); err != nil {
+		return nil, fmt.Errorf("describe interfaces to the program: %w", err)
+	}
+	go a.followIfaces(a.stopLocal)
 	if a.pd != nil {
 		if err := a.pinState(); err != nil {
 			return nil, err
@@ -361,6 +368,9 @@ func (a *Agent) load() error {
 
 // abort undoes a failed New: detaches what it attached unless pinned.
 func (a *Agent) abort() {
+	// Ends followLocal and followIfaces, which may have started.
+	a.closed.Store(true)
+	close(a.stopLocal)
 	for _, att := range a.attached {
 		if a.pd == nil {
 			a.detachOne(att)

@@ -57,6 +57,10 @@ func (a *Agent) watchOnce() {
 	if a.pd != nil {
 		a.checkPins()
 	}
+	// A child in another namespace, a sysctl: changes with no event.
+	if err := a.describeIfaces(); err != nil {
+		a.log.Error("describe interfaces to the program", "err", err)
+	}
 }
 
 // followRename notices that att's interface has a new name (same ifindex,

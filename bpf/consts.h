@@ -54,6 +54,14 @@
 #define TL_FRAG_TTL_MS 1000
 #endif
 
+/* Slots of the interfaces the agent describes to the program (host.h),
+ * by ifindex modulo this (a power of 2): an interface whose slot another
+ * one holds is not checked, and its frames are counted as before (never
+ * an evasion). */
+#ifndef TL_IFACES
+#define TL_IFACES 64
+#endif
+
 /* Most interfaces on which the program runs in generic (skb) mode. */
 #ifndef TL_SKB_IFACES
 #define TL_SKB_IFACES 64

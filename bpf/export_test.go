@@ -10,3 +10,7 @@ func (l *Limiter) WindowMap() *ebpf.Map { return l.objs.Window }
 
 // RecordGate is the record_gate map, for tests that check it untouched.
 func (l *Limiter) RecordGate() *ebpf.Map { return l.objs.RecordGate }
+
+// MapNamed is the limiter's map of that name (maps.h), for a benchmark
+// that runs another build of the program on the same maps.
+func (l *Limiter) MapNamed(name string) *ebpf.Map { return l.mapNamed(name) }

@@ -4,11 +4,13 @@ import (
 	"testing"
 
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // FuzzProgram runs random and mutated frames through the program and the
-// Go reference classifier. The program must never drop or count a frame the
+// Go reference classifier (tiers.ClassifyOn, on an interface with every
+// host check on). The program must never drop or count a frame the
 // classifier calls unselected, and must count every frame exactly once, in
 // the class (and malformed reason) the classifier gives. A selected frame
 // runs at a window count picked from the frame (empty, each tier's first
@@ -20,6 +22,12 @@ func FuzzProgram(f *testing.F) {
 		f.Add(tc.frame)
 	}
 	h := newHarness(f, testPolicy(f))
+	// The frames arrive on lo (BPF_PROG_TEST_RUN's), described with every
+	// check of frames Linux discards on (bpf/host.h).
+	ifc := tiers.Iface{MAC: [6]byte(testenv.DstMAC), CheckMAC: true, Martians: true, LocalnetMartian: true}
+	if _, err := h.l.SetIfaces(describe(ifc)); err != nil {
+		f.Fatal(err)
+	}
 	loads := []uint64{0, 1_000_000_000}
 	for k := range h.tab.Bounds {
 		loads = append(loads, h.tab.TierStart(k+1)-1)
@@ -29,7 +37,7 @@ func FuzzProgram(f *testing.F) {
 			return // BPF_PROG_TEST_RUN refuses XDP frames shorter than ETH_HLEN
 		}
 		h.tb = t
-		c := tiers.Classify(h.p, frame)
+		c := tiers.ClassifyOn(h.p, ifc, frame)
 		h.preload(loads[len(frame)%len(loads)])
 		s0, w0 := h.stats(), h.window()
 		ret := h.run(frame)

@@ -11,7 +11,8 @@
  * This file holds the entry point and tl_judge; the rooms they call are
  * headers, in the order a packet meets them: parse.h (Ethernet to UDP or
  * TCP, pkt_pack), policy.h (active slot, selectors, exempt sources, tier
- * table), sources.h (per-source budgets), window.h (the shared window),
+ * table), host.h (frames the kernel discards: another host's MAC,
+ * martians), sources.h (per-source budgets), window.h (the shared window),
  * severity.h, segments.h (UDP super-packets), verdict.h (mode and draw,
  * counters, fragments, TL_STAGE), record.h (samples of shed packets). maps.h holds every map; consts.h and
  * types.h the limits and the structs Go shares. */
@@ -30,6 +31,7 @@
 #include "sources.h"
 #include "severity.h"
 #include "segments.h"
+#include "host.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -70,6 +72,9 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	if (s->sev_on && p.l4proto == IPPROTO_UDP && !p.uncl)
 		sev = pri_off <= TL_PRI_OFF_MAX ? parse_pri(&c, udp_payload(data, data_end, pri_off)) : -1;
 	if (p.uncl ? !uncl_selected(&p, slot, s) : !is_selected(&p, slot, s))
+		goto unselected;
+	/* Not for this host, or a martian: Linux discards it (host.h). */
+	if (tl_if_count && tl_host_discards(ctx, a1))
 		goto unselected;
 	/* A frame with more VLAN tags than we walk has no header we know:
 	 * no source to exempt or to group. */

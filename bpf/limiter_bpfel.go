@@ -37,6 +37,7 @@ const (
 	LimiterTlConstTL_SEED_WORDS          LimiterTlConst = 6
 	LimiterTlConstTL_C_FRAG_TTL_MS       LimiterTlConst = 1000
 	LimiterTlConstTL_C_SKB_IFACES        LimiterTlConst = 64
+	LimiterTlConstTL_C_IFACES            LimiterTlConst = 64
 	LimiterTlConstTL_LPM_TAG_IPV6        LimiterTlConst = 1073741824
 	LimiterTlConstTL_C_MAX_CPUS          LimiterTlConst = 1024
 	LimiterTlConstTL_C_SMOOTH_FRAC_BITS  LimiterTlConst = 16
@@ -74,6 +75,15 @@ type LimiterTlFragVerdict struct {
 	ExpiresNs uint64
 	Pad       uint64
 }
+
+type LimiterTlIfFlag uint32
+
+const (
+	LimiterTlIfFlagTL_IF_MAC        LimiterTlIfFlag = 1
+	LimiterTlIfFlagTL_IF_MARTIAN    LimiterTlIfFlag = 2
+	LimiterTlIfFlagTL_IF_LOCALNET   LimiterTlIfFlag = 4
+	LimiterTlIfFlagTL_IF_FLAG_SHIFT LimiterTlIfFlag = 48
+)
 
 type LimiterTlLpmKey struct {
 	_         structs.HostLayout
@@ -376,6 +386,9 @@ const (
 	LimiterMapWindow            = "window"
 	LimiterProgTierlimit        = "tierlimit"
 	LimiterVarTlContractBtf     = "tl_contract_btf"
+	LimiterVarTlIfCount         = "tl_if_count"
+	LimiterVarTlIfIndex         = "tl_if_index"
+	LimiterVarTlIfWord          = "tl_if_word"
 	LimiterVarTlOpaque          = "tl_opaque"
 	LimiterVarTlRecordShare     = "tl_record_share"
 	LimiterVarTlSkbIfaces       = "tl_skb_ifaces"
@@ -461,6 +474,9 @@ type LimiterMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterVariableSpecs struct {
 	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlIfCount     *ebpf.VariableSpec `ebpf:"tl_if_count"`
+	TlIfIndex     *ebpf.VariableSpec `ebpf:"tl_if_index"`
+	TlIfWord      *ebpf.VariableSpec `ebpf:"tl_if_word"`
 	TlOpaque      *ebpf.VariableSpec `ebpf:"tl_opaque"`
 	TlRecordShare *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
@@ -546,6 +562,9 @@ func (m *LimiterMaps) Close() error {
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterVariables struct {
 	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlIfCount     *ebpf.Variable `ebpf:"tl_if_count"`
+	TlIfIndex     *ebpf.Variable `ebpf:"tl_if_index"`
+	TlIfWord      *ebpf.Variable `ebpf:"tl_if_word"`
 	TlOpaque      *ebpf.Variable `ebpf:"tl_opaque"`
 	TlRecordShare *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.Variable `ebpf:"tl_skb_ifaces"`

@@ -43,6 +43,9 @@ const (
 	limiterPerfMapWindow            = "window"
 	limiterPerfProgTierlimit        = "tierlimit"
 	limiterPerfVarTlContractBtf     = "tl_contract_btf"
+	limiterPerfVarTlIfCount         = "tl_if_count"
+	limiterPerfVarTlIfIndex         = "tl_if_index"
+	limiterPerfVarTlIfWord          = "tl_if_word"
 	limiterPerfVarTlOpaque          = "tl_opaque"
 	limiterPerfVarTlRecordShare     = "tl_record_share"
 	limiterPerfVarTlSkbIfaces       = "tl_skb_ifaces"
@@ -129,6 +132,9 @@ type limiterPerfMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type limiterPerfVariableSpecs struct {
 	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlIfCount     *ebpf.VariableSpec `ebpf:"tl_if_count"`
+	TlIfIndex     *ebpf.VariableSpec `ebpf:"tl_if_index"`
+	TlIfWord      *ebpf.VariableSpec `ebpf:"tl_if_word"`
 	TlOpaque      *ebpf.VariableSpec `ebpf:"tl_opaque"`
 	TlRecordShare *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
@@ -216,6 +222,9 @@ func (m *limiterPerfMaps) Close() error {
 // It can be passed to loadLimiterPerfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type limiterPerfVariables struct {
 	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlIfCount     *ebpf.Variable `ebpf:"tl_if_count"`
+	TlIfIndex     *ebpf.Variable `ebpf:"tl_if_index"`
+	TlIfWord      *ebpf.Variable `ebpf:"tl_if_word"`
 	TlOpaque      *ebpf.Variable `ebpf:"tl_opaque"`
 	TlRecordShare *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.Variable `ebpf:"tl_skb_ifaces"`

@@ -43,6 +43,9 @@ const (
 	limiterStagesProgTierlimit        = "tierlimit"
 	limiterStagesVarTlBenchStage      = "tl_bench_stage"
 	limiterStagesVarTlContractBtf     = "tl_contract_btf"
+	limiterStagesVarTlIfCount         = "tl_if_count"
+	limiterStagesVarTlIfIndex         = "tl_if_index"
+	limiterStagesVarTlIfWord          = "tl_if_word"
 	limiterStagesVarTlOpaque          = "tl_opaque"
 	limiterStagesVarTlRecordShare     = "tl_record_share"
 	limiterStagesVarTlSkbIfaces       = "tl_skb_ifaces"
@@ -129,6 +132,9 @@ type limiterStagesMapSpecs struct {
 type limiterStagesVariableSpecs struct {
 	TlBenchStage  *ebpf.VariableSpec `ebpf:"tl_bench_stage"`
 	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlIfCount     *ebpf.VariableSpec `ebpf:"tl_if_count"`
+	TlIfIndex     *ebpf.VariableSpec `ebpf:"tl_if_index"`
+	TlIfWord      *ebpf.VariableSpec `ebpf:"tl_if_word"`
 	TlOpaque      *ebpf.VariableSpec `ebpf:"tl_opaque"`
 	TlRecordShare *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
@@ -215,6 +221,9 @@ func (m *limiterStagesMaps) Close() error {
 type limiterStagesVariables struct {
 	TlBenchStage  *ebpf.Variable `ebpf:"tl_bench_stage"`
 	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlIfCount     *ebpf.Variable `ebpf:"tl_if_count"`
+	TlIfIndex     *ebpf.Variable `ebpf:"tl_if_index"`
+	TlIfWord      *ebpf.Variable `ebpf:"tl_if_word"`
 	TlOpaque      *ebpf.Variable `ebpf:"tl_opaque"`
 	TlRecordShare *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces   *ebpf.Variable `ebpf:"tl_skb_ifaces"`

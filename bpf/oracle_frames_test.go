@@ -42,7 +42,7 @@ func (c *oracleCase) String() string {
 
 // oracleKinds are the mutation dimensions, one per case; each case may
 // also take a few mutations of other dimensions (mixed).
-var oracleKinds = []string{"plain", "l2", "dst", "src", "ip4opts", "ip4flags", "frag", "ext", "extfrag", "len", "csum", "tcp"}
+var oracleKinds = []string{"plain", "l2", "dst", "src", "ip4opts", "ip4flags", "frag", "ext", "extfrag", "len", "csum", "tcp", "mac", "martian", "hbh"}
 
 // mut is every choice that shapes one case's frames.
 type mut struct {
@@ -87,7 +87,7 @@ func genCase(r *rand.Rand, id int, n oracleNet) oracleCase {
 	}
 	c := oracleCase{id: id, tcp: m.tcp, kind: pick(r, oracleKinds...)}
 	mutate(r, &m, &c, c.kind)
-	if c.kind != "plain" && r.IntN(4) == 0 {
+	if c.kind != "plain" && !strictKinds[c.kind] && r.IntN(4) == 0 {
 		k := pick(r, oracleKinds...)
 		c.desc = append(c.desc, "and "+k+":")
 		mutate(r, &m, &c, k)
@@ -169,6 +169,8 @@ func mutate(r *rand.Rand, m *mut, c *oracleCase, kind string) {
 		m.tcpFlags = pick[byte](r, 0x12, 0x03, 0x06, 0x0a, 0x22, 0xc2, 0x10)
 		m.tcpOpts = pick(r, []byte{2, 4, 5, 0xb4}, []byte{1, 1, 1, 0}, []byte{2, 4, 5, 0xb4, 4, 2, 1, 1, 3, 3, 7, 0})
 		d("tcp flags %#x opts % x", m.tcpFlags, m.tcpOpts)
+	default:
+		mutateHost(r, m, kind, d)
 	}
 }
 

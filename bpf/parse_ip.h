@@ -272,7 +272,8 @@ static __always_inline int parse_frag6(struct pcur *c, struct pkt *p)
 }
 
 /* IPv6 and up to TL_IPV6_EXT_MAX extension headers (ipv6_is_ext). Returns
- * the upper-layer protocol; PARSE_SHORT when truncated; PARSE_MALFORMED
+ * the upper-layer protocol; PARSE_SHORT when truncated or when a
+ * hop-by-hop header is not the first, which Linux discards; PARSE_MALFORMED
  * when the payload length runs past the frame or a header runs past the
  * payload length; PARSE_DEEP when the chain is longer than we walk, or a
  * first fragment's chain goes on in the next fragment. Stops at a
@@ -296,6 +297,12 @@ static __always_inline int parse_ipv6(struct pcur *c, struct pkt *p)
 
 	for (int i = 0; i < TL_IPV6_EXT_MAX; i++) {
 		int r;
+		/* Hop-by-hop options only right after the IPv6 header:
+		 * ip6_rcv_core parses them there (ipv6_parse_hopopts), and
+		 * later in the chain ip6_protocol_deliver_rcu finds no
+		 * protocol for next header 0 and discards the packet. */
+		if (nh == IPPROTO_HOPOPTS && i > 0)
+			return PARSE_SHORT;
 		if (nh == IPPROTO_FRAGMENT) {
 			r = parse_frag6(c, p);
 			if (r >= 0 && p->frag == FRAG_NEXT)
@@ -319,6 +326,8 @@ static __always_inline int parse_ipv6(struct pcur *c, struct pkt *p)
 			return r;
 		nh = r;
 	}
+	if (nh == IPPROTO_HOPOPTS)
+		return PARSE_SHORT;
 	return ipv6_is_ext(nh) ? deep(p, TL_UNCL_IPV6_CHAIN) : nh;
 }
 

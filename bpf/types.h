@@ -39,6 +39,7 @@ enum tl_const {
 	TL_SEED_WORDS = TL_SEED_WORDS_N,
 	TL_C_FRAG_TTL_MS = TL_FRAG_TTL_MS,
 	TL_C_SKB_IFACES = TL_SKB_IFACES,
+	TL_C_IFACES = TL_IFACES,
 	/* LPM tag bit of an IPv6 prefix or address; IPv4 ones leave it clear,
 	 * so a prefix only ever matches packets of its own family */
 	TL_LPM_TAG_IPV6 = 1 << 30,
@@ -136,6 +137,16 @@ enum tl_port_flag {
 enum tl_settings_flag {
 	TL_HAS_EXEMPT = 1, /* the exempt trie holds prefixes for this slot */
 	TL_ANY_DEST = 2,   /* a select rule without dests: it counts unclassified frames to any destination */
+};
+
+/* What the program checks of a frame on an interface the agent described
+ * (host.h): bits of the word tl_if_word holds, from bit TL_IF_FLAG_SHIFT;
+ * the bits below hold the interface's MAC. */
+enum tl_if_flag {
+	TL_IF_MAC = 1,      /* a unicast MAC not the interface's is another host's (no rx_handler takes it) */
+	TL_IF_MARTIAN = 2,  /* the addresses Linux always discards (not loopback, not an L3 master) */
+	TL_IF_LOCALNET = 4, /* 127.0.0.0/8 too: route_localnet is off on the interface and in all */
+	TL_IF_FLAG_SHIFT = 48,
 };
 
 /* Packets and bytes (L2 frame length), one per-CPU slot of a stats map. */
@@ -341,6 +352,7 @@ struct tl_contract {
 	enum tl_misc misc;
 	enum tl_port_flag port_flag;
 	enum tl_settings_flag settings_flag;
+	enum tl_if_flag if_flag;
 	enum tl_sev_class sev_class;
 	enum tl_sev_stat sev_stat;
 	enum tl_malformed malformed;

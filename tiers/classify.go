@@ -205,6 +205,9 @@ type packet struct {
 	fragOff     uint16 // in 8-byte units
 	first, next bool
 	v6          bool
+	// isTCP: a TCP segment; tcpSYN: one with SYN and without ACK, RST or
+	// FIN.
+	isTCP, tcpSYN bool
 }
 
 func (pk *packet) has(n int) bool { return len(pk.frame) >= pk.off+n }
@@ -220,10 +223,13 @@ func (pk *packet) has(n int) bool { return len(pk.frame) >= pk.off+n }
 // length fields; then the select rules and exempt sources (selection).
 // A prefix matches addresses of its own family only.
 func Classify(p Policy, frame []byte) Classification {
-	pk := packet{frame: frame}
+	return ClassifyOn(p, Iface{}, frame)
+}
+
+func (p Policy) classify(pk *packet) Classification {
 	etype, stop := pk.ethernet()
 	if stop != nil {
-		return p.judgeDeep(&pk, *stop)
+		return p.judgeDeep(pk, *stop)
 	}
 	var l4 int
 	switch etype {
@@ -239,7 +245,7 @@ func Classify(p Policy, frame []byte) Classification {
 	}
 	if stop != nil {
 		if stop.Deep {
-			return p.judgeDeep(&pk, *stop)
+			return p.judgeDeep(pk, *stop)
 		}
 		return *stop
 	}
@@ -267,6 +273,7 @@ func Classify(p Policy, frame []byte) Classification {
 	if stop != nil {
 		return *stop
 	}
+	pk.isTCP, pk.tcpSYN = proto == ProtoTCP, proto == ProtoTCP && syn
 	return p.selection(proto, dport, pk.src, pk.dst, syn, pk.first)
 }
 
@@ -397,7 +404,12 @@ func (pk *packet) ipv6() (int, *Classification) {
 	if !pk.has(pk.l4len) {
 		return -1, malformed(MalformedIPv6Length)
 	}
-	for range MaxIPv6ExtHeaders {
+	for i := range MaxIPv6ExtHeaders {
+		// Hop-by-hop options only right after the fixed header: Linux
+		// discards them anywhere else (bpf/parse_ip.h parse_ipv6).
+		if nh == protoHopByHop && i > 0 {
+			return -1, &unselected
+		}
 		switch nh {
 		case protoFragment:
 			if pk.l4len < 8 {
@@ -433,6 +445,9 @@ func (pk *packet) ipv6() (int, *Classification) {
 		default:
 			return nh, nil
 		}
+	}
+	if nh == protoHopByHop {
+		return -1, &unselected
 	}
 	if isIPv6Ext(nh) {
 		return -1, deep(UnclassifiedIPv6Chain)

@@ -13,10 +13,12 @@ import (
 )
 
 // Always local, with no route in the local table: the limited broadcast
-// (ip_route_input takes it as broadcast on any interface) and IPv4
-// multicast, whole (a group the host has not joined is counted, though
-// Linux discards it).
-var always = []netip.Prefix{netip.MustParsePrefix("255.255.255.255/32"), netip.MustParsePrefix("224.0.0.0/4")}
+// (ip_route_input takes it as broadcast on any interface), 0.0.0.0 (taken
+// as broadcast from source 0.0.0.0, ip_route_input_slow's brd_input; from
+// any other source a martian, which the program does not count on an
+// interface the agent describes, bpf/host.h) and IPv4 multicast, whole (a
+// group the host has not joined is counted, though Linux discards it).
+var always = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/32"), netip.MustParsePrefix("255.255.255.255/32"), netip.MustParsePrefix("224.0.0.0/4")}
 
 // Prefixes lists, sorted, the host's own destinations in the local routing
 // table (table 255) that nh sees: where Linux itself decides that a packet
