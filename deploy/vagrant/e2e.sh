@@ -212,6 +212,7 @@ unit_check() {
 	log "restarted: active, pinned, healthy"
 	systemctl stop tierlimit
 	[ "$(xdp_mode_of "$ifc")" != none ] || die "the limiter left $ifc when the unit stopped; it is pinned to stay"
+	tierlimit status >/dev/null || die "tierlimit status reads no pinned state after the unit stopped"
 	log "stopped: the limiter stays attached and pinned"
 	tierlimit detach --iface "$ifc" >/dev/null
 	rm -f /etc/systemd/system/tierlimit.service /etc/default/tierlimit
