@@ -246,8 +246,10 @@ kernel_suite() {
 	grep -a -E 'verifier processed' "$out" | head -5 || true
 	log "$(grep -c '^--- PASS' "$out") passed, $(grep -c '^--- FAIL' "$out") failed, $(grep -c '^--- SKIP' "$out") skipped; slowest: $(grep -E '^--- PASS' "$out" | sed 's/.*: \(\S*\) (\(.*\)s)/\2 \1/' | sort -rn | head -3 | awk '{ printf "%s %ss, ", $2, $1 }')"
 	if [ "$rc" -ne 0 ]; then
-		# -a: a verifier log may hold bytes that make grep call it binary.
-		grep -a -v -E '^(=== (RUN|PAUSE|CONT)|--- PASS|PASS$)' "$out" | cat -v | cut -c1-400 | head -150
+		# What the failed tests printed (cat -v: a verifier log may hold
+		# bytes that are not text).
+		awk '/^=== RUN/ { name = $3; buf = "" } { buf = buf $0 "\n" } /^--- FAIL/ { printf "%s", buf }' "$out" |
+			cat -v | cut -c1-400 | head -150
 		die "the bpf tests failed on Linux $(uname -r) (exit $rc)"
 	fi
 }

@@ -34,6 +34,7 @@
 #   DEB_LIFE 1 (default): the .deb's life (OLD_COMMIT's .deb, 90e44a6,
 #            cached in DEB_CACHE; today's); 0 skips it
 #   E2E_TIMEOUT  the VMs' part, in seconds (2400); BOX_TIMEOUT the box build (1800)
+#   PAUSE_ON_FAIL  seconds to keep the VMs up after a failure, to look (0)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -56,8 +57,11 @@ KERNEL_SUITE=${KERNEL_SUITE:-1}
 # verifier's budget, the kernel probes and the layout, the test_run verdict
 # tables, the reference-model tests of both shapes, and the kernel as the
 # oracle; about 3 minutes under TCG. BPF_RUN=. runs them all but BPF_SKIP's
-# (the long differential and traffic ones): about 11 minutes.
-BPF_RUN=${BPF_RUN:-'^(TestVerifierComplexity|TestContract|TestLayoutGolden|TestKernel.*|TestLoadRefusesMissingFeature|TestVerdictTable|TestTruncated|TestFragmentsFollowFirst|TestAddressFamilies|TestTierAccuracy|TestWindow|TestWindowEdge|TestSmoothProgram|TestModes|TestSaturationBoundary|TestSeverityParse|TestSourcesDifferential|TestSharingSmooth)$'}
+# (the long differential and traffic ones): about 11 minutes. Not
+# TestWindowEdge: its gate case judges the tick gate against the clock to
+# the millisecond, and a TCG guest's jiffies lag (one run of three: a packet
+# at +50.67 ms of a 50 ms window was judged in it).
+BPF_RUN=${BPF_RUN:-'^(TestVerifierComplexity|TestVerifierBudgetFor|TestContract|TestLayoutGolden|TestKernel.*|TestLoadRefusesMissingFeature|TestVerdictTable|TestTruncated|TestFragmentsFollowFirst|TestAddressFamilies|TestTierAccuracy|TestWindow|TestSmoothProgram|TestModes|TestSaturationBoundary|TestSeverityParse|TestSourcesDifferential|TestSharingSmooth)$'}
 BPF_SKIP=${BPF_SKIP:-'^(TestDifferential|TestSeverityDifferential|TestApplySwapsUnderTraffic|TestSeverityDeterministic)$'}
 VAGRANT=${VAGRANT:-vagrant}
 GO=${GO:-go}
@@ -241,6 +245,10 @@ guest() {
 inner_cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
+	if [ "$rc" -ne 0 ] && [ "${PAUSE_ON_FAIL:-0}" -gt 0 ]; then
+		log "PAUSE_ON_FAIL: the VMs stay up for ${PAUSE_ON_FAIL}s: ip netns exec tlvm-PID ssh -F $STATE/ssh_config collector"
+		sleep "$PAUSE_ON_FAIL"
+	fi
 	if [ "$rc" -ne 0 ]; then
 		for f in "$STATE"/console/*.log; do
 			[ -f "$f" ] || continue
@@ -359,5 +367,5 @@ __sandbox)
 	;;
 __run) run_vms "$2" ;;
 "") outer ;;
-*) sed -n '2,36p' "$0"; exit 2 ;;
+*) sed -n '2,37p' "$0"; exit 2 ;;
 esac
