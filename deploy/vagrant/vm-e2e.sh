@@ -49,7 +49,7 @@ QUEUES=${QUEUES:-2}
 E2E_TIMEOUT=${E2E_TIMEOUT:-2400}
 # The previous release (the last one landed before the pinned layout was
 # versioned: layout 0), whose .deb deb-life upgrades from.
-OLD_COMMIT=${OLD_COMMIT:-90e44a6}
+OLD_COMMIT=${OLD_COMMIT:-90e44a685f8a6b120aab3d04785d83917945eaa0}
 DEB_CACHE=${DEB_CACHE:-/var/cache/tierlimit/vagrant-debs}
 DEB_LIFE=${DEB_LIFE:-1}
 KERNEL_SUITE=${KERNEL_SUITE:-1}
@@ -324,7 +324,7 @@ run_vms() {
 # with every burst's window checked shed; then the purge.
 deb_life() {
 	local i w=${WINDOW%s}
-	log "deb: install the previous release ($OLD_COMMIT), systemctl enable --now"
+	log "deb: install the previous release (${OLD_COMMIT:0:7}), systemctl enable --now"
 	guest collector deb-install
 	for i in 1 2; do
 		sleep "$w"
