@@ -69,7 +69,7 @@ bench-quick:
 # box (debootstrap, Debian packages only; cached); vagrant-e2e boots both VMs
 # with vagrant-libvirt (KVM, else TCG) in a sandbox namespace, floods, checks
 # every window against tiers.Expected and tears it all down. Make variables:
-# BOX (local|public), MAX, WINDOW, WINDOWS, BURST, QUEUES, SANDBOX (1|0), UNIT_CHECK (1: the shipped unit under systemd; not yet run).
+# BOX (local|public), MAX, WINDOW, WINDOWS, BURST, QUEUES, SANDBOX (1|0), UNIT_CHECK (0 skips the shipped unit under systemd).
 VAGRANT ?= vagrant
 BOX ?= local
 

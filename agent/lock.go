@@ -83,8 +83,10 @@ func lockRunFile(pin string) (*os.File, error) {
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		if sameFile(f, path) {
+			// The holder's pid, then the pin path: RecordedPinPaths
+			// reads it back (the file's name cannot be decoded).
 			if err := f.Truncate(0); err == nil {
-				_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+				_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"+pin+"\n"), 0)
 			}
 			return f, nil
 		}

@@ -1,11 +1,13 @@
 package bpf_test
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
@@ -21,6 +23,22 @@ import (
 // struct pcur). A change that makes the verifier's path search blow up
 // fails here, with its figure, before it fails to load on some kernel.
 const verifierBudget = 200_000
+
+// verifierBudgetBefore618 is the budget on kernels older than 6.18, whose
+// verifiers prune less, so the same program costs them more: 303,582
+// instructions on Debian 12's Linux 6.1 (make vagrant-e2e's kernel-suite,
+// deploy/README.md), and a quarter more. Kernels between 6.1 and 6.18 have
+// not been measured; they get this budget too.
+const verifierBudgetBefore618 = 380_000
+
+// budgetFor is the verifier budget on Linux release rel (uname -r).
+func budgetFor(rel string) int {
+	var major, minor int
+	if _, err := fmt.Sscanf(rel, "%d.%d", &major, &minor); err == nil && (major < 6 || major == 6 && minor < 18) {
+		return verifierBudgetBefore618
+	}
+	return verifierBudget
+}
 
 var processedRE = regexp.MustCompile(`processed (\d+) insns`)
 
@@ -45,8 +63,25 @@ func TestVerifierComplexity(t *testing.T) {
 		t.Fatalf("no statistics in the verifier log:\n%s", log)
 	}
 	n, _ := strconv.Atoi(m[1])
-	t.Logf("verifier processed %d instructions (budget %d, kernel limit 1000000)", n, verifierBudget)
-	if n > verifierBudget {
-		t.Errorf("the verifier processed %d instructions, over the budget of %d", n, verifierBudget)
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		t.Fatal(err)
+	}
+	rel := unix.ByteSliceToString(uts.Release[:])
+	budget := budgetFor(rel)
+	t.Logf("verifier processed %d instructions on Linux %s (budget %d, kernel limit 1000000)", n, rel, budget)
+	if n > budget {
+		t.Errorf("the verifier processed %d instructions, over the budget of %d", n, budget)
+	}
+}
+
+func TestVerifierBudgetFor(t *testing.T) {
+	for rel, want := range map[string]int{
+		"6.18.44-fc-v1045": verifierBudget, "6.19.0": verifierBudget, "7.0.1": verifierBudget,
+		"6.1.0-50-amd64": verifierBudgetBefore618, "5.17.3": verifierBudgetBefore618, "garbage": verifierBudget,
+	} {
+		if got := budgetFor(rel); got != want {
+			t.Errorf("budgetFor(%q) = %d, want %d", rel, got, want)
+		}
 	}
 }

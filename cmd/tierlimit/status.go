@@ -202,16 +202,28 @@ func writeStatus(w io.Writer, st agent.Status) error {
 
 func newDetachCmd(g *globals) *cobra.Command {
 	var pin, iface string
+	var all bool
 	cmd := &cobra.Command{
-		Use:   "detach --iface IF",
+		Use:   "detach --iface IF | --all",
 		Short: "Remove the pinned limiter from an interface (and the maps after the last)",
 		Long: `detach removes tierlimit's pinned link from the interface, which detaches the
 program. Once no interface is left, it removes the pinned maps too. It refuses
-to touch an XDP program that is not tierlimit's.`,
+to touch an XDP program that is not tierlimit's.
+
+detach --all removes tierlimit from every interface of this network namespace,
+whatever holds it (a link pinned under any path, or netlink), and removes the
+pin directories of --pin-path, the default, and every pin path an agent has
+used since boot (recorded under /run/tierlimit). The package's removal runs it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if all {
+				if cmd.Flags().Changed("iface") {
+					return usageErrorf("detach: --all and --iface exclude each other")
+				}
+				return detachAll(g, pin)
+			}
 			if iface == "" {
-				return usageErrorf("detach: --iface is required")
+				return usageErrorf("detach: --iface or --all is required")
 			}
 			if err := agent.Detach(pin, iface); err != nil {
 				return explainNotPinned(explainAgent(err, pin, []string{iface}), pin)
@@ -221,8 +233,32 @@ to touch an XDP program that is not tierlimit's.`,
 		},
 	}
 	cmd.Flags().StringVar(&iface, "iface", "", "interface to detach from")
+	cmd.Flags().BoolVar(&all, "all", false, "detach from every interface and remove every recorded pin directory")
 	cmd.Flags().StringVar(&pin, "pin-path", agent.DefaultPinPath, "bpffs directory of the pinned links and maps")
 	return cmd
+}
+
+// detachAll is detach --all: pin and the recorded pin paths.
+func detachAll(g *globals, pin string) error {
+	pins := append([]string{pin, agent.DefaultPinPath}, agent.RecordedPinPaths()...)
+	rm, err := agent.DetachAll(pins)
+	log := g.logger()
+	for _, l := range rm.Links {
+		log.Info("detached", "iface", l.Iface, "link_id", l.LinkID, "program_id", l.ProgramID)
+	}
+	for _, i := range rm.Netlink {
+		log.Info("detached", "iface", i, "via", "netlink")
+	}
+	for _, d := range rm.PinDirs {
+		log.Info("removed pinned state", "pin_path", d)
+	}
+	if err != nil {
+		return explainAgent(err, pin, nil)
+	}
+	if len(rm.Links)+len(rm.Netlink)+len(rm.PinDirs) == 0 {
+		log.Info("nothing to detach: no tierlimit program on this namespace's interfaces, no pinned state")
+	}
+	return nil
 }
 
 // writeLayoutStatus says which layout the maps are pinned in, when it is

@@ -22,8 +22,10 @@ const (
 // Maintainer scripts. The service is not enabled or started on install: it
 // needs TIERLIMIT_IFACES first. An upgrade restarts a running service, which
 // adopts the pinned limiter with no attach gap; a removal stops it and
-// detaches the limiter from the configured interfaces, which would otherwise
-// keep shedding with no binary left to remove it.
+// detaches the limiter, which would otherwise keep shedding with no binary
+// left to remove it: detach --all, from every interface whatever holds it
+// (a link pinned under another --pin-path, an interface dropped from
+// TIERLIMIT_IFACES since), and every pin path an agent recorded.
 const (
 	postinst = `#!/bin/sh
 set -e
@@ -43,11 +45,7 @@ if [ "$1" = remove ]; then
 	if [ -d /run/systemd/system ]; then
 		systemctl stop tierlimit.service || true
 	fi
-	TIERLIMIT_IFACES=
-	[ -r /etc/default/tierlimit ] && . /etc/default/tierlimit
-	for i in $TIERLIMIT_IFACES; do
-		/usr/bin/tierlimit detach --iface "$i" || true
-	done
+	/usr/bin/tierlimit detach --all || true
 fi
 `
 	postrm = `#!/bin/sh

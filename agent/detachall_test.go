@@ -1,0 +1,165 @@
+package agent_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+
+	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/internal/testenv"
+)
+
+// TestDetachAll is the package's removal (issue 24 part 3): in the
+// collector's namespace, a limiter pinned under a recorded pin path, one
+// whose pin path nobody recorded (TIERLIMIT_OPTS named another --pin-path,
+// or TIERLIMIT_IFACES changed since), and a tierlimit program attached
+// through netlink all go; a foreign program in the namespace and a
+// tierlimit link in another namespace stay.
+func TestDetachAll(t *testing.T) {
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	recorded := testenv.PinPath(t, agent.LockFile)
+	unrecorded := testenv.PinPath(t, agent.LockFile)
+	addVeth(t, p.Coll, "dxa0", "dxa1")
+	addVeth(t, p.Coll, "dxb0", "dxb1")
+
+	a := startPinned(t, p, recorded, defaultPolicy())
+	closeAgent(t, a)
+	b, err := newAgent(p, agent.Config{PinPath: unrecorded, Interfaces: []string{"dxa0"}, XDPMode: agent.XDPGeneric}, defaultPolicy())
+	if err != nil {
+		t.Fatalf("agent on dxa0: %v", err)
+	}
+	closeAgent(t, b)
+	if !slices.Contains(agent.RecordedPinPaths(), recorded) {
+		t.Fatalf("RecordedPinPaths %v lacks %s", agent.RecordedPinPaths(), recorded)
+	}
+	if err := os.Remove(agent.LockFile(unrecorded)); err != nil {
+		t.Fatal(err)
+	}
+	named := xdpProgram(t, agent.ProgramName)
+	foreign := xdpProgram(t, "foreign")
+	attachNetlink(t, p.Coll, "dxa1", named)
+	attachNetlink(t, p.Coll, "dxb0", foreign)
+	// On the sender's lo: ifindex 1, as the collector namespace's lo.
+	var elsewhere link.Link
+	if err := p.Send.Do(func() (err error) {
+		elsewhere, err = link.AttachXDP(link.XDPOptions{Program: named, Interface: 1, Flags: link.XDPGenericMode})
+		return err
+	}); err != nil {
+		t.Fatalf("tierlimit link in the sender's namespace: %v", err)
+	}
+	t.Cleanup(func() { elsewhere.Close() })
+
+	var rm agent.Removed
+	if err := p.Coll.Do(func() (err error) { rm, err = agent.DetachAll([]string{recorded}); return err }); err != nil {
+		t.Fatalf("DetachAll: %v (removed %+v)", err, rm)
+	}
+	t.Logf("removed %+v", rm)
+	for _, ifc := range []string{p.CollIf, "dxa0", "dxa1"} {
+		if x := testenv.XDP(t, p.Coll, ifc); x.ID != 0 {
+			t.Errorf("%s still runs program %d %q", ifc, x.ID, x.Name)
+		}
+	}
+	if x := testenv.XDP(t, p.Coll, "dxb0"); x.Name != "foreign" {
+		t.Errorf("dxb0 runs %d %q, want the foreign program left alone", x.ID, x.Name)
+	}
+	if x := testenv.XDP(t, p.Send, "lo"); x.Name != agent.ProgramName {
+		t.Errorf("the sender namespace's lo runs %d %q, want its tierlimit link left alone", x.ID, x.Name)
+	}
+	if _, err := os.Stat(recorded); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("recorded pin dir %s: %v, want it removed", recorded, err)
+	}
+	if _, err := os.Stat(filepath.Join(unrecorded, "maps")); err != nil {
+		t.Errorf("unrecorded pin dir %s: %v, want it left (it was not named)", unrecorded, err)
+	}
+	if len(rm.Links) != 2 || len(rm.Netlink) != 1 || len(rm.PinDirs) != 1 {
+		t.Errorf("removed %d links, %d netlink programs, %d pin dirs; want 2, 1, 1", len(rm.Links), len(rm.Netlink), len(rm.PinDirs))
+	}
+}
+
+// TestDetachAllRefusesRunningAgent: with an agent running on one of the
+// pin paths, DetachAll touches nothing.
+func TestDetachAllRefusesRunningAgent(t *testing.T) {
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	pin := testenv.PinPath(t, agent.LockFile)
+	a := startPinned(t, p, pin, defaultPolicy())
+	t.Cleanup(func() {
+		a.Close()
+		p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) })
+	})
+	id := testenv.XDP(t, p.Coll, p.CollIf).ID
+	var running *agent.AgentRunningError
+	err := p.Coll.Do(func() error { _, err := agent.DetachAll([]string{pin}); return err })
+	if !errors.As(err, &running) {
+		t.Fatalf("DetachAll with an agent running: %v, want *AgentRunningError", err)
+	}
+	if got := testenv.XDP(t, p.Coll, p.CollIf).ID; got != id {
+		t.Fatalf("after the refusal %s runs program %d, want %d untouched", p.CollIf, got, id)
+	}
+}
+
+func closeAgent(t *testing.T, a *agent.Agent) {
+	t.Helper()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// addVeth adds a veth pair, both ends up, inside ns.
+func addVeth(t *testing.T, ns *testenv.NS, name, peer string) {
+	t.Helper()
+	if err := ns.Do(func() error {
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peer}); err != nil {
+			return err
+		}
+		for _, n := range []string{name, peer} {
+			l, err := netlink.LinkByName(n)
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetUp(l); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("veth %s in %s: %v", name, ns.Name, err)
+	}
+}
+
+// xdpProgram loads an XDP program named name that passes everything.
+func xdpProgram(t *testing.T, name string) *ebpf.Program {
+	t.Helper()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: name, Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()},
+	})
+	if err != nil {
+		t.Fatalf("load %s: %v", name, err)
+	}
+	t.Cleanup(func() { prog.Close() })
+	return prog
+}
+
+// attachNetlink attaches prog to iface in ns through netlink, generic mode.
+func attachNetlink(t *testing.T, ns *testenv.NS, iface string, prog *ebpf.Program) {
+	t.Helper()
+	if err := ns.Do(func() error {
+		l, err := netlink.LinkByName(iface)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetXdpFdWithFlags(l, prog.FD(), nl.XDP_FLAGS_SKB_MODE)
+	}); err != nil {
+		t.Fatalf("attach %s to %s: %v", prog, iface, err)
+	}
+}
