@@ -115,8 +115,8 @@ func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src DropSource
 		return nil, fmt.Errorf("adaptive max: a controller runs already")
 	}
 	a.log.Info("adaptive max: collector socket drops", "signal", src.Signal(), "netns", netnsName(m.netns), "ports", portsString(udpPorts(p)),
-		"law", fmt.Sprintf("drops: max×max(%.1f, 1-drops/delivered); %d clean windows while shedding: max+step (start/%d, doubling beyond 10%% over the last max with drops, up to ×%d)",
-			tiers.AutoBeta, tiers.AutoK, tiers.AutoAlphaDiv, tiers.AutoAlphaCap))
+		"law", fmt.Sprintf("drops: max×max(%.1f, 1-drops/delivered), at most ×%.1f from a buffer over half full; %d clean windows while shedding: max+step (start/%d, doubling beyond 10%% over the last max with drops, up to ×%d)",
+			tiers.AutoBeta, tiers.AutoBetaFirst, tiers.AutoK, tiers.AutoAlphaDiv, tiers.AutoAlphaCap))
 	if s, ok := src.(*snmp); ok && s.why != nil {
 		a.log.Warn("adaptive max: no per-socket drops, using the namespace's UDP RcvbufErrors", "reason", s.why)
 	}
@@ -139,6 +139,9 @@ func (a *Agent) applyLocked(p tiers.Policy) error {
 		return err
 	}
 	a.current = p
+	if ep := a.record.Load(); ep != nil {
+		ep.setMax(p.Max)
+	}
 	return nil
 }
 

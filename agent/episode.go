@@ -139,6 +139,15 @@ func (e *Episodes) setPolicy(p tiers.Policy) {
 	e.mode, e.max, e.samples = p.Mode, p.Max, p.Record.Samples
 }
 
+// setMax takes the max that `max: auto` applied (packets per window): the
+// next episode's reports say it. An open episode keeps the max it opened
+// with.
+func (e *Episodes) setMax(m uint64) {
+	e.mu.Lock()
+	e.max = m
+	e.mu.Unlock()
+}
+
 func (e *Episodes) run(ctx context.Context) {
 	e.mu.Lock()
 	if e.send != nil {

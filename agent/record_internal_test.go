@@ -474,3 +474,33 @@ func TestPayloadSeverity(t *testing.T) {
 		}
 	}
 }
+
+// TestEpisodeMaxFollowsAuto: the max that `max: auto` applies between
+// reloads (setMax, from applyLocked) is the one the next episode reports;
+// an open episode keeps the max it opened with.
+func TestEpisodeMaxFollowsAuto(t *testing.T) {
+	p := tiers.Default()
+	p.Max = 2000
+	e := newEpisodes(slog.New(slog.DiscardHandler), nil, nil, p, func() []string { return []string{"veth0"} }, filepath.Join(t.TempDir(), "episode.json"))
+	var st bpf.Stats
+	now := time.Now()
+	step := func(drops uint64) {
+		st.Selected[3][tiers.VerdictDrop].Packets += drops
+		now = now.Add(time.Second)
+		e.tick(now, st)
+	}
+	step(0) // first read
+	e.setMax(1260)
+	step(10) // opens at the applied max
+	e.setMax(882)
+	if got := e.Current().Max; got != 1260 {
+		t.Errorf("open episode's max %d, want 1260 (the max it opened with)", got)
+	}
+	for range QuietWindows {
+		step(0)
+	}
+	step(10) // the next episode
+	if c := e.Current(); !c.Open || c.Max != 882 {
+		t.Errorf("next episode %+v, want open at max 882", c)
+	}
+}

@@ -63,8 +63,8 @@ func printAuto(w io.Writer, a tiers.AutoMax) {
 	if a.NetNS != "" {
 		fmt.Fprintf(w, "auto netns\t%s: the signal is read in that network namespace, where the collector's sockets live; run refuses to start when it cannot be read there\n", a.NetNS)
 	}
-	fmt.Fprintf(w, "auto down\tsocket drops D while P were delivered: max × max(β, 1 − D/P), at least 1 lower, not below %d; β = %.1f after a window that dropped over 30%%, else %.1f; no cut in the window after a cut\n",
-		a.Floor, tiers.AutoBeta, tiers.AutoBetaFirst)
+	fmt.Fprintf(w, "auto down\tsocket drops D while P were delivered: max × max(β, 1 − D/P), at least 1 lower, not below %d; β = %.1f after a window that dropped over 30%%, else %.1f; at least a cut to × %.1f when the collector's buffer is over half full (a standing backlog, sock_diag only); no cut in the window after a cut\n",
+		a.Floor, tiers.AutoBeta, tiers.AutoBetaFirst, tiers.AutoBetaFirst)
 	fmt.Fprintf(w, "auto early\tno socket drops yet, but a collector socket's receive buffer over half full and %.0f%% of it fuller than in the window before, while shedding (sock_diag only): max × %.1f, as a cut\n",
 		100*tiers.AutoRise, tiers.AutoBetaFirst)
 	fmt.Fprintf(w, "auto up\t%d windows in a row without socket drops while shedding and the collector's buffer under half full: max + %d (start/%d); once max is 10%% over the last max with drops, 1 window and doubling steps up to %d; not above %d\n",
