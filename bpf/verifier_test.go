@@ -25,11 +25,14 @@ import (
 const verifierBudget = 200_000
 
 // verifierBudgetBefore618 is the budget on kernels older than 6.18, whose
-// verifiers prune less, so the same program costs them more: 303,582
+// verifiers prune less, so the same program costs them more: 562,348
 // instructions on Debian 12's Linux 6.1 (make vagrant-e2e's kernel-suite,
-// deploy/README.md), and a quarter more. Kernels between 6.1 and 6.18 have
+// deploy/README.md), and a quarter more: 70% of the kernel's limit. It was
+// 303,582 before the checks of frames Linux discards (host.h): 6.1 pays
+// for tl_judge's branch on tl_host_discards what 6.18 prunes (153.6k
+// there, a thousand fewer than before). Kernels between 6.1 and 6.18 have
 // not been measured; they get this budget too.
-const verifierBudgetBefore618 = 380_000
+const verifierBudgetBefore618 = 700_000
 
 // budgetFor is the verifier budget on Linux release rel (uname -r).
 func budgetFor(rel string) int {
