@@ -11,7 +11,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 )
 
 // Removed is what DetachAll removed.
@@ -230,14 +229,7 @@ func detachNetlinkAll(nh *netlink.Handle, ours func(uint32) bool) ([]string, []e
 		if x == nil || !x.Attached || x.ProgId == 0 || !ours(x.ProgId) {
 			continue
 		}
-		flags := 0
-		switch x.AttachMode {
-		case nl.XDP_ATTACHED_DRV:
-			flags = nl.XDP_FLAGS_DRV_MODE
-		case nl.XDP_ATTACHED_SKB:
-			flags = nl.XDP_FLAGS_SKB_MODE
-		}
-		if err := netlink.LinkSetXdpFdWithFlags(l, -1, flags); err != nil {
+		if err := netlink.LinkSetXdpFdWithFlags(l, -1, xdpModeFlags(x)); err != nil {
 			errs = append(errs, fmt.Errorf("detach xdp from %s: %w", l.Attrs().Name, err))
 			continue
 		}

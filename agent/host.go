@@ -168,35 +168,18 @@ func (a *Agent) followIfaces(done <-chan struct{}) {
 		a.log.Error("cannot follow links: the MAC checks follow them at each watch round only", "err", err)
 		return
 	}
-	for {
-		select {
-		case <-done:
-			return
-		case _, ok := <-links:
-			if !ok {
-				return
-			}
-		}
-		quiet := time.NewTimer(50 * time.Millisecond)
-	drain:
-		for {
-			select {
-			case <-done:
-				quiet.Stop()
-				return
-			case <-links:
-			case <-quiet.C:
-				break drain
-			}
-		}
+	ev := newEvents()
+	follow(ev, done, links)
+	ev.settle(done, 50*time.Millisecond, func() {
 		a.mu.Lock()
-		if !a.closed.Load() {
-			if err := a.describeIfaces(); err != nil {
-				a.log.Error("describe interfaces to the program", "err", err)
-			}
+		defer a.mu.Unlock()
+		if a.closed.Load() {
+			return
 		}
-		a.mu.Unlock()
-	}
+		if err := a.describeIfaces(); err != nil {
+			a.log.Error("describe interfaces to the program", "err", err)
+		}
+	})
 }
 
 // Ifaces returns what the program was last told of the attached

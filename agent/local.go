@@ -41,34 +41,10 @@ func (a *Agent) followLocal(done <-chan struct{}) {
 		a.log.Error("cannot follow local routes: dests local keeps the addresses of the start", "err", err)
 		return
 	}
-	for {
-		select {
-		case <-done:
-			return
-		case _, ok := <-addrs:
-			if !ok {
-				return
-			}
-		case _, ok := <-routes:
-			if !ok {
-				return
-			}
-		}
-		quiet := time.NewTimer(50 * time.Millisecond)
-	drain:
-		for {
-			select {
-			case <-done:
-				quiet.Stop()
-				return
-			case <-addrs:
-			case <-routes:
-			case <-quiet.C:
-				break drain
-			}
-		}
-		a.refreshLocal()
-	}
+	ev := newEvents()
+	follow(ev, done, addrs)
+	follow(ev, done, routes)
+	ev.settle(done, 50*time.Millisecond, a.refreshLocal)
 }
 
 // refreshLocal reads the local prefixes and, when they changed, applies

@@ -211,14 +211,7 @@ func detachNetlink(d *pinDir, iface string) error {
 	if !d.owns(x.ProgId) {
 		return &ForeignProgramError{Iface: iface, Program: describeProgram(x.ProgId)}
 	}
-	flags := 0
-	switch x.AttachMode {
-	case nl.XDP_ATTACHED_DRV:
-		flags = nl.XDP_FLAGS_DRV_MODE
-	case nl.XDP_ATTACHED_SKB:
-		flags = nl.XDP_FLAGS_SKB_MODE
-	}
-	if err := netlink.LinkSetXdpFdWithFlags(l, -1, flags); errors.Is(err, unix.EBUSY) {
+	if err := netlink.LinkSetXdpFdWithFlags(l, -1, xdpModeFlags(x)); errors.Is(err, unix.EBUSY) {
 		return &BusyError{Iface: iface, Program: describeProgram(x.ProgId)}
 	} else if err != nil {
 		return fmt.Errorf("detach xdp from %s: %w", iface, err)
@@ -240,4 +233,17 @@ func (d *pinDir) removeIfUnused() error {
 		return fmt.Errorf("remove pinned maps %s: %w", d.path, err)
 	}
 	return nil
+}
+
+// xdpModeFlags are the flags that name x's attach mode to netlink, as a
+// netlink detach needs them (native or generic; none for an offload or an
+// unknown mode).
+func xdpModeFlags(x *netlink.LinkXdp) int {
+	switch x.AttachMode {
+	case nl.XDP_ATTACHED_DRV:
+		return nl.XDP_FLAGS_DRV_MODE
+	case nl.XDP_ATTACHED_SKB:
+		return nl.XDP_FLAGS_SKB_MODE
+	}
+	return 0
 }
