@@ -34,8 +34,11 @@ func TestOtherHostMAC(t *testing.T) {
 	otherMAC := net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x99}
 	testenv.AddAddr(t, p.Coll, p.CollIf, netip.PrefixFrom(other, 32))
 	sendNeigh(t, p, other, otherMAC)
-	if sel, unsel := countSent(t, a, p, other, 30); sel != 0 || unsel != 30 {
-		t.Errorf("to %v at another host's MAC %v: %d of 30 counted, %d unselected; want none counted", other, otherMAC, sel, unsel)
+	// Unselected counts every frame the program passes unjudged: a stray
+	// ARP or IPv6 neighbour or multicast-listener frame on the veth may add
+	// one or two (31 in one run).
+	if sel, unsel := countSent(t, a, p, other, 30); sel != 0 || unsel < 30 || unsel > 35 {
+		t.Errorf("to %v at another host's MAC %v: %d of 30 counted, %d unselected; want none counted, 30 unselected (and up to 5 stray frames)", other, otherMAC, sel, unsel)
 	}
 
 	child := netip.MustParseAddr("198.51.100.70")
