@@ -163,7 +163,7 @@ func (a *Agent) routeLocalnet(name string) bool {
 // up, a sysctl) is read again on each Watch round.
 func (a *Agent) followIfaces(done <-chan struct{}) {
 	links := make(chan netlink.LinkUpdate, 64)
-	errf := func(err error) { a.log.Warn("following links", "err", err) }
+	errf := a.subscriptionErrors(done, "following links")
 	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{Namespace: &a.ns, ErrorCallback: errf}); err != nil {
 		a.log.Error("cannot follow links: the MAC checks follow them at each watch round only", "err", err)
 		return

@@ -32,7 +32,7 @@ func (a *Agent) LocalPrefixes() []netip.Prefix {
 func (a *Agent) followLocal(done <-chan struct{}) {
 	addrs := make(chan netlink.AddrUpdate, 64)
 	routes := make(chan netlink.RouteUpdate, 64)
-	errf := func(err error) { a.log.Warn("following local addresses", "err", err) }
+	errf := a.subscriptionErrors(done, "following local addresses")
 	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{Namespace: &a.ns, ErrorCallback: errf}); err != nil {
 		a.log.Error("cannot follow local addresses: dests local keeps the addresses of the start", "err", err)
 		return

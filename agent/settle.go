@@ -5,6 +5,22 @@ import (
 	"time"
 )
 
+// subscriptionErrors is a netlink subscription's error callback that logs
+// msg with the error, except once done is closed: the subscription's
+// socket is closed then (after done, by the netlink package), and its
+// failed receive is the end asked for, not an error. A refused start
+// closes done before it exits, and says one line.
+func (a *Agent) subscriptionErrors(done <-chan struct{}, msg string) func(error) {
+	return func(err error) {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		a.log.Warn(msg, "err", err)
+	}
+}
+
 // events merges the updates of netlink subscriptions (links, addresses,
 // routes) into ticks, for a follower that rereads the state on a change
 // and needs no update's content. It ends when any subscription ends.
