@@ -266,6 +266,22 @@ func (ps *yamlParser) sequence(key string, n *yaml.Node, limit int, what string)
 	return items, nil
 }
 
+// choice parses n as one of opts' names (want lists them for the
+// errors) and returns its value. Returns errNotIn, naming key and the
+// value, for a name not in opts.
+func choice[T any](key string, n *yaml.Node, want string, opts map[string]T, errNotIn error) (T, error) {
+	var zero T
+	s, err := scalar(key, n, want)
+	if err != nil {
+		return zero, err
+	}
+	v, ok := opts[s]
+	if !ok {
+		return zero, valueErr(key, n, errNotIn, "want %s", want)
+	}
+	return v, nil
+}
+
 // scalar returns the text of a scalar node that is not null.
 func scalar(key string, n *yaml.Node, want string) (string, error) {
 	if n.Kind != yaml.ScalarNode || isNull(n) {

@@ -26,19 +26,9 @@ func (ps *yamlParser) rules(key string, v *yaml.Node) ([]Rule, error) {
 		r := &rules[i]
 		seen, err := ps.mapping(path, item, []field{
 			{"proto", func(key string, v *yaml.Node) error {
-				s, err := scalar(key, v, "udp or tcp")
-				if err != nil {
-					return err
-				}
-				switch s {
-				case "udp":
-					r.Proto = ProtoUDP
-				case "tcp":
-					r.Proto = ProtoTCP
-				default:
-					return valueErr(key, v, ErrProto, "want udp or tcp")
-				}
-				return nil
+				var err error
+				r.Proto, err = choice(key, v, "udp or tcp", map[string]Proto{"udp": ProtoUDP, "tcp": ProtoTCP}, ErrProto)
+				return err
 			}},
 			{"ports", func(key string, v *yaml.Node) error {
 				ports, err := ps.ports(key, v)
@@ -58,19 +48,9 @@ func (ps *yamlParser) rules(key string, v *yaml.Node) ([]Rule, error) {
 				return err
 			}},
 			{"count", func(key string, v *yaml.Node) error {
-				s, err := scalar(key, v, "packets or syn")
-				if err != nil {
-					return err
-				}
-				switch s {
-				case "packets":
-					r.Count = CountPackets
-				case "syn":
-					r.Count = CountSYN
-				default:
-					return valueErr(key, v, ErrCount, "want packets or syn")
-				}
-				return nil
+				var err error
+				r.Count, err = choice(key, v, "packets or syn", map[string]Count{"packets": CountPackets, "syn": CountSYN}, ErrCount)
+				return err
 			}},
 		})
 		if err != nil {
