@@ -68,8 +68,8 @@ struct {
 } select_dests SEC(".maps");
 
 /* Per CPU: the last destination looked up in select_dests and its answer
- * (struct tl_dest_cache), so that a collector's traffic, all to one
- * address, pays the trie once per CPU and policy. The agent empties it
+ * (struct tl_dest_cache, policy.h dests_hold), so that a collector's
+ * traffic, all to one address, pays the trie once per CPU and policy. The agent empties it
  * after it writes a slot's destinations and before it makes the slot
  * active (bpf.Limiter.ApplyContext): a tag names its slot, so an answer
  * cached for the active slot stays true until that slot is written again. */

@@ -21,29 +21,78 @@ static __always_inline struct tl_settings *active_settings(__u32 *zero, __u32 *s
 	return bpf_map_lookup_elem(&settings, slot);
 }
 
-/* Is the full-length key k (tag and address) in select_dests? Answered
- * from this CPU's dest_cache when it holds k (maps.h). A global function,
- * so that the verifier checks it once, not on every turn of the rules'
- * loop that calls it (TestVerifierComplexity). */
-__noinline int tl_dest_in(struct tl_lpm_key *k)
+/* dest_cache's question: the rules asked about, the family and the slot. */
+static __always_inline __u64 dests_question(__u32 tag, __u32 rules)
+{
+	return (__u64)rules << 32 | tag;
+}
+
+/* Does select_dests hold k's address under one of rules' tags (k->tag
+ * with the rule's number added)? The trie's answer, one lookup per rule,
+ * which it keeps in this CPU's dest_cache for dests_hold. A global
+ * function, so that the verifier checks the rules' loop once, with its
+ * arguments unknown (TestVerifierComplexity). */
+__noinline int tl_dests_lookup(const struct tl_lpm_key *k, __u32 rules)
 {
 	if (!k)
 		return 0;
-	__u32 zero = 0;
-	struct tl_dest_cache *dc = bpf_map_lookup_elem(&dest_cache, &zero);
-	if (dc && dc->state && dc->tag == k->tag && *(__u64 *)dc->addr == *(__u64 *)k->addr &&
-	    *(__u64 *)(dc->addr + 8) == *(__u64 *)(k->addr + 8))
-		return dc->state == 2;
 	/* A copy on this function's stack: Linux 6.1's verifier takes a global
 	 * function's pointer argument (PTR_TO_MEM) as no map key. */
 	struct tl_lpm_key key = *k;
-	int in = bpf_map_lookup_elem(&select_dests, &key) != NULL;
+	__u32 tag = key.tag;
+	int in = 0;
+	for (__u32 i = 0; i < TL_MAX_RULES; i++) {
+		if (!(rules & (1U << i)))
+			continue;
+		key.tag = tag | i;
+		if (bpf_map_lookup_elem(&select_dests, &key)) {
+			in = 1;
+			break;
+		}
+	}
+	__u32 zero = 0;
+	struct tl_dest_cache *dc = bpf_map_lookup_elem(&dest_cache, &zero);
 	if (dc) {
-		dc->tag = k->tag;
+		dc->question = dests_question(tag, rules);
 		__builtin_memcpy(dc->addr, k->addr, 16);
 		dc->state = in ? 2 : 1;
 	}
 	return in;
+}
+
+/* Is the packet's destination the one dc holds? Read from the packet,
+ * without building a key: IPv4 as the last word of the IPv4-mapped form
+ * load_addr makes. 0 when the header is cut short (load_addr's key is
+ * then all zero: the trie decides). */
+static __always_inline int dests_same(const struct pkt *p, const struct tl_dest_cache *dc)
+{
+	if (p->l3proto == ETH_P_IP) {
+		const struct iphdr *ip = p->l3;
+		return (void *)(ip + 1) <= p->end && *(const __u32 *)(dc->addr + 12) == ip->daddr;
+	}
+	const struct ipv6hdr *ip6 = p->l3;
+	if ((void *)(ip6 + 1) > p->end)
+		return 0;
+	const __u64 *d = (const __u64 *)&ip6->daddr;
+	return *(const __u64 *)dc->addr == d[0] && *(const __u64 *)(dc->addr + 8) == d[1];
+}
+
+/* Does one of rules (bit i: select rule i) hold the packet's destination
+ * in its dests? Answered from this CPU's dest_cache when it holds the
+ * same question (rules, family and slot) about the same address, else
+ * from the trie (tl_dests_lookup): a collector's traffic, all to one
+ * address on one port, then costs a few compares per packet, no trie walk
+ * and no loop over the rules (BenchmarkProgram selected-pass-local). */
+static __always_inline int dests_hold(const struct pkt *p, __u32 slot, __u32 rules)
+{
+	__u32 tag = (p->l3proto == ETH_P_IPV6 ? TL_LPM_TAG_IPV6 : 0) | slot << TL_DEST_RULE_BITS;
+	__u32 zero = 0;
+	struct tl_dest_cache *dc = bpf_map_lookup_elem(&dest_cache, &zero);
+	if (dc && dc->state && dc->question == dests_question(tag, rules) && dests_same(p, dc))
+		return dc->state == 2;
+	struct tl_lpm_key k = { .prefixlen = TL_LPM_TAG_BITS + TL_LPM_ADDR_BITS, .tag = tag };
+	load_addr(p, 1, k.addr);
+	return tl_dests_lookup(&k, rules);
 }
 
 /* Does a select rule of this slot count the packet? */
@@ -57,23 +106,10 @@ static __always_inline int is_selected(const struct pkt *p, __u32 slot, const st
 		return 1;
 	if ((pe->flags & TL_PORT_SYN) && p->syn)
 		return 1;
-
-	__u32 rules = pe->cidr_rules;
-	if (!rules)
-		return 0;
-	struct tl_lpm_key k = { .prefixlen = TL_LPM_TAG_BITS + TL_LPM_ADDR_BITS };
-	load_addr(p, 1, k.addr);
-	__u32 family = p->l3proto == ETH_P_IPV6 ? TL_LPM_TAG_IPV6 : 0;
-	for (__u32 i = 0; i < TL_MAX_RULES; i++) {
-		if (!(rules & (1U << i)))
-			continue;
-		if ((s->syn_rules & (1U << i)) && !p->syn)
-			continue;
-		k.tag = family | slot << TL_DEST_RULE_BITS | i;
-		if (tl_dest_in(&k))
-			return 1;
-	}
-	return 0;
+	/* The rules with dests that select this port; a rule that counts
+	 * SYNs only (syn_rules) does not count a packet without one. */
+	__u32 rules = pe->cidr_rules & (p->syn ? ~0U : ~s->syn_rules);
+	return rules && dests_hold(p, slot, rules);
 }
 
 /* Does a select rule of this slot count an unclassified frame (DESIGN.md
@@ -84,18 +120,7 @@ static __always_inline int uncl_selected(const struct pkt *p, __u32 slot, const 
 {
 	if ((s->flags & TL_ANY_DEST) || p->uncl == 1 + TL_UNCL_VLAN_DEPTH)
 		return 1;
-	__u32 rules = s->dest_rules;
-	struct tl_lpm_key k = { .prefixlen = TL_LPM_TAG_BITS + TL_LPM_ADDR_BITS };
-	load_addr(p, 1, k.addr);
-	__u32 family = p->l3proto == ETH_P_IPV6 ? TL_LPM_TAG_IPV6 : 0;
-	for (__u32 i = 0; i < TL_MAX_RULES; i++) {
-		if (!(rules & (1U << i)))
-			continue;
-		k.tag = family | slot << TL_DEST_RULE_BITS | i;
-		if (bpf_map_lookup_elem(&select_dests, &k))
-			return 1;
-	}
-	return 0;
+	return s->dest_rules && dests_hold(p, slot, s->dest_rules);
 }
 
 static __always_inline int is_exempt(const struct pkt *p, __u32 slot)

@@ -278,12 +278,14 @@ struct tl_lpm_key {
 	__u8 addr[16];
 };
 
-/* The last destination lookup in select_dests on this CPU (dest_cache):
- * a key (the tag and address of struct tl_lpm_key, at full length) and
- * its answer. state 0: empty; 1: not in the trie; 2: in it. */
+/* The last question dests_hold put to select_dests on this CPU
+ * (dest_cache) and its answer: question is the rules asked about << 32 |
+ * the tag (family and slot), addr the destination as load_addr writes it;
+ * state 0: empty; 1: no rule's dests hold it; 2: one's do. */
 struct tl_dest_cache {
-	__u32 tag;
+	__u64 question;
 	__u32 state;
+	__u32 pad;
 	__u8 addr[16];
 };
 
