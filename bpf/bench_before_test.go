@@ -6,6 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/layout0"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -28,6 +29,12 @@ import (
 //     packet counts itself on its CPU (no shared write), as before.
 //   - selected-drop and selected-random: the ordinal paths, unchanged in
 //     semantics (the rooms of issue 21 and the new window fields).
+//   - selected-pass: tier 0 under max 10^8, every packet passes, with no
+//     interface described and dests any, the earlier program's only
+//     configuration.
+//   - selected-pass-host: the same path as a host runs it today: the
+//     frame's interface described (bpf/host.h) and the rule's dests: local
+//     resolved (localDests), against the earlier program as before.
 func BenchmarkBeforeWave(b *testing.B) {
 	Require(b)
 	budget1 := tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}
@@ -47,10 +54,21 @@ func BenchmarkBeforeWave(b *testing.B) {
 		{"sources-over-flood", pol(100, budget1)},
 		{"selected-drop", pol(100, tiers.Sources{})},
 		{"selected-random", pol(100, tiers.Sources{}, tiers.Tier{At: tiers.Pct(1), Drop: tiers.Pct(50)})},
+		{"selected-pass", pol(100_000_000, tiers.Sources{})},
+		{"selected-pass-host", pol(100_000_000, tiers.Sources{})},
 	} {
 		b.Run(path.name, func(b *testing.B) {
 			frame := UDP4(b, 514)
-			h := newHarness(b, path.p)
+			today := path.p
+			if path.name == "selected-pass-host" {
+				today = localDests(today)
+			}
+			h := newHarness(b, today)
+			if path.name == "selected-pass-host" {
+				if _, err := h.l.SetIfaces([]bpf.Iface{{Index: 1, MAC: DstMAC, CheckMAC: true, Martians: true, LocalnetMartian: true}}); err != nil {
+					b.Fatal(err)
+				}
+			}
 			h.expire()
 			old := layout0.Load(b, "", path.p).Programs["tierlimit"]
 			bare := BareProgram(b, xdpDrop)
