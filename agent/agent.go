@@ -61,7 +61,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 
@@ -172,7 +171,7 @@ type Agent struct {
 	// with (local.go); both guarded by applyMu. stopLocal ends
 	// followLocal.
 	current   tiers.Policy
-	local     []netip.Prefix
+	local     []tiers.LocalDest
 	stopLocal chan struct{}
 	// ifaces is what the program was last told of the attached
 	// interfaces (host.go); guarded by mu.
@@ -250,7 +249,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := a.load(); err != nil {
 		return nil, err
 	}
-	if a.local, err = localPrefixes(a.nh); err != nil {
+	if a.local, err = localDests(a.nh); err != nil {
 		return nil, fmt.Errorf("read local addresses: %w", err)
 	}
 	a.log.Debug("dests local: the host's destinations", "local", a.local)

@@ -8,19 +8,21 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/tierlimit/tierlimit/internal/localaddr"
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// localPrefixes is the host's own destinations, for select rules with
+// localDests is the host's own destinations, for select rules with
 // `dests: local` (the default; DESIGN.md §2, tiers.Rule.Local), from the
-// local routing table that nh sees (localaddr.Prefixes).
-func localPrefixes(nh *netlink.Handle) ([]netip.Prefix, error) { return localaddr.Prefixes(nh) }
+// local routing table that nh sees (localaddr.Dests).
+func localDests(nh *netlink.Handle) ([]tiers.LocalDest, error) { return localaddr.Dests(nh) }
 
 // LocalPrefixes returns the host's destinations that `dests: local` rules
-// count, as last read.
+// count, as last read: UDP rules all of them, TCP rules the unicast ones
+// (tiers.LocalDest).
 func (a *Agent) LocalPrefixes() []netip.Prefix {
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
-	return slices.Clone(a.local)
+	return localaddr.Prefixes(a.local)
 }
 
 // followLocal re-reads the local prefixes whenever an address or a route
@@ -50,7 +52,7 @@ func (a *Agent) followLocal(done <-chan struct{}) {
 // refreshLocal reads the local prefixes and, when they changed, applies
 // the policy in force with them.
 func (a *Agent) refreshLocal() {
-	local, err := localPrefixes(a.nh)
+	local, err := localDests(a.nh)
 	if err != nil {
 		a.log.Warn("read local addresses", "err", err)
 		return
@@ -67,5 +69,5 @@ func (a *Agent) refreshLocal() {
 		a.log.Error("apply the policy to new local addresses", "err", err, "local", local)
 		return
 	}
-	a.log.Info("local addresses changed: dests local follows them", "local", local)
+	a.log.Info("local addresses changed: dests local follows them", "local", localaddr.Prefixes(local))
 }

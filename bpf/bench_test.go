@@ -106,12 +106,15 @@ func BenchmarkProgram(b *testing.B) {
 }
 
 // localDests resolves p's dests: local as the agent would on a host with
-// the addresses of testenv's frames and a few more.
+// the addresses of testenv's frames and a few more: its own addresses
+// unicast, the broadcast and multicast ones not (tiers.LocalDest).
 func localDests(p tiers.Policy) tiers.Policy {
-	var local []netip.Prefix
-	for _, s := range []string{"127.0.0.0/8", "127.0.0.1/32", "198.51.100.1/32", "198.51.100.255/32", "10.1.2.3/32", "10.1.255.255/32",
-		"224.0.0.0/4", "::1/128", "2001:db8::2/128", "fe80::1/128", "ff00::/8"} {
-		local = append(local, netip.MustParsePrefix(s))
+	var local []tiers.LocalDest
+	for _, s := range []string{"127.0.0.0/8", "127.0.0.1/32", "198.51.100.1/32", "10.1.2.3/32", "::1/128", "2001:db8::2/128", "fe80::1/128"} {
+		local = append(local, tiers.LocalDest{Prefix: netip.MustParsePrefix(s), Unicast: true})
+	}
+	for _, s := range []string{"198.51.100.255/32", "10.1.255.255/32", "224.0.0.0/4", "ff00::/8"} {
+		local = append(local, tiers.LocalDest{Prefix: netip.MustParsePrefix(s)})
 	}
 	return p.WithLocal(local)
 }

@@ -1,8 +1,12 @@
 package bpf_test
 
 import (
+	"net"
 	"net/netip"
 	"testing"
+	"time"
+
+	"github.com/google/gopacket/layers"
 
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -12,8 +16,8 @@ import (
 // once a reload has taken it out, though each CPU's dest_cache answered
 // for it, and the slot it was cached for is written again two reloads on.
 func TestDestCacheAcrossReloads(t *testing.T) {
-	with := ordinalDefault().WithLocal([]netip.Prefix{netip.MustParsePrefix("198.51.100.1/32")})
-	without := ordinalDefault().WithLocal([]netip.Prefix{netip.MustParsePrefix("198.51.100.2/32")})
+	with := ordinalDefault().WithLocal(tiers.UnicastDests(netip.MustParsePrefix("198.51.100.1/32")))
+	without := ordinalDefault().WithLocal(tiers.UnicastDests(netip.MustParsePrefix("198.51.100.2/32")))
 	h := newHarness(t, with)
 	frame := UDP4(t, 514) // to 198.51.100.1
 	count := func(what string, want uint64) {
@@ -37,5 +41,42 @@ func TestDestCacheAcrossReloads(t *testing.T) {
 	count("destination back", 3)
 	if c := tiers.Classify(h.p, frame); c.Class != tiers.ClassSelected {
 		t.Errorf("classifier: %v", c.Class)
+	}
+}
+
+// TestLocalTCPUnicast: resolved as the agent resolves it, dests: local
+// counts UDP to the host's broadcast and multicast destinations, which
+// Linux delivers, but TCP only to its unicast ones: a SYN flood to the
+// subnet broadcast or a multicast group, which Linux answers on no socket
+// (tiers.LocalDest), passes uncounted, as the model says.
+func TestLocalTCPUnicast(t *testing.T) {
+	p := ordinalDefault()
+	p.Window, p.Max = time.Hour, 100_000_000
+	h := newHarness(t, localDests(p))
+	bcast, mcast := net.IPv4(198, 51, 100, 255).To4(), net.IPv4(224, 0, 0, 1).To4()
+	for _, c := range []struct {
+		name  string
+		frame []byte
+		want  tiers.Class
+	}{
+		{"udp/514 to the host", UDP4(t, 514), tiers.ClassSelected},
+		{"udp/514 to the subnet broadcast", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, bcast, layers.IPProtocolUDP), UDP(514), Syslog()), tiers.ClassSelected},
+		{"udp/514 to a multicast group", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, mcast, layers.IPProtocolUDP), UDP(514), Syslog()), tiers.ClassSelected},
+		{"tcp/601 SYN to the host", TCP4(t, 601, true, false), tiers.ClassSelected},
+		{"tcp/601 SYN to the subnet broadcast", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, bcast, layers.IPProtocolTCP), TCP(601, true, false)), tiers.ClassUnselected},
+		{"tcp/601 SYN to a multicast group", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, mcast, layers.IPProtocolTCP), TCP(601, true, false)), tiers.ClassUnselected},
+	} {
+		s0 := h.stats()
+		for range 3 {
+			h.run(c.frame)
+		}
+		s1 := h.stats()
+		sel, unsel := s1.SelectedPackets()-s0.SelectedPackets(), s1.Unselected.Packets-s0.Unselected.Packets
+		if want := c.want == tiers.ClassSelected; (sel == 3) != want || (unsel == 3) == want {
+			t.Errorf("%s: %d of 3 counted, %d unselected; want counted %v", c.name, sel, unsel, want)
+		}
+		if got := tiers.Classify(h.p, c.frame).Class; got != c.want {
+			t.Errorf("%s: model says %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -117,7 +117,7 @@ func TestKernelOracle(t *testing.T) {
 // saturatedPolicy counts the default's traffic in a window that drops
 // every counted packet: max 1, one tier from 100% at 100%; its dests:
 // local resolved to local, as the agent resolves it.
-func saturatedPolicy(local []netip.Prefix) tiers.Policy {
+func saturatedPolicy(local []tiers.LocalDest) tiers.Policy {
 	p := ordinalDefault()
 	p.Max = 1
 	p.Window = time.Hour
@@ -246,16 +246,16 @@ func oracleRun(t *testing.T, cases []oracleCase, l *bpf.Limiter) map[int]bool {
 // has both its addresses' local routes (the IPv6 one comes once the veth
 // has its carrier: frames sent before are lost to run 1 and would read as
 // discards), and returns its local destinations, as the agent reads them.
-func waitOracleLocal(t *testing.T, p *testenv.Pair) []netip.Prefix {
+func waitOracleLocal(t *testing.T, p *testenv.Pair) []tiers.LocalDest {
 	t.Helper()
-	var local []netip.Prefix
+	var local []tiers.LocalDest
 	if err := p.Coll.Do(func() error {
 		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			var err error
-			if local, err = localaddr.Prefixes(&netlink.Handle{}); err != nil {
+			if local, err = localaddr.Dests(&netlink.Handle{}); err != nil {
 				return err
 			}
-			if slices.Contains(local, netip.PrefixFrom(p.CollAddr, 32)) && slices.Contains(local, netip.PrefixFrom(p.CollAddr6, 128)) {
+			if pfx := localaddr.Prefixes(local); slices.Contains(pfx, netip.PrefixFrom(p.CollAddr, 32)) && slices.Contains(pfx, netip.PrefixFrom(p.CollAddr6, 128)) {
 				return nil
 			}
 			if time.Now().After(deadline) {
@@ -271,7 +271,7 @@ func waitOracleLocal(t *testing.T, p *testenv.Pair) []netip.Prefix {
 // attachSaturated applies, in the collector's namespace, the saturated
 // policy with dests: local resolved to local, and attaches l to the
 // collector's veth (native mode) until t ends.
-func attachSaturated(t *testing.T, p *testenv.Pair, l *bpf.Limiter, collIdx int, local []netip.Prefix) {
+func attachSaturated(t *testing.T, p *testenv.Pair, l *bpf.Limiter, collIdx int, local []tiers.LocalDest) {
 	t.Helper()
 	if err := p.Coll.Do(func() error {
 		pol := saturatedPolicy(local)

@@ -21,7 +21,7 @@ func TestWithLocal(t *testing.T) {
 	if !p.selects(ProtoUDP, 514, other, false) {
 		t.Error("unresolved dests: local does not count any destination")
 	}
-	r := p.WithLocal([]netip.Prefix{netip.PrefixFrom(host, 32)})
+	r := p.WithLocal(UnicastDests(netip.PrefixFrom(host, 32)))
 	for _, c := range []struct {
 		port uint16
 		dst  netip.Addr
@@ -41,7 +41,41 @@ func TestWithLocal(t *testing.T) {
 	for i := range many {
 		many[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 32)
 	}
-	if err := p.WithLocal(many).Validate(); err == nil {
+	if err := p.WithLocal(UnicastDests(many...)).Validate(); err == nil {
 		t.Errorf("%d local destinations in 2 rules: Validate accepts them, at most %d", 2*len(many), MaxLocalPrefixes)
+	}
+}
+
+// TestWithLocalTCPUnicast: a TCP rule's local destinations are the unicast
+// ones only; a UDP rule's are all of them, broadcast and multicast too
+// (Linux delivers UDP to those, and answers TCP on none: LocalDest).
+func TestWithLocalTCPUnicast(t *testing.T) {
+	p, err := ParseYAML([]byte("select:\n  - {proto: udp, ports: [514]}\n  - {proto: tcp, ports: [601], count: syn}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, bcast, mcast := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.255"), netip.MustParseAddr("224.0.0.1")
+	any6 := netip.MustParseAddr("2001:db8::")
+	r := p.WithLocal([]LocalDest{
+		{Prefix: netip.PrefixFrom(host, 32), Unicast: true},
+		{Prefix: netip.PrefixFrom(bcast, 32)},
+		{Prefix: netip.MustParsePrefix("224.0.0.0/4")},
+		{Prefix: netip.PrefixFrom(any6, 128)},
+	})
+	for _, c := range []struct {
+		proto Proto
+		port  uint16
+		dst   netip.Addr
+		want  bool
+	}{
+		{ProtoUDP, 514, host, true}, {ProtoUDP, 514, bcast, true}, {ProtoUDP, 514, mcast, true}, {ProtoUDP, 514, any6, true},
+		{ProtoTCP, 601, host, true}, {ProtoTCP, 601, bcast, false}, {ProtoTCP, 601, mcast, false}, {ProtoTCP, 601, any6, false},
+	} {
+		if got := r.selects(c.proto, c.port, c.dst, true); got != c.want {
+			t.Errorf("%v/%d to %v selected %v, want %v", c.proto, c.port, c.dst, got, c.want)
+		}
+	}
+	if got := len(r.Select[1].LocalDests); got != 1 {
+		t.Errorf("tcp rule's local dests %v: want the one unicast address", r.Select[1].LocalDests)
 	}
 }

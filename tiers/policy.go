@@ -70,15 +70,45 @@ type Rule struct {
 	Count      Count
 }
 
-// WithLocal returns p with the host's addresses local as the LocalDests
-// of every Local rule; p is not changed. With no local addresses a Local
-// rule stays as it was.
-func (p Policy) WithLocal(local []netip.Prefix) Policy {
+// LocalDest is one of the host's own destinations, for `dests: local`
+// (DESIGN.md §2): a prefix of the local routing table, and whether Linux
+// takes it as unicast (a local route: an address of the host or an AnyIP
+// prefix). Only a unicast destination can take TCP: Linux answers no SYN
+// to a broadcast or multicast one (tcp_v4_conn_request: RTCF_BROADCAST,
+// RTCF_MULTICAST) nor to an IPv6 multicast or anycast one
+// (tcp_v6_conn_request: ipv6_unicast_destination wants RTF_LOCAL), and no
+// connection has such an address.
+type LocalDest struct {
+	Prefix  netip.Prefix
+	Unicast bool
+}
+
+// UnicastDests returns prefixes as LocalDests that are all unicast: the
+// host's own addresses, when a caller knows no more of them.
+func UnicastDests(prefixes ...netip.Prefix) []LocalDest {
+	out := make([]LocalDest, len(prefixes))
+	for i, pf := range prefixes {
+		out[i] = LocalDest{Prefix: pf, Unicast: true}
+	}
+	return out
+}
+
+// WithLocal returns p with the host's destinations local as the
+// LocalDests of every Local rule: all of them for a UDP rule, the unicast
+// ones for a TCP rule (LocalDest), so that a TCP flood to a broadcast
+// address, which Linux discards, is not counted. p is not changed. With no
+// local destinations a Local rule stays as it was.
+func (p Policy) WithLocal(local []LocalDest) Policy {
 	q := p
 	q.Select = make([]Rule, len(p.Select))
 	for i, r := range p.Select {
 		if r.Local {
-			r.LocalDests = append([]netip.Prefix(nil), local...)
+			r.LocalDests = nil
+			for _, d := range local {
+				if d.Unicast || r.Proto != ProtoTCP {
+					r.LocalDests = append(r.LocalDests, d.Prefix)
+				}
+			}
 		}
 		q.Select[i] = r
 	}
