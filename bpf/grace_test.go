@@ -7,6 +7,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
+
+	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
 // stalledReader is an XDP program that reads the active slot and that
@@ -27,18 +29,14 @@ func stalledReader(t *testing.T, active, settings *ebpf.Map, iterations int32) *
 	}}
 	insns := asm.Instructions{
 		btf.WithFuncMetadata(asm.StoreImm(asm.RFP, -4, 0, asm.Word).WithSymbol("stalled"), mainFn),
-		asm.LoadMapPtr(asm.R1, active.FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "out"),
+	}
+	insns = append(insns, testenv.Lookup(active, -4, "out")...)
+	insns = append(insns,
 		asm.LoadMem(asm.R7, asm.R0, 0, asm.Word),
 		asm.StoreMem(asm.RFP, -8, asm.R7, asm.Word),
-		asm.LoadMapPtr(asm.R1, settings.FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -8),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "out"),
+	)
+	insns = append(insns, testenv.Lookup(settings, -8, "out")...)
+	insns = append(insns,
 		asm.Mov.Reg(asm.R9, asm.R0),
 		asm.LoadMem(asm.R8, asm.R0, 0, asm.DWord), // window_ns
 		asm.Mov.Imm(asm.R1, iterations),
@@ -59,7 +57,7 @@ func stalledReader(t *testing.T, active, settings *ebpf.Map, iterations int32) *
 		asm.FnKtimeGetNs.Call(),
 		asm.Mov.Imm(asm.R0, 0),
 		asm.Return(),
-	}
+	)
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "stalled", Type: ebpf.XDP, License: "GPL", Instructions: insns})
 	if err != nil {
 		t.Fatalf("load the stalled reader: %v", err)

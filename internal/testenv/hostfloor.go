@@ -82,11 +82,9 @@ func HostFloorProgram(tb testing.TB, ifindex uint32, mac net.HardwareAddr, dst n
 		asm.Mov.Reg(asm.R1, asm.R7),
 		asm.And.Imm(asm.R1, 63),
 		asm.StoreMem(asm.RFP, -4, asm.R1, asm.Word),
-		asm.LoadMapPtr(asm.R1, ifaces.FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "fail"),
+	}
+	insns = append(insns, Lookup(ifaces, -4, "fail")...)
+	insns = append(insns,
 		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
 		asm.JNE.Reg(asm.R1, asm.R7, "fail"),
 		asm.LoadMem(asm.R1, asm.R8, 0, asm.Byte),
@@ -98,18 +96,16 @@ func HostFloorProgram(tb testing.TB, ifindex uint32, mac net.HardwareAddr, dst n
 		asm.LoadMem(asm.R1, asm.R8, 4, asm.Half),
 		asm.LoadMem(asm.R2, asm.R0, 12, asm.Half),
 		asm.JNE.Reg(asm.R1, asm.R2, "fail"),
-	}
+	)
 	martians := append(octet(12), octet(16)...) // saddr, daddr
 	martians[0] = martians[0].WithSymbol("martians")
 	insns = append(insns, martians...)
 	insns = append(insns,
 		// The destination, against this CPU's cached local address.
 		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
-		asm.LoadMapPtr(asm.R1, cache.FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "fail"),
+	)
+	insns = append(insns, Lookup(cache, -4, "fail")...)
+	insns = append(insns,
 		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
 		asm.LoadMem(asm.R2, asm.R8, ipOff+16, asm.Word),
 		asm.JNE.Reg(asm.R1, asm.R2, "fail"),

@@ -108,11 +108,9 @@ func AtomicFloorProgram(tb testing.TB, k int) (*ebpf.Program, *ebpf.Map) {
 	for i := 0; i < k; i++ {
 		insns = append(insns,
 			asm.StoreImm(asm.RFP, -4, int64(i), asm.Word), // key i
-			asm.LoadMapPtr(asm.R1, cells.FD()),
-			asm.Mov.Reg(asm.R2, asm.RFP),
-			asm.Add.Imm(asm.R2, -4),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "drop"),
+		)
+		insns = append(insns, Lookup(cells, -4, "drop")...)
+		insns = append(insns,
 			asm.Mov.Imm(asm.R1, 1),
 			asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
 		)
@@ -144,4 +142,17 @@ func PinPath(tb testing.TB, extra ...func(pin string) string) string {
 		}
 	})
 	return pin
+}
+
+// Lookup is bpf_map_lookup_elem(m, the key at RFP+keyOff) in instructions,
+// for programs written in asm: R0 holds the value after them, and a miss
+// (NULL) jumps to the symbol miss. R1 to R5 are clobbered.
+func Lookup(m *ebpf.Map, keyOff int16, miss string) asm.Instructions {
+	return asm.Instructions{
+		asm.LoadMapPtr(asm.R1, m.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, int32(keyOff)),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, miss),
+	}
 }
