@@ -12,10 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
@@ -211,23 +208,7 @@ func TestInterfaceRecreated(t *testing.T) {
 // in ns, in generic mode through netlink, and returns its id.
 func attachForeignTo(t *testing.T, ns *testenv.NS, iface string) uint32 {
 	t.Helper()
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "foreign", Type: ebpf.XDP, License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prog.Close()
-	if err := ns.Do(func() error {
-		l, err := netlink.LinkByName(iface)
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetXdpFdWithFlags(l, prog.FD(), nl.XDP_FLAGS_SKB_MODE)
-	}); err != nil {
-		t.Fatalf("attach foreign program: %v", err)
-	}
+	attachNetlink(t, ns, iface, xdpProgram(t, "foreign"))
 	return testenv.XDP(t, ns, iface).ID
 }
 

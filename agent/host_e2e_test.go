@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"slices"
 	"testing"
 	"time"
 
@@ -45,11 +44,7 @@ func TestOtherHostMAC(t *testing.T) {
 	childMAC := net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x70}
 	addMacvlan(t, p, childMAC, child)
 	waitCheckMAC(t, a, false)
-	for deadline := time.Now().Add(3 * time.Second); !slices.Contains(a.LocalPrefixes(), netip.PrefixFrom(child, 32)); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("local prefixes %v lack the child's %v after 3 s", a.LocalPrefixes(), child)
-		}
-	}
+	waitLocalPrefix(t, a, netip.PrefixFrom(child, 32), true)
 	sendNeigh(t, p, child, childMAC)
 	rx := testenv.NewReceiver(t, p.Coll, netip.AddrPortFrom(child, 514))
 	s0 := stats(t, a)

@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"context"
 	"net"
 	"net/netip"
 	"slices"
@@ -32,34 +31,13 @@ func TestDestsLocal(t *testing.T) {
 	routeOther(t, p, vip, other)
 
 	// send sends n datagrams to dst and returns how many the program
-	// counted as selected, once all n reached it (selected + unselected).
+	// counted as selected, once all n reached it.
 	send := func(dst netip.Addr, n int) uint64 {
 		t.Helper()
-		s0 := stats(t, a)
-		s := testenv.NewSender(t, p.Send, netip.AddrPortFrom(dst, 514))
-		if _, err := s.Pace(context.Background(), n, 50*time.Millisecond, 5*time.Second, func(i int) []byte { return testenv.SyslogMessage(1, i) }); err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(3 * time.Second)
-		for {
-			s1 := stats(t, a)
-			sel := s1.SelectedPackets() - s0.SelectedPackets()
-			if sel+s1.Unselected.Packets-s0.Unselected.Packets >= uint64(n) || time.Now().After(deadline) {
-				return sel
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		sel, _ := countSent(t, a, p, dst, n)
+		return sel
 	}
-	waitLocal := func(want bool) {
-		t.Helper()
-		deadline := time.Now().Add(3 * time.Second)
-		for slices.Contains(a.LocalPrefixes(), netip.PrefixFrom(vip, 32)) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("local prefixes %v: VIP %v there is %v after 3 s, want %v", a.LocalPrefixes(), vip, !want, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	vip32 := netip.PrefixFrom(vip, 32)
 
 	if got := send(p.CollAddr, 20); got != 20 {
 		t.Errorf("to the collector's address: %d of 20 counted", got)
@@ -71,7 +49,7 @@ func TestDestsLocal(t *testing.T) {
 		t.Errorf("to %v before it is on lo: %d of 20 counted", vip, got)
 	}
 	testenv.AddAddr(t, p.Coll, "lo", netip.PrefixFrom(vip, 32))
-	waitLocal(true)
+	waitLocalPrefix(t, a, vip32, true)
 	rx := testenv.NewReceiver(t, p.Coll, netip.AddrPortFrom(vip, 514))
 	if got := send(vip, 20); got != 20 {
 		t.Errorf("to the VIP %v on lo: %d of 20 counted", vip, got)
@@ -81,7 +59,7 @@ func TestDestsLocal(t *testing.T) {
 		t.Errorf("the collector on the VIP received %d of 20", total)
 	}
 	delAddr(t, p.Coll, "lo", vip)
-	waitLocal(false)
+	waitLocalPrefix(t, a, vip32, false)
 	if got := send(vip, 20); got != 0 {
 		t.Errorf("to %v once it left lo: %d of 20 counted", vip, got)
 	}
@@ -99,17 +77,22 @@ func routeOther(t *testing.T, p *testenv.Pair, vip, other netip.Addr) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	sendNeigh(t, p, other, collMAC)
 	if err := p.Send.Do(func() error {
-		l, err := netlink.LinkByName(p.SendIf)
-		if err != nil {
-			return err
-		}
-		if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: l.Attrs().Index, State: netlink.NUD_PERMANENT, IP: other.AsSlice(), HardwareAddr: collMAC}); err != nil {
-			return err
-		}
 		return netlink.RouteAdd(&netlink.Route{Dst: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(32, 32)}, Gw: p.CollAddr.AsSlice()})
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitLocalPrefix waits up to 3 s until the agent's local prefixes hold
+// pfx, or do not (want).
+func waitLocalPrefix(t *testing.T, a *agent.Agent, pfx netip.Prefix, want bool) {
+	t.Helper()
+	for deadline := time.Now().Add(3 * time.Second); slices.Contains(a.LocalPrefixes(), pfx) != want; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("local prefixes %v: %v there is %v after 3 s, want %v", a.LocalPrefixes(), pfx, !want, want)
+		}
 	}
 }
 
