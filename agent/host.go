@@ -30,11 +30,11 @@ func (a *Agent) describeIfaces() error {
 	var ifs []bpf.Iface
 	var why []string
 	for _, att := range a.attached {
-		l, err := a.nh.LinkByIndex(att.Index)
-		if err != nil {
+		i := slices.IndexFunc(all, func(l netlink.Link) bool { return l.Attrs().Index == att.Index })
+		if i < 0 {
 			continue // deleted: Watch re-attaches, and describes it then
 		}
-		ifc, off := a.describe(l, all)
+		ifc, off := a.describe(all[i], all)
 		ifs = append(ifs, ifc)
 		why = append(why, off)
 	}
