@@ -97,6 +97,11 @@ func hostileCases(t testing.TB) []verdictCase {
 		{"ipv6 AH past the payload length", with16(Serialize(t, eth6(), ip6(layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), ipv6Pay, 16), malformedAs(tiers.MalformedIPv6Length), tiers.ClassMalformed},
 		{"ipv4 AH udp/514", Serialize(t, eth4(), IPv4(Src4, Dst4, layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), selected, tiers.ClassSelected},
 		{"ipv4 AH past the total length", with16(Serialize(t, eth4(), IPv4(Src4, Dst4, layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), ipv4Tot, 20+16), malformedAs(tiers.MalformedIPv4Length), tiers.ClassMalformed},
+		// An AH whose length field says 8 bytes and whose IP length ends
+		// there, with the frame going on: the fixed 12 bytes are past the
+		// payload (ah6_input and ah_input pull them from the trimmed skb).
+		{"ipv6 AH fixed part past the payload length, frame longer", with16(with16(Serialize(t, eth6(), ip6(layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), l4Off6, uint16(layers.IPProtocolUDP)<<8), ipv6Pay, 8), malformedAs(tiers.MalformedIPv6Length), tiers.ClassMalformed},
+		{"ipv4 AH fixed part past the total length, frame longer", with16(with16(Serialize(t, eth4(), IPv4(Src4, Dst4, layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), l4Off4, uint16(layers.IPProtocolUDP)<<8), ipv4Tot, 20+8), malformedAs(tiers.MalformedIPv4Length), tiers.ClassMalformed},
 		{"ipv6 ESP (50): encrypted", Serialize(t, eth6(), ip6(layers.IPProtocolESP), gopacket.Payload(make([]byte, 64))), unselected, tiers.ClassUnselected},
 	}
 	// Not walked: the kernel delivers no UDP behind them (parse.h

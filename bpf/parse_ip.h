@@ -225,9 +225,15 @@ static __always_inline int ext_past_payload(struct pkt *p, __u8 reason)
  * payload (PARSE_DEEP in an IPv6 first fragment). */
 static __always_inline int parse_ah(struct pcur *c, struct pkt *p, __u8 reason)
 {
+	/* The fixed part within the IP payload first: ah6_input and
+	 * ah_input pull sizeof(struct ip_auth_hdr) of the payload the IP
+	 * layer trimmed to its length, so bytes past it in the frame do not
+	 * count (a frame can carry more than its IP length says). */
+	if (p->l4len < sizeof(struct ip_auth_hdr))
+		return ext_past_payload(p, reason);
 	struct ip_auth_hdr *ah = pc_at(c, sizeof(*ah));
 	if (!ah)
-		return p->l4len < sizeof(*ah) ? ext_past_payload(p, reason) : PARSE_SHORT;
+		return PARSE_SHORT;
 	__u32 len = ((__u32)ah->hdrlen + 2) * 4;
 	if (len > p->l4len)
 		return ext_past_payload(p, reason);
