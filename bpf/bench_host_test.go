@@ -1,9 +1,7 @@
 package bpf_test
 
 import (
-	"math"
 	"os"
-	"slices"
 	"testing"
 	"time"
 
@@ -56,7 +54,7 @@ func BenchmarkHostChecks(b *testing.B) {
 			hs := []*harness{checked, unchecked}
 			floor := -1
 			if f.name == "selected-pass" {
-				fl := HostFloorProgram(b, 1, DstMAC, Dst4)
+				fl := HostFloorProgram(b, 1, DstMAC, Dst4, false)
 				if act, err := runExact(fl, f.frame, 1); err != nil || act != xdpPass {
 					b.Fatalf("host floor: %v, %v: want XDP_PASS, every check made", act, err)
 				}
@@ -82,14 +80,7 @@ func BenchmarkHostChecks(b *testing.B) {
 			s0 := checked.stats()
 			// Each program in each place of the round, in turn: the first
 			// of a round runs on a colder cache.
-			best := slices.Repeat([]float64{math.Inf(1)}, len(progs))
-			for r := range progs {
-				order := append(slices.Clone(progs[r:]), progs[:r]...)
-				for i, ns := range bestChunks(b, f.frame, order...) {
-					j := (i + r) % len(progs)
-					best[j] = min(best[j], ns)
-				}
-			}
+			best := bestRotated(b, f.frame, progs...)
 			if s1 := checked.stats(); s1.SelectedPackets() == s0.SelectedPackets() {
 				b.Fatal("the checked program counted none of the frames: the bench measures the wrong path")
 			}
