@@ -1,7 +1,9 @@
 package bpf_test
 
 import (
+	"encoding/binary"
 	"math"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -134,4 +136,87 @@ func bestRotated(b *testing.B, frame []byte, progs ...*ebpf.Program) []float64 {
 		}
 	}
 	return best
+}
+
+// BenchmarkBeforeFloor measures what issue 25's checks cost the selected
+// path at their floor: the earlier program (90e44a6, layout 0) beside
+// itself with the checks added in their cheapest inline form
+// (bpf/testdata/layout-0/floor: the IPv4 header checksum; the interface's
+// MAC, the martians' common case and one local destination; both), on
+// BenchmarkBeforeWave's selected-pass path (tier 0 under max 10^8, UDP/514
+// over IPv4), best chunk of each with each first in turn. It reports the
+// earlier program's ns/pkt and each variant over it: x-csum, x-host,
+// x-all. Before timing, each variant must make its checks: under a policy
+// that drops every counted packet, a frame that fails one passes.
+func BenchmarkBeforeFloor(b *testing.B) {
+	Require(b)
+	p := ordinalDefault()
+	p.Window, p.Max, p.Sources = time.Hour, 100_000_000, tiers.Sources{}
+	frame := UDP4(b, 514)
+	load := func(path string, p tiers.Policy) *ebpf.Program {
+		spec, err := ebpf.LoadCollectionSpec(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if v, ok := spec.Variables["fl_if"]; ok {
+			// Slot 1 (BPF_PROG_TEST_RUN's lo): the MAC as a little-endian
+			// load of the frame's destination reads it, and ifindex 1.
+			slots := make([]byte, 64*16)
+			word := uint64(binary.LittleEndian.Uint32(DstMAC[0:4])) | uint64(binary.LittleEndian.Uint16(DstMAC[4:6]))<<32
+			binary.LittleEndian.PutUint64(slots[16:], word)
+			binary.LittleEndian.PutUint32(slots[24:], 1)
+			if err := v.Set(slots); err != nil {
+				b.Fatal(err)
+			}
+			if err := spec.Variables["fl_local4"].Set(binary.LittleEndian.Uint32(Dst4.To4())); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return layout0.LoadSpec(b, spec, "", p).Programs["tierlimit"]
+	}
+	floor := func(name string) string {
+		return filepath.Join(filepath.Dir(layout0.Object()), "floor", name+"_bpfel.o")
+	}
+	objs := []string{layout0.Object(), floor("csum"), floor("host"), floor("all")}
+
+	drop := p
+	drop.Max = 1
+	drop.Tiers = []tiers.Tier{{At: tiers.Pct(100), Drop: tiers.Pct(100)}}
+	badSum := append([]byte(nil), frame...)
+	badSum[l3Off+10] ^= 1
+	otherMAC := append([]byte(nil), frame...)
+	otherMAC[5] ^= 0x10
+	otherDst := append([]byte(nil), frame...)
+	otherDst[l3Off+19] ^= 1
+	setIPv4Sum(otherDst)
+	// Whether each object passes (rather than drops) a frame with a bad
+	// header checksum, and one to another MAC or destination.
+	checks := [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}}
+	for i, obj := range objs {
+		prog := load(obj, drop)
+		for _, c := range []struct {
+			name  string
+			frame []byte
+			pass  bool
+		}{{"selected", frame, false}, {"bad checksum", badSum, checks[i][0]}, {"other MAC", otherMAC, checks[i][1]}, {"other destination", otherDst, checks[i][1]}} {
+			want := map[bool]uint32{false: xdpDrop, true: xdpPass}[c.pass]
+			if act, err := runExact(prog, c.frame, 1); err != nil || act != want {
+				b.Fatalf("%s, %s frame under a policy dropping every counted packet: action %d (%v), want %d", filepath.Base(obj), c.name, act, err, want)
+			}
+		}
+	}
+
+	progs := make([]*ebpf.Program, len(objs))
+	for i, obj := range objs {
+		progs[i] = load(obj, p)
+		if act, err := runExact(progs[i], frame, 200); err != nil || act != xdpPass {
+			b.Fatalf("%s: action %d (%v), want XDP_PASS", filepath.Base(obj), act, err)
+		}
+	}
+	best := bestRotated(b, frame, progs...)
+	b.ReportMetric(best[0], "before-ns/pkt")
+	b.ReportMetric(best[1]/best[0], "x-csum")
+	b.ReportMetric(best[2]/best[0], "x-host")
+	b.ReportMetric(best[3]/best[0], "x-all")
+	b.ReportMetric(0, "ns/op")
 }

@@ -37,6 +37,14 @@ func Load(tb testing.TB, pin string, p tiers.Policy) *ebpf.Collection {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return LoadSpec(tb, spec, pin, p)
+}
+
+// LoadSpec is Load of spec: the layout-0 object as read, or one built from
+// commit 90e44a6's source with changes that keep its maps (a benchmark's
+// variant of it), with the spec's variables as the caller set them.
+func LoadSpec(tb testing.TB, spec *ebpf.CollectionSpec, pin string, p tiers.Policy) *ebpf.Collection {
+	tb.Helper()
 	var opts ebpf.CollectionOptions
 	if pin != "" {
 		for _, m := range spec.Maps {
