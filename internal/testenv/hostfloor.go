@@ -104,8 +104,8 @@ func HostFloorProgram(tb testing.TB, ifindex uint32, mac net.HardwareAddr, dst n
 	martians[0] = martians[0].WithSymbol("martians")
 	insns = append(insns, martians...)
 	if csum {
-		// Version 4 and IHL 5, then the header's five words into r1,
-		// folded 64 to 32 to 16 bits twice: 0xffff when it verifies.
+		// Version 4 and IHL 5, then the header's five words summed
+		// into r1.
 		insns = append(insns,
 			asm.LoadMem(asm.R1, asm.R8, ipOff, asm.Byte),
 			asm.JNE.Imm(asm.R1, 0x45, "fail"),
@@ -117,20 +117,18 @@ func HostFloorProgram(tb testing.TB, ifindex uint32, mac net.HardwareAddr, dst n
 				asm.Add.Reg(asm.R1, asm.R2),
 			)
 		}
-		fold := func(bits int64) asm.Instructions {
-			return asm.Instructions{
-				asm.Mov.Reg(asm.R2, asm.R1),
-				asm.RSh.Imm(asm.R2, int32(bits)),
-				asm.And.Imm(asm.R1, int32(1<<bits-1)),
-				asm.Add.Reg(asm.R1, asm.R2),
-			}
+		fold16 := asm.Instructions{
+			asm.Mov.Reg(asm.R2, asm.R1),
+			asm.RSh.Imm(asm.R2, 16),
+			asm.And.Imm(asm.R1, 0xffff),
+			asm.Add.Reg(asm.R1, asm.R2),
 		}
 		// Five words sum below 2^35: one fold to 32 bits leaves at most
 		// 2^32 + 6, and two folds to 16 bits at most 0x10000, which is
 		// 0xffff exactly when the sum verifies (the header is not zero).
 		insns = append(insns, asm.Mov.Reg(asm.R2, asm.R1), asm.RSh.Imm(asm.R2, 32), asm.LSh.Imm(asm.R1, 32), asm.RSh.Imm(asm.R1, 32), asm.Add.Reg(asm.R1, asm.R2))
-		insns = append(insns, fold(16)...)
-		insns = append(insns, fold(16)...)
+		insns = append(insns, fold16...)
+		insns = append(insns, fold16...)
 		insns = append(insns, asm.JNE.Imm(asm.R1, 0xffff, "fail"))
 	}
 	insns = append(insns,
