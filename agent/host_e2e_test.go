@@ -32,6 +32,9 @@ func TestOtherHostMAC(t *testing.T) {
 	other := netip.MustParseAddr("198.51.100.60")
 	otherMAC := net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x99}
 	testenv.AddAddr(t, p.Coll, p.CollIf, netip.PrefixFrom(other, 32))
+	// A local destination first, so that only the MAC makes these frames
+	// not this host's.
+	waitLocalPrefix(t, a, netip.PrefixFrom(other, 32), true)
 	sendNeigh(t, p, other, otherMAC)
 	// Unselected counts every frame the program passes unjudged: a stray
 	// ARP or IPv6 neighbour or multicast-listener frame on the veth may add
