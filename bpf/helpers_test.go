@@ -1,16 +1,21 @@
 package bpf_test
 
 import (
+	"fmt"
 	"math"
 	"net/netip"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/localaddr"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -191,4 +196,46 @@ func ordinalDefault() tiers.Policy {
 	p := tiers.Default()
 	p.Shape = tiers.ShapeOrdinal
 	return p
+}
+
+// waitLocalDests waits up to 3 s until ns's local destinations, as the
+// agent reads them (localaddr.Dests), hold every prefix of want, and
+// returns them.
+func waitLocalDests(t *testing.T, ns *testenv.NS, want ...netip.Prefix) []tiers.LocalDest {
+	t.Helper()
+	var local []tiers.LocalDest
+	if err := ns.Do(func() error {
+		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			var err error
+			if local, err = localaddr.Dests(&netlink.Handle{}); err != nil {
+				return err
+			}
+			pfx := localaddr.Prefixes(local)
+			if !slices.ContainsFunc(want, func(w netip.Prefix) bool { return !slices.Contains(pfx, w) }) {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("local destinations %v lack one of %v after 3 s", pfx, want)
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return local
+}
+
+// attachNative attaches l's program in native mode to the interface of
+// ifindex in ns, until t ends.
+func attachNative(t *testing.T, ns *testenv.NS, l *bpf.Limiter, ifindex int) {
+	t.Helper()
+	if err := ns.Do(func() error {
+		lk, err := link.AttachXDP(link.XDPOptions{Program: l.Program(), Interface: ifindex, Flags: link.XDPDriverMode})
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { lk.Close() })
+		return nil
+	}); err != nil {
+		t.Fatalf("attach in native mode to ifindex %d in %s: %v", ifindex, ns.Name, err)
+	}
 }

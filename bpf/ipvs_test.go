@@ -7,18 +7,14 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf/link"
 	"github.com/moby/ipvs"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/tierlimit/tierlimit/bpf"
-	"github.com/tierlimit/tierlimit/internal/localaddr"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -56,7 +52,7 @@ func TestIPVSCollector(t *testing.T) {
 	var collIdx int
 	if err := p.Coll.Do(func() error {
 		var err error
-		collIdx, err = setupDirector(p, rs, vip, dirRS, rsAddr.Addr())
+		collIdx, err = setupDirector(p, rs, vip, rsAddr.Addr())
 		return err
 	}); err != nil {
 		if errors.Is(err, errNoIPVS) {
@@ -67,75 +63,36 @@ func TestIPVSCollector(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	if err := rs.Do(func() error { return setupRealServer(rs, rsAddr, dirRS.Addr()) }); err != nil {
-		t.Fatal(err)
+	testenv.AddAddr(t, p.Coll, "kube-ipvs0", netip.PrefixFrom(vip, 32))
+	testenv.AddAddr(t, p.Coll, "tlrs0", dirRS)
+	testenv.AddAddr(t, rs, "tlrs1", rsAddr)
+	if err := rs.Do(func() error { return upVia("tlrs1", dirRS.Addr()) }); err != nil {
+		t.Fatalf("the real server's veth: %v", err)
 	}
 	if err := p.Send.Do(func() error {
-		return netlink.RouteAdd(&netlink.Route{Dst: netipNet(netip.PrefixFrom(vip, 32)), Gw: p.CollAddr.AsSlice()})
+		return netlink.RouteAdd(&netlink.Route{Dst: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(32, 32)}, Gw: p.CollAddr.AsSlice()})
 	}); err != nil {
 		t.Fatalf("route %v through the collector: %v", vip, err)
 	}
 
 	// The director's local destinations, as the agent reads them: the
 	// service address on the dummy device among them.
-	var local []tiers.LocalDest
-	if err := p.Coll.Do(func() (err error) {
-		local, err = localaddr.Dests(&netlink.Handle{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(localaddr.Prefixes(local), netip.PrefixFrom(vip, 32)) {
-		t.Fatalf("the director's local destinations %v lack the service address %v on its dummy device", localaddr.Prefixes(local), vip)
-	}
-
-	l, err := bpf.Load(bpf.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	local := waitLocalDests(t, p.Coll, netip.PrefixFrom(vip, 32))
 	room := ordinalDefault()
 	room.Window, room.Max = time.Hour, 1_000_000
-	apply := func(pol tiers.Policy) {
-		t.Helper()
-		tab, err := tiers.Compile(pol)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Apply(pol, tab); err != nil {
-			t.Fatal(err)
-		}
-	}
-	apply(room.WithLocal(local))
-	if err := p.Coll.Do(func() error {
-		lk, err := link.AttachXDP(link.XDPOptions{Program: l.Program(), Interface: collIdx, Flags: link.XDPDriverMode})
-		if err != nil {
-			return err
-		}
-		t.Cleanup(func() { lk.Close() })
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	h := newHarness(t, room.WithLocal(local))
+	attachNative(t, p.Coll, h.l, collIdx)
 
 	rx := testenv.NewReceiver(t, rs, netip.AddrPortFrom(rsAddr.Addr(), 5514))
 	tx := testenv.NewSender(t, p.Send, netip.AddrPortFrom(vip, 514))
-	stats := func() bpf.Stats {
-		t.Helper()
-		st, err := l.Stats()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
 	send := func(burst int) (selected, dropped uint64) {
 		t.Helper()
-		s0 := stats()
+		s0 := h.stats()
 		if _, err := tx.Pace(context.Background(), n, 200*time.Millisecond, 5*time.Second, func(i int) []byte { return testenv.SyslogMessage(burst, i) }); err != nil {
 			t.Fatal(err)
 		}
 		rx.WaitQuiet(300*time.Millisecond, 3*time.Second)
-		s1 := stats()
+		s1 := h.stats()
 		return s1.SelectedPackets() - s0.SelectedPackets(), s1.SelectedTotal(tiers.VerdictDrop).Packets - s0.SelectedTotal(tiers.VerdictDrop).Packets
 	}
 
@@ -146,7 +103,7 @@ func TestIPVSCollector(t *testing.T) {
 		t.Errorf("with room: the real server behind IPVS received %d of %d", got[0], n)
 	}
 
-	apply(saturatedPolicy(local))
+	h.apply(saturatedPolicy(local))
 	if sel, drop := send(1); sel != n || drop != n {
 		t.Errorf("saturated: %d of %d counted, %d dropped; want all of them both", sel, n, drop)
 	}
@@ -158,11 +115,13 @@ func TestIPVSCollector(t *testing.T) {
 // errNoIPVS: the kernel has no IPVS (no ip_vs, built in or as a module).
 var errNoIPVS = errors.New("the kernel has no IPVS (CONFIG_IP_VS)")
 
-// setupDirector, in the collector's namespace: vip on a dummy device
-// (kube-ipvs0, as kube-proxy does), a veth to rs with dirRS on this side,
-// forwarding on, and the UDP virtual service vip:514, round robin,
-// masquerading to rsIP:5514. Returns the collector veth's ifindex.
-func setupDirector(p *testenv.Pair, rs *testenv.NS, vip netip.Addr, dirRS netip.Prefix, rsIP netip.Addr) (int, error) {
+// setupDirector, in the collector's namespace: a dummy device kube-ipvs0
+// (where kube-proxy puts every service address), a veth tlrs0 to rs (its
+// end tlrs1 there), both up, forwarding on, and the UDP virtual service
+// vip:514, round robin, masquerading to rsIP:5514. The caller addresses
+// the devices. Returns the collector veth's ifindex; errNoIPVS when the
+// kernel has no IPVS.
+func setupDirector(p *testenv.Pair, rs *testenv.NS, vip, rsIP netip.Addr) (int, error) {
 	// The IPVS generic netlink family, asked for by name: the kernel loads
 	// ip_vs for it when it is a module. ipvs.New only logs its absence.
 	if _, err := netlink.GenlFamilyGet("IPVS"); err != nil {
@@ -178,9 +137,6 @@ func setupDirector(p *testenv.Pair, rs *testenv.NS, vip netip.Addr, dirRS netip.
 	if err := netlink.LinkAdd(dummy); err != nil {
 		return 0, fmt.Errorf("add kube-ipvs0: %w", err)
 	}
-	if err := netlink.AddrAdd(dummy, &netlink.Addr{IPNet: netipNet(netip.PrefixFrom(vip, 32))}); err != nil {
-		return 0, fmt.Errorf("put %v on kube-ipvs0: %w", vip, err)
-	}
 	rsNS, err := netns.GetFromName(rs.Name)
 	if err != nil {
 		return 0, err
@@ -189,9 +145,6 @@ func setupDirector(p *testenv.Pair, rs *testenv.NS, vip netip.Addr, dirRS netip.
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "tlrs0"}, PeerName: "tlrs1", PeerNamespace: netlink.NsFd(rsNS)}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return 0, fmt.Errorf("add the veth to the real server: %w", err)
-	}
-	if err := netlink.AddrAdd(veth, &netlink.Addr{IPNet: netipNet(dirRS)}); err != nil {
-		return 0, err
 	}
 	if err := netlink.LinkSetUp(veth); err != nil {
 		return 0, err
@@ -213,22 +166,15 @@ func setupDirector(p *testenv.Pair, rs *testenv.NS, vip netip.Addr, dirRS netip.
 	return coll.Attrs().Index, nil
 }
 
-// setupRealServer, in rs: its end of the veth with addr, up, and the
-// director as its default gateway.
-func setupRealServer(rs *testenv.NS, addr netip.Prefix, gw netip.Addr) error {
-	lk, err := netlink.LinkByName("tlrs1")
+// upVia, in the caller's namespace, sets the link named name up and routes
+// everything through gw on it.
+func upVia(name string, gw netip.Addr) error {
+	lk, err := netlink.LinkByName(name)
 	if err != nil {
-		return fmt.Errorf("the real server's veth in %s: %w", rs.Name, err)
-	}
-	if err := netlink.AddrAdd(lk, &netlink.Addr{IPNet: netipNet(addr)}); err != nil {
 		return err
 	}
 	if err := netlink.LinkSetUp(lk); err != nil {
 		return err
 	}
 	return netlink.RouteAdd(&netlink.Route{LinkIndex: lk.Attrs().Index, Gw: gw.AsSlice()})
-}
-
-func netipNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }

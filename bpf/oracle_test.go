@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,12 +16,10 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
-	"github.com/tierlimit/tierlimit/internal/localaddr"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -248,24 +245,7 @@ func oracleRun(t *testing.T, cases []oracleCase, l *bpf.Limiter) map[int]bool {
 // discards), and returns its local destinations, as the agent reads them.
 func waitOracleLocal(t *testing.T, p *testenv.Pair) []tiers.LocalDest {
 	t.Helper()
-	var local []tiers.LocalDest
-	if err := p.Coll.Do(func() error {
-		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			var err error
-			if local, err = localaddr.Dests(&netlink.Handle{}); err != nil {
-				return err
-			}
-			if pfx := localaddr.Prefixes(local); slices.Contains(pfx, netip.PrefixFrom(p.CollAddr, 32)) && slices.Contains(pfx, netip.PrefixFrom(p.CollAddr6, 128)) {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("local destinations %v lack the collector's addresses after 3 s", local)
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return local
+	return waitLocalDests(t, p.Coll, netip.PrefixFrom(p.CollAddr, 32), netip.PrefixFrom(p.CollAddr6, 128))
 }
 
 // attachSaturated applies, in the collector's namespace, the saturated
@@ -290,15 +270,11 @@ func attachSaturated(t *testing.T, p *testenv.Pair, l *bpf.Limiter, collIdx int,
 		if unchecked, err := l.SetIfaces(ifs); err != nil || len(unchecked) > 0 {
 			return fmt.Errorf("describe the veth and lo: %v left unchecked: %v", unchecked, err)
 		}
-		lk, err := link.AttachXDP(link.XDPOptions{Program: l.Program(), Interface: collIdx, Flags: link.XDPDriverMode})
-		if err != nil {
-			return err
-		}
-		t.Cleanup(func() { lk.Close() })
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
+	attachNative(t, p.Coll, l, collIdx)
 }
 
 // setupOracleColl gives the collector's veth its fixed MAC, routes back to
