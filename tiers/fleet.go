@@ -250,23 +250,33 @@ func (p Policy) TableMax() uint64 {
 
 // FleetFallbackPolicy returns the policy a member applies in fallback
 // (docs/design.md §12), with fleet off: for FallbackShare, max =
-// Fleet.Max ÷ members (members the last count seen, at least 1; the
-// quotient at least 1), for FallbackLocal the policy's own max. With
-// max: auto a share is clamped into the auto bounds (Auto is kept, and
-// the agent's auto controller moves Max from there). Without a fleet it
-// returns p unchanged.
+// Fleet.Max ÷ members, members the count the store last returned (this
+// member included; the quotient at least 1); for FallbackLocal, and for
+// a share when no count was ever seen (members ≤ 0: a store unreachable
+// since start), the policy's own max. With max: auto a share is clamped
+// into the auto bounds (Auto is kept, and the agent's auto controller
+// moves Max from there). Without a fleet it returns p unchanged. The
+// agent writes others 0 (bpf.Limiter.SetFleetOthers) with it.
 func (p Policy) FleetFallbackPolicy(members int) Policy {
 	if p.Fleet == nil {
 		return p
 	}
-	q := p.Clone()
-	q.Fleet = nil
-	if p.Fleet.Fallback == FallbackShare {
-		q.Max = max(p.Fleet.Max/uint64(max(members, 1)), 1)
+	q := p.Local()
+	if p.Fleet.Fallback == FallbackShare && members > 0 {
+		q.Max = max(p.Fleet.Max/uint64(members), 1)
 		if q.Auto != nil {
 			q.Max = min(max(q.Max, q.Auto.Floor), q.Auto.Ceiling)
 		}
 	}
+	return q
+}
+
+// Local returns p with fleet off: the policy of this host alone, with its
+// own max (with max: auto, the learnt one). Its table is the local bound
+// of a member with max: auto (FleetOthersWithAuto).
+func (p Policy) Local() Policy {
+	q := p.Clone()
+	q.Fleet = nil
 	return q
 }
 

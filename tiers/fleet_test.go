@@ -185,7 +185,7 @@ func TestCompileFleet(t *testing.T) {
 		members  int
 		want     uint64
 	}{
-		{FallbackShare, 3, 66666}, {FallbackShare, 0, 200000}, {FallbackShare, 1 << 30, 1},
+		{FallbackShare, 3, 66666}, {FallbackShare, 1, 200000}, {FallbackShare, 0, 1000}, {FallbackShare, 1 << 30, 1},
 		{FallbackLocal, 3, 1000},
 	} {
 		p.Fleet.Fallback = c.fallback
@@ -199,6 +199,14 @@ func TestCompileFleet(t *testing.T) {
 	}
 	if p.Fleet == nil || p.Max != 1000 {
 		t.Error("FleetFallbackPolicy changed p")
+	}
+	// With max: auto the share stays within the auto bounds.
+	p.Fleet.Fallback = FallbackShare
+	p.Auto = &AutoMax{Start: 1000, Floor: 100, Ceiling: 5000}
+	for members, want := range map[int]uint64{3: 5000, 1000: 200, 10000: 100} {
+		if fb := p.FleetFallbackPolicy(members); fb.Max != want || fb.Auto == nil || fb.Validate() != nil {
+			t.Errorf("auto, share of %d: max %d, want %d (%v)", members, fb.Max, want, fb.Validate())
+		}
 	}
 }
 

@@ -170,7 +170,7 @@ func TestEstimateAt(t *testing.T) {
 func TestFleetOthersWithAuto(t *testing.T) {
 	p := fleetPolicy(t, 3000, 500)
 	fleet := mustCompile(t, p)
-	local := mustCompile(t, p.FleetFallbackPolicy(0).WithMax(500))
+	local := mustCompile(t, p.Local())
 	if local.Bounds[0] != 350 || fleet.Bounds[0] != 2100 {
 		t.Fatalf("bounds: local %v fleet %v", local.Bounds, fleet.Bounds)
 	}
