@@ -17,7 +17,7 @@ import (
 // inconsistent: a name that is not 1-64 of [A-Za-z0-9._-], a store URL
 // that is not one of the four forms (or holds a password), a report or
 // ttl that is not positive or a report not under ttl, a relative
-// password_file or ca_file, a ca_file without rediss://, a fallback other
+// password_file or ca_file, a ca_file for a store without TLS, a fallback other
 // than share or local, fleet with the ordinal shape, or fleet with
 // per-source budgets.
 var ErrFleet = errors.New("bad fleet setting")
@@ -69,14 +69,15 @@ type Fleet struct {
 	Name string
 	// Store is the store's URL as written (ParseStore reads it):
 	// redis://, rediss://, redis+sentinel://h1,h2/master or
-	// redis+cluster://h1,h2,h3.
+	// redis+cluster://h1,h2,h3, and rediss+sentinel:// and rediss+cluster://
+	// over TLS.
 	Store string
 	// PasswordFile is the absolute path of the file that holds the store's
 	// password, or "". The agent reads it at start and on reload
 	// (ReadPasswordFile); tiers never opens it.
 	PasswordFile string
-	// CAFile is the absolute path of the CA bundle that verifies a
-	// rediss:// store, or "" for the system's roots.
+	// CAFile is the absolute path of the CA bundle that verifies a TLS
+	// store (rediss...), or "" for the system's roots.
 	CAFile string
 	// Max is the fleet's budget, packets per window: the tiers apply to it
 	// as to a local max.
@@ -89,18 +90,20 @@ type Fleet struct {
 	Fallback FleetFallback
 }
 
-// Store schemes (docs/design.md §12).
+// Store schemes (docs/design.md §12); the rediss ones speak TLS.
 const (
-	StoreRedis    = "redis"
-	StoreRedisTLS = "rediss"
-	StoreSentinel = "redis+sentinel"
-	StoreCluster  = "redis+cluster"
+	StoreRedis       = "redis"
+	StoreRedisTLS    = "rediss"
+	StoreSentinel    = "redis+sentinel"
+	StoreSentinelTLS = "rediss+sentinel"
+	StoreCluster     = "redis+cluster"
+	StoreClusterTLS  = "rediss+cluster"
 )
 
 // StoreURL is a fleet store URL, read by ParseStore.
 type StoreURL struct {
 	// Scheme is one of StoreRedis, StoreRedisTLS, StoreSentinel,
-	// StoreCluster.
+	// StoreSentinelTLS, StoreCluster, StoreClusterTLS.
 	Scheme string
 	// Addrs are HOST:PORT, with the scheme's default port where the URL
 	// gave none (6379; 26379 for Sentinel): one for redis:// and rediss://,
@@ -115,24 +118,32 @@ type StoreURL struct {
 	Master string
 }
 
-// TLS reports whether the store is reached over TLS (rediss://).
-func (s StoreURL) TLS() bool { return s.Scheme == StoreRedisTLS }
+// TLS reports whether the store is reached over TLS (rediss://,
+// rediss+sentinel://, rediss+cluster://).
+func (s StoreURL) TLS() bool { return strings.HasPrefix(s.Scheme, "rediss") }
+
+// Sentinel reports whether the store is found through Sentinels.
+func (s StoreURL) Sentinel() bool { return strings.HasSuffix(s.Scheme, "+sentinel") }
+
+// Cluster reports whether the store is a Redis Cluster.
+func (s StoreURL) Cluster() bool { return strings.HasSuffix(s.Scheme, "+cluster") }
 
 var fleetNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 // storeForms is what a store error says is wanted.
-const storeForms = "want redis://HOST[:PORT][/DB], rediss://HOST[:PORT][/DB], redis+sentinel://H1,H2/MASTER[/DB] or redis+cluster://H1,H2,H3"
+const storeForms = "want redis://HOST[:PORT][/DB], redis+sentinel://H1,H2/MASTER[/DB] or redis+cluster://H1,H2,H3 (rediss for TLS)"
 
 // ParseStore reads a fleet store URL: redis://[USER@]HOST[:PORT][/DB],
-// rediss://... (TLS), redis+sentinel://[USER@]H1[:PORT],H2.../MASTER[/DB]
-// or redis+cluster://[USER@]H1[:PORT],H2,H3. A URL with a password, a
+// redis+sentinel://[USER@]H1[:PORT],H2.../MASTER[/DB] or
+// redis+cluster://[USER@]H1[:PORT],H2,H3; rediss, rediss+sentinel and
+// rediss+cluster are the same over TLS. A URL with a password, a
 // query or a fragment is refused: the secret goes in password_file. The
 // error never repeats the URL (it may hold a secret).
 func ParseStore(s string) (StoreURL, error) {
 	scheme, rest, ok := strings.Cut(s, "://")
 	var u StoreURL
 	switch scheme {
-	case StoreRedis, StoreRedisTLS, StoreSentinel, StoreCluster:
+	case StoreRedis, StoreRedisTLS, StoreSentinel, StoreSentinelTLS, StoreCluster, StoreClusterTLS:
 		u.Scheme = scheme
 	default:
 		if !ok {
@@ -153,7 +164,7 @@ func ParseStore(s string) (StoreURL, error) {
 		u.Username = user
 	}
 	port := "6379"
-	if scheme == StoreSentinel {
+	if u.Sentinel() {
 		port = "26379"
 	}
 	for _, h := range strings.Split(hosts, ",") {
@@ -163,20 +174,20 @@ func ParseStore(s string) (StoreURL, error) {
 		}
 		u.Addrs = append(u.Addrs, addr)
 	}
-	if len(u.Addrs) > 1 && (scheme == StoreRedis || scheme == StoreRedisTLS) {
+	if len(u.Addrs) > 1 && !u.Sentinel() && !u.Cluster() {
 		return StoreURL{}, fmt.Errorf("%s:// takes one host; for several use redis+sentinel:// or redis+cluster://", scheme)
 	}
 	parts := strings.Split(path, "/")
 	if path == "" {
 		parts = nil
 	}
-	switch scheme {
-	case StoreSentinel:
+	switch {
+	case u.Sentinel():
 		if len(parts) == 0 || parts[0] == "" {
 			return StoreURL{}, errors.New("redis+sentinel:// needs the master's name: redis+sentinel://H1,H2/MASTER")
 		}
 		u.Master, parts = parts[0], parts[1:]
-	case StoreCluster:
+	case u.Cluster():
 		if len(parts) > 0 {
 			return StoreURL{}, errors.New("redis+cluster:// takes no path: a Cluster has database 0 only")
 		}
@@ -313,7 +324,7 @@ func (f *Fleet) validate(p Policy) error {
 	case f.CAFile != "" && !filepath.IsAbs(f.CAFile):
 		return configErr("fleet.ca_file", f.CAFile, ErrFleet, "want an absolute path")
 	case f.CAFile != "" && !u.TLS():
-		return configErr("fleet.ca_file", f.CAFile, ErrFleet, "a CA file is for a rediss:// store only")
+		return configErr("fleet.ca_file", f.CAFile, ErrFleet, "a CA file is for a TLS store only (rediss://, rediss+sentinel://, rediss+cluster://)")
 	case f.Fallback != FallbackShare && f.Fallback != FallbackLocal:
 		return configErr("fleet.fallback", f.Fallback.String(), ErrFleet, "want share or local")
 	case p.Shape != ShapeSmooth:

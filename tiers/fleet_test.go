@@ -33,6 +33,8 @@ func TestParseFleet(t *testing.T) {
 			with(func(f *Fleet) { f.Store = "redis+sentinel://s1,s2:26380/mymaster" })},
 		{strings.Replace(fleetYAML, "redis://10.0.0.5:6379/0", "redis+cluster://h1,h2,h3", 1),
 			with(func(f *Fleet) { f.Store = "redis+cluster://h1,h2,h3" })},
+		{strings.Replace(fleetYAML, "redis://10.0.0.5:6379/0", "rediss+cluster://h1,h2,h3", 1) + "  ca_file: /etc/ca.pem\n",
+			with(func(f *Fleet) { f.Store, f.CAFile = "rediss+cluster://h1,h2,h3", "/etc/ca.pem" })},
 		{"max: auto\n" + strings.TrimPrefix(fleetYAML, "max: 1000\n"), &base},
 	} {
 		p, err := ParseYAML([]byte(c.src))
@@ -72,6 +74,8 @@ func TestParseFleetInvalid(t *testing.T) {
 		{"two hosts", store("redis://h1,h2"), ErrFleet, "fleet.store", 4},
 		{"sentinel no master", store("redis+sentinel://s1,s2"), ErrFleet, "fleet.store", 4},
 		{"cluster db", store("redis+cluster://h1,h2/1"), ErrFleet, "fleet.store", 4},
+		{"tls cluster db", store("rediss+cluster://h1,h2/1"), ErrFleet, "fleet.store", 4},
+		{"ca with sentinel", store("redis+sentinel://s/m") + "  ca_file: /ca.pem\n", ErrFleet, "fleet.ca_file", 6},
 		{"bad port", store("redis://h:0"), ErrFleet, "fleet.store", 4},
 		{"bad db", store("redis://h/x"), ErrFleet, "fleet.store", 4},
 		{"empty host", store("redis+cluster://h1,,h3"), ErrFleet, "fleet.store", 4},
@@ -151,6 +155,8 @@ func TestParseStore(t *testing.T) {
 		{"redis://[2001:db8::1]:7000", StoreURL{Scheme: StoreRedis, Addrs: []string{"[2001:db8::1]:7000"}}},
 		{"redis+sentinel://s1,s2:26380/mymaster/2", StoreURL{Scheme: StoreSentinel, Addrs: []string{"s1:26379", "s2:26380"}, Master: "mymaster", DB: 2}},
 		{"redis+cluster://h1,h2:7001,h3", StoreURL{Scheme: StoreCluster, Addrs: []string{"h1:6379", "h2:7001", "h3:6379"}}},
+		{"rediss+sentinel://s1/m", StoreURL{Scheme: StoreSentinelTLS, Addrs: []string{"s1:26379"}, Master: "m"}},
+		{"rediss+cluster://h1,h2", StoreURL{Scheme: StoreClusterTLS, Addrs: []string{"h1:6379", "h2:6379"}}},
 	} {
 		got, err := ParseStore(c.in)
 		if err != nil || !reflect.DeepEqual(got, c.want) {
