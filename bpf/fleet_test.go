@@ -229,3 +229,62 @@ func TestFleetProgramsSharing(t *testing.T) {
 		}
 	}
 }
+
+// With max: auto (docs/design.md §12) a member passes no more than its
+// learnt max allows on its own R̂: the agent folds the local bound into the
+// others' sum it writes (tiers.FleetOthersWithAuto) at each report. A
+// member offered 1000 per window whose collector takes a learnt max of 300
+// passes the local P(1000), where the fleet alone (fleet.max 3000, others
+// 500) would pass all of it; within 5σ plus the pacing's 10 %.
+func TestFleetAutoProgram(t *testing.T) {
+	const (
+		window  = 500 * time.Millisecond
+		report  = 50 * time.Millisecond
+		windows = 5
+		rate    = 1000.0
+		others  = 500
+	)
+	p := fleetPolicyBPF(t, 3000, window)
+	p.Auto = &tiers.AutoMax{Start: 300, Floor: 100, Ceiling: 1000}
+	p.Max = 300
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, p)
+	local := mustCompile(t, p.Local())
+	frame := UDP4(t, 514)
+	passed := make([]int, windows)
+	offered := make([]int, windows)
+	var sent float64
+	start := time.Now()
+	nextReport := time.Duration(0)
+	for el := time.Since(start); el < windows*window; el = time.Since(start) {
+		if el >= nextReport {
+			nextReport += report
+			own, err := h.l.FleetEstimate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.l.SetFleetOthers(tiers.FleetOthersWithAuto(h.tab, local, own, others)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		k := int(el / window)
+		for due := rate * float64(el) / float64(window); sent < due; sent++ {
+			offered[k]++
+			if h.run(frame) == xdpPass {
+				passed[k]++
+			}
+		}
+		time.Sleep(time.Millisecond - time.Since(start)%time.Millisecond)
+	}
+	fleetOnly := float64(rate) * h.tab.Expected(rate+others).Passed / (rate + others)
+	for k := 2; k < windows; k++ {
+		want := local.Expected(uint64(offered[k])).Passed
+		sigma := math.Sqrt(want * (1 - want/float64(offered[k])))
+		t.Logf("window %d: offered %d, passed %d; local P %.0f, the fleet alone %.0f", k, offered[k], passed[k], want, fleetOnly)
+		if math.Abs(float64(passed[k])-want) > 5*sigma+0.1*want {
+			t.Errorf("window %d: passed %d, want the local P %.0f ± (5 × %.1f + 10%%)", k, passed[k], want, sigma)
+		}
+	}
+}
