@@ -164,7 +164,11 @@ func (a *Agent) routeLocalnet(name string) bool {
 func (a *Agent) followIfaces(done <-chan struct{}) {
 	links := make(chan netlink.LinkUpdate, 64)
 	errf := a.subscriptionErrors(done, "following links")
-	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{Namespace: &a.ns, ErrorCallback: errf}); err != nil {
+	// Opened on a thread of the agent's namespace: with Namespace set the
+	// netlink package enters it (setns), which needs CAP_SYS_ADMIN.
+	if err := a.inNS(func() error {
+		return netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{ErrorCallback: errf})
+	}); err != nil {
 		a.log.Error("cannot follow links: the MAC checks follow them at each watch round only", "err", err)
 		return
 	}

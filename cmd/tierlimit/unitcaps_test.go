@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/tierlimit/tierlimit/internal/testenv"
+)
+
+// unitAgent is `tierlimit run` started inside ns as the shipped unit runs
+// it (testenv.AsUnit: its capabilities exactly), serving metrics on a
+// loopback port of ns.
+type unitAgent struct {
+	*agentProc
+	ns      *testenv.NS
+	metrics string // http://ADDR/metrics
+}
+
+// startAsUnit starts `tierlimit run args... --metrics-addr 127.0.0.1:0`
+// in ns under the unit's capabilities, and waits for it to serve metrics.
+func startAsUnit(t *testing.T, ns *testenv.NS, args ...string) *unitAgent {
+	t.Helper()
+	p := &agentProc{log: &testenv.SyncBuffer{}, done: make(chan struct{})}
+	p.cmd = testenv.AsUnit(t, context.Background(), ns, cli(t), append(append([]string{"run"}, args...), "--metrics-addr", "127.0.0.1:0")...)
+	p.cmd.Stderr, p.cmd.Stdout = p.log, p.log
+	p.cmd.Env = append(os.Environ(), "STATE_DIRECTORY="+t.TempDir())
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+	})
+	re := regexp.MustCompile(`msg="serving metrics" addr=(http://[0-9.:]+/metrics)`)
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		if m := re.FindStringSubmatch(p.log.String()); m != nil {
+			return &unitAgent{agentProc: p, ns: ns, metrics: m[1]}
+		}
+		if !p.alive() || time.Now().After(deadline) {
+			t.Fatalf("tierlimit run under the unit's capabilities did not serve metrics:\n%s", p.log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// metric returns the sum of the samples of the family name (every label
+// set) on the agent's /metrics.
+func (u *unitAgent) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	code, body, err := testenv.Get(u.ns, u.metrics)
+	if err != nil || code != 200 {
+		t.Fatalf("GET %s: %d %v", u.metrics, code, err)
+	}
+	sum, seen := 0.0, false
+	for _, l := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(l, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+			f := strings.Fields(l)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				t.Fatalf("sample %q: %v", l, err)
+			}
+			sum, seen = sum+v, true
+		}
+	}
+	if !seen {
+		t.Fatalf("/metrics has no %s", name)
+	}
+	return sum
+}
+
+// waitMetric waits up to limit for ok(the family's sum), and returns it.
+func (u *unitAgent) waitMetric(t *testing.T, name string, limit time.Duration, ok func(float64) bool) float64 {
+	t.Helper()
+	v := u.metric(t, name)
+	for deadline := time.Now().Add(limit); !ok(v) && time.Now().Before(deadline); v = u.metric(t, name) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return v
+}
+
+// sendSelected sends n datagrams from the sender to dst:514 and returns
+// how many the agent counted as selected once all n reached it.
+func (u *unitAgent) sendSelected(t *testing.T, p *testenv.Pair, dst netip.Addr, n int) int {
+	t.Helper()
+	sel0, unsel0 := u.metric(t, "tierlimit_selected_packets_total"), u.metric(t, "tierlimit_unselected_packets_total")
+	s := testenv.NewSender(t, p.Send, netip.AddrPortFrom(dst, 514))
+	if _, err := s.Pace(context.Background(), n, 50*time.Millisecond, 5*time.Second, func(i int) []byte { return testenv.SyslogMessage(1, i) }); err != nil {
+		t.Fatal(err)
+	}
+	var sel float64
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		sel = u.metric(t, "tierlimit_selected_packets_total") - sel0
+		unsel := u.metric(t, "tierlimit_unselected_packets_total") - unsel0
+		if sel+unsel >= float64(n) || time.Now().After(deadline) {
+			return int(sel)
+		}
+	}
+}
+
+// addRoute makes ns reach dst/32 through gw.
+func addRoute(t *testing.T, ns *testenv.NS, dst, gw netip.Addr) {
+	t.Helper()
+	if err := ns.Do(func() error {
+		return netlink.RouteAdd(&netlink.Route{Dst: &net.IPNet{IP: dst.AsSlice(), Mask: net.CIDRMask(32, 32)}, Gw: gw.AsSlice()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mountBPFFS mounts bpffs at /sys/fs/bpf unless there is one: doing so
+// needs CAP_SYS_ADMIN, which the unit leaves to the host.
+func mountBPFFS(t *testing.T) {
+	t.Helper()
+	if err := os.MkdirAll("/sys/fs/bpf", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Statfs_t
+	if unix.Statfs("/sys/fs/bpf", &st) != nil || uint32(st.Type) != unix.BPF_FS_MAGIC {
+		if err := unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700"); err != nil {
+			t.Fatalf("mount bpffs: %v", err)
+		}
+	}
+}
+
+// TestUnitFollowsAddresses (issue 35 B45): under the unit's capabilities
+// (no CAP_SYS_ADMIN), the default policy's dests: local follows the host:
+// a VIP added after start is counted, every datagram to it selected, and
+// tierlimit_local_dests shows it; no follow error is counted.
+func TestUnitFollowsAddresses(t *testing.T) {
+	testenv.Require(t)
+	mountBPFFS(t)
+	p := testenv.NewPair(t)
+	pin := testPin(t, p)
+	u := startAsUnit(t, p.Coll, "--iface", p.CollIf, "--pin-path", pin)
+	vip := netip.MustParseAddr("192.0.2.200")
+	addRoute(t, p.Send, vip, p.CollAddr)
+	before := u.metric(t, "tierlimit_local_dests")
+	testenv.AddAddr(t, p.Coll, "lo", netip.PrefixFrom(vip, 32))
+	if got := u.waitMetric(t, "tierlimit_local_dests", 5*time.Second, func(v float64) bool { return v > before }); got <= before {
+		t.Fatalf("tierlimit_local_dests %v after a VIP was added, was %v:\n%s", got, before, u.log)
+	}
+	if got := u.sendSelected(t, p, vip, 500); got != 500 {
+		t.Errorf("to the VIP added after start: %d of 500 selected", got)
+	}
+	if n := u.metric(t, "tierlimit_follow_errors_total"); n != 0 {
+		t.Errorf("tierlimit_follow_errors_total %v:\n%s", n, u.log)
+	}
+	if strings.Contains(u.log.String(), "level=ERROR") {
+		t.Errorf("errors under the unit's capabilities:\n%s", u.log)
+	}
+}
