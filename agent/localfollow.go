@@ -2,11 +2,15 @@ package agent
 
 import (
 	"fmt"
+	"net/netip"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
+
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // followRcvBuf is the receive buffer of the address and route
@@ -27,8 +31,9 @@ type localFollow struct {
 	// table: each is followed by a full re-read.
 	errors atomic.Uint64
 	// dests is how many destinations of the host the policy in force
-	// counts.
-	dests atomic.Int64
+	// was resolved with; uncounted how many of them it leaves out
+	// (fitLocal).
+	dests, uncounted atomic.Int64
 }
 
 var (
@@ -42,6 +47,7 @@ var (
 func (a *Agent) collectLocal(ch chan<- prometheus.Metric) {
 	gauge(ch, localDestsDesc, float64(a.follow.dests.Load()))
 	counter(ch, followErrorsDesc, a.follow.errors.Load())
+	gauge(ch, localUncountedDesc, float64(a.follow.uncounted.Load()))
 }
 
 // subscribeLocal subscribes to the address and route changes of the
@@ -70,4 +76,64 @@ func (a *Agent) subscribeLocal(stop <-chan struct{}, errf func(error)) (*events,
 	follow(ev, stop, addrs)
 	follow(ev, stop, routes)
 	return ev, nil
+}
+
+var localUncountedDesc = metric("local_dests_uncounted", "The host's own destinations that dests: local rules do not count, "+
+	"because the rules together would name more than the destination trie holds (one entry per rule and destination).")
+
+// fitLocal returns the host's destinations (a.local) that policy p's
+// dests: local rules can count together: all of them, unless the rules
+// would name more than tiers.LocalBudget (one entry per rule and
+// destination: a UDP rule names each, a TCP rule each unicast one,
+// tiers.Policy.WithLocal). Then it keeps the unicast ones first (the
+// host's addresses, which every rule counts), in order, and leaves the
+// rest uncounted: a host over the limit is a condition of the running
+// agent, logged as an error and shown in tierlimit_local_dests_uncounted,
+// never a policy refused (a.applyMu held).
+func (a *Agent) fitLocal(p tiers.Policy) []tiers.LocalDest {
+	all, uni := 0, 0 // entries per destination, unicast ones also uni
+	for _, r := range p.Select {
+		switch {
+		case !r.Local:
+		case r.Proto == tiers.ProtoTCP:
+			uni++
+		default:
+			all++
+		}
+	}
+	cost := func(d tiers.LocalDest) int {
+		if d.Unicast {
+			return all + uni
+		}
+		return all
+	}
+	budget, total := tiers.LocalBudget(p), 0
+	for _, d := range a.local {
+		total += cost(d)
+	}
+	kept := a.local
+	if total > budget {
+		keep := make(map[netip.Prefix]bool, len(a.local))
+		n := 0
+		for _, unicast := range []bool{true, false} {
+			for _, d := range a.local {
+				if d.Unicast == unicast && n+cost(d) <= budget {
+					n += cost(d)
+					keep[d.Prefix] = true
+				}
+			}
+		}
+		kept = slices.DeleteFunc(slices.Clone(a.local), func(d tiers.LocalDest) bool { return !keep[d.Prefix] })
+	}
+	left := int64(len(a.local) - len(kept))
+	if old := a.follow.uncounted.Swap(left); old != left {
+		switch {
+		case left > 0:
+			a.log.Error("the host has more destinations than dests: local rules can count: the rest are uncounted", "uncounted", left,
+				"destinations", len(a.local), "entries", total, "at_most", budget)
+		case old > 0:
+			a.log.Info("dests local counts all of the host's destinations again", "destinations", len(a.local))
+		}
+	}
+	return kept
 }

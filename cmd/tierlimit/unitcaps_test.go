@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -158,5 +159,73 @@ func TestUnitFollowsAddresses(t *testing.T) {
 	}
 	if strings.Contains(u.log.String(), "level=ERROR") {
 		t.Errorf("errors under the unit's capabilities:\n%s", u.log)
+	}
+}
+
+// addAddrs adds n /32 addresses 10.64.0.1 on to lo in ns
+// in one ip -batch (a kube-proxy IPVS node's Services on kube-ipvs0), and
+// returns the last.
+func addAddrs(t *testing.T, ns *testenv.NS, n int) netip.Addr {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("link set lo up\n")
+	var last netip.Addr
+	for i := 1; i <= n; i++ {
+		last = netip.AddrFrom4([4]byte{10, 64, byte(i >> 8), byte(i)})
+		fmt.Fprintf(&b, "addr add %s/32 dev lo\n", last)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := ns.Command(ctx, "ip", "-batch", "-")
+	cmd.Stdin = strings.NewReader(b.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ip -batch of %d addresses: %v\n%s", n, err, out)
+	}
+	return last
+}
+
+// TestUnitManyHostAddresses (issue 35 B46): a host with 5,000 addresses
+// (the default policy's UDP and TCP rules name each: 10,000 entries, over
+// the 4,096 of before) starts under the unit's capabilities with the
+// default policy and counts them all: every datagram to the last one is
+// selected, and tierlimit_local_dests shows all of them.
+func TestUnitManyHostAddresses(t *testing.T) {
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	last := addAddrs(t, p.Coll, 5000)
+	addRoute(t, p.Send, last, p.CollAddr)
+	u := startAsUnit(t, p.Coll, "--iface", p.CollIf, "--no-pin")
+	if got := u.metric(t, "tierlimit_local_dests"); got < 5000 {
+		t.Errorf("tierlimit_local_dests %v, want the 5,000 addresses and more", got)
+	}
+	if got := u.metric(t, "tierlimit_local_dests_uncounted"); got != 0 {
+		t.Errorf("tierlimit_local_dests_uncounted %v, want 0", got)
+	}
+	if got := u.sendSelected(t, p, last, 500); got != 500 {
+		t.Errorf("to the 5,000th address: %d of 500 selected", got)
+	}
+}
+
+// TestUnitHostOverLimit (issue 35 B46): a policy whose dests: local rules
+// together name more of the host's destinations than the trie holds (32
+// rules × 2,200 addresses: over 70,000 entries) is no config error: the
+// agent starts, counts what fits, and says how many it leaves uncounted in
+// a log line and in tierlimit_local_dests_uncounted.
+func TestUnitHostOverLimit(t *testing.T) {
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	addAddrs(t, p.Coll, 2200)
+	var b strings.Builder
+	b.WriteString("max: 100000\nselect:\n")
+	for i := range 32 {
+		fmt.Fprintf(&b, "  - {proto: udp, ports: [%d]}\n", 1000+i)
+	}
+	cfg := writeFile(t, "many-rules.yaml", b.String())
+	u := startAsUnit(t, p.Coll, "--iface", p.CollIf, "--no-pin", "--config", cfg)
+	if got := u.metric(t, "tierlimit_local_dests_uncounted"); got <= 0 {
+		t.Errorf("tierlimit_local_dests_uncounted %v, want > 0", got)
+	}
+	if !strings.Contains(u.log.String(), "level=ERROR") || !strings.Contains(u.log.String(), "uncounted") {
+		t.Errorf("no error line for the uncounted destinations:\n%s", u.log)
 	}
 }
