@@ -124,6 +124,7 @@ func newEpisodes(log *slog.Logger, lim *bpf.Limiter, rec *Recorder, p tiers.Poli
 	e.setPolicy(p)
 	if p.Events.Network != "" {
 		e.send = newEventSender(log, p.Events.Network, p.Events.Addr, &e.events)
+		e.send.framing = p.Events.Framing
 	}
 	return e
 }

@@ -229,3 +229,47 @@ func TestUnitHostOverLimit(t *testing.T) {
 		t.Errorf("no error line for the uncounted destinations:\n%s", u.log)
 	}
 }
+
+// TestUnitEventsRsyslogTCP (issue 35 B51): an episode's reports over TCP
+// reach a real rsyslogd (imtcp) whole, parsed as RFC 5424, in either
+// framing (octet-counted, the default, and lf), from an agent under the
+// unit's capabilities; none is counted as an error.
+func TestUnitEventsRsyslogTCP(t *testing.T) {
+	testenv.Require(t)
+	testenv.RequireRsyslog(t)
+	mountBPFFS(t)
+	for _, framing := range []string{"octet-counted", "lf"} {
+		t.Run(framing, func(t *testing.T) {
+			p, pin, cfg := pinnedSetup(t, strictYAML+"events: {syslog: tcp://127.0.0.1:5601, summary_every: 1s, framing: "+framing+"}\n")
+			rs := testenv.StartRsyslogTCP(t, p.Coll, netip.MustParseAddrPort("127.0.0.1:5601"))
+			u := startAsUnit(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--pin-path", pin)
+			f := startFlood(t, p, 3*time.Second)
+			<-f.done
+			if n, err := rs.WaitCount("shedding ended after", 1, time.Second, 10*time.Second); n != 1 || err != nil {
+				t.Fatalf("rsyslog got %d closing reports (%v); agent log:\n%s", n, err, u.log)
+			}
+			out, err := os.ReadFile(rs.Out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opens := 0
+			for _, line := range strings.Split(string(out), "\n") {
+				if !strings.Contains(line, "shedding") {
+					continue
+				}
+				if !strings.Contains(line, " tierlimit[") || strings.Contains(line, "shed@32473") {
+					t.Errorf("rsyslog did not parse the report as RFC 5424 with structured data: %q", line)
+				}
+				if strings.Contains(line, "shedding began on "+p.CollIf) {
+					opens++
+				}
+			}
+			if opens != 1 {
+				t.Errorf("rsyslog got %d openings, want 1:\n%s", opens, out)
+			}
+			if n := u.metric(t, `tierlimit_event_reports_total{result="error"}`); n != 0 {
+				t.Errorf("%v reports counted as errors:\n%s", n, u.log)
+			}
+		})
+	}
+}
