@@ -131,3 +131,13 @@ func frame(framing string, msg []byte) []byte {
 	}
 	return append(out, '\n')
 }
+
+// sendHint says what an error sending a report may mean: EPERM on a
+// connect or send is a filter of the agent's own (a systemd unit's
+// IPAddressDeny=, a cgroup or seccomp filter), not the destination.
+func sendHint(err error) string {
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) {
+		return "refused on this host, not by the destination: an IP address filter on the agent (systemd IPAddressDeny=: allow the SIEM with IPAddressAllow=), or a firewall rule"
+	}
+	return ""
+}

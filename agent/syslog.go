@@ -160,7 +160,8 @@ func (e *eventSender) deliver(ctx context.Context, conn *net.Conn, msg []byte) {
 			*conn = nil
 		}
 		if !e.failing {
-			e.log.Warn("events: report not sent; counting errors until the destination takes them", "syslog", e.network+"://"+e.addr, "error", err)
+			e.log.Warn("events: report not sent; counting errors until the destination takes them", "syslog", e.network+"://"+e.addr, "error", err,
+				"hint", sendHint(err))
 		}
 		e.failing = true
 		return
