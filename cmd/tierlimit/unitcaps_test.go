@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -271,5 +273,36 @@ func TestUnitEventsRsyslogTCP(t *testing.T) {
 				t.Errorf("%v reports counted as errors:\n%s", n, u.log)
 			}
 		})
+	}
+}
+
+// TestUnitProgLoadDenied (issue 35 B62): under the unit's capabilities,
+// with a seccomp filter that refuses BPF_PROG_LOAD alone (map creation
+// works), run refuses to start with exit 2 (systemd does not restart it:
+// RestartPreventExitStatus=2), names the refused command and the filter,
+// and does not blame the memlock limit; nothing is attached.
+func TestUnitProgLoadDenied(t *testing.T) {
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	args := append(testenv.DenyBPFCommand(t, testenv.BPFProgLoad), cli(t), "run", "--iface", p.CollIf, "--no-pin", "--metrics-addr", "")
+	cmd := testenv.AsUnit(t, ctx, p.Coll, args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), "STATE_DIRECTORY="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("run with BPF_PROG_LOAD denied: %v, want exit 2\n%s", err, out)
+	}
+	for _, want := range []string{"BPF_PROG_LOAD", "seccomp", "not the memlock limit"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "MEMLOCK may be too low") {
+		t.Errorf("output blames MEMLOCK:\n%s", out)
+	}
+	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != 0 {
+		t.Errorf("attached after a refused start: %+v", x)
 	}
 }
