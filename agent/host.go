@@ -54,6 +54,7 @@ func (a *Agent) describeIfaces() error {
 		}
 		a.log.Info("frames Linux discards pass uncounted", "ifindex", ifc.Index, "mac", ifc.MAC.String(),
 			"check_mac", ifc.CheckMAC, "mac_check_off", why[i], "martians", ifc.Martians, "loopback_martian", ifc.LocalnetMartian)
+		a.warnForeignChild(ifc)
 	}
 	return nil
 }
