@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
@@ -304,5 +305,41 @@ func TestUnitProgLoadDenied(t *testing.T) {
 	}
 	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != 0 {
 		t.Errorf("attached after a refused start: %+v", x)
+	}
+}
+
+// TestUnitAutoNetNSProc (issue 35 B48): under the unit's capabilities,
+// which cannot enter another network namespace (CAP_SYS_ADMIN) nor open
+// /proc/PID/ns/net of a more privileged process (EACCES), auto.netns:
+// /proc/PID/ns/net starts, reads the collector's sockets through
+// /proc/PID/net/udp (signal proc_net_udp), and counts their drops.
+func TestUnitAutoNetNSProc(t *testing.T) {
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	// A process of the "container", full root, in the collector's namespace.
+	ctx, cancel := context.WithCancel(context.Background())
+	sleep := p.Coll.Command(ctx, "sleep", "120")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); sleep.Wait() })
+	conn, _, err := sandbox.ListenUDP(p.Coll, netip.AddrPortFrom(p.CollAddr, 514), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	netnsPath := fmt.Sprintf("/proc/%d/ns/net", sleep.Process.Pid)
+	cfg := writeFile(t, "auto.yaml", "max: auto\nauto: {start: 100000, netns: "+netnsPath+"}\nselect: [{proto: udp, ports: [514]}]\n")
+	u := startAsUnit(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--no-pin")
+	if !strings.Contains(u.log.String(), "signal=proc_net_udp netns="+netnsPath) {
+		t.Errorf("no log of the /proc signal:\n%s", u.log)
+	}
+	s := testenv.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
+	// Over 4 windows: the controller primes on one and judges the next.
+	if _, err := s.Pace(context.Background(), 4000, 4*time.Second, 8*time.Second, func(i int) []byte { return testenv.SyslogMessage(1, i) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := u.waitMetric(t, "tierlimit_collector_socket_drops_total", 8*time.Second, func(v float64) bool { return v > 0 }); got == 0 {
+		t.Errorf("no collector socket drops seen through %s:\n%s", netnsPath, u.log)
 	}
 }
