@@ -238,17 +238,18 @@ func TestUnitHostOverLimit(t *testing.T) {
 }
 
 // TestUnitEventsRsyslogTCP (issue 35 B51): an episode's reports over TCP
-// reach a real rsyslogd (imtcp) whole, parsed as RFC 5424, in either
-// framing (octet-counted, the default, and lf), from an agent under the
-// unit's capabilities; none is counted as an error.
+// reach a real rsyslogd (imtcp) on another host whole, parsed as RFC
+// 5424, in either framing (octet-counted, the default, and lf), from an
+// agent under the unit's capabilities; none is counted as an error.
 func TestUnitEventsRsyslogTCP(t *testing.T) {
 	testenv.Require(t)
 	testenv.RequireRsyslog(t)
 	mountBPFFS(t)
 	for _, framing := range []string{"octet-counted", "lf"} {
 		t.Run(framing, func(t *testing.T) {
-			p, pin, cfg := pinnedSetup(t, strictYAML+"events: {syslog: tcp://127.0.0.1:5601, summary_every: 1s, framing: "+framing+"}\n")
-			rs := testenv.StartRsyslogTCP(t, p.Coll, netip.MustParseAddrPort("127.0.0.1:5601"))
+			// The SIEM on another host: the sender's namespace, over the veth.
+			p, pin, cfg := pinnedSetup(t, strictYAML+"events: {syslog: tcp://198.51.100.2:5601, summary_every: 1s, framing: "+framing+"}\n")
+			rs := testenv.StartRsyslogTCP(t, p.Send, netip.AddrPortFrom(p.SendAddr, 5601))
 			u := startAsUnit(t, p.Coll, "--iface", p.CollIf, "--config", cfg, "--pin-path", pin)
 			f := startFlood(t, p, 3*time.Second)
 			<-f.done
