@@ -75,6 +75,9 @@ func (a *Agent) followLocal(done <-chan struct{}) {
 // refreshLocal reads the local prefixes and, when they changed, applies
 // the policy in force with them.
 func (a *Agent) refreshLocal() {
+	if a.closed.Load() { // its netlink handle closes with it
+		return
+	}
 	local, err := localDests(a.nh)
 	if err != nil {
 		a.follow.errors.Add(1)
