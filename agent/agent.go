@@ -263,7 +263,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 			return nil, err
 		}
 	}
-	go a.followLocal(a.stopLocal)
+	go a.followLocal(a.stopLocal, dupNS(a.ns))
 	for i, l := range links {
 		att, err := a.attach(l)
 		if err != nil {
@@ -278,7 +278,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := a.describeIfaces(); err != nil {
 		return nil, fmt.Errorf("describe interfaces to the program: %w", err)
 	}
-	go a.followIfaces(a.stopLocal)
+	go a.followIfaces(a.stopLocal, dupNS(a.ns))
 	if a.pd != nil {
 		if err := a.pinState(); err != nil {
 			return nil, err

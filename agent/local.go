@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"github.com/tierlimit/tierlimit/internal/localaddr"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -34,7 +35,10 @@ func (a *Agent) LocalPrefixes() []netip.Prefix {
 // cannot be opened, or ends (ENOBUFS after a storm of route changes), is
 // counted and opened again, and the full list read again; Watch also
 // re-reads it at every round, so that a lost event is never lost for good.
-func (a *Agent) followLocal(done <-chan struct{}) {
+// ns is the agent's namespace, a handle of followLocal's own (dupNS),
+// which it closes.
+func (a *Agent) followLocal(done <-chan struct{}, ns netns.NsHandle) {
+	defer ns.Close()
 	failing := false
 	for {
 		stop := make(chan struct{})
@@ -47,7 +51,7 @@ func (a *Agent) followLocal(done <-chan struct{}) {
 			a.follow.errors.Add(1)
 			a.log.Warn("following local addresses: subscription failed: subscribing again and reading the full list", "err", err)
 		}
-		ev, err := a.subscribeLocal(stop, errf)
+		ev, err := a.subscribeLocal(ns, stop, errf)
 		switch {
 		case err != nil:
 			a.follow.errors.Add(1)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -51,14 +53,14 @@ func (a *Agent) collectLocal(ch chan<- prometheus.Metric) {
 }
 
 // subscribeLocal subscribes to the address and route changes of the
-// agent's namespace until stop is closed. The sockets are opened on a
+// agent's namespace, ns, until stop is closed. The sockets are opened on a
 // thread of that namespace, with no Namespace option: the netlink package
 // would then enter the namespace (setns), which needs CAP_SYS_ADMIN, that
 // the shipped unit does not give.
-func (a *Agent) subscribeLocal(stop <-chan struct{}, errf func(error)) (*events, error) {
+func (a *Agent) subscribeLocal(ns netns.NsHandle, stop <-chan struct{}, errf func(error)) (*events, error) {
 	addrs := make(chan netlink.AddrUpdate, 64)
 	routes := make(chan netlink.RouteUpdate, 64)
-	err := a.inNS(func() error {
+	err := onThreadIn(ns, "the agent's network namespace", func() error {
 		ao := netlink.AddrSubscribeOptions{ErrorCallback: errf, ReceiveBufferSize: followRcvBuf, ReceiveBufferForceSize: true}
 		if err := netlink.AddrSubscribeWithOptions(addrs, stop, ao); err != nil {
 			return fmt.Errorf("subscribe to address changes: %w", err)
@@ -136,4 +138,16 @@ func (a *Agent) fitLocal(p tiers.Policy) []tiers.LocalDest {
 		}
 	}
 	return kept
+}
+
+// dupNS is a handle of its own on the namespace h, for a goroutine that
+// outlives the call and must not read the agent's, which Close closes;
+// netns.None() when it cannot be had (subscribing then fails, and is
+// retried or logged).
+func dupNS(h netns.NsHandle) netns.NsHandle {
+	fd, err := unix.FcntlInt(uintptr(h), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return netns.None()
+	}
+	return netns.NsHandle(fd)
 }
