@@ -173,6 +173,7 @@ type Agent struct {
 	current   tiers.Policy
 	local     []tiers.LocalDest
 	stopLocal chan struct{}
+	follow    localFollow // what following local counts (localfollow.go)
 	// ifaces is what the program was last told of the attached
 	// interfaces (host.go); guarded by mu.
 	ifaces []bpf.Iface
@@ -252,6 +253,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if a.local, err = localDests(a.nh); err != nil {
 		return nil, fmt.Errorf("read local addresses: %w", err)
 	}
+	a.follow.dests.Store(int64(len(a.local)))
 	a.log.Debug("dests local: the host's destinations", "local", a.local)
 	if err := a.applyLocked(p); err != nil {
 		return nil, fmt.Errorf("apply policy: %w", err)
@@ -261,7 +263,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 			return nil, err
 		}
 	}
-	go a.followLocal(a.stopLocal)
+	go a.followLocal(a.stopLocal, dupNS(a.ns))
 	for i, l := range links {
 		att, err := a.attach(l)
 		if err != nil {
@@ -276,7 +278,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := a.describeIfaces(); err != nil {
 		return nil, fmt.Errorf("describe interfaces to the program: %w", err)
 	}
-	go a.followIfaces(a.stopLocal)
+	go a.followIfaces(a.stopLocal, dupNS(a.ns))
 	if a.pd != nil {
 		if err := a.pinState(); err != nil {
 			return nil, err

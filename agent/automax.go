@@ -130,7 +130,7 @@ func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src DropSource
 // applyLocked compiles p, its dests local resolved (withLocal), and
 // applies it; a.applyMu is held.
 func (a *Agent) applyLocked(p tiers.Policy) error {
-	rp := p.WithLocal(a.local)
+	rp := p.WithLocal(a.fitLocal(p))
 	tab, err := tiers.Compile(rp)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 )
 
@@ -53,14 +54,31 @@ func classifyBPFError(err error, seccomp int) error {
 	return fmt.Errorf("bpf(2): %w", err)
 }
 
-// probeBPF makes the smallest bpf(2) call the agent needs: creating a
-// one-entry array map, with CAP_BPF.
+// probeBPF makes the smallest bpf(2) calls the agent needs: creating a
+// one-entry array map (BPF_MAP_CREATE), then loading an XDP program that
+// passes every packet (BPF_PROG_LOAD): a seccomp filter or a BPF LSM may
+// refuse the load alone. A refusal names the command with the bare errno:
+// the library's own wording of EPERM at a load blames MEMLOCK, which
+// Linux >= 5.11 no longer charges.
 func probeBPF() error {
 	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
-	if err != nil {
+	if errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("BPF_MAP_CREATE: %w", unix.EPERM)
+	} else if err != nil {
 		return err
 	}
-	return m.Close()
+	m.Close()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.XDP,
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()}, // XDP_PASS
+		License:      "GPL",
+	})
+	if errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("BPF_PROG_LOAD of an XDP program: %w", unix.EPERM)
+	} else if err != nil {
+		return err
+	}
+	return prog.Close()
 }
 
 // seccompMode reads the Seccomp field of /proc/self/status; -1 unknown.

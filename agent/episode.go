@@ -108,6 +108,8 @@ type Episodes struct {
 	evcfg  tiers.Events
 
 	cur         Episode
+	carry       Episode // counts of a resumed episode from before the restart (resume)
+	resumed     bool    // cur was resumed, and its start counters not read yet
 	start, prev bpf.Stats
 	prevAt      time.Time
 	quiet       int
@@ -122,8 +124,10 @@ func newEpisodes(log *slog.Logger, lim *bpf.Limiter, rec *Recorder, p tiers.Poli
 	e := &Episodes{log: log, lim: lim, rec: rec, ifaces: ifaces, state: state, host: host, share: 1,
 		retick: make(chan struct{}, 1), record: p.Record, evcfg: p.Events}
 	e.setPolicy(p)
+	e.resume(time.Now())
 	if p.Events.Network != "" {
 		e.send = newEventSender(log, p.Events.Network, p.Events.Addr, &e.events)
+		e.send.framing = p.Events.Framing
 	}
 	return e
 }
@@ -197,6 +201,9 @@ func (e *Episodes) tick(now time.Time, st bpf.Stats) {
 	defer e.mu.Unlock()
 	if e.prevAt.IsZero() {
 		e.prev, e.prevAt = st, now
+		if e.resumed { // counted from here on, beside what it carries
+			e.start, e.resumed = st, false
+		}
 		return
 	}
 	shed := shedOf(&st) - shedOf(&e.prev)
@@ -227,6 +234,12 @@ func (e *Episodes) tick(now time.Time, st bpf.Stats) {
 		// jitter) would otherwise put the summary off by a whole window.
 		e.nextSummary = now.Add(e.every)
 		e.report("summary", now)
+	default:
+		// Every window of an open episode, so that an agent restarted
+		// in it takes it up with its counts (resume).
+		if err := e.save(); err != nil {
+			e.log.Warn("episodes: state file", "error", err)
+		}
 	}
 }
 
@@ -261,6 +274,7 @@ func (e *Episodes) open(now time.Time, start bpf.Stats, rate float64) {
 	e.cur = Episode{ID: id, Open: true, Start: now, Interfaces: e.ifaces(), Mode: e.mode.String(), Max: e.max,
 		OfferedRate: rate}
 	e.start, e.quiet = start, 0
+	e.carry = Episode{}
 	e.nextSummary = now.Add(e.every)
 	if e.rec != nil {
 		e.rec.resetGroups()
@@ -306,6 +320,7 @@ func (e *Episodes) fill(st bpf.Stats) {
 	if e.rec != nil {
 		c.Top, c.Samples = e.rec.topGroups(TopGroups)
 	}
+	e.addCarry()
 }
 
 // report sends and logs one report of the current episode, and saves it.

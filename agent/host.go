@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
@@ -54,6 +55,7 @@ func (a *Agent) describeIfaces() error {
 		}
 		a.log.Info("frames Linux discards pass uncounted", "ifindex", ifc.Index, "mac", ifc.MAC.String(),
 			"check_mac", ifc.CheckMAC, "mac_check_off", why[i], "martians", ifc.Martians, "loopback_martian", ifc.LocalnetMartian)
+		a.warnForeignChild(ifc)
 	}
 	return nil
 }
@@ -161,10 +163,18 @@ func (a *Agent) routeLocalnet(name string) bool {
 // device), until done is closed; events in a burst are read as one, after
 // a quiet 50 ms. What sends no event (a child in another namespace coming
 // up, a sysctl) is read again on each Watch round.
-func (a *Agent) followIfaces(done <-chan struct{}) {
+//
+// ns is the agent's namespace, a handle of followIfaces' own (dupNS),
+// which it closes.
+func (a *Agent) followIfaces(done <-chan struct{}, ns netns.NsHandle) {
+	defer ns.Close()
 	links := make(chan netlink.LinkUpdate, 64)
 	errf := a.subscriptionErrors(done, "following links")
-	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{Namespace: &a.ns, ErrorCallback: errf}); err != nil {
+	// Opened on a thread of the agent's namespace: with Namespace set the
+	// netlink package enters it (setns), which needs CAP_SYS_ADMIN.
+	if err := onThreadIn(ns, "the agent's network namespace", func() error {
+		return netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{ErrorCallback: errf})
+	}); err != nil {
 		a.log.Error("cannot follow links: the MAC checks follow them at each watch round only", "err", err)
 		return
 	}

@@ -34,6 +34,12 @@ func (a *Agent) Watch(ctx context.Context, interval time.Duration) {
 			a.watchOnce()
 		}
 		a.mu.Unlock()
+		// The host's destinations, which an event lost in a storm would
+		// leave stale (followLocal); refreshLocal takes applyMu, which
+		// is never taken under mu.
+		if ctx.Err() == nil {
+			a.refreshLocal()
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"github.com/tierlimit/tierlimit/internal/localaddr"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -30,30 +31,60 @@ func (a *Agent) LocalPrefixes() []netip.Prefix {
 // policy in force again when they differ: a VIP added to lo, an address
 // that a DHCP client renews or one that goes away is counted, or not, from
 // then on. Events in a burst (an interface going down drops all its
-// addresses) are read as one, after a quiet 50 ms.
-func (a *Agent) followLocal(done <-chan struct{}) {
-	addrs := make(chan netlink.AddrUpdate, 64)
-	routes := make(chan netlink.RouteUpdate, 64)
-	errf := a.subscriptionErrors(done, "following local addresses")
-	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{Namespace: &a.ns, ErrorCallback: errf}); err != nil {
-		a.log.Error("cannot follow local addresses: dests local keeps the addresses of the start", "err", err)
-		return
+// addresses) are read as one, after a quiet 50 ms. A subscription that
+// cannot be opened, or ends (ENOBUFS after a storm of route changes), is
+// counted and opened again, and the full list read again; Watch also
+// re-reads it at every round, so that a lost event is never lost for good.
+// ns is the agent's namespace, a handle of followLocal's own (dupNS),
+// which it closes.
+func (a *Agent) followLocal(done <-chan struct{}, ns netns.NsHandle) {
+	defer ns.Close()
+	failing := false
+	for {
+		stop := make(chan struct{})
+		errf := func(err error) {
+			select {
+			case <-stop: // the subscription's end, asked for
+				return
+			default:
+			}
+			a.follow.errors.Add(1)
+			a.log.Warn("following local addresses: subscription failed: subscribing again and reading the full list", "err", err)
+		}
+		ev, err := a.subscribeLocal(ns, stop, errf)
+		switch {
+		case err != nil:
+			a.follow.errors.Add(1)
+			if !failing {
+				a.log.Error("cannot follow local addresses: dests local is read again at each watch round only, and subscribing is retried", "err", err)
+			}
+			failing = true
+		default:
+			if failing {
+				a.log.Info("following local addresses again")
+			}
+			failing = false
+			a.refreshLocal() // what changed while no subscription listened
+			ev.settle(done, 50*time.Millisecond, a.refreshLocal)
+		}
+		close(stop)
+		select {
+		case <-done:
+			return
+		case <-time.After(followRetry):
+		}
 	}
-	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: &a.ns, ErrorCallback: errf}); err != nil {
-		a.log.Error("cannot follow local routes: dests local keeps the addresses of the start", "err", err)
-		return
-	}
-	ev := newEvents()
-	follow(ev, done, addrs)
-	follow(ev, done, routes)
-	ev.settle(done, 50*time.Millisecond, a.refreshLocal)
 }
 
 // refreshLocal reads the local prefixes and, when they changed, applies
 // the policy in force with them.
 func (a *Agent) refreshLocal() {
+	if a.closed.Load() { // its netlink handle closes with it
+		return
+	}
 	local, err := localDests(a.nh)
 	if err != nil {
+		a.follow.errors.Add(1)
 		a.log.Warn("read local addresses", "err", err)
 		return
 	}
@@ -69,5 +100,6 @@ func (a *Agent) refreshLocal() {
 		a.log.Error("apply the policy to new local addresses", "err", err, "local", local)
 		return
 	}
+	a.follow.dests.Store(int64(len(local)))
 	a.log.Info("local addresses changed: dests local follows them", "local", localaddr.Prefixes(local))
 }

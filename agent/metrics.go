@@ -94,6 +94,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	counter(ch, scrapeErrorsDesc, a.scrapeErrors.Load())
+	a.collectLocal(ch)
 	s.Auto = a.autoCounts()
 	collectAuto(ch, s)
 	s.Record = a.recordCounts()

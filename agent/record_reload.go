@@ -147,7 +147,7 @@ func (c *recordChange) commit() {
 // events swaps the events sender when events.syslog changed; e.mu held.
 func (c *recordChange) events() {
 	e, ev := c.e, c.p.Events
-	if ev.Network == e.evcfg.Network && ev.Addr == e.evcfg.Addr {
+	if ev.Network == e.evcfg.Network && ev.Addr == e.evcfg.Addr && ev.Framing == e.evcfg.Framing {
 		return
 	}
 	if e.send != nil {
@@ -156,6 +156,7 @@ func (c *recordChange) events() {
 	}
 	if ev.Network != "" {
 		e.send = newEventSender(e.log, ev.Network, ev.Addr, &e.events)
+		e.send.framing = ev.Framing
 		go e.send.run(e.ctx)
 	}
 }

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -15,7 +15,8 @@ import (
 // Episode reports leave as RFC 5424 messages with structured data under a
 // private SD-ID: shed@32473 (32473 is the example enterprise number of RFC
 // 5612), over UDP (one message per datagram, RFC 5426) or TCP with
-// octet-counting framing (RFC 6587 §3.4.1).
+// octet-counting framing (RFC 6587 §3.4.1) or, with events.framing: lf,
+// non-transparent framing (§3.4.2).
 const (
 	sdID = "shed@32473"
 	// eventQueue bounds the reports waiting for the destination: a
@@ -78,6 +79,14 @@ type eventSender struct {
 	done          chan struct{} // closed by stop
 	*eventCounts
 	failing bool // the last report was not sent (run's own)
+	// framing is events.framing for TCP: tiers.FramingLF, or
+	// octet-counted.
+	framing string
+	// resolve looks up addr's host at each dial and every reresolve
+	// (eventdial.go); dialed is when the connection was made (run's own).
+	resolve   func(ctx context.Context, host string) ([]netip.Addr, error)
+	reresolve time.Duration
+	dialed    time.Time
 }
 
 // eventCounts are the reports sent and not sent (event_reports_total):
@@ -90,7 +99,8 @@ func newEventSender(log *slog.Logger, network, addr string, c *eventCounts) *eve
 	if c == nil {
 		c = &eventCounts{}
 	}
-	return &eventSender{log: log, network: network, addr: addr, q: make(chan []byte, eventQueue), done: make(chan struct{}), eventCounts: c}
+	return &eventSender{log: log, network: network, addr: addr, q: make(chan []byte, eventQueue), done: make(chan struct{}), eventCounts: c,
+		resolve: lookupHost, reresolve: eventReresolve}
 }
 
 // send queues msg, or counts an error when the queue is full.
@@ -132,16 +142,26 @@ func (e *eventSender) run(ctx context.Context) {
 	}
 }
 
-// deliver writes one report, and counts it sent or an error.
+// deliver writes one report, and counts it sent or an error. A TCP
+// connection that breaks under the write (the receiver restarted since
+// the last report) is dialled again and the report written once more:
+// only a report that the new connection refuses too is lost.
 func (e *eventSender) deliver(ctx context.Context, conn *net.Conn, msg []byte) {
-	if err := e.write(ctx, conn, msg); err != nil {
+	err := e.write(ctx, conn, msg)
+	if err != nil && e.network == "tcp" && *conn != nil {
+		(*conn).Close()
+		*conn = nil
+		err = e.write(ctx, conn, msg)
+	}
+	if err != nil {
 		e.errs.Add(1)
 		if *conn != nil {
 			(*conn).Close()
 			*conn = nil
 		}
 		if !e.failing {
-			e.log.Warn("events: report not sent; counting errors until the destination takes them", "syslog", e.network+"://"+e.addr, "error", err)
+			e.log.Warn("events: report not sent; counting errors until the destination takes them", "syslog", e.network+"://"+e.addr, "error", err,
+				"hint", sendHint(err))
 		}
 		e.failing = true
 		return
@@ -154,16 +174,19 @@ func (e *eventSender) deliver(ctx context.Context, conn *net.Conn, msg []byte) {
 }
 
 func (e *eventSender) write(ctx context.Context, conn *net.Conn, msg []byte) error {
+	if *conn != nil && e.stale(ctx, *conn) {
+		(*conn).Close()
+		*conn = nil
+	}
 	if *conn == nil {
-		d := net.Dialer{Timeout: eventTimeout}
-		c, err := d.DialContext(ctx, e.network, e.addr)
+		c, err := e.dial(ctx)
 		if err != nil {
 			return err
 		}
-		*conn = c
+		*conn, e.dialed = c, time.Now()
 	}
 	if e.network == "tcp" {
-		msg = append([]byte(strconv.Itoa(len(msg))+" "), msg...)
+		msg = frame(e.framing, msg)
 	}
 	(*conn).SetWriteDeadline(time.Now().Add(eventTimeout))
 	_, err := (*conn).Write(msg)

@@ -353,8 +353,8 @@ func fits(p tiers.Policy, t tiers.Table) error {
 	for _, r := range p.Select {
 		local += len(r.LocalDests)
 	}
-	if local > tiers.MaxLocalPrefixes {
-		return fmt.Errorf("%w: %d local destinations, at most %d", ErrPolicy, local, tiers.MaxLocalPrefixes)
+	if budget := tiers.LocalBudget(p); local > budget {
+		return fmt.Errorf("%w: %d local destinations, at most %d", ErrPolicy, local, budget)
 	}
 	return nil
 }

@@ -37,12 +37,12 @@ func TestWithLocal(t *testing.T) {
 	if _, err := Compile(r); err != nil {
 		t.Errorf("compile resolved: %v", err)
 	}
-	many := make([]netip.Prefix, MaxLocalPrefixes/2+1)
+	many := make([]netip.Prefix, LocalBudget(p)/2+1)
 	for i := range many {
 		many[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 32)
 	}
 	if err := p.WithLocal(UnicastDests(many...)).Validate(); err == nil {
-		t.Errorf("%d local destinations in 2 rules: Validate accepts them, at most %d", 2*len(many), MaxLocalPrefixes)
+		t.Errorf("%d local destinations in 2 rules: Validate accepts them, at most %d", 2*len(many), LocalBudget(p))
 	}
 }
 

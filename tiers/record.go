@@ -58,7 +58,22 @@ type Events struct {
 	Network, Addr string
 	// SummaryEvery is the period of an open episode's summaries.
 	SummaryEvery time.Duration
+	// Framing is how reports are framed over TCP: FramingOctetCounted
+	// (also when empty) or FramingLF.
+	Framing string
 }
+
+// The framings of events.framing, for a tcp:// events.syslog.
+const (
+	// FramingOctetCounted prefixes each message with its length and a
+	// space (RFC 6587 §3.4.1): what rsyslog and syslog-ng take, and any
+	// message; the default.
+	FramingOctetCounted = "octet-counted"
+	// FramingLF ends each message with a line feed, non-transparent
+	// framing (RFC 6587 §3.4.2): what receivers that frame by newline
+	// take (Fluent Bit, Logstash, Filebeat).
+	FramingLF = "lf"
+)
 
 // Syslog returns events.syslog as written: "udp://HOST:PORT", or "".
 func (e Events) Syslog() string {
@@ -172,10 +187,12 @@ func (ps *yamlParser) record(key string, v *yaml.Node, r *Record) error {
 // events parses the events mapping over the policy's events:
 //
 //	events: {syslog: udp://127.0.0.1:514, summary_every: 10s}
+//	events: {syslog: tcp://siem:601, framing: lf}
 func (ps *yamlParser) events(key string, v *yaml.Node, e *Events) error {
 	if isNull(v) {
 		return nil
 	}
+	var framing *yaml.Node
 	_, err := ps.mapping(key, v, []field{
 		{"syslog", func(key string, v *yaml.Node) error {
 			if isNull(v) {
@@ -207,7 +224,21 @@ func (ps *yamlParser) events(key string, v *yaml.Node, e *Events) error {
 			e.SummaryEvery = d
 			return nil
 		}},
+		{"framing", func(key string, v *yaml.Node) error {
+			switch {
+			case isNull(v):
+				e.Framing = ""
+			case v.Kind != yaml.ScalarNode || (v.Value != FramingOctetCounted && v.Value != FramingLF):
+				return typeErr(key, v, FramingOctetCounted+" or "+FramingLF)
+			default:
+				e.Framing, framing = v.Value, v
+			}
+			return nil
+		}},
 	})
+	if err == nil && framing != nil && e.Network != "tcp" {
+		return valueErr(key+".framing", framing, ErrRecord, "framing applies to a tcp:// syslog only (a UDP datagram is one message)")
+	}
 	return err
 }
 

@@ -24,6 +24,8 @@ func TestParseRecord(t *testing.T) {
 		{"events: {syslog: udp://127.0.0.1:514}", def, Events{Network: "udp", Addr: "127.0.0.1:514", SummaryEvery: 10 * time.Second}},
 		{"events: {syslog: 'tcp://[2001:db8::1]:601', summary_every: 1m}", def, Events{Network: "tcp", Addr: "[2001:db8::1]:601", SummaryEvery: time.Minute}},
 		{"events: {syslog: tcp://siem.example:6514, summary_every: 1s}", def, Events{Network: "tcp", Addr: "siem.example:6514", SummaryEvery: time.Second}},
+		{"events: {syslog: tcp://siem.example:5170, framing: lf}", def, Events{Network: "tcp", Addr: "siem.example:5170", SummaryEvery: 10 * time.Second, Framing: FramingLF}},
+		{"events: {framing: octet-counted, syslog: tcp://siem.example:601}", def, Events{Network: "tcp", Addr: "siem.example:601", SummaryEvery: 10 * time.Second, Framing: FramingOctetCounted}},
 	} {
 		p, err := ParseYAML([]byte(c.src))
 		if err != nil {
@@ -64,6 +66,8 @@ func TestParseRecordInvalid(t *testing.T) {
 		{"max: 1000\nevents:\n  syslog: udp://x:514/path", ErrRecord, "events.syslog", 3},
 		{"max: 1000\nevents:\n  summary_every: 10", ErrType, "events.summary_every", 3},
 		{"max: 1000\nevents:\n  summary_every: 100ms", ErrRecord, "events.summary_every", 3},
+		{"max: 1000\nevents:\n  syslog: tcp://siem:601\n  framing: newline", ErrType, "events.framing", 4},
+		{"max: 1000\nevents:\n  syslog: udp://siem:514\n  framing: lf", ErrRecord, "events.framing", 4},
 		{"max: 1000\nevents:\n  every: 1s", ErrUnknownKey, "events.every", 3},
 	} {
 		_, err := ParseYAML([]byte(c.src))

@@ -126,7 +126,7 @@ func (p Policy) validateTiers() error {
 }
 
 // validatePrefixes checks the prefix counts of the tries (MaxPrefixes
-// exempt sources and dests over all rules, MaxLocalPrefixes destinations of
+// exempt sources and dests over all rules, LocalBudget destinations of
 // dests: local) and each exempt prefix.
 func (p Policy) validatePrefixes() error {
 	if len(p.Exempt) > MaxPrefixes {
@@ -140,8 +140,8 @@ func (p Policy) validatePrefixes() error {
 	if dests > MaxPrefixes {
 		return configErr("select", "", ErrTooMany, "%d dests prefixes over all rules, at most %d", dests, MaxPrefixes)
 	}
-	if local > MaxLocalPrefixes {
-		return configErr("select", "local", ErrTooMany, "the host's %d destinations over all dests: local rules, at most %d", local, MaxLocalPrefixes)
+	if budget := LocalBudget(p); local > budget {
+		return configErr("select", "local", ErrTooMany, "the host's %d destinations over all dests: local rules, at most %d", local, budget)
 	}
 	for i, pfx := range p.Exempt {
 		if err := checkPrefix(fmt.Sprintf("exempt.sources[%d]", i), pfx); err != nil {

@@ -215,8 +215,18 @@ func printSelect(out io.Writer, p tiers.Policy, _ tiers.Table) error {
 		}
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", i, r.Proto, r.PortsString(), r.Count, dests)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(out, encapNote)
+	return err
 }
+
+// encapNote is what check says of encapsulated traffic, which the program
+// does not parse (issue 35 B56).
+const encapNote = "encapsulated traffic is not parsed: IPIP, IPv6-in-IPv4, GRE, GUE and VXLAN packets are judged by their outer headers only\n" +
+	"(IPIP passes uncounted), so a collector behind an encapsulating balancer (Katran, IPVS-TUN) is not protected on the NIC that\n" +
+	"receives the tunnel; a decapsulating device has no Ethernet header and is refused as an --iface"
 
 // prefixes lists ps with each one's family, which is the only family it
 // matches (DESIGN.md §2), or none when there are none.

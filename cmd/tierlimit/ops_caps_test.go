@@ -11,43 +11,26 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
-// hardenedCaps is the capability set the README (Requirements) and
-// docs/operations.md (the hardened service's row) document for a hardened
-// service: as uid 0 with this bounding set, the process has exactly these.
-const hardenedCaps = "-all,+net_admin,+bpf,+perfmon,+dac_override"
-
 // TestHardenedCapabilities (issue 11 C14): run, status and detach, the
-// commands a hardened service uses, all work with the documented
-// capabilities and without CAP_SYS_ADMIN; detach recognises the agent's
-// own program although its name cannot be read without CAP_SYS_ADMIN.
+// commands a hardened service uses, all work with the shipped unit's
+// capabilities exactly (testenv.AsUnit) and without CAP_SYS_ADMIN; detach
+// recognises the agent's own program although its name cannot be read
+// without CAP_SYS_ADMIN.
 func TestHardenedCapabilities(t *testing.T) {
 	documented(t, "../../README.md", "CAP_NET_ADMIN", "CAP_BPF", "CAP_PERFMON", "CAP_DAC_OVERRIDE", "CAP_SYS_ADMIN")
 	documented(t, "../../docs/operations.md", "hardened service (CAP_NET_ADMIN, CAP_BPF, CAP_PERFMON, CAP_DAC_OVERRIDE, no CAP_SYS_ADMIN)")
 	testenv.Require(t)
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Fatal("setpriv (util-linux) not installed")
-	}
+	hardenedCaps := strings.Join(testenv.UnitCaps(t), ",")
 	p := testenv.NewPair(t)
 	pin := testPin(t, p)
 	bin := cli(t)
-	// Mounting bpffs needs CAP_SYS_ADMIN, which the README says.
-	if err := os.MkdirAll("/sys/fs/bpf", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var st unix.Statfs_t
-	if unix.Statfs("/sys/fs/bpf", &st) != nil || uint32(st.Type) != unix.BPF_FS_MAGIC {
-		if err := unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700"); err != nil {
-			t.Fatalf("mount bpffs: %v", err)
-		}
-	}
+	mountBPFFS(t)
 	hardened := func(ctx context.Context, args ...string) *exec.Cmd {
-		return p.Coll.Command(ctx, "setpriv", append([]string{"--bounding-set=" + hardenedCaps, "--inh-caps=-all", "--", bin}, args...)...)
+		return testenv.AsUnit(t, ctx, p.Coll, bin, args...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

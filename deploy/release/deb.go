@@ -47,14 +47,29 @@ func docPages(s spec) ([]string, error) {
 // left to remove it: detach --all, from every interface whatever holds it
 // (a link pinned under another --pin-path, an interface dropped from
 // TIERLIMIT_IFACES since), and every pin path an agent recorded.
+//
+// dpkg calls postinst configure with the last configured version also
+// when the package was removed (its conffiles kept) and is installed
+// again: that is no upgrade of a running service. So the prerm of a
+// removal records, in reinstallMark, that the service was enabled or
+// running, and the postinst that finds the mark starts it: the limiter
+// comes back with the package, not at the next boot. A purge drops it.
 const (
-	postinst = `#!/bin/sh
+	reinstallMark = "/var/lib/tierlimit/.start-on-reinstall"
+	postinst      = `#!/bin/sh
 set -e
+mark=` + reinstallMark + `
 if [ -d /run/systemd/system ]; then
 	systemctl daemon-reload || true
-	if [ "$1" = configure ] && [ -n "$2" ]; then
+	if [ "$1" = configure ] && [ -e "$mark" ]; then
+		# installed again after a remove that stopped it
+		systemctl start tierlimit.service || true
+	elif [ "$1" = configure ] && [ -n "$2" ]; then
 		systemctl try-restart tierlimit.service || true
 	fi
+fi
+if [ "$1" = configure ]; then
+	rm -f "$mark"
 fi
 if [ "$1" = configure ] && [ -z "$2" ]; then
 	echo "tierlimit: set TIERLIMIT_IFACES in /etc/default/tierlimit, then: systemctl enable --now tierlimit"
@@ -62,8 +77,12 @@ fi
 `
 	prerm = `#!/bin/sh
 set -e
+mark=` + reinstallMark + `
 if [ "$1" = remove ]; then
 	if [ -d /run/systemd/system ]; then
+		if systemctl --quiet is-enabled tierlimit.service 2>/dev/null || systemctl --quiet is-active tierlimit.service 2>/dev/null; then
+			mkdir -p "$(dirname "$mark")" && touch "$mark" || true
+		fi
 		systemctl stop tierlimit.service || true
 	fi
 	/usr/bin/tierlimit detach --all || true
@@ -76,6 +95,7 @@ if [ -d /run/systemd/system ]; then
 fi
 if [ "$1" = purge ]; then
 	rm -rf /run/tierlimit
+	rm -f ` + reinstallMark + `
 fi
 `
 )

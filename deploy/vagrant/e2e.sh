@@ -18,7 +18,8 @@
 #   e2e.sh collector-stop     (collector) stop and detach, quietly
 #   e2e.sh kernel-suite       (collector) the bpf package's tests on this kernel
 #   e2e.sh deb-install        (collector) the previous release's .deb, enable --now
-#   e2e.sh deb-op OP          (collector) restart, or upgrade to today's .deb
+#   e2e.sh deb-op OP          (collector) restart, upgrade to today's .deb, or
+#                             reinstall it (dpkg -r, then dpkg -i)
 #   e2e.sh shed-check [-init] (collector) the last burst was shed
 #   e2e.sh deb-purge          (collector) pins elsewhere, then apt-get purge
 #
@@ -383,8 +384,9 @@ deb_install() {
 	tierlimit-bench window-check -init -max "$MAX" -window "$WINDOW" -log "$RSYSLOG_OUT" -state "$STATE"
 }
 
-# deb_op restart|upgrade, while the host floods: systemctl restart, or
-# dpkg -i today's .deb; then the unit must be active, pinned and healthy.
+# deb_op restart|upgrade|reinstall, while the host floods: systemctl
+# restart, dpkg -i today's .deb, or dpkg -r then dpkg -i; then the unit
+# must be active, pinned and healthy.
 deb_op() {
 	local t0=$SECONDS
 	case "$1" in
@@ -395,7 +397,15 @@ deb_op() {
 		rm -rf /etc/systemd/system/tierlimit.service.d
 		dpkg -i --force-confdef --force-confold "$DEBS/new.deb" >/dev/null
 		;;
-	*) die "deb-op: restart or upgrade" ;;
+	reinstall)
+		# dpkg -r keeps the conffiles, so the next install's postinst
+		# gets the old version as if upgrading; the service, stopped
+		# by the prerm, must start again (issue 35 B61).
+		dpkg -r tierlimit >/dev/null
+		! systemctl --quiet is-active tierlimit || die "the service runs after dpkg -r"
+		dpkg -i --force-confdef --force-confold "$DEBS/new.deb" >/dev/null
+		;;
+	*) die "deb-op: restart, upgrade or reinstall" ;;
 	esac
 	TL=$TLPKG unit_up || die "after $1 the unit is not active, pinned and healthy"
 	log "$1: active, pinned, /healthz 200 after $((SECONDS - t0))s; $(dpkg-query -W -f '${Version}' tierlimit), commit $($TLPKG version | awk '$1 == "commit" { print substr($2, 1, 12) }')"

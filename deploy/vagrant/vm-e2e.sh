@@ -334,6 +334,11 @@ deb_life() {
 	done
 	deb_phase restart
 	deb_phase upgrade
+	log "deb: dpkg -r, then dpkg -i: the service the prerm stopped starts again"
+	guest collector deb-op reinstall
+	guest collector shed-check -init
+	guest sender burst
+	guest collector shed-check
 	log "deb: apt-get purge with the pins elsewhere and TIERLIMIT_IFACES changed"
 	guest collector deb-purge
 	log "deb: the package's life passed"

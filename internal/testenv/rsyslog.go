@@ -50,17 +50,34 @@ func RequireRsyslog(tb testing.TB) string {
 // after the namespace was made, so that it stops before the namespace goes.
 func StartRsyslog(tb testing.TB, ns *NS, addr netip.AddrPort) *Rsyslog {
 	tb.Helper()
+	return startRsyslog(tb, ns, addr, "udp")
+}
+
+// StartRsyslogTCP is StartRsyslog listening on TCP addr (imtcp), which
+// takes octet-counted and line-feed framed messages (RFC 6587 §3.4).
+func StartRsyslogTCP(tb testing.TB, ns *NS, addr netip.AddrPort) *Rsyslog {
+	tb.Helper()
+	return startRsyslog(tb, ns, addr, "tcp")
+}
+
+func startRsyslog(tb testing.TB, ns *NS, addr netip.AddrPort, proto string) *Rsyslog {
+	tb.Helper()
 	bin := RequireRsyslog(tb)
 	dir := tb.TempDir()
 	r := &Rsyslog{Out: filepath.Join(dir, "messages.log"), log: &bytes.Buffer{}}
 	conf := filepath.Join(dir, "rsyslog.conf")
 	// rcvbufSize: a burst passed by XDP must fit the socket even if
 	// rsyslog's reader lags; rsyslogd forces it (SO_RCVBUFFORCE) as root.
+	input := fmt.Sprintf(`module(load="imudp")
+input(type="imudp" address=%q port="%d" rcvbufSize="16m")`, addr.Addr().String(), addr.Port())
+	if proto == "tcp" {
+		input = fmt.Sprintf(`module(load="imtcp")
+input(type="imtcp" address=%q port="%d")`, addr.Addr().String(), addr.Port())
+	}
 	cfg := fmt.Sprintf(`global(workDirectory=%q)
-module(load="imudp")
-input(type="imudp" address=%q port="%d" rcvbufSize="16m")
+%s
 *.* action(type="omfile" file=%q template="RSYSLOG_FileFormat")
-`, dir, addr.Addr().String(), addr.Port(), r.Out)
+`, dir, input, r.Out)
 	if err := os.WriteFile(conf, []byte(cfg), 0o644); err != nil {
 		tb.Fatal(err)
 	}
@@ -93,9 +110,9 @@ input(type="imudp" address=%q port="%d" rcvbufSize="16m")
 			tb.Fatalf("rsyslogd exited at start: %v; output: %s", err, r.log)
 		default:
 		}
-		out, err := ns.Command(context.Background(), "cat", "/proc/net/udp").Output()
+		out, err := ns.Command(context.Background(), "cat", "/proc/net/"+proto).Output()
 		if err == nil && strings.Contains(string(out), port) {
-			r.checkModules(tb)
+			r.checkModules(tb, "/im"+proto+".so")
 			return r
 		}
 		if time.Now().After(deadline) {
@@ -106,19 +123,20 @@ input(type="imudp" address=%q port="%d" rcvbufSize="16m")
 }
 
 // checkModules fails tb if rsyslogd loaded an input module other than
-// imudp: imuxsock or imklog would read the host's logs, not the test's.
-func (r *Rsyslog) checkModules(tb testing.TB) {
+// input (imudp or imtcp): imuxsock or imklog would read the host's logs,
+// not the test's.
+func (r *Rsyslog) checkModules(tb testing.TB, input string) {
 	tb.Helper()
 	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", r.cmd.Process.Pid))
 	if err != nil {
 		tb.Fatalf("rsyslogd modules: %v", err)
 	}
-	if !bytes.Contains(maps, []byte("/imudp.so")) {
-		tb.Fatalf("rsyslogd has not loaded imudp.so")
+	if !bytes.Contains(maps, []byte(input)) {
+		tb.Fatalf("rsyslogd has not loaded %s", input)
 	}
 	for _, m := range []string{"/imuxsock.so", "/imklog.so", "/imjournal.so"} {
 		if bytes.Contains(maps, []byte(m)) {
-			tb.Fatalf("rsyslogd loaded %s: the config must load imudp only", m)
+			tb.Fatalf("rsyslogd loaded %s: the config must load %s only", m, input)
 		}
 	}
 }

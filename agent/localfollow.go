@@ -1,0 +1,153 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// followRcvBuf is the receive buffer of the address and route
+// subscriptions: room for a few thousand route changes (a BGP session
+// reset) before the kernel drops messages with ENOBUFS, after which the
+// subscription is opened again and the table read in full (followLocal).
+const followRcvBuf = 4 << 20
+
+// followRetry is how long followLocal waits before subscribing again
+// after a subscription failed or ended.
+const followRetry = time.Second
+
+// localFollow is what following the host's destinations counts, for
+// /metrics (collectLocal).
+type localFollow struct {
+	// errors counts subscriptions that could not be opened or ended
+	// (ENOBUFS), errors they reported, and failed reads of the local
+	// table: each is followed by a full re-read.
+	errors atomic.Uint64
+	// dests is how many destinations of the host the policy in force
+	// was resolved with; uncounted how many of them it leaves out
+	// (fitLocal).
+	dests, uncounted atomic.Int64
+}
+
+var (
+	localDestsDesc = metric("local_dests", "The host's own destinations (addresses, broadcast, anycast and multicast routes of the local routing table) "+
+		"that dests: local rules count in the policy in force.")
+	followErrorsDesc = metric("follow_errors_total", "Errors following the host's addresses and routes (a netlink subscription refused, "+
+		"overflowed or failing, a read of the local table that failed); each is followed by a full re-read.")
+)
+
+// collectLocal emits the local-destination families.
+func (a *Agent) collectLocal(ch chan<- prometheus.Metric) {
+	gauge(ch, localDestsDesc, float64(a.follow.dests.Load()))
+	counter(ch, followErrorsDesc, a.follow.errors.Load())
+	gauge(ch, localUncountedDesc, float64(a.follow.uncounted.Load()))
+}
+
+// subscribeLocal subscribes to the address and route changes of the
+// agent's namespace, ns, until stop is closed. The sockets are opened on a
+// thread of that namespace, with no Namespace option: the netlink package
+// would then enter the namespace (setns), which needs CAP_SYS_ADMIN, that
+// the shipped unit does not give.
+func (a *Agent) subscribeLocal(ns netns.NsHandle, stop <-chan struct{}, errf func(error)) (*events, error) {
+	addrs := make(chan netlink.AddrUpdate, 64)
+	routes := make(chan netlink.RouteUpdate, 64)
+	err := onThreadIn(ns, "the agent's network namespace", func() error {
+		ao := netlink.AddrSubscribeOptions{ErrorCallback: errf, ReceiveBufferSize: followRcvBuf, ReceiveBufferForceSize: true}
+		if err := netlink.AddrSubscribeWithOptions(addrs, stop, ao); err != nil {
+			return fmt.Errorf("subscribe to address changes: %w", err)
+		}
+		ro := netlink.RouteSubscribeOptions{ErrorCallback: errf, ReceiveBufferSize: followRcvBuf, ReceiveBufferForceSize: true}
+		if err := netlink.RouteSubscribeWithOptions(routes, stop, ro); err != nil {
+			return fmt.Errorf("subscribe to route changes: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	ev := newEvents()
+	follow(ev, stop, addrs)
+	follow(ev, stop, routes)
+	return ev, nil
+}
+
+var localUncountedDesc = metric("local_dests_uncounted", "The host's own destinations that dests: local rules do not count, "+
+	"because the rules together would name more than the destination trie holds (one entry per rule and destination).")
+
+// fitLocal returns the host's destinations (a.local) that policy p's
+// dests: local rules can count together: all of them, unless the rules
+// would name more than tiers.LocalBudget (one entry per rule and
+// destination: a UDP rule names each, a TCP rule each unicast one,
+// tiers.Policy.WithLocal). Then it keeps the unicast ones first (the
+// host's addresses, which every rule counts), in order, and leaves the
+// rest uncounted: a host over the limit is a condition of the running
+// agent, logged as an error and shown in tierlimit_local_dests_uncounted,
+// never a policy refused (a.applyMu held).
+func (a *Agent) fitLocal(p tiers.Policy) []tiers.LocalDest {
+	all, uni := 0, 0 // entries per destination, unicast ones also uni
+	for _, r := range p.Select {
+		switch {
+		case !r.Local:
+		case r.Proto == tiers.ProtoTCP:
+			uni++
+		default:
+			all++
+		}
+	}
+	cost := func(d tiers.LocalDest) int {
+		if d.Unicast {
+			return all + uni
+		}
+		return all
+	}
+	budget, total := tiers.LocalBudget(p), 0
+	for _, d := range a.local {
+		total += cost(d)
+	}
+	kept := a.local
+	if total > budget {
+		keep := make(map[netip.Prefix]bool, len(a.local))
+		n := 0
+		for _, unicast := range []bool{true, false} {
+			for _, d := range a.local {
+				if d.Unicast == unicast && n+cost(d) <= budget {
+					n += cost(d)
+					keep[d.Prefix] = true
+				}
+			}
+		}
+		kept = slices.DeleteFunc(slices.Clone(a.local), func(d tiers.LocalDest) bool { return !keep[d.Prefix] })
+	}
+	left := int64(len(a.local) - len(kept))
+	if old := a.follow.uncounted.Swap(left); old != left {
+		switch {
+		case left > 0:
+			a.log.Error("the host has more destinations than dests: local rules can count: the rest are uncounted", "uncounted", left,
+				"destinations", len(a.local), "entries", total, "at_most", budget)
+		case old > 0:
+			a.log.Info("dests local counts all of the host's destinations again", "destinations", len(a.local))
+		}
+	}
+	return kept
+}
+
+// dupNS is a handle of its own on the namespace h, for a goroutine that
+// outlives the call and must not read the agent's, which Close closes;
+// netns.None() when it cannot be had (subscribing then fails, and is
+// retried or logged).
+func dupNS(h netns.NsHandle) netns.NsHandle {
+	fd, err := unix.FcntlInt(uintptr(h), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return netns.None()
+	}
+	return netns.NsHandle(fd)
+}
