@@ -176,15 +176,19 @@ func (c *Controller) getClient() redis.UniversalClient {
 	return c.client
 }
 
-// redial replaces the client after a report that failed short of a reply
-// from the store (a refused or failed connection, a timeout). go-redis
-// stops dialing a node whose dials keep failing and probes it once a
-// second; a fresh client dials at the next report, so that a member
-// rejoins within a report or two of the store's return. Nothing is
-// replaced after a reply, even an error reply.
+// redial replaces the client after a report whose connection failed (a
+// dial refused or timed out, a TLS handshake, a reset). go-redis stops
+// dialing a node whose dials keep failing and probes it once a second; a
+// fresh client dials at the next report, so that a member rejoins within
+// a report or two of the store's return. Nothing is replaced after a reply,
+// even an error reply, nor after a report that timed out on a connection
+// that was up: go-redis drops that connection itself, and a new client
+// for each slow report would add to the load of a store that is slow.
 func (c *Controller) redial(err error) {
 	var reply redis.Error
-	if err == nil || errors.As(err, &reply) {
+	var op *net.OpError
+	dial := errors.As(err, &op) && op.Op == "dial"
+	if err == nil || errors.As(err, &reply) || (isTimeout(err) && !dial) {
 		return
 	}
 	cfg := c.cfg.Load()
