@@ -334,3 +334,25 @@ func TestFleetTLS(t *testing.T) {
 		t.Errorf("joined a TLS store whose CA it was not given")
 	}
 }
+
+// TestFleetSentinel: the sharing test through a Sentinel, to a master with
+// a password (password_file reaches the master; the Sentinel has none).
+func TestFleetSentinel(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{Sentinel: true, Password: "s3ntinel-pw"})
+	pf := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pf, []byte("s3ntinel-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var ms []*member
+	for i, est := range []uint64{60, 30, 10} {
+		cfg := testConfig(r.URL(), "sent", string(rune('a'+i)))
+		cfg.PasswordFile = pf
+		ms = append(ms, join(t, cfg, est))
+	}
+	shares(t, 20, ms...)
+	for _, m := range ms {
+		if in, entered, _, _ := m.a.state(); in || len(entered) > 0 {
+			t.Errorf("member %s: in fallback through the Sentinel", m.name)
+		}
+	}
+}

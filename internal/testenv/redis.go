@@ -36,7 +36,13 @@ type RedisOptions struct {
 	// Cluster, when 3 or more, runs a Redis Cluster of that many masters
 	// (no replicas) made with redis-cli --cluster create.
 	Cluster int
+	// Sentinel adds a Sentinel (redis-server --sentinel) that monitors the
+	// server as master RedisMaster; URL then names the Sentinel.
+	Sentinel bool
 }
+
+// RedisMaster is the master name a Sentinel of StartRedis monitors.
+const RedisMaster = "tltest"
 
 // Redis is a redis-server (the Debian package) that a test runs on
 // 127.0.0.1 with its own directory and no persistence (--save ”,
@@ -45,20 +51,23 @@ type Redis struct {
 	// Addrs are the nodes' host:port, the first one a master.
 	Addrs []string
 	// CAFile is the CA that signed the server certificate (TLS only).
-	CAFile   string
-	opts     RedisOptions
-	bin, cli string
-	nodes    []*redisNode
-	tlsFiles [3]string // cert, key, CA
+	CAFile string
+	// SentinelAddr is the Sentinel's host:port (Sentinel only).
+	SentinelAddr string
+	opts         RedisOptions
+	bin, cli     string
+	nodes        []*redisNode
+	tlsFiles     [3]string // cert, key, CA
 }
 
 type redisNode struct {
-	port int
-	dir  string
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	out  *bytes.Buffer
-	exit chan struct{}
+	sentinel bool
+	port     int
+	dir      string
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	out      *bytes.Buffer
+	exit     chan struct{}
 }
 
 // RequireRedis returns the paths of redis-server and redis-cli. It skips
@@ -86,6 +95,9 @@ func StartRedis(tb testing.TB, opts RedisOptions) *Redis {
 	tb.Helper()
 	r := &Redis{opts: opts}
 	r.bin, r.cli = RequireRedis(tb)
+	if opts.Sentinel && (opts.Cluster > 0 || opts.TLS) {
+		tb.Fatalf("StartRedis: a Sentinel with a cluster or TLS is not supported")
+	}
 	if opts.Cluster > 0 && opts.Cluster < 3 {
 		tb.Fatalf("StartRedis: a cluster needs at least 3 masters, not %d", opts.Cluster)
 	}
@@ -98,6 +110,11 @@ func StartRedis(tb testing.TB, opts RedisOptions) *Redis {
 		node := &redisNode{port: freePort(tb, opts.Cluster > 0), dir: tb.TempDir()}
 		r.nodes = append(r.nodes, node)
 		r.Addrs = append(r.Addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(node.port)))
+	}
+	if opts.Sentinel {
+		node := &redisNode{sentinel: true, port: freePort(tb, false), dir: tb.TempDir()}
+		r.nodes = append(r.nodes, node)
+		r.SentinelAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(node.port))
 	}
 	tb.Cleanup(func() {
 		for _, node := range r.nodes {
@@ -113,6 +130,23 @@ func StartRedis(tb testing.TB, opts RedisOptions) *Redis {
 	return r
 }
 
+// sentinelConfig writes the Sentinel's configuration file (it rewrites
+// it as it runs) and returns its path.
+func (r *Redis) sentinelConfig(tb testing.TB, n *redisNode) string {
+	tb.Helper()
+	conf := filepath.Join(n.dir, "sentinel.conf")
+	host, port, _ := net.SplitHostPort(r.Addrs[0])
+	cfg := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 5000\n",
+		n.port, n.dir, RedisMaster, host, port, RedisMaster)
+	if r.opts.Password != "" {
+		cfg += fmt.Sprintf("sentinel auth-pass %s %s\n", RedisMaster, r.opts.Password)
+	}
+	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return conf
+}
+
 // URL returns the store URL that reaches r: redis://, rediss:// or
 // redis+cluster:// (rediss+cluster:// for a TLS cluster).
 func (r *Redis) URL() string {
@@ -122,6 +156,9 @@ func (r *Redis) URL() string {
 	}
 	if r.opts.Cluster > 0 {
 		return scheme + "+cluster://" + strings.Join(r.Addrs, ",")
+	}
+	if r.opts.Sentinel {
+		return scheme + "+sentinel://" + r.SentinelAddr + "/" + RedisMaster
 	}
 	return scheme + "://" + r.Addrs[0]
 }
@@ -214,7 +251,11 @@ func (r *Redis) start(tb testing.TB, i int) {
 	n := r.nodes[i]
 	n.mu.Lock()
 	n.out = &bytes.Buffer{}
-	n.cmd = exec.Command(r.bin, r.args(n)...)
+	if n.sentinel {
+		n.cmd = exec.Command(r.bin, r.sentinelConfig(tb, n), "--sentinel")
+	} else {
+		n.cmd = exec.Command(r.bin, r.args(n)...)
+	}
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 	// Pdeathsig: the server dies with the test binary even when a panic or
 	// a timeout skips the cleanup. The kernel sends it when the starting
@@ -258,7 +299,7 @@ func (r *Redis) answers(n *redisNode) bool {
 	var c net.Conn
 	var err error
 	d := &net.Dialer{Timeout: time.Second}
-	if r.opts.TLS {
+	if r.opts.TLS && !n.sentinel {
 		pool := x509.NewCertPool()
 		ca, _ := os.ReadFile(r.CAFile)
 		pool.AppendCertsFromPEM(ca)
