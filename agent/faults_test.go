@@ -21,7 +21,8 @@ import (
 
 // The faults an operator's bad day brings (issue 11): each test makes the
 // event happen under a real agent in its own namespaces and checks that the
-// agent says, and does, what the README's Operations notes promise.
+// agent says, and does, what docs/operations.md ("What the agent does when things happen")
+// promises.
 // This file holds the events on the pin directory and the interface (A1–A4,
 // issue 10 §8) and the helpers; faults_limits_test.go the limits and names.
 

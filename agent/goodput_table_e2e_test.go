@@ -15,7 +15,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// TestGoodputTable measures the README's table "Goodput behind tierlimit,
+// TestGoodputTable measures docs/operations.md's table "Goodput behind tierlimit,
 // measured": issue 22's experiment with a collector of C datagrams/s and
 // each thing in front of it, on a fresh veth pair each. It is a
 // measurement, not a check (TestGoodputSmooth and TestGoodputAutoMax
@@ -23,7 +23,7 @@ import (
 func TestGoodputTable(t *testing.T) {
 	v := os.Getenv("TIERLIMIT_GOODPUT_TABLE")
 	if v == "" {
-		t.Skip("a measurement for the README: TIERLIMIT_GOODPUT_TABLE=C (the collector's datagrams/s) runs it")
+		t.Skip("a measurement for docs/operations.md: TIERLIMIT_GOODPUT_TABLE=C (the collector's datagrams/s) runs it")
 	}
 	testenv.Require(t)
 	c, err := strconv.Atoi(v)

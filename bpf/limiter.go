@@ -237,7 +237,7 @@ func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Tabl
 		SynRules:      t.Selectors.SynRules,
 		DestRules:     t.Selectors.DestRules,
 		Tiers:         uint32(len(p.Tiers)),
-		Max:           p.Max,
+		Max:           p.TableMax(),
 	}
 	if err := l.setSaturation(&set, t); err != nil {
 		return err
@@ -500,7 +500,8 @@ type Active struct {
 	Mode tiers.Mode
 	// Window is the window length.
 	Window time.Duration
-	// Max is the policy's max, packets per window.
+	// Max is the max the table applies, packets per window: the policy's
+	// max, or fleet.max with a fleet (tiers.Policy.TableMax).
 	Max uint64
 	// Bounds are the first n of tiers 1..K as the table applies them: T_k,
 	// rounded up to the table's step when Shift > 0.

@@ -387,6 +387,7 @@ const (
 	LimiterMapWindow            = "window"
 	LimiterProgTierlimit        = "tierlimit"
 	LimiterVarTlContractBtf     = "tl_contract_btf"
+	LimiterVarTlFleetOthers     = "tl_fleet_others"
 	LimiterVarTlIfCount         = "tl_if_count"
 	LimiterVarTlIfIndex         = "tl_if_index"
 	LimiterVarTlIfWord          = "tl_if_word"
@@ -475,6 +476,7 @@ type LimiterMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterVariableSpecs struct {
 	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlFleetOthers *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
 	TlIfCount     *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex     *ebpf.VariableSpec `ebpf:"tl_if_index"`
 	TlIfWord      *ebpf.VariableSpec `ebpf:"tl_if_word"`
@@ -563,6 +565,7 @@ func (m *LimiterMaps) Close() error {
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterVariables struct {
 	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlFleetOthers *ebpf.Variable `ebpf:"tl_fleet_others"`
 	TlIfCount     *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex     *ebpf.Variable `ebpf:"tl_if_index"`
 	TlIfWord      *ebpf.Variable `ebpf:"tl_if_word"`

@@ -43,6 +43,7 @@ const (
 	limiterPerfMapWindow            = "window"
 	limiterPerfProgTierlimit        = "tierlimit"
 	limiterPerfVarTlContractBtf     = "tl_contract_btf"
+	limiterPerfVarTlFleetOthers     = "tl_fleet_others"
 	limiterPerfVarTlIfCount         = "tl_if_count"
 	limiterPerfVarTlIfIndex         = "tl_if_index"
 	limiterPerfVarTlIfWord          = "tl_if_word"
@@ -132,6 +133,7 @@ type limiterPerfMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type limiterPerfVariableSpecs struct {
 	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlFleetOthers *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
 	TlIfCount     *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex     *ebpf.VariableSpec `ebpf:"tl_if_index"`
 	TlIfWord      *ebpf.VariableSpec `ebpf:"tl_if_word"`
@@ -222,6 +224,7 @@ func (m *limiterPerfMaps) Close() error {
 // It can be passed to loadLimiterPerfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type limiterPerfVariables struct {
 	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlFleetOthers *ebpf.Variable `ebpf:"tl_fleet_others"`
 	TlIfCount     *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex     *ebpf.Variable `ebpf:"tl_if_index"`
 	TlIfWord      *ebpf.Variable `ebpf:"tl_if_word"`

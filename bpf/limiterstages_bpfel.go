@@ -43,6 +43,7 @@ const (
 	limiterStagesProgTierlimit        = "tierlimit"
 	limiterStagesVarTlBenchStage      = "tl_bench_stage"
 	limiterStagesVarTlContractBtf     = "tl_contract_btf"
+	limiterStagesVarTlFleetOthers     = "tl_fleet_others"
 	limiterStagesVarTlIfCount         = "tl_if_count"
 	limiterStagesVarTlIfIndex         = "tl_if_index"
 	limiterStagesVarTlIfWord          = "tl_if_word"
@@ -132,6 +133,7 @@ type limiterStagesMapSpecs struct {
 type limiterStagesVariableSpecs struct {
 	TlBenchStage  *ebpf.VariableSpec `ebpf:"tl_bench_stage"`
 	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlFleetOthers *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
 	TlIfCount     *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex     *ebpf.VariableSpec `ebpf:"tl_if_index"`
 	TlIfWord      *ebpf.VariableSpec `ebpf:"tl_if_word"`
@@ -221,6 +223,7 @@ func (m *limiterStagesMaps) Close() error {
 type limiterStagesVariables struct {
 	TlBenchStage  *ebpf.Variable `ebpf:"tl_bench_stage"`
 	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlFleetOthers *ebpf.Variable `ebpf:"tl_fleet_others"`
 	TlIfCount     *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex     *ebpf.Variable `ebpf:"tl_if_index"`
 	TlIfWord      *ebpf.Variable `ebpf:"tl_if_word"`

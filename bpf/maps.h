@@ -288,4 +288,13 @@ volatile __u32 tl_skb_ifaces;
  * would favour a sender whose packets come first after a tick. */
 volatile __u32 tl_record_share = TL_THR_ALWAYS;
 
+/* The fleet (docs/design.md §12): the sum of the other members' last
+ * reported R̂, packets per window, which the agent writes at each report
+ * (bpf.Limiter.SetFleetOthers, at most tiers.MaxFleetOthers = 2^46, so
+ * that R̂ stays below the 2^48 that sm_beyond's product allows); 0 without a
+ * fleet, which is the plain smooth shape. smooth.h sm_judge adds it to
+ * this member's R̂. The agent's one aligned 8-byte store and the
+ * program's one load: a packet reads the old sum or the new one. */
+volatile __u64 tl_fleet_others;
+
 #endif /* __TL_MAPS_H */

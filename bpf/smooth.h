@@ -236,6 +236,7 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 	 * window's over-budget packets (a policy with budgets before a reload)
 	 * were offered too, so S takes all of them (base_tot). */
 	__u64 rhat = s->src_budget ? n + c->base_in : sm_estimate(n, c->base_tot, c->mult, onset);
+	rhat += tl_fleet_others; /* the fleet's estimate (docs/design.md §12): the others' sum joins R̂ */
 	return sm_entry(s, slot, c, rhat, tier, thr) ? c : NULL;
 }
 

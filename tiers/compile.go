@@ -80,11 +80,12 @@ func dropThreshold(dropMicro int64) uint32 {
 }
 
 // bounds returns T_1..T_K of a policy whose percents and max are in range
-// (Validate keeps every product below 2^64).
+// (Validate keeps every product below 2^64), of TableMax: fleet.max when
+// fleet is on.
 func (p Policy) bounds() []uint64 {
 	b := make([]uint64, len(p.Tiers))
 	for k, t := range p.Tiers {
-		b[k] = thresholdOf(p.Max, t.At.micro)
+		b[k] = thresholdOf(p.TableMax(), t.At.micro)
 	}
 	return b
 }

@@ -49,5 +49,9 @@ func (p Policy) Clone() Policy {
 		a := *p.Auto
 		p.Auto = &a
 	}
+	if p.Fleet != nil {
+		f := *p.Fleet
+		p.Fleet = &f
+	}
 	return p
 }

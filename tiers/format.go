@@ -132,6 +132,9 @@ func (p Policy) String() string {
 	if s := p.Sources; s.Enabled() {
 		fmt.Fprintf(&b, " sources=%s/%d/%d", s, s.PrefixV4, s.PrefixV6)
 	}
+	if p.Fleet != nil {
+		fmt.Fprintf(&b, " fleet=[%s]", p.Fleet)
+	}
 	return b.String()
 }
 

@@ -57,6 +57,9 @@ func FuzzParseYAML(f *testing.F) {
 	f.Add([]byte("tiers:\n  - {at: 70%, drop: 20%}\n  - {at: 60%, drop: 50%}\n"))
 	f.Add([]byte("max: &a 7\ntiers: [{at: *a, drop: *a}]\n"))
 	f.Add([]byte("select: [{proto: udp, ports: [514], count: syn}]"))
+	f.Add([]byte("fleet: {name: eu, store: 'redis+sentinel://s1,s2:26380/m/1', max: 2000, report: 50ms, ttl: 1s, fallback: local}\n"))
+	f.Add([]byte("max: auto\nfleet: {name: a.b_c, store: 'rediss://u@[::1]:6390', ca_file: /ca.pem, password_file: /pw, max: 7}\n"))
+	f.Add([]byte("fleet: {name: x, store: 'redis+cluster://h1,h2,h3', max: 1}\nshape: ordinal\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := ParseYAML(data)
 		if err != nil {

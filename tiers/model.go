@@ -64,7 +64,8 @@ type Model struct {
 	coef      SmoothCoef // of the in-budget count
 	coefTot   SmoothCoef // of all selected packets
 	exThr     uint32     // the over-budget threshold of this tick (smooth)
-	lastEstim uint64     // R̂ of the latest in-budget packet (smooth)
+	lastEstim uint64     // R̂ of the latest in-budget packet (smooth), the others' sum left out
+	others    uint64     // the fleet's others' sum (SetFleetOthers)
 }
 
 // NewModel returns a model of policy p compiled as t, with no window open.
@@ -287,8 +288,15 @@ func (m *Model) smooth(nowNs uint64) (int, uint32) {
 		rhat = m.coefTot.Estimate(m.count, m.onset)
 	}
 	m.lastEstim = rhat
-	return m.table.Smooth(rhat)
+	return m.table.Smooth(rhat + m.others)
 }
+
+// SetFleetOthers sets the sum of the other fleet members' last reported
+// R̂ (docs/design.md §12), packets per window, at most MaxFleetOthers:
+// the smooth shape judges each in-budget packet on R̂ + others, as the
+// program does with bpf.Limiter.SetFleetOthers. 0 (the default) is the
+// plain smooth shape.
+func (m *Model) SetFleetOthers(others uint64) { m.others = min(others, MaxFleetOthers) }
 
 // overBudget judges a packet over its group's budget (DESIGN.md §6): on
 // the capacity in-budget traffic leaves. Ordinal: at position max(n,
@@ -315,7 +323,8 @@ func (m *Model) overBudget(nowNs uint64) Decision {
 	return d
 }
 
-// Estimate returns R̂ of the latest in-budget packet under ShapeSmooth.
+// Estimate returns R̂ of the latest in-budget packet under ShapeSmooth,
+// without the fleet's others (SetFleetOthers): what a member reports.
 func (m *Model) Estimate() uint64 { return m.lastEstim }
 
 // Debt returns the current window's drop debt (PacketSeverity).

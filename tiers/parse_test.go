@@ -128,6 +128,7 @@ func TestParseYAML(t *testing.T) {
 var sentinels = []error{
 	ErrEmptyConfig, ErrSyntax, ErrUnknownKey, ErrDuplicateKey, ErrMissingKey, ErrType, ErrTierOrder, ErrEmptyTiers,
 	ErrPercentRange, ErrMax, ErrEmptySelect, ErrCIDR, ErrPort, ErrProto, ErrMode, ErrCount, ErrWindow, ErrTooMany, ErrBudget, ErrPrefixLen,
+	ErrFleet,
 }
 
 // checkConfigError checks that err is a *ConfigError wrapping want and no

@@ -156,4 +156,8 @@ type Policy struct {
 	Record Record
 	// Events is where episode reports go (DESIGN.md §10).
 	Events Events
+	// Fleet, when not nil, shares one budget across collectors
+	// (docs/design.md §12): the table is compiled for Fleet.Max
+	// (TableMax), and Max is kept for the fallback.
+	Fleet *Fleet
 }

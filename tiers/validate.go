@@ -43,6 +43,7 @@ func configErr(key, value string, sentinel error, format string, args ...any) *C
 // ErrBudget and ErrPrefixLen for Sources out of range.
 // ErrAuto for an Auto whose bounds are out of order or range, a Max outside
 // them, no udp rule, or a NetNS that is not an absolute path.
+// ErrFleet, ErrMissingKey and ErrMax for a Fleet out of range (Fleet).
 func (p Policy) Validate() error {
 	switch p.Mode {
 	case ModeEnforce, ModeDryRun, ModeOff:
@@ -87,6 +88,9 @@ func (p Policy) Validate() error {
 		return err
 	}
 	if err := p.Record.validate(); err != nil {
+		return err
+	}
+	if err := p.Fleet.validate(p); err != nil {
 		return err
 	}
 	if p.Auto != nil {

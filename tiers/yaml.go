@@ -345,6 +345,10 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 		{"events", func(key string, v *yaml.Node) error {
 			return ps.events(key, v, &p.Events)
 		}},
+		{"fleet", func(key string, v *yaml.Node) (err error) {
+			p.Fleet, err = ps.fleet(key, v)
+			return err
+		}},
 	})
 	if err != nil {
 		return err

@@ -27,7 +27,8 @@ compiled policy: each tier's packet range and drop rate, the table size and
 its rounding, and the expected passed and dropped packets per window at
 several offered loads. It names the shape; for smooth it prints the pass
 rate the tiers allow at 0.5 to 10 × max and how the program estimates the
-offered load. With per-source budgets it states how they share the
+offered load. With a fleet, the tables are for fleet.max, and it prints the
+fleet's pass rate and what one member passes of a share of it. With per-source budgets it states how they share the
 capacity in-budget traffic leaves. Without --config it checks the embedded
 default.
 
@@ -84,6 +85,9 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	} else {
 		fmt.Fprintf(w, "max\t%d selected packets per window\n", p.Max)
 	}
+	if p.Fleet != nil {
+		fmt.Fprintf(w, "fleet.max\t%d selected packets per window for the whole fleet: the tables below are for it (max is this host's own, for the fallback)\n", p.Fleet.Max)
+	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
@@ -101,7 +105,7 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	printSourcesCheck(out, p, t)
 	printSeverityCheck(out, p, t)
 	printRecordCheck(out, p)
-	return nil
+	return printFleetCheck(out, p, t)
 }
 
 // printRecordCheck prints the shed record and where episodes are reported
@@ -185,7 +189,7 @@ func printExpected(out io.Writer, p tiers.Policy, t tiers.Table) error {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "OFFERED\tn\tPASSED\t± σ\tDROPPED\tDROP %\t")
 	for _, l := range checkLoads {
-		offered := p.Max * l.num / l.den
+		offered := p.TableMax() * l.num / l.den
 		e := t.Expected(offered)
 		ratio := 0.0
 		if offered > 0 {

@@ -38,7 +38,7 @@ func printSmooth(out io.Writer, p tiers.Policy, t tiers.Table) error {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "OFFERED\tR\tP(R) PER WINDOW\tPER TENTH\tPASS RATE\tq(R)\t")
 	for _, l := range smoothLoads {
-		r := p.Max * l.num / l.den
+		r := p.TableMax() * l.num / l.den
 		e := t.Expected(r)
 		_, thr := t.Smooth(r)
 		fmt.Fprintf(w, "%s\t%d\t%.1f\t%.1f\t%s\t%.2f%%\t\n", l.name, r, e.Passed, e.Passed/10,

@@ -17,7 +17,8 @@ import (
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
-// hardenedCaps is the capability set the README documents for a hardened
+// hardenedCaps is the capability set the README (Requirements) and
+// docs/operations.md (the hardened service's row) document for a hardened
 // service: as uid 0 with this bounding set, the process has exactly these.
 const hardenedCaps = "-all,+net_admin,+bpf,+perfmon,+dac_override"
 
@@ -26,6 +27,8 @@ const hardenedCaps = "-all,+net_admin,+bpf,+perfmon,+dac_override"
 // capabilities and without CAP_SYS_ADMIN; detach recognises the agent's
 // own program although its name cannot be read without CAP_SYS_ADMIN.
 func TestHardenedCapabilities(t *testing.T) {
+	documented(t, "../../README.md", "CAP_NET_ADMIN", "CAP_BPF", "CAP_PERFMON", "CAP_DAC_OVERRIDE", "CAP_SYS_ADMIN")
+	documented(t, "../../docs/operations.md", "hardened service (CAP_NET_ADMIN, CAP_BPF, CAP_PERFMON, CAP_DAC_OVERRIDE, no CAP_SYS_ADMIN)")
 	testenv.Require(t)
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Fatal("setpriv (util-linux) not installed")

@@ -43,6 +43,24 @@ func unitSettings(t *testing.T) map[string][]string {
 	return out
 }
 
+// documented fails the test when file (a page of the docs, by its path
+// from this package) does not say each of words (any run of spaces and
+// line breaks matching one space), so that a value a test holds as "the
+// README's" stays where the reader finds it.
+func documented(t *testing.T, file string, words ...string) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(data)), " ")
+	for _, w := range words {
+		if !strings.Contains(text, w) {
+			t.Errorf("%s does not say %q", file, w)
+		}
+	}
+}
+
 // setprivCaps turns "CAP_NET_ADMIN CAP_BPF" into setpriv's "-all,+net_admin,+bpf".
 func setprivCaps(caps []string) string {
 	s := "-all"
@@ -63,6 +81,8 @@ func TestServiceUnitCapabilities(t *testing.T) {
 	if got, want := strings.Join(caps, " "), "CAP_NET_ADMIN CAP_BPF CAP_PERFMON"; got != want {
 		t.Errorf("CapabilityBoundingSet %q, want the README's %q", got, want)
 	}
+	documented(t, "../../README.md", caps...)
+	documented(t, "../../docs/operations.md", "exactly CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON")
 	if amb := strings.Join(u["AmbientCapabilities"], " "); amb != strings.Join(caps, " ") {
 		t.Errorf("AmbientCapabilities %q, want the bounding set", amb)
 	}

@@ -114,6 +114,15 @@ func checkSecurityContext(t *testing.T, c corev1.Container) {
 	if want := []string{"NET_ADMIN", "BPF", "PERFMON"}; !slices.Equal(add, want) {
 		t.Errorf("capabilities add %v, want the README's %v", add, want)
 	}
+	for _, doc := range []struct{ file, says string }{
+		{"../../README.md", "CAP_NET_ADMIN plus CAP_BPF and CAP_PERFMON"},
+		{"../../docs/operations.md", "the capabilities NET_ADMIN, BPF and PERFMON added and ALL dropped"},
+	} {
+		data, err := os.ReadFile(doc.file)
+		if err != nil || !strings.Contains(strings.Join(strings.Fields(string(data)), " "), doc.says) {
+			t.Errorf("%s does not say %q (%v): the capabilities the manifest and the docs give differ", doc.file, doc.says, err)
+		}
+	}
 	if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
 		t.Errorf("capabilities drop %v, allowPrivilegeEscalation %v: want ALL and false", sc.Capabilities.Drop, sc.AllowPrivilegeEscalation)
 	}

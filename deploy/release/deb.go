@@ -17,7 +17,28 @@ const (
 	debPolicy  = "/etc/tierlimit/policy.yaml"
 	debDefault = "/etc/default/tierlimit"
 	debReadme  = "/usr/share/doc/tierlimit/README.md"
+	// debDocs holds the repository's docs/*.md beside README.md, so that
+	// the README's links into docs/ resolve in the installed copy too.
+	debDocs = "/usr/share/doc/tierlimit/docs"
 )
+
+// docPages lists the repository's docs/*.md by name: the contract, the
+// policy reference, operations and the rest. An empty list is an error, so
+// that a package never ships a README whose links lead nowhere.
+func docPages(s spec) ([]string, error) {
+	pages, err := filepath.Glob(filepath.Join(s.repoFile("docs"), "*.md"))
+	if err != nil {
+		return nil, err
+	}
+	if len(pages) == 0 {
+		return nil, fmt.Errorf("no docs/*.md in %s", s.Repo)
+	}
+	names := make([]string, len(pages))
+	for i, p := range pages {
+		names[i] = filepath.Base(p)
+	}
+	return names, nil
+}
 
 // Maintainer scripts. The service is not enabled or started on install: it
 // needs TIERLIMIT_IFACES first. An upgrade restarts a running service, which
@@ -72,6 +93,20 @@ func buildDeb(s spec, arch string) (string, error) {
 	file := func(src, dst string, mode os.FileMode, typ string) *files.Content {
 		return &files.Content{Source: src, Destination: dst, Type: typ, FileInfo: &files.ContentFileInfo{Mode: mode}}
 	}
+	pages, err := docPages(s)
+	if err != nil {
+		return "", err
+	}
+	contents := files.Contents{
+		file(s.binary(arch), debBinary, 0o755, ""),
+		file(s.repoFile("deploy/systemd/tierlimit.service"), debUnit, 0o644, ""),
+		file(s.repoFile("tiers/default.yaml"), debPolicy, 0o644, files.TypeConfigNoReplace),
+		file(s.repoFile("deploy/systemd/tierlimit.default"), debDefault, 0o644, files.TypeConfigNoReplace),
+		file(s.repoFile("README.md"), debReadme, 0o644, ""),
+	}
+	for _, name := range pages {
+		contents = append(contents, file(s.repoFile("docs/"+name), debDocs+"/"+name, 0o644, ""))
+	}
 	info := nfpm.WithDefaults(&nfpm.Info{
 		Name:        "tierlimit",
 		Arch:        arch,
@@ -83,13 +118,7 @@ func buildDeb(s spec, arch string) (string, error) {
 		Description: "XDP tiered load shedding for syslog collectors\nCounts the selected syslog packets of each window at the NIC and, past each\ntier's threshold, drops them at random at that tier's rate (commit " + s.Commit + ").",
 		License:     "MIT",
 		Overridables: nfpm.Overridables{
-			Contents: files.Contents{
-				file(s.binary(arch), debBinary, 0o755, ""),
-				file(s.repoFile("deploy/systemd/tierlimit.service"), debUnit, 0o644, ""),
-				file(s.repoFile("tiers/default.yaml"), debPolicy, 0o644, files.TypeConfigNoReplace),
-				file(s.repoFile("deploy/systemd/tierlimit.default"), debDefault, 0o644, files.TypeConfigNoReplace),
-				file(s.repoFile("README.md"), debReadme, 0o644, ""),
-			},
+			Contents: contents,
 			Scripts: nfpm.Scripts{
 				PostInstall: filepath.Join(scripts, "postinst"),
 				PreRemove:   filepath.Join(scripts, "prerm"),

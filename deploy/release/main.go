@@ -6,7 +6,7 @@
 //
 // It reads dist/tierlimit-linux-ARCH (the binaries) and, from the repository,
 // deploy/systemd/tierlimit.{service,default}, tiers/default.yaml (installed
-// as /etc/tierlimit/policy.yaml) and README.md. It writes
+// as /etc/tierlimit/policy.yaml), README.md and docs/*.md. It writes
 // dist/tierlimit_VERSION_ARCH.deb, the OCI image layout dist/oci/ and, for
 // `docker load` or `podman load`, dist/tierlimit_VERSION_ARCH.image.tar.
 package main
@@ -23,7 +23,7 @@ import (
 type spec struct {
 	Version string   // package version, e.g. 1.2.3 or 0.0.0-dev
 	Commit  string   // VCS commit the binaries were built from
-	Repo    string   // repository root (the unit, the default policy, README.md)
+	Repo    string   // repository root (the unit, the default policy, README.md, docs/)
 	Dist    string   // directory of the binaries and of the outputs
 	Arches  []string // GOARCH values: amd64, arm64
 }

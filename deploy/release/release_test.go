@@ -137,12 +137,26 @@ func checkDeb(t *testing.T, s spec, arch string) {
 	if got, want := strings.Fields(string(conffiles)), []string{debDefault, debPolicy}; !slices.Equal(slices.Sorted(slices.Values(got)), want) {
 		t.Errorf("conffiles %v, want %v", got, want)
 	}
-	for dst, src := range map[string]string{
+	shipped := map[string]string{
 		debPolicy:  "tiers/default.yaml",
 		debDefault: "deploy/systemd/tierlimit.default",
 		debUnit:    "deploy/systemd/tierlimit.service",
+		debReadme:  "README.md",
 		debBinary:  "",
-	} {
+	}
+	pages, err := docPages(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"design.md", "policy.md", "operations.md"} {
+		if !slices.Contains(pages, want) {
+			t.Errorf("docs/ lacks %s: the README links it", want)
+		}
+	}
+	for _, name := range pages {
+		shipped[debDocs+"/"+name] = "docs/" + name
+	}
+	for dst, src := range shipped {
 		got, err := os.ReadFile(filepath.Join(dir, dst))
 		if err != nil {
 			t.Errorf("%s: %v", dst, err)

@@ -1,0 +1,290 @@
+package bpf_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	. "github.com/tierlimit/tierlimit/internal/testenv"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// fleetPolicyBPF is the default tiers, smooth, with a local max of 40000
+// and a fleet of fleet.max fleetMax, over window: the table is compiled
+// for fleetMax (tiers.Policy.TableMax).
+func fleetPolicyBPF(t *testing.T, fleetMax uint64, window time.Duration) tiers.Policy {
+	t.Helper()
+	p := tiers.Default()
+	p.Shape, p.Window = tiers.ShapeSmooth, window
+	p.Fleet = &tiers.Fleet{Name: "t", Store: "redis://h", Max: fleetMax, Report: 100 * time.Millisecond, TTL: 3 * time.Second}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The fleet's others' sum X joins the program's R̂ (docs/design.md §12):
+// windows of 300 packets, each judged in its first ticks of an hour's
+// window, where R̂ is deterministic (the onset's 32 n from the 16th
+// packet on), are dropped at the model's q(own R̂ + X) within 5σ; with X
+// = 0 that is the plain smooth model, and Active's max is fleet.max.
+func TestFleetOthersProgram(t *testing.T) {
+	const (
+		fleetMax = 1000
+		perWin   = 300
+		windows  = 30
+	)
+	p := fleetPolicyBPF(t, fleetMax, time.Hour)
+	frame := UDP4(t, 514)
+	for _, x := range []uint64{0, 500, 2000, 10000} {
+		h := newHarness(t, p)
+		if a, err := h.l.Active(); err != nil || a.Max != fleetMax {
+			t.Fatalf("Active max %d, %v; want fleet.max %d", a.Max, err, fleetMax)
+		}
+		if err := h.l.SetFleetOthers(x); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := h.l.FleetOthers(); err != nil || got != x {
+			t.Fatalf("FleetOthers %d, %v; want %d", got, err, x)
+		}
+		m := tiers.NewModel(p, h.tab, nil)
+		m.SetTick(h.l.TickNs())
+		if x != 0 {
+			m.SetFleetOthers(x)
+		}
+		var want, variance float64
+		dropped := 0
+		for k := range uint64(windows) {
+			h.expire()
+			now := k * uint64(time.Hour+time.Millisecond)
+			for range perWin {
+				if h.run(frame) != xdpPass {
+					dropped++
+				}
+				m.Packet(now)
+				_, thr := h.tab.Smooth(m.Estimate() + x)
+				q := tiers.DropRatio(thr)
+				want += q
+				variance += q * (1 - q)
+			}
+		}
+		sigma := math.Sqrt(variance)
+		t.Logf("others %d: dropped %d of %d, model %.1f ± %.1f", x, dropped, windows*perWin, want, sigma)
+		if math.Abs(float64(dropped)-want) > 5*sigma+1 {
+			t.Errorf("others %d: dropped %d, want %.1f ± 5 × %.1f", x, dropped, want, sigma)
+		}
+	}
+}
+
+// FleetEstimate reads the program's own live R̂, the others left out: 32 n
+// in the onset of a fresh hour's window after n ≥ 16 packets, and the
+// ending window's count once it has expired.
+func TestFleetEstimateProgram(t *testing.T) {
+	p := fleetPolicyBPF(t, 1000, time.Hour)
+	h := newHarness(t, p)
+	frame := UDP4(t, 514)
+	if got, err := h.l.FleetEstimate(); err != nil || got != 0 {
+		t.Fatalf("before any packet: FleetEstimate %d, %v; want 0", got, err)
+	}
+	if err := h.l.SetFleetOthers(1 << 50); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := h.l.FleetOthers(); got != tiers.MaxFleetOthers {
+		t.Errorf("others over the bound read back %d, want %d", got, uint64(tiers.MaxFleetOthers))
+	}
+	h.expire()
+	const n = 100
+	for range n {
+		h.run(frame)
+	}
+	got, err := h.l.FleetEstimate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 32*n {
+		t.Errorf("onset: FleetEstimate %d, want %d (32 n)", got, 32*n)
+	}
+	h.expire()
+	if got, _ := h.l.FleetEstimate(); got+1 < n || got > n {
+		t.Errorf("expired: FleetEstimate %d, want the ending window's %d (less a tick's share)", got, n)
+	}
+}
+
+// Three programs, one fleet: members fed 60/30/10 of 3 × fleet.max per
+// window in real time, each reporting FleetEstimate and taking the
+// others' sum every report as the agent's loop does (without a store),
+// pass P(R_fleet) together from the third window on, each the same
+// fraction of its offered load, and each what the fleet model passes of
+// the same rates, within 5σ plus the pacing's 10 % (as TestSmoothProgram).
+func TestFleetProgramsSharing(t *testing.T) {
+	const (
+		fleetMax = 300
+		window   = 500 * time.Millisecond
+		report   = 50 * time.Millisecond
+		windows  = 6
+	)
+	p := fleetPolicyBPF(t, fleetMax, window)
+	R := 3.0 * fleetMax
+	rates := []float64{0.6 * R, 0.3 * R, 0.1 * R}
+	frame := UDP4(t, 514)
+	hs := make([]*harness, len(rates))
+	for i := range hs {
+		hs[i] = newHarness(t, p)
+	}
+	tab := hs[0].tab
+	offered := make([][]int, len(rates))
+	passed := make([][]int, len(rates))
+	for i := range rates {
+		offered[i], passed[i] = make([]int, windows), make([]int, windows)
+	}
+	sent := make([]float64, len(rates))
+	reported := make([]uint64, len(rates))
+	start := time.Now()
+	nextReport := report
+	for el := time.Since(start); el < windows*window; el = time.Since(start) {
+		k := int(el / window)
+		for i, r := range rates {
+			// Due by the clock, so that a slow loop catches up.
+			for due := r * float64(el) / float64(window); sent[i] < due; sent[i]++ {
+				offered[i][k]++
+				if hs[i].run(frame) == xdpPass {
+					passed[i][k]++
+				}
+			}
+		}
+		if el >= nextReport {
+			nextReport += report
+			for i, h := range hs {
+				est, err := h.l.FleetEstimate()
+				if err != nil {
+					t.Fatal(err)
+				}
+				reported[i] = est
+				var others uint64
+				for j, r := range reported {
+					if j != i {
+						others += r
+					}
+				}
+				if err := h.l.SetFleetOthers(others); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		time.Sleep(time.Millisecond - time.Since(start)%time.Millisecond)
+	}
+	// The pacing on a shared machine offers less than R at times: each
+	// window is judged against P of what it was offered, and each member
+	// against the fleet's fraction over the same windows.
+	memOff, memPass := make([]int, len(rates)), make([]int, len(rates))
+	var fleetOff, fleetPass float64
+	for k := 2; k < windows; k++ {
+		off, pass := 0, 0
+		for i := range rates {
+			off += offered[i][k]
+			pass += passed[i][k]
+			memOff[i] += offered[i][k]
+			memPass[i] += passed[i][k]
+		}
+		want := tab.Expected(uint64(off)).Passed
+		fl := want / float64(off)
+		fleetOff, fleetPass = fleetOff+float64(off), fleetPass+want
+		sigma := math.Sqrt(float64(off) * fl * (1 - fl))
+		t.Logf("window %d: offered %d, passed %d, want P %.0f ± 5 × %.1f", k, off, pass, want, sigma)
+		if math.Abs(float64(pass)-want) > 5*sigma+0.1*want {
+			t.Errorf("window %d: the fleet passed %d of %d, want %.0f ± (5 × %.1f + 10%%)", k, pass, off, want, sigma)
+		}
+	}
+	frac := fleetPass / fleetOff
+	// The fleet model, on the same rates, evenly spaced.
+	f := tiers.NewFleetModel(p, tab, len(rates), report, rand.New(rand.NewPCG(34, 12)).Uint32)
+	modelPass := make([]int, len(rates))
+	next := []float64{0, 0, 0}
+	W := float64(window)
+	for {
+		i := 0
+		for j := range next {
+			if next[j] < next[i] {
+				i = j
+			}
+		}
+		if next[i] >= windows*W {
+			break
+		}
+		if d := f.Packet(i, uint64(next[i])); d.Verdict == tiers.VerdictPass && next[i] >= 2*W {
+			modelPass[i]++
+		}
+		next[i] += W / rates[i]
+	}
+	for i := range rates {
+		got := float64(memPass[i]) / float64(memOff[i])
+		sigma := math.Sqrt(frac * (1 - frac) / float64(memOff[i]))
+		t.Logf("member %d: passed %d of %d (%.3f); the fleet model passes %d of %.0f", i, memPass[i], memOff[i], got, modelPass[i], rates[i]*(windows-2))
+		if math.Abs(got-frac) > 5*sigma+0.1*frac {
+			t.Errorf("member %d: passed %.3f of its offered, want %.3f ± (5 × %.3f + 10%%)", i, got, frac, sigma)
+		}
+		if mp := float64(modelPass[i]); math.Abs(float64(memPass[i])-mp) > 5*math.Sqrt(mp)+0.1*mp {
+			t.Errorf("member %d: passed %d, the fleet model %d", i, memPass[i], modelPass[i])
+		}
+	}
+}
+
+// With max: auto (docs/design.md §12) a member passes no more than its
+// learnt max allows on its own R̂: the agent folds the local bound into the
+// others' sum it writes (tiers.FleetOthersWithAuto) at each report. A
+// member offered 1000 per window whose collector takes a learnt max of 300
+// passes the local P(1000), where the fleet alone (fleet.max 3000, others
+// 500) would pass all of it; within 5σ plus the pacing's 10 %.
+func TestFleetAutoProgram(t *testing.T) {
+	const (
+		window  = 500 * time.Millisecond
+		report  = 50 * time.Millisecond
+		windows = 5
+		rate    = 1000.0
+		others  = 500
+	)
+	p := fleetPolicyBPF(t, 3000, window)
+	p.Auto = &tiers.AutoMax{Start: 300, Floor: 100, Ceiling: 1000}
+	p.Max = 300
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, p)
+	local := mustCompile(t, p.Local())
+	frame := UDP4(t, 514)
+	passed := make([]int, windows)
+	offered := make([]int, windows)
+	var sent float64
+	start := time.Now()
+	nextReport := time.Duration(0)
+	for el := time.Since(start); el < windows*window; el = time.Since(start) {
+		if el >= nextReport {
+			nextReport += report
+			own, err := h.l.FleetEstimate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.l.SetFleetOthers(tiers.FleetOthersWithAuto(h.tab, local, own, others)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		k := int(el / window)
+		for due := rate * float64(el) / float64(window); sent < due; sent++ {
+			offered[k]++
+			if h.run(frame) == xdpPass {
+				passed[k]++
+			}
+		}
+		time.Sleep(time.Millisecond - time.Since(start)%time.Millisecond)
+	}
+	fleetOnly := float64(rate) * h.tab.Expected(rate+others).Passed / (rate + others)
+	for k := 2; k < windows; k++ {
+		want := local.Expected(uint64(offered[k])).Passed
+		sigma := math.Sqrt(want * (1 - want/float64(offered[k])))
+		t.Logf("window %d: offered %d, passed %d; local P %.0f, the fleet alone %.0f", k, offered[k], passed[k], want, fleetOnly)
+		if math.Abs(float64(passed[k])-want) > 5*sigma+0.1*want {
+			t.Errorf("window %d: passed %d, want the local P %.0f ± (5 × %.1f + 10%%)", k, passed[k], want, sigma)
+		}
+	}
+}

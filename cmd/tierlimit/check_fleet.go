@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// fleetShares are the shares of the fleet's load one member carries in
+// check's fleet table.
+var fleetShares = []struct {
+	name     string
+	num, den uint64
+}{{"10 %", 1, 10}, {"50 %", 1, 2}, {"100 %", 1, 1}}
+
+// printFleetCheck prints the fleet (docs/design.md §12), when the policy
+// has one: the store, the report and the fallback; then the fleet's pass
+// rate at 0.5 to 10 × fleet.max (P(R_fleet) on the table compiled for
+// fleet.max) and what one member passes, per window, when it carries 10 %,
+// 50 % or 100 % of that load: its share of P(R_fleet), since every member
+// passes the same fraction P(R̂_fleet)/R̂_fleet of its offered load.
+func printFleetCheck(out io.Writer, p tiers.Policy, t tiers.Table) error {
+	f := p.Fleet
+	if f == nil {
+		return nil
+	}
+	fmt.Fprintf(out, "\nfleet %s: one budget of fleet.max %d per window across the members with this name and store %s\n", f.Name, f.Max, f.Store)
+	fmt.Fprintf(out, "  each member judges on R̂_fleet = its own live R̂ + the others' last reported sum; it reports every %s, and a member not heard from for %s is out\n", f.Report, f.TTL)
+	if f.PasswordFile != "" {
+		fmt.Fprintf(out, "  password: read from %s at start and on reload\n", f.PasswordFile)
+	}
+	if f.CAFile != "" {
+		fmt.Fprintf(out, "  TLS: the store's certificate is verified against %s\n", f.CAFile)
+	}
+	switch f.Fallback {
+	case tiers.FallbackLocal:
+		fmt.Fprintf(out, "  fallback (the store out of reach for %s): local, this policy's max %d\n", f.TTL, p.Max)
+	default:
+		fmt.Fprintf(out, "  fallback (the store out of reach for %s): share, fleet.max ÷ the members last seen (%d with 3 members)\n", f.TTL, p.FleetFallbackPolicy(3).Max)
+	}
+	if p.Auto != nil {
+		fmt.Fprintf(out, "  with max: auto, a member never passes more than its learnt max allows on its own R̂\n")
+	}
+	fmt.Fprintln(out, "fleet pass rate: the fleet offered R passes P(R); a member carrying a share of R passes that share of P(R)")
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(w, "OFFERED\tR\tFLEET P(R)\tPASS RATE\tPASSED\t")
+	for _, s := range fleetShares {
+		fmt.Fprintf(w, "MEMBER AT %s\t", s.name)
+	}
+	fmt.Fprintln(w)
+	for _, l := range smoothLoads {
+		r := f.Max * l.num / l.den
+		e := t.Expected(r)
+		frac := 0.0
+		if r > 0 {
+			frac = e.Passed / float64(r)
+		}
+		fmt.Fprintf(w, "%s\t%d\t%.1f\t%s\t%.2f%%\t", fleetLoadName(l.name), r, e.Passed, perSecond(e.Passed, p.Window), 100*frac)
+		for _, s := range fleetShares {
+			mine := r * s.num / s.den
+			fmt.Fprintf(w, "%.1f of %d\t", frac*float64(mine), mine)
+		}
+		fmt.Fprintln(w)
+	}
+	return w.Flush()
+}
+
+// fleetLoadName is a smoothLoads name of max as one of fleet.max.
+func fleetLoadName(name string) string {
+	const suffix = "max"
+	if len(name) >= len(suffix) && name[len(name)-len(suffix):] == suffix {
+		return name[:len(name)-len(suffix)] + "fleet.max"
+	}
+	return name
+}

@@ -1,0 +1,241 @@
+package tiers
+
+import (
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fleetYAML is a valid policy with a fleet block; tests append keys.
+const fleetYAML = "max: 1000\nfleet:\n  name: syslog-eu\n  store: redis://10.0.0.5:6379/0\n  max: 200000\n"
+
+func TestParseFleet(t *testing.T) {
+	base := Fleet{Name: "syslog-eu", Store: "redis://10.0.0.5:6379/0", Max: 200000,
+		Report: DefaultFleetReport, TTL: DefaultFleetTTL, Fallback: FallbackShare}
+	with := func(f func(*Fleet)) *Fleet { c := base; f(&c); return &c }
+	for _, c := range []struct {
+		src  string
+		want *Fleet
+	}{
+		{"max: 1000", nil},
+		{"max: 1000\nfleet:", nil},
+		{fleetYAML, &base},
+		{fleetYAML + "  report: 250ms\n  ttl: 10s\n  fallback: local\n",
+			with(func(f *Fleet) { f.Report, f.TTL, f.Fallback = 250*time.Millisecond, 10*time.Second, FallbackLocal })},
+		{fleetYAML + "  password_file: /etc/tierlimit/fleet.secret\n",
+			with(func(f *Fleet) { f.PasswordFile = "/etc/tierlimit/fleet.secret" })},
+		{strings.Replace(fleetYAML, "redis://10.0.0.5:6379/0", "rediss://store.example", 1) + "  ca_file: /etc/tierlimit/ca.pem\n",
+			with(func(f *Fleet) { f.Store, f.CAFile = "rediss://store.example", "/etc/tierlimit/ca.pem" })},
+		{strings.Replace(fleetYAML, "redis://10.0.0.5:6379/0", "redis+sentinel://s1,s2:26380/mymaster", 1),
+			with(func(f *Fleet) { f.Store = "redis+sentinel://s1,s2:26380/mymaster" })},
+		{strings.Replace(fleetYAML, "redis://10.0.0.5:6379/0", "redis+cluster://h1,h2,h3", 1),
+			with(func(f *Fleet) { f.Store = "redis+cluster://h1,h2,h3" })},
+		{strings.Replace(fleetYAML, "redis://10.0.0.5:6379/0", "rediss+cluster://h1,h2,h3", 1) + "  ca_file: /etc/ca.pem\n",
+			with(func(f *Fleet) { f.Store, f.CAFile = "rediss+cluster://h1,h2,h3", "/etc/ca.pem" })},
+		{"max: auto\n" + strings.TrimPrefix(fleetYAML, "max: 1000\n"), &base},
+	} {
+		p, err := ParseYAML([]byte(c.src))
+		if err != nil {
+			t.Errorf("%q: %v", c.src, err)
+			continue
+		}
+		if !reflect.DeepEqual(p.Fleet, c.want) {
+			t.Errorf("%q: fleet %+v, want %+v", c.src, p.Fleet, c.want)
+		}
+		if c.want != nil && !strings.Contains(p.String(), "fleet=[name=syslog-eu") {
+			t.Errorf("%q: String %q names no fleet", c.src, p.String())
+		}
+	}
+}
+
+func TestParseFleetInvalid(t *testing.T) {
+	store := func(s string) string { return strings.Replace(fleetYAML, "redis://10.0.0.5:6379/0", s, 1) }
+	for _, c := range []struct {
+		name string
+		src  string
+		want error
+		key  string
+		line int
+	}{
+		{"no name", "max: 1000\nfleet:\n  store: redis://h\n  max: 10", ErrMissingKey, "fleet.name", 3},
+		{"no store", "max: 1000\nfleet:\n  name: a\n  max: 10", ErrMissingKey, "fleet.store", 3},
+		{"no max", "max: 1000\nfleet:\n  name: a\n  store: redis://h", ErrMissingKey, "fleet.max", 3},
+		{"bad name", strings.Replace(fleetYAML, "syslog-eu", "'{eu}'", 1), ErrFleet, "fleet.name", 3},
+		{"long name", strings.Replace(fleetYAML, "syslog-eu", strings.Repeat("a", 65), 1), ErrFleet, "fleet.name", 3},
+		{"name type", strings.Replace(fleetYAML, "syslog-eu", "[a]", 1), ErrType, "fleet.name", 3},
+		{"unknown scheme", store("memcached://h:11211"), ErrFleet, "fleet.store", 4},
+		{"http", store("http://h"), ErrFleet, "fleet.store", 4},
+		{"no scheme", store("10.0.0.5:6379"), ErrFleet, "fleet.store", 4},
+		{"password", store("redis://u:secret@h"), ErrFleet, "fleet.store", 4},
+		{"query", store("redis://h?db=1"), ErrFleet, "fleet.store", 4},
+		{"two hosts", store("redis://h1,h2"), ErrFleet, "fleet.store", 4},
+		{"sentinel no master", store("redis+sentinel://s1,s2"), ErrFleet, "fleet.store", 4},
+		{"cluster db", store("redis+cluster://h1,h2/1"), ErrFleet, "fleet.store", 4},
+		{"tls cluster db", store("rediss+cluster://h1,h2/1"), ErrFleet, "fleet.store", 4},
+		{"ca with sentinel", store("redis+sentinel://s/m") + "  ca_file: /ca.pem\n", ErrFleet, "fleet.ca_file", 6},
+		{"bad port", store("redis://h:0"), ErrFleet, "fleet.store", 4},
+		{"bad db", store("redis://h/x"), ErrFleet, "fleet.store", 4},
+		{"empty host", store("redis+cluster://h1,,h3"), ErrFleet, "fleet.store", 4},
+		{"bare ipv6", store("redis://::1"), ErrFleet, "fleet.store", 4},
+		{"max 0", strings.Replace(fleetYAML, "200000", "0", 1), ErrMax, "fleet.max", 5},
+		{"max over", strings.Replace(fleetYAML, "200000", "1099511627777", 1), ErrMax, "fleet.max", 5},
+		{"max negative", strings.Replace(fleetYAML, "200000", "-5", 1), ErrMax, "fleet.max", 5},
+		{"max text", strings.Replace(fleetYAML, "200000", "lots", 1), ErrType, "fleet.max", 5},
+		{"report >= ttl", fleetYAML + "  report: 3s\n", ErrFleet, "fleet.report", 6},
+		{"report > ttl", fleetYAML + "  report: 5s\n  ttl: 1s\n", ErrFleet, "fleet.report", 6},
+		{"report 0", fleetYAML + "  report: 0s\n", ErrFleet, "fleet.report", 6},
+		{"report negative", fleetYAML + "  report: -1s\n", ErrFleet, "fleet.report", 6},
+		{"ttl 0", fleetYAML + "  ttl: 0s\n", ErrFleet, "fleet.ttl", 6},
+		{"ttl number", fleetYAML + "  ttl: 3\n", ErrType, "fleet.ttl", 6},
+		{"fallback", fleetYAML + "  fallback: none\n", ErrFleet, "fleet.fallback", 6},
+		{"unknown key", fleetYAML + "  password: x\n", ErrUnknownKey, "fleet.password", 6},
+		{"duplicate key", fleetYAML + "  max: 5\n", ErrDuplicateKey, "fleet.max", 6},
+		{"ca without tls", fleetYAML + "  ca_file: /etc/ca.pem\n", ErrFleet, "fleet.ca_file", 6},
+		{"relative ca", store("rediss://h") + "  ca_file: ca.pem\n", ErrFleet, "fleet.ca_file", 6},
+		{"relative password", fleetYAML + "  password_file: fleet.pw\n", ErrFleet, "fleet.password_file", 6},
+		{"ordinal", "shape: ordinal\n" + fleetYAML, ErrFleet, "shape", 1},
+		{"ordinal after", fleetYAML + "shape: ordinal\n", ErrFleet, "shape", 6},
+		{"sources", fleetYAML + "sources: {budget: 10%}\n", ErrFleet, "sources", 6},
+		{"not a mapping", "max: 1000\nfleet: [a]", ErrType, "fleet", 2},
+	} {
+		_, err := ParseYAML([]byte(c.src))
+		t.Run(c.name, func(t *testing.T) {
+			checkConfigError(t, err, c.want, c.key, c.line)
+			if err != nil && strings.Contains(err.Error(), "secret") {
+				t.Errorf("%v: the error repeats the secret", err)
+			}
+		})
+	}
+}
+
+// A Fleet built in Go is checked by Validate, with the same keys.
+func TestValidateFleet(t *testing.T) {
+	good := Fleet{Name: "a", Store: "redis://h", Max: 100, Report: time.Second, TTL: 2 * time.Second}
+	for _, c := range []struct {
+		name string
+		edit func(p *Policy)
+		want error
+		key  string
+	}{
+		{"no name", func(p *Policy) { p.Fleet.Name = "" }, ErrMissingKey, "fleet.name"},
+		{"no store", func(p *Policy) { p.Fleet.Store = "" }, ErrMissingKey, "fleet.store"},
+		{"scheme", func(p *Policy) { p.Fleet.Store = "tcp://h" }, ErrFleet, "fleet.store"},
+		{"max", func(p *Policy) { p.Fleet.Max = MaxPackets + 1 }, ErrMax, "fleet.max"},
+		{"report", func(p *Policy) { p.Fleet.Report = 0 }, ErrFleet, "fleet.report"},
+		{"ttl", func(p *Policy) { p.Fleet.TTL = -1 }, ErrFleet, "fleet.ttl"},
+		{"report = ttl", func(p *Policy) { p.Fleet.Report = p.Fleet.TTL }, ErrFleet, "fleet.report"},
+		{"fallback", func(p *Policy) { p.Fleet.Fallback = 7 }, ErrFleet, "fleet.fallback"},
+		{"ordinal", func(p *Policy) { p.Shape = ShapeOrdinal }, ErrFleet, "shape"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := Default()
+			f := good
+			p.Fleet = &f
+			if err := p.Validate(); err != nil {
+				t.Fatalf("good fleet: %v", err)
+			}
+			c.edit(&p)
+			checkConfigError(t, p.Validate(), c.want, c.key, 0)
+		})
+	}
+}
+
+func TestParseStore(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want StoreURL
+	}{
+		{"redis://10.0.0.5", StoreURL{Scheme: StoreRedis, Addrs: []string{"10.0.0.5:6379"}}},
+		{"redis://10.0.0.5:6380/3", StoreURL{Scheme: StoreRedis, Addrs: []string{"10.0.0.5:6380"}, DB: 3}},
+		{"rediss://tl@store.example:6390", StoreURL{Scheme: StoreRedisTLS, Addrs: []string{"store.example:6390"}, Username: "tl"}},
+		{"redis://[2001:db8::1]/0", StoreURL{Scheme: StoreRedis, Addrs: []string{"[2001:db8::1]:6379"}}},
+		{"redis://[2001:db8::1]:7000", StoreURL{Scheme: StoreRedis, Addrs: []string{"[2001:db8::1]:7000"}}},
+		{"redis+sentinel://s1,s2:26380/mymaster/2", StoreURL{Scheme: StoreSentinel, Addrs: []string{"s1:26379", "s2:26380"}, Master: "mymaster", DB: 2}},
+		{"redis+cluster://h1,h2:7001,h3", StoreURL{Scheme: StoreCluster, Addrs: []string{"h1:6379", "h2:7001", "h3:6379"}}},
+		{"rediss+sentinel://s1/m", StoreURL{Scheme: StoreSentinelTLS, Addrs: []string{"s1:26379"}, Master: "m"}},
+		{"rediss+cluster://h1,h2", StoreURL{Scheme: StoreClusterTLS, Addrs: []string{"h1:6379", "h2:6379"}}},
+	} {
+		got, err := ParseStore(c.in)
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("ParseStore(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+	if _, err := ParseStore("redis://user:hunter2@h"); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("a password in the URL: %v", err)
+	}
+}
+
+// With fleet on, the table is compiled for fleet.max: the same as the
+// policy's tiers at max = fleet.max; the fallback policies are the share
+// and the local max.
+func TestCompileFleet(t *testing.T) {
+	p, err := ParseYAML([]byte(fleetYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := mustCompile(t, p)
+	q := p.Clone()
+	q.Fleet, q.Max = nil, 200000
+	want := mustCompile(t, q)
+	if !reflect.DeepEqual(tab.Bounds, want.Bounds) || !reflect.DeepEqual(tab.Smoothed, want.Smoothed) {
+		t.Errorf("bounds %v, want %v (fleet.max)", tab.Bounds, want.Bounds)
+	}
+	if p.Max != 1000 || p.TableMax() != 200000 {
+		t.Errorf("Max %d TableMax %d", p.Max, p.TableMax())
+	}
+	for _, c := range []struct {
+		fallback FleetFallback
+		members  int
+		want     uint64
+	}{
+		{FallbackShare, 3, 66666}, {FallbackShare, 1, 200000}, {FallbackShare, 0, 1000}, {FallbackShare, 1 << 30, 1},
+		{FallbackLocal, 3, 1000},
+	} {
+		p.Fleet.Fallback = c.fallback
+		fb := p.FleetFallbackPolicy(c.members)
+		if fb.Fleet != nil || fb.Max != c.want || fb.Validate() != nil {
+			t.Errorf("%s of %d: fleet %v max %d, want off and %d", c.fallback, c.members, fb.Fleet, fb.Max, c.want)
+		}
+		if fb.TableMax() != c.want {
+			t.Errorf("%s: TableMax %d", c.fallback, fb.TableMax())
+		}
+	}
+	if p.Fleet == nil || p.Max != 1000 {
+		t.Error("FleetFallbackPolicy changed p")
+	}
+	// With max: auto the share stays within the auto bounds.
+	p.Fleet.Fallback = FallbackShare
+	p.Auto = &AutoMax{Start: 1000, Floor: 100, Ceiling: 5000}
+	for members, want := range map[int]uint64{3: 5000, 1000: 200, 10000: 100} {
+		if fb := p.FleetFallbackPolicy(members); fb.Max != want || fb.Auto == nil || fb.Validate() != nil {
+			t.Errorf("auto, share of %d: max %d, want %d (%v)", members, fb.Max, want, fb.Validate())
+		}
+	}
+}
+
+func TestReadPasswordFile(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/secret"
+	if err := os.WriteFile(path, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if pw, err := ReadPasswordFile(path, os.ReadFile); err != nil || pw != "s3cret" {
+		t.Errorf("ReadPasswordFile = %q, %v", pw, err)
+	}
+	for _, bad := range []string{dir + "/none", dir} {
+		_, err := ReadPasswordFile(bad, os.ReadFile)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Key != "fleet.password_file" || !errors.Is(err, ErrFleet) {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+	if err := os.WriteFile(path, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadPasswordFile(path, os.ReadFile); err == nil {
+		t.Error("an empty password file is accepted")
+	}
+}
