@@ -52,7 +52,11 @@ var (
 )
 
 // Describe implements prometheus.Collector.
-func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
+func (c *Controller) Describe(ch chan<- *prometheus.Desc) { Describe(ch) }
+
+// Describe sends the descriptions of every metric a Controller exports,
+// for a collector that holds one only at times (the agent's).
+func Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMembers, descOffered, descOthers, descStoreUp, descFallback, descReports} {
 		ch <- d
 	}
