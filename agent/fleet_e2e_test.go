@@ -35,12 +35,6 @@ func (o *otherMember) SetFleetOthers(v uint64) error {
 	return nil
 }
 
-func (o *otherMember) othersNow() uint64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.others
-}
-
 type noFallback struct{}
 
 func (noFallback) EnterFallback(int) error { return nil }
