@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // Controller is one member's fleet controller. Start it with Start; it
@@ -22,7 +23,7 @@ type Controller struct {
 	lim   Limiter
 	fb    Fallback
 	store string // the redacted store URL, for logs
-	su    storeURL
+	su    tiers.StoreURL
 
 	mu     sync.Mutex
 	client redis.UniversalClient // replaced after a connection failure; see redial
@@ -73,7 +74,7 @@ func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller,
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
-	if err := c.loadCreds(cfg, su.username); err != nil {
+	if err := c.loadCreds(cfg, su.Username); err != nil {
 		return nil, err
 	}
 	c.cfg.Store(&cfg)
@@ -141,7 +142,7 @@ func (c *Controller) Reload(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := c.loadCreds(cfg, su.username); err != nil {
+	if err := c.loadCreds(cfg, su.Username); err != nil {
 		return err
 	}
 	c.cfg.Store(&cfg)

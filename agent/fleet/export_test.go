@@ -9,8 +9,3 @@ func (c *Controller) Halt() {
 		c.getClient().Close()
 	})
 }
-
-var ParseStore = func(raw string) (kind string, tls bool, user string, addrs []string, master string, db int, err error) {
-	s, err := parseStore(raw)
-	return s.kind, s.tls, s.username, s.addrs, s.master, s.db, err
-}

@@ -37,8 +37,9 @@ type Config struct {
 	// Store is the store URL: redis://, rediss://, redis+sentinel://h1,h2/master,
 	// redis+cluster://h1,h2,h3 (and rediss+sentinel://, rediss+cluster://).
 	Store string
-	// PasswordFile holds the store's password (trimmed), read at start and
-	// on Reload; empty for a store without one.
+	// PasswordFile holds the store's password (less one trailing line
+	// break, as tiers.ReadPasswordFile reads it), read at start and on
+	// Reload; empty for a store without one.
 	PasswordFile string
 	// CAFile is the CA bundle for rediss:// stores; empty for the system roots.
 	CAFile string
@@ -96,8 +97,8 @@ var (
 	// ErrCAFile: ca_file cannot be read, holds no certificate, or is set
 	// for a store that is not rediss://.
 	ErrCAFile = errors.New("fleet ca_file")
-	// ErrStoreURL: the store URL is malformed, has an unknown scheme, or
-	// holds a password.
+	// ErrStoreURL: the store URL is one tiers.ParseStore refuses
+	// (malformed, an unknown scheme, a password in it).
 	ErrStoreURL = errors.New("fleet store")
 	// ErrConfig: another key of Config is out of range; the message names it.
 	ErrConfig = errors.New("fleet config")

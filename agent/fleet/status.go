@@ -55,7 +55,7 @@ func Status(ctx context.Context, cfg Config) ([]Member, error) {
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
-	client, err := newClient(su, cfg.CAFile, timeout, func() (string, string) { return su.username, pw })
+	client, err := newClient(su, cfg.CAFile, timeout, func() (string, string) { return su.Username, pw })
 	if err != nil {
 		return nil, err
 	}

@@ -4,144 +4,28 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// Default ports when the store URL names a host without one.
-const (
-	defaultPort         = "6379"
-	defaultSentinelPort = "26379"
-)
-
-// storeURL is a parsed `fleet.store`.
-type storeURL struct {
-	kind     string // "redis", "sentinel" or "cluster"
-	tls      bool
-	username string // the ACL user the URL names, if any
-	addrs    []string
-	master   string // sentinel: the monitored master's name
-	db       int
-}
-
-// parseStore parses a store URL (docs/design.md §12):
-//
-//	redis://[user@]host[:port][/db]
-//	rediss://...                                   (TLS)
-//	redis+sentinel://[user@]h1[:port],h2[:port]/master[/db]
-//	redis+cluster://[user@]h1[:port],h2[:port],...
-//
-// rediss+sentinel:// and rediss+cluster:// are the TLS forms of the last
-// two. The URL may name an ACL user but never a password: the secret comes
-// from password_file only. Errors wrap ErrStoreURL.
-func parseStore(raw string) (storeURL, error) {
-	var s storeURL
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return s, fmt.Errorf("%w: %q has no scheme (redis://, rediss://, redis+sentinel://, redis+cluster://)", ErrStoreURL, redact(raw))
+// parseStore reads a store URL with tiers.ParseStore (docs/design.md §12:
+// redis://, rediss://, redis+sentinel://h1,h2/master, redis+cluster://h1,h2,h3
+// and the rediss+ forms; an ACL user but never a password). Errors wrap
+// ErrStoreURL and never repeat the URL.
+func parseStore(raw string) (tiers.StoreURL, error) {
+	u, err := tiers.ParseStore(raw)
+	if err != nil {
+		return u, fmt.Errorf("%w: %v", ErrStoreURL, err)
 	}
-	base, topo, _ := strings.Cut(scheme, "+")
-	switch base {
-	case "redis":
-	case "rediss":
-		s.tls = true
-	default:
-		return s, fmt.Errorf("%w: unknown scheme %q (redis, rediss, redis+sentinel, redis+cluster)", ErrStoreURL, scheme)
-	}
-	switch topo {
-	case "":
-		s.kind = "redis"
-	case "sentinel", "cluster":
-		s.kind = topo
-	default:
-		return s, fmt.Errorf("%w: unknown scheme %q (redis, rediss, redis+sentinel, redis+cluster)", ErrStoreURL, scheme)
-	}
-	if strings.ContainsAny(rest, "?#") {
-		return s, fmt.Errorf("%w: %s: query and fragment are not supported", ErrStoreURL, redact(raw))
-	}
-	hosts, path, _ := strings.Cut(rest, "/")
-	if at := strings.LastIndexByte(hosts, '@'); at >= 0 {
-		user := hosts[:at]
-		hosts = hosts[at+1:]
-		if strings.Contains(user, ":") {
-			return s, fmt.Errorf("%w: %s names a password; put the secret in password_file", ErrStoreURL, redact(raw))
-		}
-		u, err := url.PathUnescape(user)
-		if err != nil {
-			return s, fmt.Errorf("%w: user in %s: %v", ErrStoreURL, redact(raw), err)
-		}
-		s.username = u
-	}
-	port := defaultPort
-	if s.kind == "sentinel" {
-		port = defaultSentinelPort
-	}
-	for _, h := range strings.Split(hosts, ",") {
-		addr, err := hostPort(h, port)
-		if err != nil {
-			return s, fmt.Errorf("%w: %s: %v", ErrStoreURL, redact(raw), err)
-		}
-		s.addrs = append(s.addrs, addr)
-	}
-	if s.kind == "redis" && len(s.addrs) > 1 {
-		return s, fmt.Errorf("%w: %s lists %d hosts; use redis+sentinel:// or redis+cluster:// for several", ErrStoreURL, redact(raw), len(s.addrs))
-	}
-	parts := strings.Split(strings.TrimSuffix(path, "/"), "/")
-	if path == "" || path == "/" {
-		parts = nil
-	}
-	if s.kind == "sentinel" {
-		if len(parts) == 0 || parts[0] == "" {
-			return s, fmt.Errorf("%w: %s: a sentinel URL names the master: redis+sentinel://h1,h2/master", ErrStoreURL, redact(raw))
-		}
-		s.master, parts = parts[0], parts[1:]
-	}
-	switch {
-	case len(parts) == 0:
-	case len(parts) == 1 && s.kind != "cluster":
-		db, err := strconv.Atoi(parts[0])
-		if err != nil || db < 0 {
-			return s, fmt.Errorf("%w: %s: database %q is not a number", ErrStoreURL, redact(raw), parts[0])
-		}
-		s.db = db
-	default:
-		return s, fmt.Errorf("%w: %s: unexpected path %q", ErrStoreURL, redact(raw), "/"+path)
-	}
-	return s, nil
-}
-
-// hostPort validates one host of a store URL and adds the default port.
-func hostPort(h, port string) (string, error) {
-	if h == "" {
-		return "", errors.New("empty host")
-	}
-	if host, p, err := net.SplitHostPort(h); err == nil {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return "", fmt.Errorf("bad port in %q", h)
-		}
-		if host == "" {
-			return "", fmt.Errorf("empty host in %q", h)
-		}
-		return h, nil
-	}
-	if strings.Count(h, ":") > 1 && !strings.HasPrefix(h, "[") {
-		return net.JoinHostPort(h, port), nil // a bare IPv6 address
-	}
-	if strings.ContainsAny(h, ":[]") {
-		return "", fmt.Errorf("bad host %q", h)
-	}
-	return net.JoinHostPort(h, port), nil
+	return u, nil
 }
 
 // redact drops anything between "://" and "@" (a user, or a password that
@@ -161,16 +45,13 @@ func redact(raw string) string {
 	return scheme + "://" + hosts
 }
 
-// readPassword reads password_file: its content with surrounding white
-// space trimmed. Errors wrap ErrPasswordFile and never quote the content.
+// readPassword reads password_file as the agent does (tiers.ReadPasswordFile:
+// the content less one trailing line break). Errors wrap ErrPasswordFile
+// and never quote the content.
 func readPassword(file string) (string, error) {
-	b, err := os.ReadFile(file)
+	pw, err := tiers.ReadPasswordFile(file, os.ReadFile)
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrPasswordFile, err)
-	}
-	pw := strings.TrimSpace(string(b))
-	if pw == "" {
-		return "", fmt.Errorf("%w: %s is empty", ErrPasswordFile, file)
 	}
 	return pw, nil
 }
@@ -210,12 +91,12 @@ var quietOnce sync.Once
 // user and password (password_file, read at start and on reload). Every
 // command is bounded by its context's deadline (the report), with no
 // retries: the next report is the retry.
-func newClient(s storeURL, caFile string, timeout time.Duration, creds func() (string, string)) (redis.UniversalClient, error) {
+func newClient(s tiers.StoreURL, caFile string, timeout time.Duration, creds func() (string, string)) (redis.UniversalClient, error) {
 	opts := &redis.UniversalOptions{
-		Addrs:                 s.addrs,
-		DB:                    s.db,
-		MasterName:            s.master,
-		IsClusterMode:         s.kind == "cluster",
+		Addrs:                 s.Addrs,
+		DB:                    s.DB,
+		MasterName:            s.Master,
+		IsClusterMode:         s.Cluster(),
 		ClientName:            "tierlimit-fleet",
 		CredentialsProvider:   creds,
 		MaxRetries:            -1,
@@ -231,10 +112,10 @@ func newClient(s storeURL, caFile string, timeout time.Duration, creds func() (s
 			Mode: maintnotifications.ModeDisabled,
 		},
 	}
-	if caFile != "" && !s.tls {
+	if caFile != "" && !s.TLS() {
 		return nil, fmt.Errorf("%w: ca_file is set but the store URL is not rediss://", ErrCAFile)
 	}
-	if s.tls {
+	if s.TLS() {
 		cfg, err := tlsConfig(caFile)
 		if err != nil {
 			return nil, err
