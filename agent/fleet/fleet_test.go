@@ -356,3 +356,41 @@ func TestFleetSentinel(t *testing.T) {
 		}
 	}
 }
+
+// fleetACL is the ACL that limits a member to its fleet's keys
+// (docs/design.md §12, Trust): the scripts' commands on the keys of one
+// hash tag, and nothing else.
+const fleetACL = "on >member-pw resetkeys ~{tierlimit:fleet:acl}:* resetchannels -@all +hello +auth +ping +client|setname +evalsha +eval " +
+	"+time +get +set +del +exists +decrby +pexpire +hget +hset +hdel +hlen +hvals +hgetall +zadd +zrem +zcard +zrange +zrangebyscore"
+
+// TestFleetACL: members that log in as an ACL user limited to the fleet's
+// keys share as any member does, and the same user refused another
+// fleet's keys is ErrAuth at start.
+func TestFleetACL(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	r.CLI(t, 0, append([]string{"acl", "setuser", "member"}, strings.Fields(fleetACL)...)...)
+	pf := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pf, []byte("member-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := strings.Replace(r.URL(), "redis://", "redis://member@", 1)
+	var ms []*member
+	for i, est := range []uint64{60, 30, 10} {
+		cfg := testConfig(store, "acl", string(rune('a'+i)))
+		cfg.PasswordFile = pf
+		ms = append(ms, join(t, cfg, est))
+	}
+	shares(t, 20, ms...)
+	if st, err := ms[0].c.Members(context.Background()); err != nil || len(st) != 3 {
+		t.Errorf("Members as the ACL user: %v, %d members", err, len(st))
+	}
+	cfg := testConfig(store, "other", "x")
+	cfg.PasswordFile = pf
+	c, err := fleet.Start(cfg, &kernel{}, &agentSide{}, nil)
+	if !errors.Is(err, fleet.ErrAuth) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("another fleet's keys as the ACL user: %v; want ErrAuth (NOPERM)", err)
+	}
+	if c != nil {
+		c.Close()
+	}
+}
