@@ -394,3 +394,10 @@ func TestFleetACL(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestFleetClusterTLS: the sharing test on a TLS-only Redis Cluster
+// (rediss+cluster://, every node's certificate checked against ca_file).
+func TestFleetClusterTLS(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{Cluster: 3, TLS: true})
+	sharing(t, r.URL(), r.CAFile)
+}
