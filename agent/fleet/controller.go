@@ -39,6 +39,7 @@ type Controller struct {
 	inFallback bool
 	estFailed  bool // a FleetEstimate error was logged and not yet cleared
 	setFailed  bool // a SetFleetOthers error was logged and not yet cleared
+	authFailed bool // a refusal of the credentials was logged since the last answer
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -244,6 +245,12 @@ func (c *Controller) tick() {
 	c.m.storeUp.Store(0)
 	c.m.offered.Store(est + c.m.others.Load())
 	c.log.Debug("fleet report failed", "err", err)
+	if isAuth(err) && !c.authFailed {
+		// A password changed on the store but not in password_file: say
+		// so once, not at every report.
+		c.log.Error("fleet store refuses the credentials: check password_file", "store", c.store, "err", err)
+		c.authFailed = true
+	}
 	if !c.inFallback && now.Sub(c.lastOK) > cfg.TTL {
 		c.log.Warn("fleet store not answering for ttl: in fallback", "store", c.store, "ttl", cfg.TTL,
 			"fallback", cfg.Fallback, "members_last_seen", c.members, "err", err)
@@ -255,6 +262,7 @@ func (c *Controller) tick() {
 // the others' sum to the program.
 func (c *Controller) joined(now time.Time, est uint64, v view) {
 	c.lastOK = now
+	c.authFailed = false
 	c.members = v.members
 	if c.inFallback {
 		if err := c.fb.LeaveFallback(); err != nil {

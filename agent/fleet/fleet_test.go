@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit/agent/fleet"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
@@ -287,6 +288,35 @@ func TestFleetWrongPassword(t *testing.T) {
 	other.Name = "pw2"
 	if err := m.c.Reload(other); !errors.Is(err, fleet.ErrRestart) {
 		t.Errorf("Reload to another fleet: %v; want ErrRestart", err)
+	}
+
+	// The store's password changes under the member: its reports are
+	// refused (said once), it falls back after ttl; password_file gets
+	// the new one and a Reload brings the member back.
+	admin := redis.NewClient(&redis.Options{Addr: r.Addrs[0], Password: "right-horse"})
+	defer admin.Close()
+	ctx := context.Background()
+	if err := admin.ConfigSet(ctx, "requirepass", "new-horse").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(40, func() bool { in, _, _, _ := m.a.state(); return in }) {
+		t.Fatalf("the member is not in fallback with its password refused")
+	}
+	if n := strings.Count(m.log.String(), "refuses the credentials"); n != 1 {
+		t.Errorf("%d log lines say the credentials are refused; want 1:\n%s", n, m.log)
+	}
+	if strings.Contains(m.log.String(), "horse") {
+		t.Errorf("the log shows a password:\n%s", m.log)
+	}
+	os.WriteFile(right, []byte("new-horse\n"), 0o600)
+	if err := m.c.Reload(cfg); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if !waitFor(20, func() bool { in, _, _, _ := m.a.state(); return !in }) {
+		t.Fatalf("the member did not rejoin with the new password")
 	}
 }
 
