@@ -12,6 +12,14 @@
 // controller enters fallback (Fallback.EnterFallback) until the store
 // answers again.
 //
+// A fleet's state is three keys with the hash tag {tierlimit:fleet:NAME}
+// (script.go), so one ACL limits a member to its fleet (docs/design.md §12,
+// Trust); TestFleetACL runs members under this one:
+//
+//	ACL SETUSER member on >PASSWORD resetkeys ~{tierlimit:fleet:NAME}:* resetchannels -@all
+//	  +hello +auth +ping +client|setname +evalsha +eval +time +get +set +del +exists +decrby
+//	  +pexpire +hget +hset +hdel +hlen +hvals +hgetall +zadd +zrem +zcard +zrange +zrangebyscore
+//
 // The package never imports the agent: the agent passes it a Limiter (the
 // BPF side, *bpf.Limiter) and a Fallback (its own policy switch). It needs
 // no privilege of its own; the kernel requirements are the agent's.
