@@ -98,3 +98,40 @@ func goCmd(t *testing.T, args ...string) string {
 	}
 	return string(out)
 }
+
+// TestFeaturesAvoidAgent fails when a feature package under agent/ (fleet,
+// ...) depends on the agent package itself, directly or not, or its tests
+// import it: a feature meets the agent only through the narrow interfaces
+// it defines, and the agent is the door that wires them.
+func TestFeaturesAvoidAgent(t *testing.T) {
+	module := strings.TrimSpace(goCmd(t, "list", "-m"))
+	agent := module + "/agent"
+	out := goCmd(t, "list", "-json=ImportPath,Deps,TestImports,XTestImports", "./agent/...")
+	dec := json.NewDecoder(strings.NewReader(out))
+	features := map[string]bool{}
+	for {
+		var p struct {
+			ImportPath   string
+			Deps         []string
+			TestImports  []string
+			XTestImports []string
+		}
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("decode go list: %v", err)
+		}
+		if !strings.HasPrefix(p.ImportPath, agent+"/") {
+			continue
+		}
+		features[strings.TrimPrefix(p.ImportPath, module+"/")] = true
+		for _, d := range append(append(p.Deps, p.TestImports...), p.XTestImports...) {
+			if d == agent {
+				t.Errorf("%s depends on %s: a feature package never imports the agent", p.ImportPath, agent)
+			}
+		}
+	}
+	if !features["agent/fleet"] {
+		t.Fatalf("go list found no agent/fleet among %v", features)
+	}
+}

@@ -165,6 +165,7 @@ type Agent struct {
 
 	auto   atomic.Pointer[AutoMax]  // the adaptive-max controller, once started
 	record atomic.Pointer[Episodes] // the shed record, once started
+	fleet  fleetState               // the fleet controller, once started (fleet.go)
 
 	// current is the policy in force as given (its dests local
 	// unresolved), and local the host's destinations it was resolved
@@ -414,6 +415,7 @@ func (a *Agent) Close() error {
 		return nil
 	}
 	close(a.stopLocal)
+	a.stopFleet() // leaves the fleet; before applyMu, which its loop may wait for
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
 	a.mu.Lock()

@@ -67,6 +67,8 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 		return errClosed
 	}
 	p = a.autoPolicy(p) // keeps a learnt adaptive max
+	given := p
+	p = a.fleetPolicy(p) // the fleet's fallback while the store is out of reach
 	rp := p.WithLocal(a.local)
 	tab, err := tiers.Compile(rp) // validates p
 	if err != nil {
@@ -92,6 +94,7 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 	}
 	a.current = p
 	a.autoApplied(p, src)
+	a.fleetApplied(given)
 	rc.commit()
 	return nil
 }

@@ -29,6 +29,9 @@ GO_ROOT=${GO_ROOT:-/usr/local/go}
 #   nftables          the nftables comparison of the benchmarks
 #   netsniff-ng       trafgen, the benchmarks' flood generator
 #   rsyslog, bsdutils a real syslog collector and logger(1) for the tests
+#   redis-server, redis-tools  the fleet store of the fleet tests, and redis-cli
+#                     (--cluster create); the tests start their own servers, so
+#                     the package's own service is stopped and disabled
 #   iputils-ping      reachability checks in the VMs
 #   util-linux        nsenter, setpriv and taskset
 #   prometheus        promtool (alert rule tests) and the server of the monitoring end-to-end test
@@ -38,6 +41,7 @@ PACKAGES=(
 	"clang-${CLANG_VERSION}" "llvm-${CLANG_VERSION}"
 	iproute2 ethtool nftables netsniff-ng
 	rsyslog bsdutils iputils-ping util-linux
+	redis-server redis-tools
 	make git ca-certificates curl python3 bpftool
 	prometheus systemd debootstrap
 	tcpdump tshark
@@ -48,6 +52,7 @@ PACKAGES=(
 TOOLS=(
 	"clang-${CLANG_VERSION}" "llvm-strip-${CLANG_VERSION}" ip ethtool nft trafgen
 	logger rsyslogd ping nsenter setpriv taskset unshare make git
+	redis-server redis-cli
 	promtool prometheus systemd-analyze
 	tcpdump tshark
 )
@@ -101,6 +106,7 @@ install_packages() {
 	missing=$(missing_packages)
 	if [ -z "$missing" ]; then
 		log "Debian packages: all ${#PACKAGES[@]} installed"
+		quiet_services
 		return
 	fi
 	need_root
@@ -113,6 +119,20 @@ install_packages() {
 		# shellcheck disable=SC2086
 		apt-get install -y --no-install-recommends $missing
 	fi
+	quiet_services
+}
+
+# quiet_services stops and disables the services that Debian starts when it
+# installs a package the tests only run as their own processes: the tests
+# need no redis-server listening on 6379, and none must be left running.
+quiet_services() {
+	local s
+	for s in redis-server; do
+		if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled --quiet "$s" 2>/dev/null; then
+			log "disabling the $s service (the tests start their own)"
+			systemctl disable --now "$s" || true
+		fi
+	done
 }
 
 # go_ok GO: true when GO reports the pinned minor version at least at the

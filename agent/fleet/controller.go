@@ -1,0 +1,352 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// Controller is one member's fleet controller. Start it with Start; it
+// reports every Config.Report until Close.
+type Controller struct {
+	log   *slog.Logger
+	lim   Limiter
+	fb    Fallback
+	store string // the redacted store URL, for logs
+	su    tiers.StoreURL
+
+	mu     sync.Mutex
+	client redis.UniversalClient // replaced after a connection failure; see redial
+
+	cfg   atomic.Pointer[Config]
+	creds atomic.Pointer[[2]string] // ACL user, password
+	m     metrics
+
+	// Loop state: the loop goroutine's alone once Start has returned.
+	lastOK     time.Time // when the store last answered
+	members    int       // the member count it last returned; 0 before any
+	lastEst    uint64    // the estimate last read from the program
+	inFallback bool
+	estFailed  bool // a FleetEstimate error was logged and not yet cleared
+	setFailed  bool // a SetFleetOthers error was logged and not yet cleared
+	authFailed bool // a refusal of the credentials was logged since the last answer
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// Start checks cfg, reads password_file, connects to the store and makes
+// the first report, waiting for it at most cfg.TTL; then it reports every
+// cfg.Report in the background until Close.
+//
+// A store out of reach at start is no error: the controller logs a
+// warning, enters fallback (fb.EnterFallback(0)) and joins when the store
+// answers. Start returns an error, and starts nothing, when cfg is out of
+// range (ErrConfig), the store URL is bad (ErrStoreURL), password_file or
+// ca_file cannot be read (ErrPasswordFile, ErrCAFile), or the store
+// refuses the credentials (ErrAuth).
+func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	su, err := parseStore(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		log:   log.With("fleet", cfg.Name, "member", cfg.Member),
+		lim:   lim,
+		fb:    fb,
+		store: redact(cfg.Store),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	if err := c.loadCreds(cfg, su.Username); err != nil {
+		return nil, err
+	}
+	c.cfg.Store(&cfg)
+	c.su = su
+	c.client, err = newClient(su, cfg.CAFile, cfg.Report, c.credentials)
+	if err != nil {
+		return nil, err
+	}
+	est := c.estimate()
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.TTL)
+	v, err := report(ctx, c.client, cfg.Name, cfg.Member, est, cfg.TTL)
+	cancel()
+	if err != nil && isAuth(err) {
+		c.client.Close()
+		return nil, fmt.Errorf("%w: %s: %v", ErrAuth, c.store, err)
+	}
+	c.redial(err)
+	if err != nil {
+		c.m.reports(resultOf(err, false)).Add(1)
+		c.log.Warn("fleet store out of reach at start: starting in fallback", "store", c.store, "fallback", cfg.Fallback, "err", err)
+		c.enterFallback(0)
+	} else {
+		c.m.reports(resultOK).Add(1)
+		c.joined(time.Now(), est, v)
+		c.log.Info("joined the fleet", "store", c.store, "members", v.members, "others", v.others)
+	}
+	go c.run()
+	return c, nil
+}
+
+// loadCreds reads password_file (when set) into c.creds.
+func (c *Controller) loadCreds(cfg Config, user string) error {
+	pw := ""
+	if cfg.PasswordFile != "" {
+		var err error
+		if pw, err = readPassword(cfg.PasswordFile); err != nil {
+			return err
+		}
+	}
+	c.creds.Store(&[2]string{user, pw})
+	return nil
+}
+
+// credentials is go-redis's CredentialsProvider: the secret is read on
+// each new connection, so a Reload's password applies to the next one.
+func (c *Controller) credentials() (string, string) {
+	cr := c.creds.Load()
+	return cr[0], cr[1]
+}
+
+// Reload applies a reloaded policy's fleet section: it reads password_file
+// again (new connections use the new password) and takes the new report,
+// ttl, max and fallback. A section that names another fleet, member, store
+// or CA file returns ErrRestart and changes nothing; the agent then closes
+// this controller and starts another. Other errors are Start's.
+func (c *Controller) Reload(cfg Config) error {
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	old := c.cfg.Load()
+	if cfg.Name != old.Name || cfg.Member != old.Member || cfg.Store != old.Store || cfg.CAFile != old.CAFile {
+		return ErrRestart
+	}
+	su, err := parseStore(cfg.Store)
+	if err != nil {
+		return err
+	}
+	if err := c.loadCreds(cfg, su.Username); err != nil {
+		return err
+	}
+	c.cfg.Store(&cfg)
+	return nil
+}
+
+// Close stops the report loop and leaves the fleet: the member's entry is
+// deleted from the store (one round trip, with a deadline of report), so
+// that the others stop counting it at their next report instead of after
+// ttl. It returns the error of that round trip, if any; the member then
+// ages out within ttl. Close is safe to call more than once.
+func (c *Controller) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		close(c.stop)
+		<-c.done
+		cfg := c.cfg.Load()
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.Report)
+		defer cancel()
+		client := c.getClient()
+		if e := leave(ctx, client, cfg.Name, cfg.Member); e != nil {
+			err = fmt.Errorf("leave fleet %s: %w", cfg.Name, e)
+		}
+		client.Close()
+	})
+	return err
+}
+
+func (c *Controller) getClient() redis.UniversalClient {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.client
+}
+
+// redial replaces the client after a report whose connection failed (a
+// dial refused or timed out, a TLS handshake, a reset). go-redis stops
+// dialing a node whose dials keep failing and probes it once a second; a
+// fresh client dials at the next report, so that a member rejoins within
+// a report or two of the store's return. Nothing is replaced after a reply,
+// even an error reply, nor after a report that timed out on a connection
+// that was up: go-redis drops that connection itself, and a new client
+// for each slow report would add to the load of a store that is slow.
+func (c *Controller) redial(err error) {
+	var reply redis.Error
+	var op *net.OpError
+	dial := errors.As(err, &op) && op.Op == "dial"
+	if err == nil || errors.As(err, &reply) || (isTimeout(err) && !dial) {
+		return
+	}
+	cfg := c.cfg.Load()
+	fresh, e := newClient(c.su, cfg.CAFile, cfg.Report, c.credentials)
+	if e != nil {
+		return // ca_file went away: keep the old client; Reload says why
+	}
+	c.mu.Lock()
+	old := c.client
+	c.client = fresh
+	c.mu.Unlock()
+	go old.Close() // may wait for a hung connection: never the loop
+}
+
+// run reports every report interval until Close.
+func (c *Controller) run() {
+	defer close(c.done)
+	every := c.cfg.Load().Report
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		c.tick()
+		if r := c.cfg.Load().Report; r != every {
+			every = r
+			t.Reset(every)
+		}
+	}
+}
+
+// tick is one report: read R̂, one round trip bounded by report, hand the
+// others' sum to the program. It never waits longer than report.
+func (c *Controller) tick() {
+	cfg := c.cfg.Load()
+	est := c.estimate()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Report)
+	v, err := report(ctx, c.getClient(), cfg.Name, cfg.Member, est, cfg.TTL)
+	cancel()
+	c.redial(err)
+	now := time.Now()
+	slow := now.Sub(start) > cfg.Report
+	c.m.reports(resultOf(err, slow)).Add(1)
+	if err == nil {
+		c.joined(now, est, v)
+		return
+	}
+	c.m.storeUp.Store(0)
+	c.m.offered.Store(est + c.m.others.Load())
+	c.log.Debug("fleet report failed", "err", err)
+	if isAuth(err) && !c.authFailed {
+		// A password changed on the store but not in password_file: say
+		// so once, not at every report.
+		c.log.Error("fleet store refuses the credentials: check password_file", "store", c.store, "err", err)
+		c.authFailed = true
+	}
+	if !c.inFallback && now.Sub(c.lastOK) > cfg.TTL {
+		c.log.Warn("fleet store not answering for ttl: in fallback", "store", c.store, "ttl", cfg.TTL,
+			"fallback", cfg.Fallback, "members_last_seen", c.members, "err", err)
+		c.enterFallback(c.members)
+	}
+}
+
+// joined applies an answer of the store: rejoin if in fallback, then hand
+// the others' sum to the program.
+func (c *Controller) joined(now time.Time, est uint64, v view) {
+	c.lastOK = now
+	c.authFailed = false
+	c.members = v.members
+	if c.inFallback {
+		if err := c.fb.LeaveFallback(); err != nil {
+			c.log.Error("leave fleet fallback", "err", err)
+		}
+		c.inFallback = false
+		c.m.fallback.Store(0)
+		c.log.Info("fleet store answers again: rejoined the fleet", "store", c.store, "members", v.members)
+	}
+	c.setOthers(v.others)
+	c.m.storeUp.Store(1)
+	c.m.members.Store(int64(v.members))
+	c.m.others.Store(v.others)
+	c.m.offered.Store(est + v.others)
+}
+
+// enterFallback switches the agent to its fallback and the program to
+// judging on its own estimate.
+func (c *Controller) enterFallback(members int) {
+	if err := c.fb.EnterFallback(members); err != nil {
+		c.log.Error("enter fleet fallback", "err", err)
+	}
+	c.inFallback = true
+	c.setOthers(0)
+	c.m.fallback.Store(1)
+	c.m.others.Store(0)
+	c.m.offered.Store(c.lastEst)
+}
+
+// estimate reads this member's R̂; on an error it logs once and reports
+// the last value read, so that the member stays in the fleet.
+func (c *Controller) estimate() uint64 {
+	est, err := c.lim.FleetEstimate()
+	if err != nil {
+		if !c.estFailed {
+			c.log.Error("read the fleet estimate from the program: reporting the last one", "err", err)
+			c.estFailed = true
+		}
+		return c.lastEst
+	}
+	c.estFailed = false
+	c.lastEst = est
+	return est
+}
+
+// setOthers hands the others' sum to the program, logging a failure once.
+func (c *Controller) setOthers(others uint64) {
+	if err := c.lim.SetFleetOthers(others); err != nil {
+		if !c.setFailed {
+			c.log.Error("write the others' sum to the program", "err", err)
+			c.setFailed = true
+		}
+		return
+	}
+	c.setFailed = false
+}
+
+// resultOf classifies a report: slow when it hit its deadline or took
+// longer than report, error on any other failure.
+func resultOf(err error, slow bool) string {
+	switch {
+	case err == nil && !slow:
+		return resultOK
+	case err == nil || isTimeout(err):
+		return resultSlow
+	default:
+		return resultError
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout())
+}
+
+// isAuth reports whether err is the store refusing the credentials or the
+// ACL user's rights.
+func isAuth(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "invalid password", "invalid username-password"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,148 @@
+// Package fleet is the fleet controller of docs/design.md §12: it shares one
+// budget, fleet.max per window, across the members of a fleet of
+// collectors through a Redis or Valkey store (standalone, Sentinel or
+// Cluster; TLS; ACL users).
+//
+// Every report interval the controller reads this member's estimate R̂ from
+// the program (Limiter.FleetEstimate), publishes it and reads the others'
+// sum in one round trip (one server-side script), and hands the sum to the
+// program (Limiter.SetFleetOthers), which judges on R̂ + others. Limiting
+// never waits for the store: a store that is down, slow or refuses the
+// password leaves the last view in place for ttl, after which the
+// controller enters fallback (Fallback.EnterFallback) until the store
+// answers again.
+//
+// A fleet's state is three keys with the hash tag {tierlimit:fleet:NAME}
+// (script.go), so one ACL limits a member to its fleet (docs/design.md §12,
+// Trust); TestFleetACL runs members under this one:
+//
+//	ACL SETUSER member on >PASSWORD resetkeys ~{tierlimit:fleet:NAME}:* resetchannels -@all
+//	  +hello +auth +ping +client|setname +evalsha +eval +time +get +set +del +exists +decrby
+//	  +pexpire +hget +hset +hdel +hlen +hvals +hgetall +zadd +zrem +zcard +zrange +zrangebyscore
+//
+// The package never imports the agent: the agent passes it a Limiter (the
+// BPF side, *bpf.Limiter) and a Fallback (its own policy switch). It needs
+// no privilege of its own; the kernel requirements are the agent's.
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config is the `fleet:` section of a policy (docs/design.md §12), already
+// validated by tiers.
+type Config struct {
+	// Name is the fleet's name: members with the same name and store
+	// share one budget.
+	Name string
+	// Member names this member in the store; empty means the host name.
+	// A member that restarts under the same name takes its entry back.
+	Member string
+	// Store is the store URL: redis://, rediss://, redis+sentinel://h1,h2/master,
+	// redis+cluster://h1,h2,h3 (and rediss+sentinel://, rediss+cluster://).
+	Store string
+	// PasswordFile holds the store's password (less one trailing line
+	// break, as tiers.ReadPasswordFile reads it), read at start and on
+	// Reload; empty for a store without one.
+	PasswordFile string
+	// CAFile is the CA bundle for rediss:// stores; empty for the system roots.
+	CAFile string
+	// Max is fleet.max, the whole fleet's budget per window. The controller
+	// only reports it; the agent compiles the tiers for it.
+	Max uint64
+	// Report is how often the member reports, and each report's deadline.
+	Report time.Duration
+	// TTL is how long a member not heard from stays in the fleet, and how
+	// long a member keeps its last view when the store does not answer.
+	TTL time.Duration
+	// Fallback is what the agent applies once the store has not answered
+	// for TTL: FallbackShare or FallbackLocal. The controller passes it on
+	// untouched (see Fallback).
+	Fallback string
+}
+
+// The values of Config.Fallback.
+const (
+	FallbackShare = "share" // fleet.max ÷ the members last seen
+	FallbackLocal = "local" // the policy's own max
+)
+
+// Limiter is the controller's seam to the program: *bpf.Limiter satisfies
+// it. Both counts are packets per window.
+type Limiter interface {
+	// FleetEstimate returns this member's live R̂.
+	FleetEstimate() (uint64, error)
+	// SetFleetOthers sets the others' sum that the program adds to R̂.
+	SetFleetOthers(others uint64) error
+}
+
+// Fallback is the controller's seam to the agent's policy. The controller
+// calls EnterFallback once the store has not answered for ttl, or at start
+// when the store is out of reach, and LeaveFallback when it answers again;
+// the two alternate, starting with EnterFallback. members is the member
+// count the store last returned (this member included), or 0 when the
+// store has not answered since start: with fallback "share" the agent
+// applies fleet.max ÷ members (its local max when members is 0), with
+// "local" its local max. The controller sets the others' sum to 0 after
+// EnterFallback and to the store's sum after LeaveFallback.
+type Fallback interface {
+	EnterFallback(members int) error
+	LeaveFallback() error
+}
+
+// Errors of Start and Reload. Each is wrapped with the detail.
+var (
+	// ErrAuth: the store refused the credentials (a wrong password in
+	// password_file, or an unknown ACL user). At start the agent refuses
+	// to run, exit 2, naming password_file.
+	ErrAuth = errors.New("fleet store refused the credentials (password_file)")
+	// ErrPasswordFile: password_file cannot be read or is empty.
+	ErrPasswordFile = errors.New("fleet password_file")
+	// ErrCAFile: ca_file cannot be read, holds no certificate, or is set
+	// for a store that is not rediss://.
+	ErrCAFile = errors.New("fleet ca_file")
+	// ErrStoreURL: the store URL is one tiers.ParseStore refuses
+	// (malformed, an unknown scheme, a password in it).
+	ErrStoreURL = errors.New("fleet store")
+	// ErrConfig: another key of Config is out of range; the message names it.
+	ErrConfig = errors.New("fleet config")
+	// ErrRestart (Reload only): the new Config names another fleet, member,
+	// store or CA; the agent closes this controller and starts a new one.
+	ErrRestart = errors.New("fleet store or name changed: restart the controller")
+)
+
+// check validates what the controller itself relies on; tiers validates
+// the section fully. It fills in Member.
+func (c *Config) check() error {
+	if c.Name == "" {
+		return fmt.Errorf("%w: name is empty", ErrConfig)
+	}
+	if strings.ContainsAny(c.Name, "{}") || len(c.Name) > 200 {
+		return fmt.Errorf("%w: name %q: at most 200 characters, no braces", ErrConfig, c.Name)
+	}
+	if c.Report <= 0 {
+		return fmt.Errorf("%w: report %v must be positive", ErrConfig, c.Report)
+	}
+	if c.TTL <= c.Report {
+		return fmt.Errorf("%w: ttl %v must be longer than report %v", ErrConfig, c.TTL, c.Report)
+	}
+	switch c.Fallback {
+	case FallbackShare, FallbackLocal:
+	case "":
+		c.Fallback = FallbackShare
+	default:
+		return fmt.Errorf("%w: fallback %q (share, local)", ErrConfig, c.Fallback)
+	}
+	if c.Member == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("%w: member name from the host name: %v", ErrConfig, err)
+		}
+		c.Member = h
+	}
+	return nil
+}

@@ -1,0 +1,125 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tierlimit/tierlimit/internal/testenv"
+)
+
+// TestFleetPerfStore measures the store's load for a fleet of 1,000
+// members at report 100 ms against the real redis-server over 10 s: round
+// trips per second (the server's own count of EVALSHA calls), the
+// server's CPU (/proc/PID/stat) and each round trip's latency as the
+// clients saw it. The members are the controller's own report round trip
+// (the same script, keys and arguments), 1,000 member names driven by 20
+// clients of 50 members each: 1,000 controllers in one test process on a
+// small machine would measure the test's scheduler, not the store (each
+// wakes 10 times a second). Set TIERLIMIT_FLEET_PERF=1 to run it.
+func TestFleetPerfStore(t *testing.T) {
+	if os.Getenv("TIERLIMIT_FLEET_PERF") != "1" {
+		t.Skip("a measurement: set TIERLIMIT_FLEET_PERF=1 to run it")
+	}
+	const (
+		members = 1000
+		clients = 20
+		every   = 100 * time.Millisecond
+		ttl     = 3 * time.Second
+		period  = 10 * time.Second
+	)
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	su, err := parseStore(r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var lat []time.Duration
+	var errs, lastCount int
+	measuring := false
+	for w := range clients {
+		c, err := newClient(su, "", every, func() (string, string) { return "", "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tk := time.NewTicker(every)
+			defer tk.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tk.C:
+				}
+				for m := w; m < members; m += clients {
+					start := time.Now()
+					ctx, cancel := context.WithTimeout(context.Background(), every)
+					v, err := report(ctx, c, "perf1k", fmt.Sprintf("m%04d", m), uint64(m), ttl)
+					cancel()
+					d := time.Since(start)
+					mu.Lock()
+					if measuring {
+						lat = append(lat, d)
+						if err != nil {
+							errs++
+						}
+					}
+					lastCount = v.members
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	time.Sleep(2 * time.Second)
+	cpu0, err := testenv.ProcCPU(r.PID(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls0 := evalCalls(t, r)
+	w0 := time.Now()
+	mu.Lock()
+	measuring = true
+	mu.Unlock()
+	time.Sleep(period)
+	mu.Lock()
+	measuring = false
+	got := append([]time.Duration(nil), lat...)
+	nerr, count := errs, lastCount
+	mu.Unlock()
+	cpu1, _ := testenv.ProcCPU(r.PID(0))
+	calls1 := evalCalls(t, r)
+	wall := time.Since(w0)
+	sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
+	slow := len(got) - sort.Search(len(got), func(i int) bool { return got[i] > every })
+	q := func(p float64) time.Duration { return got[int(p*float64(len(got)-1))] }
+	rate := float64(calls1-calls0) / wall.Seconds()
+	t.Logf("%d members at %v (%d clients): %.0f round trips/s (server's EVALSHA count; ideal %d/s), redis-server CPU %.1f %% of one CPU (%.1f µs per round trip); latency p50 %v p99 %v max %v; slow %d, errors %d of %d; members counted %d",
+		members, every, clients, rate, int(members*time.Second/every), 100*float64(cpu1-cpu0)/float64(wall),
+		float64((cpu1-cpu0).Microseconds())/float64(calls1-calls0), q(0.5), q(0.99), got[len(got)-1], slow, nerr, len(got), count)
+	if count != members {
+		t.Errorf("the last report counted %d members; want %d", count, members)
+	}
+}
+
+// evalCalls returns the server's count of EVALSHA calls.
+func evalCalls(t *testing.T, r *testenv.Redis) int64 {
+	for _, line := range strings.Split(r.CLI(t, 0, "info", "commandstats"), "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			v, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			return v
+		}
+	}
+	return 0
+}

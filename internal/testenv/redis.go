@@ -1,0 +1,468 @@
+package testenv
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// RedisOptions says what StartRedis runs.
+type RedisOptions struct {
+	// Password, when set, is the server's requirepass.
+	Password string
+	// TLS makes the server TLS-only (--port 0, --tls-port): StartRedis
+	// generates a CA and a server certificate for 127.0.0.1 and writes the
+	// CA to Redis.CAFile.
+	TLS bool
+	// Cluster, when 3 or more, runs a Redis Cluster of that many masters
+	// (no replicas) made with redis-cli --cluster create.
+	Cluster int
+	// Sentinel adds a Sentinel (redis-server --sentinel) that monitors the
+	// server as master RedisMaster; URL then names the Sentinel.
+	Sentinel bool
+}
+
+// RedisMaster is the master name a Sentinel of StartRedis monitors.
+const RedisMaster = "tltest"
+
+// Redis is a redis-server (the Debian package) that a test runs on
+// 127.0.0.1 with its own directory and no persistence (--save ”,
+// --appendonly no); the host's redis-server service plays no part.
+type Redis struct {
+	// Addrs are the nodes' host:port, the first one a master.
+	Addrs []string
+	// CAFile is the CA that signed the server certificate (TLS only).
+	CAFile string
+	// SentinelAddr is the Sentinel's host:port (Sentinel only).
+	SentinelAddr string
+	opts         RedisOptions
+	bin, cli     string
+	nodes        []*redisNode
+	tlsFiles     [3]string // cert, key, CA
+}
+
+type redisNode struct {
+	sentinel bool
+	port     int
+	dir      string
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	out      *bytes.Buffer
+	exit     chan struct{}
+}
+
+// RequireRedis returns the paths of redis-server and redis-cli. It skips
+// tb when they are not installed, or fails it under TIERLIMIT_REQUIRE_BPF=1,
+// where CI has installed them (provision.sh lists redis-server and
+// redis-tools).
+func RequireRedis(tb testing.TB) (server, cli string) {
+	tb.Helper()
+	server, err1 := exec.LookPath("redis-server")
+	cli, err2 := exec.LookPath("redis-cli")
+	if err1 == nil && err2 == nil {
+		return server, cli
+	}
+	msg := "redis-server or redis-cli not installed (apt-get install redis-server redis-tools)"
+	if os.Getenv(RequireEnv) == "1" {
+		tb.Fatalf("%s; required under %s=1", msg, RequireEnv)
+	}
+	tb.Skip(msg)
+	return "", ""
+}
+
+// StartRedis runs a redis-server (or a cluster of them) as opts says and
+// waits until it answers. tb.Cleanup kills every node and waits for it.
+func StartRedis(tb testing.TB, opts RedisOptions) *Redis {
+	tb.Helper()
+	r := &Redis{opts: opts}
+	r.bin, r.cli = RequireRedis(tb)
+	if opts.Sentinel && (opts.Cluster > 0 || opts.TLS) {
+		tb.Fatalf("StartRedis: a Sentinel with a cluster or TLS is not supported")
+	}
+	if opts.Cluster > 0 && opts.Cluster < 3 {
+		tb.Fatalf("StartRedis: a cluster needs at least 3 masters, not %d", opts.Cluster)
+	}
+	if opts.TLS {
+		r.tlsFiles = writeTLS(tb, tb.TempDir())
+		r.CAFile = r.tlsFiles[2]
+	}
+	n := max(1, opts.Cluster)
+	for i := 0; i < n; i++ {
+		node := &redisNode{port: freePort(tb, opts.Cluster > 0), dir: tb.TempDir()}
+		r.nodes = append(r.nodes, node)
+		r.Addrs = append(r.Addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(node.port)))
+	}
+	if opts.Sentinel {
+		node := &redisNode{sentinel: true, port: freePort(tb, false), dir: tb.TempDir()}
+		r.nodes = append(r.nodes, node)
+		r.SentinelAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(node.port))
+	}
+	tb.Cleanup(func() {
+		for _, node := range r.nodes {
+			node.kill()
+		}
+	})
+	for i := range r.nodes {
+		r.start(tb, i)
+	}
+	if opts.Cluster > 0 {
+		r.createCluster(tb)
+	}
+	return r
+}
+
+// sentinelConfig writes the Sentinel's configuration file (it rewrites
+// it as it runs) and returns its path.
+func (r *Redis) sentinelConfig(tb testing.TB, n *redisNode) string {
+	tb.Helper()
+	conf := filepath.Join(n.dir, "sentinel.conf")
+	host, port, _ := net.SplitHostPort(r.Addrs[0])
+	cfg := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 5000\n",
+		n.port, n.dir, RedisMaster, host, port, RedisMaster)
+	if r.opts.Password != "" {
+		cfg += fmt.Sprintf("sentinel auth-pass %s %s\n", RedisMaster, r.opts.Password)
+	}
+	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return conf
+}
+
+// URL returns the store URL that reaches r: redis://, rediss:// or
+// redis+cluster:// (rediss+cluster:// for a TLS cluster).
+func (r *Redis) URL() string {
+	scheme := "redis"
+	if r.opts.TLS {
+		scheme = "rediss"
+	}
+	if r.opts.Cluster > 0 {
+		return scheme + "+cluster://" + strings.Join(r.Addrs, ",")
+	}
+	if r.opts.Sentinel {
+		return scheme + "+sentinel://" + r.SentinelAddr + "/" + RedisMaster
+	}
+	return scheme + "://" + r.Addrs[0]
+}
+
+// PID returns the process id of node i.
+func (r *Redis) PID(i int) int {
+	n := r.nodes[i]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
+// Kill kills every node (SIGKILL) and waits for it: the store is gone.
+func (r *Redis) Kill(tb testing.TB) {
+	tb.Helper()
+	for _, n := range r.nodes {
+		n.kill()
+	}
+}
+
+// Restart starts every node again on its port, after Kill, and waits
+// until each answers. A standalone server comes back empty.
+func (r *Redis) Restart(tb testing.TB) {
+	tb.Helper()
+	for i := range r.nodes {
+		r.start(tb, i)
+	}
+	if r.opts.Cluster > 0 {
+		r.waitCluster(tb)
+	}
+}
+
+// Signal sends sig (SIGSTOP, SIGCONT) to every node.
+func (r *Redis) Signal(tb testing.TB, sig syscall.Signal) {
+	tb.Helper()
+	for i := range r.nodes {
+		if pid := r.PID(i); pid > 0 {
+			if err := syscall.Kill(pid, sig); err != nil {
+				tb.Fatalf("signal %v to redis-server %d: %v", sig, pid, err)
+			}
+		}
+	}
+}
+
+// CLI runs redis-cli against node i with args and returns its output.
+func (r *Redis) CLI(tb testing.TB, i int, args ...string) string {
+	tb.Helper()
+	a := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(r.nodes[i].port)}
+	if r.opts.TLS {
+		a = append(a, "--tls", "--cacert", r.CAFile)
+	}
+	if r.opts.Password != "" {
+		a = append(a, "--no-auth-warning", "-a", r.opts.Password)
+	}
+	out, err := exec.Command(r.cli, append(a, args...)...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("redis-cli %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func (r *Redis) args(n *redisNode) []string {
+	a := []string{"--bind", "127.0.0.1", "--dir", n.dir, "--save", "", "--appendonly", "no",
+		"--daemonize", "no", "--protected-mode", "no", "--logfile", "", "--databases", "1"}
+	if r.opts.TLS {
+		a = append(a, "--port", "0", "--tls-port", strconv.Itoa(n.port),
+			"--tls-cert-file", r.tlsFiles[0], "--tls-key-file", r.tlsFiles[1],
+			"--tls-ca-cert-file", r.tlsFiles[2], "--tls-auth-clients", "no")
+		if r.opts.Cluster > 0 {
+			a = append(a, "--tls-cluster", "yes")
+		}
+	} else {
+		a = append(a, "--port", strconv.Itoa(n.port))
+	}
+	if r.opts.Password != "" {
+		a = append(a, "--requirepass", r.opts.Password, "--masterauth", r.opts.Password)
+	}
+	if r.opts.Cluster > 0 {
+		a = append(a, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(n.dir, "nodes.conf"),
+			"--cluster-node-timeout", "2000")
+	}
+	return a
+}
+
+func (r *Redis) start(tb testing.TB, i int) {
+	tb.Helper()
+	n := r.nodes[i]
+	n.mu.Lock()
+	n.out = &bytes.Buffer{}
+	if n.sentinel {
+		n.cmd = exec.Command(r.bin, r.sentinelConfig(tb, n), "--sentinel")
+	} else {
+		n.cmd = exec.Command(r.bin, r.args(n)...)
+	}
+	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
+	// Pdeathsig: the server dies with the test binary even when a panic or
+	// a timeout skips the cleanup. The kernel sends it when the starting
+	// thread exits, so that thread stays locked until the server is gone.
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	n.exit = make(chan struct{})
+	cmd, exit := n.cmd, n.exit
+	started := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			cmd.Wait()
+		}
+		close(exit)
+	}()
+	if err := <-started; err != nil {
+		n.cmd = nil
+		n.mu.Unlock()
+		tb.Fatalf("start redis-server: %v", err)
+	}
+	n.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for !r.answers(n) {
+		select {
+		case <-exit:
+			tb.Fatalf("redis-server exited at start: %s", n.output())
+		default:
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redis-server on port %d did not answer within 10s: %s", n.port, n.output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// answers reports whether n replies to PING (NOAUTH counts: it is up).
+func (r *Redis) answers(n *redisNode) bool {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port))
+	var c net.Conn
+	var err error
+	d := &net.Dialer{Timeout: time.Second}
+	if r.opts.TLS && !n.sentinel {
+		pool := x509.NewCertPool()
+		ca, _ := os.ReadFile(r.CAFile)
+		pool.AppendCertsFromPEM(ca)
+		c, err = tls.DialWithDialer(d, "tcp", addr, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+	} else {
+		c, err = d.Dial("tcp", addr)
+	}
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && (strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH"))
+}
+
+func (n *redisNode) output() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.out.String()
+}
+
+func (n *redisNode) kill() {
+	n.mu.Lock()
+	cmd, exit := n.cmd, n.exit
+	n.cmd = nil
+	n.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies only once continued
+	cmd.Process.Kill()
+	<-exit
+}
+
+func (r *Redis) createCluster(tb testing.TB) {
+	tb.Helper()
+	a := []string{"--cluster", "create"}
+	a = append(a, r.Addrs...)
+	a = append(a, "--cluster-replicas", "0", "--cluster-yes")
+	r.CLI(tb, 0, a...)
+	r.waitCluster(tb)
+}
+
+// waitCluster waits until every node says cluster_state:ok.
+func (r *Redis) waitCluster(tb testing.TB) {
+	tb.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for i := range r.nodes {
+		for !strings.Contains(r.CLI(tb, i, "cluster", "info"), "cluster_state:ok") {
+			if time.Now().After(deadline) {
+				tb.Fatalf("redis cluster node %s not ok within 20s: %s", r.Addrs[i], r.CLI(tb, i, "cluster", "info"))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago
+// (and, for a cluster node, whose bus port, port + 10000, was too).
+func freePort(tb testing.TB, cluster bool) int {
+	tb.Helper()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatalf("find a free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !cluster {
+			return port
+		}
+		if port+10000 > 65535 {
+			continue
+		}
+		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
+		if err == nil {
+			bus.Close()
+			return port
+		}
+	}
+	tb.Fatalf("no free port pair for a cluster node")
+	return 0
+}
+
+// writeTLS writes a CA and a server certificate it signs, for 127.0.0.1
+// and localhost, into dir, and returns the cert, key and CA paths.
+func writeTLS(tb testing.TB, dir string) [3]string {
+	tb.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "tierlimit test CA"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:     []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	files := [3]string{filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key"), filepath.Join(dir, "ca.crt")}
+	for i, b := range []*pem.Block{{Type: "CERTIFICATE", Bytes: der}, {Type: "EC PRIVATE KEY", Bytes: keyDER}, {Type: "CERTIFICATE", Bytes: caDER}} {
+		if err := os.WriteFile(files[i], pem.EncodeToMemory(b), 0o600); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return files
+}
+
+// ProcCPU returns the user + system CPU time that process pid has used,
+// from /proc/PID/stat.
+func ProcCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: bad times", pid)
+	}
+	const hz = 100 // USER_HZ, fixed at 100 on Linux for /proc
+	return time.Duration(utime+stime) * time.Second / hz, nil
+}
