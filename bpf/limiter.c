@@ -149,7 +149,7 @@ static __noinline int tl_parse(struct xdp_md *ctx, __u64 *args)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 bytes = data_end - data;
-	struct pcur c = { .data = data, .end = data_end, .len = bytes };
+	struct pcur c = { .ctx = ctx, .data = data, .end = data_end, .len = bytes };
 	struct pkt p = {};
 	int deep = 0;
 

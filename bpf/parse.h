@@ -25,7 +25,7 @@ static __always_inline int short_l4(struct pkt *p, __u8 reason)
 
 /* UDP: returns 0 with the destination port; PARSE_SHORT when truncated;
  * PARSE_MALFORMED when the IP payload cannot hold the header or the UDP
- * length is below 8 or, except in a first fragment (where it is the whole
+ * length is below 8 (an IPv6 length of 0 is the rest of the payload) or, except in a first fragment (where it is the whole
  * datagram's), past the IP payload: the kernel discards those (udp_rcv). */
 static __always_inline int parse_udp(struct pcur *c, struct pkt *p)
 {
@@ -35,6 +35,10 @@ static __always_inline int parse_udp(struct pcur *c, struct pkt *p)
 	if (!udp)
 		return PARSE_SHORT;
 	__u32 ulen = bounded16(bpf_ntohs(udp->len));
+	/* __udp6_lib_rcv reads an IPv6 UDP length of 0 as the rest of the
+	 * packet (a jumbogram's); udp_rcv (IPv4) discards it. */
+	if (ulen == 0 && p->l3proto == ETH_P_IPV6)
+		ulen = p->l4len;
 	if (ulen < sizeof(*udp) || (ulen > p->l4len && p->frag != FRAG_FIRST))
 		return malformed(p, TL_MAL_UDP_LENGTH);
 	c->off += sizeof(*udp);

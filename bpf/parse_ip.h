@@ -40,6 +40,7 @@ struct cursor {
  * values, differ on each): the cost of the IPv6 walk grows with its depth,
  * not with the number of paths through it (TestVerifierComplexity). */
 struct pcur {
+	struct xdp_md *ctx;
 	void *data;
 	void *end;
 	__u32 len; /* end - data */
@@ -259,13 +260,21 @@ static __always_inline int ipv6_is_ext(__u8 nh)
 }
 
 /* One IPv6 fragment header: records the fragment and returns its next
- * header; PARSE_SHORT when truncated. */
+ * header; PARSE_SHORT when truncated, or behind a payload length of 0,
+ * which the kernel discards. */
 static __always_inline int parse_frag6(struct pcur *c, struct pkt *p)
 {
 	struct frag_hdr *fh = pc_at(c, sizeof(*fh));
 	if (sizeof(*fh) > p->l4len)
 		return ext_past_payload(p, TL_MAL_IPV6_LENGTH);
 	if (!fh)
+		return PARSE_SHORT;
+	/* ipv6_frag_rcv: "Jumbo payload inhibits frag. header", an atomic
+	 * one too. Read from the header again rather than kept from
+	 * parse_ipv6: a flag live through the walk would double the paths
+	 * the verifier tells apart. */
+	const struct ipv6hdr *ip6 = p->l3;
+	if ((void *)(ip6 + 1) > c->end || !ip6->payload_len)
 		return PARSE_SHORT;
 	c->off += sizeof(*fh);
 	p->l4len -= sizeof(*fh);
@@ -277,11 +286,104 @@ static __always_inline int parse_frag6(struct pcur *c, struct pkt *p)
 	return fh->nexthdr;
 }
 
+/* A Jumbo Payload option at o, off bytes into its hop-by-hop header, as
+ * ipv6_hop_jumbo (net/ipv6/exthdrs.c) reads it: returns its value when the
+ * kernel accepts it (and trims the packet to it); -1 when it discards the
+ * packet: an option length other than 4, an offset from the IPv6 header
+ * not 2 modulo 4, a value up to 65535, a nonzero payload length (rest is
+ * 0), or a value past the frame's rest after the IPv6 header. A frame
+ * under 64 KiB + 40 bytes is always discarded: only a super-packet of
+ * generic mode can pass. */
+static __always_inline long hbh_jumbo(const struct pcur *o, __u32 off, __u32 rest)
+{
+	__u8 *b = pc_at(o, 6);
+	if (!b || b[1] != 4 || (off & 3) != 2)
+		return -1;
+	__u32 plen = (__u32)b[2] << 24 | (__u32)b[3] << 16 | (__u32)b[4] << 8 | b[5];
+	if (plen <= 0xffff || plen > rest)
+		return -1;
+	return plen;
+}
+
+/* The options of the hop-by-hop header of hlen bytes after the IPv6
+ * header at offset l3 from data, walked as ip6_parse_tlv walks them
+ * (net/ipv6/exthdrs.c). Returns -1 when the kernel discards the packet
+ * for its options: an option that runs past the header, a Jumbo Payload
+ * option that ipv6_hop_jumbo refuses (hbh_jumbo), or an option the kernel
+ * does not know whose action bits (the type's top two) say discard: every
+ * one but Jumbo Payload among those it knows has them 00. Returns a Jumbo
+ * Payload option's value when the kernel takes it as the payload's
+ * length, else 0. It walks at most TL_HBH_OPTS_MAX options; past them,
+ * and for the rules it does not read, the packet goes on, counted though
+ * the kernel discards it (docs/design.md §2): more than 7 bytes of
+ * padding in a row, PadN contents that are not zero, a Router Alert
+ * whose length is not 2 (these cost the verifier 61k more instructions
+ * on Linux 6.18, 11k of them the Router Alert), CALIPSO and IOAM's own
+ * checks, and the max_hbh_opts_cnt sysctl, which an administrator sets.
+ *
+ * A global function, so that the verifier walks the options once, with
+ * its arguments unknown, rather than once for every path to a hop-by-hop
+ * header (TestVerifierComplexity). */
+__noinline long tl_hbh_options(struct xdp_md *ctx, __u32 l3, __u32 hlen)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u64 flen = end - data;
+	/* The subtraction stays 64-bit: the verifier refuses 32-bit
+	 * arithmetic on pointers, which clang would make of rest's. */
+	asm volatile("" : "+r"(flen));
+	struct pcur o = { .data = data, .end = end, .len = flen, .off = l3 };
+	__u32 start = l3 + sizeof(struct ipv6hdr), off = 2, rest = 0;
+	long jumbo = 0;
+
+	/* A payload length of 0 (ip6_rcv_core's jumbogram path): the
+	 * payload is the rest of the frame, as hbh_jumbo reads it. */
+	struct ipv6hdr *ip6 = pc_at(&o, sizeof(*ip6));
+	if (!ip6)
+		return 0;
+	if (!ip6->payload_len)
+		rest = flen - start;
+
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < TL_HBH_OPTS_MAX; i++) {
+		if (off >= hlen)
+			break;
+		o.off = start + off;
+		__u8 *b = pc_at(&o, 1);
+		if (!b)
+			break;
+		__u8 type = b[0];
+		if (type == IPV6_TLV_PAD1) {
+			off++;
+			continue;
+		}
+		if (hlen - off < 2)
+			return -1;
+		b = pc_at(&o, 2);
+		if (!b)
+			break;
+		__u32 olen = (__u32)b[1] + 2;
+		if (olen > hlen - off)
+			return -1;
+		if (type == IPV6_TLV_JUMBO) {
+			jumbo = hbh_jumbo(&o, off, rest);
+			if (jumbo < 0)
+				return -1;
+		} else if (type & 0xc0) {
+			return -1;
+		}
+		off += olen;
+	}
+	return jumbo;
+}
+
 /* IPv6 and up to TL_IPV6_EXT_MAX extension headers (ipv6_is_ext). Returns
  * the upper-layer protocol; PARSE_SHORT when truncated or when a
- * hop-by-hop header is not the first, which Linux discards; PARSE_MALFORMED
- * when the payload length runs past the frame or a header runs past the
- * payload length; PARSE_DEEP when the chain is longer than we walk, or a
+ * hop-by-hop header is not the first or its options make Linux discard
+ * it (tl_hbh_options), or a fragment header follows a payload length of 0;
+ * PARSE_MALFORMED when the payload length runs past the frame or a header
+ * runs past the payload length (a payload length of 0 with a hop-by-hop
+ * header first is the rest of the frame); PARSE_DEEP when the chain is longer than we walk, or a
  * first fragment's chain goes on in the next fragment. Stops at a
  * non-first fragment, whose payload holds no header. */
 static __always_inline int parse_ipv6(struct pcur *c, struct pkt *p)
@@ -297,9 +399,15 @@ static __always_inline int parse_ipv6(struct pcur *c, struct pkt *p)
 	p->end = c->end;
 	p->l3proto = ETH_P_IPV6;
 	p->l4len = bounded16(bpf_ntohs(ip6->payload_len));
-	if (c->off + p->l4len > c->len)
-		return malformed(p, TL_MAL_IPV6_LENGTH);
 	__u8 nh = ip6->nexthdr;
+	/* ip6_rcv_core's jumbogram path: a payload length of 0 with a
+	 * hop-by-hop header first is neither checked nor trimmed, so the
+	 * payload is the rest of the frame, trailer included, unless a
+	 * Jumbo Payload option says otherwise (tl_hbh_options). */
+	if (p->l4len == 0 && nh == IPPROTO_HOPOPTS)
+		p->l4len = c->len - c->off;
+	else if (c->off + p->l4len > c->len)
+		return malformed(p, TL_MAL_IPV6_LENGTH);
 
 	for (int i = 0; i < TL_IPV6_EXT_MAX; i++) {
 		int r;
@@ -322,6 +430,13 @@ static __always_inline int parse_ipv6(struct pcur *c, struct pkt *p)
 			__u32 len = ((__u32)oh->hdrlen + 1) * 8;
 			if (len > p->l4len)
 				return ext_past_payload(p, TL_MAL_IPV6_LENGTH);
+			if (nh == IPPROTO_HOPOPTS) {
+				long j = tl_hbh_options(c->ctx, p->l3off, len);
+				if (j < 0)
+					return PARSE_SHORT;
+				if (j > 0)
+					p->l4len = j;
+			}
 			r = oh->nexthdr;
 			c->off += len;
 			p->l4len -= len;

@@ -123,6 +123,7 @@ type verdictCase struct {
 func verdictCases(t testing.TB) []verdictCase {
 	cases := append(parseVerdictCases(t), kernelCheckCases(t)...)
 	cases = append(cases, selectVerdictCases(t)...)
+	cases = append(cases, edgeCases(t)...)
 	return append(cases, hostileCases(t)...)
 }
 

@@ -205,6 +205,8 @@ type packet struct {
 	fragOff     uint16 // in 8-byte units
 	first, next bool
 	v6          bool
+	// jumbo: an IPv6 payload length of 0 with a hop-by-hop header first.
+	jumbo bool
 	// isTCP: a TCP segment; tcpSYN: one with SYN and without ACK, RST or
 	// FIN.
 	isTCP, tcpSYN bool
@@ -401,7 +403,13 @@ func (pk *packet) ipv6() (int, *Classification) {
 	nh := int(ip[6])
 	pk.off += 40
 	pk.l4len = int(binary.BigEndian.Uint16(ip[4:]))
-	if !pk.has(pk.l4len) {
+	// ip6_rcv_core's jumbogram path: a payload length of 0 with a
+	// hop-by-hop header first is neither checked nor trimmed: the rest
+	// of the frame, trailer included, is the payload.
+	pk.jumbo = pk.l4len == 0 && nh == protoHopByHop
+	if pk.jumbo {
+		pk.l4len = len(pk.frame) - pk.off
+	} else if !pk.has(pk.l4len) {
 		return -1, malformed(MalformedIPv6Length)
 	}
 	for i := range MaxIPv6ExtHeaders {
@@ -414,6 +422,11 @@ func (pk *packet) ipv6() (int, *Classification) {
 		case protoFragment:
 			if pk.l4len < 8 {
 				return -1, pk.pastPayload(MalformedIPv6Length)
+			}
+			// ipv6_frag_rcv: a payload length of 0 "inhibits frag.
+			// header", an atomic one too.
+			if pk.jumbo {
+				return -1, &unselected
 			}
 			fo := binary.BigEndian.Uint16(pk.frame[pk.off+2:])
 			nh = int(pk.frame[pk.off])
@@ -439,6 +452,15 @@ func (pk *packet) ipv6() (int, *Classification) {
 			if size > pk.l4len {
 				return -1, pk.pastPayload(MalformedIPv6Length)
 			}
+			if nh == protoHopByHop {
+				jumbo, discard := pk.hopOptions(size)
+				if discard {
+					return -1, &unselected
+				}
+				if jumbo > 0 {
+					pk.l4len = jumbo
+				}
+			}
 			nh = int(pk.frame[pk.off])
 			pk.off += size
 			pk.l4len -= size
@@ -453,6 +475,56 @@ func (pk *packet) ipv6() (int, *Classification) {
 		return -1, deep(UnclassifiedIPv6Chain)
 	}
 	return nh, nil
+}
+
+// MaxHopOptions is the most hop-by-hop options the program reads.
+const MaxHopOptions = 8
+
+// hopOptions reads the options of the hop-by-hop header of size bytes at
+// the cursor as the program does (bpf/parse_ip.h tl_hbh_options, after
+// Linux's ip6_parse_tlv): discard when an option runs past the header, a
+// Jumbo Payload option is one ipv6_hop_jumbo refuses, or an unknown
+// option's action bits say discard; at most MaxHopOptions options.
+// Returns a Jumbo Payload option's value when the kernel takes it.
+func (pk *packet) hopOptions(size int) (jumbo int, discard bool) {
+	h := pk.frame[pk.off : pk.off+size]
+	rest := 0 // the frame after the IPv6 header, on the jumbogram path
+	if pk.jumbo {
+		rest = pk.l4len
+	}
+	off := 2
+	for range MaxHopOptions {
+		if off >= size {
+			break
+		}
+		typ := h[off]
+		if typ == 0 { // Pad1
+			off++
+			continue
+		}
+		if size-off < 2 {
+			return 0, true
+		}
+		olen := int(h[off+1]) + 2
+		if olen > size-off {
+			return 0, true
+		}
+		switch {
+		case typ == 0xc2: // Jumbo Payload, ipv6_hop_jumbo
+			if h[off+1] != 4 || off&3 != 2 {
+				return 0, true
+			}
+			v := int(binary.BigEndian.Uint32(h[off+2:]))
+			if v <= 0xffff || v > rest {
+				return 0, true
+			}
+			jumbo = v
+		case typ&0xc0 != 0:
+			return 0, true
+		}
+		off += olen
+	}
+	return jumbo, false
 }
 
 // pastPayload is an extension header that does not fit in the IP payload:
@@ -491,8 +563,9 @@ func (pk *packet) shortL4(reason Malformed) *Classification {
 	return malformed(reason)
 }
 
-// udp: 8 bytes of IP payload, a UDP length of at least 8 and, except in a
-// first fragment, within the IP payload. Returns the destination port.
+// udp: 8 bytes of IP payload, a UDP length of at least 8 (IPv6: 0 is the
+// rest of the payload) and, except in a first fragment, within the IP
+// payload. Returns the destination port.
 func (pk *packet) udp() (uint16, *Classification) {
 	if pk.l4len < 8 {
 		return 0, pk.shortL4(MalformedUDPLength)
@@ -502,6 +575,11 @@ func (pk *packet) udp() (uint16, *Classification) {
 	}
 	h := pk.frame[pk.off:]
 	ulen := int(binary.BigEndian.Uint16(h[4:]))
+	// __udp6_lib_rcv reads an IPv6 UDP length of 0 as the rest of the
+	// packet (a jumbogram's); udp_rcv (IPv4) discards it.
+	if ulen == 0 && pk.v6 {
+		ulen = pk.l4len
+	}
 	if ulen < 8 || (ulen > pk.l4len && !pk.first) {
 		return 0, malformed(MalformedUDPLength)
 	}

@@ -1,0 +1,68 @@
+package bpf_test
+
+import (
+	"testing"
+
+	"github.com/google/gopacket/layers"
+
+	. "github.com/tierlimit/tierlimit/internal/testenv"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// hopByHopOpt is a hop-by-hop header holding one option of type typ with
+// data, padded to 8 bytes.
+func hopByHopOpt(next layers.IPProtocol, typ byte, data []byte) *layers.IPv6HopByHop {
+	h := &layers.IPv6HopByHop{}
+	h.NextHeader = next
+	h.Options = []*layers.IPv6HopByHopOption{{OptionType: typ, OptionLength: uint8(len(data)), OptionData: data}}
+	return h
+}
+
+// edgeCases are the verdict-table rows of issue 33: length fields at the
+// values where Linux reads them as something other than a length
+// (docs/design.md §2). An IPv6 UDP length of 0 is the rest of the payload
+// (__udp6_lib_rcv); an IPv6 payload length of 0 with a hop-by-hop header
+// first is the rest of the frame, trailer included (ip6_rcv_core's
+// jumbogram path), unless a Jumbo Payload option, which ipv6_hop_jumbo
+// refuses below 64 KiB, or a fragment header (ipv6_frag_rcv) makes the
+// kernel discard it.
+func edgeCases(t testing.TB) []verdictCase {
+	eth6 := func() *layers.Ethernet { return Eth(layers.EthernetTypeIPv6) }
+	ip6 := func(next layers.IPProtocol) *layers.IPv6 { return IPv6(Src6, Dst6, next) }
+	udp4, udp6 := UDP4(t, 514), UDP6(t, 514)
+	hbhUDP := Serialize(t, eth6(), ip6(layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolUDP), UDP(514), Syslog())
+	hbhSYN := Serialize(t, eth6(), ip6(layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolTCP), TCP(601, true, false))
+	hbhOpt := func(typ byte, data []byte) []byte {
+		return Serialize(t, eth6(), ip6(layers.IPProtocolIPv6HopByHop), hopByHopOpt(layers.IPProtocolUDP, typ, data), UDP(514), Syslog())
+	}
+	jumbo := hbhOpt(0xc2, []byte{0, 1, 0x11, 0x70}) // 70000
+	hbhFrag := Serialize(t, eth6(), ip6(layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolIPv6Fragment),
+		&IPv6Fragment{NextHeader: layers.IPProtocolUDP, Identification: 33}, UDP(514), Syslog())
+	dstUDP := Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Destination), destOpts(layers.IPProtocolUDP), UDP(514), Syslog())
+	trailer := func(f []byte, n int) []byte { return append(append([]byte(nil), f...), make([]byte, n)...) }
+	udpMal := malformedAs(tiers.MalformedUDPLength)
+	return []verdictCase{
+		{"udp6/514 UDP length 0: the rest of the payload", with16(udp6, l4Off6+udpLen, 0), selected, tiers.ClassSelected},
+		{"udp6/514 UDP length 0 with a trailer past the payload length", trailer(with16(udp6, l4Off6+udpLen, 0), 20), selected, tiers.ClassSelected},
+		{"udp6/514 UDP length 7", with16(udp6, l4Off6+udpLen, 7), udpMal, tiers.ClassMalformed},
+		{"udp6/514 UDP length 1", with16(udp6, l4Off6+udpLen, 1), udpMal, tiers.ClassMalformed},
+		{"udp4/514 UDP length 0: IPv4 discards it", with16(udp4, l4Off4+udpLen, 0), udpMal, tiers.ClassMalformed},
+		{"ipv6 payload length 0, hop-by-hop (PadN) first, udp/514", with16(hbhUDP, ipv6Pay, 0), selected, tiers.ClassSelected},
+		{"ipv6 payload length 0, hop-by-hop first, udp/514, trailer", trailer(with16(hbhUDP, ipv6Pay, 0), 30), selected, tiers.ClassSelected},
+		{"ipv6 payload length 0, hop-by-hop first, UDP length 0", with16(with16(hbhUDP, ipv6Pay, 0), l4Off6+8+udpLen, 0), selected, tiers.ClassSelected},
+		{"ipv6 payload length 0, hop-by-hop (PadN) first, tcp/601 syn", with16(hbhSYN, ipv6Pay, 0), selected, tiers.ClassSelected},
+		{"ipv6 payload length 0, hop-by-hop with a Jumbo Payload of 70000", with16(jumbo, ipv6Pay, 0), unselected, tiers.ClassUnselected},
+		{"ipv6 hop-by-hop with a Jumbo Payload and a payload length", jumbo, unselected, tiers.ClassUnselected},
+		{"ipv6 payload length 0, hop-by-hop then an atomic fragment", with16(hbhFrag, ipv6Pay, 0), unselected, tiers.ClassUnselected},
+		{"ipv6 payload length 0, dest-opts first: no jumbogram path", with16(dstUDP, ipv6Pay, 0), malformedAs(tiers.MalformedIPv6Length), tiers.ClassMalformed},
+		{"ipv6 hop-by-hop option 0x1e (skip)", hbhOpt(0x1e, []byte{0, 0, 0, 0}), selected, tiers.ClassSelected},
+		{"ipv6 hop-by-hop option 0x5e (discard)", hbhOpt(0x5e, []byte{0, 0, 0, 0}), unselected, tiers.ClassUnselected},
+		{"ipv6 hop-by-hop option 0x9e (discard, icmp)", hbhOpt(0x9e, []byte{0, 0, 0, 0}), unselected, tiers.ClassUnselected},
+		{"ipv6 hop-by-hop option 0xde (discard, icmp unless multicast)", hbhOpt(0xde, []byte{0, 0, 0, 0}), unselected, tiers.ClassUnselected},
+		{"ipv6 hop-by-hop option past the header", func() []byte {
+			f := hbhOpt(0x1e, []byte{0, 0, 0, 0})
+			f[l4Off6+3] = 5 // 7 bytes where 6 are left
+			return f
+		}(), unselected, tiers.ClassUnselected},
+	}
+}
