@@ -3,6 +3,7 @@ package bpf_test
 import (
 	"testing"
 
+	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
 	. "github.com/tierlimit/tierlimit/internal/testenv"
@@ -59,10 +60,28 @@ func edgeCases(t testing.TB) []verdictCase {
 		{"ipv6 hop-by-hop option 0x5e (discard)", hbhOpt(0x5e, []byte{0, 0, 0, 0}), unselected, tiers.ClassUnselected},
 		{"ipv6 hop-by-hop option 0x9e (discard, icmp)", hbhOpt(0x9e, []byte{0, 0, 0, 0}), unselected, tiers.ClassUnselected},
 		{"ipv6 hop-by-hop option 0xde (discard, icmp unless multicast)", hbhOpt(0xde, []byte{0, 0, 0, 0}), unselected, tiers.ClassUnselected},
+		{"ipv6 non-first fragment naming dest-opts follows its first", fragExt6(t, layers.IPProtocolIPv6Destination, 0x3301, 20, false, gopacket.Payload(make([]byte, 32))), fragPass, tiers.ClassFragment},
+		{"ipv6 non-first fragment naming routing follows its first", fragExt6(t, layers.IPProtocolIPv6Routing, 0x3302, 20, false, gopacket.Payload(make([]byte, 32))), fragPass, tiers.ClassFragment},
 		{"ipv6 hop-by-hop option past the header", func() []byte {
 			f := hbhOpt(0x1e, []byte{0, 0, 0, 0})
 			f[l4Off6+3] = 5 // 7 bytes where 6 are left
 			return f
 		}(), unselected, tiers.ClassUnselected},
 	}
+}
+
+// fragExt6 is an IPv6 fragment of datagram id whose fragment header names
+// ext (destination options or routing): the first (offset 0) carries that
+// header, naming UDP, before the payload; offset in 8-byte units.
+func fragExt6(tb testing.TB, ext layers.IPProtocol, id uint32, offset uint16, more bool, payload ...gopacket.SerializableLayer) []byte {
+	fh := &IPv6Fragment{NextHeader: ext, FragmentOffset: offset, MoreFragments: more, Identification: id}
+	ls := []gopacket.SerializableLayer{Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6Fragment), fh}
+	if offset == 0 {
+		if ext == layers.IPProtocolIPv6Destination {
+			ls = append(ls, destOpts(layers.IPProtocolUDP))
+		} else {
+			ls = append(ls, &ExtHeader{NextHeader: layers.IPProtocolUDP})
+		}
+	}
+	return Serialize(tb, append(ls, payload...)...)
 }

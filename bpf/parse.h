@@ -76,10 +76,15 @@ static __always_inline int parse_tcp(struct pcur *c, struct pkt *p)
 }
 
 /* Protocols whose non-first fragments follow their first: the ones a first
- * fragment is walked to UDP or TCP through. */
-static __always_inline int follows_first(__u8 proto)
+ * fragment is walked to UDP or TCP through, and in IPv6 the destination
+ * options and routing headers a fragment header may name before them
+ * (parse_frag6 keys the fragment by the header it names). */
+static __always_inline int follows_first(const struct pkt *p)
 {
-	return proto == IPPROTO_UDP || proto == IPPROTO_TCP || proto == IPPROTO_AH;
+	__u8 proto = p->frag_proto;
+	if (proto == IPPROTO_UDP || proto == IPPROTO_TCP || proto == IPPROTO_AH)
+		return 1;
+	return p->l3proto == ETH_P_IPV6 && (proto == IPPROTO_DSTOPTS || proto == IPPROTO_ROUTING);
 }
 
 /* What parse_packet found: how the program goes on. */
@@ -115,7 +120,7 @@ static __always_inline int parse_packet(struct pcur *c, struct pkt *p)
 		return PKT_MALFORMED;
 	if (l4 == PARSE_DEEP)
 		return PKT_DEEP;
-	if (p->frag == FRAG_NEXT && follows_first(p->frag_proto)) {
+	if (p->frag == FRAG_NEXT && follows_first(p)) {
 		/* RFC 1858 §4: a TCP fragment at offset 8 bytes can rewrite the flags of its first. */
 		if (l4 == IPPROTO_TCP && p->frag_off == 1)
 			return PKT_TINY;

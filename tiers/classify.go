@@ -220,7 +220,8 @@ func (pk *packet) has(n int) bool { return len(pk.frame) >= pk.off+n }
 //
 // Rules, one function per layer: Ethernet with at most MaxVLANTags tags
 // (ethernet); IPv4 (ipv4) and IPv6 with its extension headers (ipv6,
-// authHeader); a non-first fragment of UDP, TCP or AH is ClassFragment, or
+// authHeader); a non-first fragment of UDP, TCP or AH (IPv6: destination
+// options and routing too) is ClassFragment, or
 // a tiny fragment at TCP offset 8; UDP (udp) and TCP (tcp) with their
 // length fields; then the select rules and exempt sources (selection).
 // A prefix matches addresses of its own family only.
@@ -251,7 +252,7 @@ func (p Policy) classify(pk *packet) Classification {
 		}
 		return *stop
 	}
-	if pk.next && (pk.fragProto == protoUDP || pk.fragProto == protoTCP || pk.fragProto == protoAH) {
+	if pk.next && pk.followsFirst() {
 		if l4 == protoTCP && pk.fragOff == 1 {
 			return *malformed(MalformedTinyFragment)
 		}
@@ -277,6 +278,19 @@ func (p Policy) classify(pk *packet) Classification {
 	}
 	pk.isTCP, pk.tcpSYN = proto == ProtoTCP, proto == ProtoTCP && syn
 	return p.selection(proto, dport, pk.src, pk.dst, syn, pk.first)
+}
+
+// followsFirst reports whether a non-first fragment follows its first:
+// one of UDP, TCP or AH, or in IPv6 one whose fragment header names
+// destination options or a routing header (bpf/parse.h follows_first).
+func (pk *packet) followsFirst() bool {
+	switch pk.fragProto {
+	case protoUDP, protoTCP, protoAH:
+		return true
+	case protoDestOpts, protoRouting:
+		return pk.v6
+	}
+	return false
 }
 
 // judgeDeep is the class of an unclassified frame c: selected when some
