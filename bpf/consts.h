@@ -38,7 +38,8 @@
 #define TL_IPV6_EXT_MAX 6
 #endif
 
-/* Most options of a hop-by-hop header walked (parse_ip.h tl_hbh_options). */
+/* Most options of a hop-by-hop or destination options header walked
+ * (parse_ip.h tl_ipv6_options). */
 #ifndef TL_HBH_OPTS_MAX
 #define TL_HBH_OPTS_MAX 8
 #endif

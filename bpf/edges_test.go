@@ -37,6 +37,12 @@ func edgeCases(t testing.TB) []verdictCase {
 		return Serialize(t, eth6(), ip6(layers.IPProtocolIPv6HopByHop), hopByHopOpt(layers.IPProtocolUDP, typ, data), UDP(514), Syslog())
 	}
 	jumbo := hbhOpt(0xc2, []byte{0, 1, 0x11, 0x70}) // 70000
+	dstOpt := func(typ byte, data []byte) []byte {
+		d := &layers.IPv6Destination{}
+		d.NextHeader = layers.IPProtocolUDP
+		d.Options = []*layers.IPv6DestinationOption{{OptionType: typ, OptionLength: uint8(len(data)), OptionData: data}}
+		return Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Destination), d, UDP(514), Syslog())
+	}
 	hbhFrag := Serialize(t, eth6(), ip6(layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolIPv6Fragment),
 		&IPv6Fragment{NextHeader: layers.IPProtocolUDP, Identification: 33}, UDP(514), Syslog())
 	dstUDP := Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Destination), destOpts(layers.IPProtocolUDP), UDP(514), Syslog())
@@ -62,6 +68,17 @@ func edgeCases(t testing.TB) []verdictCase {
 		{"ipv6 hop-by-hop option 0xde (discard, icmp unless multicast)", hbhOpt(0xde, []byte{0, 0, 0, 0}), unselected, tiers.ClassUnselected},
 		{"ipv6 non-first fragment naming dest-opts follows its first", fragExt6(t, layers.IPProtocolIPv6Destination, 0x3301, 20, false, gopacket.Payload(make([]byte, 32))), fragPass, tiers.ClassFragment},
 		{"ipv6 non-first fragment naming routing follows its first", fragExt6(t, layers.IPProtocolIPv6Routing, 0x3302, 20, false, gopacket.Payload(make([]byte, 32))), fragPass, tiers.ClassFragment},
+		{"ipv6 dest-opts option 0x5e (discard)", dstOpt(0x5e, []byte{0, 0, 0, 0}), unselected, tiers.ClassUnselected},
+		{"ipv6 dest-opts Jumbo Payload: unknown there, discard", dstOpt(0xc2, []byte{0, 1, 0x11, 0x70}), unselected, tiers.ClassUnselected},
+		{"ipv6 dest-opts option 0x1e (skip)", dstOpt(0x1e, []byte{0, 0, 0, 0}), selected, tiers.ClassSelected},
+		{"ipv6 dest-opts Home Address (0xc9): counted, not certain", dstOpt(0xc9, make([]byte, 16)), selected, tiers.ClassSelected},
+		{"ipv6 routing then dest-opts option 0x9e (discard)", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Routing), &ExtHeader{NextHeader: layers.IPProtocolIPv6Destination},
+			func() *layers.IPv6Destination {
+				d := &layers.IPv6Destination{}
+				d.NextHeader = layers.IPProtocolUDP
+				d.Options = []*layers.IPv6DestinationOption{{OptionType: 0x9e, OptionLength: 4, OptionData: make([]byte, 4)}}
+				return d
+			}(), UDP(514), Syslog()), unselected, tiers.ClassUnselected},
 		{"ipv6 hop-by-hop option past the header", func() []byte {
 			f := hbhOpt(0x1e, []byte{0, 0, 0, 0})
 			f[l4Off6+3] = 5 // 7 bytes where 6 are left

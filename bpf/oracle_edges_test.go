@@ -69,12 +69,15 @@ var (
 		"none": nil, "hbh": {"hbh"}, "hbhlate": {"dst", "hbh"}, "dst": {"dst"}, "rt": {"rt"}, "ah": {"ah"},
 		"frag": {"frag"}, "hbhfrag": {"hbh", "frag"}, "hbhdst": {"hbh", "dst"},
 		"hbhskip": {"hbhskip"}, "hbhdrop": {"hbhdrop"}, "hbhjumbo": {"hbhjumbo"},
+		"hbhra": {"hbhra"}, "hbhpad": {"hbhpad"}, "hbhmis": {"hbhmis"}, "hbhrt": {"hbh", "rt"}, "hbhah": {"hbh", "ah"},
+		"dstdrop": {"dstdrop"}, "dstjumbo": {"dstjumbo"}, "rtdst": {"rt", "dstdrop"},
 	}
 )
 
 // edgeChainNames6 is edgeChains6's keys in a fixed order.
 func edgeChainNames6() []string {
-	return []string{"none", "hbh", "hbhlate", "dst", "rt", "ah", "frag", "hbhfrag", "hbhdst", "hbhskip", "hbhdrop", "hbhjumbo"}
+	return []string{"none", "hbh", "hbhlate", "dst", "rt", "ah", "frag", "hbhfrag", "hbhdst", "hbhskip", "hbhdrop", "hbhjumbo",
+		"hbhra", "hbhpad", "hbhmis", "hbhrt", "hbhah", "dstdrop", "dstjumbo", "rtdst"}
 }
 
 // edgeFrame is a built frame and where its headers are.
@@ -100,6 +103,16 @@ func extHeader(kind string) (byte, []byte) {
 		return extHBH, []byte{0, 0, 0x5e, 4, 0, 0, 0, 0}
 	case "hbhjumbo":
 		return extHBH, []byte{0, 0, 0xc2, 4, 0, 1, 0x11, 0x70} // 70000
+	case "hbhra": // Router Alert, an option to skip, PadN
+		return extHBH, []byte{0, 1, 5, 2, 0, 0, 0x1e, 4, 1, 2, 3, 4, 1, 2, 0, 0}
+	case "hbhpad": // four Pad1 and a PadN of 2
+		return extHBH, []byte{0, 0, 0, 0, 0, 0, 1, 0}
+	case "hbhmis": // a Jumbo Payload at offset 3: misaligned
+		return extHBH, []byte{0, 1, 0, 0xc2, 4, 0, 1, 0x11, 0x70, 1, 5, 0, 0, 0, 0, 0}
+	case "dstdrop":
+		return extDst, []byte{0, 0, 0x5e, 4, 0, 0, 0, 0}
+	case "dstjumbo":
+		return extDst, []byte{0, 0, 0xc2, 4, 0, 1, 0x11, 0x70}
 	case "rt":
 		return extRt, []byte{0, 0, 0, 0, 0, 0, 0, 0} // type 0, no segments left
 	case "ah":
@@ -141,14 +154,15 @@ func buildEdge(s edgeSpec, id int, n oracleNet) edgeFrame {
 		f.src, f.dst = n.send6, n.coll6
 	}
 	b := append(append([]byte{}, n.collMAC...), n.sendMAC...)
+	tags := 0 // the last vlan edit's
 	for _, e := range s.edits {
 		if e.field == "vlan" {
-			k, _ := strconv.Atoi(e.value)
-			for range k {
-				b = binary.BigEndian.AppendUint16(b, 0x8100)
-				b = binary.BigEndian.AppendUint16(b, 0) // VID 0: a priority tag
-			}
+			tags, _ = strconv.Atoi(e.value)
 		}
+	}
+	for range tags {
+		b = binary.BigEndian.AppendUint16(b, 0x8100)
+		b = binary.BigEndian.AppendUint16(b, 0) // VID 0: a priority tag
 	}
 	proto, l4 := edgeL4(s.tcp, id)
 	if !s.v6 {
@@ -499,8 +513,8 @@ func edgeTable() []edgeSpec {
 // chains, drawn from seed.
 func edgeCampaign(seed uint64, k int) []edgeSpec {
 	r := rand.New(rand.NewPCG(seed, 0xed6e))
-	fields4 := []string{"ip4.tot", "ip4.ihl", "udp.len", "tcp.doff", "frag", "ext.len"}
-	fields6 := []string{"ip6.plen", "udp.len", "tcp.doff", "frag", "ext.len", "ext.len"}
+	fields4 := []string{"ip4.tot", "ip4.ihl", "udp.len", "tcp.doff", "frag", "ext.len", "vlan"}
+	fields6 := []string{"ip6.plen", "udp.len", "tcp.doff", "frag", "ext.len", "ext.len", "vlan"}
 	var specs []edgeSpec
 	for range k {
 		s := edgeSpec{v6: r.IntN(2) == 0, tcp: r.IntN(3) == 0, trailer: pick(r, 0, 0, 1, 8, 40)}
@@ -529,6 +543,8 @@ func edgeCampaign(seed uint64, k int) []edgeSpec {
 			switch e.field {
 			case "frag":
 				e.value = pick(r, edgeFragValues...)
+			case "vlan":
+				e.value = pick(r, "0", "1", "2")
 			default:
 				e.value = pick(r, append(edgeValues, strconv.Itoa(r.IntN(80)))...)
 			}

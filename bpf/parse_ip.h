@@ -305,26 +305,37 @@ static __always_inline long hbh_jumbo(const struct pcur *o, __u32 off, __u32 res
 	return plen;
 }
 
-/* The options of the hop-by-hop header of hlen bytes after the IPv6
- * header at offset l3 from data, walked as ip6_parse_tlv walks them
- * (net/ipv6/exthdrs.c). Returns -1 when the kernel discards the packet
- * for its options: an option that runs past the header, a Jumbo Payload
- * option that ipv6_hop_jumbo refuses (hbh_jumbo), or an option the kernel
- * does not know whose action bits (the type's top two) say discard: every
- * one but Jumbo Payload among those it knows has them 00. Returns a Jumbo
- * Payload option's value when the kernel takes it as the payload's
- * length, else 0. It walks at most TL_HBH_OPTS_MAX options; past them,
- * and for the rules it does not read, the packet goes on, counted though
- * the kernel discards it (docs/design.md §2): more than 7 bytes of
- * padding in a row, PadN contents that are not zero, a Router Alert
- * whose length is not 2 (these cost the verifier 61k more instructions
- * on Linux 6.18, 11k of them the Router Alert), CALIPSO and IOAM's own
- * checks, and the max_hbh_opts_cnt sysctl, which an administrator sets.
+/* The options of a hop-by-hop or destination options header of hlen
+ * bytes at offset start from data, in the IPv6 packet at offset l3 whose
+ * payload from start on is l4len bytes as the parser reads it, walked as
+ * ip6_parse_tlv walks them (net/ipv6/exthdrs.c). hlen_nh is hlen, with
+ * the header's own next-header number from bit 16 on (a global function
+ * takes 5 arguments): for any other header (routing), it returns l4len,
+ * which lets every extension header of the walk make the same call.
+ *
+ * Returns -1 when the kernel discards the packet for its options: an
+ * option that runs past the header, a hop-by-hop Jumbo Payload option
+ * that ipv6_hop_jumbo refuses (hbh_jumbo), or an option the kernel does
+ * not know whose action bits (the type's top two) say discard; among
+ * those it knows, only Jumbo Payload (hop-by-hop) and Home Address
+ * (destination options, CONFIG_IPV6_MIP6) have bits other than 00, and a
+ * Home Address option stays counted (an IPsec state may take it). Else
+ * returns the payload's length: l4len, or the value of a Jumbo Payload
+ * option that the kernel takes.
+ *
+ * It walks at most TL_HBH_OPTS_MAX options; past them, and for the rules
+ * it does not read, the packet goes on, counted though the kernel
+ * discards it (docs/design.md §2): more than 7 bytes of padding in a row,
+ * PadN contents that are not zero, a Router Alert whose length is not 2
+ * (these cost the verifier 61k more instructions on Linux 6.18, 11k of
+ * them the Router Alert), CALIPSO and IOAM's own checks, and the
+ * max_hbh_opts_cnt and max_dst_opts_cnt sysctls, which an administrator
+ * sets.
  *
  * A global function, so that the verifier walks the options once, with
- * its arguments unknown, rather than once for every path to a hop-by-hop
+ * its arguments unknown, rather than once for every path to an options
  * header (TestVerifierComplexity). */
-__noinline long tl_hbh_options(struct xdp_md *ctx, __u32 l3, __u32 hlen)
+__noinline long tl_ipv6_options(struct xdp_md *ctx, __u32 l3, __u32 start, __u32 hlen_nh, __u32 l4len)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -333,16 +344,20 @@ __noinline long tl_hbh_options(struct xdp_md *ctx, __u32 l3, __u32 hlen)
 	 * arithmetic on pointers, which clang would make of rest's. */
 	asm volatile("" : "+r"(flen));
 	struct pcur o = { .data = data, .end = end, .len = flen, .off = l3 };
-	__u32 start = l3 + sizeof(struct ipv6hdr), off = 2, rest = 0;
-	long jumbo = 0;
+	__u32 hlen = hlen_nh & 0xffff, nh = hlen_nh >> 16, dst = nh == IPPROTO_DSTOPTS;
+	__u32 off = 2, rest = 0;
+	long plen = l4len;
+
+	if (nh != IPPROTO_HOPOPTS && nh != IPPROTO_DSTOPTS)
+		return plen;
 
 	/* A payload length of 0 (ip6_rcv_core's jumbogram path): the
 	 * payload is the rest of the frame, as hbh_jumbo reads it. */
 	struct ipv6hdr *ip6 = pc_at(&o, sizeof(*ip6));
 	if (!ip6)
-		return 0;
+		return plen;
 	if (!ip6->payload_len)
-		rest = flen - start;
+		rest = flen - (l3 + sizeof(*ip6));
 
 #pragma clang loop unroll(disable)
 	for (int i = 0; i < TL_HBH_OPTS_MAX; i++) {
@@ -365,22 +380,22 @@ __noinline long tl_hbh_options(struct xdp_md *ctx, __u32 l3, __u32 hlen)
 		__u32 olen = (__u32)b[1] + 2;
 		if (olen > hlen - off)
 			return -1;
-		if (type == IPV6_TLV_JUMBO) {
-			jumbo = hbh_jumbo(&o, off, rest);
-			if (jumbo < 0)
+		if (type == IPV6_TLV_JUMBO && !dst) {
+			plen = hbh_jumbo(&o, off, rest);
+			if (plen < 0)
 				return -1;
-		} else if (type & 0xc0) {
+		} else if ((type & 0xc0) && !(dst && type == IPV6_TLV_HAO)) {
 			return -1;
 		}
 		off += olen;
 	}
-	return jumbo;
+	return plen;
 }
 
 /* IPv6 and up to TL_IPV6_EXT_MAX extension headers (ipv6_is_ext). Returns
  * the upper-layer protocol; PARSE_SHORT when truncated or when a
- * hop-by-hop header is not the first or its options make Linux discard
- * it (tl_hbh_options), or a fragment header follows a payload length of 0;
+ * hop-by-hop header is not the first, or its options or a destination
+ * options header's make Linux discard it (tl_ipv6_options), or a fragment header follows a payload length of 0;
  * PARSE_MALFORMED when the payload length runs past the frame or a header
  * runs past the payload length (a payload length of 0 with a hop-by-hop
  * header first is the rest of the frame); PARSE_DEEP when the chain is longer than we walk, or a
@@ -403,7 +418,7 @@ static __always_inline int parse_ipv6(struct pcur *c, struct pkt *p)
 	/* ip6_rcv_core's jumbogram path: a payload length of 0 with a
 	 * hop-by-hop header first is neither checked nor trimmed, so the
 	 * payload is the rest of the frame, trailer included, unless a
-	 * Jumbo Payload option says otherwise (tl_hbh_options). */
+	 * Jumbo Payload option says otherwise (tl_ipv6_options). */
 	if (p->l4len == 0 && nh == IPPROTO_HOPOPTS)
 		p->l4len = c->len - c->off;
 	else if (c->off + p->l4len > c->len)
@@ -430,13 +445,10 @@ static __always_inline int parse_ipv6(struct pcur *c, struct pkt *p)
 			__u32 len = ((__u32)oh->hdrlen + 1) * 8;
 			if (len > p->l4len)
 				return ext_past_payload(p, TL_MAL_IPV6_LENGTH);
-			if (nh == IPPROTO_HOPOPTS) {
-				long j = tl_hbh_options(c->ctx, p->l3off, len);
-				if (j < 0)
-					return PARSE_SHORT;
-				if (j > 0)
-					p->l4len = j;
-			}
+			long l4len = tl_ipv6_options(c->ctx, p->l3off, c->off, len | (__u32)nh << 16, p->l4len);
+			if (l4len < 0)
+				return PARSE_SHORT;
+			p->l4len = l4len;
 			r = oh->nexthdr;
 			c->off += len;
 			p->l4len -= len;

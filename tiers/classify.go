@@ -466,8 +466,8 @@ func (pk *packet) ipv6() (int, *Classification) {
 			if size > pk.l4len {
 				return -1, pk.pastPayload(MalformedIPv6Length)
 			}
-			if nh == protoHopByHop {
-				jumbo, discard := pk.hopOptions(size)
+			if nh != protoRouting {
+				jumbo, discard := pk.options(size, nh == protoDestOpts)
 				if discard {
 					return -1, &unselected
 				}
@@ -491,23 +491,26 @@ func (pk *packet) ipv6() (int, *Classification) {
 	return nh, nil
 }
 
-// MaxHopOptions is the most hop-by-hop options the program reads.
-const MaxHopOptions = 8
+// MaxOptions is the most options of a hop-by-hop or destination options
+// header the program reads.
+const MaxOptions = 8
 
-// hopOptions reads the options of the hop-by-hop header of size bytes at
-// the cursor as the program does (bpf/parse_ip.h tl_hbh_options, after
-// Linux's ip6_parse_tlv): discard when an option runs past the header, a
-// Jumbo Payload option is one ipv6_hop_jumbo refuses, or an unknown
-// option's action bits say discard; at most MaxHopOptions options.
-// Returns a Jumbo Payload option's value when the kernel takes it.
-func (pk *packet) hopOptions(size int) (jumbo int, discard bool) {
+// options reads the options of the hop-by-hop (dst false) or destination
+// options header of size bytes at the cursor as the program does
+// (bpf/parse_ip.h tl_ipv6_options, after Linux's ip6_parse_tlv): discard
+// when an option runs past the header, a hop-by-hop Jumbo Payload option
+// is one ipv6_hop_jumbo refuses, or an option Linux does not know has
+// action bits that say discard (a Home Address option stays counted); at
+// most MaxOptions options. Returns a Jumbo Payload option's value when
+// the kernel takes it.
+func (pk *packet) options(size int, dst bool) (jumbo int, discard bool) {
 	h := pk.frame[pk.off : pk.off+size]
 	rest := 0 // the frame after the IPv6 header, on the jumbogram path
 	if pk.jumbo {
 		rest = pk.l4len
 	}
 	off := 2
-	for range MaxHopOptions {
+	for range MaxOptions {
 		if off >= size {
 			break
 		}
@@ -524,7 +527,7 @@ func (pk *packet) hopOptions(size int) (jumbo int, discard bool) {
 			return 0, true
 		}
 		switch {
-		case typ == 0xc2: // Jumbo Payload, ipv6_hop_jumbo
+		case typ == 0xc2 && !dst: // Jumbo Payload, ipv6_hop_jumbo
 			if h[off+1] != 4 || off&3 != 2 {
 				return 0, true
 			}
@@ -533,7 +536,7 @@ func (pk *packet) hopOptions(size int) (jumbo int, discard bool) {
 				return 0, true
 			}
 			jumbo = v
-		case typ&0xc0 != 0:
+		case typ&0xc0 != 0 && !(dst && typ == 0xc9): // not a Home Address
 			return 0, true
 		}
 		off += olen
