@@ -102,3 +102,13 @@ func fragExt6(tb testing.TB, ext layers.IPProtocol, id uint32, offset uint16, mo
 	}
 	return Serialize(tb, append(ls, payload...)...)
 }
+
+// withTags returns frame with VLAN tags of TPID tpid and the given VIDs,
+// outermost first, inserted after its MAC addresses.
+func withTags(frame []byte, tpid uint16, vids ...uint16) []byte {
+	f := append([]byte(nil), frame[:12]...)
+	for _, v := range vids {
+		f = append(f, byte(tpid>>8), byte(tpid), byte(v>>8), byte(v))
+	}
+	return append(f, frame[12:]...)
+}

@@ -26,7 +26,7 @@ import (
 
 // edgeEdit sets one field of a built frame to one edge value.
 type edgeEdit struct {
-	field string // ip4.tot, ip4.ihl, ip6.plen, ext.len, frag, udp.len, tcp.doff, vlan
+	field string // ip4.tot, ip4.ihl, ip6.plen, ext.len, frag, udp.len, tcp.doff, vlan, vid
 	ext   int    // ext.len: which extension header (0 = first)
 	value string // zero, belowmin, min, rem-1, rem, rem+1, max, or a number
 }
@@ -154,15 +154,25 @@ func buildEdge(s edgeSpec, id int, n oracleNet) edgeFrame {
 		f.src, f.dst = n.send6, n.coll6
 	}
 	b := append(append([]byte{}, n.collMAC...), n.sendMAC...)
-	tags := 0 // the last vlan edit's
+	// The last vlan edit's count of VID 0 (priority) tags, or the last
+	// vid edit's tags, their VIDs separated by "/".
+	var vids []uint16
 	for _, e := range s.edits {
-		if e.field == "vlan" {
-			tags, _ = strconv.Atoi(e.value)
+		switch e.field {
+		case "vlan":
+			k, _ := strconv.Atoi(e.value)
+			vids = make([]uint16, k)
+		case "vid":
+			vids = nil
+			for _, v := range strings.Split(e.value, "/") {
+				x, _ := strconv.Atoi(v)
+				vids = append(vids, uint16(x))
+			}
 		}
 	}
-	for range tags {
+	for _, v := range vids {
 		b = binary.BigEndian.AppendUint16(b, 0x8100)
-		b = binary.BigEndian.AppendUint16(b, 0) // VID 0: a priority tag
+		b = binary.BigEndian.AppendUint16(b, v)
 	}
 	proto, l4 := edgeL4(s.tcp, id)
 	if !s.v6 {
@@ -259,7 +269,7 @@ func (f *edgeFrame) apply(s edgeSpec) bool {
 	b := f.b
 	for _, e := range s.edits {
 		switch e.field {
-		case "vlan": // built in
+		case "vlan", "vid": // built in
 		case "ip4.tot":
 			ihl := int(b[f.l3]&0xf) * 4
 			x, ok := edgeValue(e.value, ihl, len(b)-f.l3, 0xffff)
@@ -505,6 +515,12 @@ func edgeTable() []edgeSpec {
 			add(false, tcp, "none", edgeEdit{field: "vlan", value: k})
 			add(true, tcp, "hbh", edgeEdit{field: "vlan", value: k})
 		}
+		// VLAN IDs: the collector's veth has no VLAN device.
+		for _, v := range []string{"1", "42", "4095", "0/42", "42/0", "0/4095"} {
+			add(false, tcp, "none", edgeEdit{field: "vid", value: v})
+			add(true, tcp, "none", edgeEdit{field: "vid", value: v})
+			add(true, tcp, "hbh", edgeEdit{field: "vid", value: v}, edgeEdit{field: "ip6.plen", value: "zero"})
+		}
 	}
 	return specs
 }
@@ -513,8 +529,8 @@ func edgeTable() []edgeSpec {
 // chains, drawn from seed.
 func edgeCampaign(seed uint64, k int) []edgeSpec {
 	r := rand.New(rand.NewPCG(seed, 0xed6e))
-	fields4 := []string{"ip4.tot", "ip4.ihl", "udp.len", "tcp.doff", "frag", "ext.len", "vlan"}
-	fields6 := []string{"ip6.plen", "udp.len", "tcp.doff", "frag", "ext.len", "ext.len", "vlan"}
+	fields4 := []string{"ip4.tot", "ip4.ihl", "udp.len", "tcp.doff", "frag", "ext.len", "vlan", "vid"}
+	fields6 := []string{"ip6.plen", "udp.len", "tcp.doff", "frag", "ext.len", "ext.len", "vlan", "vid"}
 	var specs []edgeSpec
 	for range k {
 		s := edgeSpec{v6: r.IntN(2) == 0, tcp: r.IntN(3) == 0, trailer: pick(r, 0, 0, 1, 8, 40)}
@@ -545,6 +561,8 @@ func edgeCampaign(seed uint64, k int) []edgeSpec {
 				e.value = pick(r, edgeFragValues...)
 			case "vlan":
 				e.value = pick(r, "0", "1", "2")
+			case "vid":
+				e.value = pick(r, "0", "1", "42", "0/42", "42/0", "0/0")
 			default:
 				e.value = pick(r, append(edgeValues, strconv.Itoa(r.IntN(80)))...)
 			}
