@@ -79,6 +79,12 @@ func edgeCases(t testing.TB) []verdictCase {
 				d.Options = []*layers.IPv6DestinationOption{{OptionType: 0x9e, OptionLength: 4, OptionData: make([]byte, 4)}}
 				return d
 			}(), UDP(514), Syslog()), unselected, tiers.ClassUnselected},
+		{"ipv6 two atomic fragment headers", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Fragment),
+			&IPv6Fragment{NextHeader: layers.IPProtocolIPv6Fragment, Identification: 34},
+			&IPv6Fragment{NextHeader: layers.IPProtocolUDP, Identification: 35}, UDP(514), Syslog()), unselected, tiers.ClassUnselected},
+		{"ipv6 first fragment, then an atomic fragment header", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Fragment),
+			&IPv6Fragment{NextHeader: layers.IPProtocolIPv6Destination, MoreFragments: true, Identification: 36}, destOpts(layers.IPProtocolIPv6Fragment),
+			&IPv6Fragment{NextHeader: layers.IPProtocolUDP, Identification: 37}, UDP(514), Syslog()), unselected, tiers.ClassUnselected},
 		{"ipv6 hop-by-hop option past the header", func() []byte {
 			f := hbhOpt(0x1e, []byte{0, 0, 0, 0})
 			f[l4Off6+3] = 5 // 7 bytes where 6 are left

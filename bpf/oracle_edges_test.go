@@ -71,13 +71,14 @@ var (
 		"hbhskip": {"hbhskip"}, "hbhdrop": {"hbhdrop"}, "hbhjumbo": {"hbhjumbo"},
 		"hbhra": {"hbhra"}, "hbhpad": {"hbhpad"}, "hbhmis": {"hbhmis"}, "hbhrt": {"hbh", "rt"}, "hbhah": {"hbh", "ah"},
 		"dstdrop": {"dstdrop"}, "dstjumbo": {"dstjumbo"}, "rtdst": {"rt", "dstdrop"},
+		"fragfrag": {"frag", "dst", "frag"},
 	}
 )
 
 // edgeChainNames6 is edgeChains6's keys in a fixed order.
 func edgeChainNames6() []string {
 	return []string{"none", "hbh", "hbhlate", "dst", "rt", "ah", "frag", "hbhfrag", "hbhdst", "hbhskip", "hbhdrop", "hbhjumbo",
-		"hbhra", "hbhpad", "hbhmis", "hbhrt", "hbhah", "dstdrop", "dstjumbo", "rtdst"}
+		"hbhra", "hbhpad", "hbhmis", "hbhrt", "hbhah", "dstdrop", "dstjumbo", "rtdst", "fragfrag"}
 }
 
 // edgeFrame is a built frame and where its headers are.

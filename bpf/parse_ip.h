@@ -260,8 +260,8 @@ static __always_inline int ipv6_is_ext(__u8 nh)
 }
 
 /* One IPv6 fragment header: records the fragment and returns its next
- * header; PARSE_SHORT when truncated, or behind a payload length of 0,
- * which the kernel discards. */
+ * header; PARSE_SHORT when truncated, or behind a payload length of 0 or
+ * another fragment header, which the kernel discards. */
 static __always_inline int parse_frag6(struct pcur *c, struct pkt *p)
 {
 	struct frag_hdr *fh = pc_at(c, sizeof(*fh));
@@ -275,6 +275,13 @@ static __always_inline int parse_frag6(struct pcur *c, struct pkt *p)
 	 * the verifier tells apart. */
 	const struct ipv6hdr *ip6 = p->l3;
 	if ((void *)(ip6 + 1) > c->end || !ip6->payload_len)
+		return PARSE_SHORT;
+	/* A second fragment header: the first set IP6SKB_FRAGMENTED (an
+	 * atomic one, or the reassembly of the rest), and ipv6_frag_rcv
+	 * discards the packet at this one. frag_proto, the first's next
+	 * header, is 0 only before any (a fragment header naming a
+	 * hop-by-hop header is discarded at that header). */
+	if (p->frag_proto)
 		return PARSE_SHORT;
 	c->off += sizeof(*fh);
 	p->l4len -= sizeof(*fh);

@@ -205,8 +205,9 @@ type packet struct {
 	fragOff     uint16 // in 8-byte units
 	first, next bool
 	v6          bool
-	// jumbo: an IPv6 payload length of 0 with a hop-by-hop header first.
-	jumbo bool
+	// jumbo: an IPv6 payload length of 0 with a hop-by-hop header first;
+	// fragSeen: an IPv6 fragment header was walked.
+	jumbo, fragSeen bool
 	// isTCP: a TCP segment; tcpSYN: one with SYN and without ACK, RST or
 	// FIN.
 	isTCP, tcpSYN bool
@@ -439,9 +440,12 @@ func (pk *packet) ipv6() (int, *Classification) {
 			}
 			// ipv6_frag_rcv: a payload length of 0 "inhibits frag.
 			// header", an atomic one too.
-			if pk.jumbo {
+			// and a second fragment header: the first set
+			// IP6SKB_FRAGMENTED.
+			if pk.jumbo || pk.fragSeen {
 				return -1, &unselected
 			}
+			pk.fragSeen = true
 			fo := binary.BigEndian.Uint16(pk.frame[pk.off+2:])
 			nh = int(pk.frame[pk.off])
 			pk.fragProto = byte(nh)
