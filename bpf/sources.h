@@ -223,7 +223,7 @@ static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id,
  * is within budget (it goes on to the window and the tiers), or the XDP
  * action for a packet over budget: dropped in enforce mode, passed in
  * dry-run (would_drop) and off, counted in source_stats and never in the
- * window. A super-packet (segs datagrams, udp_segments) is charged segs
+ * window. A super-packet (segs datagrams, super_segments) is charged segs
  * everywhere: in the sketch, the over-budget counts and source_top. A shed
  * packet is sampled (record.h), with sev its <PRI>'s severity (parse_pri;
  * negative for none). A first fragment's verdict is remembered for its

@@ -1,0 +1,110 @@
+package bpf_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+
+	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/testenv"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// TestTCPSuperPackets is issue 33 item 5: under count: packets, a TCP
+// super-packet (TSO across a veth, which hands the peer the GSO skb) is
+// counted as the segments it carries, in generic mode, as a UDP one is.
+// 2 MiB through one connection arrive in far fewer skbs than segments:
+// the program must count at least one per MSS of payload.
+func TestTCPSuperPackets(t *testing.T) {
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	var collIdx int
+	if err := p.Coll.Do(func() error {
+		lk, err := netlink.LinkByName(p.CollIf)
+		collIdx = lk.Attrs().Index
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := bpf.Load(bpf.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	pol := ordinalDefault()
+	pol.Window, pol.Max = time.Hour, 100_000_000
+	pol.Select = []tiers.Rule{{Proto: tiers.ProtoTCP, Ports: []tiers.PortRange{{First: 601, Last: 601}}, Count: tiers.CountPackets}}
+	tab, err := tiers.Compile(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Apply(pol, tab); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Coll.Do(func() error {
+		lk, err := link.AttachXDP(link.XDPOptions{Program: l.Program(), Interface: collIdx, Flags: link.XDPGenericMode})
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { lk.Close() })
+		return l.SetSKBIfaces([]int{collIdx})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	if err := p.Coll.Do(func() (err error) {
+		ln, err = net.Listen("tcp4", fmt.Sprintf("%s:601", p.CollAddr))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		n, _ := io.Copy(io.Discard, c)
+		got <- n
+	}()
+	const size = 2 << 20
+	s0, err := l.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Send.Do(func() error {
+		d := net.Dialer{Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp4", fmt.Sprintf("%s:601", p.CollAddr))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		_, err = c.Write(make([]byte, size))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-got; n != size {
+		t.Fatalf("received %d bytes, want %d", n, size)
+	}
+	s1, err := l.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := s1.SelectedPackets() - s0.SelectedPackets()
+	const mss = 1460 // the most payload a segment carries at MTU 1500
+	t.Logf("%d bytes in one connection: %d segments counted (at least %d)", size, counted, size/mss)
+	if counted < size/mss {
+		t.Errorf("counted %d segments for %d bytes: fewer than one per MSS (%d), super-packets counted once", counted, size, size/mss)
+	}
+}
