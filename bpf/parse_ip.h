@@ -174,10 +174,14 @@ static __always_inline __u8 frag_kind(__u32 offset, __u32 more)
 	return (next << 1) | (more & 1 & ~next);
 }
 
+/* segments.h: a TCP super-packet of several segments in generic mode. */
+int tl_gso_tcp(struct xdp_md *ctx);
+
 /* IPv4 with IHL validated and options skipped. Returns the L4 protocol;
  * PARSE_SHORT when truncated or not IPv4 (version, IHL < 5); PARSE_MALFORMED
  * when the header checksum fails, or the total length is below IHL * 4 or
- * past the frame: ip_rcv_core discards those, in that order. */
+ * past the frame (0 is the rest of a TCP super-packet): ip_rcv_core
+ * discards those, in that order. */
 static __always_inline int parse_ipv4(struct pcur *c, struct pkt *p)
 {
 	struct iphdr *ip = pc_at(c, sizeof(*ip));
@@ -191,6 +195,10 @@ static __always_inline int parse_ipv4(struct pcur *c, struct pkt *p)
 	if (!ipv4_csum_ok(c, hlen))
 		return malformed(p, TL_MAL_IPV4_CHECKSUM);
 	__u32 tot = bounded16(bpf_ntohs(ip->tot_len));
+	/* iph_totlen: a total length of 0 on a TCP GSO skb (BIG TCP, over
+	 * 64 KiB, Linux 6.3 and later) is the rest of the skb. */
+	if (!tot && ip->protocol == IPPROTO_TCP && tl_gso_tcp(c->ctx))
+		tot = c->len - c->off;
 	if (tot < hlen || c->off + tot > c->len)
 		return malformed(p, TL_MAL_IPV4_LENGTH);
 	p->l3off = c->off;

@@ -65,4 +65,16 @@ static __always_inline __u32 super_segments(struct xdp_md *ctx, int tcp)
 	return segs;
 }
 
+/* Is the frame a TCP GSO/GRO super-packet of several segments (generic
+ * mode)? Then ip_rcv_core reads an IPv4 total length of 0 as the rest of
+ * the skb (iph_totlen: BIG TCP, over 64 KiB), and so does parse_ipv4. A
+ * global function, declared in parse_ip.h, so that the verifier reads the
+ * skb once, not on every path of the parser. */
+__noinline int tl_gso_tcp(struct xdp_md *ctx)
+{
+	if (!ctx)
+		return 0;
+	return super_segments(ctx, 1) > 1;
+}
+
 #endif /* __TL_SEGMENTS_H */

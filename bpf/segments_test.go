@@ -18,11 +18,31 @@ import (
 // TestTCPSuperPackets is issue 33 item 5: under count: packets, a TCP
 // super-packet (TSO across a veth, which hands the peer the GSO skb) is
 // counted as the segments it carries, in generic mode, as a UDP one is.
-// 2 MiB through one connection arrive in far fewer skbs than segments:
+// 4 MiB through one connection arrive in far fewer skbs than segments:
 // the program must count at least one per MSS of payload.
 func TestTCPSuperPackets(t *testing.T) {
 	testenv.Require(t)
+	t.Run("tso", func(t *testing.T) { tcpSuperPackets(t, 0) })
+	// BIG TCP (Linux 6.3 and later for IPv4): super-packets of up to
+	// 185000 bytes, whose IPv4 total length is 0 (iph_totlen).
+	t.Run("big tcp ipv4", func(t *testing.T) { tcpSuperPackets(t, 185000) })
+}
+
+// tcpSuperPackets runs TestTCPSuperPackets with the sender's IPv4 GSO
+// limit set to big when not 0.
+func tcpSuperPackets(t *testing.T, big int) {
 	p := testenv.NewPair(t)
+	if big > 0 {
+		if err := p.Send.Do(func() error {
+			lk, err := netlink.LinkByName(p.SendIf)
+			if err != nil {
+				return err
+			}
+			return netlink.LinkSetGSOIPv4MaxSize(lk, big)
+		}); err != nil {
+			t.Skipf("no BIG TCP for IPv4 here: %v", err)
+		}
+	}
 	var collIdx int
 	if err := p.Coll.Do(func() error {
 		lk, err := netlink.LinkByName(p.CollIf)
@@ -76,7 +96,7 @@ func TestTCPSuperPackets(t *testing.T) {
 		n, _ := io.Copy(io.Discard, c)
 		got <- n
 	}()
-	const size = 2 << 20
+	const size = 4 << 20
 	s0, err := l.Stats()
 	if err != nil {
 		t.Fatal(err)
@@ -102,8 +122,12 @@ func TestTCPSuperPackets(t *testing.T) {
 		t.Fatal(err)
 	}
 	counted := s1.SelectedPackets() - s0.SelectedPackets()
+	mal := s1.Malformed[tiers.MalformedIPv4Length].Packets - s0.Malformed[tiers.MalformedIPv4Length].Packets
 	const mss = 1460 // the most payload a segment carries at MTU 1500
-	t.Logf("%d bytes in one connection: %d segments counted (at least %d)", size, counted, size/mss)
+	t.Logf("%d bytes in one connection: %d segments counted (at least %d), %d frames malformed (IPv4 length)", size, counted, size/mss, mal)
+	if mal != 0 {
+		t.Errorf("%d super-packets read as malformed", mal)
+	}
 	if counted < size/mss {
 		t.Errorf("counted %d segments for %d bytes: fewer than one per MSS (%d), super-packets counted once", counted, size, size/mss)
 	}

@@ -364,6 +364,9 @@ func ipv4HeaderSumOK(h []byte) bool {
 // ipv4: version 4, IHL >= 5 and the header with options in the frame, or
 // unselected; a header checksum that verifies, then a total length from
 // IHL × 4 to the end of the frame, or malformed. Returns the protocol.
+// (The program also reads a total length of 0 on a TCP super-packet as
+// the rest of it, as iph_totlen does for BIG TCP: a frame alone, as
+// classified here, is never one.)
 func (pk *packet) ipv4() (int, *Classification) {
 	if !pk.has(20) {
 		return -1, &unselected
