@@ -1,7 +1,6 @@
 package bpf_test
 
 import (
-	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -22,21 +21,25 @@ import (
 // the program must count at least one per MSS of payload.
 func TestTCPSuperPackets(t *testing.T) {
 	testenv.Require(t)
-	t.Run("tso", func(t *testing.T) { tcpSuperPackets(t, 0) })
+	t.Run("tso", func(t *testing.T) { tcpSuperPackets(t, 0, false) })
 	// BIG TCP (Linux 6.3 and later for IPv4): super-packets of up to
 	// 185000 bytes, whose IPv4 total length is 0 (iph_totlen).
-	t.Run("big tcp ipv4", func(t *testing.T) { tcpSuperPackets(t, 185000) })
+	t.Run("big tcp ipv4", func(t *testing.T) { tcpSuperPackets(t, 185000, false) })
+	t.Run("big tcp ipv6", func(t *testing.T) { tcpSuperPackets(t, 185000, true) })
 }
 
 // tcpSuperPackets runs TestTCPSuperPackets with the sender's IPv4 GSO
 // limit set to big when not 0.
-func tcpSuperPackets(t *testing.T, big int) {
+func tcpSuperPackets(t *testing.T, big int, v6 bool) {
 	p := testenv.NewPair(t)
 	if big > 0 {
 		if err := p.Send.Do(func() error {
 			lk, err := netlink.LinkByName(p.SendIf)
 			if err != nil {
 				return err
+			}
+			if v6 {
+				return netlink.LinkSetGSOMaxSize(lk, big)
 			}
 			return netlink.LinkSetGSOIPv4MaxSize(lk, big)
 		}); err != nil {
@@ -76,9 +79,13 @@ func tcpSuperPackets(t *testing.T, big int) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	coll := p.CollAddr
+	if v6 {
+		coll = p.CollAddr6
+	}
 	var ln net.Listener
 	if err := p.Coll.Do(func() (err error) {
-		ln, err = net.Listen("tcp4", fmt.Sprintf("%s:601", p.CollAddr))
+		ln, err = net.Listen("tcp", net.JoinHostPort(coll.String(), "601"))
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -103,7 +110,7 @@ func tcpSuperPackets(t *testing.T, big int) {
 	}
 	if err := p.Send.Do(func() error {
 		d := net.Dialer{Timeout: 5 * time.Second}
-		c, err := d.Dial("tcp4", fmt.Sprintf("%s:601", p.CollAddr))
+		c, err := d.Dial("tcp", net.JoinHostPort(coll.String(), "601"))
 		if err != nil {
 			return err
 		}
@@ -122,9 +129,12 @@ func tcpSuperPackets(t *testing.T, big int) {
 		t.Fatal(err)
 	}
 	counted := s1.SelectedPackets() - s0.SelectedPackets()
-	mal := s1.Malformed[tiers.MalformedIPv4Length].Packets - s0.Malformed[tiers.MalformedIPv4Length].Packets
+	var mal uint64
+	for i := range s1.Malformed {
+		mal += s1.Malformed[i].Packets - s0.Malformed[i].Packets
+	}
 	const mss = 1460 // the most payload a segment carries at MTU 1500
-	t.Logf("%d bytes in one connection: %d segments counted (at least %d), %d frames malformed (IPv4 length)", size, counted, size/mss, mal)
+	t.Logf("%d bytes in one connection: %d segments counted (at least %d), %d frames malformed", size, counted, size/mss, mal)
 	if mal != 0 {
 		t.Errorf("%d super-packets read as malformed", mal)
 	}
