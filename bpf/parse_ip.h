@@ -434,10 +434,10 @@ static __always_inline int parse_ipv6(struct pcur *c, struct pkt *p)
 	 * hop-by-hop header first is neither checked nor trimmed, so the
 	 * payload is the rest of the frame, trailer included, unless a
 	 * Jumbo Payload option says otherwise (tl_ipv6_options). */
+	if (c->off + p->l4len > c->len)
+		return malformed(p, TL_MAL_IPV6_LENGTH);
 	if (p->l4len == 0 && nh == IPPROTO_HOPOPTS)
 		p->l4len = c->len - c->off;
-	else if (c->off + p->l4len > c->len)
-		return malformed(p, TL_MAL_IPV6_LENGTH);
 
 	for (int i = 0; i < TL_IPV6_EXT_MAX; i++) {
 		int r;
