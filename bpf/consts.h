@@ -38,6 +38,12 @@
 #define TL_IPV6_EXT_MAX 6
 #endif
 
+/* Most options of a hop-by-hop or destination options header walked
+ * (parse_ip.h tl_ipv6_options). */
+#ifndef TL_HBH_OPTS_MAX
+#define TL_HBH_OPTS_MAX 8
+#endif
+
 /* Most first fragments whose verdict is remembered for their followers. */
 #ifndef TL_FRAG_ENTRIES
 #define TL_FRAG_ENTRIES 16384

@@ -9,7 +9,8 @@
  *     rx_handler: a bridge, bond or team port, the lower device of
  *     macvlan, macvtap or VLAN children with MACs of their own) or takes
  *     it as its own (a bridge, a VLAN device), which the agent rules out
- *     before it sets TL_IF_MAC (agent/host.go macAcceptors);
+ *     before it sets TL_IF_MAC (agent/host.go macAcceptors); and, on such
+ *     an interface, a VLAN tag with a nonzero VID (vlan_other_host);
  *   - IPv4 martians, whatever the sysctls but route_localnet
  *     (ip_route_input_slow, ip_route_input_mc and ip_mc_validate_source,
  *     net/ipv4/route.c), and TCP to a broadcast or multicast destination
@@ -56,6 +57,32 @@ static __always_inline int other_host(const __u8 *eth, const void *end, __u64 wo
 	if ((const void *)(eth + 6) > end || (eth[0] & 1))
 		return 0;
 	return *(const __u32 *)eth != (__u32)word || *(const __u16 *)(eth + 4) != (__u16)(word >> 32);
+}
+
+/* A VLAN tag with a nonzero VID among the first TL_VLAN_MAX, on an
+ * interface with no VLAN device (TL_IF_MAC: no device of any kind sits on
+ * it): vlan_do_receive finds no device for it, and
+ * __netif_receive_skb_core marks the frame PACKET_OTHERHOST, which
+ * ip_rcv_core and ip6_rcv_core discard. A VID 0 (priority) tag is
+ * stripped and the next one looked at. Read from the frame, not from
+ * the parser, so that no flag rides through the walk. In native mode a
+ * NIC that strips VLAN tags (rx-vlan-offload) hands XDP the frame
+ * without its tag: such a frame is counted though discarded. */
+static __always_inline int vlan_other_host(const __u8 *data, const void *end)
+{
+	const __u8 *t = data + 12;
+#pragma unroll
+	for (int i = 0; i < TL_VLAN_MAX; i++) {
+		if ((const void *)(t + 4) > end)
+			return 0;
+		__u16 proto = (__u16)t[0] << 8 | t[1];
+		if (proto != ETH_P_8021Q && proto != ETH_P_8021AD)
+			return 0;
+		if ((t[2] & 0x0f) | t[3])
+			return 1;
+		t += 4;
+	}
+	return 0;
 }
 
 /* IPv4 addresses that routing discards whatever the sysctls, with
@@ -120,7 +147,7 @@ __noinline int tl_host_discards(struct xdp_md *ctx, __u64 a1)
 	void *end = (void *)(long)ctx->data_end;
 	__u64 word = iface_word(ctx->ingress_ifindex);
 	__u32 flags = word >> TL_IF_FLAG_SHIFT;
-	if ((flags & TL_IF_MAC) && other_host(data, end, word))
+	if ((flags & TL_IF_MAC) && (other_host(data, end, word) || vlan_other_host(data, end)))
 		return 1;
 	if (!(flags & TL_IF_MARTIAN))
 		return 0;

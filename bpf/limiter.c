@@ -98,8 +98,8 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	 * whole skb takes the verdict of its last datagram's n), the debt and
 	 * the counters. */
 	__u32 segs = 1;
-	if (tl_skb_ifaces && p.l4proto == IPPROTO_UDP)
-		segs = udp_segments(ctx);
+	if (tl_skb_ifaces && !p.uncl)
+		segs = super_segments(ctx, p.l4proto == IPPROTO_TCP);
 	if (s->src_budget && has_l3) {
 		int act = source_budget(ctx, &p, s, slot, w, bytes, sev, segs);
 		if (act >= 0)
@@ -149,7 +149,7 @@ static __noinline int tl_parse(struct xdp_md *ctx, __u64 *args)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 bytes = data_end - data;
-	struct pcur c = { .data = data, .end = data_end, .len = bytes };
+	struct pcur c = { .ctx = ctx, .data = data, .end = data_end, .len = bytes };
 	struct pkt p = {};
 	int deep = 0;
 

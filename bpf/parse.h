@@ -25,7 +25,7 @@ static __always_inline int short_l4(struct pkt *p, __u8 reason)
 
 /* UDP: returns 0 with the destination port; PARSE_SHORT when truncated;
  * PARSE_MALFORMED when the IP payload cannot hold the header or the UDP
- * length is below 8 or, except in a first fragment (where it is the whole
+ * length is below 8 (an IPv6 length of 0 is the rest of the payload) or, except in a first fragment (where it is the whole
  * datagram's), past the IP payload: the kernel discards those (udp_rcv). */
 static __always_inline int parse_udp(struct pcur *c, struct pkt *p)
 {
@@ -35,6 +35,10 @@ static __always_inline int parse_udp(struct pcur *c, struct pkt *p)
 	if (!udp)
 		return PARSE_SHORT;
 	__u32 ulen = bounded16(bpf_ntohs(udp->len));
+	/* __udp6_lib_rcv reads an IPv6 UDP length of 0 as the rest of the
+	 * packet (a jumbogram's); udp_rcv (IPv4) discards it. */
+	if (ulen == 0 && p->l3proto == ETH_P_IPV6)
+		ulen = p->l4len;
 	if (ulen < sizeof(*udp) || (ulen > p->l4len && p->frag != FRAG_FIRST))
 		return malformed(p, TL_MAL_UDP_LENGTH);
 	c->off += sizeof(*udp);
@@ -72,10 +76,15 @@ static __always_inline int parse_tcp(struct pcur *c, struct pkt *p)
 }
 
 /* Protocols whose non-first fragments follow their first: the ones a first
- * fragment is walked to UDP or TCP through. */
-static __always_inline int follows_first(__u8 proto)
+ * fragment is walked to UDP or TCP through, and in IPv6 the destination
+ * options and routing headers a fragment header may name before them
+ * (parse_frag6 keys the fragment by the header it names). */
+static __always_inline int follows_first(const struct pkt *p)
 {
-	return proto == IPPROTO_UDP || proto == IPPROTO_TCP || proto == IPPROTO_AH;
+	__u8 proto = p->frag_proto;
+	if (proto == IPPROTO_UDP || proto == IPPROTO_TCP || proto == IPPROTO_AH)
+		return 1;
+	return p->l3proto == ETH_P_IPV6 && (proto == IPPROTO_DSTOPTS || proto == IPPROTO_ROUTING);
 }
 
 /* What parse_packet found: how the program goes on. */
@@ -111,7 +120,7 @@ static __always_inline int parse_packet(struct pcur *c, struct pkt *p)
 		return PKT_MALFORMED;
 	if (l4 == PARSE_DEEP)
 		return PKT_DEEP;
-	if (p->frag == FRAG_NEXT && follows_first(p->frag_proto)) {
+	if (p->frag == FRAG_NEXT && follows_first(p)) {
 		/* RFC 1858 §4: a TCP fragment at offset 8 bytes can rewrite the flags of its first. */
 		if (l4 == IPPROTO_TCP && p->frag_off == 1)
 			return PKT_TINY;

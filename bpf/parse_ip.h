@@ -40,6 +40,7 @@ struct cursor {
  * values, differ on each): the cost of the IPv6 walk grows with its depth,
  * not with the number of paths through it (TestVerifierComplexity). */
 struct pcur {
+	struct xdp_md *ctx;
 	void *data;
 	void *end;
 	__u32 len; /* end - data */
@@ -173,10 +174,14 @@ static __always_inline __u8 frag_kind(__u32 offset, __u32 more)
 	return (next << 1) | (more & 1 & ~next);
 }
 
+/* segments.h: a TCP super-packet of several segments in generic mode. */
+int tl_gso_tcp(struct xdp_md *ctx);
+
 /* IPv4 with IHL validated and options skipped. Returns the L4 protocol;
  * PARSE_SHORT when truncated or not IPv4 (version, IHL < 5); PARSE_MALFORMED
  * when the header checksum fails, or the total length is below IHL * 4 or
- * past the frame: ip_rcv_core discards those, in that order. */
+ * past the frame (0 is the rest of a TCP super-packet): ip_rcv_core
+ * discards those, in that order. */
 static __always_inline int parse_ipv4(struct pcur *c, struct pkt *p)
 {
 	struct iphdr *ip = pc_at(c, sizeof(*ip));
@@ -190,6 +195,10 @@ static __always_inline int parse_ipv4(struct pcur *c, struct pkt *p)
 	if (!ipv4_csum_ok(c, hlen))
 		return malformed(p, TL_MAL_IPV4_CHECKSUM);
 	__u32 tot = bounded16(bpf_ntohs(ip->tot_len));
+	/* iph_totlen: a total length of 0 on a TCP GSO skb (BIG TCP, over
+	 * 64 KiB, Linux 6.3 and later) is the rest of the skb. */
+	if (!tot && ip->protocol == IPPROTO_TCP && tl_gso_tcp(c->ctx))
+		tot = c->len - c->off;
 	if (tot < hlen || c->off + tot > c->len)
 		return malformed(p, TL_MAL_IPV4_LENGTH);
 	p->l3off = c->off;
@@ -259,13 +268,28 @@ static __always_inline int ipv6_is_ext(__u8 nh)
 }
 
 /* One IPv6 fragment header: records the fragment and returns its next
- * header; PARSE_SHORT when truncated. */
+ * header; PARSE_SHORT when truncated, or behind a payload length of 0 or
+ * another fragment header, which the kernel discards. */
 static __always_inline int parse_frag6(struct pcur *c, struct pkt *p)
 {
 	struct frag_hdr *fh = pc_at(c, sizeof(*fh));
 	if (sizeof(*fh) > p->l4len)
 		return ext_past_payload(p, TL_MAL_IPV6_LENGTH);
 	if (!fh)
+		return PARSE_SHORT;
+	/* ipv6_frag_rcv: "Jumbo payload inhibits frag. header", an atomic
+	 * one too. Read from the header again rather than kept from
+	 * parse_ipv6: a flag live through the walk would double the paths
+	 * the verifier tells apart. */
+	const struct ipv6hdr *ip6 = p->l3;
+	if ((void *)(ip6 + 1) > c->end || !ip6->payload_len)
+		return PARSE_SHORT;
+	/* A second fragment header: the first set IP6SKB_FRAGMENTED (an
+	 * atomic one, or the reassembly of the rest), and ipv6_frag_rcv
+	 * discards the packet at this one. frag_proto, the first's next
+	 * header, is 0 only before any (a fragment header naming a
+	 * hop-by-hop header is discarded at that header). */
+	if (p->frag_proto)
 		return PARSE_SHORT;
 	c->off += sizeof(*fh);
 	p->l4len -= sizeof(*fh);
@@ -277,11 +301,119 @@ static __always_inline int parse_frag6(struct pcur *c, struct pkt *p)
 	return fh->nexthdr;
 }
 
+/* A Jumbo Payload option at o, off bytes into its hop-by-hop header, as
+ * ipv6_hop_jumbo (net/ipv6/exthdrs.c) reads it: returns its value when the
+ * kernel accepts it (and trims the packet to it); -1 when it discards the
+ * packet: an option length other than 4, an offset from the IPv6 header
+ * not 2 modulo 4, a value up to 65535, a nonzero payload length (rest is
+ * 0), or a value past the frame's rest after the IPv6 header. A frame
+ * under 64 KiB + 40 bytes is always discarded: only a super-packet of
+ * generic mode can pass. */
+static __always_inline long hbh_jumbo(const struct pcur *o, __u32 off, __u32 rest)
+{
+	__u8 *b = pc_at(o, 6);
+	if (!b || b[1] != 4 || (off & 3) != 2)
+		return -1;
+	__u32 plen = (__u32)b[2] << 24 | (__u32)b[3] << 16 | (__u32)b[4] << 8 | b[5];
+	if (plen <= 0xffff || plen > rest)
+		return -1;
+	return plen;
+}
+
+/* The options of a hop-by-hop or destination options header of hlen
+ * bytes at offset start from data, in the IPv6 packet at offset l3 whose
+ * payload from start on is l4len bytes as the parser reads it, walked as
+ * ip6_parse_tlv walks them (net/ipv6/exthdrs.c). hlen_nh is hlen, with
+ * the header's own next-header number from bit 16 on (a global function
+ * takes 5 arguments): for any other header (routing), it returns l4len,
+ * which lets every extension header of the walk make the same call.
+ *
+ * Returns -1 when the kernel discards the packet for its options: an
+ * option that runs past the header, a hop-by-hop Jumbo Payload option
+ * that ipv6_hop_jumbo refuses (hbh_jumbo), or an option the kernel does
+ * not know whose action bits (the type's top two) say discard; among
+ * those it knows, only Jumbo Payload (hop-by-hop) and Home Address
+ * (destination options, CONFIG_IPV6_MIP6) have bits other than 00, and a
+ * Home Address option stays counted (an IPsec state may take it). Else
+ * returns the payload's length: l4len, or the value of a Jumbo Payload
+ * option that the kernel takes.
+ *
+ * It walks at most TL_HBH_OPTS_MAX options; past them, and for the rules
+ * it does not read, the packet goes on, counted though the kernel
+ * discards it (docs/design.md §2): more than 7 bytes of padding in a row,
+ * PadN contents that are not zero, a Router Alert whose length is not 2
+ * (these cost the verifier 61k more instructions on Linux 6.18, 11k of
+ * them the Router Alert), CALIPSO and IOAM's own checks, and the
+ * max_hbh_opts_cnt and max_dst_opts_cnt sysctls, which an administrator
+ * sets.
+ *
+ * A global function, so that the verifier walks the options once, with
+ * its arguments unknown, rather than once for every path to an options
+ * header (TestVerifierComplexity). */
+__noinline long tl_ipv6_options(struct xdp_md *ctx, __u32 l3, __u32 start, __u32 hlen_nh, __u32 l4len)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u64 flen = end - data;
+	/* The subtraction stays 64-bit: the verifier refuses 32-bit
+	 * arithmetic on pointers, which clang would make of rest's. */
+	asm volatile("" : "+r"(flen));
+	struct pcur o = { .data = data, .end = end, .len = flen, .off = l3 };
+	__u32 hlen = hlen_nh & 0xffff, nh = hlen_nh >> 16, dst = nh == IPPROTO_DSTOPTS;
+	__u32 off = 2, rest = 0;
+	long plen = l4len;
+
+	if (nh != IPPROTO_HOPOPTS && nh != IPPROTO_DSTOPTS)
+		return plen;
+
+	/* A payload length of 0 (ip6_rcv_core's jumbogram path): the
+	 * payload is the rest of the frame, as hbh_jumbo reads it. */
+	struct ipv6hdr *ip6 = pc_at(&o, sizeof(*ip6));
+	if (!ip6)
+		return plen;
+	if (!ip6->payload_len)
+		rest = flen - (l3 + sizeof(*ip6));
+
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < TL_HBH_OPTS_MAX; i++) {
+		if (off >= hlen)
+			break;
+		o.off = start + off;
+		__u8 *b = pc_at(&o, 1);
+		if (!b)
+			break;
+		__u8 type = b[0];
+		if (type == IPV6_TLV_PAD1) {
+			off++;
+			continue;
+		}
+		if (hlen - off < 2)
+			return -1;
+		b = pc_at(&o, 2);
+		if (!b)
+			break;
+		__u32 olen = (__u32)b[1] + 2;
+		if (olen > hlen - off)
+			return -1;
+		if (type == IPV6_TLV_JUMBO && !dst) {
+			plen = hbh_jumbo(&o, off, rest);
+			if (plen < 0)
+				return -1;
+		} else if ((type & 0xc0) && !(dst && type == IPV6_TLV_HAO)) {
+			return -1;
+		}
+		off += olen;
+	}
+	return plen;
+}
+
 /* IPv6 and up to TL_IPV6_EXT_MAX extension headers (ipv6_is_ext). Returns
  * the upper-layer protocol; PARSE_SHORT when truncated or when a
- * hop-by-hop header is not the first, which Linux discards; PARSE_MALFORMED
- * when the payload length runs past the frame or a header runs past the
- * payload length; PARSE_DEEP when the chain is longer than we walk, or a
+ * hop-by-hop header is not the first, or its options or a destination
+ * options header's make Linux discard it (tl_ipv6_options), or a fragment header follows a payload length of 0;
+ * PARSE_MALFORMED when the payload length runs past the frame or a header
+ * runs past the payload length (a payload length of 0 with a hop-by-hop
+ * header first is the rest of the frame); PARSE_DEEP when the chain is longer than we walk, or a
  * first fragment's chain goes on in the next fragment. Stops at a
  * non-first fragment, whose payload holds no header. */
 static __always_inline int parse_ipv6(struct pcur *c, struct pkt *p)
@@ -297,9 +429,15 @@ static __always_inline int parse_ipv6(struct pcur *c, struct pkt *p)
 	p->end = c->end;
 	p->l3proto = ETH_P_IPV6;
 	p->l4len = bounded16(bpf_ntohs(ip6->payload_len));
+	__u8 nh = ip6->nexthdr;
+	/* ip6_rcv_core's jumbogram path: a payload length of 0 with a
+	 * hop-by-hop header first is neither checked nor trimmed, so the
+	 * payload is the rest of the frame, trailer included, unless a
+	 * Jumbo Payload option says otherwise (tl_ipv6_options). */
 	if (c->off + p->l4len > c->len)
 		return malformed(p, TL_MAL_IPV6_LENGTH);
-	__u8 nh = ip6->nexthdr;
+	if (p->l4len == 0 && nh == IPPROTO_HOPOPTS)
+		p->l4len = c->len - c->off;
 
 	for (int i = 0; i < TL_IPV6_EXT_MAX; i++) {
 		int r;
@@ -322,6 +460,10 @@ static __always_inline int parse_ipv6(struct pcur *c, struct pkt *p)
 			__u32 len = ((__u32)oh->hdrlen + 1) * 8;
 			if (len > p->l4len)
 				return ext_past_payload(p, TL_MAL_IPV6_LENGTH);
+			long l4len = tl_ipv6_options(c->ctx, p->l3off, c->off, len | (__u32)nh << 16, p->l4len);
+			if (l4len < 0)
+				return PARSE_SHORT;
+			p->l4len = l4len;
 			r = oh->nexthdr;
 			c->off += len;
 			p->l4len -= len;

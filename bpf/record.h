@@ -75,21 +75,58 @@ static __always_inline int record_token(const struct tl_settings *s)
 	return __sync_bool_compare_and_swap(&g->tat, tat, next);
 }
 
-/* The source group of the frame's L3 header at off, masked as source
- * budgets mask it (sources.h source_group, with the rec_ masks). */
+/* The words of IPv6 transition prefixes as group_of6 loads them
+ * (little-endian loads of network-order bytes, as tiers.Compile's masks). */
+#define TL_NAT64_W0 0x9bff6400  /* 64:ff9b::/96 (RFC 6052): word 0 */
+#define TL_MAPPED_W2 0xffff0000 /* ::ffff:0:0/96 (IPv4-mapped): word 2 */
+#define TL_6TO4_W0 0x0220       /* 2002::/16 (RFC 3056): word 0's low half */
+
+/* The source group of the IPv6 source a (its four words as they lie in the
+ * header) into out, with the IPv4 and IPv6 group masks; returns its
+ * family, 4 or 6. A source that carries an IPv4 sender's address (NAT64's
+ * well-known prefix 64:ff9b::/96, IPv4-mapped ::ffff:0:0/96, 6to4
+ * 2002::/16) is grouped as that IPv4 address under mask4, so that every
+ * IPv4 sender behind a NAT64 or 6to4 relay is its own group, as it would
+ * be over IPv4 (tiers.SourceBudget.Group). Source budgets
+ * (sources.h source_group) and shed samples (record_group) share it, so
+ * that a sample names the group its budget charged. */
+static __always_inline __u32 group_of6(const __u32 *a, __u32 mask4, const __u32 *mask6, __u32 *out)
+{
+	/* Word loads, as of iphdr's saddr: XDP does not enforce alignment. */
+	__u32 a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+	/* Branch-free, so that the verifier follows one path from here on
+	 * for every IPv6 source (a branch cost 24k instructions,
+	 * TestVerifierComplexity): TL_IS_ZERO(v) is 1 for v == 0, else 0;
+	 * e46 marks 64:ff9b::/96 and ::ffff:0:0/96, e2002 marks 2002::/16,
+	 * v4 is the IPv4 address either carries, and keep6 is all ones for
+	 * any other IPv6 source. */
+#define TL_IS_ZERO(v) ((((__u64)(__u32)(v)) - 1) >> 63)
+	__u64 e46 = TL_IS_ZERO((a0 ^ TL_NAT64_W0) | a1 | a2) | TL_IS_ZERO(a0 | a1 | (a2 ^ TL_MAPPED_W2));
+	__u64 e2002 = TL_IS_ZERO((a0 & 0xffff) ^ TL_6TO4_W0) & (e46 ^ 1);
+#undef TL_IS_ZERO
+	__u32 v4 = (__u32)(e46 * a3 + e2002 * ((a0 >> 16) | (a1 << 16)));
+	__u32 keep6 = (__u32)((e46 | e2002) - 1);
+	out[0] = ((v4 & mask4) & ~keep6) | (a0 & mask6[0] & keep6);
+	out[1] = a1 & mask6[1] & keep6;
+	out[2] = a2 & mask6[2] & keep6;
+	out[3] = a3 & mask6[3] & keep6;
+	return 4 + (2 & keep6);
+}
+
+/* The source group of the frame's L3 header at off, as source budgets
+ * group it (group_of6), with the rec_ masks; none when off is 0: a frame
+ * with more VLAN tags than the parser walks has no L3 header it knows. */
 static __always_inline void record_group(struct tl_sample *smp, const struct tl_settings *s, void *data,
 					 void *end, __u32 off, int ipv6)
 {
+	if (!off)
+		return;
 	if (ipv6) {
 		const struct ipv6hdr *ip6 = data + off;
 		if ((void *)(ip6 + 1) > end)
 			return;
-		const __u32 *a = (const __u32 *)&ip6->saddr;
-#pragma unroll
-		for (int i = 0; i < 4; i++)
-			smp->group[i] = a[i] & s->rec_mask6[i];
-		smp->family = 6;
-		smp->prefix = s->rec_prefixes >> 8;
+		smp->family = group_of6((const __u32 *)&ip6->saddr, s->rec_mask4, s->rec_mask6, smp->group);
+		smp->prefix = smp->family == 4 ? s->rec_prefixes & 0xff : s->rec_prefixes >> 8;
 		return;
 	}
 	const struct iphdr *ip = data + off;

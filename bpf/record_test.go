@@ -108,6 +108,24 @@ func TestRecordReasons(t *testing.T) {
 			return syslog4(t, "<15>1 - - - - - - debug")
 		}, bpf.Sample{Tier: 1, Reason: bpf.ReasonShedFirst, Verdict: tiers.VerdictDrop, Severity: 7,
 			Class: tiers.SevShedFirst, Group: netip.MustParsePrefix("192.0.2.1/32")}},
+		// Issue 33 item 6: the group budgets use, NAT64 and 6to4
+		// mapped to their IPv4 senders; none for a frame too deep in
+		// VLAN tags to have a header the parser knows.
+		{"NAT64 source, grouped /24", func(p *tiers.Policy) {
+			p.Sources = tiers.Sources{BudgetPackets: 10, PrefixV4: 24, PrefixV6: 48}
+		}, func(t *testing.T, h *harness) []byte {
+			return udpFrom(t, netip.MustParseAddr("64:ff9b::c000:201"))
+		}, bpf.Sample{Tier: 1, Reason: bpf.ReasonTier, Verdict: tiers.VerdictDrop, Severity: -1,
+			Group: netip.MustParsePrefix("192.0.2.0/24")}},
+		{"6to4 source, grouped /24", func(p *tiers.Policy) {
+			p.Sources = tiers.Sources{BudgetPackets: 10, PrefixV4: 24, PrefixV6: 48}
+		}, func(t *testing.T, h *harness) []byte {
+			return udpFrom(t, netip.MustParseAddr("2002:c000:201::1"))
+		}, bpf.Sample{Tier: 1, Reason: bpf.ReasonTier, Verdict: tiers.VerdictDrop, Severity: -1,
+			Group: netip.MustParsePrefix("192.0.2.0/24")}},
+		{"three VLAN tags: no group", nil, func(t *testing.T, h *harness) []byte {
+			return withTags(udpFrom(t, netip.AddrFrom4([4]byte(Src4))), 0x8100, 0, 0, 0)
+		}, bpf.Sample{Tier: 1, Reason: bpf.ReasonTier, Verdict: tiers.VerdictDrop, Severity: -1}},
 		{"fragment", nil, func(t *testing.T, h *harness) []byte {
 			if ret := h.run(frag4(t, 7, 0, true, UDP(514), payload)); ret != xdpDrop {
 				t.Fatalf("first fragment: action %d", ret)

@@ -23,22 +23,27 @@ struct skb_shared_info {
  * it), unchanged since Linux 4.18. SKB_GSO_UDP (UDP fragmentation offload)
  * carries one datagram and is not counted as several. */
 #define SKB_GSO_UDP_L4 (1 << 17)
+#define SKB_GSO_TCPV4 (1 << 0)
+#define SKB_GSO_TCPV6 (1 << 4)
 
 /* Linux >= 6.2. Weak: on an older kernel the loader leaves them out, and
- * udp_segments counts 1 (the agent refuses generic mode there). */
+ * super_segments counts 1 (the agent refuses generic mode there). */
 extern void *bpf_cast_to_kern_ctx(void *obj) __ksym __weak;
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 
 /* SKB_DATA_ALIGN's cache line (SMP_CACHE_BYTES on x86-64 and arm64). */
 #define TL_CACHE_BYTES 64
 
-/* The datagrams a UDP frame carries: gso_segs of a GSO/GRO super-packet
- * (UDP_SEGMENT senders, UDP GRO) on an interface in generic mode, else 1.
+/* The datagrams a UDP frame (tcp 0) carries, or the segments a TCP frame
+ * (tcp 1) carries: gso_segs of a GSO/GRO super-packet (UDP_SEGMENT
+ * senders, UDP GRO; TSO over a veth, TCP GRO) on an interface in generic
+ * mode, else 1. A TCP super-packet is never a SYN (tcp_gro_receive
+ * flushes on SYN), so it counts only under count: packets.
  * Generic XDP builds its xdp_buff on the skb's head, with frame_sz reaching
  * the end of skb_shared_info (bpf_prog_run_generic_xdp), so the shared info
  * sits where xdp_get_shared_info_from_buff finds it. Native buffers carry
  * no GSO state and may hold anything there, hence the skb_ifaces check. */
-static __always_inline __u32 udp_segments(struct xdp_md *ctx)
+static __always_inline __u32 super_segments(struct xdp_md *ctx, int tcp)
 {
 	__u32 ifindex = ctx->ingress_ifindex;
 	if (!bpf_cast_to_kern_ctx || !bpf_rdonly_cast)
@@ -54,9 +59,22 @@ static __always_inline __u32 udp_segments(struct xdp_md *ctx)
 	__u32 gso_type = si->gso_type;
 	__u32 gso_size = si->gso_size;
 	__u32 segs = si->gso_segs;
-	if (!gso_size || !(gso_type & SKB_GSO_UDP_L4) || !segs)
+	__u32 want = tcp ? SKB_GSO_TCPV4 | SKB_GSO_TCPV6 : SKB_GSO_UDP_L4;
+	if (!gso_size || !(gso_type & want) || !segs)
 		return 1;
 	return segs;
+}
+
+/* Is the frame a TCP GSO/GRO super-packet of several segments (generic
+ * mode)? Then ip_rcv_core reads an IPv4 total length of 0 as the rest of
+ * the skb (iph_totlen: BIG TCP, over 64 KiB), and so does parse_ipv4. A
+ * global function, declared in parse_ip.h, so that the verifier reads the
+ * skb once, not on every path of the parser. */
+__noinline int tl_gso_tcp(struct xdp_md *ctx)
+{
+	if (!ctx)
+		return 0;
+	return super_segments(ctx, 1) > 1;
 }
 
 #endif /* __TL_SEGMENTS_H */

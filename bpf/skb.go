@@ -23,7 +23,7 @@ var ErrSKBIfaces = errors.New("too many interfaces in generic XDP mode")
 var ErrSuperPackets = errors.New("this kernel cannot count UDP GSO/GRO super-packets in generic XDP mode (needs Linux 6.2 or later with BTF)")
 
 // superPackets reports whether the running kernel has the kfuncs that
-// udp_segments (segments.h) calls.
+// super_segments (segments.h) calls.
 func superPackets() error {
 	spec, err := btf.LoadKernelSpec()
 	if err != nil {

@@ -34,19 +34,9 @@ static __always_inline __u32 source_col(const struct tl_src_key *k, const __u64 
 	return h >> (64 - TL_SKETCH_COL_BITS);
 }
 
-/* The words of IPv6 transition prefixes as source_group loads them
- * (little-endian loads of network-order bytes, as tiers.Compile's masks). */
-#define TL_NAT64_W0 0x9bff6400  /* 64:ff9b::/96 (RFC 6052): word 0 */
-#define TL_MAPPED_W2 0xffff0000 /* ::ffff:0:0/96 (IPv4-mapped): word 2 */
-#define TL_6TO4_W0 0x0220       /* 2002::/16 (RFC 3056): word 0's low half */
-
-/* The packet's source group. The address words are loaded as they lie in
- * the header and masked with masks tiers.Compile encoded the same way. An
- * IPv6 source that carries an IPv4 sender's address (NAT64's well-known
- * prefix 64:ff9b::/96, IPv4-mapped ::ffff:0:0/96, 6to4 2002::/16) is
- * grouped as that IPv4 address under prefix_v4, so that every IPv4 sender
- * behind a NAT64 or 6to4 relay is its own group, as it would be over IPv4
- * (tiers.SourceBudget.Group). */
+/* The packet's source group (group_of6 for IPv6, record.h). The address
+ * words are loaded as they lie in the header and masked with masks
+ * tiers.Compile encoded the same way (tiers.SourceBudget.Group). */
 static __always_inline void source_group(const struct pkt *p, const struct tl_settings *s,
 					 struct tl_src_key *k)
 {
@@ -61,26 +51,7 @@ static __always_inline void source_group(const struct pkt *p, const struct tl_se
 	const struct ipv6hdr *ip6 = p->l3;
 	if ((void *)(ip6 + 1) > p->end)
 		return;
-	/* Word loads, as of iphdr's saddr: XDP does not enforce alignment. */
-	const __u32 *a = (const __u32 *)&ip6->saddr;
-	__u32 a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
-	/* Branch-free, so that the verifier follows one path from here on
-	 * for every IPv6 source (a branch cost 24k instructions,
-	 * TestVerifierComplexity): TL_IS_ZERO(v) is 1 for v == 0, else 0;
-	 * e46 marks 64:ff9b::/96 and ::ffff:0:0/96, e2002 marks 2002::/16,
-	 * v4 is the IPv4 address either carries, and keep6 is all ones for
-	 * any other IPv6 source. */
-#define TL_IS_ZERO(v) ((((__u64)(__u32)(v)) - 1) >> 63)
-	__u64 e46 = TL_IS_ZERO((a0 ^ TL_NAT64_W0) | a1 | a2) | TL_IS_ZERO(a0 | a1 | (a2 ^ TL_MAPPED_W2));
-	__u64 e2002 = TL_IS_ZERO((a0 & 0xffff) ^ TL_6TO4_W0) & (e46 ^ 1);
-#undef TL_IS_ZERO
-	__u32 v4 = (__u32)(e46 * a3 + e2002 * ((a0 >> 16) | (a1 << 16)));
-	__u32 keep6 = (__u32)((e46 | e2002) - 1);
-	k->addr[0] = ((v4 & s->src_mask4) & ~keep6) | (a0 & s->src_mask6[0] & keep6);
-	k->addr[1] = a1 & s->src_mask6[1] & keep6;
-	k->addr[2] = a2 & s->src_mask6[2] & keep6;
-	k->addr[3] = a3 & s->src_mask6[3] & keep6;
-	k->family = 4 + (2 & keep6);
+	k->family = group_of6((const __u32 *)&ip6->saddr, s->src_mask4, s->src_mask6, k->addr);
 }
 
 /* Adds segs (a super-packet's datagrams) to a cell for window wid (already
@@ -223,7 +194,7 @@ static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id,
  * is within budget (it goes on to the window and the tiers), or the XDP
  * action for a packet over budget: dropped in enforce mode, passed in
  * dry-run (would_drop) and off, counted in source_stats and never in the
- * window. A super-packet (segs datagrams, udp_segments) is charged segs
+ * window. A super-packet (segs datagrams, super_segments) is charged segs
  * everywhere: in the sketch, the over-budget counts and source_top. A shed
  * packet is sampled (record.h), with sev its <PRI>'s severity (parse_pri;
  * negative for none). A first fragment's verdict is remembered for its

@@ -99,7 +99,7 @@ static __always_inline void remember_first(const struct pkt *p, __u32 verdict)
  * counted as unselected, and a first fragment's followers pass with it. */
 static __always_inline int pass_unselected(const struct pkt *p, __u64 bytes)
 {
-	if (p->frag == FRAG_FIRST && follows_first(p->frag_proto))
+	if (p->frag == FRAG_FIRST && follows_first(p))
 		remember_first(p, TL_PASS);
 	count(&misc_stats, TL_MISC_UNSELECTED, 1, bytes);
 	return XDP_PASS;

@@ -123,6 +123,7 @@ type verdictCase struct {
 func verdictCases(t testing.TB) []verdictCase {
 	cases := append(parseVerdictCases(t), kernelCheckCases(t)...)
 	cases = append(cases, selectVerdictCases(t)...)
+	cases = append(cases, edgeCases(t)...)
 	return append(cases, hostileCases(t)...)
 }
 
@@ -320,6 +321,20 @@ func TestFragmentsFollowFirst(t *testing.T) {
 		{"ipv6",
 			func(id int) []byte { return frag6(t, uint32(id), 0, true, UDP(514), payload) },
 			func(id int) []byte { return frag6(t, uint32(id), 10, false, payload) }},
+		// A fragment header that names destination options or a
+		// routing header before UDP (issue 33 item 4).
+		{"ipv6 dest-opts",
+			func(id int) []byte {
+				return fragExt6(t, layers.IPProtocolIPv6Destination, uint32(id), 0, true, UDP(514), payload)
+			},
+			func(id int) []byte {
+				return fragExt6(t, layers.IPProtocolIPv6Destination, uint32(id), 10, false, payload)
+			}},
+		{"ipv6 routing",
+			func(id int) []byte {
+				return fragExt6(t, layers.IPProtocolIPv6Routing, uint32(id), 0, true, UDP(514), payload)
+			},
+			func(id int) []byte { return fragExt6(t, layers.IPProtocolIPv6Routing, uint32(id), 10, false, payload) }},
 	} {
 		step := func(what string, frame []byte, wantRet uint32, want delta) {
 			t.Helper()

@@ -205,6 +205,9 @@ type packet struct {
 	fragOff     uint16 // in 8-byte units
 	first, next bool
 	v6          bool
+	// jumbo: an IPv6 payload length of 0 with a hop-by-hop header first;
+	// fragSeen: an IPv6 fragment header was walked.
+	jumbo, fragSeen bool
 	// isTCP: a TCP segment; tcpSYN: one with SYN and without ACK, RST or
 	// FIN.
 	isTCP, tcpSYN bool
@@ -218,7 +221,8 @@ func (pk *packet) has(n int) bool { return len(pk.frame) >= pk.off+n }
 //
 // Rules, one function per layer: Ethernet with at most MaxVLANTags tags
 // (ethernet); IPv4 (ipv4) and IPv6 with its extension headers (ipv6,
-// authHeader); a non-first fragment of UDP, TCP or AH is ClassFragment, or
+// authHeader); a non-first fragment of UDP, TCP or AH (IPv6: destination
+// options and routing too) is ClassFragment, or
 // a tiny fragment at TCP offset 8; UDP (udp) and TCP (tcp) with their
 // length fields; then the select rules and exempt sources (selection).
 // A prefix matches addresses of its own family only.
@@ -249,7 +253,7 @@ func (p Policy) classify(pk *packet) Classification {
 		}
 		return *stop
 	}
-	if pk.next && (pk.fragProto == protoUDP || pk.fragProto == protoTCP || pk.fragProto == protoAH) {
+	if pk.next && pk.followsFirst() {
 		if l4 == protoTCP && pk.fragOff == 1 {
 			return *malformed(MalformedTinyFragment)
 		}
@@ -275,6 +279,19 @@ func (p Policy) classify(pk *packet) Classification {
 	}
 	pk.isTCP, pk.tcpSYN = proto == ProtoTCP, proto == ProtoTCP && syn
 	return p.selection(proto, dport, pk.src, pk.dst, syn, pk.first)
+}
+
+// followsFirst reports whether a non-first fragment follows its first:
+// one of UDP, TCP or AH, or in IPv6 one whose fragment header names
+// destination options or a routing header (bpf/parse.h follows_first).
+func (pk *packet) followsFirst() bool {
+	switch pk.fragProto {
+	case protoUDP, protoTCP, protoAH:
+		return true
+	case protoDestOpts, protoRouting:
+		return pk.v6
+	}
+	return false
 }
 
 // judgeDeep is the class of an unclassified frame c: selected when some
@@ -347,6 +364,9 @@ func ipv4HeaderSumOK(h []byte) bool {
 // ipv4: version 4, IHL >= 5 and the header with options in the frame, or
 // unselected; a header checksum that verifies, then a total length from
 // IHL × 4 to the end of the frame, or malformed. Returns the protocol.
+// (The program also reads a total length of 0 on a TCP super-packet as
+// the rest of it, as iph_totlen does for BIG TCP: a frame alone, as
+// classified here, is never one.)
 func (pk *packet) ipv4() (int, *Classification) {
 	if !pk.has(20) {
 		return -1, &unselected
@@ -375,113 +395,6 @@ func (pk *packet) ipv4() (int, *Classification) {
 	return int(ip[9]), nil
 }
 
-// isIPv6Ext reports whether the program walks next-header value nh:
-// hop-by-hop, routing, fragment, AH and destination options. ESP,
-// Mobility, HIP, Shim6, 253, 254 and the rest end the walk (bpf/parse.h
-// ipv6_is_ext says why).
-func isIPv6Ext(nh int) bool {
-	return nh == protoHopByHop || nh == protoRouting || nh == protoFragment || nh == protoAH || nh == protoDestOpts
-}
-
-// ipv6: the fixed header and its payload length (past the frame:
-// malformed), then at most MaxIPv6ExtHeaders extension headers, each
-// within the payload length. Returns the upper-layer protocol; stops at a
-// non-first fragment with its next header.
-func (pk *packet) ipv6() (int, *Classification) {
-	if !pk.has(40) {
-		return -1, &unselected
-	}
-	ip := pk.frame[pk.off:]
-	if ip[0]>>4 != 6 {
-		return -1, &unselected
-	}
-	pk.v6 = true
-	pk.src = netip.AddrFrom16([16]byte(ip[8:24]))
-	pk.dst = netip.AddrFrom16([16]byte(ip[24:40]))
-	nh := int(ip[6])
-	pk.off += 40
-	pk.l4len = int(binary.BigEndian.Uint16(ip[4:]))
-	if !pk.has(pk.l4len) {
-		return -1, malformed(MalformedIPv6Length)
-	}
-	for i := range MaxIPv6ExtHeaders {
-		// Hop-by-hop options only right after the fixed header: Linux
-		// discards them anywhere else (bpf/parse_ip.h parse_ipv6).
-		if nh == protoHopByHop && i > 0 {
-			return -1, &unselected
-		}
-		switch nh {
-		case protoFragment:
-			if pk.l4len < 8 {
-				return -1, pk.pastPayload(MalformedIPv6Length)
-			}
-			fo := binary.BigEndian.Uint16(pk.frame[pk.off+2:])
-			nh = int(pk.frame[pk.off])
-			pk.fragProto = byte(nh)
-			pk.fragOff = fo >> 3
-			pk.off += 8
-			pk.l4len -= 8
-			if fo&0xfff8 != 0 {
-				pk.next = true
-				return nh, nil
-			}
-			pk.first = fo&1 != 0
-		case protoAH:
-			var stop *Classification
-			if nh, stop = pk.authHeader(MalformedIPv6Length); stop != nil {
-				return -1, stop
-			}
-		case protoHopByHop, protoRouting, protoDestOpts:
-			if pk.l4len < 2 {
-				return -1, pk.pastPayload(MalformedIPv6Length)
-			}
-			size := (int(pk.frame[pk.off+1]) + 1) * 8
-			if size > pk.l4len {
-				return -1, pk.pastPayload(MalformedIPv6Length)
-			}
-			nh = int(pk.frame[pk.off])
-			pk.off += size
-			pk.l4len -= size
-		default:
-			return nh, nil
-		}
-	}
-	if nh == protoHopByHop {
-		return -1, &unselected
-	}
-	if isIPv6Ext(nh) {
-		return -1, deep(UnclassifiedIPv6Chain)
-	}
-	return nh, nil
-}
-
-// pastPayload is an extension header that does not fit in the IP payload:
-// in an IPv6 first fragment the chain goes on in a later one (deep),
-// anywhere else it is malformed for reason.
-func (pk *packet) pastPayload(reason Malformed) *Classification {
-	if pk.first && pk.v6 {
-		return deep(UnclassifiedFragmentChain)
-	}
-	return malformed(reason)
-}
-
-// authHeader walks an Authentication Header (RFC 4302): 12 bytes in the
-// frame, its length ((len + 2) × 4) within the IP payload or malformed for
-// reason. Returns its next header.
-func (pk *packet) authHeader(reason Malformed) (int, *Classification) {
-	if pk.l4len < 12 {
-		return -1, pk.pastPayload(reason)
-	}
-	size := (int(pk.frame[pk.off+1]) + 2) * 4
-	if size > pk.l4len {
-		return -1, pk.pastPayload(reason)
-	}
-	nh := int(pk.frame[pk.off])
-	pk.off += size
-	pk.l4len -= size
-	return nh, nil
-}
-
 // shortL4 is an L4 header cut by the IP length: a tiny fragment in a first
 // fragment, else malformed for reason.
 func (pk *packet) shortL4(reason Malformed) *Classification {
@@ -491,8 +404,9 @@ func (pk *packet) shortL4(reason Malformed) *Classification {
 	return malformed(reason)
 }
 
-// udp: 8 bytes of IP payload, a UDP length of at least 8 and, except in a
-// first fragment, within the IP payload. Returns the destination port.
+// udp: 8 bytes of IP payload, a UDP length of at least 8 (IPv6: 0 is the
+// rest of the payload) and, except in a first fragment, within the IP
+// payload. Returns the destination port.
 func (pk *packet) udp() (uint16, *Classification) {
 	if pk.l4len < 8 {
 		return 0, pk.shortL4(MalformedUDPLength)
@@ -502,6 +416,11 @@ func (pk *packet) udp() (uint16, *Classification) {
 	}
 	h := pk.frame[pk.off:]
 	ulen := int(binary.BigEndian.Uint16(h[4:]))
+	// __udp6_lib_rcv reads an IPv6 UDP length of 0 as the rest of the
+	// packet (a jumbogram's); udp_rcv (IPv4) discards it.
+	if ulen == 0 && pk.v6 {
+		ulen = pk.l4len
+	}
 	if ulen < 8 || (ulen > pk.l4len && !pk.first) {
 		return 0, malformed(MalformedUDPLength)
 	}

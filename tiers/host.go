@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"bytes"
+	"encoding/binary"
 	"net/netip"
 )
 
@@ -13,7 +14,8 @@ type Iface struct {
 	MAC [6]byte
 	// CheckMAC: a unicast destination MAC other than MAC is another host's
 	// (eth_type_trans: PACKET_OTHERHOST, which ip_rcv_core and
-	// ip6_rcv_core discard).
+	// ip6_rcv_core discard), and so is a frame with a VLAN tag whose VID
+	// is not 0: no VLAN device sits on the interface.
 	CheckMAC bool
 	// Martians: the IPv4 and IPv6 addresses the kernel always discards on
 	// a device that is not loopback nor an L3 master.
@@ -41,6 +43,9 @@ func (ifc Iface) discards(pk *packet, c Classification) bool {
 	if ifc.CheckMAC && len(f) >= 6 && f[0]&1 == 0 && !bytes.Equal(f[:6], ifc.MAC[:]) {
 		return true
 	}
+	if ifc.CheckMAC && vlanOtherHost(f) {
+		return true
+	}
 	if !ifc.Martians || (c.Deep && c.Unclassified == UnclassifiedVLANDepth) || !pk.src.IsValid() {
 		return false
 	}
@@ -49,6 +54,27 @@ func (ifc Iface) discards(pk *packet, c Classification) bool {
 		return martian4(pk.src, pk.dst, ifc.LocalnetMartian, tcp)
 	}
 	return martian6(pk.src, pk.dst, tcp, pk.tcpSYN && !c.Deep)
+}
+
+// vlanOtherHost reports whether one of the first MaxVLANTags VLAN tags of
+// f has a nonzero VID, which, with no VLAN device on the interface (no
+// device sits on one that CheckMAC describes), makes the kernel mark the
+// frame PACKET_OTHERHOST (__netif_receive_skb_core, vlan_do_receive); a
+// VID 0 tag is stripped and the next one looked at.
+func vlanOtherHost(f []byte) bool {
+	for i := range MaxVLANTags {
+		at := 12 + 4*i
+		if len(f) < at+4 {
+			return false
+		}
+		if et := binary.BigEndian.Uint16(f[at:]); et != 0x8100 && et != 0x88a8 {
+			return false
+		}
+		if binary.BigEndian.Uint16(f[at+2:])&0x0fff != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 var (

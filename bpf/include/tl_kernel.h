@@ -118,6 +118,14 @@ struct ipv6_opt_hdr {
 	__u8 hdrlen;
 };
 
+/* include/uapi/linux/in6.h: the options the kernel knows with these
+ * lengths or actions (net/ipv6/exthdrs.c). */
+#define IPV6_TLV_PAD1 0
+#define IPV6_TLV_PADN 1
+#define IPV6_TLV_ROUTERALERT 5
+#define IPV6_TLV_JUMBO 194
+#define IPV6_TLV_HAO 201
+
 /* include/net/ipv6.h */
 #define IP6_OFFSET 0xFFF8
 #define IP6_MF 0x0001
