@@ -33,21 +33,50 @@ static __always_inline __u64 sm_mul(__u64 x, __u64 y)
 	return (x * y) >> TL_SMOOTH_FRAC_BITS;
 }
 
-/* q(R̂) past the table, from the closed form P(R̂) = pass_base + (R̂ −
- * last_n) × pass_last (tiers.SmoothTable.Beyond): one division. */
+/* The drop threshold of pass probability p16 / r, p16 a count of passes
+ * with 16 fractional bits and r >= 1 packets: 2^32 − p16 × 2^16 / r
+ * (tiers.passThreshold). Exact while p16 < 2^48; past that r >= 2^32, and
+ * r is shifted instead. Never TL_THR_ALWAYS while p16 > 0 (DESIGN.md §9
+ * property 5): the least pass probability is 2 / 2^32. */
+static __always_inline __u32 sm_pass_thr(__u64 p16, __u64 r)
+{
+	__u64 ratio;
+	if (!p16)
+		return TL_THR_ALWAYS;
+	if (p16 < (1ULL << 48))
+		ratio = (p16 << 16) / r;
+	else if (r >> 16)
+		ratio = p16 / (r >> 16);
+	else
+		return TL_THR_NEVER;
+	if (ratio >= (1ULL << 32))
+		return TL_THR_NEVER;
+	if (ratio < 2)
+		ratio = 2;
+	return (__u32)((1ULL << 32) - ratio);
+}
+
+/* P(R̂) past the table, 16 fractional bits, R̂ >= sm_last_n: the closed
+ * form pass_base + (R̂ − sm_last_n) × the last tier's pass probability,
+ * taken on 32 bits from last_thr (sm_pass_last's 16 bits made a last tier
+ * of drop 99.99 % pass 7 % too much), in two products below 2^63 for
+ * R̂ below 2^47 (tiers.SmoothTable.pass16). */
+static __always_inline __u64 sm_pass_beyond(const struct tl_settings *s, __u64 rhat)
+{
+	__u64 pl = s->last_thr == TL_THR_ALWAYS ? 0 : (1ULL << 32) - s->last_thr;
+	__u64 d = rhat - s->sm_last_n;
+	return s->sm_pass_base + (d >> 16) * pl + (((d & 0xffff) * pl) >> 16);
+}
+
+/* q(R̂) past the table, from the closed form, on the 2^32 scale: one
+ * division (tiers.SmoothTable.Beyond). */
 static __always_inline __u32 sm_beyond(const struct tl_settings *s, __u64 rhat)
 {
 	if (rhat < s->sm_last_n)
 		rhat = s->sm_last_n;
 	if (!rhat)
 		rhat = 1;
-	__u64 p16 = s->sm_pass_base + (rhat - s->sm_last_n) * s->sm_pass_last;
-	__u64 ratio = p16 / rhat;
-	if (ratio >= TL_SMOOTH_ONE)
-		return TL_THR_NEVER;
-	if (!ratio)
-		return TL_THR_ALWAYS;
-	return (__u32)((TL_SMOOTH_ONE - ratio) << 16);
+	return sm_pass_thr(sm_pass_beyond(s, rhat), rhat);
 }
 
 /* The tier and q(R̂) of an estimate: the smooth table's entry R̂ >> shift,
@@ -69,13 +98,14 @@ static __always_inline int sm_entry(const struct tl_settings *s, __u32 slot, str
 	return 1;
 }
 
-/* P(r) with 16 fractional bits, from q (tiers.Table.pass16). */
+/* P(r) with 16 fractional bits (tiers.Table.pass16): past the table the
+ * closed form, in it r × (1 − q(r)) with q at 16 bits. */
 static __always_inline __u64 sm_pass16(const struct tl_settings *s, __u32 slot, struct tl_smooth_cpu *c, __u64 r)
 {
 	__u32 tier, thr;
 	if (r >= s->sm_last_n)
-		thr = sm_beyond(s, r);
-	else if (!tier_entry(s, slot, r, &tier, &thr))
+		return sm_pass_beyond(s, r);
+	if (!tier_entry(s, slot, r, &tier, &thr))
 		return 0;
 	if (thr == TL_THR_ALWAYS)
 		return 0;
@@ -98,12 +128,7 @@ static __always_inline __u32 sm_share(const struct tl_settings *s, __u32 slot, s
 	__u64 pin = sm_pass16(s, slot, c, rin), ptot = sm_pass16(s, slot, c, rtot);
 	if (ptot <= pin)
 		return TL_THR_ALWAYS;
-	__u64 share = (ptot - pin) / (rtot - rin);
-	if (share >= TL_SMOOTH_ONE)
-		return TL_THR_NEVER;
-	if (!share)
-		return TL_THR_ALWAYS;
-	return (__u32)((TL_SMOOTH_ONE - share) << 16);
+	return sm_pass_thr(ptot - pin, rtot - rin);
 }
 
 /* R̂ of count n under c: S, or max(S, F) in an onset (tiers.SmoothCoef.Estimate). */

@@ -166,29 +166,69 @@ type SmoothTable struct {
 	// the last tier), DESIGN.md §7 and §9.
 	ShedDrops []uint32
 	// LastN is the first R̂ beyond the table (Table.Len() << Shift): from
-	// it on, P(R̂) = PassBase + (R̂ − LastN) × PassLast / 2^16, and q is
-	// computed per tick (Beyond).
+	// it on, P(R̂) = PassBase / 2^16 + (R̂ − LastN) × (1 − LastThr / 2^32),
+	// and q is computed per tick (Beyond).
 	LastN uint64
 	// PassBase is P(LastN) in packets with 16 fractional bits.
 	PassBase uint64
+	// LastThr is the last tier's drop threshold on the prandom scale, the
+	// ordinal table's last entry (the program's tl_settings.last_thr):
+	// past LastN each packet adds 1 − LastThr / 2^32 to P.
+	LastThr uint32
 	// PassLast is the last tier's pass probability, 1 − drop, with 16
-	// fractional bits.
+	// fractional bits: the settings' sm_pass_last, which the program no
+	// longer reads (16 bits made a last tier of drop 99.99 % pass 7 %
+	// too much); kept so that the settings keep their layout.
 	PassLast uint64
 }
 
 // Beyond returns q(R̂) on the prandom scale for R̂ ≥ LastN, from the closed
-// form, in the integer arithmetic the program uses.
+// form, in the integer arithmetic the program uses (passThreshold): on the
+// 2^32 scale, so that a flood of 10⁶ × max, whose pass probability is
+// about 10⁻⁶, keeps its P(R̂) within 10⁻³ (DESIGN.md §9 property 5). R̂ is
+// below 2^47.
 func (t SmoothTable) Beyond(rhat uint64) uint32 {
 	rhat = max(rhat, t.LastN, 1)
-	p16 := t.PassBase + (rhat-t.LastN)*t.PassLast
-	ratio := p16 / rhat // pass probability, 16 fractional bits
-	if ratio >= 1<<16 {
-		return 0
+	return passThreshold(t.pass16(rhat), rhat)
+}
+
+// pass16 is P(R̂) with 16 fractional bits for R̂ ≥ LastN: the closed form
+// with the last tier's pass probability on 32 bits, no division, and no
+// product over 2^63 for R̂ − LastN below 2^47 (smooth.h sm_pass_beyond).
+func (t SmoothTable) pass16(rhat uint64) uint64 {
+	var pl uint64 // the last tier's pass probability, 32 fractional bits
+	if t.LastThr != AlwaysDrop {
+		pl = 1<<32 - uint64(t.LastThr)
 	}
-	if ratio == 0 {
+	d := rhat - t.LastN
+	return t.PassBase + (d>>16)*pl + (d&0xffff)*pl>>16
+}
+
+// passThreshold is the drop threshold of pass probability p16 / r, where
+// p16 is a count of passes with 16 fractional bits and r ≥ 1 a count of
+// packets: 2^32 − p16 × 2^16 / r, as the program computes it
+// (smooth.h sm_pass_thr). The product is exact while p16 < 2^48; past
+// that r ≥ p16 / 2^16 ≥ 2^32, and r is shifted down instead (a relative
+// error below 2^-32). The probability is never rounded to zero while p16 >
+// 0: its least value is 2 / 2^32, the least that AlwaysDrop (2^32 − 1)
+// leaves. 0 when it is 1 or more, AlwaysDrop when p16 is 0.
+func passThreshold(p16, r uint64) uint32 {
+	if p16 == 0 {
 		return AlwaysDrop
 	}
-	return uint32((1<<16 - ratio) << 16)
+	var ratio uint64
+	switch {
+	case p16 < 1<<48:
+		ratio = p16 << 16 / r
+	case r>>16 != 0:
+		ratio = p16 / (r >> 16)
+	default:
+		return 0
+	}
+	if ratio >= 1<<32 {
+		return 0
+	}
+	return uint32(1<<32 - max(ratio, 2))
 }
 
 // Smooth returns q(R̂) on the prandom scale and the tier of R̂, as the
@@ -230,6 +270,7 @@ func compileSmooth(t *Table) {
 	e := t.Expected(st.LastN)
 	st.PassBase = uint64(math.Round(e.Passed * (1 << 16)))
 	st.PassLast = uint64(math.Round((1 - DropRatio(t.Thresholds[n-1])) * (1 << 16)))
+	st.LastThr = t.Thresholds[n-1]
 	t.Smoothed = st
 	K := len(t.Bounds)
 	for k := 1; k <= K; k++ {
@@ -245,14 +286,15 @@ func compileSmooth(t *Table) {
 // a window offered r packets of which dropped are dropped in expectation:
 // 0 when nothing is, AlwaysDrop when everything is.
 func smoothThreshold(dropped float64, r uint64) uint32 {
-	if r == 0 || dropped <= 0 {
+	switch {
+	case r == 0 || dropped <= 0:
 		return 0
-	}
-	v := math.Round(dropped / float64(r) * (1 << 32))
-	if v >= AlwaysDrop {
+	case dropped >= float64(r):
 		return AlwaysDrop
 	}
-	return uint32(v)
+	// Short of AlwaysDrop while anything passes (DESIGN.md §9 property 5).
+	v := math.Round(dropped / float64(r) * (1 << 32))
+	return uint32(min(v, AlwaysDrop-1))
 }
 
 // ShareThreshold returns the drop threshold of an over-budget packet under
@@ -271,19 +313,15 @@ func (t Table) ShareThreshold(rin, rtot uint64) uint32 {
 	if ptot <= pin {
 		return AlwaysDrop
 	}
-	share := (ptot - pin) / (rtot - rin)
-	switch {
-	case share >= 1<<16:
-		return 0
-	case share == 0:
-		return AlwaysDrop
-	}
-	return uint32((1<<16 - share) << 16)
+	return passThreshold(ptot-pin, rtot-rin)
 }
 
-// pass16 is P(r) with 16 fractional bits, from the smooth table: r × (1 −
-// q(r)) with q at 16 bits.
+// pass16 is P(r) with 16 fractional bits: past the table the closed form
+// (SmoothTable.pass16), in it r × (1 − q(r)) with q at 16 bits.
 func (t Table) pass16(r uint64) uint64 {
+	if len(t.Smoothed.Thresholds) != 0 && r >= t.Smoothed.LastN {
+		return t.Smoothed.pass16(r)
+	}
 	_, thr := t.Smooth(r)
 	if thr == AlwaysDrop {
 		return 0

@@ -350,3 +350,67 @@ func TestModelSharingNoisy(t *testing.T) {
 		}
 	}
 }
+
+// weyl is a low-discrepancy stand-in for bpf_get_prandom_u32: the
+// additive recurrence by 2^32/φ from a seeded start. Over N draws the
+// count below any threshold is N × thr/2^32 within a few, so a run's
+// passes are its expectation within a few packets rather than within its
+// binomial noise, and a bias of a fraction of a percent shows.
+func weyl(seed uint64) func() uint32 {
+	x := uint32(seed * 0x9E3779B97F4A7C15 >> 32)
+	return func() uint32 {
+		x += 0x9E3779B9
+		return x
+	}
+}
+
+// Property 5 (DESIGN.md §9), huge floods: past the table q(R̂) is on the
+// 2^32 scale, so from 10³ to 10⁶ × max, for max 100 and 40,000 and the
+// last tier dropping all or nearly all, R̂ (1 − q(R̂)) is P(R̂) within
+// 10⁻³, and never 0 while P(R̂) > 0. On 16 bits it lost 13 % at 10⁴ × max
+// and passed nothing from 65,536 × P(R) on.
+func TestSmoothHugeFlood(t *testing.T) {
+	for _, max := range []uint64{100, 40_000} {
+		for _, last := range []Percent{Pct(100), PercentFromMicro(99_990_000)} {
+			p := smoothPolicy(ShapeSmooth)
+			p.Max = max
+			p.Tiers[len(p.Tiers)-1].Drop = last
+			tab := mustCompile(t, p)
+			for _, k := range []uint64{1e3, 3e3, 1e4, 65_536, 1e5, 3e5, 1e6} {
+				r := k * max
+				_, thr := tab.Smooth(r)
+				got := float64(r) * (1 - DropRatio(thr))
+				want := tab.Expected(r).Passed
+				if got <= 0 || math.Abs(got-want) > 1e-3*want {
+					t.Errorf("max %d last drop %v R %d × max: R(1-q) = %.2f, P(R) = %.2f", max, last, k, got, want)
+				}
+			}
+		}
+	}
+}
+
+// The same through the model, whose judgement past the table is this
+// q: steady floods of 10³ and 10⁴ × max (max 100, as many packets per
+// window as a test can run) pass P(R) per window from the second window
+// on, within 1 % and a few packets (weyl's draws), over seeds and tick
+// phases.
+func TestSmoothHugeFloodModel(t *testing.T) {
+	p := smoothPolicy(ShapeSmooth)
+	p.Max = 100
+	tab := mustCompile(t, p)
+	for _, k := range []float64{1e3, 1e4} {
+		R := k * float64(p.Max)
+		pr := tab.Expected(uint64(R)).Passed
+		for seed := range uint64(3) {
+			s := newStream(t, p, 0)
+			s.m.rand = weyl(seed)
+			s.now += seed * hz250 / 3 // the tick phase
+			s.run(R, 3)
+			got := sum10(s.passed[1])
+			t.Logf("R %.0f × max seed %d: window 1 passed %.0f, P(R) %.1f", k, seed, got, pr)
+			if got <= 0 || math.Abs(got-pr) > 0.01*pr+3 {
+				t.Errorf("R %.0f × max seed %d: window 1 passed %.0f, want %.1f ± 1%% + 3", k, seed, got, pr)
+			}
+		}
+	}
+}
