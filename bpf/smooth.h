@@ -33,20 +33,36 @@ static __always_inline __u64 sm_mul(__u64 x, __u64 y)
 	return (x * y) >> TL_SMOOTH_FRAC_BITS;
 }
 
-/* The drop threshold of pass probability p16 / r, p16 a count of passes
- * with 16 fractional bits and r >= 1 packets: 2^32 − p16 × 2^16 / r
- * (tiers.passThreshold). Exact while p16 < 2^48; past that r >= 2^32, and
- * r is shifted instead. Never TL_THR_ALWAYS while p16 > 0 (DESIGN.md §9
- * property 5): the least pass probability is 2 / 2^32. */
-static __always_inline __u32 sm_pass_thr(__u64 p16, __u64 r)
+/* The fractional bits of a count of passes are 16 − sm_pass_shift: 16 but
+ * for tables past 2^46 packets (shift over 26), whose counts would
+ * overflow 64 bits (tiers.SmoothTable.PassShift). */
+static __always_inline __u32 sm_pass_shift(const struct tl_settings *s)
 {
+	return s->shift > 26 ? s->shift - 26 : 0;
+}
+
+/* a × b >> k, exact while (a >> k) × b and 2^k × b are below 2^64
+ * (tiers.mulShr). */
+static __always_inline __u64 sm_mul_shr(__u64 a, __u64 b, __u32 k)
+{
+	return (a >> k) * b + (((a & ((1ULL << k) - 1)) * b) >> k);
+}
+
+/* The drop threshold of pass probability p / r, p a count of passes with
+ * 16 − ps fractional bits and r >= 1 packets: 2^32 − p × 2^(16+ps) / r
+ * (tiers.passThreshold). Exact while p < 2^(48−ps); past that r >= 2^32,
+ * and r is shifted instead. Never TL_THR_ALWAYS while p > 0 (DESIGN.md §9
+ * property 5): the least pass probability is 2 / 2^32. */
+static __always_inline __u32 sm_pass_thr(__u64 p, __u64 r, __u32 ps)
+{
+	__u32 k = 16 + (ps & 15);
 	__u64 ratio;
-	if (!p16)
+	if (!p)
 		return TL_THR_ALWAYS;
-	if (p16 < (1ULL << 48))
-		ratio = (p16 << 16) / r;
-	else if (r >> 16)
-		ratio = p16 / (r >> 16);
+	if (p < (1ULL << (64 - k)))
+		ratio = (p << k) / r;
+	else if (r >> k)
+		ratio = p / (r >> k);
 	else
 		return TL_THR_NEVER;
 	if (ratio >= (1ULL << 32))
@@ -56,16 +72,15 @@ static __always_inline __u32 sm_pass_thr(__u64 p16, __u64 r)
 	return (__u32)((1ULL << 32) - ratio);
 }
 
-/* P(R̂) past the table, 16 fractional bits, R̂ >= sm_last_n: the closed
- * form pass_base + (R̂ − sm_last_n) × the last tier's pass probability,
- * taken on 32 bits from last_thr (sm_pass_last's 16 bits made a last tier
- * of drop 99.99 % pass 7 % too much), in two products below 2^63 for
- * R̂ below 2^47 (tiers.SmoothTable.pass16). */
+/* P(R̂) past the table, 16 − sm_pass_shift fractional bits, R̂ >=
+ * sm_last_n: the closed form pass_base + (R̂ − sm_last_n) × the last
+ * tier's pass probability, taken on 32 bits from last_thr (sm_pass_last's
+ * 16 bits made a last tier of drop 99.99 % pass 7 % too much), for R̂
+ * below 2^(48 + sm_pass_shift) (tiers.SmoothTable.pass16). */
 static __always_inline __u64 sm_pass_beyond(const struct tl_settings *s, __u64 rhat)
 {
 	__u64 pl = s->last_thr == TL_THR_ALWAYS ? 0 : (1ULL << 32) - s->last_thr;
-	__u64 d = rhat - s->sm_last_n;
-	return s->sm_pass_base + (d >> 16) * pl + (((d & 0xffff) * pl) >> 16);
+	return s->sm_pass_base + sm_mul_shr(rhat - s->sm_last_n, pl, 16 + sm_pass_shift(s));
 }
 
 /* q(R̂) past the table, from the closed form, on the 2^32 scale: one
@@ -76,7 +91,7 @@ static __always_inline __u32 sm_beyond(const struct tl_settings *s, __u64 rhat)
 		rhat = s->sm_last_n;
 	if (!rhat)
 		rhat = 1;
-	return sm_pass_thr(sm_pass_beyond(s, rhat), rhat);
+	return sm_pass_thr(sm_pass_beyond(s, rhat), rhat, sm_pass_shift(s));
 }
 
 /* The tier and q(R̂) of an estimate: the smooth table's entry R̂ >> shift,
@@ -98,8 +113,8 @@ static __always_inline int sm_entry(const struct tl_settings *s, __u32 slot, str
 	return 1;
 }
 
-/* P(r) with 16 fractional bits (tiers.Table.pass16): past the table the
- * closed form, in it r × (1 − q(r)) with q at 16 bits. */
+/* P(r) with 16 − sm_pass_shift fractional bits (tiers.Table.pass16): past
+ * the table the closed form, in it r × (1 − q(r)) with q at 16 bits. */
 static __always_inline __u64 sm_pass16(const struct tl_settings *s, __u32 slot, struct tl_smooth_cpu *c, __u64 r)
 {
 	__u32 tier, thr;
@@ -109,7 +124,7 @@ static __always_inline __u64 sm_pass16(const struct tl_settings *s, __u32 slot, 
 		return 0;
 	if (thr == TL_THR_ALWAYS)
 		return 0;
-	return r * (TL_SMOOTH_ONE - (thr >> 16));
+	return sm_mul_shr(r, TL_SMOOTH_ONE - (thr >> 16), sm_pass_shift(s));
 }
 
 /* The over-budget packets' threshold when the in-budget expectation is rin
@@ -128,7 +143,7 @@ static __always_inline __u32 sm_share(const struct tl_settings *s, __u32 slot, s
 	__u64 pin = sm_pass16(s, slot, c, rin), ptot = sm_pass16(s, slot, c, rtot);
 	if (ptot <= pin)
 		return TL_THR_ALWAYS;
-	return sm_pass_thr(ptot - pin, rtot - rin);
+	return sm_pass_thr(ptot - pin, rtot - rin, sm_pass_shift(s));
 }
 
 /* R̂ of count n under c: S, or max(S, F) in an onset (tiers.SmoothCoef.Estimate). */

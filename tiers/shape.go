@@ -169,8 +169,15 @@ type SmoothTable struct {
 	// it on, P(R̂) = PassBase / 2^16 + (R̂ − LastN) × (1 − LastThr / 2^32),
 	// and q is computed per tick (Beyond).
 	LastN uint64
-	// PassBase is P(LastN) in packets with 16 fractional bits.
+	// PassBase is P(LastN) in packets with 16 − PassShift fractional
+	// bits.
 	PassBase uint64
+	// PassShift is 0 but for tables past 2^46 packets (Shift over 26),
+	// whose counts of passes would overflow 64 bits at 16 fractional
+	// bits: every count of passes of the smooth shape (PassBase, pass16)
+	// then has 16 − PassShift (at least 11) fractional bits. The program
+	// derives it from the settings' shift (smooth.h sm_pass_shift).
+	PassShift uint
 	// LastThr is the last tier's drop threshold on the prandom scale, the
 	// ordinal table's last entry (the program's tl_settings.last_thr):
 	// past LastN each packet adds 1 − LastThr / 2^32 to P.
@@ -186,42 +193,51 @@ type SmoothTable struct {
 // form, in the integer arithmetic the program uses (passThreshold): on the
 // 2^32 scale, so that a flood of 10⁶ × max, whose pass probability is
 // about 10⁻⁶, keeps its P(R̂) within 10⁻³ (DESIGN.md §9 property 5). R̂ is
-// below 2^47.
+// below 2^(48 + PassShift).
 func (t SmoothTable) Beyond(rhat uint64) uint32 {
 	rhat = max(rhat, t.LastN, 1)
-	return passThreshold(t.pass16(rhat), rhat)
+	return passThreshold(t.pass16(rhat), rhat, t.PassShift)
 }
 
-// pass16 is P(R̂) with 16 fractional bits for R̂ ≥ LastN: the closed form
-// with the last tier's pass probability on 32 bits, no division, and no
-// product over 2^63 for R̂ − LastN below 2^47 (smooth.h sm_pass_beyond).
+// pass16 is P(R̂) with 16 − PassShift fractional bits for R̂ ≥ LastN: the
+// closed form with the last tier's pass probability on 32 bits, no
+// division (smooth.h sm_pass_beyond).
 func (t SmoothTable) pass16(rhat uint64) uint64 {
 	var pl uint64 // the last tier's pass probability, 32 fractional bits
 	if t.LastThr != AlwaysDrop {
 		pl = 1<<32 - uint64(t.LastThr)
 	}
-	d := rhat - t.LastN
-	return t.PassBase + (d>>16)*pl + (d&0xffff)*pl>>16
+	return t.PassBase + mulShr(rhat-t.LastN, pl, 16+t.PassShift)
 }
 
-// passThreshold is the drop threshold of pass probability p16 / r, where
-// p16 is a count of passes with 16 fractional bits and r ≥ 1 a count of
-// packets: 2^32 − p16 × 2^16 / r, as the program computes it
-// (smooth.h sm_pass_thr). The product is exact while p16 < 2^48; past
-// that r ≥ p16 / 2^16 ≥ 2^32, and r is shifted down instead (a relative
-// error below 2^-32). The probability is never rounded to zero while p16 >
-// 0: its least value is 2 / 2^32, the least that AlwaysDrop (2^32 − 1)
-// leaves. 0 when it is 1 or more, AlwaysDrop when p16 is 0.
-func passThreshold(p16, r uint64) uint32 {
-	if p16 == 0 {
+// mulShr is a × b >> k, exact, while (a >> k) × b and 2^k × b are below
+// 2^64 (smooth.h sm_mul_shr).
+func mulShr(a, b uint64, k uint) uint64 {
+	return (a>>k)*b + (a&(1<<k-1))*b>>k
+}
+
+// smoothPassShift is SmoothTable.PassShift of a table at step 2^shift.
+func smoothPassShift(shift uint) uint { return max(shift, 26) - 26 }
+
+// passThreshold is the drop threshold of pass probability p / r, where p
+// is a count of passes with 16 − ps fractional bits and r ≥ 1 a count of
+// packets: 2^32 − p × 2^(16+ps) / r, as the program computes it
+// (smooth.h sm_pass_thr). The product is exact while p < 2^(48−ps); past
+// that r ≥ 2^32, and r is shifted down instead (a relative error below
+// 2^-32). The probability is never rounded to zero while p > 0: its least
+// value is 2 / 2^32, the least that AlwaysDrop (2^32 − 1) leaves. 0 when
+// it is 1 or more, AlwaysDrop when p is 0.
+func passThreshold(p, r uint64, ps uint) uint32 {
+	if p == 0 {
 		return AlwaysDrop
 	}
+	k := 16 + ps
 	var ratio uint64
 	switch {
-	case p16 < 1<<48:
-		ratio = p16 << 16 / r
-	case r>>16 != 0:
-		ratio = p16 / (r >> 16)
+	case p < 1<<(64-k):
+		ratio = p << k / r
+	case r>>k != 0:
+		ratio = p / (r >> k)
 	default:
 		return 0
 	}
@@ -268,7 +284,8 @@ func compileSmooth(t *Table) {
 	}
 	st.LastN = uint64(n) << t.Shift
 	e := t.Expected(st.LastN)
-	st.PassBase = uint64(math.Round(e.Passed * (1 << 16)))
+	st.PassShift = smoothPassShift(t.Shift)
+	st.PassBase = uint64(math.Round(e.Passed * float64(uint64(1)<<(16-st.PassShift))))
 	st.PassLast = uint64(math.Round((1 - DropRatio(t.Thresholds[n-1])) * (1 << 16)))
 	st.LastThr = t.Thresholds[n-1]
 	t.Smoothed = st
@@ -313,11 +330,12 @@ func (t Table) ShareThreshold(rin, rtot uint64) uint32 {
 	if ptot <= pin {
 		return AlwaysDrop
 	}
-	return passThreshold(ptot-pin, rtot-rin)
+	return passThreshold(ptot-pin, rtot-rin, t.Smoothed.PassShift)
 }
 
-// pass16 is P(r) with 16 fractional bits: past the table the closed form
-// (SmoothTable.pass16), in it r × (1 − q(r)) with q at 16 bits.
+// pass16 is P(r) with 16 − PassShift fractional bits: past the table the
+// closed form (SmoothTable.pass16), in it r × (1 − q(r)) with q at 16
+// bits.
 func (t Table) pass16(r uint64) uint64 {
 	if len(t.Smoothed.Thresholds) != 0 && r >= t.Smoothed.LastN {
 		return t.Smoothed.pass16(r)
@@ -326,5 +344,5 @@ func (t Table) pass16(r uint64) uint64 {
 	if thr == AlwaysDrop {
 		return 0
 	}
-	return r * (1<<16 - uint64(thr>>16))
+	return mulShr(r, 1<<16-uint64(thr>>16), t.Smoothed.PassShift)
 }

@@ -414,3 +414,30 @@ func TestSmoothHugeFloodModel(t *testing.T) {
 		}
 	}
 }
+
+// Issue 32 row 11: the largest valid config, max 2^40 with a tier at
+// 100000 % (T = 2^40 × 1000, past 2^48 packets), keeps P(R̂) and the
+// over-budget share right past the table: P at 16 fractional bits
+// overflowed 64 bits there, and q read 0.94 where 0.25 is right.
+func TestSmoothTableHuge(t *testing.T) {
+	p := smoothPolicy(ShapeSmooth)
+	p.Max = MaxPackets
+	p.Tiers = []Tier{{Pct(50), Pct(10)}, {Pct(MaxAtPercent), Pct(25)}}
+	tab := mustCompile(t, p)
+	last := tab.Smoothed.LastN
+	for _, r := range []uint64{last / 3, last - 1, last, last + 1, 2 * last, 1 << 52 / 3 * 2} {
+		_, thr := tab.Smooth(r)
+		got := float64(r) * (1 - DropRatio(thr))
+		want := tab.Expected(r).Passed
+		if math.Abs(got-want) > 1e-3*want {
+			t.Errorf("R %d (%.3g × LastN): R(1-q) = %.4g (q %.4f), P(R) = %.4g", r, float64(r)/float64(last), got, DropRatio(thr), want)
+		}
+	}
+	// Over-budget packets beyond in-budget ones past the table pass at
+	// the last tier's rate.
+	rin := last + last/4
+	thr := tab.ShareThreshold(rin, 2*rin)
+	if q := DropRatio(thr); math.Abs(q-0.25) > 1e-3 {
+		t.Errorf("share past the table: q %.4f, want 0.25", q)
+	}
+}
