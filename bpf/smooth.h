@@ -102,7 +102,7 @@ static __always_inline int sm_entry(const struct tl_settings *s, __u32 slot, str
 				    __u64 rhat, __u32 *tier, __u32 *thr)
 {
 	if (rhat < s->sm_last_n)
-		return tier_entry(s, slot, rhat, tier, thr);
+		return table_entry(s, slot, rhat, tier, thr);
 	*tier = s->last_tier;
 	__u64 d = rhat > c->hi_r ? rhat - c->hi_r : c->hi_r - rhat;
 	if (!c->hi_r || d > c->hi_r >> 10) {
@@ -120,7 +120,7 @@ static __always_inline __u64 sm_pass16(const struct tl_settings *s, __u32 slot, 
 	__u32 tier, thr;
 	if (r >= s->sm_last_n)
 		return sm_pass_beyond(s, r);
-	if (!tier_entry(s, slot, r, &tier, &thr))
+	if (!table_entry(s, slot, r, &tier, &thr))
 		return 0;
 	if (thr == TL_THR_ALWAYS)
 		return 0;
@@ -138,7 +138,7 @@ static __always_inline __u32 sm_share(const struct tl_settings *s, __u32 slot, s
 	if (rtot <= rin + 1) {
 		if (rin + 1 >= s->sm_last_n)
 			return sm_beyond(s, rin + 1);
-		return tier_entry(s, slot, rin + 1, &tier, &thr) ? thr : TL_THR_NEVER;
+		return table_entry(s, slot, rin + 1, &tier, &thr) ? thr : TL_THR_NEVER;
 	}
 	__u64 pin = sm_pass16(s, slot, c, rin), ptot = sm_pass16(s, slot, c, rtot);
 	if (ptot <= pin)

@@ -198,3 +198,31 @@ func TestSmoothHugeFloodProgram(t *testing.T) {
 		}
 	}
 }
+
+// Issue 32 row 5 in the program: R̂ in the band [last_n, sm_last_n),
+// where the ordinal table's last tier has begun but the smooth table still
+// runs, takes the smooth table's q (the model's: tiers.Table.Smooth), not
+// the last tier's drop: the default tiers pass 88 % there, where the
+// program dropped every packet. At max 10^8 the table's step is 2^7 and the
+// band 128 packets wide; at max 40,000 it is R̂ = T_last alone.
+func TestSmoothBandProgram(t *testing.T) {
+	for _, max := range []uint64{40_000, 1e8} {
+		p := tiers.Default()
+		p.Window, p.Max = time.Minute, max
+		h := newHarnessOpts(t, p, bpf.Options{})
+		lastN := h.tab.TierStart(len(h.tab.Bounds))
+		h.injectEstimate(lastN - 1)
+		st := h.stats()
+		before := st.SelectedTotal(tiers.VerdictPass).Packets
+		const n = 2000
+		h.repeat(UDP4(t, 514), n)
+		st = h.stats()
+		got := float64(st.SelectedTotal(tiers.VerdictPass).Packets - before)
+		_, thr := h.tab.Smooth(lastN)
+		pass := 1 - tiers.DropRatio(thr)
+		t.Logf("max %d, R̂ %d in [%d, %d): passed %.0f of %d, model %.1f", max, lastN, lastN, h.tab.Smoothed.LastN, got, n, n*pass)
+		if math.Abs(got-n*pass) > 5*math.Sqrt(n*pass*(1-pass))+1 {
+			t.Errorf("max %d, R̂ %d in the band: passed %.0f of %d, want %.1f ± 5σ", max, lastN, got, n, n*pass)
+		}
+	}
+}

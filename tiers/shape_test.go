@@ -441,3 +441,27 @@ func TestSmoothTableHuge(t *testing.T) {
 		t.Errorf("share past the table: q %.4f, want 0.25", q)
 	}
 }
+
+// Issue 32 row 5: the band [T_last, LastN), where the ordinal shape's last
+// tier has begun but the smooth table still runs, takes the smooth table's
+// q, not the last tier's drop: R̂ (1 − q) is P(R̂), at a step of 1 (max
+// 40,000) and of 2^7 (max 10^8).
+func TestSmoothBand(t *testing.T) {
+	for _, m := range []uint64{40_000, 1e8} {
+		p := smoothPolicy(ShapeSmooth)
+		p.Max = m
+		tab := mustCompile(t, p)
+		first := tab.TierStart(len(tab.Bounds))
+		if first >= tab.Smoothed.LastN {
+			t.Fatalf("max %d: no band: T_last %d, LastN %d", m, first, tab.Smoothed.LastN)
+		}
+		for r := first - 1; r <= tab.Smoothed.LastN; r += max(1, (tab.Smoothed.LastN-first)/7) {
+			_, thr := tab.Smooth(r)
+			got := float64(r) * (1 - DropRatio(thr))
+			want := tab.Expected(r).Passed
+			if got <= 0 || math.Abs(got-want) > 1e-3*want {
+				t.Errorf("max %d R %d in [%d, %d): R(1-q) = %.1f, P(R) = %.1f", m, r, first, tab.Smoothed.LastN, got, want)
+			}
+		}
+	}
+}
