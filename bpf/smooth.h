@@ -146,6 +146,17 @@ static __always_inline __u32 sm_share(const struct tl_settings *s, __u32 slot, s
 	return sm_pass_thr(ptot - pin, rtot - rin, sm_pass_shift(s));
 }
 
+/* The over-budget threshold of (rin, rtot), memoised in c: a function of
+ * its own (a BPF-to-BPF call), so that the share's lookups and division
+ * take no room in the callers' stack frame. */
+static __noinline void sm_share_memo(struct tl_smooth_cpu *c, const struct tl_settings *s, __u32 slot, __u64 rin,
+				     __u64 rtot)
+{
+	c->ex_r = rtot ? rtot : 1;
+	c->ex_rin = rin;
+	c->ex_thr = sm_share(s, slot & (TL_SLOTS - 1), c, rin, rtot);
+}
+
 /* R̂ of count n under c: S, or max(S, F) in an onset (tiers.SmoothCoef.Estimate). */
 static __always_inline __u64 sm_estimate(__u64 n, __u64 base, __u64 mult, int onset)
 {
@@ -157,6 +168,20 @@ static __always_inline __u64 sm_estimate(__u64 n, __u64 base, __u64 mult, int on
 static __always_inline int sm_onset(__u64 n, __u64 base, __u64 mult)
 {
 	return n >= TL_SMOOTH_ONSET_MIN && sm_mul(n, mult) > 2 * (n + base);
+}
+
+/* This CPU's own over-budget packets of window id (its overflow slot). */
+static __always_inline __u64 sm_own_ex(__u64 id)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct tl_overflow *o = bpf_map_lookup_elem(&overflow, &cpu);
+	return o && o->window[id & 1] == id ? o->ex[id & 1] : 0;
+}
+
+/* Whether a is within b/1024 of b (tiers.near). */
+static __always_inline int sm_near(__u64 a, __u64 b)
+{
+	return (a > b ? a - b : b - a) <= b >> 10;
 }
 
 /* This CPU's estimate of window id at tick, refreshed when either changed
@@ -172,6 +197,12 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 	struct tl_smooth_cpu *c = bpf_map_lookup_elem(&smooth_cpu, &zero);
 	if (!c || (c->id == id + 1 && c->tick == tick && c->slot == slot))
 		return c;
+	if (c->id != id + 1) {
+		/* This CPU's first refresh in the window: the in-budget rate
+		 * is measured from the window's start (tiers.Model.refresh). */
+		c->ref_tick = c->cand_tick = READ_ONCE(w->start_tick);
+		c->ref_n = c->cand_n = 0;
+	}
 	c->id = id + 1;
 	c->tick = tick;
 	c->slot = slot;
@@ -187,7 +218,6 @@ static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, 
 				  __u64 in)
 {
 	__u64 id = c->id - 1, tick = c->tick;
-	__u32 slot = c->slot & (TL_SLOTS - 1);
 	__u64 j = s->sm_ticks ? s->sm_ticks : 1;
 	__u64 start = READ_ONCE(w->start_tick);
 	__u64 e = tick > start ? tick - start : 0;
@@ -214,18 +244,41 @@ static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, 
 	c->mult = (1ULL << (2 * TL_SMOOTH_FRAC_BITS)) / (f > TL_SMOOTH_MIN_FRAC ? f : TL_SMOOTH_MIN_FRAC);
 	c->ovf = x.sum;
 	c->ex = x.ex + READ_ONCE(w->ex_count);
-	c->ex_thr = TL_THR_NEVER;
+	c->ex_own = sm_own_ex(id);
+	c->ex_r = 0;
 	if (s->src_budget) {
+		/* The in-budget rate's reference (tiers.SmoothRateRef) and
+		 * multiplier (tiers.SmoothState.RateMult). */
 		__u64 n = in + x.sum;
-		int onset = READ_ONCE(w->onset) == id + 1;
-		if (!onset && sm_onset(n + c->ex, c->base_tot, c->mult)) {
-			w->onset = id + 1;
-			onset = 1;
+		__u64 d = j >> 4;
+		if (tick >= c->cand_tick + (d ? d : 1)) {
+			c->ref_tick = c->cand_tick;
+			c->ref_n = c->cand_n;
+			c->cand_tick = tick;
+			c->cand_n = n;
 		}
-		__u64 rin = n > c->prev_in ? n : c->prev_in;
-		__u64 rtot = sm_estimate(n + c->ex, c->base_tot, c->mult, onset);
-		c->ex_thr = sm_share(s, slot, c, rin, rtot);
+		__u64 dt = tick > c->ref_tick ? tick - c->ref_tick : 0;
+		if (e >= j)
+			c->k_in = 0;
+		else if (dt >= e)
+			c->k_in = c->mult - TL_SMOOTH_ONE;
+		else
+			c->k_in = ((2 * (j - e) - 1) << TL_SMOOTH_FRAC_BITS) / (2 * dt + 1);
 	}
+}
+
+/* R̂ of the in-budget count n with budgets on (tiers.Model.inEstimate): S,
+ * and in an onset the count extrapolated by its recent rate, n + (n −
+ * ref_n) × k_in, when that is more. A relay's in-budget count stops
+ * growing once its budget is spent, so its rate falls to 0; a surge from
+ * many groups, each within its budget, keeps its rate. */
+static __always_inline __u64 sm_in_estimate(const struct tl_smooth_cpu *c, __u64 n, int onset)
+{
+	__u64 s = n + c->base_in;
+	if (!onset)
+		return s;
+	__u64 f = n + sm_mul(n > c->ref_n ? n - c->ref_n : 0, c->k_in);
+	return f > s ? f : s;
 }
 
 /* A uniform 32-bit draw from this CPU's xorshift64* generator (Vigna,
@@ -275,7 +328,7 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 	/* Without budgets every selected packet is in budget: the previous
 	 * window's over-budget packets (a policy with budgets before a reload)
 	 * were offered too, so S takes all of them (base_tot). */
-	__u64 rhat = s->src_budget ? n + c->base_in : sm_estimate(n, c->base_tot, c->mult, onset);
+	__u64 rhat = s->src_budget ? sm_in_estimate(c, n, onset) : sm_estimate(n, c->base_tot, c->mult, onset);
 	return sm_entry(s, slot, c, rhat, tier, thr) ? c : NULL;
 }
 
@@ -304,6 +357,26 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		struct tl_smooth_cpu *c = sm_coef(w, s, slot, id, tick, in);
 		if (!c)
 			return 0;
+		/* Judged per packet on the live counts: the window's in-budget
+		 * count (with the per-CPU counts past saturation as summed at
+		 * this CPU's tick), and the over-budget count summed at the
+		 * tick plus what this CPU counted since. */
+		__u64 n = in >= s->last_n ? in + c->ovf : in;
+		__u64 own = sm_own_ex(id);
+		__u64 all = n + c->ex + (own > c->ex_own ? own - c->ex_own : 0);
+		int onset = READ_ONCE(w->onset) == id + 1;
+		if (!onset && sm_onset(all, c->base_tot, c->mult)) {
+			w->onset = id + 1;
+			onset = 1;
+		}
+		__u64 rtot = sm_estimate(all, c->base_tot, c->mult, onset);
+		__u64 rin = n > c->prev_in ? n : c->prev_in;
+		if (onset) {
+			__u64 f = sm_in_estimate(c, n, 1);
+			rin = f > rin ? f : rin;
+		}
+		if (!c->ex_r || !sm_near(rtot, c->ex_r) || !sm_near(rin, c->ex_rin))
+			sm_share_memo(c, s, slot, rin, rtot);
 		*thr = c->ex_thr;
 		return 1;
 	}

@@ -63,8 +63,16 @@ type Model struct {
 	coefTick  uint64
 	coef      SmoothCoef // of the in-budget count
 	coefTot   SmoothCoef // of all selected packets
-	exThr     uint32     // the over-budget threshold of this tick (smooth)
+	exThr     uint32     // the over-budget threshold, memo of (exR, exRin)
+	exR       uint64     // R̂ of all selected packets exThr was computed for; 0: none
+	exRin     uint64     // and the in-budget expectation
 	lastEstim uint64     // R̂ of the latest in-budget packet (smooth)
+
+	// The in-budget count's recent rate, with budgets on (SmoothRate):
+	// the reference sample (tick, count) it is measured from, the next
+	// one, and the per-tick multiplier of the count since the reference.
+	refTick, refN, candTick, candN uint64
+	kIn                            uint64
 }
 
 // NewModel returns a model of policy p compiled as t, with no window open.
@@ -259,14 +267,33 @@ func (m *Model) refresh(nowNs uint64) {
 	if m.coefID == m.opened && m.coefTick == tick {
 		return
 	}
+	if m.coefID != m.opened {
+		m.refTick, m.refN, m.candTick, m.candN = m.startTick, 0, m.startTick, 0
+	}
 	m.coefID, m.coefTick = m.opened, tick
 	st := SmoothState{Elapsed: tick - min(tick, m.startTick), Ticks: m.ticks(), Gap: m.gap, Prev: m.prev}
 	m.coef = st.Coef()
 	st.Prev += m.prevEx
 	m.coefTot = st.Coef()
-	m.onset = m.onset || m.coefTot.Onset(m.count+m.ex)
-	rtot := m.coefTot.Estimate(m.count+m.ex, m.onset)
-	m.exThr = m.table.ShareThreshold(max(m.count, m.coef.Prev), rtot)
+	m.refTick, m.refN, m.candTick, m.candN = SmoothRateRef(st.Ticks, tick, m.count, m.refTick, m.refN, m.candTick, m.candN)
+	m.kIn = st.RateMult(tick-min(tick, m.refTick), m.coefTot.Mult)
+	m.exR = 0
+}
+
+// inEstimate is R̂ of the in-budget count n with budgets on: the sliding
+// count S, and in an onset the count extrapolated by its recent rate
+// (SmoothState.RateMult) when that is more. A relay whose budget is spent
+// adds nothing to its in-budget count, so its rate falls to 0 within
+// two reference spans; a surge from many groups, each within its budget,
+// keeps its rate, and is judged on it as a surge without budgets is.
+func (m *Model) inEstimate(n uint64) uint64 {
+	s := m.coef.Sliding(n)
+	if m.onset {
+		if f := n + mulShift(n-min(n, m.refN), m.kIn); f > s {
+			return f
+		}
+	}
+	return s
 }
 
 // smooth judges an in-budget packet of the smooth shape: R̂ and its tier
@@ -279,7 +306,7 @@ func (m *Model) refresh(nowNs uint64) {
 func (m *Model) smooth(nowNs uint64) (int, uint32) {
 	m.refresh(nowNs)
 	m.onset = m.onset || m.coefTot.Onset(m.count+m.ex)
-	rhat := m.coef.Sliding(m.count)
+	rhat := m.inEstimate(m.count)
 	if m.sketch == nil {
 		// Without budgets every selected packet is in budget: the previous
 		// window's over-budget packets (under a policy with budgets before
@@ -304,8 +331,7 @@ func (m *Model) overBudget(nowNs uint64) Decision {
 	m.ex++
 	var thr uint32
 	if m.table.Shape == ShapeSmooth {
-		m.refresh(nowNs)
-		thr = m.exThr
+		thr = m.overSmooth(nowNs)
 	} else {
 		_, thr = m.table.Lookup(max(m.count, m.expectIn) + m.ex)
 	}
@@ -313,6 +339,35 @@ func (m *Model) overBudget(nowNs uint64) Decision {
 		d.Verdict = m.mode.dropVerdict()
 	}
 	return d
+}
+
+// overSmooth is the threshold of an over-budget packet under ShapeSmooth,
+// judged per packet on the live counts (this one included): the onset
+// latched on all selected packets, R̂ of all of them, the in-budget
+// expectation max(n, the previous window's, R̂_in in an onset), and the
+// share of the passes the in-budget ones leave (Table.ShareThreshold),
+// reused while both estimates stay within 1/1024 of those it was computed
+// for.
+func (m *Model) overSmooth(nowNs uint64) uint32 {
+	m.refresh(nowNs)
+	all := m.count + m.ex
+	m.onset = m.onset || m.coefTot.Onset(all)
+	rtot := m.coefTot.Estimate(all, m.onset)
+	rin := max(m.count, m.coef.Prev)
+	if m.onset {
+		rin = max(rin, m.inEstimate(m.count))
+	}
+	if m.exR == 0 || !near(rtot, m.exR) || !near(rin, m.exRin) {
+		m.exR, m.exRin = max(rtot, 1), rin
+		m.exThr = m.table.ShareThreshold(rin, rtot)
+	}
+	return m.exThr
+}
+
+// near reports whether a is within b/1024 of b (smooth.h sm_near).
+func near(a, b uint64) bool {
+	d := max(a, b) - min(a, b)
+	return d <= b>>10
 }
 
 // Estimate returns R̂ of the latest in-budget packet under ShapeSmooth.

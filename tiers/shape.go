@@ -114,6 +114,39 @@ func (st SmoothState) Coef() SmoothCoef {
 	return c
 }
 
+// SmoothRateRef moves the reference of the in-budget count's recent rate
+// (DESIGN.md §6, §9 property 3, with budgets on) at a refresh at tick with
+// the window's in-budget count n: once the candidate sample is D =
+// max(Ticks/16, 1) ticks old it becomes the reference, and (tick, n) the
+// candidate. A window starts with both at (its start tick, 0), so the rate
+// is the rate since the window opened for its first D ticks, then over the
+// last D to 2D ticks. Returns the new reference and candidate.
+func SmoothRateRef(ticks, tick, n, refTick, refN, candTick, candN uint64) (uint64, uint64, uint64, uint64) {
+	if tick >= candTick+max(ticks/16, 1) {
+		refTick, refN, candTick, candN = candTick, candN, tick, n
+	}
+	return refTick, refN, candTick, candN
+}
+
+// RateMult is the multiplier that extrapolates the in-budget count by its
+// recent rate: the packets since the reference, dt ticks before this tick,
+// counted over dt + ½ ticks, are expected again in each such span of the
+// rest of the window (Ticks − Elapsed − ½ ticks), SmoothFracBits
+// fractional bits. With the reference at the window's start (dt ≥
+// Elapsed) it is mult − 1 (SmoothCoef.Mult), so that the in-budget
+// estimate n + n × RateMult is F, held to 32 n early in the window.
+func (st SmoothState) RateMult(dt, mult uint64) uint64 {
+	j := max(st.Ticks, 1)
+	e := min(st.Elapsed, j)
+	switch {
+	case e >= j:
+		return 0
+	case dt >= e:
+		return mult - 1<<SmoothFracBits
+	}
+	return (2*(j-e) - 1) << SmoothFracBits / (2*dt + 1)
+}
+
 // mulShift is x × y >> SmoothFracBits without overflow for any x below
 // 2^48.
 func mulShift(x, y uint64) uint64 {

@@ -465,3 +465,97 @@ func TestSmoothBand(t *testing.T) {
 		}
 	}
 }
+
+// onsetRun sends a flood from idle at rate packets per window for dur ns
+// (evenly spaced, from groups sources in turn; 0 groups: Packet, no
+// source) into a fresh model with the given seed, starting phase ns into a
+// tick, and returns the first window's passes by tenth.
+func onsetRun(t *testing.T, p Policy, tab Table, seed uint64, phase uint64, rate float64, dur uint64, groups int) [10]float64 {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	m := NewModel(p, tab, r.Uint32)
+	m.SetTick(hz250)
+	if groups > 0 {
+		m.SetSketchSeeds(randomSeeds(r))
+	}
+	w := uint64(p.Window)
+	start := 1e9 + phase
+	gap := float64(w) / rate
+	var out [10]float64
+	for k := 0; ; k++ {
+		at := start + uint64(float64(k)*gap)
+		if at >= start+min(dur, w) {
+			break
+		}
+		var d Decision
+		if groups > 0 {
+			src := netip.AddrFrom4([4]byte{10, byte(k % groups >> 16), byte(k % groups >> 8), byte(k % groups)})
+			d = m.PacketFrom(at, src)
+		} else {
+			d = m.Packet(at)
+		}
+		if d.Verdict == VerdictPass {
+			out[(at-start)*10/w]++
+		}
+	}
+	return out
+}
+
+// Property 3 (DESIGN.md §9) over 100 seeds and tick phases each: from
+// idle to 10 × max, the first window passes at most 1.1 × P(R) in the
+// mean, no run over 1.25 × P(R), no tenth over 0.25 × max; without
+// budgets, with budgets on for a flood from one group (all but its budget
+// over it) and from ten thousand groups each within its budget; and for a
+// flood of a single tick at 10³ × max (R its packets), with budgets as
+// without. The mean is stated with its spread (standard deviation over
+// runs). Before issue 32, budgets on: the ten thousand groups' first
+// window passed 3.45 × P(R) (in-budget packets were never extrapolated);
+// the one group's 1.43 × (its first tick's over-budget threshold was that
+// of no flood).
+func TestSmoothOnsetSeeds(t *testing.T) {
+	const runs = 100
+	for _, c := range []struct {
+		name   string
+		groups int
+		budget bool
+		rate   float64 // × max per window
+		ticks  uint64  // flood length; 0: the whole window
+	}{
+		{"no budgets", 0, false, 10, 0},
+		{"budgets, one group", 1, true, 10, 0},
+		{"budgets, 10^4 groups", 10_000, true, 10, 0},
+		{"no budgets, one tick", 0, false, 1000, 1},
+		{"budgets, one group, one tick", 1, true, 1000, 1},
+		{"budgets, 10^4 groups, one tick", 10_000, true, 1000, 1},
+	} {
+		p := smoothPolicy(ShapeSmooth)
+		if c.budget {
+			p.Sources = Sources{Budget: Pct(10), PrefixV4: 32, PrefixV6: 64}
+		}
+		tab := mustCompile(t, p)
+		rate := c.rate * float64(p.Max)
+		dur := uint64(p.Window)
+		if c.ticks > 0 {
+			dur = c.ticks * hz250
+		}
+		R := uint64(math.Ceil(rate * float64(dur) / float64(p.Window)))
+		pr := tab.Expected(R).Passed
+		var sum, sq, worst, most float64
+		for seed := range uint64(runs) {
+			out := onsetRun(t, p, tab, seed, seed*hz250/runs, rate, dur, c.groups)
+			x := sum10(out) / pr
+			sum += x
+			sq += x * x
+			worst = max(worst, x)
+			for _, v := range out {
+				most = max(most, v)
+			}
+		}
+		mean := sum / runs
+		sd := math.Sqrt(max(sq/runs-mean*mean, 0))
+		t.Logf("%s: R %d, first window %.3f × P(R) ± %.3f (sd), most %.3f, largest tenth %.0f", c.name, R, mean, sd, worst, most)
+		if mean > 1.1 || worst > 1.25 || most > 0.25*float64(p.Max) {
+			t.Errorf("%s: first window %.3f × P(R) in the mean (want ≤ 1.1), %.3f at most (≤ 1.25), largest tenth %.0f (≤ %.0f)", c.name, mean, worst, most, 0.25*float64(p.Max))
+		}
+	}
+}
