@@ -94,4 +94,3 @@ func BenchmarkLiveFramesSmoothBefore(b *testing.B) {
 	b.ReportMetric(best[0]/best[1], "x-before")
 	b.ReportMetric(0, "ns/op")
 }
-
