@@ -174,7 +174,7 @@ func (h *harness) smoothCPU() bpf.LimiterTlSmoothCpu {
 // from 65,536 × max.
 func TestSmoothHugeFloodProgram(t *testing.T) {
 	p := tiers.Default()
-	p.Window = time.Minute
+	p.Window = 20 * time.Second
 	h := newHarnessOpts(t, p, bpf.Options{})
 	frame := UDP4(t, 514)
 	for _, k := range []uint64{1e4, 1e5, 1e6} {
@@ -219,7 +219,7 @@ func TestSmoothHugeFloodProgram(t *testing.T) {
 func TestSmoothBandProgram(t *testing.T) {
 	for _, max := range []uint64{40_000, 1e8} {
 		p := tiers.Default()
-		p.Window, p.Max = time.Minute, max
+		p.Window, p.Max = 20*time.Second, max
 		h := newHarnessOpts(t, p, bpf.Options{})
 		lastN := h.tab.TierStart(len(h.tab.Bounds))
 		h.injectEstimate(lastN - 1)

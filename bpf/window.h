@@ -222,9 +222,14 @@ static __always_inline void window_open(struct tl_window *w, const struct tl_set
 	__u64 id = w->opened;
 	w->start_jiffies = jiffies;
 	w->start_tick = tick;
-	__sync_lock_test_and_set(&w->overflowed, TL_OVF_CLOSED | (id + 1));
+	__u64 ov = __sync_lock_test_and_set(&w->overflowed, TL_OVF_CLOSED | (id + 1));
 	__u64 prev = __sync_lock_test_and_set(&w->count, 1);
 	w->last_count = prev;
+	/* The ordinal budgets' expectation takes the window's true count, its
+	 * CPUs' overflow included, as tiers.Model does (once per window). */
+	__u64 all = prev;
+	if (ov == id + 1)
+		all += overflow_sum(id, s->nr_cpus);
 	w->prev_ex = __sync_lock_test_and_set(&w->ex_count, 0);
 	/* The previous window's end is its start plus a window; ticks beyond
 	 * it are a gap, which weighs its count down (tiers.SmoothCoef.Prev). */
@@ -234,7 +239,7 @@ static __always_inline void window_open(struct tl_window *w, const struct tl_set
 	if (gap > j)
 		gap = j;
 	w->gap = gap;
-	w->expect_in = !id ? 0 : prev * (j - gap) / j;
+	w->expect_in = !id ? 0 : all * (j - gap) / j;
 	__sync_fetch_and_add(&w->opened, 1);
 	/* A packet of the old window may still add to or pay the debt
 	 * after this: it then counts in the new window (one per other
