@@ -164,6 +164,24 @@ static __always_inline __u64 sm_estimate(__u64 n, __u64 base, __u64 mult, int on
 	return onset && f > s ? f : s;
 }
 
+/* R̂ in an onset without budgets: max(S, F), F = n over the window's
+ * elapsed fraction read from the clock (at least TL_SMOOTH_MIN_FRAC): the
+ * per-tick F counts it in whole ticks, which a window of a few ticks
+ * reads off by up to half a tick (tiers.SmoothOnsetF). Only onset windows,
+ * the first of a surge, pay the clock and two divisions per packet. */
+static __always_inline __u64 sm_onset_f(struct tl_window *w, const struct tl_settings *s, __u64 n, __u64 sl)
+{
+	__u64 now = bpf_ktime_get_ns(), start = READ_ONCE(w->start_ns);
+	__u64 el = now > start ? now - start : 0;
+	__u64 f = (el << TL_SMOOTH_FRAC_BITS) / (s->window_ns ? s->window_ns : 1);
+	if (f < TL_SMOOTH_MIN_FRAC)
+		f = TL_SMOOTH_MIN_FRAC;
+	if (f > TL_SMOOTH_ONE)
+		f = TL_SMOOTH_ONE;
+	__u64 fr = (n << TL_SMOOTH_FRAC_BITS) / f;
+	return fr > sl ? fr : sl;
+}
+
 /* Whether count n under (base, mult) is an onset (tiers.SmoothCoef.Onset). */
 static __always_inline int sm_onset(__u64 n, __u64 base, __u64 mult)
 {
@@ -328,7 +346,13 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 	/* Without budgets every selected packet is in budget: the previous
 	 * window's over-budget packets (a policy with budgets before a reload)
 	 * were offered too, so S takes all of them (base_tot). */
-	__u64 rhat = s->src_budget ? sm_in_estimate(c, n, onset) : sm_estimate(n, c->base_tot, c->mult, onset);
+	__u64 rhat;
+	if (s->src_budget)
+		rhat = sm_in_estimate(c, n, onset);
+	else if (onset)
+		rhat = sm_onset_f(w, s, n, n + c->base_tot);
+	else
+		rhat = n + c->base_tot;
 	return sm_entry(s, slot, c, rhat, tier, thr) ? c : NULL;
 }
 

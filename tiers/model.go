@@ -297,7 +297,8 @@ func (m *Model) inEstimate(n uint64) uint64 {
 }
 
 // smooth judges an in-budget packet of the smooth shape: R̂ and its tier
-// and q(R̂). Without budgets R̂ is the estimate of the window (Estimate);
+// and q(R̂). Without budgets R̂ is the estimate of the window (Estimate),
+// whose F in an onset is read from the clock (SmoothOnsetF);
 // with budgets it is the in-budget count's sliding count S alone: in-budget
 // counts come front-loaded (a group's first budget packets arrive at its
 // rate, then none), which the extrapolation would read as a flood, so the
@@ -312,6 +313,9 @@ func (m *Model) smooth(nowNs uint64) (int, uint32) {
 		// window's over-budget packets (under a policy with budgets before
 		// a reload) were offered too.
 		rhat = m.coefTot.Estimate(m.count, m.onset)
+		if m.onset {
+			rhat = max(m.coefTot.Sliding(m.count), SmoothOnsetF(m.count, nowNs-min(nowNs, m.start), m.window))
+		}
 	}
 	m.lastEstim = rhat
 	return m.table.Smooth(rhat)

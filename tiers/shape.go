@@ -185,6 +185,20 @@ func (c SmoothCoef) Estimate(n uint64, onset bool) uint64 {
 	return s
 }
 
+// SmoothOnsetF is F in an onset without budgets, per packet: n over the
+// window's elapsed fraction elapsedNs / windowNs (at least SmoothMinFrac,
+// at most 1), SmoothFracBits fractional bits, as the program computes it
+// from bpf_ktime_get_ns in a window latched as an onset (smooth.h
+// sm_onset_f). The per-tick F (SmoothCoef.Estimate) counts the elapsed
+// fraction in whole ticks, which a window of a few ticks reads off by up
+// to half a tick at each packet: 1.16 × P(R) in the onset's first window
+// at 20 ticks (200 ms at HZ 100), 1.05 from the clock. Only onset windows,
+// the first of a surge, pay the clock and two divisions per packet.
+func SmoothOnsetF(n, elapsedNs, windowNs uint64) uint64 {
+	f := min(max(elapsedNs<<SmoothFracBits/max(windowNs, 1), SmoothMinFrac), 1<<SmoothFracBits)
+	return n << SmoothFracBits / f
+}
+
 // SmoothTable is the smooth shape's part of a compiled policy: q(R̂) on
 // the bpf_get_prandom_u32 scale, indexed like Table (entry R̂ >> Shift,
 // Table.Tiers giving the tier of R̂), and the closed form beyond the

@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"cmp"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -556,6 +557,74 @@ func TestSmoothOnsetSeeds(t *testing.T) {
 		t.Logf("%s: R %d, first window %.3f × P(R) ± %.3f (sd), most %.3f, largest tenth %.0f", c.name, R, mean, sd, worst, most)
 		if mean > 1.1 || worst > 1.25 || most > 0.25*float64(p.Max) {
 			t.Errorf("%s: first window %.3f × P(R) in the mean (want ≤ 1.1), %.3f at most (≤ 1.25), largest tenth %.0f (≤ %.0f)", c.name, mean, worst, most, 0.25*float64(p.Max))
+		}
+	}
+}
+
+// Property 5 (DESIGN.md §9), short windows: Validate refuses the smooth
+// shape windows of 5, 10 and 20 ms (a few ticks at HZ 100, 250 and 1000),
+// which it shaped off by up to half a window, and takes them ordinal. At
+// the shortest window it takes, SmoothMinWindow, under each tick (HZ 100,
+// 250, 1000 and the clock's 4.19 ms without the tick gate) and over 20
+// seeds and tick phases: steady passes are P(R) within 3 % and 5σ of the
+// mean, nothing is dropped below T_1, and the onset's first window is at
+// most 1.1 × P(R) in the mean, no run over 1.25.
+func TestSmoothShortWindows(t *testing.T) {
+	for _, w := range []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond} {
+		p := smoothPolicy(ShapeSmooth)
+		p.Window = w
+		if err := p.Validate(); !errors.Is(err, ErrWindow) {
+			t.Errorf("smooth, window %v: Validate = %v, want ErrWindow", w, err)
+		}
+		p.Shape = ShapeOrdinal
+		if err := p.Validate(); err != nil {
+			t.Errorf("ordinal, window %v: %v", w, err)
+		}
+	}
+	p := smoothPolicy(ShapeSmooth)
+	p.Window = SmoothMinWindow
+	tab := mustCompile(t, p)
+	const seeds = 20
+	for _, tick := range []uint64{10e6, 4e6, 1e6, 1 << SmoothTickShift} {
+		for _, mult := range []float64{0.5, 2, 10} {
+			R := mult * float64(p.Max)
+			pr := tab.Expected(uint64(R)).Passed
+			var sum, n, drops float64
+			for seed := range uint64(seeds) {
+				m := NewModel(p, tab, rand.New(rand.NewPCG(seed, 1)).Uint32)
+				m.SetTick(tick)
+				s := &stream{m: m, w: uint64(p.Window), now: 1e9 + seed*tick/seeds}
+				s.run(R, 12)
+				for i := 2; i < 11; i++ {
+					sum += sum10(s.passed[i])
+					drops += s.drops[i]
+					n++
+				}
+			}
+			mean := sum / n
+			t.Logf("tick %v, R %.0f: mean %.1f per window, %.3f × P(R) %.1f", time.Duration(tick), R, mean, mean/pr, pr)
+			if math.Abs(mean-pr) > 0.03*pr+5*math.Sqrt(R/4/n) {
+				t.Errorf("tick %v, R %.0f: mean passed %.1f, want P(R) %.1f within 3 %% and 5σ", time.Duration(tick), R, mean, pr)
+			}
+			if mult < 0.7 && drops != 0 {
+				t.Errorf("tick %v, R %.0f < T_1: %.0f dropped", time.Duration(tick), R, drops)
+			}
+		}
+		R := 10 * float64(p.Max)
+		pr := tab.Expected(uint64(R)).Passed
+		var sum, worst float64
+		for seed := range uint64(100) {
+			m := NewModel(p, tab, rand.New(rand.NewPCG(seed, 2)).Uint32)
+			m.SetTick(tick)
+			s := &stream{m: m, w: uint64(p.Window), now: 1e9 + seed*tick/100}
+			s.run(R, 1)
+			x := sum10(s.passed[0]) / pr
+			sum += x
+			worst = max(worst, x)
+		}
+		t.Logf("tick %v: onset %.3f × P(R) in the mean, %.3f at most", time.Duration(tick), sum/100, worst)
+		if sum/100 > 1.1 || worst > 1.25 {
+			t.Errorf("tick %v: onset %.3f × P(R) in the mean (≤ 1.1), %.3f at most (≤ 1.25)", time.Duration(tick), sum/100, worst)
 		}
 	}
 }
