@@ -628,3 +628,52 @@ func TestSmoothShortWindows(t *testing.T) {
 		}
 	}
 }
+
+// Issue 32 row 7, the decision (DESIGN.md §9; check prints it): a burst
+// at more than twice the last window's rate is read as a flood's onset
+// and shed at q(F) while F = n / f, decaying as the window goes on, is
+// past T_1, even in a window that ends below T_1: for its first ticks it
+// cannot be told from a flood, and waiting for more evidence would let
+// every flood's first ticks through (property 3). Here (max 40,000, T_1
+// 28,000): 10,000 packets per window, then 2,000 more in the first 20 ms
+// of a window (a mid-window burst of that size is no onset: F stays under
+// 2 S). The ordinal shape passes the window whole; the smooth shape sheds
+// part of the burst and of what follows while F > T_1, about b / (T_1 −
+// B) = 1/9 of the window, and nothing after twice that.
+func TestSmoothBurstBelowT1(t *testing.T) {
+	for _, shape := range []Shape{ShapeSmooth, ShapeOrdinal} {
+		p := Default()
+		p.Shape = shape
+		tab := mustCompile(t, p)
+		m := NewModel(p, tab, rand.New(rand.NewPCG(31, 32)).Uint32)
+		m.SetTick(hz250)
+		w := uint64(p.Window)
+		var lost, lostLate int
+		for i := range uint64(3) {
+			base := 1e9 + i*w
+			for k := range uint64(10_000) {
+				at := base + k*w/10_000
+				if i == 2 && k == 0 {
+					for b := range uint64(2000) {
+						if m.Packet(at+b*10_000).Verdict != VerdictPass {
+							lost++
+						}
+					}
+				}
+				if m.Packet(at).Verdict != VerdictPass {
+					lost++
+					if k > 2*10_000/9 {
+						lostLate++
+					}
+				}
+			}
+		}
+		t.Logf("%s: a 2,000-packet burst in 20 ms on 10,000 per window (T_1 28,000): %d lost, %d after 2/9 of the window", shape, lost, lostLate)
+		switch {
+		case shape == ShapeOrdinal && lost != 0:
+			t.Errorf("ordinal: %d lost below T_1", lost)
+		case shape == ShapeSmooth && (lost == 0 || lost > 1000 || lostLate != 0):
+			t.Errorf("smooth: %d lost (want some, at most 1,000), %d after 2/9 of the window (want none)", lost, lostLate)
+		}
+	}
+}
