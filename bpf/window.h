@@ -45,9 +45,14 @@ static __always_inline int overflow_add(struct tl_window *w, __u64 id, int ex, _
 		return 0;
 	__u32 i = id & 1;
 	if (o->window[i] != id) {
-		o->window[i] = id;
+		/* The counts are zeroed before the id is published, by an
+		 * exchange (fully ordered), and readers read the id by a
+		 * fetch-and-add of 0 before the counts (overflow_sum_cpu): no
+		 * reader adds window id − 2's count to window id's
+		 * (TestOverflowReuseModel). Once per window and CPU. */
 		o->packets[i] = 0;
 		o->ex[i] = 0;
+		__sync_lock_test_and_set(&o->window[i], id);
 	}
 	if (ex) {
 		o->ex[i] += segs;
@@ -75,11 +80,12 @@ static long overflow_sum_cpu(__u32 cpu, struct overflow_sum_ctx *x)
 	if (!o)
 		return 1;
 	__u32 i = x->id & 1;
-	if (o->window[i] == x->id) {
+	/* Each id is read fully ordered before its counts (overflow_add). */
+	if (__sync_fetch_and_add(&o->window[i], 0) == x->id) {
 		x->sum += o->packets[i];
 		x->ex += o->ex[i];
 	}
-	if (o->window[i ^ 1] == x->id - 1) {
+	if (__sync_fetch_and_add(&o->window[i ^ 1], 0) == x->id - 1) {
 		x->prev += o->packets[i ^ 1];
 		x->prev_ex += o->ex[i ^ 1];
 	}
