@@ -677,3 +677,67 @@ func TestSmoothBurstBelowT1(t *testing.T) {
 		}
 	}
 }
+
+// Properties 1, 2 and 4 (DESIGN.md §9) over 100 seeds and tick phases,
+// stated as means with their spread (standard deviation over runs):
+// steady passes per window at 2 and 10 × max from the second window on
+// (the mean within 5σ of P(R) and 1 %), the tenths of a steady flood
+// within 25 % of P(R)/10 in the mean of each tenth, and the release:
+// drops stop within one window of a fall from 10 × to 0.5 × max in every
+// run.
+func TestSmoothPropertiesSeeds(t *testing.T) {
+	const runs = 100
+	p := smoothPolicy(ShapeSmooth)
+	tab := mustCompile(t, p)
+	for _, mult := range []float64{2, 10} {
+		R := mult * float64(p.Max)
+		pr := tab.Expected(uint64(R)).Passed
+		var sum, sq float64
+		var tenths [10]float64
+		n := 0
+		for seed := range uint64(runs) {
+			s := newStream(t, p, seed)
+			s.now += seed * hz250 / runs
+			s.run(R, 4)
+			for i := 1; i < 3; i++ {
+				x := sum10(s.passed[i])
+				sum += x
+				sq += x * x
+				for k, v := range s.passed[i] {
+					tenths[k] += v
+				}
+				n++
+			}
+		}
+		mean := sum / float64(n)
+		sd := math.Sqrt(max(sq/float64(n)-mean*mean, 0))
+		t.Logf("steady %.0f × max: %.1f ± %.1f (sd) per window over %d windows, P(R) %.1f", mult, mean, sd, n, pr)
+		if math.Abs(mean-pr) > 5*sd/math.Sqrt(float64(n))+0.01*pr {
+			t.Errorf("steady %.0f × max: mean %.1f, want %.1f within 5σ of the mean and 1 %%", mult, mean, pr)
+		}
+		for k, v := range tenths {
+			if got := v / float64(n); math.Abs(got-pr/10) > 0.25*pr/10 {
+				t.Errorf("even %.0f × max: tenth %d passes %.1f in the mean, want %.1f ± 25 %%", mult, k, got, pr/10)
+			}
+		}
+	}
+	var worst uint64
+	for seed := range uint64(runs) {
+		s := newStream(t, p, seed)
+		s.now += seed * hz250 / runs
+		s.run(10*float64(p.Max), 3)
+		fall := s.now
+		gap := float64(p.Window) / (0.5 * float64(p.Max))
+		var last uint64
+		for at := float64(fall); at < float64(fall+3*uint64(p.Window)); at += gap {
+			if d := s.m.Packet(uint64(at)); d.Verdict != VerdictPass {
+				last = uint64(at) - fall
+			}
+		}
+		worst = max(worst, last)
+	}
+	t.Logf("release: the last drop at most %v after the fall over %d runs", time.Duration(worst), runs)
+	if worst > uint64(p.Window) {
+		t.Errorf("release: a drop %v after the fall, want within one window", time.Duration(worst))
+	}
+}
