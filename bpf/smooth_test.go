@@ -315,3 +315,47 @@ func TestSmoothFirstTickProgram(t *testing.T) {
 		t.Errorf("one tick from idle: passed %d of %d, want at most P(R) = %.1f and the model's %.1f ± 5σ", got, n, pr, mean)
 	}
 }
+
+// Property 5 (DESIGN.md §9) in the program at the shortest smooth window
+// (tiers.SmoothMinWindow, 200 ms: 50 ticks at HZ 250), paced in real time:
+// the onset's first window passes at most 1.25 × P(R) (the model's mean
+// is at most 1.07 at every tick: tiers TestSmoothShortWindows) with no
+// tenth over 0.25 × max, and a steady flood passes P(R) per window within
+// 5σ and 10 %. A 10 ms window is refused (tiers.Compile).
+func TestSmoothShortWindowProgram(t *testing.T) {
+	p := tiers.Default()
+	p.Window, p.Max = 10*time.Millisecond, 300
+	if _, err := tiers.Compile(p); err == nil {
+		t.Error("a smooth 10 ms window compiles")
+	}
+	p.Window = tiers.SmoothMinWindow
+	h := newHarness(t, p)
+	h.expire()
+	R := 10 * float64(p.Max)
+	out := smoothRun(t, h, UDP4(t, 514), p.Window, R, 6)
+	if len(out) < 5 {
+		t.Fatalf("%d windows", len(out))
+	}
+	pr := h.tab.Expected(uint64(R)).Passed
+	sum := func(a [10]int) (s int) {
+		for _, v := range a {
+			s += v
+		}
+		return s
+	}
+	most := 0
+	for _, v := range out[0] {
+		most = max(most, v)
+	}
+	t.Logf("first window passed %d (%.2f × P(R) %.0f), largest tenth %d; by tenth %v", sum(out[0]), float64(sum(out[0]))/pr, pr, most, out[0])
+	if float64(sum(out[0])) > 1.25*pr || float64(most) > 0.25*float64(p.Max) {
+		t.Errorf("onset: first window passed %d (want ≤ %.0f), largest tenth %d (want ≤ %.0f)", sum(out[0]), 1.25*pr, most, 0.25*float64(p.Max))
+	}
+	for i := 1; i < len(out)-1; i++ {
+		got := float64(sum(out[i]))
+		t.Logf("window %d: passed %.0f by tenth %v", i, got, out[i])
+		if math.Abs(got-pr) > 5*math.Sqrt(R/4)+0.1*pr {
+			t.Errorf("window %d: passed %.0f, want %.0f ± (5 × %.1f + 10%%)", i, got, pr, math.Sqrt(R/4))
+		}
+	}
+}
