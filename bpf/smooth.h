@@ -322,6 +322,24 @@ static __always_inline int sm_drop(struct tl_smooth_cpu *c, __u32 thr)
 	return thr != TL_THR_NEVER && (thr == TL_THR_ALWAYS || sm_rand(c) < thr);
 }
 
+/* R̂ of an in-budget packet whose count is n: the one place the program
+ * forms the estimate an in-budget packet is judged by (tiers.Model.smooth).
+ * With budgets, S or the in-budget count's recent rate (sm_in_estimate);
+ * without, S, or in an onset max(S, F) with F from the clock (sm_onset_f).
+ * Without budgets every selected packet is in budget: the previous
+ * window's over-budget packets (a policy with budgets before a reload)
+ * were offered too, so S takes all of them (base_tot). Over-budget
+ * packets are judged on the estimates of over_budget_thr. */
+static __always_inline __u64 sm_rhat(struct tl_window *w, const struct tl_settings *s, const struct tl_smooth_cpu *c,
+				     __u64 n, int onset)
+{
+	if (s->src_budget)
+		return sm_in_estimate(c, n, onset);
+	if (onset)
+		return sm_onset_f(w, s, n, n + c->base_tot);
+	return n + c->base_tot;
+}
+
 /* The smooth judgement of an in-budget packet whose window_count is pos:
  * its tier and q(R̂) (tiers.Model.smooth). Past saturation n is the shared
  * count, and the per-CPU counts summed at this CPU's tick are added. With
@@ -343,17 +361,7 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 		w->onset = pos->id + 1;
 		onset = 1;
 	}
-	/* Without budgets every selected packet is in budget: the previous
-	 * window's over-budget packets (a policy with budgets before a reload)
-	 * were offered too, so S takes all of them (base_tot). */
-	__u64 rhat;
-	if (s->src_budget)
-		rhat = sm_in_estimate(c, n, onset);
-	else if (onset)
-		rhat = sm_onset_f(w, s, n, n + c->base_tot);
-	else
-		rhat = n + c->base_tot;
-	return sm_entry(s, slot, c, rhat, tier, thr) ? c : NULL;
+	return sm_entry(s, slot, c, sm_rhat(w, s, c, n, onset), tier, thr) ? c : NULL;
 }
 
 /* The position and threshold of an over-budget packet of window id read at
