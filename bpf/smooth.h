@@ -10,15 +10,19 @@
  *       previous window's count times the part of the span it covers);
  *   F = n × mult: n extrapolated to the window's end, mult = 1/max(f, 1/32);
  *   a window is an onset once F > 2 S with at least TL_SMOOTH_ONSET_MIN
- *   packets, latched in tl_window.onset; R̂ = max(S, F) in an onset, else S.
+ *   packets, latched in tl_window.onset; R̂ = max(S, F) in an onset, else S
+ *   (sm_rhat: without budgets F is then read from the clock; with budgets
+ *   the in-budget count is extrapolated by its recent rate).
  *
- * The per-tick parts (base, mult, the summed per-CPU counts and the
- * over-budget threshold) are computed by each CPU at its first packet of a
- * tick (jiffies, or the clock >> TL_SMOOTH_TICK_SHIFT), or of a new policy
- * slot, into its own smooth_cpu entry: three divisions and one bpf_loop
- * over the CPUs per tick, never per packet, and no write the CPUs share. A
- * packet pays one per-CPU lookup, two multiplications, a table lookup (or
- * the memo of q past the table) and a draw from the CPU's own generator. */
+ * The per-tick parts (base, mult, the summed per-CPU counts, the in-budget
+ * rate's reference) are computed by each CPU at its first packet of a tick
+ * (jiffies, or the clock >> TL_SMOOTH_TICK_SHIFT), or of a new policy
+ * slot, into its own smooth_cpu entry: a few divisions and one bpf_loop
+ * over the CPUs per tick, and no write the CPUs share. A packet pays one
+ * per-CPU lookup, two multiplications, a table lookup (or the memo of q
+ * past the table) and a draw from the CPU's own generator; in an onset
+ * window without budgets, the clock and two divisions more; an over-budget
+ * packet, its CPU's count and the memo of its share. */
 #ifndef __TL_SMOOTH_H
 #define __TL_SMOOTH_H
 
@@ -342,10 +346,8 @@ static __always_inline __u64 sm_rhat(struct tl_window *w, const struct tl_settin
 
 /* The smooth judgement of an in-budget packet whose window_count is pos:
  * its tier and q(R̂) (tiers.Model.smooth). Past saturation n is the shared
- * count, and the per-CPU counts summed at this CPU's tick are added. With
- * budgets on, in-budget packets are judged on S alone: a group's first
- * budget packets come at its own rate and then stop, which F would read as
- * a flood; the onset is latched on all selected packets. The latch is a
+ * count, and the per-CPU counts summed at this CPU's tick are added. R̂ is
+ * sm_rhat's; the onset is latched on all selected packets. The latch is a
  * plain store of one value by any CPU that sees the onset first. Returns
  * this CPU's estimate (for sm_drop), or NULL when a map cannot be read. */
 static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const struct tl_settings *s,
@@ -374,8 +376,9 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
  * the table's last entry, so the packet is judged there without counting
  * its rank, and a one-source flood makes no shared write.
  *
- * Smooth: the threshold this CPU computed at its tick (sm_coef); the packet
- * counts itself in its CPU's overflow slot.
+ * Smooth: the packet counts itself in its CPU's overflow slot and is
+ * judged on the live counts, per packet (tiers.Model.overSmooth): the
+ * share of P(R̂_tot) − P(R̂_in), memoised per CPU (sm_share_memo).
  *
  * A super-packet of segs datagrams counts as segs over-budget packets and
  * takes its last datagram's position. */

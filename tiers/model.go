@@ -299,11 +299,11 @@ func (m *Model) inEstimate(n uint64) uint64 {
 // smooth judges an in-budget packet of the smooth shape: R̂ and its tier
 // and q(R̂). Without budgets R̂ is the estimate of the window (Estimate),
 // whose F in an onset is read from the clock (SmoothOnsetF);
-// with budgets it is the in-budget count's sliding count S alone: in-budget
-// counts come front-loaded (a group's first budget packets arrive at its
-// rate, then none), which the extrapolation would read as a flood, so the
-// onset is judged on all selected packets and the in-budget packets never
-// extrapolate.
+// with budgets it is inEstimate: in-budget counts come front-loaded (a
+// group's first budget packets arrive at its rate, then none), which the
+// extrapolation since the window opened would read as a flood, so the
+// onset is judged on all selected packets and the in-budget count is
+// extrapolated by its recent rate only.
 func (m *Model) smooth(nowNs uint64) (int, uint32) {
 	m.refresh(nowNs)
 	m.onset = m.onset || m.coefTot.Onset(m.count+m.ex)
