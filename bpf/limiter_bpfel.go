@@ -273,7 +273,7 @@ type LimiterTlSmoothCpu struct {
 	ExThr    uint32
 	Rng      uint64
 	Slot     uint32
-	Pad      uint32
+	Clock    uint32
 	RefTick  uint64
 	RefN     uint64
 	CandTick uint64

@@ -21,8 +21,9 @@
  * over the CPUs per tick, and no write the CPUs share. A packet pays one
  * per-CPU lookup, two multiplications, a table lookup (or the memo of q
  * past the table) and a draw from the CPU's own generator; in an onset
- * window without budgets, the clock and two divisions more; an over-budget
- * packet, its CPU's count and the memo of its share. */
+ * window's first TL_SMOOTH_CLOCK_TICKS ticks without budgets, the clock
+ * and two divisions more; an over-budget packet, its CPU's count and the
+ * memo of its share. */
 #ifndef __TL_SMOOTH_H
 #define __TL_SMOOTH_H
 
@@ -171,8 +172,9 @@ static __always_inline __u64 sm_estimate(__u64 n, __u64 base, __u64 mult, int on
 /* R̂ in an onset without budgets: max(S, F), F = n over the window's
  * elapsed fraction read from the clock (at least TL_SMOOTH_MIN_FRAC): the
  * per-tick F counts it in whole ticks, which a window of a few ticks
- * reads off by up to half a tick (tiers.SmoothOnsetF). Only onset windows,
- * the first of a surge, pay the clock and two divisions per packet. */
+ * reads off by up to half a tick (tiers.SmoothOnsetF). Only the first
+ * TL_SMOOTH_CLOCK_TICKS ticks of an onset window pay the clock and two
+ * divisions per packet. */
 static __always_inline __u64 sm_onset_f(struct tl_window *w, const struct tl_settings *s, __u64 n, __u64 sl)
 {
 	__u64 now = bpf_ktime_get_ns(), start = READ_ONCE(w->start_ns);
@@ -264,6 +266,7 @@ static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, 
 	c->base_tot = sm_mul(prev_tot, ov);
 	c->prev_in = sm_mul(prev_in, TL_SMOOTH_ONE - g);
 	c->mult = (1ULL << (2 * TL_SMOOTH_FRAC_BITS)) / (f > TL_SMOOTH_MIN_FRAC ? f : TL_SMOOTH_MIN_FRAC);
+	c->clock = e < TL_SMOOTH_CLOCK_TICKS;
 	c->ovf = x.sum;
 	c->ex = x.ex + READ_ONCE(w->ex_count);
 	c->ex_own = sm_own_ex(id);
@@ -329,7 +332,8 @@ static __always_inline int sm_drop(struct tl_smooth_cpu *c, __u32 thr)
 /* R̂ of an in-budget packet whose count is n: the one place the program
  * forms the estimate an in-budget packet is judged by (tiers.Model.smooth).
  * With budgets, S or the in-budget count's recent rate (sm_in_estimate);
- * without, S, or in an onset max(S, F) with F from the clock (sm_onset_f).
+ * without, S, or in an onset max(S, F), F from the clock in the window's
+ * first TL_SMOOTH_CLOCK_TICKS ticks (sm_onset_f).
  * Without budgets every selected packet is in budget: the previous
  * window's over-budget packets (a policy with budgets before a reload)
  * were offered too, so S takes all of them (base_tot). Over-budget
@@ -339,9 +343,9 @@ static __always_inline __u64 sm_rhat(struct tl_window *w, const struct tl_settin
 {
 	if (s->src_budget)
 		return sm_in_estimate(c, n, onset);
-	if (onset)
+	if (onset && c->clock)
 		return sm_onset_f(w, s, n, n + c->base_tot);
-	return n + c->base_tot;
+	return sm_estimate(n, c->base_tot, c->mult, onset);
 }
 
 /* The smooth judgement of an in-budget packet whose window_count is pos:

@@ -71,7 +71,7 @@ struct tl_smooth_cpu {
 	__u32 ex_thr;   /* the over-budget packets' drop threshold, memo of (ex_r, ex_rin) */
 	__u64 rng;      /* xorshift64* state, reseeded from bpf_get_prandom_u32 each tick */
 	__u32 slot;     /* the policy slot it was computed for: a reload refreshes it */
-	__u32 _pad;
+	__u32 clock;    /* 1 in the window's first TL_SMOOTH_CLOCK_TICKS ticks: an onset reads F from the clock */
 	/* Budgets on (smooth.h sm_in_estimate): the in-budget count's recent
 	 * rate is measured from the reference sample (tick, count); the
 	 * candidate becomes the reference once it is a sixteenth of a window

@@ -298,7 +298,8 @@ func (m *Model) inEstimate(n uint64) uint64 {
 
 // smooth judges an in-budget packet of the smooth shape: R̂ and its tier
 // and q(R̂). Without budgets R̂ is the estimate of the window (Estimate),
-// whose F in an onset is read from the clock (SmoothOnsetF);
+// whose F in an onset's first SmoothClockTicks ticks is read from the
+// clock (SmoothOnsetF);
 // with budgets it is inEstimate: in-budget counts come front-loaded (a
 // group's first budget packets arrive at its rate, then none), which the
 // extrapolation since the window opened would read as a flood, so the
@@ -313,7 +314,7 @@ func (m *Model) smooth(nowNs uint64) (int, uint32) {
 		// window's over-budget packets (under a policy with budgets before
 		// a reload) were offered too.
 		rhat = m.coefTot.Estimate(m.count, m.onset)
-		if m.onset {
+		if m.onset && min(m.coefTick-min(m.coefTick, m.startTick), m.ticks()) < SmoothClockTicks {
 			rhat = max(m.coefTot.Sliding(m.count), SmoothOnsetF(m.count, nowNs-min(nowNs, m.start), m.window))
 		}
 	}

@@ -63,6 +63,12 @@ const (
 	// as an onset (SmoothEstimator): fewer packets say too little about a
 	// rate.
 	SmoothOnsetMin = 16
+	// SmoothClockTicks is how many ticks from a window's start an onset
+	// reads F from the clock per packet (SmoothOnsetF): where the
+	// elapsed part of the window counted in whole ticks is furthest off,
+	// and nowhere else, so that a flood pays the clock for 16 ticks at
+	// most (64 ms at HZ 250), not its whole first window.
+	SmoothClockTicks = 16
 	// SmoothTickShift is the tick of the estimate when the program has no
 	// jiffies gate (window_jiffies 0): the clock in ns >> 22, 4.19 ms.
 	SmoothTickShift = 22
@@ -192,8 +198,9 @@ func (c SmoothCoef) Estimate(n uint64, onset bool) uint64 {
 // sm_onset_f). The per-tick F (SmoothCoef.Estimate) counts the elapsed
 // fraction in whole ticks, which a window of a few ticks reads off by up
 // to half a tick at each packet: 1.16 × P(R) in the onset's first window
-// at 20 ticks (200 ms at HZ 100), 1.05 from the clock. Only onset windows,
-// the first of a surge, pay the clock and two divisions per packet.
+// at 20 ticks (200 ms at HZ 100), 1.06 from the clock. Only the first
+// SmoothClockTicks ticks of an onset window pay the clock and two divisions
+// per packet.
 func SmoothOnsetF(n, elapsedNs, windowNs uint64) uint64 {
 	f := min(max(elapsedNs<<SmoothFracBits/max(windowNs, 1), SmoothMinFrac), 1<<SmoothFracBits)
 	return n << SmoothFracBits / f
