@@ -24,6 +24,18 @@ func smoothRun(t *testing.T, h *harness, frame []byte, window time.Duration, rat
 // smoothRunFrames is smoothRun sending frames in turn.
 func smoothRunFrames(t *testing.T, h *harness, frames [][]byte, window time.Duration, rate float64, windows int) [][10]int {
 	t.Helper()
+	out, _ := smoothRunCounted(t, h, frames, window, rate, windows)
+	return out
+}
+
+// smoothRunCounted is smoothRunFrames that also returns the selected
+// packets each window counted, as the program's window says (0 for the
+// last, which is still open): on a shared machine the pacing stalls now
+// and then, and a window offered far less than rate says nothing of the
+// shape.
+func smoothRunCounted(t *testing.T, h *harness, frames [][]byte, window time.Duration, rate float64, windows int) ([][10]int, []uint64) {
+	t.Helper()
+	var offered []uint64
 	next := 0
 	per := rate / float64(window/time.Millisecond)
 	start := time.Now()
@@ -45,6 +57,9 @@ func smoothRunFrames(t *testing.T, h *harness, frames [][]byte, window time.Dura
 		w := h.window()
 		if i := int(w.Opened) - int(first); i >= 0 {
 			for len(out) <= i {
+				if len(out) > 0 {
+					offered = append(offered, w.LastCount)
+				}
 				out = append(out, [10]int{})
 			}
 			el := time.Duration(monotonicNow(t) - w.StartNs)
@@ -52,7 +67,10 @@ func smoothRunFrames(t *testing.T, h *harness, frames [][]byte, window time.Dura
 		}
 		time.Sleep(time.Millisecond - time.Since(start)%time.Millisecond)
 	}
-	return out
+	for len(offered) < len(out) {
+		offered = append(offered, 0)
+	}
+	return out, offered
 }
 
 // The program's smooth shape against the model's expectation, in real
@@ -319,9 +337,12 @@ func TestSmoothFirstTickProgram(t *testing.T) {
 // Property 5 (DESIGN.md §9) in the program at the shortest smooth window
 // (tiers.SmoothMinWindow, 200 ms: 50 ticks at HZ 250), paced in real time:
 // the onset's first window passes at most 1.25 × P(R) (the model's mean
-// is at most 1.07 at every tick: tiers TestSmoothShortWindows) with no
+// is at most 1.09 at every tick: tiers TestSmoothShortWindows) with no
 // tenth over 0.25 × max, and a steady flood passes P(R) per window within
-// 5σ and 10 %. A 10 ms window is refused (tiers.Compile).
+// 5σ and 10 %. A 200 ms window is short beside the stalls of a shared
+// machine's scheduler: a window whose offered count is more than 25 % off
+// the rate is not judged, and a run whose first window is off is tried
+// again (three times at most). A 10 ms window is refused (tiers.Compile).
 func TestSmoothShortWindowProgram(t *testing.T) {
 	p := tiers.Default()
 	p.Window, p.Max = 10*time.Millisecond, 300
@@ -329,33 +350,46 @@ func TestSmoothShortWindowProgram(t *testing.T) {
 		t.Error("a smooth 10 ms window compiles")
 	}
 	p.Window = tiers.SmoothMinWindow
-	h := newHarness(t, p)
-	h.expire()
 	R := 10 * float64(p.Max)
-	out := smoothRun(t, h, UDP4(t, 514), p.Window, R, 6)
-	if len(out) < 5 {
-		t.Fatalf("%d windows", len(out))
-	}
-	pr := h.tab.Expected(uint64(R)).Passed
+	// The 1 ms sleeps overshoot, so the pacing offers somewhat less than
+	// R; P(R) is the same from max on.
+	paced := func(n uint64) bool { return math.Abs(float64(n)-R) <= 0.25*R }
 	sum := func(a [10]int) (s int) {
 		for _, v := range a {
 			s += v
 		}
 		return s
 	}
-	most := 0
-	for _, v := range out[0] {
-		most = max(most, v)
-	}
-	t.Logf("first window passed %d (%.2f × P(R) %.0f), largest tenth %d; by tenth %v", sum(out[0]), float64(sum(out[0]))/pr, pr, most, out[0])
-	if float64(sum(out[0])) > 1.25*pr || float64(most) > 0.25*float64(p.Max) {
-		t.Errorf("onset: first window passed %d (want ≤ %.0f), largest tenth %d (want ≤ %.0f)", sum(out[0]), 1.25*pr, most, 0.25*float64(p.Max))
-	}
-	for i := 1; i < len(out)-1; i++ {
-		got := float64(sum(out[i]))
-		t.Logf("window %d: passed %.0f by tenth %v", i, got, out[i])
-		if math.Abs(got-pr) > 5*math.Sqrt(R/4)+0.1*pr {
-			t.Errorf("window %d: passed %.0f, want %.0f ± (5 × %.1f + 10%%)", i, got, pr, math.Sqrt(R/4))
+	for try := 1; ; try++ {
+		h := newHarness(t, p)
+		h.expire()
+		out, offered := smoothRunCounted(t, h, [][]byte{UDP4(t, 514)}, p.Window, R, 6)
+		if len(out) < 5 {
+			t.Fatalf("%d windows", len(out))
 		}
+		if !paced(offered[0]) {
+			t.Logf("try %d: the first window was offered %d, not %.0f ± 25 %%", try, offered[0], R)
+			if try < 3 {
+				continue
+			}
+			t.Fatalf("the pacing missed the first window's rate %d times", try)
+		}
+		pr := h.tab.Expected(uint64(R)).Passed
+		most := 0
+		for _, v := range out[0] {
+			most = max(most, v)
+		}
+		t.Logf("first window offered %d, passed %d (%.2f × P(R) %.0f), largest tenth %d; by tenth %v", offered[0], sum(out[0]), float64(sum(out[0]))/pr, pr, most, out[0])
+		if float64(sum(out[0])) > 1.25*pr || float64(most) > 0.25*float64(p.Max) {
+			t.Errorf("onset: first window passed %d (want ≤ %.0f), largest tenth %d (want ≤ %.0f)", sum(out[0]), 1.25*pr, most, 0.25*float64(p.Max))
+		}
+		for i := 1; i < len(out)-1; i++ {
+			got := float64(sum(out[i]))
+			t.Logf("window %d: offered %d, passed %.0f by tenth %v", i, offered[i], got, out[i])
+			if paced(offered[i]) && paced(offered[i-1]) && math.Abs(got-pr) > 5*math.Sqrt(R/4)+0.1*pr {
+				t.Errorf("window %d: passed %.0f, want %.0f ± (5 × %.1f + 10%%)", i, got, pr, math.Sqrt(R/4))
+			}
+		}
+		return
 	}
 }
