@@ -297,11 +297,16 @@ static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, 
  * ref_n) × k_in, when that is more. A relay's in-budget count stops
  * growing once its budget is spent, so its rate falls to 0; a surge from
  * many groups, each within its budget, keeps its rate. */
-static __always_inline __u64 sm_in_estimate(const struct tl_smooth_cpu *c, __u64 n, int onset)
+static __always_inline __u64 sm_in_estimate(struct tl_window *w, const struct tl_settings *st,
+					      const struct tl_smooth_cpu *c, __u64 n, int onset)
 {
 	__u64 s = n + c->base_in;
 	if (!onset)
 		return s;
+	/* In the window's first ticks, the rate since it opened, from the
+	 * clock, as without budgets (tiers.Model.inEstimate). */
+	if (c->clock)
+		return sm_onset_f(w, st, n, s);
 	__u64 f = n + sm_mul(n > c->ref_n ? n - c->ref_n : 0, c->k_in);
 	return f > s ? f : s;
 }
@@ -342,7 +347,7 @@ static __always_inline __u64 sm_rhat(struct tl_window *w, const struct tl_settin
 				     __u64 n, int onset)
 {
 	if (s->src_budget)
-		return sm_in_estimate(c, n, onset);
+		return sm_in_estimate(w, s, c, n, onset);
 	if (onset && c->clock)
 		return sm_onset_f(w, s, n, n + c->base_tot);
 	return sm_estimate(n, c->base_tot, c->mult, onset);
@@ -411,7 +416,7 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		__u64 rtot = sm_estimate(all, c->base_tot, c->mult, onset);
 		__u64 rin = n > c->prev_in ? n : c->prev_in;
 		if (onset) {
-			__u64 f = sm_in_estimate(c, n, 1);
+			__u64 f = sm_in_estimate(w, s, c, n, 1);
 			rin = f > rin ? f : rin;
 		}
 		if (!c->ex_r || !sm_near(rtot, c->ex_r) || !sm_near(rin, c->ex_rin))

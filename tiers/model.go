@@ -286,14 +286,27 @@ func (m *Model) refresh(nowNs uint64) {
 // adds nothing to its in-budget count, so its rate falls to 0 within
 // two reference spans; a surge from many groups, each within its budget,
 // keeps its rate, and is judged on it as a surge without budgets is.
-func (m *Model) inEstimate(n uint64) uint64 {
+//
+// In an onset window's first SmoothClockTicks ticks the rate is the rate
+// since the window opened, read from the clock (SmoothOnsetF), as without
+// budgets: there the reference is the window's start or a tick or two
+// after it, and the ticks' error is largest.
+func (m *Model) inEstimate(nowNs, n uint64) uint64 {
 	s := m.coef.Sliding(n)
-	if m.onset {
-		if f := n + mulShift(n-min(n, m.refN), m.kIn); f > s {
-			return f
-		}
+	if !m.onset {
+		return s
 	}
-	return s
+	f := n + mulShift(n-min(n, m.refN), m.kIn)
+	if m.clockTicks() {
+		f = SmoothOnsetF(n, nowNs-min(nowNs, m.start), m.window)
+	}
+	return max(f, s)
+}
+
+// clockTicks reports whether the latest refresh is in its window's first
+// SmoothClockTicks ticks, where an onset reads F from the clock.
+func (m *Model) clockTicks() bool {
+	return min(m.coefTick-min(m.coefTick, m.startTick), m.ticks()) < SmoothClockTicks
 }
 
 // smooth judges an in-budget packet of the smooth shape: R̂ and its tier
@@ -308,15 +321,17 @@ func (m *Model) inEstimate(n uint64) uint64 {
 func (m *Model) smooth(nowNs uint64) (int, uint32) {
 	m.refresh(nowNs)
 	m.onset = m.onset || m.coefTot.Onset(m.count+m.ex)
-	rhat := m.inEstimate(m.count)
-	if m.sketch == nil {
-		// Without budgets every selected packet is in budget: the previous
-		// window's over-budget packets (under a policy with budgets before
-		// a reload) were offered too.
+	// Without budgets every selected packet is in budget: the previous
+	// window's over-budget packets (under a policy with budgets before a
+	// reload) were offered too, so S takes them (coefTot).
+	var rhat uint64
+	switch {
+	case m.sketch != nil:
+		rhat = m.inEstimate(nowNs, m.count)
+	case m.onset && m.clockTicks():
+		rhat = max(m.coefTot.Sliding(m.count), SmoothOnsetF(m.count, nowNs-min(nowNs, m.start), m.window))
+	default:
 		rhat = m.coefTot.Estimate(m.count, m.onset)
-		if m.onset && min(m.coefTick-min(m.coefTick, m.startTick), m.ticks()) < SmoothClockTicks {
-			rhat = max(m.coefTot.Sliding(m.count), SmoothOnsetF(m.count, nowNs-min(nowNs, m.start), m.window))
-		}
 	}
 	m.lastEstim = rhat
 	return m.table.Smooth(rhat)
@@ -360,7 +375,7 @@ func (m *Model) overSmooth(nowNs uint64) uint32 {
 	rtot := m.coefTot.Estimate(all, m.onset)
 	rin := max(m.count, m.coef.Prev)
 	if m.onset {
-		rin = max(rin, m.inEstimate(m.count))
+		rin = max(rin, m.inEstimate(nowNs, m.count))
 	}
 	if m.exR == 0 || !near(rtot, m.exR) || !near(rin, m.exRin) {
 		m.exR, m.exRin = max(rtot, 1), rin

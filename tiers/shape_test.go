@@ -568,7 +568,8 @@ func TestSmoothOnsetSeeds(t *testing.T) {
 // 250, 1000 and the clock's 4.19 ms without the tick gate) and over 20
 // seeds and tick phases: steady passes are P(R) within 3 % and 5σ of the
 // mean, nothing is dropped below T_1, and the onset's first window is at
-// most 1.1 × P(R) in the mean, no run over 1.25.
+// most 1.1 × P(R) in the mean, no run over 1.25 (100 seeds), without
+// budgets and with budgets from ten thousand groups each within its own.
 func TestSmoothShortWindows(t *testing.T) {
 	for _, w := range []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond} {
 		p := smoothPolicy(ShapeSmooth)
@@ -625,6 +626,30 @@ func TestSmoothShortWindows(t *testing.T) {
 		t.Logf("tick %v: onset %.3f × P(R) in the mean, %.3f at most", time.Duration(tick), sum/100, worst)
 		if sum/100 > 1.1 || worst > 1.25 {
 			t.Errorf("tick %v: onset %.3f × P(R) in the mean (≤ 1.1), %.3f at most (≤ 1.25)", time.Duration(tick), sum/100, worst)
+		}
+		// With budgets, from ten thousand groups each within its budget.
+		pb := p
+		pb.Sources = Sources{Budget: Pct(10), PrefixV4: 32, PrefixV6: 64}
+		tb := mustCompile(t, pb)
+		sum, worst = 0, 0
+		for seed := range uint64(100) {
+			r := rand.New(rand.NewPCG(seed, 9))
+			m := NewModel(pb, tb, r.Uint32)
+			m.SetTick(tick)
+			m.SetSketchSeeds(randomSeeds(r))
+			start, passed := 1e9+seed*tick/100, 0.0
+			for k := range uint64(R) {
+				src := netip.AddrFrom4([4]byte{10, 0, byte(k >> 8), byte(k)})
+				if m.PacketFrom(start+k*uint64(p.Window)/uint64(R), src).Verdict == VerdictPass {
+					passed++
+				}
+			}
+			sum += passed / pr
+			worst = max(worst, passed/pr)
+		}
+		t.Logf("tick %v, budgets, 10^4 groups: onset %.3f × P(R) in the mean, %.3f at most", time.Duration(tick), sum/100, worst)
+		if sum/100 > 1.1 || worst > 1.25 {
+			t.Errorf("tick %v, budgets, 10^4 groups: onset %.3f × P(R) in the mean (≤ 1.1), %.3f at most (≤ 1.25)", time.Duration(tick), sum/100, worst)
 		}
 	}
 }
