@@ -127,6 +127,9 @@
 #define TL_SMOOTH_MIN_FRAC (TL_SMOOTH_ONE / 32)
 #define TL_SMOOTH_ONSET_MIN 16
 #define TL_SMOOTH_TICK_SHIFT 22
+/* Ticks from a window's start in which an onset reads F from the clock
+ * (tiers.SmoothClockTicks). */
+#define TL_SMOOTH_CLOCK_TICKS 16
 
 /* The shed record (DESIGN.md §10, record.h): the most bytes a sample keeps
  * of its frame (record.snaplen is at most this; tiers.RecordSnapMax

@@ -21,7 +21,9 @@ import (
 //	0  any state pinned before the layout was recorded (up to 90e44a6)
 //	1  the smooth shape and budgets that share: smooth_cpu is new,
 //	   tl_window, tl_overflow (ex) and tl_settings (shape, sm_*) grew
-const Layout = 1
+//	2  smooth_cpu grew (the in-budget rate's samples, the over-budget
+//	   memo: issue 32); tl_settings is layout 1's
+const Layout = 2
 
 // carriedSince holds, for each counter map a migration carries, the oldest
 // layout whose keys and values mean what they mean now. A counter map of
@@ -44,7 +46,7 @@ var policyMaps = map[string]bool{
 // this layout's (same fields at the same offsets, what follows is new),
 // the size of their value: `status` reads their policy through it.
 // TestSettingsPrefix checks it against the testdata objects' BTF.
-var settingsPrefix = map[int]uint32{0: 488}
+var settingsPrefix = map[int]uint32{0: 488, 1: 576}
 
 // windowPrefix is the part of tl_window every layout so far shares:
 // start_ns, count, last_count, opened, start_jiffies (u64 each, in that

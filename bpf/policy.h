@@ -132,16 +132,12 @@ static __always_inline int is_exempt(const struct pkt *p, __u32 slot)
 	return bpf_map_lookup_elem(&exempt_sources, &k) != NULL;
 }
 
-/* The tier-table entry of a packet with window count n: tier and drop
- * threshold. n from last_n on takes the last entry, which settings hold:
- * the last tier runs to infinity, and a saturated window needs no table
- * lookup. Returns 0 when the lookup fails (it cannot: key < max_entries). */
-static __always_inline int tier_entry(const struct tl_settings *s, __u32 slot, __u64 n, __u32 *tier, __u32 *thr)
+/* Entry n >> shift of the slot's table, the last entry past its end: tier
+ * and threshold. Returns 0 when the lookup fails (it cannot: key <
+ * max_entries). The smooth shape reads its table here (smooth.h): its
+ * entries run past last_n, to sm_last_n. */
+static __always_inline int table_entry(const struct tl_settings *s, __u32 slot, __u64 n, __u32 *tier, __u32 *thr)
 {
-	*thr = s->last_thr;
-	*tier = s->last_tier;
-	if (n >= s->last_n)
-		return 1;
 	__u64 idx = n >> (s->shift & TL_SHIFT_MASK);
 	if (idx >= s->table_len)
 		idx = s->table_len - 1;
@@ -152,6 +148,19 @@ static __always_inline int tier_entry(const struct tl_settings *s, __u32 slot, _
 	*thr = e->thr;
 	*tier = e->tier;
 	return 1;
+}
+
+/* The ordinal tier-table entry of a packet with window count n: tier and
+ * drop threshold. n from last_n on takes the last entry, which settings
+ * hold: the last tier runs to infinity, and a saturated window needs no
+ * table lookup. Returns 0 when the lookup fails (it cannot). */
+static __always_inline int tier_entry(const struct tl_settings *s, __u32 slot, __u64 n, __u32 *tier, __u32 *thr)
+{
+	*thr = s->last_thr;
+	*tier = s->last_tier;
+	if (n >= s->last_n)
+		return 1;
+	return table_entry(s, slot, n, tier, thr);
 }
 
 #endif /* __TL_POLICY_H */

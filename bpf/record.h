@@ -58,6 +58,11 @@ static __always_inline __u64 record_meta(const struct pkt *p, void *data, __u32 
  * packets that follow the token, not the first. Only packets that find a
  * token draw: under a flood, about the share's fraction of a token's wait
  * (with tl_record_share at 4 × the cap over the shed rate, a quarter). */
+/* How far past now + tau + interval a tat may be on this clock (a tick at
+ * most, 10 ms at HZ 100) before record_token reads it as the other
+ * clock's. */
+#define TL_REC_CLOCK_SLACK_NS 1000000000ULL
+
 static __always_inline int record_token(const struct tl_settings *s)
 {
 	__u32 zero = 0;
@@ -65,14 +70,24 @@ static __always_inline int record_token(const struct tl_settings *s)
 	if (!g)
 		return 0;
 	__u64 now = s->rec_tick_ns ? bpf_jiffies64() * s->rec_tick_ns : bpf_ktime_get_ns();
-	__u64 tat = READ_ONCE(g->tat);
-	if ((__s64)(tat - now) > (__s64)s->rec_tau_ns)
-		return 0;
+	__u64 tat = READ_ONCE(g->tat), from = tat;
+	__s64 ahead = tat - now;
+	if (ahead > (__s64)s->rec_tau_ns) {
+		/* The gate never moves tat past now + tau + interval (a tick
+		 * more on the tick clock): one further ahead was set on the
+		 * other clock (the gate is pinned; an agent restarted with or
+		 * without the tick gate swaps jiffies × tick for ktime, ~199
+		 * days apart), and would take no sample until this clock
+		 * caught up. The gate starts again from now. */
+		if (ahead <= (__s64)(s->rec_tau_ns + s->rec_interval_ns + TL_REC_CLOCK_SLACK_NS))
+			return 0;
+		tat = now;
+	}
 	__u32 share = tl_record_share;
 	if (share != TL_THR_ALWAYS && bpf_get_prandom_u32() >= share)
 		return 0;
 	__u64 next = ((__s64)(tat - now) > 0 ? tat : now) + s->rec_interval_ns;
-	return __sync_bool_compare_and_swap(&g->tat, tat, next);
+	return __sync_bool_compare_and_swap(&g->tat, from, next);
 }
 
 /* The words of IPv6 transition prefixes as group_of6 loads them

@@ -302,3 +302,35 @@ func TestRecordShare(t *testing.T) {
 		t.Errorf("share 1: %d samples of 200, want about all", got)
 	}
 }
+
+// Issue 32 row 8: the gate is pinned, and its clock is jiffies × tick
+// under the tick gate, else bpf_ktime_get_ns: an agent restarted with the
+// other one finds tat about 199 days ahead (INITIAL_JIFFIES × tick). The
+// program reads a tat further ahead than its own clock can have set as
+// the other clock's and starts the gate again: samples still flow. It
+// took none (31 samples, then 0).
+func TestRecordClockChange(t *testing.T) {
+	frame := udpFrom(t, netip.AddrFrom4([4]byte(Src4)))
+	h := newHarnessOpts(t, recordPolicy(t, 1000), bpf.Options{})
+	h.preload(1000)
+	ahead := bpf.LimiterTlRecordGate{Tat: monotonicNow(t) + uint64(199*24*time.Hour)}
+	if err := h.l.RecordGate().Put(uint32(0), &ahead); err != nil {
+		t.Fatal(err)
+	}
+	h.repeat(frame, 1000)
+	sampled, lost := recordCounts(t, h)
+	t.Logf("tat 199 days ahead of the clock: %d samples (%d lost) in 1,000 drops", sampled, lost)
+	if sampled+lost == 0 {
+		t.Error("no sample after the gate's clock changed")
+	}
+	// A tat within the gate's reach still holds: no sample before it.
+	near := bpf.LimiterTlRecordGate{Tat: monotonicNow(t) + uint64(500*time.Millisecond)}
+	if err := h.l.RecordGate().Put(uint32(0), &near); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := recordCounts(t, h)
+	h.repeat(frame, 1000)
+	if after, _ := recordCounts(t, h); after != before {
+		t.Errorf("tat 500 ms ahead (burst %d, tau %v): %d samples, want none", bpf.RecordBurst(1000), time.Duration((bpf.RecordBurst(1000)-1)*uint64(time.Millisecond)), after-before)
+	}
+}

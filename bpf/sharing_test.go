@@ -218,3 +218,49 @@ func (h *harness) exCount() uint64 {
 	}
 	return w.ExCount
 }
+
+// Issue 32 row 9: after a saturated window and a gap, the ordinal
+// over-budget position max(n, expect_in) + rank takes the previous
+// window's true count, the CPUs' overflow included, as the model does
+// (tiers.Model.overBudget). 3,000 in-budget packets (max 1,000, so 2,000
+// past T_last, counted per CPU), half a window's gap, then one source over
+// its budget: the model expects 1,500 in-budget packets, so every
+// over-budget position is in the last tier (drop 100 %) and none passes.
+// expect_in took the shared count alone (1,000 less the gap's half): about
+// 380 passed.
+func TestSharingExpectAfterSaturation(t *testing.T) {
+	p := sharingPolicy(t, tiers.ShapeOrdinal)
+	p.Window = 20 * time.Second
+	if now := monotonicNow(t); now < 2*uint64(p.Window) {
+		t.Skipf("the clock %v is below two windows", time.Duration(now))
+	}
+	h := newHarnessOpts(t, p, bpf.Options{})
+	h.expire()
+	for g := range 150 {
+		src := netip.AddrFrom4([4]byte{10, 2, 0, byte(g)})
+		h.repeat(udpFrom(t, src), 20)
+	}
+	if w := h.window(); w.Count != 3000 || w.Overflow == 0 {
+		t.Fatalf("window holds %d packets, %d of them per CPU: want 3000, past T_last", w.Count, w.Overflow)
+	}
+	// The window ends, a half window's gap, and the next opens.
+	var w bpf.LimiterTlWindow
+	if err := h.l.WindowMap().Lookup(uint32(0), &w); err != nil {
+		t.Fatal(err)
+	}
+	now := monotonicNow(t)
+	j := uint64(p.Window) >> tiers.SmoothTickShift
+	w.StartNs = now - 3*uint64(p.Window)/2
+	w.StartJiffies = 0
+	w.StartTick = now>>tiers.SmoothTickShift - j - j/2
+	if err := h.l.WindowMap().Put(uint32(0), &w); err != nil {
+		t.Fatal(err)
+	}
+	noisy := udpFrom(t, netip.MustParseAddr("198.51.100.9"))
+	h.repeat(noisy, 600)
+	pass, drop := overStats(h)
+	t.Logf("over budget after a saturated window and a gap: %d passed, %d dropped", pass, drop)
+	if pass != 0 || drop == 0 {
+		t.Errorf("over budget after a saturated window and a gap: %d passed, %d dropped; the model passes none", pass, drop)
+	}
+}

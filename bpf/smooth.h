@@ -10,15 +10,20 @@
  *       previous window's count times the part of the span it covers);
  *   F = n × mult: n extrapolated to the window's end, mult = 1/max(f, 1/32);
  *   a window is an onset once F > 2 S with at least TL_SMOOTH_ONSET_MIN
- *   packets, latched in tl_window.onset; R̂ = max(S, F) in an onset, else S.
+ *   packets, latched in tl_window.onset; R̂ = max(S, F) in an onset, else S
+ *   (sm_rhat: without budgets F is then read from the clock; with budgets
+ *   the in-budget count is extrapolated by its recent rate).
  *
- * The per-tick parts (base, mult, the summed per-CPU counts and the
- * over-budget threshold) are computed by each CPU at its first packet of a
- * tick (jiffies, or the clock >> TL_SMOOTH_TICK_SHIFT), or of a new policy
- * slot, into its own smooth_cpu entry: three divisions and one bpf_loop
- * over the CPUs per tick, never per packet, and no write the CPUs share. A
- * packet pays one per-CPU lookup, two multiplications, a table lookup (or
- * the memo of q past the table) and a draw from the CPU's own generator. */
+ * The per-tick parts (base, mult, the summed per-CPU counts, the in-budget
+ * rate's reference) are computed by each CPU at its first packet of a tick
+ * (jiffies, or the clock >> TL_SMOOTH_TICK_SHIFT), or of a new policy
+ * slot, into its own smooth_cpu entry: a few divisions and one bpf_loop
+ * over the CPUs per tick, and no write the CPUs share. A packet pays one
+ * per-CPU lookup, two multiplications, a table lookup (or the memo of q
+ * past the table) and a draw from the CPU's own generator; in an onset
+ * window's first TL_SMOOTH_CLOCK_TICKS ticks without budgets, the clock
+ * and two divisions more; an over-budget packet, its CPU's count and the
+ * memo of its share. */
 #ifndef __TL_SMOOTH_H
 #define __TL_SMOOTH_H
 
@@ -33,21 +38,65 @@ static __always_inline __u64 sm_mul(__u64 x, __u64 y)
 	return (x * y) >> TL_SMOOTH_FRAC_BITS;
 }
 
-/* q(R̂) past the table, from the closed form P(R̂) = pass_base + (R̂ −
- * last_n) × pass_last (tiers.SmoothTable.Beyond): one division. */
+/* The fractional bits of a count of passes are 16 − sm_pass_shift: 16 but
+ * for tables past 2^46 packets (shift over 26), whose counts would
+ * overflow 64 bits (tiers.SmoothTable.PassShift). */
+static __always_inline __u32 sm_pass_shift(const struct tl_settings *s)
+{
+	return s->shift > 26 ? s->shift - 26 : 0;
+}
+
+/* a × b >> k, exact while (a >> k) × b and 2^k × b are below 2^64
+ * (tiers.mulShr). */
+static __always_inline __u64 sm_mul_shr(__u64 a, __u64 b, __u32 k)
+{
+	return (a >> k) * b + (((a & ((1ULL << k) - 1)) * b) >> k);
+}
+
+/* The drop threshold of pass probability p / r, p a count of passes with
+ * 16 − ps fractional bits and r >= 1 packets: 2^32 − p × 2^(16+ps) / r
+ * (tiers.passThreshold). Exact while p < 2^(48−ps); past that r >= 2^32,
+ * and r is shifted instead. Never TL_THR_ALWAYS while p > 0 (DESIGN.md §9
+ * property 5): the least pass probability is 2 / 2^32. */
+static __always_inline __u32 sm_pass_thr(__u64 p, __u64 r, __u32 ps)
+{
+	__u32 k = 16 + (ps & 15);
+	__u64 ratio;
+	if (!p)
+		return TL_THR_ALWAYS;
+	if (p < (1ULL << (64 - k)))
+		ratio = (p << k) / r;
+	else if (r >> k)
+		ratio = p / (r >> k);
+	else
+		return TL_THR_NEVER;
+	if (ratio >= (1ULL << 32))
+		return TL_THR_NEVER;
+	if (ratio < 2)
+		ratio = 2;
+	return (__u32)((1ULL << 32) - ratio);
+}
+
+/* P(R̂) past the table, 16 − sm_pass_shift fractional bits, R̂ >=
+ * sm_last_n: the closed form pass_base + (R̂ − sm_last_n) × the last
+ * tier's pass probability, taken on 32 bits from last_thr (sm_pass_last's
+ * 16 bits made a last tier of drop 99.99 % pass 7 % too much), for R̂
+ * below 2^(48 + sm_pass_shift) (tiers.SmoothTable.pass16). */
+static __always_inline __u64 sm_pass_beyond(const struct tl_settings *s, __u64 rhat)
+{
+	__u64 pl = s->last_thr == TL_THR_ALWAYS ? 0 : (1ULL << 32) - s->last_thr;
+	return s->sm_pass_base + sm_mul_shr(rhat - s->sm_last_n, pl, 16 + sm_pass_shift(s));
+}
+
+/* q(R̂) past the table, from the closed form, on the 2^32 scale: one
+ * division (tiers.SmoothTable.Beyond). */
 static __always_inline __u32 sm_beyond(const struct tl_settings *s, __u64 rhat)
 {
 	if (rhat < s->sm_last_n)
 		rhat = s->sm_last_n;
 	if (!rhat)
 		rhat = 1;
-	__u64 p16 = s->sm_pass_base + (rhat - s->sm_last_n) * s->sm_pass_last;
-	__u64 ratio = p16 / rhat;
-	if (ratio >= TL_SMOOTH_ONE)
-		return TL_THR_NEVER;
-	if (!ratio)
-		return TL_THR_ALWAYS;
-	return (__u32)((TL_SMOOTH_ONE - ratio) << 16);
+	return sm_pass_thr(sm_pass_beyond(s, rhat), rhat, sm_pass_shift(s));
 }
 
 /* The tier and q(R̂) of an estimate: the smooth table's entry R̂ >> shift,
@@ -58,7 +107,7 @@ static __always_inline int sm_entry(const struct tl_settings *s, __u32 slot, str
 				    __u64 rhat, __u32 *tier, __u32 *thr)
 {
 	if (rhat < s->sm_last_n)
-		return tier_entry(s, slot, rhat, tier, thr);
+		return table_entry(s, slot, rhat, tier, thr);
 	*tier = s->last_tier;
 	__u64 d = rhat > c->hi_r ? rhat - c->hi_r : c->hi_r - rhat;
 	if (!c->hi_r || d > c->hi_r >> 10) {
@@ -69,17 +118,18 @@ static __always_inline int sm_entry(const struct tl_settings *s, __u32 slot, str
 	return 1;
 }
 
-/* P(r) with 16 fractional bits, from q (tiers.Table.pass16). */
+/* P(r) with 16 − sm_pass_shift fractional bits (tiers.Table.pass16): past
+ * the table the closed form, in it r × (1 − q(r)) with q at 16 bits. */
 static __always_inline __u64 sm_pass16(const struct tl_settings *s, __u32 slot, struct tl_smooth_cpu *c, __u64 r)
 {
 	__u32 tier, thr;
 	if (r >= s->sm_last_n)
-		thr = sm_beyond(s, r);
-	else if (!tier_entry(s, slot, r, &tier, &thr))
+		return sm_pass_beyond(s, r);
+	if (!table_entry(s, slot, r, &tier, &thr))
 		return 0;
 	if (thr == TL_THR_ALWAYS)
 		return 0;
-	return r * (TL_SMOOTH_ONE - (thr >> 16));
+	return sm_mul_shr(r, TL_SMOOTH_ONE - (thr >> 16), sm_pass_shift(s));
 }
 
 /* The over-budget packets' threshold when the in-budget expectation is rin
@@ -93,17 +143,23 @@ static __always_inline __u32 sm_share(const struct tl_settings *s, __u32 slot, s
 	if (rtot <= rin + 1) {
 		if (rin + 1 >= s->sm_last_n)
 			return sm_beyond(s, rin + 1);
-		return tier_entry(s, slot, rin + 1, &tier, &thr) ? thr : TL_THR_NEVER;
+		return table_entry(s, slot, rin + 1, &tier, &thr) ? thr : TL_THR_NEVER;
 	}
 	__u64 pin = sm_pass16(s, slot, c, rin), ptot = sm_pass16(s, slot, c, rtot);
 	if (ptot <= pin)
 		return TL_THR_ALWAYS;
-	__u64 share = (ptot - pin) / (rtot - rin);
-	if (share >= TL_SMOOTH_ONE)
-		return TL_THR_NEVER;
-	if (!share)
-		return TL_THR_ALWAYS;
-	return (__u32)((TL_SMOOTH_ONE - share) << 16);
+	return sm_pass_thr(ptot - pin, rtot - rin, sm_pass_shift(s));
+}
+
+/* The over-budget threshold of (rin, rtot), memoised in c: a function of
+ * its own (a BPF-to-BPF call), so that the share's lookups and division
+ * take no room in the callers' stack frame. */
+static __noinline void sm_share_memo(struct tl_smooth_cpu *c, const struct tl_settings *s, __u32 slot, __u64 rin,
+				     __u64 rtot)
+{
+	c->ex_r = rtot ? rtot : 1;
+	c->ex_rin = rin;
+	c->ex_thr = sm_share(s, slot & (TL_SLOTS - 1), c, rin, rtot);
 }
 
 /* R̂ of count n under c: S, or max(S, F) in an onset (tiers.SmoothCoef.Estimate). */
@@ -113,10 +169,43 @@ static __always_inline __u64 sm_estimate(__u64 n, __u64 base, __u64 mult, int on
 	return onset && f > s ? f : s;
 }
 
+/* R̂ in an onset without budgets: max(S, F), F = n over the window's
+ * elapsed fraction read from the clock (at least TL_SMOOTH_MIN_FRAC): the
+ * per-tick F counts it in whole ticks, which a window of a few ticks
+ * reads off by up to half a tick (tiers.SmoothOnsetF). Only the first
+ * TL_SMOOTH_CLOCK_TICKS ticks of an onset window pay the clock and two
+ * divisions per packet. */
+static __always_inline __u64 sm_onset_f(struct tl_window *w, const struct tl_settings *s, __u64 n, __u64 sl)
+{
+	__u64 now = bpf_ktime_get_ns(), start = READ_ONCE(w->start_ns);
+	__u64 el = now > start ? now - start : 0;
+	__u64 f = (el << TL_SMOOTH_FRAC_BITS) / (s->window_ns ? s->window_ns : 1);
+	if (f < TL_SMOOTH_MIN_FRAC)
+		f = TL_SMOOTH_MIN_FRAC;
+	if (f > TL_SMOOTH_ONE)
+		f = TL_SMOOTH_ONE;
+	__u64 fr = (n << TL_SMOOTH_FRAC_BITS) / f;
+	return fr > sl ? fr : sl;
+}
+
 /* Whether count n under (base, mult) is an onset (tiers.SmoothCoef.Onset). */
 static __always_inline int sm_onset(__u64 n, __u64 base, __u64 mult)
 {
 	return n >= TL_SMOOTH_ONSET_MIN && sm_mul(n, mult) > 2 * (n + base);
+}
+
+/* This CPU's own over-budget packets of window id (its overflow slot). */
+static __always_inline __u64 sm_own_ex(__u64 id)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct tl_overflow *o = bpf_map_lookup_elem(&overflow, &cpu);
+	return o && o->window[id & 1] == id ? o->ex[id & 1] : 0;
+}
+
+/* Whether a is within b/1024 of b (tiers.near). */
+static __always_inline int sm_near(__u64 a, __u64 b)
+{
+	return (a > b ? a - b : b - a) <= b >> 10;
 }
 
 /* This CPU's estimate of window id at tick, refreshed when either changed
@@ -132,6 +221,12 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 	struct tl_smooth_cpu *c = bpf_map_lookup_elem(&smooth_cpu, &zero);
 	if (!c || (c->id == id + 1 && c->tick == tick && c->slot == slot))
 		return c;
+	if (c->id != id + 1) {
+		/* This CPU's first refresh in the window: the in-budget rate
+		 * is measured from the window's start (tiers.Model.refresh). */
+		c->ref_tick = c->cand_tick = READ_ONCE(w->start_tick);
+		c->ref_n = c->cand_n = 0;
+	}
 	c->id = id + 1;
 	c->tick = tick;
 	c->slot = slot;
@@ -147,7 +242,6 @@ static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, 
 				  __u64 in)
 {
 	__u64 id = c->id - 1, tick = c->tick;
-	__u32 slot = c->slot & (TL_SLOTS - 1);
 	__u64 j = s->sm_ticks ? s->sm_ticks : 1;
 	__u64 start = READ_ONCE(w->start_tick);
 	__u64 e = tick > start ? tick - start : 0;
@@ -172,20 +266,49 @@ static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, 
 	c->base_tot = sm_mul(prev_tot, ov);
 	c->prev_in = sm_mul(prev_in, TL_SMOOTH_ONE - g);
 	c->mult = (1ULL << (2 * TL_SMOOTH_FRAC_BITS)) / (f > TL_SMOOTH_MIN_FRAC ? f : TL_SMOOTH_MIN_FRAC);
+	c->clock = e < TL_SMOOTH_CLOCK_TICKS;
 	c->ovf = x.sum;
 	c->ex = x.ex + READ_ONCE(w->ex_count);
-	c->ex_thr = TL_THR_NEVER;
+	c->ex_own = sm_own_ex(id);
+	c->ex_r = 0;
 	if (s->src_budget) {
+		/* The in-budget rate's reference (tiers.SmoothRateRef) and
+		 * multiplier (tiers.SmoothState.RateMult). */
 		__u64 n = in + x.sum;
-		int onset = READ_ONCE(w->onset) == id + 1;
-		if (!onset && sm_onset(n + c->ex, c->base_tot, c->mult)) {
-			w->onset = id + 1;
-			onset = 1;
+		__u64 d = j >> 4;
+		if (tick >= c->cand_tick + (d ? d : 1)) {
+			c->ref_tick = c->cand_tick;
+			c->ref_n = c->cand_n;
+			c->cand_tick = tick;
+			c->cand_n = n;
 		}
-		__u64 rin = n > c->prev_in ? n : c->prev_in;
-		__u64 rtot = sm_estimate(n + c->ex, c->base_tot, c->mult, onset);
-		c->ex_thr = sm_share(s, slot, c, rin, rtot);
+		__u64 dt = tick > c->ref_tick ? tick - c->ref_tick : 0;
+		if (e >= j)
+			c->k_in = 0;
+		else if (dt >= e)
+			c->k_in = c->mult - TL_SMOOTH_ONE;
+		else
+			c->k_in = ((2 * (j - e) - 1) << TL_SMOOTH_FRAC_BITS) / (2 * dt + 1);
 	}
+}
+
+/* R̂ of the in-budget count n with budgets on (tiers.Model.inEstimate): S,
+ * and in an onset the count extrapolated by its recent rate, n + (n −
+ * ref_n) × k_in, when that is more. A relay's in-budget count stops
+ * growing once its budget is spent, so its rate falls to 0; a surge from
+ * many groups, each within its budget, keeps its rate. */
+static __always_inline __u64 sm_in_estimate(struct tl_window *w, const struct tl_settings *st,
+					      const struct tl_smooth_cpu *c, __u64 n, int onset)
+{
+	__u64 s = n + c->base_in;
+	if (!onset)
+		return s;
+	/* In the window's first ticks, the rate since it opened, from the
+	 * clock, as without budgets (tiers.Model.inEstimate). */
+	if (c->clock)
+		return sm_onset_f(w, st, n, s);
+	__u64 f = n + sm_mul(n > c->ref_n ? n - c->ref_n : 0, c->k_in);
+	return f > s ? f : s;
 }
 
 /* A uniform 32-bit draw from this CPU's xorshift64* generator (Vigna,
@@ -211,12 +334,29 @@ static __always_inline int sm_drop(struct tl_smooth_cpu *c, __u32 thr)
 	return thr != TL_THR_NEVER && (thr == TL_THR_ALWAYS || sm_rand(c) < thr);
 }
 
+/* R̂ of an in-budget packet whose count is n: the one place the program
+ * forms the estimate an in-budget packet is judged by (tiers.Model.smooth).
+ * With budgets, S or the in-budget count's recent rate (sm_in_estimate);
+ * without, S, or in an onset max(S, F), F from the clock in the window's
+ * first TL_SMOOTH_CLOCK_TICKS ticks (sm_onset_f).
+ * Without budgets every selected packet is in budget: the previous
+ * window's over-budget packets (a policy with budgets before a reload)
+ * were offered too, so S takes all of them (base_tot). Over-budget
+ * packets are judged on the estimates of over_budget_thr. */
+static __always_inline __u64 sm_rhat(struct tl_window *w, const struct tl_settings *s, const struct tl_smooth_cpu *c,
+				     __u64 n, int onset)
+{
+	if (s->src_budget)
+		return sm_in_estimate(w, s, c, n, onset);
+	if (onset && c->clock)
+		return sm_onset_f(w, s, n, n + c->base_tot);
+	return sm_estimate(n, c->base_tot, c->mult, onset);
+}
+
 /* The smooth judgement of an in-budget packet whose window_count is pos:
  * its tier and q(R̂) (tiers.Model.smooth). Past saturation n is the shared
- * count, and the per-CPU counts summed at this CPU's tick are added. With
- * budgets on, in-budget packets are judged on S alone: a group's first
- * budget packets come at its own rate and then stop, which F would read as
- * a flood; the onset is latched on all selected packets. The latch is a
+ * count, and the per-CPU counts summed at this CPU's tick are added. R̂ is
+ * sm_rhat's; the onset is latched on all selected packets. The latch is a
  * plain store of one value by any CPU that sees the onset first. Returns
  * this CPU's estimate (for sm_drop), or NULL when a map cannot be read. */
 static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const struct tl_settings *s,
@@ -232,10 +372,7 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 		w->onset = pos->id + 1;
 		onset = 1;
 	}
-	/* Without budgets every selected packet is in budget: the previous
-	 * window's over-budget packets (a policy with budgets before a reload)
-	 * were offered too, so S takes all of them (base_tot). */
-	__u64 rhat = s->src_budget ? n + c->base_in : sm_estimate(n, c->base_tot, c->mult, onset);
+	__u64 rhat = sm_rhat(w, s, c, n, onset);
 	rhat += tl_fleet_others; /* the fleet's estimate (docs/design.md §12): the others' sum joins R̂ */
 	return sm_entry(s, slot, c, rhat, tier, thr) ? c : NULL;
 }
@@ -250,8 +387,9 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
  * the table's last entry, so the packet is judged there without counting
  * its rank, and a one-source flood makes no shared write.
  *
- * Smooth: the threshold this CPU computed at its tick (sm_coef); the packet
- * counts itself in its CPU's overflow slot.
+ * Smooth: the packet counts itself in its CPU's overflow slot and is
+ * judged on the live counts, per packet (tiers.Model.overSmooth): the
+ * share of P(R̂_tot) − P(R̂_in), memoised per CPU (sm_share_memo).
  *
  * A super-packet of segs datagrams counts as segs over-budget packets and
  * takes its last datagram's position. */
@@ -265,6 +403,26 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		struct tl_smooth_cpu *c = sm_coef(w, s, slot, id, tick, in);
 		if (!c)
 			return 0;
+		/* Judged per packet on the live counts: the window's in-budget
+		 * count (with the per-CPU counts past saturation as summed at
+		 * this CPU's tick), and the over-budget count summed at the
+		 * tick plus what this CPU counted since. */
+		__u64 n = in >= s->last_n ? in + c->ovf : in;
+		__u64 own = sm_own_ex(id);
+		__u64 all = n + c->ex + (own > c->ex_own ? own - c->ex_own : 0);
+		int onset = READ_ONCE(w->onset) == id + 1;
+		if (!onset && sm_onset(all, c->base_tot, c->mult)) {
+			w->onset = id + 1;
+			onset = 1;
+		}
+		__u64 rtot = sm_estimate(all, c->base_tot, c->mult, onset);
+		__u64 rin = n > c->prev_in ? n : c->prev_in;
+		if (onset) {
+			__u64 f = sm_in_estimate(w, s, c, n, 1);
+			rin = f > rin ? f : rin;
+		}
+		if (!c->ex_r || !sm_near(rtot, c->ex_r) || !sm_near(rin, c->ex_rin))
+			sm_share_memo(c, s, slot, rin, rtot);
 		*thr = c->ex_thr;
 		return 1;
 	}

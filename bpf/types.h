@@ -231,8 +231,10 @@ struct tl_settings {
 	__u32 nr_cpus; /* entries of the overflow map to sum: possible CPUs, at most TL_MAX_CPUS */
 	__u32 shape;   /* enum tl_shape; under TL_SHAPE_SMOOTH tier_table and shed_drops hold q's thresholds */
 	/* The smooth shape (smooth.h, tiers.SmoothTable): ticks in a window
-	 * (at least 1); the first R̂ past the table; P there and the last
-	 * tier's pass probability, 16 fractional bits. */
+	 * (at least 1); the first R̂ past the table; P there, 16 fractional
+	 * bits (16 − sm_pass_shift past 2^46 packets: smooth.h); the last
+	 * tier's pass probability, 16 fractional bits, which the program no
+	 * longer reads (it takes last_thr's 32). */
 	__u64 sm_ticks;
 	__u64 sm_last_n;
 	__u64 sm_pass_base;

@@ -68,10 +68,26 @@ struct tl_smooth_cpu {
 	__u64 ex;       /* over-budget packets of the window, summed */
 	__u64 hi_r;     /* R̂ of hi_thr, the memo of q past the table; 0: none */
 	__u32 hi_thr;
-	__u32 ex_thr;   /* the over-budget packets' drop threshold this tick */
+	__u32 ex_thr;   /* the over-budget packets' drop threshold, memo of (ex_r, ex_rin) */
 	__u64 rng;      /* xorshift64* state, reseeded from bpf_get_prandom_u32 each tick */
 	__u32 slot;     /* the policy slot it was computed for: a reload refreshes it */
-	__u32 _pad;
+	__u32 clock;    /* 1 in the window's first TL_SMOOTH_CLOCK_TICKS ticks: an onset reads F from the clock */
+	/* Budgets on (smooth.h sm_in_estimate): the in-budget count's recent
+	 * rate is measured from the reference sample (tick, count); the
+	 * candidate becomes the reference once it is a sixteenth of a window
+	 * old; k_in extrapolates the count since the reference to the window's
+	 * end (tiers.SmoothState.RateMult). */
+	__u64 ref_tick;
+	__u64 ref_n;
+	__u64 cand_tick;
+	__u64 cand_n;
+	__u64 k_in;
+	/* Over-budget packets (smooth.h over_budget_thr): this CPU's own count
+	 * of them when ex was summed, and the estimates ex_thr was computed
+	 * for (all selected packets, in-budget ones; ex_r 0: none). */
+	__u64 ex_own;
+	__u64 ex_r;
+	__u64 ex_rin;
 };
 
 #endif /* __TL_TYPES_RECORD_H */

@@ -45,9 +45,14 @@ static __always_inline int overflow_add(struct tl_window *w, __u64 id, int ex, _
 		return 0;
 	__u32 i = id & 1;
 	if (o->window[i] != id) {
-		o->window[i] = id;
+		/* The counts are zeroed before the id is published, by an
+		 * exchange (fully ordered), and readers read the id by a
+		 * fetch-and-add of 0 before the counts (overflow_sum_cpu): no
+		 * reader adds window id − 2's count to window id's
+		 * (TestOverflowReuseModel). Once per window and CPU. */
 		o->packets[i] = 0;
 		o->ex[i] = 0;
+		__sync_lock_test_and_set(&o->window[i], id);
 	}
 	if (ex) {
 		o->ex[i] += segs;
@@ -75,11 +80,12 @@ static long overflow_sum_cpu(__u32 cpu, struct overflow_sum_ctx *x)
 	if (!o)
 		return 1;
 	__u32 i = x->id & 1;
-	if (o->window[i] == x->id) {
+	/* Each id is read fully ordered before its counts (overflow_add). */
+	if (__sync_fetch_and_add(&o->window[i], 0) == x->id) {
 		x->sum += o->packets[i];
 		x->ex += o->ex[i];
 	}
-	if (o->window[i ^ 1] == x->id - 1) {
+	if (__sync_fetch_and_add(&o->window[i ^ 1], 0) == x->id - 1) {
 		x->prev += o->packets[i ^ 1];
 		x->prev_ex += o->ex[i ^ 1];
 	}
@@ -222,9 +228,14 @@ static __always_inline void window_open(struct tl_window *w, const struct tl_set
 	__u64 id = w->opened;
 	w->start_jiffies = jiffies;
 	w->start_tick = tick;
-	__sync_lock_test_and_set(&w->overflowed, TL_OVF_CLOSED | (id + 1));
+	__u64 ov = __sync_lock_test_and_set(&w->overflowed, TL_OVF_CLOSED | (id + 1));
 	__u64 prev = __sync_lock_test_and_set(&w->count, 1);
 	w->last_count = prev;
+	/* The ordinal budgets' expectation takes the window's true count, its
+	 * CPUs' overflow included, as tiers.Model does (once per window). */
+	__u64 all = prev;
+	if (ov == id + 1)
+		all += overflow_sum(id, s->nr_cpus);
 	w->prev_ex = __sync_lock_test_and_set(&w->ex_count, 0);
 	/* The previous window's end is its start plus a window; ticks beyond
 	 * it are a gap, which weighs its count down (tiers.SmoothCoef.Prev). */
@@ -234,7 +245,7 @@ static __always_inline void window_open(struct tl_window *w, const struct tl_set
 	if (gap > j)
 		gap = j;
 	w->gap = gap;
-	w->expect_in = !id ? 0 : prev * (j - gap) / j;
+	w->expect_in = !id ? 0 : all * (j - gap) / j;
 	__sync_fetch_and_add(&w->opened, 1);
 	/* A packet of the old window may still add to or pay the debt
 	 * after this: it then counts in the new window (one per other

@@ -26,6 +26,16 @@ const (
 	// MaxWindow is the longest Policy.Window. Validate returns ErrWindow
 	// beyond it.
 	MaxWindow = time.Hour
+	// SmoothMinWindow is the shortest window of the smooth shape
+	// (DESIGN.md §9 property 5): its estimate counts the window in the
+	// kernel's ticks (jiffies, 10 ms at HZ 100; or 4.19 ms without the
+	// tick gate) from the tick the window opened in, so a window of a few
+	// ticks is shaped off by up to half of it (+41 % to +118 % passes at
+	// 1-2 ticks). From 20 ticks of the coarsest tick the steady passes are
+	// within 3 % of P(R) (tiers TestSmoothShortWindows). Validate returns
+	// ErrWindow below it under ShapeSmooth; the ordinal shape takes any
+	// window.
+	SmoothMinWindow = 200 * time.Millisecond
 	// MaxPrefixes is the most prefixes of one policy's exempt sources, and
 	// the most destination prefixes of all its select rules together
 	// (bpf/consts.h TL_LPM_PREFIXES). Each LPM trie holds this many per

@@ -63,9 +63,17 @@ type Model struct {
 	coefTick  uint64
 	coef      SmoothCoef // of the in-budget count
 	coefTot   SmoothCoef // of all selected packets
-	exThr     uint32     // the over-budget threshold of this tick (smooth)
+	exThr     uint32     // the over-budget threshold, memo of (exR, exRin)
+	exR       uint64     // R̂ of all selected packets exThr was computed for; 0: none
+	exRin     uint64     // and the in-budget expectation
 	lastEstim uint64     // R̂ of the latest in-budget packet (smooth), the others' sum left out
 	others    uint64     // the fleet's others' sum (SetFleetOthers)
+
+	// The in-budget count's recent rate, with budgets on (SmoothRate):
+	// the reference sample (tick, count) it is measured from, the next
+	// one, and the per-tick multiplier of the count since the reference.
+	refTick, refN, candTick, candN uint64
+	kIn                            uint64
 }
 
 // NewModel returns a model of policy p compiled as t, with no window open.
@@ -260,31 +268,70 @@ func (m *Model) refresh(nowNs uint64) {
 	if m.coefID == m.opened && m.coefTick == tick {
 		return
 	}
+	if m.coefID != m.opened {
+		m.refTick, m.refN, m.candTick, m.candN = m.startTick, 0, m.startTick, 0
+	}
 	m.coefID, m.coefTick = m.opened, tick
 	st := SmoothState{Elapsed: tick - min(tick, m.startTick), Ticks: m.ticks(), Gap: m.gap, Prev: m.prev}
 	m.coef = st.Coef()
 	st.Prev += m.prevEx
 	m.coefTot = st.Coef()
-	m.onset = m.onset || m.coefTot.Onset(m.count+m.ex)
-	rtot := m.coefTot.Estimate(m.count+m.ex, m.onset)
-	m.exThr = m.table.ShareThreshold(max(m.count, m.coef.Prev), rtot)
+	m.refTick, m.refN, m.candTick, m.candN = SmoothRateRef(st.Ticks, tick, m.count, m.refTick, m.refN, m.candTick, m.candN)
+	m.kIn = st.RateMult(tick-min(tick, m.refTick), m.coefTot.Mult)
+	m.exR = 0
+}
+
+// inEstimate is R̂ of the in-budget count n with budgets on: the sliding
+// count S, and in an onset the count extrapolated by its recent rate
+// (SmoothState.RateMult) when that is more. A relay whose budget is spent
+// adds nothing to its in-budget count, so its rate falls to 0 within
+// two reference spans; a surge from many groups, each within its budget,
+// keeps its rate, and is judged on it as a surge without budgets is.
+//
+// In an onset window's first SmoothClockTicks ticks the rate is the rate
+// since the window opened, read from the clock (SmoothOnsetF), as without
+// budgets: there the reference is the window's start or a tick or two
+// after it, and the ticks' error is largest.
+func (m *Model) inEstimate(nowNs, n uint64) uint64 {
+	s := m.coef.Sliding(n)
+	if !m.onset {
+		return s
+	}
+	f := n + mulShift(n-min(n, m.refN), m.kIn)
+	if m.clockTicks() {
+		f = SmoothOnsetF(n, nowNs-min(nowNs, m.start), m.window)
+	}
+	return max(f, s)
+}
+
+// clockTicks reports whether the latest refresh is in its window's first
+// SmoothClockTicks ticks, where an onset reads F from the clock.
+func (m *Model) clockTicks() bool {
+	return min(m.coefTick-min(m.coefTick, m.startTick), m.ticks()) < SmoothClockTicks
 }
 
 // smooth judges an in-budget packet of the smooth shape: R̂ and its tier
-// and q(R̂). Without budgets R̂ is the estimate of the window (Estimate);
-// with budgets it is the in-budget count's sliding count S alone: in-budget
-// counts come front-loaded (a group's first budget packets arrive at its
-// rate, then none), which the extrapolation would read as a flood, so the
-// onset is judged on all selected packets and the in-budget packets never
-// extrapolate.
+// and q(R̂). Without budgets R̂ is the estimate of the window (Estimate),
+// whose F in an onset's first SmoothClockTicks ticks is read from the
+// clock (SmoothOnsetF);
+// with budgets it is inEstimate: in-budget counts come front-loaded (a
+// group's first budget packets arrive at its rate, then none), which the
+// extrapolation since the window opened would read as a flood, so the
+// onset is judged on all selected packets and the in-budget count is
+// extrapolated by its recent rate only.
 func (m *Model) smooth(nowNs uint64) (int, uint32) {
 	m.refresh(nowNs)
 	m.onset = m.onset || m.coefTot.Onset(m.count+m.ex)
-	rhat := m.coef.Sliding(m.count)
-	if m.sketch == nil {
-		// Without budgets every selected packet is in budget: the previous
-		// window's over-budget packets (under a policy with budgets before
-		// a reload) were offered too.
+	// Without budgets every selected packet is in budget: the previous
+	// window's over-budget packets (under a policy with budgets before a
+	// reload) were offered too, so S takes them (coefTot).
+	var rhat uint64
+	switch {
+	case m.sketch != nil:
+		rhat = m.inEstimate(nowNs, m.count)
+	case m.onset && m.clockTicks():
+		rhat = max(m.coefTot.Sliding(m.count), SmoothOnsetF(m.count, nowNs-min(nowNs, m.start), m.window))
+	default:
 		rhat = m.coefTot.Estimate(m.count, m.onset)
 	}
 	m.lastEstim = rhat
@@ -312,8 +359,7 @@ func (m *Model) overBudget(nowNs uint64) Decision {
 	m.ex++
 	var thr uint32
 	if m.table.Shape == ShapeSmooth {
-		m.refresh(nowNs)
-		thr = m.exThr
+		thr = m.overSmooth(nowNs)
 	} else {
 		_, thr = m.table.Lookup(max(m.count, m.expectIn) + m.ex)
 	}
@@ -321,6 +367,35 @@ func (m *Model) overBudget(nowNs uint64) Decision {
 		d.Verdict = m.mode.dropVerdict()
 	}
 	return d
+}
+
+// overSmooth is the threshold of an over-budget packet under ShapeSmooth,
+// judged per packet on the live counts (this one included): the onset
+// latched on all selected packets, R̂ of all of them, the in-budget
+// expectation max(n, the previous window's, R̂_in in an onset), and the
+// share of the passes the in-budget ones leave (Table.ShareThreshold),
+// reused while both estimates stay within 1/1024 of those it was computed
+// for.
+func (m *Model) overSmooth(nowNs uint64) uint32 {
+	m.refresh(nowNs)
+	all := m.count + m.ex
+	m.onset = m.onset || m.coefTot.Onset(all)
+	rtot := m.coefTot.Estimate(all, m.onset)
+	rin := max(m.count, m.coef.Prev)
+	if m.onset {
+		rin = max(rin, m.inEstimate(nowNs, m.count))
+	}
+	if m.exR == 0 || !near(rtot, m.exR) || !near(rin, m.exRin) {
+		m.exR, m.exRin = max(rtot, 1), rin
+		m.exThr = m.table.ShareThreshold(rin, rtot)
+	}
+	return m.exThr
+}
+
+// near reports whether a is within b/1024 of b (smooth.h sm_near).
+func near(a, b uint64) bool {
+	d := max(a, b) - min(a, b)
+	return d <= b>>10
 }
 
 // Estimate returns R̂ of the latest in-budget packet under ShapeSmooth,

@@ -63,6 +63,12 @@ const (
 	// as an onset (SmoothEstimator): fewer packets say too little about a
 	// rate.
 	SmoothOnsetMin = 16
+	// SmoothClockTicks is how many ticks from a window's start an onset
+	// reads F from the clock per packet (SmoothOnsetF): where the
+	// elapsed part of the window counted in whole ticks is furthest off,
+	// and nowhere else, so that a flood pays the clock for 16 ticks at
+	// most (64 ms at HZ 250), not its whole first window.
+	SmoothClockTicks = 16
 	// SmoothTickShift is the tick of the estimate when the program has no
 	// jiffies gate (window_jiffies 0): the clock in ns >> 22, 4.19 ms.
 	SmoothTickShift = 22
@@ -114,6 +120,39 @@ func (st SmoothState) Coef() SmoothCoef {
 	return c
 }
 
+// SmoothRateRef moves the reference of the in-budget count's recent rate
+// (DESIGN.md §6, §9 property 3, with budgets on) at a refresh at tick with
+// the window's in-budget count n: once the candidate sample is D =
+// max(Ticks/16, 1) ticks old it becomes the reference, and (tick, n) the
+// candidate. A window starts with both at (its start tick, 0), so the rate
+// is the rate since the window opened for its first D ticks, then over the
+// last D to 2D ticks. Returns the new reference and candidate.
+func SmoothRateRef(ticks, tick, n, refTick, refN, candTick, candN uint64) (uint64, uint64, uint64, uint64) {
+	if tick >= candTick+max(ticks/16, 1) {
+		refTick, refN, candTick, candN = candTick, candN, tick, n
+	}
+	return refTick, refN, candTick, candN
+}
+
+// RateMult is the multiplier that extrapolates the in-budget count by its
+// recent rate: the packets since the reference, dt ticks before this tick,
+// counted over dt + ½ ticks, are expected again in each such span of the
+// rest of the window (Ticks − Elapsed − ½ ticks), SmoothFracBits
+// fractional bits. With the reference at the window's start (dt ≥
+// Elapsed) it is mult − 1 (SmoothCoef.Mult), so that the in-budget
+// estimate n + n × RateMult is F, held to 32 n early in the window.
+func (st SmoothState) RateMult(dt, mult uint64) uint64 {
+	j := max(st.Ticks, 1)
+	e := min(st.Elapsed, j)
+	switch {
+	case e >= j:
+		return 0
+	case dt >= e:
+		return mult - 1<<SmoothFracBits
+	}
+	return (2*(j-e) - 1) << SmoothFracBits / (2*dt + 1)
+}
+
 // mulShift is x × y >> SmoothFracBits without overflow for any x below
 // 2^48.
 func mulShift(x, y uint64) uint64 {
@@ -152,6 +191,21 @@ func (c SmoothCoef) Estimate(n uint64, onset bool) uint64 {
 	return s
 }
 
+// SmoothOnsetF is F in an onset without budgets, per packet: n over the
+// window's elapsed fraction elapsedNs / windowNs (at least SmoothMinFrac,
+// at most 1), SmoothFracBits fractional bits, as the program computes it
+// from bpf_ktime_get_ns in a window latched as an onset (smooth.h
+// sm_onset_f). The per-tick F (SmoothCoef.Estimate) counts the elapsed
+// fraction in whole ticks, which a window of a few ticks reads off by up
+// to half a tick at each packet: 1.16 × P(R) in the onset's first window
+// at 20 ticks (200 ms at HZ 100), 1.06 from the clock. Only the first
+// SmoothClockTicks ticks of an onset window pay the clock and two divisions
+// per packet.
+func SmoothOnsetF(n, elapsedNs, windowNs uint64) uint64 {
+	f := min(max(elapsedNs<<SmoothFracBits/max(windowNs, 1), SmoothMinFrac), 1<<SmoothFracBits)
+	return n << SmoothFracBits / f
+}
+
 // SmoothTable is the smooth shape's part of a compiled policy: q(R̂) on
 // the bpf_get_prandom_u32 scale, indexed like Table (entry R̂ >> Shift,
 // Table.Tiers giving the tier of R̂), and the closed form beyond the
@@ -166,29 +220,85 @@ type SmoothTable struct {
 	// the last tier), DESIGN.md §7 and §9.
 	ShedDrops []uint32
 	// LastN is the first R̂ beyond the table (Table.Len() << Shift): from
-	// it on, P(R̂) = PassBase + (R̂ − LastN) × PassLast / 2^16, and q is
-	// computed per tick (Beyond).
+	// it on, P(R̂) = PassBase / 2^16 + (R̂ − LastN) × (1 − LastThr / 2^32),
+	// and q is computed per tick (Beyond).
 	LastN uint64
-	// PassBase is P(LastN) in packets with 16 fractional bits.
+	// PassBase is P(LastN) in packets with 16 − PassShift fractional
+	// bits.
 	PassBase uint64
+	// PassShift is 0 but for tables past 2^46 packets (Shift over 26),
+	// whose counts of passes would overflow 64 bits at 16 fractional
+	// bits: every count of passes of the smooth shape (PassBase, pass16)
+	// then has 16 − PassShift (at least 11) fractional bits. The program
+	// derives it from the settings' shift (smooth.h sm_pass_shift).
+	PassShift uint
+	// LastThr is the last tier's drop threshold on the prandom scale, the
+	// ordinal table's last entry (the program's tl_settings.last_thr):
+	// past LastN each packet adds 1 − LastThr / 2^32 to P.
+	LastThr uint32
 	// PassLast is the last tier's pass probability, 1 − drop, with 16
-	// fractional bits.
+	// fractional bits: the settings' sm_pass_last, which the program no
+	// longer reads (16 bits made a last tier of drop 99.99 % pass 7 %
+	// too much); kept so that the settings keep their layout.
 	PassLast uint64
 }
 
 // Beyond returns q(R̂) on the prandom scale for R̂ ≥ LastN, from the closed
-// form, in the integer arithmetic the program uses.
+// form, in the integer arithmetic the program uses (passThreshold): on the
+// 2^32 scale, so that a flood of 10⁶ × max, whose pass probability is
+// about 10⁻⁶, keeps its P(R̂) within 10⁻³ (DESIGN.md §9 property 5). R̂ is
+// below 2^(48 + PassShift).
 func (t SmoothTable) Beyond(rhat uint64) uint32 {
 	rhat = max(rhat, t.LastN, 1)
-	p16 := t.PassBase + (rhat-t.LastN)*t.PassLast
-	ratio := p16 / rhat // pass probability, 16 fractional bits
-	if ratio >= 1<<16 {
-		return 0
+	return passThreshold(t.pass16(rhat), rhat, t.PassShift)
+}
+
+// pass16 is P(R̂) with 16 − PassShift fractional bits for R̂ ≥ LastN: the
+// closed form with the last tier's pass probability on 32 bits, no
+// division (smooth.h sm_pass_beyond).
+func (t SmoothTable) pass16(rhat uint64) uint64 {
+	var pl uint64 // the last tier's pass probability, 32 fractional bits
+	if t.LastThr != AlwaysDrop {
+		pl = 1<<32 - uint64(t.LastThr)
 	}
-	if ratio == 0 {
+	return t.PassBase + mulShr(rhat-t.LastN, pl, 16+t.PassShift)
+}
+
+// mulShr is a × b >> k, exact, while (a >> k) × b and 2^k × b are below
+// 2^64 (smooth.h sm_mul_shr).
+func mulShr(a, b uint64, k uint) uint64 {
+	return (a>>k)*b + (a&(1<<k-1))*b>>k
+}
+
+// smoothPassShift is SmoothTable.PassShift of a table at step 2^shift.
+func smoothPassShift(shift uint) uint { return max(shift, 26) - 26 }
+
+// passThreshold is the drop threshold of pass probability p / r, where p
+// is a count of passes with 16 − ps fractional bits and r ≥ 1 a count of
+// packets: 2^32 − p × 2^(16+ps) / r, as the program computes it
+// (smooth.h sm_pass_thr). The product is exact while p < 2^(48−ps); past
+// that r ≥ 2^32, and r is shifted down instead (a relative error below
+// 2^-32). The probability is never rounded to zero while p > 0: its least
+// value is 2 / 2^32, the least that AlwaysDrop (2^32 − 1) leaves. 0 when
+// it is 1 or more, AlwaysDrop when p is 0.
+func passThreshold(p, r uint64, ps uint) uint32 {
+	if p == 0 {
 		return AlwaysDrop
 	}
-	return uint32((1<<16 - ratio) << 16)
+	k := 16 + ps
+	var ratio uint64
+	switch {
+	case p < 1<<(64-k):
+		ratio = p << k / r
+	case r>>k != 0:
+		ratio = p / (r >> k)
+	default:
+		return 0
+	}
+	if ratio >= 1<<32 {
+		return 0
+	}
+	return uint32(1<<32 - max(ratio, 2))
 }
 
 // Smooth returns q(R̂) on the prandom scale and the tier of R̂, as the
@@ -228,8 +338,10 @@ func compileSmooth(t *Table) {
 	}
 	st.LastN = uint64(n) << t.Shift
 	e := t.Expected(st.LastN)
-	st.PassBase = uint64(math.Round(e.Passed * (1 << 16)))
+	st.PassShift = smoothPassShift(t.Shift)
+	st.PassBase = uint64(math.Round(e.Passed * float64(uint64(1)<<(16-st.PassShift))))
 	st.PassLast = uint64(math.Round((1 - DropRatio(t.Thresholds[n-1])) * (1 << 16)))
+	st.LastThr = t.Thresholds[n-1]
 	t.Smoothed = st
 	K := len(t.Bounds)
 	for k := 1; k <= K; k++ {
@@ -245,14 +357,15 @@ func compileSmooth(t *Table) {
 // a window offered r packets of which dropped are dropped in expectation:
 // 0 when nothing is, AlwaysDrop when everything is.
 func smoothThreshold(dropped float64, r uint64) uint32 {
-	if r == 0 || dropped <= 0 {
+	switch {
+	case r == 0 || dropped <= 0:
 		return 0
-	}
-	v := math.Round(dropped / float64(r) * (1 << 32))
-	if v >= AlwaysDrop {
+	case dropped >= float64(r):
 		return AlwaysDrop
 	}
-	return uint32(v)
+	// Short of AlwaysDrop while anything passes (DESIGN.md §9 property 5).
+	v := math.Round(dropped / float64(r) * (1 << 32))
+	return uint32(min(v, AlwaysDrop-1))
 }
 
 // ShareThreshold returns the drop threshold of an over-budget packet under
@@ -271,22 +384,19 @@ func (t Table) ShareThreshold(rin, rtot uint64) uint32 {
 	if ptot <= pin {
 		return AlwaysDrop
 	}
-	share := (ptot - pin) / (rtot - rin)
-	switch {
-	case share >= 1<<16:
-		return 0
-	case share == 0:
-		return AlwaysDrop
-	}
-	return uint32((1<<16 - share) << 16)
+	return passThreshold(ptot-pin, rtot-rin, t.Smoothed.PassShift)
 }
 
-// pass16 is P(r) with 16 fractional bits, from the smooth table: r × (1 −
-// q(r)) with q at 16 bits.
+// pass16 is P(r) with 16 − PassShift fractional bits: past the table the
+// closed form (SmoothTable.pass16), in it r × (1 − q(r)) with q at 16
+// bits.
 func (t Table) pass16(r uint64) uint64 {
+	if len(t.Smoothed.Thresholds) != 0 && r >= t.Smoothed.LastN {
+		return t.Smoothed.pass16(r)
+	}
 	_, thr := t.Smooth(r)
 	if thr == AlwaysDrop {
 		return 0
 	}
-	return r * (1<<16 - uint64(thr>>16))
+	return mulShr(r, 1<<16-uint64(thr>>16), t.Smoothed.PassShift)
 }

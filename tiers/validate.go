@@ -56,6 +56,10 @@ func (p Policy) Validate() error {
 	if p.Window <= 0 || p.Window > MaxWindow {
 		return configErr("window", p.Window.String(), ErrWindow, "must be more than 0 and at most %s", MaxWindow)
 	}
+	if p.Shape == ShapeSmooth && p.Window < SmoothMinWindow {
+		return configErr("window", p.Window.String(), ErrWindow,
+			"shape smooth needs a window of at least %s: its estimate counts the window in kernel ticks (10ms at HZ 100), and a window of fewer than 20 ticks would pass up to twice P(R); set shape: ordinal for a shorter window", SmoothMinWindow)
+	}
 	if p.Auto != nil {
 		if err := p.Auto.checkRange(); err != nil {
 			return err

@@ -172,7 +172,7 @@ func (w *windowWatch) close() (most, samples int) {
 // attached as 90e44a6 left it, limits a flood; `status` of today's binary
 // reads it; today's agent started on the same pin path migrates it with no
 // moment without XDP, no window that passes the flood, the counters
-// carried, and says so in its log; `status` then reads layout 1.
+// carried, and says so in its log; `status` then reads today's layout.
 func TestUpgradeFromLayout0UnderFlood(t *testing.T) {
 	testenv.Require(t)
 	p, pin, cfg := pinnedSetup(t, strictYAML)
@@ -202,7 +202,7 @@ func TestUpgradeFromLayout0UnderFlood(t *testing.T) {
 		t.Fatalf("no migration logged:\n%s", run.log)
 	}
 	line := logLine(run.log.String(), "migrated pinned state")
-	for _, want := range []string{"from_layout=", "to_layout=1", "carried=", "stats", "window (n=", "reset=", "smooth_cpu (new)"} {
+	for _, want := range []string{"from_layout=", fmt.Sprint("to_layout=", bpf.Layout), "carried=", "stats", "window (n=", "reset=", "smooth_cpu (new)"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("migration log line lacks %q: %s", want, line)
 		}
