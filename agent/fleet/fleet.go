@@ -63,6 +63,16 @@ type Config struct {
 	// for TTL: FallbackShare or FallbackLocal. The controller passes it on
 	// untouched (see Fallback).
 	Fallback string
+	// Bound, when set, is what the controller writes into the program in
+	// place of the store's others' sum: Bound(own, sum), own the estimate
+	// this member reported and sum the others' sum the store returned.
+	// The agent sets it for a member with max: auto, to hold the member
+	// to the pass probability of its learnt max on its own R̂
+	// (tiers.FleetOthersWithAuto; docs/design.md §12, "With max: auto").
+	// It is called from the report loop once per answered report, must
+	// not block, and must return at least sum. The fleet_others metric
+	// stays the store's sum. Nil writes the sum as it is.
+	Bound func(own, sum uint64) uint64
 }
 
 // The values of Config.Fallback.
