@@ -21,7 +21,9 @@
 //	  +pexpire +hget +hset +hdel +hlen +hvals +hgetall +zadd +zrem +zcard +zrange +zrangebyscore
 //
 // The package never imports the agent: the agent passes it a Limiter (the
-// BPF side, *bpf.Limiter) and a Fallback (its own policy switch). It needs
+// BPF side, *bpf.Limiter), a Fallback (its own policy switch) and, for a
+// member with max: auto, a Config.Bound that folds the learnt max into the
+// others' sum it writes. It needs
 // no privilege of its own; the kernel requirements are the agent's.
 package fleet
 
