@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"testing"
 	"time"
 
@@ -152,5 +153,120 @@ func TestFleetAutoAgent(t *testing.T) {
 	}
 	if got := gather(t, b).sum("tierlimit_policy_max_packets"); got != 1500 {
 		t.Errorf("the other member's max %v with the store gone; want the share 1500", got)
+	}
+}
+
+// TestFleetAutoLearnt: the fold follows the auto controller (docs/design.md
+// §12, "With max: auto"). A member with max: auto starting at 300, offered
+// 1000 per window alone in its fleet (fleet.max 3000 would pass all of it),
+// sheds to its learnt max; its collector's socket, which the traffic run
+// through the program never reaches, drops nothing, so the controller
+// raises the max window after window, and each raise reaches the fold: the
+// member passes what the learnt max in force passes on its own R̂, between
+// the local P(1000) of the least and the greatest max seen over the window
+// and the one before it, within 5σ plus 10 % below (the reports' pace) and
+// 25 % above (a wall-clock window is not the limiter's, and a window after
+// a new max is applied passes a little more). Were the fold's table not
+// compiled again, the member would stay near P(1000) of 300 and fail
+// below.
+func TestFleetAutoLearnt(t *testing.T) {
+	testenv.Require(t)
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	const (
+		window  = 200 * time.Millisecond
+		windows = 14
+		rate    = 1000.0
+		start   = 300
+	)
+	pol, err := tiers.ParseYAML(fmt.Appendf(nil, `mode: enforce
+shape: smooth
+window: 200ms
+max: auto
+auto: {start: %d, floor: 100, ceiling: 2000}
+fleet:
+  name: agent-learnt
+  store: %s
+  max: 3000
+  report: 50ms
+  ttl: 1s
+select:
+  - {proto: udp, ports: [514]}
+`, start, r.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPair(t)
+	a := startAgent(t, p, agent.XDPGeneric, pol)
+	var src agent.DropSource
+	var coll *net.UDPConn
+	if err := p.Coll.Do(func() (err error) {
+		if coll, err = net.ListenUDP("udp", &net.UDPAddr{Port: 514}); err != nil {
+			return err
+		}
+		src, err = agent.OpenDropSource(false)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { coll.Close() })
+	if _, err := a.StartFleet(pol, "learnt"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	am, err := a.StartAutoMax(ctx, pol, src)
+	if err != nil {
+		src.Close()
+		t.Fatal(err)
+	}
+	fleetTab, err := tiers.Compile(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	localP := func(m, offered uint64) float64 {
+		tab, err := tiers.Compile(pol.Local().WithMax(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tab.Expected(offered).Passed
+	}
+	frame := testenv.UDP4(t, 514)
+	var offered, passed [windows]int
+	lo, hi := [windows]uint64{}, [windows]uint64{}
+	var sent float64
+	begin := time.Now()
+	for el := time.Since(begin); el < windows*window; el = time.Since(begin) {
+		k := int(el / window)
+		m := am.Max()
+		if lo[k] == 0 || m < lo[k] {
+			lo[k] = m
+		}
+		hi[k] = max(hi[k], m)
+		for due := rate * float64(el) / float64(window); sent < due; sent++ {
+			offered[k]++
+			ret, err := a.Limiter().Program().Run(&ebpf.RunOptions{Data: frame})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ret == 2 { // XDP_PASS
+				passed[k]++
+			}
+		}
+		time.Sleep(time.Millisecond - time.Since(begin)%time.Millisecond)
+	}
+	if hi[windows-1] < 2*start {
+		t.Fatalf("the learnt max reached %d; want it to climb past %d for the test to mean anything (history %+v)", hi[windows-1], 2*start, am.History())
+	}
+	if all := fleetTab.Expected(rate).Passed; all < 0.99*rate {
+		t.Fatalf("the fleet alone passes %.0f of %.0f; want all", all, rate)
+	}
+	for k := 2; k < windows; k++ {
+		o := uint64(offered[k])
+		least, most := localP(min(lo[k], lo[k-1]), o), localP(hi[k], o)
+		below, above := 5*math.Sqrt(most)+0.1*least, 5*math.Sqrt(most)+0.25*most
+		t.Logf("window %d: offered %d passed %d; learnt max %d..%d, local P %.0f..%.0f", k, o, passed[k], min(lo[k], lo[k-1]), hi[k], least, most)
+		if float64(passed[k]) < least-below || float64(passed[k]) > most+above {
+			t.Errorf("window %d: passed %d; want the local P of the learnt max in force, %.0f - %.0f to %.0f + %.0f", k, passed[k], least, below, most, above)
+		}
 	}
 }
