@@ -128,8 +128,10 @@ func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src DropSource
 }
 
 // applyLocked compiles p, its dests local resolved (withLocal), and
-// applies it; a.applyMu is held.
+// applies it; a.applyMu is held. A fleet in fallback applies its fallback
+// in p's place (fleetApplying).
 func (a *Agent) applyLocked(p tiers.Policy) error {
+	p = a.fleetApplying(p)
 	rp := p.WithLocal(a.fitLocal(p))
 	tab, err := tiers.Compile(rp)
 	if err != nil {

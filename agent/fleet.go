@@ -12,22 +12,30 @@ import (
 
 // fleetState is the agent's side of the fleet controller (docs/design.md
 // §12); guarded by applyMu, except c, which StartFleet sets once (a
-// scrape reads it without waiting for a reload).
+// scrape reads it without waiting for a reload), and bound, which the
+// controller's loop reads.
 type fleetState struct {
 	c      atomic.Pointer[fleet.Controller]
 	member string // as StartFleet was given it
-	// given is the policy with its fleet as last given (New, a reload);
-	// in and members say whether the controller put the agent in
-	// fallback, and with which member count.
+	// given is the policy with its fleet as last given (New, a reload;
+	// with max: auto, Max is the learnt max as last applied); in and
+	// members say whether the controller put the agent in fallback, and
+	// with which member count.
 	given   tiers.Policy
 	in      bool
 	members int
+	// bound holds the tables of the fold for max: auto (fleetBound); nil
+	// without auto.
+	bound atomic.Pointer[fleetBound]
 }
 
-// ErrFleetAuto: StartFleet refuses a fleet with max: auto, which this
-// agent does not combine yet (the fold of docs/design.md §12, "With max:
-// auto").
-var ErrFleetAuto = errors.New("fleet with max: auto is not supported by this agent yet")
+// fleetBound is what a member with max: auto folds into the others' sum at
+// each report (tiers.FleetOthersWithAuto): the table for fleet.max and the
+// one for its learnt max.
+type fleetBound struct {
+	max          uint64 // the learnt max local was compiled for
+	fleet, local tiers.Table
+}
 
 // FleetConfig is the controller's view of p's fleet block; member names
 // this member in the store ("" for the host name).
@@ -45,17 +53,22 @@ func FleetConfig(f *tiers.Fleet, member string) fleet.Config {
 // while the store is out of reach. Close stops it and leaves the fleet.
 // It returns nil, nil when p has no fleet.
 //
+// With max: auto (docs/design.md §12) the member never passes more than
+// its learnt max allows on its own R̂: at each report the controller
+// writes tiers.FleetOthersWithAuto(fleet table, learnt max's table, own
+// R̂, others' sum) in place of the sum (fleet.Config.Bound), the learnt
+// max's table compiled again only when the auto controller changes the
+// max; in fallback the max is the smaller of the fallback's and the
+// learnt one.
+//
 // Its errors are fleet.Start's: fleet.ErrAuth when the store refuses the
 // password (cmd maps it to exit 2, naming password_file),
 // fleet.ErrPasswordFile, fleet.ErrCAFile, fleet.ErrStoreURL,
-// fleet.ErrConfig; and ErrFleetAuto for a fleet with max: auto. A store
-// out of reach is no error: the agent starts in fallback.
+// fleet.ErrConfig. A store out of reach is no error: the agent starts in
+// fallback.
 func (a *Agent) StartFleet(p tiers.Policy, member string) (*fleet.Controller, error) {
 	if p.Fleet == nil {
 		return nil, nil
-	}
-	if p.Auto != nil {
-		return nil, ErrFleetAuto
 	}
 	if a.closed.Load() {
 		return nil, errClosed
@@ -66,13 +79,64 @@ func (a *Agent) StartFleet(p tiers.Policy, member string) (*fleet.Controller, er
 		return nil, errors.New("fleet: a controller runs already")
 	}
 	a.fleet.given, a.fleet.member = p, member
+	a.fleetBoundFor(p, true)
 	a.applyMu.Unlock()
-	c, err := fleet.Start(FleetConfig(p.Fleet, member), a.lim, (*fleetSide)(a), a.log)
+	c, err := fleet.Start(a.fleetConfig(p), a.lim, (*fleetSide)(a), a.log)
 	if err != nil {
 		return nil, fmt.Errorf("fleet %s: %w", p.Fleet.Name, err)
 	}
 	a.fleet.c.Store(c)
 	return c, nil
+}
+
+// fleetConfig is FleetConfig for the agent's member, with the fold of
+// max: auto as its Bound.
+func (a *Agent) fleetConfig(p tiers.Policy) fleet.Config {
+	cfg := FleetConfig(p.Fleet, a.fleet.member)
+	cfg.Bound = (*fleetSide)(a).bound
+	return cfg
+}
+
+// fleetBoundFor sets the fold's tables for p, the fleet's policy as given
+// or as the auto controller applies it, its Max the learnt max (a.applyMu
+// held): none without max: auto; the learnt max's table compiled again
+// when the max changed, the fleet's too when fleetChanged (a new policy).
+// A table that does not compile leaves the last in place, logged.
+func (a *Agent) fleetBoundFor(p tiers.Policy, fleetChanged bool) {
+	if p.Fleet == nil || p.Auto == nil {
+		a.fleet.bound.Store(nil)
+		return
+	}
+	old := a.fleet.bound.Load()
+	if old != nil && !fleetChanged && old.max == p.Max {
+		return
+	}
+	b := &fleetBound{max: p.Max}
+	var err error
+	if old != nil && !fleetChanged {
+		b.fleet = old.fleet
+	} else if b.fleet, err = tiers.Compile(p.WithLocal(a.local)); err != nil {
+		a.log.Error("fleet: compile the fleet's table for max: auto; the last stays", "err", err)
+		return
+	}
+	if b.local, err = tiers.Compile(p.Local().WithLocal(a.local)); err != nil {
+		a.log.Error("fleet: compile the learnt max's table; the last stays", "max", p.Max, "err", err)
+		return
+	}
+	a.fleet.bound.Store(b)
+}
+
+// fleetApplying is what applyLocked applies in place of p (a.applyMu
+// held). A fleet's policy with max: auto, as the auto controller applies
+// it with a new learnt max, sets the fold's table for that max and is
+// remembered as the fleet's given policy; while in fallback the fallback
+// policy is applied in its place (fleetPolicy).
+func (a *Agent) fleetApplying(p tiers.Policy) tiers.Policy {
+	if p.Fleet != nil && p.Auto != nil && a.fleet.given.Fleet != nil {
+		a.fleet.given = a.fleet.given.WithMax(p.Max)
+		a.fleetBoundFor(p, false)
+	}
+	return a.fleetPolicy(p)
 }
 
 // Fleet returns the fleet controller, or nil when none runs.
@@ -90,7 +154,7 @@ func (s *fleetSide) EnterFallback(members int) error {
 	if a.closed.Load() {
 		return errClosed
 	}
-	return a.applyLocked(a.fleet.given.FleetFallbackPolicy(members))
+	return a.applyLocked(a.fleet.given) // in fallback: fleetPolicy of it
 }
 
 // LeaveFallback applies the fleet's policy again.
@@ -107,11 +171,17 @@ func (s *fleetSide) LeaveFallback() error {
 
 // fleetPolicy is what a reload applies in place of p (a.applyMu held):
 // p's fallback policy while the controller holds the agent in fallback.
+// With max: auto its max is the smaller of the fallback's and the learnt
+// one, p.Max: a member never passes more than its collector takes.
 func (a *Agent) fleetPolicy(p tiers.Policy) tiers.Policy {
-	if a.fleet.in {
-		return p.FleetFallbackPolicy(a.fleet.members)
+	if !a.fleet.in {
+		return p
 	}
-	return p
+	q := p.FleetFallbackPolicy(a.fleet.members)
+	if p.Fleet != nil && p.Auto != nil {
+		q.Max = min(q.Max, p.Max)
+	}
+	return q
 }
 
 // fleetApplied tells the controller that a reload applied p as given
@@ -128,7 +198,8 @@ func (a *Agent) fleetApplied(p tiers.Policy) {
 		return
 	}
 	a.fleet.given = p
-	if err := c.Reload(FleetConfig(p.Fleet, a.fleet.member)); errors.Is(err, fleet.ErrRestart) {
+	a.fleetBoundFor(p, true)
+	if err := c.Reload(a.fleetConfig(p)); errors.Is(err, fleet.ErrRestart) {
 		a.log.Warn("fleet: the reloaded policy names another fleet or store; restart the agent to join it", "fleet", p.Fleet.Name)
 	} else if err != nil {
 		a.log.Error("fleet: reload", "err", err)
@@ -145,6 +216,19 @@ func (a *Agent) stopFleet() {
 	if err := c.Close(); err != nil {
 		a.log.Warn("fleet: leave", "err", err)
 	}
+}
+
+// bound is the controller's fleet.Config.Bound: with max: auto, the
+// others' sum that holds this member to its learnt max on its own R̂
+// (tiers.FleetOthersWithAuto); the sum as it is otherwise. It reads the
+// tables fleetBoundFor set, without a lock: a report never waits for a
+// reload.
+func (s *fleetSide) bound(own, sum uint64) uint64 {
+	b := s.fleet.bound.Load()
+	if b == nil {
+		return sum
+	}
+	return tiers.FleetOthersWithAuto(b.fleet, b.local, own, sum)
 }
 
 // fleetCollector exports the fleet controller's metrics while one runs.

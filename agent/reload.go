@@ -93,7 +93,7 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 		return err
 	}
 	a.current = p
-	a.autoApplied(p, src)
+	a.autoApplied(given, src) // the fleet's policy, not its fallback
 	a.fleetApplied(given)
 	rc.commit()
 	return nil

@@ -259,7 +259,7 @@ func (c *Controller) tick() {
 }
 
 // joined applies an answer of the store: rejoin if in fallback, then hand
-// the others' sum to the program.
+// the others' sum to the program (through Config.Bound when set).
 func (c *Controller) joined(now time.Time, est uint64, v view) {
 	c.lastOK = now
 	c.authFailed = false
@@ -272,7 +272,11 @@ func (c *Controller) joined(now time.Time, est uint64, v view) {
 		c.m.fallback.Store(0)
 		c.log.Info("fleet store answers again: rejoined the fleet", "store", c.store, "members", v.members)
 	}
-	c.setOthers(v.others)
+	others := v.others
+	if b := c.cfg.Load().Bound; b != nil {
+		others = max(b(est, others), others)
+	}
+	c.setOthers(others)
 	c.m.storeUp.Store(1)
 	c.m.members.Store(int64(v.members))
 	c.m.others.Store(v.others)

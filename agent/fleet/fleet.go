@@ -21,7 +21,9 @@
 //	  +pexpire +hget +hset +hdel +hlen +hvals +hgetall +zadd +zrem +zcard +zrange +zrangebyscore
 //
 // The package never imports the agent: the agent passes it a Limiter (the
-// BPF side, *bpf.Limiter) and a Fallback (its own policy switch). It needs
+// BPF side, *bpf.Limiter), a Fallback (its own policy switch) and, for a
+// member with max: auto, a Config.Bound that folds the learnt max into the
+// others' sum it writes. It needs
 // no privilege of its own; the kernel requirements are the agent's.
 package fleet
 
@@ -63,6 +65,16 @@ type Config struct {
 	// for TTL: FallbackShare or FallbackLocal. The controller passes it on
 	// untouched (see Fallback).
 	Fallback string
+	// Bound, when set, is what the controller writes into the program in
+	// place of the store's others' sum: Bound(own, sum), own the estimate
+	// this member reported and sum the others' sum the store returned.
+	// The agent sets it for a member with max: auto, to hold the member
+	// to the pass probability of its learnt max on its own R̂
+	// (tiers.FleetOthersWithAuto; docs/design.md §12, "With max: auto").
+	// It is called from the report loop once per answered report, must
+	// not block, and must return at least sum. The fleet_others metric
+	// stays the store's sum. Nil writes the sum as it is.
+	Bound func(own, sum uint64) uint64
 }
 
 // The values of Config.Fallback.

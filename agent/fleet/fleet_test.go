@@ -431,3 +431,39 @@ func TestFleetClusterTLS(t *testing.T) {
 	r := testenv.StartRedis(t, testenv.RedisOptions{Cluster: 3, TLS: true})
 	sharing(t, r.URL(), r.CAFile)
 }
+
+// TestFleetBound: a member with Config.Bound (the agent's fold for max:
+// auto, docs/design.md §12) writes Bound(own, sum) into its program, never
+// less than the store's sum, while its fleet_others metric and what the
+// other members see stay the store's: the bound is the member's own.
+func TestFleetBound(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	cfg := testConfig(r.URL(), "bound", "auto")
+	type call struct{ own, sum uint64 }
+	calls := make(chan call, 1000)
+	cfg.Bound = func(own, sum uint64) uint64 {
+		select {
+		case calls <- call{own, sum}:
+		default:
+		}
+		if own == 0 {
+			return 0 // less than sum: the controller writes sum
+		}
+		return sum + 10*own
+	}
+	auto := join(t, cfg, 200)
+	other := join(t, testConfig(r.URL(), "bound", "other"), 700)
+	if !waitFor(20, func() bool { return auto.k.othersNow() == 700+2000 && other.k.othersNow() == 200 }) {
+		t.Fatalf("others: the bound member %d, want 700 + 10 × 200; the other %d, want 200", auto.k.othersNow(), other.k.othersNow())
+	}
+	if got := metric(t, auto.c, "tierlimit_fleet_others"); got != 700 {
+		t.Errorf("fleet_others %v; want the store's sum 700", got)
+	}
+	if c := <-calls; c.own != 200 {
+		t.Errorf("Bound called with own %d; want the member's estimate 200", c.own)
+	}
+	auto.k.set(0)
+	if !waitFor(20, func() bool { return auto.k.othersNow() == 700 }) {
+		t.Errorf("a bound below the sum: others %d; want the sum 700", auto.k.othersNow())
+	}
+}
