@@ -33,6 +33,7 @@ type runFlags struct {
 	pinPath     string
 	replace     bool
 	stateFile   string
+	fleetMember string
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -70,6 +71,7 @@ The config must be a regular file of at most 4 MiB.`,
 	fl.BoolVar(&f.noPin, "no-pin", false, "do not pin: detach when run stops")
 	fl.StringVar(&f.pinPath, "pin-path", agent.DefaultPinPath, "bpffs directory for the pinned links and maps")
 	fl.BoolVar(&f.replace, "replace", false, "replace another XDP program already attached to an interface")
+	fl.StringVar(&f.fleetMember, "fleet-member", "", "this member's name in the policy's fleet (default: the host name)")
 	fl.StringVar(&f.stateFile, "state-file", agent.DefaultStatePath(), "where the open or last shedding episode is kept, for 'tierlimit status --shed'; empty disables")
 	return cmd
 }
@@ -183,7 +185,11 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	if f.noPin {
 		pin = ""
 	}
-	// Before anything is attached: a signal that cannot be read refuses.
+	// Before anything is attached: a fleet password_file or a signal
+	// that cannot be read refuses.
+	if err := checkFleetFiles(p); err != nil {
+		return err
+	}
 	src, err := openAutoSignal(p)
 	if err != nil {
 		return err
@@ -222,6 +228,13 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	// the adaptive max's series and the log its signal.
 	startAutoMax(ctx, log, a, p, src)
 	src = nil // the controller owns it
+	// Before the metrics are served too: a store that refuses the
+	// credentials stops run (exit 2); one out of reach starts it in
+	// fallback, with a warning.
+	if err := startFleet(a, p, f.fleetMember); err != nil {
+		return err
+	}
+	logFleet(log, p, f.fleetMember)
 	if _, err := a.StartRecord(ctx, p, f.stateFile); err != nil {
 		log.Error("shed record: not started; shedding goes on unrecorded", "error", err)
 	}
