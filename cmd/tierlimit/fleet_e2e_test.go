@@ -67,7 +67,7 @@ func TestFleetE2E(t *testing.T) {
 	testenv.Require(t)
 	testenv.RequireRedis(t)
 	bin := cli(t)
-	lab, err := newFleetLab(bin, 3)
+	lab, err := newFleetLab("tltest", bin, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +103,7 @@ func TestFleetE2E(t *testing.T) {
 	}
 	R := 3 * e2eFleetMax
 	rates := []int{R * 6 / 10, R * 3 / 10, R / 10}
+	each := func(int) []int { return rates }
 	ctx := context.Background()
 
 	// Fleet off, static max fleet.max ÷ 3: logged, not asserted.
@@ -112,7 +113,7 @@ func TestFleetE2E(t *testing.T) {
 		}
 	}
 	const staticWindows = 4
-	sent, err := lab.flood(ctx, 0, staticWindows, e2eWindow, rates)
+	sent, err := lab.flood(ctx, 0, staticWindows, e2eWindow, each)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestFleetE2E(t *testing.T) {
 		}
 	}
 	const windows, first = 6, 10
-	sent, err = lab.flood(ctx, first, windows, e2eWindow, rates)
+	sent, err = lab.flood(ctx, first, windows, e2eWindow, each)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestFleetE2E(t *testing.T) {
 	fctx, stopFlood := context.WithCancel(ctx)
 	flooded := make(chan error, 1)
 	go func() {
-		_, err := lab.flood(fctx, 100, 20, e2eWindow, rates)
+		_, err := lab.flood(fctx, 100, 20, e2eWindow, each)
 		flooded <- err
 	}()
 	defer func() { stopFlood(); <-flooded }()

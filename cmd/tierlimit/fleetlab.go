@@ -51,7 +51,7 @@ type labMember struct {
 
 // newFleetLab builds the namespaces for members members and opens their
 // collector sockets and senders. Close removes all of it.
-func newFleetLab(bin string, members int) (_ *fleetLab, err error) {
+func newFleetLab(prefix, bin string, members int) (_ *fleetLab, err error) {
 	l := &fleetLab{bin: bin}
 	if l.dir, err = os.MkdirTemp("", "tierlimit-fleet-"); err != nil {
 		return nil, err
@@ -61,7 +61,7 @@ func newFleetLab(bin string, members int) (_ *fleetLab, err error) {
 			l.Close()
 		}
 	}()
-	if l.net, err = sandbox.NewFleet("tltest", members); err != nil {
+	if l.net, err = sandbox.NewFleet(prefix, members); err != nil {
 		return nil, err
 	}
 	for _, p := range l.net.Members {
@@ -171,16 +171,16 @@ func (l *fleetLab) logOf(i int) string {
 	return m.log.String()
 }
 
-// flood sends, from every member's sender at once, rates[i] datagrams per
-// window to member i for windows windows, window k's datagrams tagged
-// burst first+k and spread over the window from a common start. It
+// flood sends, from every member's sender at once, rates(k)[i] datagrams
+// in window k to member i for windows windows, window k's datagrams
+// tagged burst first+k and spread over the window from a common start. It
 // returns what each member's sender sent per window.
-func (l *fleetLab) flood(ctx context.Context, first, windows int, window time.Duration, rates []int) ([][]int, error) {
-	sent := make([][]int, len(rates))
-	errs := make([]error, len(rates))
+func (l *fleetLab) flood(ctx context.Context, first, windows int, window time.Duration, rates func(k int) []int) ([][]int, error) {
+	sent := make([][]int, len(l.members))
+	errs := make([]error, len(l.members))
 	t0 := time.Now()
 	var wg sync.WaitGroup
-	for i, rate := range rates {
+	for i := range l.members {
 		sent[i] = make([]int, windows)
 		wg.Add(1)
 		go func() {
@@ -193,7 +193,7 @@ func (l *fleetLab) flood(ctx context.Context, first, windows int, window time.Du
 					return
 				}
 				msg := func(seq int) []byte { return traffic.SyslogMessage(first+k, seq) }
-				n, err := traffic.Pace(ctx, m.send, m.dst, rate, window*97/100, window*99/100, msg)
+				n, err := traffic.Pace(ctx, m.send, m.dst, rates(k)[i], window*97/100, window*99/100, msg)
 				sent[i][k] = n
 				if err != nil && ctx.Err() == nil {
 					errs[i] = err
