@@ -31,6 +31,27 @@ func checkFleetFiles(p tiers.Policy) error {
 	return nil
 }
 
+// checkFleetStore asks the store of p's fleet, when p has one, whether it
+// takes the credentials, before anything is attached, within one
+// fleet.report: a refusal is explainFleet's exit 2, naming
+// fleet.password_file. Any other answer, or none, leaves it to the
+// controller's start: a store out of reach starts run in fallback.
+func checkFleetStore(ctx context.Context, p tiers.Policy) error {
+	if p.Fleet == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.Fleet.Report)
+	defer cancel()
+	_, err := fleet.Status(ctx, agent.FleetConfig(p.Fleet, "preflight"))
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	if e := explainFleet(err, p.Fleet); isConfig(e) {
+		return e
+	}
+	return nil
+}
+
 // fleetStarter is what startFleet needs of the agent (*agent.Agent).
 type fleetStarter interface {
 	StartFleet(p tiers.Policy, member string) (*fleet.Controller, error)

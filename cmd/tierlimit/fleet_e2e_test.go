@@ -58,7 +58,8 @@ select: [{proto: udp, ports: [514]}]
 //   - Leave: a member stopped with SIGTERM is out of the others' count
 //     within ttl, and the others' sum follows within one window. Join: a
 //     member started mid-flood is counted within 2 reports.
-//   - Store: killed, every member is in fallback within ttl
+//   - Store: stopped (SIGSTOP) for half the ttl, reports are slow, no
+//     member falls back and the collectors still receive. Killed, every member is in fallback within ttl
 //     (tierlimit_fleet_fallback 1, said once in its log); restarted, every
 //     member rejoins within 2 reports.
 //
@@ -339,6 +340,42 @@ func checkStoreFaults(t *testing.T, lab *fleetLab, rd *testenv.Redis) {
 			t.Errorf("member %d does not count 3 members", i)
 		}
 	}
+	// A store that hangs (SIGSTOP) for less than ttl: reports are slow, no
+	// member falls back, and limiting goes on.
+	slow := make([]float64, len(lab.members))
+	for i := range lab.members {
+		slow[i] = gauge(t, lab, i, `tierlimit_fleet_reports_total{result="slow"}`)
+	}
+	before := 0
+	for i := range lab.members {
+		before += int(lab.members[i].recv.Count())
+	}
+	rd.Signal(t, syscall.SIGSTOP)
+	time.Sleep(e2eTTL / 2)
+	for i := range lab.members {
+		if v := gauge(t, lab, i, `tierlimit_fleet_reports_total{result="slow"}`); v <= max(slow[i], 0) {
+			t.Errorf("member %d: %v slow reports with the store stopped, want more than %v", i, v, slow[i])
+		}
+		if v := gauge(t, lab, i, "tierlimit_fleet_fallback"); v != 0 {
+			t.Errorf("member %d in fallback %v within ttl of the store stopping", i, v)
+		}
+	}
+	rd.Signal(t, syscall.SIGCONT)
+	after := 0
+	for i := range lab.members {
+		after += int(lab.members[i].recv.Count())
+	}
+	// Half a window at 3 × fleet.max passes about P(R_fleet) / 2.
+	t.Logf("store stopped for %v: the collectors received %d meanwhile", e2eTTL/2, after-before)
+	if after-before < e2eFleetMax/10 {
+		t.Errorf("the collectors received %d in the %v the store was stopped; limiting must go on", after-before, e2eTTL/2)
+	}
+	for i, d := range allWithin(lab, 2*e2eReport+e2eSlack, func(i int) bool { return gauge(t, lab, i, "tierlimit_fleet_store_up") == 1 }) {
+		if d < 0 {
+			t.Errorf("member %d: the store is not up again after SIGCONT", i)
+		}
+	}
+
 	rd.Kill(t)
 	for i, d := range allWithin(lab, e2eTTL+e2eReport+e2eSlack, func(i int) bool { return gauge(t, lab, i, "tierlimit_fleet_fallback") == 1 }) {
 		t.Logf("store killed: member %d in fallback after %v", i, d)

@@ -56,7 +56,14 @@ A file change reloads when the content changes, also behind symlinks (a
 Kubernetes ConfigMap's ..data swap, a file symlinked from another
 directory). A reload with a bad policy keeps the old one running, logs the
 error once and counts it in tierlimit_config_reloads_total{result="error"}.
-The config must be a regular file of at most 4 MiB.`,
+The config must be a regular file of at most 4 MiB.
+
+A policy with fleet: joins its fleet as --fleet-member (the host name by
+default). A store that refuses the credentials, or a password_file that
+cannot be read, refuses to start (exit 2, naming fleet.password_file); a
+store out of reach starts run in the fleet's fallback, with a warning,
+until it answers. A reload reads password_file again and takes the new
+report, ttl and fallback; another fleet name or store takes a restart.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runAgent(cmd.Context(), g, f)
@@ -188,6 +195,9 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	// Before anything is attached: a fleet password_file or a signal
 	// that cannot be read refuses.
 	if err := checkFleetFiles(p); err != nil {
+		return err
+	}
+	if err := checkFleetStore(ctx, p); err != nil {
 		return err
 	}
 	src, err := openAutoSignal(p)
