@@ -406,3 +406,76 @@ func checkStoreFaults(t *testing.T, lab *fleetLab, rd *testenv.Redis) {
 		}
 	}
 }
+
+// TestFleetSIGHUP: the tierlimit binary, a member of a fleet whose store
+// (in its own namespace) changes its password and drops its connections,
+// is refused at each report until SIGHUP: the reload reads password_file
+// again, with the policy file unchanged (so only the signal reloads), and
+// the member reports again and is out of fallback.
+func TestFleetSIGHUP(t *testing.T) {
+	testenv.Require(t)
+	testenv.RequireRedis(t)
+	lab, err := newFleetLab("tltest", cli(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leftovers(t, lab.net.Names)
+	t.Cleanup(func() {
+		if err := lab.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	rd := testenv.StartRedis(t, testenv.RedisOptions{NetNS: lab.net.Store, Addr: lab.net.StoreAddr, Password: "first-one"})
+	pw, err := lab.writePolicy("fleet.secret", "first-one\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := lab.writePolicy("fleet.yaml", fmt.Sprintf(`shape: smooth
+max: 200
+select: [{proto: udp, ports: [514]}]
+fleet: {name: tlhup, store: %q, max: 600, report: 100ms, ttl: 3s, password_file: %s}
+`, rd.URL(), pw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.start(0, "m0", cfg, "joined the fleet"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("member log:\n%s", lab.logOf(0))
+		}
+	})
+	reports := func(result string) float64 {
+		return gauge(t, lab, 0, fmt.Sprintf("tierlimit_fleet_reports_total{result=%q}", result))
+	}
+	errs := reports("error")
+	rd.CLI(t, 0, "CONFIG", "SET", "requirepass", "second-one")
+	rd.CLI(t, 0, "--no-auth-warning", "-a", "second-one", "CLIENT", "KILL", "TYPE", "normal")
+	if _, ok := within(5*time.Second, func() bool { return reports("error") > max(errs, 0)+2 }); !ok {
+		t.Fatalf("no report refused after the store's password changed")
+	}
+	if _, err := lab.writePolicy("fleet.secret", "second-one\n"); err != nil {
+		t.Fatal(err)
+	}
+	// Still refused: the file is read at start and on reload only.
+	errs = reports("error")
+	if _, ok := within(time.Second, func() bool { return reports("error") > errs+2 }); !ok {
+		t.Fatalf("reports not refused before the reload")
+	}
+	if err := lab.signal(0, syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	ok0 := reports("ok")
+	if d, ok := within(5*time.Second, func() bool { return reports("ok") > ok0+2 }); !ok {
+		t.Fatalf("no report ok within 5s of SIGHUP")
+	} else {
+		t.Logf("reports ok again %v after SIGHUP", d)
+	}
+	if v := gauge(t, lab, 0, "tierlimit_fleet_fallback"); v != 0 {
+		t.Errorf("tierlimit_fleet_fallback %v after the reload, want 0", v)
+	}
+	if log := lab.logOf(0); strings.Contains(log, "second-one") || strings.Contains(log, "first-one") {
+		t.Errorf("the secret is in the log")
+	}
+}

@@ -160,6 +160,17 @@ func (l *fleetLab) stop(i int, sig syscall.Signal) error {
 	}
 }
 
+// signal sends member i's agent sig (SIGHUP: reload), if it runs.
+func (l *fleetLab) signal(i int, sig syscall.Signal) error {
+	m := l.members[i]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc == nil {
+		return fmt.Errorf("member %d does not run", i)
+	}
+	return m.proc.Process.Signal(sig)
+}
+
 // logOf returns member i's agent log so far.
 func (l *fleetLab) logOf(i int) string {
 	m := l.members[i]
