@@ -91,8 +91,6 @@ func explainFleet(err error, f *tiers.Fleet) error {
 		return configError{fmt.Errorf("fleet.store: %w", err)}
 	case errors.Is(err, fleet.ErrConfig):
 		return configError{err}
-	case errors.Is(err, agent.ErrFleetAuto):
-		return configError{fmt.Errorf("max: auto with fleet: %w", err)}
 	}
 	return err
 }
