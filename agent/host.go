@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/sysutil"
 )
 
 // describeIfaces tells the program what it may check of the frames on
@@ -22,7 +23,7 @@ import (
 // frame from this one (macAcceptors), so that it never passes uncounted a
 // frame that Linux delivers. Called with a.mu held, or before the agent
 // is shared; logs what changed.
-func (a *Agent) describeIfaces() error {
+func (a *attacher) describeIfaces() error {
 	all, err := a.nh.LinkList()
 	if err != nil {
 		return fmt.Errorf("list links: %w", err)
@@ -65,7 +66,7 @@ func sameIface(x, y bpf.Iface) bool {
 
 // describe is l's bpf.Iface among all the namespace's links, and why its
 // MAC check is off ("" when on).
-func (a *Agent) describe(l netlink.Link, all []netlink.Link) (bpf.Iface, string) {
+func (a *attacher) describe(l netlink.Link, all []netlink.Link) (bpf.Iface, string) {
 	at := l.Attrs()
 	ifc := bpf.Iface{Index: at.Index, MAC: slices.Clone(at.HardwareAddr)}
 	why := a.macAcceptors(l, all)
@@ -84,7 +85,7 @@ func (a *Agent) describe(l netlink.Link, all []netlink.Link) (bpf.Iface, string)
 // macvlan in passthru mode, an hsr port, a capture), l is a master (a
 // bridge passes up frames to its ports' MACs), or l sits on another
 // device (a VLAN device takes frames to its lower's MAC, vlan_do_receive).
-func (a *Agent) macAcceptors(l netlink.Link, all []netlink.Link) string {
+func (a *attacher) macAcceptors(l netlink.Link, all []netlink.Link) string {
 	if why := linkAcceptors(l, all); why != "" {
 		return why
 	}
@@ -141,7 +142,7 @@ func otherUnicast(fdb []netlink.Neigh, idx int, own net.HardwareAddr) string {
 // routeLocalnet reports whether net.ipv4.conf.{all,name}.route_localnet
 // is set in the agent's namespace, or cannot be read: then 127.0.0.0/8 is
 // routed (ip_route_input_slow), not a martian.
-func (a *Agent) routeLocalnet(name string) bool {
+func (a *attacher) routeLocalnet(name string) bool {
 	on := true
 	_ = a.inNS(func() error {
 		on = false
@@ -161,16 +162,16 @@ func (a *Agent) routeLocalnet(name string) bool {
 // device), until done is closed; events in a burst are read as one, after
 // a quiet 50 ms. What sends no event (a child in another namespace coming
 // up, a sysctl) is read again on each Watch round.
-func (a *Agent) followIfaces(done <-chan struct{}) {
+func (a *attacher) followIfaces(done <-chan struct{}) {
 	links := make(chan netlink.LinkUpdate, 64)
-	errf := a.subscriptionErrors(done, "following links")
+	errf := subscriptionErrors(a.log, done, "following links")
 	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{Namespace: &a.ns, ErrorCallback: errf}); err != nil {
 		a.log.Error("cannot follow links: the MAC checks follow them at each watch round only", "err", err)
 		return
 	}
-	ev := newEvents()
-	follow(ev, done, links)
-	ev.settle(done, 50*time.Millisecond, func() {
+	ev := sysutil.NewEvents()
+	sysutil.Follow(ev, done, links)
+	ev.Settle(done, 50*time.Millisecond, func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		if a.closed.Load() {
@@ -184,7 +185,7 @@ func (a *Agent) followIfaces(done <-chan struct{}) {
 
 // Ifaces returns what the program was last told of the attached
 // interfaces.
-func (a *Agent) Ifaces() []bpf.Iface {
+func (a *attacher) Ifaces() []bpf.Iface {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return slices.Clone(a.ifaces)

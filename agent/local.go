@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"net/netip"
 	"slices"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/tierlimit/tierlimit/internal/localaddr"
+	"github.com/tierlimit/tierlimit/internal/sysutil"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -34,25 +36,25 @@ func (a *Agent) LocalPrefixes() []netip.Prefix {
 func (a *Agent) followLocal(done <-chan struct{}) {
 	addrs := make(chan netlink.AddrUpdate, 64)
 	routes := make(chan netlink.RouteUpdate, 64)
-	errf := a.subscriptionErrors(done, "following local addresses")
-	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{Namespace: &a.ns, ErrorCallback: errf}); err != nil {
+	errf := subscriptionErrors(a.log, done, "following local addresses")
+	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{Namespace: &a.at.ns, ErrorCallback: errf}); err != nil {
 		a.log.Error("cannot follow local addresses: dests local keeps the addresses of the start", "err", err)
 		return
 	}
-	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: &a.ns, ErrorCallback: errf}); err != nil {
+	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: &a.at.ns, ErrorCallback: errf}); err != nil {
 		a.log.Error("cannot follow local routes: dests local keeps the addresses of the start", "err", err)
 		return
 	}
-	ev := newEvents()
-	follow(ev, done, addrs)
-	follow(ev, done, routes)
-	ev.settle(done, 50*time.Millisecond, a.refreshLocal)
+	ev := sysutil.NewEvents()
+	sysutil.Follow(ev, done, addrs)
+	sysutil.Follow(ev, done, routes)
+	ev.Settle(done, 50*time.Millisecond, a.refreshLocal)
 }
 
 // refreshLocal reads the local prefixes and, when they changed, applies
 // the policy in force with them.
 func (a *Agent) refreshLocal() {
-	local, err := localDests(a.nh)
+	local, err := localDests(a.at.nh)
 	if err != nil {
 		a.log.Warn("read local addresses", "err", err)
 		return
@@ -64,7 +66,7 @@ func (a *Agent) refreshLocal() {
 	}
 	old := a.local
 	a.local = local
-	if err := a.applyLocked(a.current); err != nil {
+	if err := a.apply(context.Background(), a.current, false); err != nil {
 		a.local = old
 		a.log.Error("apply the policy to new local addresses", "err", err, "local", local)
 		return

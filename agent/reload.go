@@ -10,6 +10,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -66,33 +67,54 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 	if a.closed.Load() {
 		return errClosed
 	}
-	p = a.autoPolicy(p) // keeps a learnt adaptive max
+	return a.apply(ctx, p, true)
+}
+
+// apply is the one path from a policy to the settings map: New, Reload,
+// the local addresses' follower and the adaptive max all take it, with
+// a.applyMu held. It compiles p, its dests local resolved (WithLocal),
+// writes it (bpf.Limiter.ApplyContext) and records it as the policy in
+// force. A reload (reload set) also keeps a learnt adaptive max, opens the
+// drop signal of a new auto.netns and prepares the shed record's change
+// before writing, refusing p with nothing changed when one fails, and
+// hands the rooms their part once p is written.
+func (a *Agent) apply(ctx context.Context, p tiers.Policy, reload bool) error {
+	m, ep := a.auto.Load(), a.record.Load()
+	if reload {
+		p = m.ReloadPolicy(p) // keeps a learnt adaptive max
+	}
 	rp := p.WithLocal(a.local)
 	tab, err := tiers.Compile(rp) // validates p
 	if err != nil {
 		return err
 	}
-	src, err := a.autoSource(p) // a new auto.netns: its signal, or refused
-	if err != nil {
-		return err
-	}
-	rc, err := a.prepareRecord(p) // a new record dir or reader: opened, or refused
-	if err != nil {
-		if src != nil {
-			src.Close()
+	var src DropSource
+	var rc *record.Change
+	if reload {
+		if src, err = m.SourceFor(p, a.at.ns); err != nil { // a new auto.netns: its signal, or refused
+			return err
 		}
-		return err
+		if rc, err = ep.Prepare(p); err != nil { // a new record dir or reader: opened, or refused
+			if src != nil {
+				src.Close()
+			}
+			return err
+		}
 	}
 	if err := a.lim.ApplyContext(ctx, rp, tab); err != nil {
 		if src != nil {
 			src.Close()
 		}
-		rc.abort()
+		rc.Abort()
 		return err
 	}
 	a.current = p
-	a.autoApplied(p, src)
-	rc.commit()
+	if reload {
+		m.Reloaded(p, src)
+		rc.Commit()
+	} else if ep != nil {
+		ep.SetMax(p.Max)
+	}
 	return nil
 }
 

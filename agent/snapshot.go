@@ -1,11 +1,8 @@
 package agent
 
 import (
-	"fmt"
-
-	"golang.org/x/sys/unix"
-
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/sysutil"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -86,7 +83,7 @@ func takeSnapshot(l mapReader) (Snapshot, error) {
 	}
 	s.WindowsOpened = w.Opened
 	s.WindowPackets, s.LastWindowPackets, s.DropDebt = w.Count, w.LastCount, w.Debt
-	if now, err := monotonic(); err == nil && w.Opened > 0 && int64(now-w.StartNs) > int64(s.Policy.Window) {
+	if now, err := sysutil.Monotonic(); err == nil && w.Opened > 0 && int64(now-w.StartNs) > int64(s.Policy.Window) {
 		s.WindowPackets, s.LastWindowPackets, s.DropDebt = 0, w.Count, 0
 	}
 	if s.WindowPackets > 0 {
@@ -111,7 +108,7 @@ func takeSnapshot(l mapReader) (Snapshot, error) {
 // current_tier (DESIGN.md §9). The tick is the window's length over its
 // ticks.
 func smoothEstimate(a bpf.Active, w bpf.Window) uint64 {
-	now, err := monotonic()
+	now, err := sysutil.Monotonic()
 	if err != nil || now < w.StartNs {
 		return w.Count
 	}
@@ -121,12 +118,4 @@ func smoothEstimate(a bpf.Active, w bpf.Window) uint64 {
 		return c.Sliding(w.Count) // in-budget packets never extrapolate
 	}
 	return c.Estimate(w.Count, w.Onset)
-}
-
-func monotonic() (uint64, error) {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0, fmt.Errorf("read clock: %w", err)
-	}
-	return uint64(ts.Nano()), nil
 }

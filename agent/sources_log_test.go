@@ -13,6 +13,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/sysutil"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -110,7 +111,7 @@ func expireWindow(t *testing.T, l *bpf.Limiter, window time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mono, err := monotonic()
+	mono, err := sysutil.Monotonic()
 	if err != nil {
 		t.Fatal(err)
 	}

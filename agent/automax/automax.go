@@ -1,23 +1,28 @@
-package agent
+// Package automax is the adaptive max's controller (DESIGN.md §8): it
+// reads the collector sockets' receive-buffer drops (DropSource: sock_diag,
+// or /proc/net/snmp) in the collector's network namespace, judges each
+// window by the law of tiers/autolaw.go, and applies the new max through
+// the func the agent gives it. It knows nothing of the agent. Linux only.
+package automax
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netns"
 
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/sysutil"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// AutoWindow is one judged window of the adaptive max, for logs, tests and
+// Window is one judged window of the adaptive max, for logs, tests and
 // `tierlimit demo --auto`. Counts are packets.
-type AutoWindow struct {
+type Window struct {
 	// Window is windows_opened_total when the window was judged.
 	Window uint64
 	// Offered are the selected packets counted; Delivered those passed to
@@ -34,33 +39,17 @@ type AutoWindow struct {
 	Change string
 }
 
-// clock is what the controller needs of time; tests pass a fake.
-type clock interface {
-	After(d time.Duration) <-chan time.Time
-	// Now is CLOCK_MONOTONIC in ns, the clock of bpf.Window.StartNs.
-	Now() uint64
-}
-
-type realClock struct{}
-
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
-func (realClock) Now() uint64 {
-	t, _ := monotonic()
-	return t
-}
-
-// limiterReader is what the controller reads of the limiter.
-type limiterReader interface {
+// Limiter is what the controller reads of the limiter: *bpf.Limiter.
+type Limiter interface {
 	Stats() (bpf.Stats, error)
 	Window() (bpf.Window, error)
 }
 
-// AutoMax is the adaptive-max controller of an Agent (DESIGN.md §8).
-type AutoMax struct {
+// Controller is the adaptive-max controller of an Agent (DESIGN.md §8).
+type Controller struct {
 	log   *slog.Logger
-	lim   limiterReader
-	clock clock
+	lim   Limiter
+	clock sysutil.Clock
 	// mu serialises judgements with reloads (the Agent's mu); apply
 	// compiles and applies a policy with mu held.
 	mu    sync.Locker
@@ -72,12 +61,12 @@ type AutoMax struct {
 	closed  bool         // run has ended and closed src
 	base    tiers.Policy // the policy in force; Max is the learnt max when Auto != nil
 	law     tiers.AutoLaw
-	primed  bool         // the baselines below are set
-	opened  uint64       // windows_opened_total at the last judgement
-	stats   bpf.Stats    // at the last judgement
-	missing bool         // no collector socket was there at the last judgement
-	lastErr string       // the last read error logged
-	history []AutoWindow // the last autoHistory judgements
+	primed  bool      // the baselines below are set
+	opened  uint64    // windows_opened_total at the last judgement
+	stats   bpf.Stats // at the last judgement
+	missing bool      // no collector socket was there at the last judgement
+	lastErr string    // the last read error logged
+	history []Window  // the last autoHistory judgements
 
 	up, down, socketDrops atomic.Uint64
 }
@@ -85,8 +74,11 @@ type AutoMax struct {
 // autoHistory is how many judged windows History keeps.
 const autoHistory = 512
 
-func newAutoMax(log *slog.Logger, lim limiterReader, src DropSource, c clock, mu sync.Locker, apply func(tiers.Policy) error, p tiers.Policy) *AutoMax {
-	m := &AutoMax{log: log, lim: lim, src: src, clock: c, mu: mu, apply: apply, base: p.Clone()}
+// New makes the controller of policy p, reading lim and the collector
+// socket drops from src, on clock c. mu serialises its judgements with
+// the agent's reloads; apply applies a policy with mu held.
+func New(log *slog.Logger, lim Limiter, src DropSource, c sysutil.Clock, mu sync.Locker, apply func(tiers.Policy) error, p tiers.Policy) *Controller {
+	m := &Controller{log: log, lim: lim, src: src, clock: c, mu: mu, apply: apply, base: p.Clone()}
 	if p.Auto != nil {
 		m.law = tiers.NewAutoLaw(*p.Auto, p.Max)
 		m.netns = p.Auto.NetNS
@@ -94,84 +86,25 @@ func newAutoMax(log *slog.Logger, lim limiterReader, src DropSource, c clock, mu
 	return m
 }
 
-// StartAutoMax starts the adaptive-max controller for policy p, the policy
-// New or the last Reload applied, reading collector socket drops from src,
-// which OpenDropSourceIn opened in p's auto.netns (the agent's network
-// namespace when p has none). It runs until ctx ends or the agent closes,
-// then closes src. While the policy has no `max: auto` it only follows
-// reloads; Reload keeps the learnt max when the auto settings stay the
-// same, and opens the signal again when auto.netns changes (a namespace
-// where it cannot be read refuses the reload). Returns an error when a
-// controller runs already.
-func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src DropSource) (*AutoMax, error) {
-	apply := func(p tiers.Policy) error {
-		if a.closed.Load() {
-			return errors.New("agent closed")
-		}
-		return a.applyLocked(p)
-	}
-	m := newAutoMax(a.log, a.lim, src, realClock{}, &a.applyMu, apply, p)
-	if !a.auto.CompareAndSwap(nil, m) {
-		return nil, fmt.Errorf("adaptive max: a controller runs already")
-	}
-	a.log.Info("adaptive max: collector socket drops", "signal", src.Signal(), "netns", netnsName(m.netns), "ports", portsString(udpPorts(p)),
+// Start logs the controller's signal and law and runs it until ctx ends
+// or stop says so, then closes its signal.
+func (m *Controller) Start(ctx context.Context, stop func() bool) {
+	m.log.Info("adaptive max: collector socket drops", "signal", m.src.Signal(), "netns", netnsName(m.netns), "ports", portsString(udpPorts(m.base)),
 		"law", fmt.Sprintf("drops: max×max(%.1f, 1-drops/delivered), at most ×%.1f from a buffer over half full; %d clean windows while shedding: max+step (start/%d, doubling beyond 10%% over the last max with drops, up to ×%d)",
 			tiers.AutoBeta, tiers.AutoBetaFirst, tiers.AutoK, tiers.AutoAlphaDiv, tiers.AutoAlphaCap))
-	if s, ok := src.(*snmp); ok && s.why != nil {
-		a.log.Warn("adaptive max: no per-socket drops, using the namespace's UDP RcvbufErrors", "reason", s.why)
+	if s, ok := m.src.(*snmp); ok && s.why != nil {
+		m.log.Warn("adaptive max: no per-socket drops, using the namespace's UDP RcvbufErrors", "reason", s.why)
 	}
 	go func() {
 		defer m.closeSource()
-		m.run(ctx, a.closed.Load)
+		m.run(ctx, stop)
 	}()
-	return m, nil
 }
 
-// applyLocked compiles p, its dests local resolved (withLocal), and
-// applies it; a.applyMu is held.
-func (a *Agent) applyLocked(p tiers.Policy) error {
-	rp := p.WithLocal(a.local)
-	tab, err := tiers.Compile(rp)
-	if err != nil {
-		return err
-	}
-	if err := a.lim.Apply(rp, tab); err != nil {
-		return err
-	}
-	a.current = p
-	if ep := a.record.Load(); ep != nil {
-		ep.setMax(p.Max)
-	}
-	return nil
-}
-
-// AutoMax returns the adaptive-max controller, or nil when none runs.
-func (a *Agent) AutoMax() *AutoMax { return a.auto.Load() }
-
-// autoPolicy is the policy a reload applies in place of p (a.applyMu held):
-// with the learnt max when p's auto bounds equal those in force.
-func (a *Agent) autoPolicy(p tiers.Policy) tiers.Policy {
-	if m := a.auto.Load(); m != nil {
-		return m.reloadPolicy(p)
-	}
-	return p
-}
-
-// autoApplied tells the controller that a reload applied p (a.applyMu
-// held), with src, the signal autoSource opened for it, or nil.
-func (a *Agent) autoApplied(p tiers.Policy, src DropSource) {
-	if m := a.auto.Load(); m != nil {
-		m.reloaded(p, src)
-	} else if src != nil {
-		src.Close()
-	}
-}
-
-// autoSource opens the signal in p's auto.netns when the controller reads
-// another namespace now (a.applyMu held); nil when it stays. "" is the
-// agent's own namespace.
-func (a *Agent) autoSource(p tiers.Policy) (DropSource, error) {
-	m := a.auto.Load()
+// SourceFor opens the signal in p's auto.netns when the controller reads
+// another namespace now (the agent's mu held); nil when it stays, or when
+// no controller runs (m nil). "" is the agent's own namespace, own.
+func (m *Controller) SourceFor(p tiers.Policy, own netns.NsHandle) (DropSource, error) {
 	if m == nil || p.Auto == nil || p.Auto.NetNS == m.netns {
 		return nil, nil
 	}
@@ -179,11 +112,17 @@ func (a *Agent) autoSource(p tiers.Policy) (DropSource, error) {
 		return OpenDropSourceIn(p.Auto.NetNS)
 	}
 	var src DropSource
-	err := a.inNS(func() (err error) {
+	err := sysutil.OnThreadIn(own, "the agent's network namespace", func() (err error) {
 		src, err = OpenDropSource(false)
 		return err
 	})
 	return src, err
+}
+
+// Counts are the controller's counters (DESIGN.md §5): the changes of
+// max by direction, and the collector sockets' receive-buffer drops seen.
+func (m *Controller) Counts() (up, down, socketDrops uint64) {
+	return m.up.Load(), m.down.Load(), m.socketDrops.Load()
 }
 
 // netnsName is how the log names auto.netns.
@@ -195,21 +134,36 @@ func netnsName(path string) string {
 }
 
 // closeSource closes the signal once run has ended.
-func (m *AutoMax) closeSource() {
+func (m *Controller) closeSource() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
 	m.src.Close()
 }
 
-func (m *AutoMax) reloadPolicy(p tiers.Policy) tiers.Policy {
+// ReloadPolicy is the policy a reload applies in place of p (the agent's
+// mu held): with the learnt max when p's auto bounds equal those in force.
+// p itself when no controller runs (m nil).
+func (m *Controller) ReloadPolicy(p tiers.Policy) tiers.Policy {
+	if m == nil {
+		return p
+	}
 	if p.Auto != nil && m.base.Auto != nil && *p.Auto == *m.base.Auto {
 		return p.WithMax(m.law.Max())
 	}
 	return p
 }
 
-func (m *AutoMax) reloaded(p tiers.Policy, src DropSource) {
+// Reloaded tells the controller that a reload applied p (the agent's mu
+// held), with src, the signal SourceFor opened for it, or nil. With no
+// controller (m nil) it closes src.
+func (m *Controller) Reloaded(p tiers.Policy, src DropSource) {
+	if m == nil {
+		if src != nil {
+			src.Close()
+		}
+		return
+	}
 	keep := p.Auto != nil && m.base.Auto != nil && *p.Auto == *m.base.Auto
 	m.base = p.Clone()
 	if src != nil {
@@ -233,24 +187,24 @@ func (m *AutoMax) reloaded(p tiers.Policy, src DropSource) {
 }
 
 // Max returns the max in force, packets per window.
-func (m *AutoMax) Max() uint64 {
+func (m *Controller) Max() uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.base.Max
 }
 
 // Signal names the drop signal: SignalSockDiag or SignalSNMP.
-func (m *AutoMax) Signal() string {
+func (m *Controller) Signal() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.src.Signal()
 }
 
 // History returns the last judged windows, oldest first.
-func (m *AutoMax) History() []AutoWindow {
+func (m *Controller) History() []Window {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]AutoWindow(nil), m.history...)
+	return append([]Window(nil), m.history...)
 }
 
 // autoPolls is how many times per window length the controller looks for
@@ -260,7 +214,7 @@ func (m *AutoMax) History() []AutoWindow {
 const autoPolls = 32
 
 // run judges each window until ctx ends or stop says so.
-func (m *AutoMax) run(ctx context.Context, stop func() bool) {
+func (m *Controller) run(ctx context.Context, stop func() bool) {
 	for {
 		m.mu.Lock()
 		w := m.base.Window
@@ -278,7 +232,7 @@ func (m *AutoMax) run(ctx context.Context, stop func() bool) {
 }
 
 // tick judges the window that ended, if one did since the last tick.
-func (m *AutoMax) tick() {
+func (m *Controller) tick() {
 	w, err := m.lim.Window()
 	if err != nil {
 		m.readError(err)
@@ -315,7 +269,7 @@ func (m *AutoMax) tick() {
 	s := delta(st, m.stats)
 	s.Drops, s.Full = ds.Drops, ds.Full
 	m.opened, m.stats = w.Opened, st
-	rec := AutoWindow{Window: w.Opened, Offered: s.Delivered + s.Shed, Delivered: s.Delivered, Shed: s.Shed,
+	rec := Window{Window: w.Opened, Offered: s.Delivered + s.Shed, Delivered: s.Delivered, Shed: s.Shed,
 		SocketDrops: ds.Drops, Sockets: ds.Sockets, Full: ds.Full, Max: m.law.Max()}
 	defer func() { m.history = append(m.history[max(0, len(m.history)+1-autoHistory):], rec) }()
 
@@ -353,7 +307,7 @@ func (m *AutoMax) tick() {
 	m.log.Info("adaptive max", "direction", rec.Change, "from", old.Max(), "to", nm, "cause", cause)
 }
 
-func (m *AutoMax) readError(err error) {
+func (m *Controller) readError(err error) {
 	if msg := err.Error(); msg != m.lastErr {
 		m.lastErr = msg
 		m.log.Warn("adaptive max: read failed; max held", "error", err)
@@ -372,30 +326,4 @@ func delta(now, before bpf.Stats) tiers.AutoSample {
 
 func portsString(ports []tiers.PortRange) string {
 	return "udp/" + tiers.Rule{Ports: ports}.PortsString()
-}
-
-// The metrics of the adaptive max (DESIGN.md §5, §8), emitted while a
-// controller runs.
-var (
-	autoAdjustDesc = metric("auto_max_adjustments_total", "Changes of the adaptive max (max: auto), by direction (up, down).", "direction")
-	autoDropsDesc  = metric("collector_socket_drops_total", "Receive-buffer drops of the collector's UDP sockets (the selected ports) seen by the adaptive max.")
-)
-
-// autoCounts returns the controller's counters, nil when none runs.
-func (a *Agent) autoCounts() *AutoCounts {
-	m := a.auto.Load()
-	if m == nil {
-		return nil
-	}
-	return &AutoCounts{Up: m.up.Load(), Down: m.down.Load(), SocketDrops: m.socketDrops.Load()}
-}
-
-// collectAuto emits the adaptive max's families of snapshot s.
-func collectAuto(ch chan<- prometheus.Metric, s Snapshot) {
-	if s.Auto == nil {
-		return
-	}
-	counter(ch, autoAdjustDesc, s.Auto.Up, "up")
-	counter(ch, autoAdjustDesc, s.Auto.Down, "down")
-	counter(ch, autoDropsDesc, s.Auto.SocketDrops)
 }

@@ -1,4 +1,4 @@
-package agent
+package automax
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/sysutil"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -72,7 +73,7 @@ type rig struct {
 	lim     *fakeLimiter
 	src     *fakeDrops
 	mu      sync.Mutex
-	m       *AutoMax
+	m       *Controller
 	applied []tiers.Policy
 	logs    *testenv.SyncBuffer
 }
@@ -91,7 +92,7 @@ const autoYAML = "max: auto\nauto: {start: 40000, floor: 1000, ceiling: 200000}\
 func newRig(t *testing.T, p tiers.Policy) *rig {
 	r := &rig{t: t, lim: &fakeLimiter{}, src: &fakeDrops{sockets: 1}, logs: &testenv.SyncBuffer{}}
 	log := slog.New(slog.NewTextHandler(r.logs, nil))
-	r.m = newAutoMax(log, r.lim, r.src, realClock{}, &r.mu, func(p tiers.Policy) error {
+	r.m = New(log, r.lim, r.src, sysutil.RealClock{}, &r.mu, func(p tiers.Policy) error {
 		if err := p.Validate(); err != nil {
 			return err
 		}
@@ -241,8 +242,8 @@ func TestAutoReloadKeepsLearntMax(t *testing.T) {
 	reload := func(p tiers.Policy) uint64 {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		q := r.m.reloadPolicy(p)
-		r.m.reloaded(q, nil)
+		q := r.m.ReloadPolicy(p)
+		r.m.Reloaded(q, nil)
 		return q.Max
 	}
 	// The same file, or another change than the auto block: max stays.

@@ -1,21 +1,13 @@
-package agent
+package automax
 
 import (
 	"errors"
 	"fmt"
-	"runtime"
 
 	"github.com/vishvananda/netns"
-)
 
-// inNS runs fn on a locked OS thread in the agent's network namespace.
-// Attaching XDP by ifindex (bpf_link_create, netlink's package handle)
-// acts on the calling thread's namespace, and Watch may run on any
-// goroutine: an ifindex of the agent's namespace must never reach another
-// one's interface.
-func (a *Agent) inNS(fn func() error) error {
-	return onThreadIn(a.ns, "the agent's network namespace", fn)
-}
+	"github.com/tierlimit/tierlimit/internal/sysutil"
+)
 
 // ErrSignalNetNS is returned by OpenDropSourceIn when the collector-socket
 // drop signal cannot be read in the network namespace it names
@@ -53,7 +45,7 @@ func OpenDropSourceIn(path string) (DropSource, error) {
 	}
 	defer h.Close()
 	var src DropSource
-	err = onThreadIn(h, "the network namespace "+path, func() (err error) {
+	err = sysutil.OnThreadIn(h, "the network namespace "+path, func() (err error) {
 		src, err = OpenDropSource(false)
 		return err
 	})
@@ -61,41 +53,4 @@ func OpenDropSourceIn(path string) (DropSource, error) {
 		return nil, &SignalNetNSError{Path: path, Err: err}
 	}
 	return src, nil
-}
-
-// onThreadIn runs fn on a locked OS thread inside the network namespace
-// h (what names it in errors) and puts the thread back afterwards; a
-// thread that cannot go back stays locked and dies with its goroutine.
-func onThreadIn(h netns.NsHandle, what string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		cur, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("read network namespace: %w", err)
-			return
-		}
-		defer cur.Close()
-		if cur.Equal(h) {
-			err = fn()
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		if err := netns.Set(h); err != nil {
-			errc <- fmt.Errorf("enter %s: %w", what, err)
-			if netns.Set(cur) == nil {
-				runtime.UnlockOSThread()
-			}
-			return
-		}
-		err = fn()
-		if rerr := netns.Set(cur); rerr != nil {
-			errc <- fmt.Errorf("restore network namespace: %w (after: %v)", rerr, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	return <-errc
 }

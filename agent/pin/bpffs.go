@@ -1,10 +1,11 @@
-package agent
+package pin
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -312,25 +313,22 @@ func checkBPFFSLife(pin string, mounted bool) (BPFFSLife, error) {
 	return l, &PrivateBPFFSError{Pin: pin, Life: l}
 }
 
-// logBPFFS says, once the pin directory is open, where the pins go and
+// LogLife says, once the pin directory is open, where the pins go and
 // whether they outlive the agent.
-func (a *Agent) logBPFFS() {
-	if a.pd == nil {
-		return
-	}
-	l := a.pd.life
+func (d *Dir) LogLife(log *slog.Logger) {
+	l := d.life
 	msg := "pins outlive the agent"
 	if !l.Verified {
 		msg = "pins trusted to outlive the agent, unverified"
 	}
-	a.log.Info(msg, "bpffs", l.Mount, "dev", l.Dev, "reason", l.Reason)
+	log.Info(msg, "bpffs", l.Mount, "dev", l.Dev, "reason", l.Reason)
 }
 
-// pinsOutlive checks again, as the agent stops, that the bpffs holding the
+// Outlives checks again, as the agent stops, that the bpffs holding the
 // pins outlives it: the host's mount may have been unmounted meanwhile,
 // leaving only the agent's copy. Returns the reason when it does not.
-func (a *Agent) pinsOutlive() (bool, string) {
-	l := judgeBPFFS(readBPFFSMount(filepath.Dir(a.pd.path), procMounts{}), a.pd.life.MountedByAgent)
+func (d *Dir) Outlives() (bool, string) {
+	l := judgeBPFFS(readBPFFSMount(filepath.Dir(d.path), procMounts{}), d.life.MountedByAgent)
 	if !l.OnBPFFS() {
 		return false, describeMount(l.BPFFSMount)
 	}

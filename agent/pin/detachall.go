@@ -1,4 +1,4 @@
-package agent
+package pin
 
 import (
 	"bufio"
@@ -92,7 +92,7 @@ func DetachAll(pins []string) (Removed, error) {
 	dirs, err := lockPinDirs(pins)
 	defer func() {
 		for _, d := range dirs {
-			d.release(false)
+			d.Release(false)
 		}
 	}()
 	if err != nil {
@@ -104,8 +104,8 @@ func DetachAll(pins []string) (Removed, error) {
 	}
 	defer nh.Close()
 	ours := func(id uint32) bool {
-		return slices.ContainsFunc(dirs, func(d *pinDir) bool { return d.pinnedProgram() == id }) ||
-			programName(id) == ProgramName
+		return slices.ContainsFunc(dirs, func(d *Dir) bool { return d.pinnedProgram() == id }) ||
+			ProgramNameOf(id) == ProgramName
 	}
 	var errs []error
 	rm.Links, errs = detachLinks(nh, ours)
@@ -128,8 +128,8 @@ func DetachAll(pins []string) (Removed, error) {
 // maps or links directory, or a layout record), as Detach does; the
 // others are skipped. On *AgentRunningError it returns what it locked so
 // far, for the caller to release.
-func lockPinDirs(pins []string) ([]*pinDir, error) {
-	var dirs []*pinDir
+func lockPinDirs(pins []string) ([]*Dir, error) {
+	var dirs []*Dir
 	seen := map[string]bool{}
 	for _, pin := range pins {
 		c, err := CanonicalPinPath(pin)
@@ -157,8 +157,8 @@ func isPinDir(dir string) bool {
 }
 
 // pinnedProgram is the id of the program pinned in d, or 0.
-func (d *pinDir) pinnedProgram() uint32 {
-	p, err := ebpf.LoadPinnedProgram(d.program(), nil)
+func (d *Dir) pinnedProgram() uint32 {
+	p, err := ebpf.LoadPinnedProgram(d.Program(), nil)
 	if err != nil {
 		return 0
 	}
@@ -229,7 +229,7 @@ func detachNetlinkAll(nh *netlink.Handle, ours func(uint32) bool) ([]string, []e
 		if x == nil || !x.Attached || x.ProgId == 0 || !ours(x.ProgId) {
 			continue
 		}
-		if err := netlink.LinkSetXdpFdWithFlags(l, -1, xdpModeFlags(x)); err != nil {
+		if err := netlink.LinkSetXdpFdWithFlags(l, -1, XDPModeFlags(x)); err != nil {
 			errs = append(errs, fmt.Errorf("detach xdp from %s: %w", l.Attrs().Name, err))
 			continue
 		}

@@ -1,8 +1,9 @@
-package agent
+package pin
 
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -57,9 +58,9 @@ func readLayout(dir string) (Layout, error) {
 	return Layout{Version: v, WrittenBy: by, Recorded: true}, nil
 }
 
-// writeLayout records this binary's layout and version in dir, replacing
+// WriteLayout records this binary's layout and version in dir, replacing
 // the record there in one rename.
-func writeLayout(dir, version string) error {
+func WriteLayout(dir, version string) error {
 	if version == "" {
 		version = "unknown"
 	}
@@ -75,9 +76,9 @@ func writeLayout(dir, version string) error {
 	return nil
 }
 
-// checkLayout reads dir's layout record and refuses a layout newer than
+// CheckLayout reads dir's layout record and refuses a layout newer than
 // this binary's (*NewerLayoutError).
-func checkLayout(dir string) (Layout, error) {
+func CheckLayout(dir string) (Layout, error) {
 	l, err := readLayout(dir)
 	if err != nil {
 		return l, err
@@ -94,40 +95,37 @@ func hasPinnedMaps(dir string) bool {
 	return err == nil && len(entries) > 0
 }
 
-// migrate is what openPinDir found to carry into this layout's maps: the
+// Migrate is what Open found to carry into this layout's maps: the
 // pinned maps of an older layout, or of one whose specs differ.
-type migrate struct {
-	from Layout
-	why  error
+type Migrate struct {
+	From Layout
+	Why  error
 }
 
-// migrateMaps carries the old layout's state into the agent's maps, loaded
+// StartMigration carries the old layout's state into lim's maps, loaded
 // without pins and with the policy applied: before the links run them.
-func (a *Agent) startMigration() error {
-	mg, err := a.lim.Migrate(a.pd.maps(), a.pd.migrate.from.Version)
+func (d *Dir) StartMigration(lim *bpf.Limiter) (*bpf.Migration, error) {
+	mg, err := lim.Migrate(d.Maps(), d.Migrate.From.Version)
 	if err != nil {
-		return fmt.Errorf("migrate pinned state of layout %d: %w", a.pd.migrate.from.Version, err)
+		return nil, fmt.Errorf("migrate pinned state of layout %d: %w", d.Migrate.From.Version, err)
 	}
-	a.migration = mg
-	return nil
+	return mg, nil
 }
 
-// finishMigration runs once every link runs the agent's program: it adds
-// what the old program counted meanwhile, pins the agent's maps in place
-// of the old ones and logs what was carried and what was reset.
-func (a *Agent) finishMigration() error {
-	mg := a.migration
+// FinishMigration runs once every link runs lim's program: it adds what
+// the old program counted meanwhile, pins lim's maps in place of the old
+// ones and logs what was carried and what was reset. It closes mg.
+func (d *Dir) FinishMigration(lim *bpf.Limiter, mg *bpf.Migration, log *slog.Logger) error {
 	defer mg.Close()
-	if err := mg.Finish(a.lim); err != nil {
+	if err := mg.Finish(lim); err != nil {
 		return err
 	}
-	if err := a.lim.PinAt(a.pd.maps(), filepath.Join(a.pd.path, "maps-new")); err != nil {
+	if err := lim.PinAt(d.Maps(), filepath.Join(d.path, "maps-new")); err != nil {
 		return fmt.Errorf("pin migrated maps: %w", err)
 	}
-	a.migration = nil
-	a.log.Info("migrated pinned state to this version's layout, program replaced in place",
-		"pin", a.pd.path, "from_layout", a.pd.migrate.from.String(), "to_layout", bpf.Layout,
-		"reason", a.pd.migrate.why, "carried", strings.Join(mg.Carried.Carried, ", "),
+	log.Info("migrated pinned state to this version's layout, program replaced in place",
+		"pin", d.path, "from_layout", d.Migrate.From.String(), "to_layout", bpf.Layout,
+		"reason", d.Migrate.Why, "carried", strings.Join(mg.Carried.Carried, ", "),
 		"reset", strings.Join(mg.Reset, ", "))
 	return nil
 }

@@ -1,4 +1,4 @@
-package agent
+package pin
 
 import (
 	"bufio"
@@ -14,7 +14,7 @@ import (
 
 // LockDir holds one lock file per pin path, so that two agents never
 // share, and `tierlimit detach` never pulls, the pinned state of a running
-// agent. The pin directory itself is locked too (pinDir), so deleting the
+// agent. The pin directory itself is locked too (Dir), so deleting the
 // lock file (a tmpfiles cleanup of /run) lets no second agent in.
 const LockDir = "/run/tierlimit"
 

@@ -1,4 +1,9 @@
-package agent
+// Package pin is the agent's pinned state (DESIGN.md §11): the bpffs
+// directory an agent pins its maps, links and program into (Dir), its
+// locks, the layout record, the check that the bpffs outlives the agent,
+// and reading (Read) or removing (Detach, DetachAll) what is pinned with
+// no agent running. It knows nothing of the agent. Linux only.
+package pin
 
 import (
 	"errors"
@@ -13,7 +18,7 @@ import (
 	"github.com/tierlimit/tierlimit/bpf"
 )
 
-// pinDir is the bpffs directory an agent (or Detach) pins into, held while
+// Dir is the bpffs directory an agent (or Detach) pins into, held while
 // it runs. Two locks guard it: the lock file under LockDir named after the
 // canonical path, which exists before the directory does, and a flock on
 // the directory itself, which no cleanup of /run can remove. Layout:
@@ -22,25 +27,28 @@ import (
 //	<pin>/links/<iface>    one bpf_link per interface, name encoded (PinName)
 //	<pin>/program          the program the links run: how ownership is
 //	                       checked without CAP_SYS_ADMIN
-type pinDir struct {
+type Dir struct {
 	path     string // canonical
 	runLock  *os.File
 	dirLock  *os.File
 	dev, ino uint64 // identity of the locked directory
 	created  bool   // made by this run: New removes it on failure
 	life     BPFFSLife
-	// migrate is set when the pinned maps are of an older layout, or
+	// Migrate is set when the pinned maps are of an older layout, or
 	// their specs differ from this version's: New carries them over.
-	migrate *migrate
+	Migrate *Migrate
 }
 
-// openPinDir locks the pin path pin, mounts bpffs on /sys/fs/bpf when it is
+// Path is the canonical pin path.
+func (d *Dir) Path() string { return d.path }
+
+// Open locks the pin path pin, mounts bpffs on /sys/fs/bpf when it is
 // missing there, makes the directory if needed, and checks that the maps
 // pinned there fit this version before anything is written: when they do
 // not (an older layout, or specs that differ), migrate says so. Returns
 // ErrPinPath, *AgentRunningError, *NewerLayoutError or *PrivateBPFFSError
 // (bpffs.go).
-func openPinDir(pin string) (_ *pinDir, err error) {
+func Open(pin string) (_ *Dir, err error) {
 	path, err := CanonicalPinPath(pin)
 	if err != nil {
 		return nil, err
@@ -48,13 +56,13 @@ func openPinDir(pin string) (_ *pinDir, err error) {
 	if strings.Contains(filepath.Base(path), ".") {
 		return nil, fmt.Errorf("%w %s: bpffs refuses names with a dot", ErrPinPath, pin)
 	}
-	d := &pinDir{path: path}
+	d := &Dir{path: path}
 	if d.runLock, err = lockRunFile(path); err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			d.release(true)
+			d.Release(true)
 		}
 	}()
 	mounted, err := ensureBPFFS(path)
@@ -67,21 +75,21 @@ func openPinDir(pin string) (_ *pinDir, err error) {
 	if err := d.lockDir(true); err != nil {
 		return nil, err
 	}
-	found, err := checkLayout(path)
+	found, err := CheckLayout(path)
 	if err != nil {
 		return nil, err
 	}
-	if hasPinnedMaps(d.maps()) {
-		if err := bpf.CheckLayout(d.maps(), found.Version); err != nil {
-			d.migrate = &migrate{from: found, why: err}
+	if hasPinnedMaps(d.Maps()) {
+		if err := bpf.CheckLayout(d.Maps(), found.Version); err != nil {
+			d.Migrate = &Migrate{From: found, Why: err}
 		}
 	}
-	return d, d.makeSubdirs()
+	return d, d.MakeSubdirs()
 }
 
 // lockDir flocks the pin directory, making it first when create is set.
 // A directory that does not exist and may not be made is no error.
-func (d *pinDir) lockDir(create bool) error {
+func (d *Dir) lockDir(create bool) error {
 	made := false
 	if create {
 		if err := os.Mkdir(d.path, 0o700); err == nil {
@@ -116,8 +124,8 @@ func (d *pinDir) lockDir(create bool) error {
 	return nil
 }
 
-func (d *pinDir) makeSubdirs() error {
-	for _, sub := range []string{d.maps(), d.links()} {
+func (d *Dir) MakeSubdirs() error {
+	for _, sub := range []string{d.Maps(), d.Links()} {
 		if err := os.MkdirAll(sub, 0o700); err != nil {
 			return fmt.Errorf("make pin dir: %w", err)
 		}
@@ -125,23 +133,23 @@ func (d *pinDir) makeSubdirs() error {
 	return nil
 }
 
-func (d *pinDir) maps() string    { return filepath.Join(d.path, "maps") }
-func (d *pinDir) links() string   { return filepath.Join(d.path, "links") }
-func (d *pinDir) program() string { return filepath.Join(d.path, "program") }
+func (d *Dir) Maps() string    { return filepath.Join(d.path, "maps") }
+func (d *Dir) Links() string   { return filepath.Join(d.path, "links") }
+func (d *Dir) Program() string { return filepath.Join(d.path, "program") }
 
-// linkPin is where the link of interface iface is pinned.
-func (d *pinDir) linkPin(iface string) string { return filepath.Join(d.links(), PinName(iface)) }
+// LinkPin is where the link of interface iface is pinned.
+func (d *Dir) LinkPin(iface string) string { return filepath.Join(d.Links(), PinName(iface)) }
 
-// intact reports whether the directory at the pin path is still the one
+// Intact reports whether the directory at the pin path is still the one
 // this run locked.
-func (d *pinDir) intact() bool {
+func (d *Dir) Intact() bool {
 	var st unix.Stat_t
 	return unix.Stat(d.path, &st) == nil && st.Dev == d.dev && st.Ino == d.ino
 }
 
-// relock locks the directory at the pin path again after the locked one
+// Relock locks the directory at the pin path again after the locked one
 // was removed, making it anew.
-func (d *pinDir) relock() error {
+func (d *Dir) Relock() error {
 	if d.dirLock != nil {
 		d.dirLock.Close()
 		d.dirLock = nil
@@ -150,28 +158,28 @@ func (d *pinDir) relock() error {
 		return err
 	}
 	d.created = false
-	return d.makeSubdirs()
+	return d.MakeSubdirs()
 }
 
-// pinProgram pins prog at <pin>/program, replacing an earlier one.
-func (d *pinDir) pinProgram(prog *ebpf.Program) error {
+// PinProgram pins prog at <pin>/program, replacing an earlier one.
+func (d *Dir) PinProgram(prog *ebpf.Program) error {
 	// Unpin first: Pin to the path prog was pinned at is a no-op, even
 	// when the file is gone.
 	if err := prog.Unpin(); err != nil {
 		return fmt.Errorf("unpin program: %w", err)
 	}
-	if err := os.Remove(d.program()); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(d.Program()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("unpin program: %w", err)
 	}
-	if err := prog.Pin(d.program()); err != nil {
+	if err := prog.Pin(d.Program()); err != nil {
 		return fmt.Errorf("pin program: %w", err)
 	}
 	return nil
 }
 
-// release drops both locks. After a failed New (failed) it removes the
+// Release drops both locks. After a failed New (failed) it removes the
 // directory when this run made it.
-func (d *pinDir) release(failed bool) {
+func (d *Dir) Release(failed bool) {
 	if d == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package agent
+package pin
 
 import (
 	"errors"
@@ -33,8 +33,9 @@ type PinnedLink struct {
 	Gone bool `json:"interface_gone"`
 }
 
-// Status is the pinned state, read with no agent running.
-type Status struct {
+// Pinned is the pinned state but the maps' content, read with no agent
+// running.
+type Pinned struct {
 	PinPath string       `json:"pin_path"`
 	Links   []PinnedLink `json:"interfaces"`
 	// Layout is the pinned maps' layout record; an older layout than
@@ -42,48 +43,41 @@ type Status struct {
 	// Unread names the maps that could not be.
 	Layout Layout   `json:"layout"`
 	Unread []string `json:"unread_maps,omitempty"`
-	Snapshot
 }
 
-// ReadStatus reads the links and maps pinned under pin, of this layout or
-// an older one. Returns ErrNotPinned when nothing is pinned there and
-// *NewerLayoutError for a newer layout.
-func ReadStatus(pin string) (Status, error) {
-	st := Status{PinPath: pin}
+// Read reads the links pinned under pin and opens its maps, of this
+// layout or an older one; the caller closes lim. Returns ErrNotPinned when
+// nothing is pinned there and *NewerLayoutError for a newer layout.
+func Read(pin string) (_ Pinned, lim *bpf.Limiter, _ error) {
+	st := Pinned{PinPath: pin}
 	if c, err := CanonicalPinPath(pin); err == nil {
 		pin = c
 	}
 	// A record that cannot be read (not root) is left to the Stat below,
 	// which says so.
 	var err error
-	if st.Layout, err = checkLayout(pin); errors.Is(err, ErrNewerLayout) {
-		return st, err
+	if st.Layout, err = CheckLayout(pin); errors.Is(err, ErrNewerLayout) {
+		return st, nil, err
 	}
 	if _, err := os.Stat(filepath.Join(pin, "maps")); errors.Is(err, os.ErrNotExist) {
-		return st, fmt.Errorf("%w under %s", ErrNotPinned, pin)
+		return st, nil, fmt.Errorf("%w under %s", ErrNotPinned, pin)
 	} else if err != nil {
-		return st, fmt.Errorf("read pinned state: %w (bpffs is usually root-only: run as root)", err)
+		return st, nil, fmt.Errorf("read pinned state: %w (bpffs is usually root-only: run as root)", err)
 	}
 	entries, err := os.ReadDir(filepath.Join(pin, "links"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return st, err
+		return st, nil, err
 	}
 	for _, e := range entries {
 		pl, err := readPinnedLink(filepath.Join(pin, "links", e.Name()))
 		if err != nil {
-			return st, err
+			return st, nil, err
 		}
 		pl.Iface = UnpinName(e.Name())
 		st.Links = append(st.Links, pl)
 	}
-	lim, unread, err := bpf.OpenPinned(filepath.Join(pin, "maps"), st.Layout.Version)
-	if err != nil {
-		return st, err
-	}
-	defer lim.Close()
-	st.Unread = unread
-	st.Snapshot, err = TakeSnapshot(lim)
-	return st, err
+	lim, st.Unread, err = bpf.OpenPinned(filepath.Join(pin, "maps"), st.Layout.Version)
+	return st, lim, err
 }
 
 func readPinnedLink(path string) (PinnedLink, error) {
@@ -105,7 +99,7 @@ func readPinnedLink(path string) (PinnedLink, error) {
 		} else if nh, err := netlink.NewHandle(); err == nil {
 			// The mode as this network namespace sees ifindex: run
 			// status in the namespace the agent ran in.
-			pl.Mode = xdpModeOf(nh, pl.Ifindex)
+			pl.Mode = XDPModeOf(nh, pl.Ifindex)
 			nh.Close()
 		}
 	}
@@ -129,12 +123,12 @@ func Detach(pin, iface string) error {
 	if err != nil {
 		return err
 	}
-	defer d.release(false)
+	defer d.Release(false)
 	if nh, err := netlink.NewHandle(); err == nil {
-		followRenames(d, nh, slog.New(slog.DiscardHandler))
+		d.FollowRenames(nh, slog.New(slog.DiscardHandler))
 		nh.Close()
 	}
-	linkPin := d.linkPin(iface)
+	linkPin := d.LinkPin(iface)
 	lk, err := link.LoadPinnedLink(linkPin, nil)
 	switch {
 	case err == nil:
@@ -144,7 +138,7 @@ func Detach(pin, iface string) error {
 			return fmt.Errorf("link info %s: %w", linkPin, err)
 		}
 		if !d.owns(uint32(info.Program)) {
-			return &ForeignProgramError{Iface: iface, Program: "pinned link " + linkPin + " runs " + describeProgram(uint32(info.Program))}
+			return &ForeignProgramError{Iface: iface, Program: "pinned link " + linkPin + " runs " + DescribeProgram(uint32(info.Program))}
 		}
 		if err := lk.Unpin(); err != nil {
 			return fmt.Errorf("unpin %s: %w", linkPin, err)
@@ -164,19 +158,19 @@ func Detach(pin, iface string) error {
 }
 
 // lockForDetach takes pin's locks, as a running agent holds them.
-func lockForDetach(pin string) (*pinDir, error) {
+func lockForDetach(pin string) (*Dir, error) {
 	path, err := CanonicalPinPath(pin)
 	if err != nil {
 		return nil, err
 	}
-	d := &pinDir{path: path}
+	d := &Dir{path: path}
 	// A running agent holds the lock: pulling its pins from under it
 	// would leave it reporting a limiter that is gone.
 	if d.runLock, err = lockRunFile(path); err != nil {
 		return nil, err
 	}
 	if err := d.lockDir(false); err != nil {
-		d.release(false)
+		d.Release(false)
 		return nil, err
 	}
 	return d, nil
@@ -185,8 +179,8 @@ func lockForDetach(pin string) (*pinDir, error) {
 // owns reports whether program id is tierlimit's: the program pinned
 // beside the links (readable with CAP_BPF), or one named tierlimit
 // (readable only with CAP_SYS_ADMIN; pin dirs of older versions).
-func (d *pinDir) owns(id uint32) bool {
-	if p, err := ebpf.LoadPinnedProgram(d.program(), nil); err == nil {
+func (d *Dir) owns(id uint32) bool {
+	if p, err := ebpf.LoadPinnedProgram(d.Program(), nil); err == nil {
 		info, ierr := p.Info()
 		p.Close()
 		if ierr == nil {
@@ -195,11 +189,11 @@ func (d *pinDir) owns(id uint32) bool {
 			}
 		}
 	}
-	return programName(id) == ProgramName
+	return ProgramNameOf(id) == ProgramName
 }
 
 // detachNetlink removes a tierlimit program attached without a link.
-func detachNetlink(d *pinDir, iface string) error {
+func detachNetlink(d *Dir, iface string) error {
 	l, err := netlink.LinkByName(iface)
 	if err != nil {
 		return fmt.Errorf("interface %q: %w", iface, ErrNoInterface)
@@ -209,23 +203,23 @@ func detachNetlink(d *pinDir, iface string) error {
 		return fmt.Errorf("%w for %s", ErrNotPinned, iface)
 	}
 	if !d.owns(x.ProgId) {
-		return &ForeignProgramError{Iface: iface, Program: describeProgram(x.ProgId)}
+		return &ForeignProgramError{Iface: iface, Program: DescribeProgram(x.ProgId)}
 	}
-	if err := netlink.LinkSetXdpFdWithFlags(l, -1, xdpModeFlags(x)); errors.Is(err, unix.EBUSY) {
-		return &BusyError{Iface: iface, Program: describeProgram(x.ProgId)}
+	if err := netlink.LinkSetXdpFdWithFlags(l, -1, XDPModeFlags(x)); errors.Is(err, unix.EBUSY) {
+		return &BusyError{Iface: iface, Program: DescribeProgram(x.ProgId)}
 	} else if err != nil {
 		return fmt.Errorf("detach xdp from %s: %w", iface, err)
 	}
 	return nil
 }
 
-func (d *pinDir) linksLeft() int {
-	entries, _ := os.ReadDir(d.links())
+func (d *Dir) linksLeft() int {
+	entries, _ := os.ReadDir(d.Links())
 	return len(entries)
 }
 
 // removeIfUnused removes the pin directory once no link is pinned in it.
-func (d *pinDir) removeIfUnused() error {
+func (d *Dir) removeIfUnused() error {
 	if d.linksLeft() > 0 {
 		return nil
 	}
@@ -235,10 +229,10 @@ func (d *pinDir) removeIfUnused() error {
 	return nil
 }
 
-// xdpModeFlags are the flags that name x's attach mode to netlink, as a
+// XDPModeFlags are the flags that name x's attach mode to netlink, as a
 // netlink detach needs them (native or generic; none for an offload or an
 // unknown mode).
-func xdpModeFlags(x *netlink.LinkXdp) int {
+func XDPModeFlags(x *netlink.LinkXdp) int {
 	switch x.AttachMode {
 	case nl.XDP_ATTACHED_DRV:
 		return nl.XDP_FLAGS_DRV_MODE

@@ -1,4 +1,4 @@
-package agent
+package record
 
 import (
 	"context"
@@ -83,8 +83,10 @@ func (e Episode) Duration(now time.Time) time.Duration {
 // are guarded by mu, as the episode is.
 type Episodes struct {
 	log    *slog.Logger
-	lim    *bpf.Limiter
+	lim    Limiter
 	ifaces func() []string
+	// ifname names an interface by ifindex, for a reload's new dir.
+	ifname func(int) string
 	state  string // the state file; "" for none
 	host   string
 	// ctx is run's: the readers and senders a reload starts end with it.
@@ -117,7 +119,7 @@ type Episodes struct {
 	shedding atomic.Bool
 }
 
-func newEpisodes(log *slog.Logger, lim *bpf.Limiter, rec *Recorder, p tiers.Policy, ifaces func() []string, state string) *Episodes {
+func newEpisodes(log *slog.Logger, lim Limiter, rec *Recorder, p tiers.Policy, ifaces func() []string, state string) *Episodes {
 	host, _ := os.Hostname()
 	e := &Episodes{log: log, lim: lim, rec: rec, ifaces: ifaces, state: state, host: host, share: 1,
 		retick: make(chan struct{}, 1), record: p.Record, evcfg: p.Events}
@@ -142,7 +144,7 @@ func (e *Episodes) setPolicy(p tiers.Policy) {
 // setMax takes the max that `max: auto` applied (packets per window): the
 // next episode's reports say it. An open episode keeps the max it opened
 // with.
-func (e *Episodes) setMax(m uint64) {
+func (e *Episodes) SetMax(m uint64) {
 	e.mu.Lock()
 	e.max = m
 	e.mu.Unlock()
@@ -442,8 +444,8 @@ func ReadEpisode(path string) (Episode, error) {
 }
 
 // counts are the record's metrics.
-func (e *Episodes) counts() *RecordCounts {
-	c := &RecordCounts{Shedding: e.shedding.Load(), Episodes: e.episodes.Load(),
+func (e *Episodes) Counts() *Counts {
+	c := &Counts{Shedding: e.shedding.Load(), Episodes: e.episodes.Load(),
 		Sent: e.events.sent.Load(), Errors: e.events.errs.Load()}
 	if rec := e.Recorder(); rec != nil {
 		c.Written, c.Lost = rec.written.Load(), rec.lost.Load()

@@ -1,4 +1,10 @@
-package agent
+// Package record is the shed record (DESIGN.md §10): the Recorder reads
+// the program's samples of shed packets and writes them into rotating
+// pcapng files (pcapng.go), Episodes tracks shedding episodes and reports
+// them as RFC 5424 syslog events (syslog.go), and a reload changes them
+// all in place (record_reload.go). It reads the limiter through Limiter
+// and knows nothing of the agent.
+package record
 
 import (
 	"context"
@@ -14,15 +20,23 @@ import (
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/sysutil"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // RecentSamples is how many samples the agent keeps in memory, newest last.
 const RecentSamples = 1024
+
+// Limiter is what the shed record reads and sets of the limiter:
+// *bpf.Limiter.
+type Limiter interface {
+	Stats() (bpf.Stats, error)
+	SetRecordShare(share float64) error
+	RecordCounts() (sampled, lost uint64, err error)
+	Samples() (*bpf.SampleReader, error)
+}
 
 // sampleReader is what the recorder reads samples from: *bpf.SampleReader.
 type sampleReader interface {
@@ -114,11 +128,11 @@ func ParseSampleComment(c string) (map[string]string, error) {
 // gets a dir (setDir, startDir).
 func newRecorder(log *slog.Logger, rd sampleReader) (*Recorder, error) {
 	rec := &Recorder{log: log, rd: rd, recent: make([]bpf.Sample, 0, RecentSamples), groups: map[netip.Prefix]uint64{}}
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return nil, fmt.Errorf("read the monotonic clock: %w", err)
+	mono, err := sysutil.Monotonic()
+	if err != nil {
+		return nil, err
 	}
-	rec.monoOff = time.Duration(time.Now().UnixNano() - ts.Nano())
+	rec.monoOff = time.Duration(time.Now().UnixNano() - int64(mono))
 	return rec, nil
 }
 
@@ -269,94 +283,38 @@ func (r *Recorder) resetGroups() {
 // close stops run.
 func (r *Recorder) close() { r.rd.Close() }
 
-// recordCounts are the record's counters, nil before StartRecord.
-func (a *Agent) recordCounts() *RecordCounts {
-	if ep := a.record.Load(); ep != nil {
-		return ep.counts()
-	}
-	return nil
-}
-
-// RecordCounts are the shed record's counters (DESIGN.md §5).
-type RecordCounts struct {
+// Counts are the shed record's counters (DESIGN.md §5).
+type Counts struct {
 	Shedding      bool
 	Episodes      uint64
 	Written, Lost uint64 // samples; Lost includes the program's ring-full losses
 	Sent, Errors  uint64 // event reports
 }
 
-// StartRecord starts the shed record (DESIGN.md §10) of policy p: the
-// sample reader (with p.Record.Samples > 0), the pcapng files (with
-// p.Record.Dir) and the episode tracker, which reports to p.Events and
-// keeps the open or last episode in statePath ("" for none). Cancelling
-// ctx stops them. A reload changes them all in place (record_reload.go).
-func (a *Agent) StartRecord(ctx context.Context, p tiers.Policy, statePath string) (*Episodes, error) {
-	a.applyMu.Lock()
-	defer a.applyMu.Unlock()
-	if a.record.Load() != nil {
-		return nil, fmt.Errorf("shed record: started already")
-	}
+// Start starts the shed record (DESIGN.md §10) of policy p, reading and
+// setting lim: the sample reader (with p.Record.Samples > 0), the pcapng
+// files (with p.Record.Dir; ifname names the interfaces in them) and the
+// episode tracker, which reports to p.Events, names the interfaces ifaces
+// gives and keeps the open or last episode in statePath ("" for none).
+// Cancelling ctx stops them. A reload changes them all in place
+// (Episodes.Prepare).
+func Start(ctx context.Context, log *slog.Logger, lim Limiter, p tiers.Policy, ifname func(int) string, ifaces func() []string, statePath string) (*Episodes, error) {
 	var rec *Recorder
 	if p.Record.Samples > 0 {
-		rd, err := a.lim.Samples()
+		rd, err := lim.Samples()
 		if err != nil {
 			return nil, err
 		}
-		if rec, err = newRecorder(a.log, rd); err != nil {
+		if rec, err = newRecorder(log, rd); err != nil {
 			rd.Close()
 			return nil, err
 		}
-		rec.startDir(p.Record, a.ifname)
+		rec.startDir(p.Record, ifname)
 		go rec.run()
 		context.AfterFunc(ctx, rec.close)
 	}
-	ep := newEpisodes(a.log, a.lim, rec, p, a.ifaceNames, statePath)
-	ep.ctx = ctx
-	a.record.Store(ep)
+	ep := newEpisodes(log, lim, rec, p, ifaces, statePath)
+	ep.ctx, ep.ifname = ctx, ifname
 	go ep.run(ctx)
 	return ep, nil
-}
-
-// ifname is the name of the attached interface with ifindex i, or "".
-func (a *Agent) ifname(i int) string {
-	for _, att := range a.Attachments() {
-		if att.Index == i {
-			return att.Iface
-		}
-	}
-	return ""
-}
-
-func (a *Agent) ifaceNames() []string {
-	var out []string
-	for _, att := range a.Attachments() {
-		out = append(out, att.Iface)
-	}
-	return out
-}
-
-// The shed record's families (DESIGN.md §5, §10).
-var (
-	sheddingDesc     = metric("shedding", "1 while a shedding episode is open.")
-	episodesDesc     = metric("shed_episodes_total", "Shedding episodes opened.")
-	shedSamplesDesc  = metric("shed_samples_total", "Sampled shed packets kept (written), and those the agent could not keep up with or write (lost).", "result")
-	eventReportsDesc = metric("event_reports_total", "Episode reports sent to events.syslog (sent), and those not sent (error).", "result")
-)
-
-// collectRecord emits the shed record's counters, once it is started.
-func collectRecord(ch chan<- prometheus.Metric, s Snapshot) {
-	r := s.Record
-	if r == nil {
-		return
-	}
-	up := 0.0
-	if r.Shedding {
-		up = 1
-	}
-	gauge(ch, sheddingDesc, up)
-	counter(ch, episodesDesc, r.Episodes)
-	counter(ch, shedSamplesDesc, r.Written, "written")
-	counter(ch, shedSamplesDesc, r.Lost, "lost")
-	counter(ch, eventReportsDesc, r.Sent, "sent")
-	counter(ch, eventReportsDesc, r.Errors, "error")
 }

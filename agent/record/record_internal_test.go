@@ -1,4 +1,4 @@
-package agent
+package record
 
 import (
 	"bufio"
@@ -490,9 +490,9 @@ func TestEpisodeMaxFollowsAuto(t *testing.T) {
 		e.tick(now, st)
 	}
 	step(0) // first read
-	e.setMax(1260)
+	e.SetMax(1260)
 	step(10) // opens at the applied max
-	e.setMax(882)
+	e.SetMax(882)
 	if got := e.Current().Max; got != 1260 {
 		t.Errorf("open episode's max %d, want 1260 (the max it opened with)", got)
 	}

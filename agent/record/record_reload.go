@@ -1,7 +1,8 @@
-package agent
+package record
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -25,9 +26,9 @@ import (
 //
 // Turning sampling off keeps the reader: the ring just stays empty.
 
-// recordChange is one reload's change to the shed record; nil when the
+// Change is one reload's change to the shed record; nil when the
 // record was not started (its methods do nothing then).
-type recordChange struct {
+type Change struct {
 	e *Episodes
 	p tiers.Policy
 	// rd reads samples for a recorder made by commit: sampling is on for
@@ -38,32 +39,37 @@ type recordChange struct {
 	dir    *pcapDir
 }
 
-// prepareRecord prepares the shed record's part of reloading p. Returns
-// ErrRecordDir for a new record dir that cannot be made or written, and
-// the reader's error when sampling turns on and its ring cannot be read.
-func (a *Agent) prepareRecord(p tiers.Policy) (*recordChange, error) {
-	e := a.record.Load()
+// ErrDir is returned by Prepare when a new record.dir cannot be made or
+// written: the reload is refused and the old policy, record dir included,
+// keeps running.
+var ErrDir = errors.New("record dir not usable")
+
+// Prepare prepares the shed record's part of reloading p: nil when the
+// record was not started (e nil). Returns ErrDir for a new record dir that
+// cannot be made or written, and the reader's error when sampling turns on
+// and its ring cannot be read.
+func (e *Episodes) Prepare(p tiers.Policy) (*Change, error) {
 	if e == nil {
 		return nil, nil
 	}
 	e.mu.Lock()
 	old, rec := e.record, e.rec
 	e.mu.Unlock()
-	c := &recordChange{e: e, p: p}
+	c := &Change{e: e, p: p}
 	if rec == nil && p.Record.Samples == 0 {
 		return c, nil // nothing to read nor write yet
 	}
 	// A fresh recorder needs its dir; a running one a changed dir.
 	c.setDir = rec == nil || p.Record.Dir != old.Dir
 	if c.setDir && p.Record.Dir != "" {
-		d, err := reloadDir(p.Record, a.ifname)
+		d, err := reloadDir(p.Record, e.ifname)
 		if err != nil {
 			return nil, err
 		}
 		c.dir = d
 	}
 	if rec == nil {
-		rd, err := a.lim.Samples()
+		rd, err := e.lim.Samples()
 		if err != nil {
 			return nil, err
 		}
@@ -77,27 +83,27 @@ func (a *Agent) prepareRecord(p tiers.Policy) (*recordChange, error) {
 func reloadDir(r tiers.Record, ifname func(int) string) (*pcapDir, error) {
 	d, err := newPcapDir(r.Dir, r.MaxBytes, max(r.Snaplen, 1), ifname)
 	if err != nil {
-		return nil, fmt.Errorf("%w: record.dir %s: %w", ErrRecordDir, r.Dir, err)
+		return nil, fmt.Errorf("%w: record.dir %s: %w", ErrDir, r.Dir, err)
 	}
 	f, err := os.CreateTemp(r.Dir, ".probe-*")
 	if err != nil {
-		return nil, fmt.Errorf("%w: record.dir %s: %w", ErrRecordDir, r.Dir, err)
+		return nil, fmt.Errorf("%w: record.dir %s: %w", ErrDir, r.Dir, err)
 	}
 	f.Close()
 	os.Remove(f.Name())
 	return d, nil
 }
 
-// abort undoes prepare: the reload was refused.
-func (c *recordChange) abort() {
+// Abort undoes Prepare: the reload was refused.
+func (c *Change) Abort() {
 	if c != nil && c.rd != nil {
 		c.rd.Close()
 	}
 }
 
-// commit swaps the prepared change in, once the program runs the new
+// Commit swaps the prepared change in, once the program runs the new
 // policy.
-func (c *recordChange) commit() {
+func (c *Change) Commit() {
 	if c == nil {
 		return
 	}
@@ -145,7 +151,7 @@ func (c *recordChange) commit() {
 }
 
 // events swaps the events sender when events.syslog changed; e.mu held.
-func (c *recordChange) events() {
+func (c *Change) events() {
 	e, ev := c.e, c.p.Events
 	if ev.Network == e.evcfg.Network && ev.Addr == e.evcfg.Addr {
 		return

@@ -1,42 +1,27 @@
-package agent
+package sysutil
 
 import (
 	"sync"
 	"time"
 )
 
-// subscriptionErrors is a netlink subscription's error callback that logs
-// msg with the error, except once done is closed: the subscription's
-// socket is closed then (after done, by the netlink package), and its
-// failed receive is the end asked for, not an error. A refused start
-// closes done before it exits, and says one line.
-func (a *Agent) subscriptionErrors(done <-chan struct{}, msg string) func(error) {
-	return func(err error) {
-		select {
-		case <-done:
-			return
-		default:
-		}
-		a.log.Warn(msg, "err", err)
-	}
-}
-
-// events merges the updates of netlink subscriptions (links, addresses,
+// Events merges the updates of netlink subscriptions (links, addresses,
 // routes) into ticks, for a follower that rereads the state on a change
 // and needs no update's content. It ends when any subscription ends.
-type events struct {
+type Events struct {
 	tick chan struct{}
 	end  chan struct{}
 	once sync.Once
 }
 
-func newEvents() *events {
-	return &events{tick: make(chan struct{}, 1), end: make(chan struct{})}
+// NewEvents returns Events that no subscription follows yet.
+func NewEvents() *Events {
+	return &Events{tick: make(chan struct{}, 1), end: make(chan struct{})}
 }
 
-// follow ticks e on each update of in until done is closed; when in
+// Follow ticks e on each update of in until done is closed; when in
 // closes (its subscription ended), e ends.
-func follow[T any](e *events, done <-chan struct{}, in <-chan T) {
+func Follow[T any](e *Events, done <-chan struct{}, in <-chan T) {
 	go func() {
 		for {
 			select {
@@ -56,10 +41,10 @@ func follow[T any](e *events, done <-chan struct{}, in <-chan T) {
 	}()
 }
 
-// settle calls f once for each burst of ticks, quiet after the burst's
+// Settle calls f once for each burst of ticks, quiet after the burst's
 // first (events in a burst, such as an interface going down with all its
 // addresses, are read as one), until done is closed or e ends.
-func (e *events) settle(done <-chan struct{}, quiet time.Duration, f func()) {
+func (e *Events) Settle(done <-chan struct{}, quiet time.Duration, f func()) {
 	for {
 		select {
 		case <-done:

@@ -1,4 +1,4 @@
-package agent
+package sysutil
 
 import (
 	"sync/atomic"
@@ -12,13 +12,13 @@ func TestEventsSettle(t *testing.T) {
 	done := make(chan struct{})
 	defer close(done)
 	a, b := make(chan int), make(chan string)
-	ev := newEvents()
-	follow(ev, done, a)
-	follow(ev, done, b)
+	ev := NewEvents()
+	Follow(ev, done, a)
+	Follow(ev, done, b)
 	var calls atomic.Int32
 	stopped := make(chan struct{})
 	go func() {
-		ev.settle(done, 50*time.Millisecond, func() { calls.Add(1) })
+		ev.Settle(done, 50*time.Millisecond, func() { calls.Add(1) })
 		close(stopped)
 	}()
 	waitCalls := func(want int32) {
