@@ -190,7 +190,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := checkCaps(); err != nil {
 		return nil, err
 	}
-	if _, err := tiers.Compile(p); err != nil {
+	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, stopLocal: make(chan struct{})}

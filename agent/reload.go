@@ -84,7 +84,7 @@ func (a *Agent) apply(ctx context.Context, p tiers.Policy, reload bool) error {
 		p = m.ReloadPolicy(p) // keeps a learnt adaptive max
 	}
 	rp := p.WithLocal(a.local)
-	tab, err := tiers.Compile(rp) // validates p
+	tab, err := tiers.Compile(rp, a.lim.Tick()) // validates p
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func (a *Agent) apply(ctx context.Context, p tiers.Policy, reload bool) error {
 			return err
 		}
 	}
-	if err := a.lim.ApplyContext(ctx, rp, tab); err != nil {
+	if err := a.lim.Apply(ctx, tab); err != nil {
 		if src != nil {
 			src.Close()
 		}

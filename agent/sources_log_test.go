@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -32,11 +33,11 @@ func TestSourceLogRateLimited(t *testing.T) {
 	p := tiers.Default()
 	p.Window, p.Max = time.Hour, 1000
 	p.Sources = tiers.Sources{BudgetPackets: 2, PrefixV4: 32, PrefixV6: 64}
-	tab, err := tiers.Compile(p)
+	tab, err := tiers.Compile(p, l.Tick())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Apply(p, tab); err != nil {
+	if err := l.Apply(context.Background(), tab); err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer

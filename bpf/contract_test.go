@@ -241,7 +241,7 @@ func contractPrefixKeys(t *testing.T) {
 
 func mustCompile(t *testing.T, p tiers.Policy) tiers.Table {
 	t.Helper()
-	tab, err := tiers.Compile(p)
+	tab, err := tiers.Compile(p, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
