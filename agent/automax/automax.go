@@ -7,7 +7,6 @@ package automax
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -90,8 +89,7 @@ func New(log *slog.Logger, lim Limiter, src DropSource, c sysutil.Clock, mu sync
 // or stop says so, then closes its signal.
 func (m *Controller) Start(ctx context.Context, stop func() bool) {
 	m.log.Info("adaptive max: collector socket drops", "signal", m.src.Signal(), "netns", netnsName(m.netns), "ports", portsString(udpPorts(m.base)),
-		"law", fmt.Sprintf("drops: max×max(%.1f, 1-drops/delivered), at most ×%.1f from a buffer over half full; %d clean windows while shedding: max+step (start/%d, doubling beyond 10%% over the last max with drops, up to ×%d)",
-			tiers.AutoBeta, tiers.AutoBetaFirst, tiers.AutoK, tiers.AutoAlphaDiv, tiers.AutoAlphaCap))
+		"law", tiers.AutoLawSummary())
 	if s, ok := m.src.(*snmp); ok && s.why != nil {
 		m.log.Warn("adaptive max: no per-socket drops, using the namespace's UDP RcvbufErrors", "reason", s.why)
 	}
