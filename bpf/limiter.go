@@ -457,6 +457,18 @@ func overflowOf(ov []LimiterTlOverflow, id uint64) uint64 {
 	return n
 }
 
+// put writes w's settable fields into the map's value v: the one
+// conversion from a Window to the map (SetWindow, a migration's carried
+// window); Window reads it back.
+func (w Window) put(v *LimiterTlWindow) {
+	v.StartNs, v.Count, v.LastCount, v.Opened, v.StartJiffies, v.Debt = w.StartNs, w.Count, w.LastCount, w.Opened, w.StartJiffies, w.Debt
+}
+
+// Counts is w for tiers.WindowNow.
+func (w Window) Counts() tiers.WindowCounts {
+	return tiers.WindowCounts{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, Debt: w.Debt, Gap: w.Gap, Onset: w.Onset}
+}
+
 // SetWindow overwrites the window state, for tests and tools that preload
 // a count: Count goes on the shared count, and every CPU's overflow slot is
 // cleared. Racing packets may be lost; do not use it under traffic.
@@ -475,7 +487,7 @@ func (l *Limiter) SetWindow(w Window) error {
 	if err := l.objs.Window.Lookup(uint32(0), &v); err != nil {
 		return fmt.Errorf("read window: %w", err)
 	}
-	v.StartNs, v.Count, v.LastCount, v.Opened, v.StartJiffies, v.Debt = w.StartNs, w.Count, w.LastCount, w.Opened, w.StartJiffies, w.Debt
+	w.put(&v)
 	v.Overflowed = 0
 	if err := l.objs.Window.Put(uint32(0), &v); err != nil {
 		return fmt.Errorf("write window: %w", err)
@@ -512,6 +524,11 @@ type Active struct {
 	// window as the smooth estimate counts them (at least 1).
 	Shape tiers.Shape
 	Ticks uint64
+}
+
+// WindowPolicy is what tiers.WindowNow reads of the policy in force.
+func (a Active) WindowPolicy() tiers.WindowPolicy {
+	return tiers.WindowPolicy{Window: a.Window, Ticks: a.Ticks, Bounds: a.Bounds, Shape: a.Shape, Budgeted: a.Sources.Budget != 0}
 }
 
 // Active reads the active slot's settings, which hold what tiers.Compile

@@ -78,6 +78,22 @@ type RecordTable struct {
 	Mask4              uint32
 	Mask6              [4]uint32
 	PrefixV4, PrefixV6 uint8
+	// IntervalNs is the cap's interval between samples, 1 s / Samples, and
+	// TauNs its burst, (RecordBurst - 1) intervals (record.h); both 0 when
+	// sampling is off.
+	IntervalNs, TauNs uint64
+}
+
+// recordBurstDiv: each CPU's bucket holds its share of 1/recordBurstDiv of
+// a second's samples, and at least one sample.
+const recordBurstDiv = 10
+
+// RecordBurst returns how many samples the program may take at once at
+// samples per second: a tenth of a second's, and at least one. The program
+// never samples more than samples × (t + tick) + RecordBurst over any t,
+// tick being the tick gate's (0 without it).
+func RecordBurst(samples uint32) uint64 {
+	return max(1, uint64(samples)/recordBurstDiv)
 }
 
 // compileRecord encodes the record of a valid policy.
@@ -89,6 +105,10 @@ func compileRecord(p Policy) RecordTable {
 	rt := RecordTable{Samples: p.Record.Samples, Snaplen: p.Record.Snaplen,
 		PrefixV4: uint8(v4), PrefixV6: uint8(v6)}
 	rt.Mask4, rt.Mask6 = encodeMasks(v4, v6)
+	if rt.Samples != 0 {
+		rt.IntervalNs = uint64(time.Second) / uint64(rt.Samples)
+		rt.TauNs = (RecordBurst(rt.Samples) - 1) * rt.IntervalNs
+	}
 	return rt
 }
 

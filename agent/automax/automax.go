@@ -245,7 +245,7 @@ func (m *Controller) tick() {
 	// packets, and the socket overflows, at a window's start, so a sample
 	// from middle to middle holds each window's burst whole, however late
 	// the scheduler runs this tick.
-	if now := m.clock.Now(); now > w.StartNs && now-w.StartNs < uint64(m.base.Window/2) {
+	if st := tiers.WindowNow(m.clock.Now(), w.Counts(), tiers.WindowPolicy{Window: m.base.Window}); st.Elapsed > 0 && st.Elapsed < m.base.Window/2 {
 		return
 	}
 	st, err := m.lim.Stats()
