@@ -36,7 +36,7 @@ var errClosed = errors.New("agent closed")
 // Reload compiles p and swaps it in atomically (bpf.Limiter.Apply). On
 // error the old policy keeps running, and the error is counted in
 // config_reloads_total{result="error"}. The shed record takes the new
-// record and events settings live (record_reload.go); a new record dir
+// record and events settings live (record.Change); a new record dir
 // the agent cannot make or write refuses the reload (ErrRecordDir). With an adaptive-max controller
 // running (StartAutoMax), a p with the same auto bounds as the policy in
 // force keeps the learnt max instead of p.Max.
@@ -46,7 +46,7 @@ func (a *Agent) Reload(p tiers.Policy) error {
 
 // ReloadContext is Reload that gives up when ctx ends (SIGTERM) before the
 // new policy is active, keeping the old one: a reload that writes tens of
-// thousands of prefixes takes seconds (bpf.Limiter.ApplyContext).
+// thousands of prefixes takes seconds (bpf.Limiter.Apply).
 func (a *Agent) ReloadContext(ctx context.Context, p tiers.Policy) error {
 	err := a.reload(ctx, p)
 	if err != nil {
@@ -73,7 +73,7 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 // apply is the one path from a policy to the settings map: New, Reload,
 // the local addresses' follower and the adaptive max all take it, with
 // a.applyMu held. It compiles p, its dests local resolved (WithLocal),
-// writes it (bpf.Limiter.ApplyContext) and records it as the policy in
+// writes it (bpf.Limiter.Apply) and records it as the policy in
 // force. A reload (reload set) also keeps a learnt adaptive max, opens the
 // drop signal of a new auto.netns and prepares the shed record's change
 // before writing, refusing p with nothing changed when one fails, and

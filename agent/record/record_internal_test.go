@@ -476,7 +476,7 @@ func TestPayloadSeverity(t *testing.T) {
 }
 
 // TestEpisodeMaxFollowsAuto: the max that `max: auto` applies between
-// reloads (setMax, from applyLocked) is the one the next episode reports;
+// reloads (SetMax, from the agent's apply) is the one the next episode reports;
 // an open episode keeps the max it opened with.
 func TestEpisodeMaxFollowsAuto(t *testing.T) {
 	p := tiers.Default()
