@@ -99,12 +99,12 @@ func runFleetDemo(ctx context.Context, g *globals, f demoFlags) error {
 	if err != nil {
 		return configError{err}
 	}
-	tab, err := tiers.Compile(pol)
+	tab, err := tiers.Compile(pol, 0)
 	if err != nil {
 		return configError{err}
 	}
 	static := pol.Local()
-	stab, err := tiers.Compile(static)
+	stab, err := tiers.Compile(static, 0)
 	if err != nil {
 		return configError{err}
 	}

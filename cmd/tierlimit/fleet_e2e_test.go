@@ -98,7 +98,7 @@ func TestFleetE2E(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tab, err := tiers.Compile(pol)
+	tab, err := tiers.Compile(pol, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
