@@ -198,6 +198,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	a := &Agent{cfg: cfg, log: cfg.Logger, stopLocal: make(chan struct{})}
 	a.at = &attacher{cfg: cfg, log: cfg.Logger, ns: netns.None(), closed: &a.closed}
 	a.at.afterRound = a.refreshLocal
+	a.fleet.log, a.fleet.local = cfg.Logger, func() []tiers.LocalDest { return a.local }
 	defer func() {
 		if err != nil {
 			a.abort()
@@ -282,7 +283,7 @@ func (a *Agent) Close() error {
 		return nil
 	}
 	close(a.stopLocal)
-	a.stopFleet() // leaves the fleet; before applyMu, which its loop may wait for
+	a.fleet.stop() // leaves the fleet; before applyMu, which its loop may wait for
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
 	return a.at.close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,11 @@ import (
 // scrape reads it without waiting for a reload), and bound, which the
 // controller's loop reads.
 type fleetState struct {
+	log *slog.Logger
+	// local is the host's destinations the fold's tables are compiled
+	// with (the Agent's, applyMu held).
+	local func() []tiers.LocalDest
+
 	c      atomic.Pointer[fleet.Controller]
 	member string // as StartFleet was given it
 	// given is the policy with its fleet as last given (New, a reload;
@@ -80,9 +86,9 @@ func (a *Agent) StartFleet(p tiers.Policy, member string) (*fleet.Controller, er
 		return nil, errors.New("fleet: a controller runs already")
 	}
 	a.fleet.given, a.fleet.member = p, member
-	a.fleetBoundFor(p, true)
+	a.fleet.boundFor(p, true)
 	a.applyMu.Unlock()
-	c, err := fleet.Start(a.fleetConfig(p), a.lim, (*fleetSide)(a), a.log)
+	c, err := fleet.Start(a.fleet.config(p), a.lim, (*fleetSide)(a), a.log)
 	if err != nil {
 		return nil, fmt.Errorf("fleet %s: %w", p.Fleet.Name, err)
 	}
@@ -90,25 +96,25 @@ func (a *Agent) StartFleet(p tiers.Policy, member string) (*fleet.Controller, er
 	return c, nil
 }
 
-// fleetConfig is FleetConfig for the agent's member, with the fold of
+// config is FleetConfig for the agent's member, with the fold of
 // max: auto as its Bound.
-func (a *Agent) fleetConfig(p tiers.Policy) fleet.Config {
-	cfg := FleetConfig(p.Fleet, a.fleet.member)
-	cfg.Bound = (*fleetSide)(a).bound
+func (f *fleetState) config(p tiers.Policy) fleet.Config {
+	cfg := FleetConfig(p.Fleet, f.member)
+	cfg.Bound = f.fold
 	return cfg
 }
 
-// fleetBoundFor sets the fold's tables for p, the fleet's policy as given
-// or as the auto controller applies it, its Max the learnt max (a.applyMu
+// boundFor sets the fold's tables for p, the fleet's policy as given
+// or as the auto controller applies it, its Max the learnt max (applyMu
 // held): none without max: auto; the learnt max's table compiled again
 // when the max changed, the fleet's too when fleetChanged (a new policy).
 // A table that does not compile leaves the last in place, logged.
-func (a *Agent) fleetBoundFor(p tiers.Policy, fleetChanged bool) {
+func (f *fleetState) boundFor(p tiers.Policy, fleetChanged bool) {
 	if p.Fleet == nil || p.Auto == nil {
-		a.fleet.bound.Store(nil)
+		f.bound.Store(nil)
 		return
 	}
-	old := a.fleet.bound.Load()
+	old := f.bound.Load()
 	if old != nil && !fleetChanged && old.max == p.Max {
 		return
 	}
@@ -116,28 +122,28 @@ func (a *Agent) fleetBoundFor(p tiers.Policy, fleetChanged bool) {
 	var err error
 	if old != nil && !fleetChanged {
 		b.fleet = old.fleet
-	} else if b.fleet, err = tiers.Compile(p.WithLocal(a.local), 0); err != nil {
-		a.log.Error("fleet: compile the fleet's table for max: auto; the last stays", "err", err)
+	} else if b.fleet, err = tiers.Compile(p.WithLocal(f.local()), 0); err != nil {
+		f.log.Error("fleet: compile the fleet's table for max: auto; the last stays", "err", err)
 		return
 	}
-	if b.local, err = tiers.Compile(p.Local().WithLocal(a.local), 0); err != nil {
-		a.log.Error("fleet: compile the learnt max's table; the last stays", "max", p.Max, "err", err)
+	if b.local, err = tiers.Compile(p.Local().WithLocal(f.local()), 0); err != nil {
+		f.log.Error("fleet: compile the learnt max's table; the last stays", "max", p.Max, "err", err)
 		return
 	}
-	a.fleet.bound.Store(b)
+	f.bound.Store(b)
 }
 
-// fleetApplying is what applyLocked applies in place of p (a.applyMu
+// applying is what apply writes in place of p outside a reload (applyMu
 // held). A fleet's policy with max: auto, as the auto controller applies
 // it with a new learnt max, sets the fold's table for that max and is
 // remembered as the fleet's given policy; while in fallback the fallback
-// policy is applied in its place (fleetPolicy).
-func (a *Agent) fleetApplying(p tiers.Policy) tiers.Policy {
-	if p.Fleet != nil && p.Auto != nil && a.fleet.given.Fleet != nil {
-		a.fleet.given = a.fleet.given.WithMax(p.Max)
-		a.fleetBoundFor(p, false)
+// policy is applied in its place (policy).
+func (f *fleetState) applying(p tiers.Policy) tiers.Policy {
+	if p.Fleet != nil && p.Auto != nil && f.given.Fleet != nil {
+		f.given = f.given.WithMax(p.Max)
+		f.boundFor(p, false)
 	}
-	return a.fleetPolicy(p)
+	return f.policy(p)
 }
 
 // Fleet returns the fleet controller, or nil when none runs.
@@ -155,7 +161,7 @@ func (s *fleetSide) EnterFallback(members int) error {
 	if a.closed.Load() {
 		return errClosed
 	}
-	return a.apply(context.Background(), a.fleet.given, false) // in fallback: fleetPolicy of it
+	return a.apply(context.Background(), a.fleet.given, false) // in fallback: fleet.policy of it
 }
 
 // LeaveFallback applies the fleet's policy again.
@@ -170,62 +176,62 @@ func (s *fleetSide) LeaveFallback() error {
 	return a.apply(context.Background(), a.fleet.given, false)
 }
 
-// fleetPolicy is what a reload applies in place of p (a.applyMu held):
+// policy is what a reload applies in place of p (applyMu held):
 // p's fallback policy while the controller holds the agent in fallback.
 // With max: auto its max is the smaller of the fallback's and the learnt
 // one, p.Max: a member never passes more than its collector takes.
-func (a *Agent) fleetPolicy(p tiers.Policy) tiers.Policy {
-	if !a.fleet.in {
+func (f *fleetState) policy(p tiers.Policy) tiers.Policy {
+	if !f.in {
 		return p
 	}
-	q := p.FleetFallbackPolicy(a.fleet.members)
+	q := p.FleetFallbackPolicy(f.members)
 	if p.Fleet != nil && p.Auto != nil {
 		q.Max = min(q.Max, p.Max)
 	}
 	return q
 }
 
-// fleetApplied tells the controller that a reload applied p as given
-// (a.applyMu held): it reads password_file again and takes the new
+// applied tells the controller that a reload applied p as given
+// (applyMu held): it reads password_file again and takes the new
 // report, ttl and fallback. A fleet removed, or one that names another
 // store or fleet, takes a restart of the agent; the log says so.
-func (a *Agent) fleetApplied(p tiers.Policy) {
-	c := a.fleet.c.Load()
+func (f *fleetState) applied(p tiers.Policy) {
+	c := f.c.Load()
 	if c == nil {
 		return
 	}
 	if p.Fleet == nil {
-		a.log.Warn("fleet: the reloaded policy has no fleet block; the controller goes on until the agent restarts")
+		f.log.Warn("fleet: the reloaded policy has no fleet block; the controller goes on until the agent restarts")
 		return
 	}
-	a.fleet.given = p
-	a.fleetBoundFor(p, true)
-	if err := c.Reload(a.fleetConfig(p)); errors.Is(err, fleet.ErrRestart) {
-		a.log.Warn("fleet: the reloaded policy names another fleet or store; restart the agent to join it", "fleet", p.Fleet.Name)
+	f.given = p
+	f.boundFor(p, true)
+	if err := c.Reload(f.config(p)); errors.Is(err, fleet.ErrRestart) {
+		f.log.Warn("fleet: the reloaded policy names another fleet or store; restart the agent to join it", "fleet", p.Fleet.Name)
 	} else if err != nil {
-		a.log.Error("fleet: reload", "err", err)
+		f.log.Error("fleet: reload", "err", err)
 	}
 }
 
-// stopFleet stops the controller and leaves the fleet, before Close takes
+// stop stops the controller and leaves the fleet, before Close takes
 // applyMu: the controller's loop may wait for it in EnterFallback.
-func (a *Agent) stopFleet() {
-	c := a.fleet.c.Load()
+func (f *fleetState) stop() {
+	c := f.c.Load()
 	if c == nil {
 		return
 	}
 	if err := c.Close(); err != nil {
-		a.log.Warn("fleet: leave", "err", err)
+		f.log.Warn("fleet: leave", "err", err)
 	}
 }
 
-// bound is the controller's fleet.Config.Bound: with max: auto, the
+// fold is the controller's fleet.Config.Bound: with max: auto, the
 // others' sum that holds this member to its learnt max on its own R̂
 // (tiers.FleetOthersWithAuto); the sum as it is otherwise. It reads the
-// tables fleetBoundFor set, without a lock: a report never waits for a
+// tables boundFor set, without a lock: a report never waits for a
 // reload.
-func (s *fleetSide) bound(own, sum uint64) uint64 {
-	b := s.fleet.bound.Load()
+func (f *fleetState) fold(own, sum uint64) uint64 {
+	b := f.bound.Load()
 	if b == nil {
 		return sum
 	}

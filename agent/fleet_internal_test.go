@@ -23,26 +23,27 @@ func TestFleetApplyingAuto(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &Agent{log: slog.New(slog.DiscardHandler)}
+	a.fleet.log, a.fleet.local = a.log, func() []tiers.LocalDest { return a.local }
 	a.fleet.given = p
-	a.fleetBoundFor(p, true)
+	a.fleet.boundFor(p, true)
 	b0 := a.fleet.bound.Load()
 	if b0 == nil || b0.max != 300 || b0.local.Bounds[0] != 210 || b0.fleet.Bounds[0] != 2100 {
 		t.Fatalf("bound %+v; want the tables for 300 and fleet.max 3000", b0)
 	}
 	side := (*fleetSide)(a)
-	if o := side.bound(1000, 500); o <= 500 {
+	if o := side.fleet.fold(1000, 500); o <= 500 {
 		t.Errorf("bound(1000, 500) = %d; want more than the sum: the learnt max binds", o)
 	}
-	if o := side.bound(100, 500); o != 500 {
+	if o := side.fleet.fold(100, 500); o != 500 {
 		t.Errorf("bound(100, 500) = %d; want the sum, below the learnt max", o)
 	}
 
 	// The same max again: nothing compiled.
-	if q := a.fleetApplying(p); q.Fleet == nil || a.fleet.bound.Load() != b0 {
+	if q := a.fleet.applying(p); q.Fleet == nil || a.fleet.bound.Load() != b0 {
 		t.Errorf("the same max: applied %v, bound replaced %v", q.Fleet, a.fleet.bound.Load() != b0)
 	}
 	// A new learnt max: its table, the fleet's kept; the given follows.
-	if q := a.fleetApplying(p.WithMax(500)); q.Max != 500 || q.Fleet == nil {
+	if q := a.fleet.applying(p.WithMax(500)); q.Max != 500 || q.Fleet == nil {
 		t.Errorf("applied max %d fleet %v; want 500 with the fleet", q.Max, q.Fleet)
 	}
 	b1 := a.fleet.bound.Load()
@@ -55,17 +56,17 @@ func TestFleetApplyingAuto(t *testing.T) {
 
 	// In fallback: min(share, learnt), fleet off.
 	a.fleet.in, a.fleet.members = true, 2
-	if q := a.fleetApplying(a.fleet.given); q.Fleet != nil || q.Max != 500 {
+	if q := a.fleet.applying(a.fleet.given); q.Fleet != nil || q.Max != 500 {
 		t.Errorf("fallback share 1500 with learnt 500: max %d fleet %v; want 500, off", q.Max, q.Fleet)
 	}
 	a.fleet.members = 10
-	if q := a.fleetApplying(a.fleet.given); q.Max != 300 {
+	if q := a.fleet.applying(a.fleet.given); q.Max != 300 {
 		t.Errorf("fallback share 300 with learnt 500: max %d; want 300", q.Max)
 	}
 	// A fleet without auto has no fold.
 	p.Auto, p.Max = nil, 1000
-	a.fleetBoundFor(p, true)
-	if a.fleet.bound.Load() != nil || side.bound(1000, 500) != 500 {
+	a.fleet.boundFor(p, true)
+	if a.fleet.bound.Load() != nil || side.fleet.fold(1000, 500) != 500 {
 		t.Error("without auto: a fold is left")
 	}
 }

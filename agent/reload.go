@@ -84,9 +84,9 @@ func (a *Agent) apply(ctx context.Context, p tiers.Policy, reload bool) error {
 	if reload {
 		p = m.ReloadPolicy(p) // keeps a learnt adaptive max
 		given = p
-		p = a.fleetPolicy(p) // the fleet's fallback while the store is out of reach
+		p = a.fleet.policy(p) // the fleet's fallback while the store is out of reach
 	} else {
-		p = a.fleetApplying(p)
+		p = a.fleet.applying(p)
 	}
 	rp := p.WithLocal(a.fitLocal(p))
 	tab, err := tiers.Compile(rp, a.lim.Tick()) // validates p
@@ -116,7 +116,7 @@ func (a *Agent) apply(ctx context.Context, p tiers.Policy, reload bool) error {
 	a.current = p
 	if reload {
 		m.Reloaded(given, src) // the fleet's policy, not its fallback
-		a.fleetApplied(given)
+		a.fleet.applied(given)
 		rc.Commit()
 	} else if ep != nil {
 		ep.SetMax(p.Max)
