@@ -16,7 +16,7 @@
 //   - agent/automax: the adaptive max's controller and its drop signal
 //     (sock_diag or /proc/net/snmp, in any network namespace); it reaches
 //     the agent only through an apply func and a locker;
-//   - agent/record: the shed record (DESIGN.md §10), the samples, their
+//   - agent/record: the shed record (docs/design.md §10), the samples, their
 //     pcapng files, the episodes and their syslog reports; it reads the
 //     limiter through record.Limiter and names interfaces through funcs.
 //
@@ -161,7 +161,7 @@ type Agent struct {
 // New loads the limiter (adopting pinned maps and links under
 // cfg.PinPath if there are any), applies policy p and attaches to every
 // interface. Pinned maps of an older layout, or whose specs differ, are
-// migrated (DESIGN.md §11): the program is loaded on maps of its own, which
+// migrated (docs/design.md §11): the program is loaded on maps of its own, which
 // get what keeps its meaning and the policy; the pinned links switch to it
 // in place; then its maps are pinned in place of the old ones. The old
 // program never sees the new policy: same-layout maps are shared, and a

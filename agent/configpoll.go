@@ -127,7 +127,7 @@ func tickC(t *time.Ticker) <-chan time.Time {
 }
 
 // configWatchDesc is the one family of the config watch: an addition to
-// DESIGN.md §5's table.
+// docs/design.md §5's table.
 var configWatchDesc = metric("config_watch_live", configWatchHelp, "mode")
 
 const configWatchHelp = "1 while inotify watches the config file (mode watch); 0 while its content is polled because the watch failed (mode poll). Absent without a config file."

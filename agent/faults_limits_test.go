@@ -250,7 +250,7 @@ func sortedCopy(s []string) []string {
 
 // TestIncompatiblePinDir (D): a pinned map whose spec differs from this
 // version's (here an unrecorded window of 8 bytes) is migrated, not
-// refused (DESIGN.md §11): the agent starts on maps of its own, logs it,
+// refused (docs/design.md §11): the agent starts on maps of its own, logs it,
 // and leaves its layout recorded; Detach removes it all.
 func TestIncompatiblePinDir(t *testing.T) {
 	testenv.Require(t)

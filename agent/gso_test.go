@@ -197,7 +197,7 @@ func TestSuperPacketsReattached(t *testing.T) {
 	waitLog(t, logs, "interface re-created: limiter attached to it")
 	// The re-created veth's address is new: the rules' dests: local
 	// follows it through netlink, and until the agent has it, datagrams to
-	// it are not this host's and pass uncounted (DESIGN.md §2).
+	// it are not this host's and pass uncounted (docs/design.md §2).
 	waitLocalPrefix(t, a, netip.PrefixFrom(coll, 32), true)
 	if att := testenv.XDP(t, p.Coll, name); att.Mode != "generic" {
 		t.Fatalf("limiter runs in %q mode on the re-created %s, want generic", att.Mode, name)

@@ -16,7 +16,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// TestOtherHostMAC checks the MAC check of DESIGN.md §2 (bpf/host.h) on
+// TestOtherHostMAC checks the MAC check of docs/design.md §2 (bpf/host.h) on
 // a veth, with the agent describing it: datagrams to an address the
 // collector owns but sent to another host's MAC, which Linux discards
 // (PACKET_OTHERHOST), pass uncounted; once a macvlan child in bridge mode

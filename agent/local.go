@@ -14,7 +14,7 @@ import (
 )
 
 // localDests is the host's own destinations, for select rules with
-// `dests: local` (the default; DESIGN.md §2, tiers.Rule.Local), from the
+// `dests: local` (the default; docs/design.md §2, tiers.Rule.Local), from the
 // local routing table that nh sees (localaddr.Dests).
 func localDests(nh *netlink.Handle) ([]tiers.LocalDest, error) { return localaddr.Dests(nh) }
 

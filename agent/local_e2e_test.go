@@ -15,7 +15,7 @@ import (
 )
 
 // TestDestsLocal checks `dests: local`, the default of a parsed rule
-// (DESIGN.md §2), on a veth: datagrams to the collector's address are
+// (docs/design.md §2), on a veth: datagrams to the collector's address are
 // counted; datagrams to the same port of an address the collector does not
 // own (sent to its MAC through a static neighbour), which the kernel
 // discards, pass uncounted; a VIP added to lo afterwards is followed

@@ -9,7 +9,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// The metrics (DESIGN.md §5) take one path from the maps: the collector
+// The metrics (docs/design.md §5) take one path from the maps: the collector
 // takes one Snapshot per scrape and hands it to each feature's collect
 // function (collectTiers, collectPolicy, collectSeverity, collectSources,
 // collectAuto, collectRecord, collectConfigWatch), all of one shape. A
@@ -42,7 +42,7 @@ var (
 	scrapeErrorsDesc = metric("scrape_errors_total", "BPF map reads that failed during a scrape.")
 )
 
-// collector reads the BPF maps at scrape time (DESIGN.md §5). Counters come
+// collector reads the BPF maps at scrape time (docs/design.md §5). Counters come
 // from per-CPU maps summed over CPUs, so they survive agent restarts.
 type collector struct {
 	a *Agent

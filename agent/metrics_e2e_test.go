@@ -96,7 +96,7 @@ func checkSeries(t *testing.T, scrape int, got metrics, key string, want uint64)
 
 // TestMetrics lints the collector's output with client_golang's testutil,
 // registers it in a pedantic registry, and checks that /metrics has every
-// metric of DESIGN.md §5 with its type and the policy's values.
+// metric of docs/design.md §5 with its type and the policy's values.
 func TestMetrics(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)

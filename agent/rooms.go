@@ -113,7 +113,7 @@ func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src DropSource
 // AutoMax returns the adaptive-max controller, or nil when none runs.
 func (a *Agent) AutoMax() *AutoMax { return a.auto.Load() }
 
-// StartRecord starts the shed record (DESIGN.md §10) of policy p: the
+// StartRecord starts the shed record (docs/design.md §10) of policy p: the
 // sample reader (with p.Record.Samples > 0), the pcapng files (with
 // p.Record.Dir) and the episode tracker, which reports to p.Events and
 // keeps the open or last episode in statePath ("" for none). Cancelling
@@ -132,7 +132,7 @@ func (a *Agent) StartRecord(ctx context.Context, p tiers.Policy, statePath strin
 	return ep, nil
 }
 
-// The metrics of the adaptive max (DESIGN.md §5, §8), emitted while a
+// The metrics of the adaptive max (docs/design.md §5, §8), emitted while a
 // controller runs, and of the shed record (§5, §10), once it is started.
 var (
 	autoAdjustDesc   = metric("auto_max_adjustments_total", "Changes of the adaptive max (max: auto), by direction (up, down).", "direction")

@@ -6,7 +6,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// The metrics of severity-aware shedding (DESIGN.md §7). Their label sets
+// The metrics of severity-aware shedding (docs/design.md §7). Their label sets
 // are bounded: three classes and three verdicts, no severity or source
 // labels.
 var (

@@ -74,7 +74,7 @@ func shapeWindows(arr []time.Time, w time.Duration) (starts []time.Time, tenths 
 	return starts, tenths
 }
 
-// The smooth shape's contract (DESIGN.md §9) on a veth, against the model's
+// The smooth shape's contract (docs/design.md §9) on a veth, against the model's
 // expectation P(R): a flood from idle at 10 × max, then a fall to 0.5 ×
 // max. Property 3 (onset): the flood's first window passes at most 1.1 ×
 // P(R), no tenth more than 0.25 × max. Property 1 (steady): later windows

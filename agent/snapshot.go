@@ -30,17 +30,17 @@ type Snapshot struct {
 	// window has expired.
 	DropDebt uint64
 	// TopSources is the program's table of groups over budget, most
-	// packets first (DESIGN.md §6).
+	// packets first (docs/design.md §6).
 	TopSources []bpf.SourceGroup
 	// SourcesOverRecently is how many groups of TopSources were over budget
 	// in the current or the previous window: approximate, as the table is an
 	// LRU of tiers.TopSources groups and a sketch can misjudge a light group.
 	SourcesOverRecently int
-	// Auto holds the adaptive-max controller's counters (DESIGN.md §8): nil
+	// Auto holds the adaptive-max controller's counters (docs/design.md §8): nil
 	// when no controller runs, as in `tierlimit status`. It is the agent's,
 	// not the maps': the collector fills it in.
 	Auto *AutoCounts
-	// Record holds the shed record's counters (DESIGN.md §10): nil when
+	// Record holds the shed record's counters (docs/design.md §10): nil when
 	// the record was not started. The agent's, like Auto.
 	Record *RecordCounts
 	// ConfigWatch is how the agent's Reloader notices config changes

@@ -14,7 +14,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// Per-source budgets (DESIGN.md §6): what the agent reads, exports and
+// Per-source budgets (docs/design.md §6): what the agent reads, exports and
 // logs of them.
 
 // Sources is what the maps say of per-source budgets at one moment.

@@ -113,7 +113,7 @@ func fairCollect(t *testing.T, a *agent.Agent, rx *testenv.Receiver, run *fairRu
 
 // TestFairShedding is issue 12's case on a real veth with a real UDP
 // receiver: with sources on, B–K get all their datagrams through a flood
-// from A, and A gets what nobody else uses (DESIGN.md §6): the collector's
+// from A, and A gets what nobody else uses (docs/design.md §6): the collector's
 // total per window is what the tiers pass of everything offered, P(R_in +
 // R_ex), as without budgets, and in the first window at most T_1 more (the
 // ordinal shape's bound: A's excess arrives with the in-budget traffic, and
@@ -272,7 +272,7 @@ func fairWithoutSources(t *testing.T, shape tiers.Shape, ptab tiers.Table, off *
 // shapeSlack is what window w's total may differ from P(R) beyond 5σ for
 // the case's traffic: bursts of 0.85 s with 0.25 s of silence between
 // them. The ordinal shape counts positions, so none. The smooth shape's
-// estimate is of a rate (DESIGN.md §9 promises P(R) for a steady one): a
+// estimate is of a rate (docs/design.md §9 promises P(R) for a steady one): a
 // burst pattern moves its windows' totals by up to a quarter, and the
 // first window after a pause (or a reload) by more, as the sliding count
 // spreads the previous burst over its whole window: a burst after a short

@@ -10,7 +10,7 @@ import (
 
 // ErrStacked is returned by New when two of the interfaces are stacked on
 // each other, so that one packet crosses both XDP hooks and would be
-// counted twice (DESIGN.md §2: each datagram is counted once).
+// counted twice (docs/design.md §2: each datagram is counted once).
 var ErrStacked = errors.New("interfaces are stacked")
 
 // stackedKinds are the link kinds whose frames are the frames of their

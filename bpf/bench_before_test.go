@@ -26,7 +26,7 @@ import (
 //   - sources-over: one group over its budget (1) under max 10^8, the
 //     configuration of BenchmarkProgram's sources-over. The earlier program
 //     dropped every such packet; today's judges it on what in-budget
-//     traffic leaves (DESIGN.md §6): below T_last its position is a shared
+//     traffic leaves (docs/design.md §6): below T_last its position is a shared
 //     add, so this path pays one atomic add more.
 //   - sources-over-flood: the same at max 100, as a flood is: past T_last
 //     the over-budget positions are in the table's last entry and the
@@ -93,7 +93,7 @@ func BenchmarkBeforeWave(b *testing.B) {
 			b.ReportMetric(best[2], "bare-ns/pkt")
 			b.ReportMetric(best[0]/best[1], "x-before")
 			if len(best) > 3 {
-				// What the checks of DESIGN.md §2 that this wave added to
+				// What the checks of docs/design.md §2 that this wave added to
 				// the selected path cost at their cheapest, over the
 				// earlier program's selected-pass (issue 25's bound).
 				b.ReportMetric(best[3], "floor-ns/pkt")
@@ -106,7 +106,7 @@ func BenchmarkBeforeWave(b *testing.B) {
 
 // fullFloor is HostFloorProgram with the IPv4 header checksum, on the
 // interface, MAC and destination of UDP4's frames: every check a program
-// must add to judge frame as this host's kernel would (DESIGN.md §2), and
+// must add to judge frame as this host's kernel would (docs/design.md §2), and
 // nothing else. Fails b unless it passes frame and aborts on frame with
 // its header checksum broken: it made the checks.
 func fullFloor(b *testing.B, frame []byte) *ebpf.Program {

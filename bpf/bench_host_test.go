@@ -12,7 +12,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// BenchmarkHostChecks measures what DESIGN.md §2's "for this host" rule
+// BenchmarkHostChecks measures what docs/design.md §2's "for this host" rule
 // adds to the selected-pass path (BenchmarkProgram's: tier 0 under max
 // 10^8): the checks of frames Linux discards (bpf/host.h: another host's
 // MAC, martians) and the rules' dests: local, the default. Chunk by chunk

@@ -100,7 +100,7 @@ func BenchmarkLiveFrames(b *testing.B) {
 }
 
 // BenchmarkLiveFramesSmooth is BenchmarkLiveFrames for the smooth shape's
-// drop path (DESIGN.md §9): a flood far past the table, q(R̂) from the
+// drop path (docs/design.md §9): a flood far past the table, q(R̂) from the
 // memoised closed form and a draw per frame, beside the ordinal drop path
 // (a second limiter, saturated) and a bare XDP_DROP, chunk by chunk in the
 // same run. It reports Mpps for each and x-ordinal (smooth over ordinal,
@@ -274,7 +274,7 @@ func BenchmarkScaling(b *testing.B) {
 		// The control: parse, policy and selector lookups, per-CPU
 		// stats, and no window at all.
 		{"unselected", dropPolicy(), TCP4(b, 22, true, false)},
-		// Per-source budgets on (DESIGN.md §6), one source far over its
+		// Per-source budgets on (docs/design.md §6), one source far over its
 		// budget, as in a flood from one host: the sketch's plain reads,
 		// the over-budget stats and the top table's entry, no window.
 		{"sources-over", withSources(dropPolicy(), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514)},

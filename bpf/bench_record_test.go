@@ -11,7 +11,7 @@ import (
 )
 
 // BenchmarkRecord measures the shed record's cost on the drop paths
-// (DESIGN.md §10): the same path with sampling on at the default cap
+// (docs/design.md §10): the same path with sampling on at the default cap
 // (100/s) and off, two limiters alternating chunk by chunk with a bare
 // XDP_DROP program in the same run. It reports ns/pkt of each and x-off,
 // sampling on over off: the cost an unsampled shed packet pays for the
@@ -98,7 +98,7 @@ func drainSamples(b *testing.B, l *bpf.Limiter) func() int {
 }
 
 // BenchmarkLiveFramesRecord is BenchmarkLiveFrames for the shed record
-// (DESIGN.md §10): the drop path in live-frames mode (a real xdp_frame per
+// (docs/design.md §10): the drop path in live-frames mode (a real xdp_frame per
 // packet) with sampling on at the default cap (100/s), its samples read
 // from the ring as the agent reads them, beside the same path with
 // sampling off and a bare XDP_DROP, chunk by chunk in the same run. It

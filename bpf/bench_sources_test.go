@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkLiveFramesSources is BenchmarkLiveFrames with per-source budgets
-// on (DESIGN.md §6), on the two drop paths a flood takes:
+// on (docs/design.md §6), on the two drop paths a flood takes:
 //   - over-budget: one source far over its budget, dropped after the
 //     sketch's plain reads (no atomics) and the top table's update;
 //   - within-budget: every packet within its group's budget (a budget of

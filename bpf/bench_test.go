@@ -23,7 +23,7 @@ const benchChunk = 1 << 17
 // (x-bare). "gate" is the agent's configuration (tick gate on); "exact"
 // reads bpf_ktime_get_ns for every selected packet.
 //
-// On the paths where DESIGN.md's exact semantics make atomic adds
+// On the paths where docs/design.md's exact semantics make atomic adds
 // unavoidable, a third program runs in the same alternation: the floor
 // (testenv.AtomicFloorProgram), a bare XDP_DROP that makes the path's
 // atomic adds and nothing else. Every selected packet below T_last adds to
@@ -61,12 +61,12 @@ func BenchmarkProgram(b *testing.B) {
 		// and no shared add (the saturated window's fast path).
 		{"selected-drop", policy(100), UDP4(b, 514), 0},
 		{"unselected", policy(100), TCP4(b, 22, true, false), 0},
-		// Severity on (DESIGN.md §7): the <PRI> is read and classed on
+		// Severity on (docs/design.md §7): the <PRI> is read and classed on
 		// every selected UDP packet; <134> is local0.info, class normal,
 		// which never touches the debt on these paths.
 		{"selected-pass-severity", withSeverity(policy(100_000_000)), UDP4(b, 514), 1},
 		{"selected-drop-severity", withSeverity(policy(100)), UDP4(b, 514), 0},
-		// selected-pass with per-source budgets on (DESIGN.md §6): the
+		// selected-pass with per-source budgets on (docs/design.md §6): the
 		// group stays within its budget, so each packet pays the hash and
 		// the sketch's TL_SKETCH_ROWS cells, then the tiers as before.
 		{"sources-pass", withSources(policy(100_000_000), within), UDP4(b, 514), 1 + bpf.SketchRows},
@@ -74,7 +74,7 @@ func BenchmarkProgram(b *testing.B) {
 		// From the second packet on, over budget: sketch, over-budget
 		// counter and the top table's LRU lookup, then XDP_DROP.
 		{"sources-over", withSources(policy(100_000_000), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514), 0},
-		// The smooth shape (DESIGN.md §9): the per-CPU estimate, R̂ and
+		// The smooth shape (docs/design.md §9): the per-CPU estimate, R̂ and
 		// q(R̂) on every selected packet. smooth-pass stays below T_1
 		// (q = 0, no draw); smooth-drop is a flood far past the table
 		// (q from the memoised closed form, a draw per packet), the

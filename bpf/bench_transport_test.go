@@ -22,7 +22,7 @@ import (
 // waits.
 const transportChunk = 2048
 
-// BenchmarkRecordTransport measures the choice of DESIGN.md §10's sample
+// BenchmarkRecordTransport measures the choice of docs/design.md §10's sample
 // transport: the ring buffer the program uses (bpf_ringbuf_reserve, the
 // frame copied into place, submit) against a perf event array (the perf
 // build, gen.go's third line: the sample's header from a per-CPU scratch,

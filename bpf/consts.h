@@ -90,7 +90,7 @@
 #endif
 #define TL_DEST_ENTRIES (TL_SLOTS * (TL_LPM_PREFIXES + TL_LOCAL_PREFIXES))
 
-/* Per-source budgets (DESIGN.md §6): rows and columns of the count-min
+/* Per-source budgets (docs/design.md §6): rows and columns of the count-min
  * sketch (columns a power of two), and groups over budget remembered for
  * tierlimit status --top. tiers.SketchRows, SketchCols and TopSources
  * match them. */
@@ -117,7 +117,7 @@
 #define TL_MAX_CPUS 1024
 #endif
 
-/* The smooth shape's estimator (DESIGN.md §9; tiers.SmoothFracBits,
+/* The smooth shape's estimator (docs/design.md §9; tiers.SmoothFracBits,
  * SmoothMinFrac, SmoothOnsetMin, SmoothTickShift): fixed-point window
  * fractions, the least fraction the extrapolation divides by (1/32), the
  * least count that can latch an onset, and the tick when there is no jiffies
@@ -131,7 +131,7 @@
  * (tiers.SmoothClockTicks). */
 #define TL_SMOOTH_CLOCK_TICKS 16
 
-/* The shed record (DESIGN.md §10, record.h): the most bytes a sample keeps
+/* The shed record (docs/design.md §10, record.h): the most bytes a sample keeps
  * of its frame (record.snaplen is at most this; tiers.RecordSnapMax
  * matches it), and the size of the ring buffer the samples go through, a
  * power of two of pages: 1 MiB holds about 3400 samples, 34 s of the

@@ -138,7 +138,7 @@ func contractMalformed(t *testing.T, eq eqFunc) {
 	}
 }
 
-// contractSmooth holds the smooth estimator's constants (DESIGN.md §9).
+// contractSmooth holds the smooth estimator's constants (docs/design.md §9).
 func contractSmooth(eq eqFunc) {
 	eq("tiers.SmoothFracBits / TL_SMOOTH_FRAC_BITS", tiers.SmoothFracBits, uint64(bpf.LimiterTlConstTL_C_SMOOTH_FRAC_BITS))
 	eq("tiers.SmoothMinFrac / TL_SMOOTH_MIN_FRAC", tiers.SmoothMinFrac, uint64(bpf.LimiterTlConstTL_C_SMOOTH_MIN_FRAC))

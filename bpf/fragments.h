@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* The verdicts of fragments that never reach the window (DESIGN.md §2): a
+/* The verdicts of fragments that never reach the window (docs/design.md §2): a
  * non-first fragment follows its first fragment's verdict, remembered in
  * frag_verdicts (verdict.h), and an RFC 1858 tiny fragment is shed in
  * enforce mode. */
@@ -14,7 +14,7 @@
 
 /* A non-first fragment carries no L4 header: it is never counted, and takes
  * the verdict of its first fragment when that was dropped less than
- * TL_FRAG_TTL_MS ago (DESIGN.md §2). A drop is sampled (record.h). */
+ * TL_FRAG_TTL_MS ago (docs/design.md §2). A drop is sampled (record.h). */
 static __always_inline int follow_fragment(struct xdp_md *ctx, struct pkt *p, __u64 bytes)
 {
 	struct tl_frag_key k = {};

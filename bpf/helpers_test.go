@@ -202,7 +202,7 @@ func sigmaBound(p float64, n int) float64 {
 }
 
 // ordinalDefault is the embedded default policy under the seed's ordinal
-// shape (DESIGN.md §2), the rule the exact tests of this package pin.
+// shape (docs/design.md §2), the rule the exact tests of this package pin.
 func ordinalDefault() tiers.Policy {
 	p := tiers.Default()
 	p.Shape = tiers.ShapeOrdinal

@@ -12,7 +12,7 @@ import (
 const IfaceSlots = int(LimiterTlConstTL_C_IFACES)
 
 // Iface is what the program checks of the frames arriving on one interface
-// (bpf/host.h, DESIGN.md §2 "The kernel is the oracle"): a selected frame
+// (bpf/host.h, docs/design.md §2 "The kernel is the oracle"): a selected frame
 // that Linux certainly discards passes uncounted, as unselected.
 type Iface struct {
 	Index int

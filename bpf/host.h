@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* Frames for this host (DESIGN.md §2, "The kernel is the oracle"): a
+/* Frames for this host (docs/design.md §2, "The kernel is the oracle"): a
  * selected frame that Linux certainly discards before any socket sees it
  * passes uncounted, as unselected. The rules are the kernel's receive
  * path, on the interfaces the agent describes (bpf.Limiter.SetIfaces):

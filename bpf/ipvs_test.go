@@ -25,7 +25,7 @@ import (
 // generic netlink family loads on first use).
 const RequireIPVSEnv = "TIERLIMIT_REQUIRE_IPVS"
 
-// TestIPVSCollector (issue 25 §1; DESIGN.md §2, dests: local): a
+// TestIPVSCollector (issue 25 §1; docs/design.md §2, dests: local): a
 // collector reached through IPVS, as kube-proxy's IPVS mode builds one,
 // is counted and keeps receiving. In the collector's namespace (the
 // director) the service address is on a dummy device, as kube-proxy puts

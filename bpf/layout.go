@@ -15,7 +15,7 @@ import (
 
 // Layout is the version of the pinned maps' layout this program reads and
 // writes: every pinned map's name and spec and the meaning of every key
-// and field (DESIGN.md §11). Bump it whenever any of them changes;
+// and field (docs/design.md §11). Bump it whenever any of them changes;
 // TestLayoutGolden fails until you do. Then say in carriedSince which maps
 // keep their meaning, and in settingsPrefix whether the old settings read
 // as a prefix of the new.

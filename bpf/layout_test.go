@@ -75,7 +75,7 @@ func describeType(b *strings.Builder, typ btf.Type, depth int) {
 }
 
 // TestLayoutGolden fails when a pinned map's spec or the layout of what it
-// holds changes while bpf.Layout stays: bump Layout (DESIGN.md §11), say
+// holds changes while bpf.Layout stays: bump Layout (docs/design.md §11), say
 // what the new layout carries (carriedSince, settingsPrefix), and record
 // the new digest in testdata/layout.golden. A field renamed at the same
 // size (a pad that gains a meaning) changes the digest too.

@@ -6,7 +6,7 @@
  * to destination prefixes) are counted in one window shared by all CPUs. The
  * count n of a packet indexes a tier table compiled by the agent; the table
  * entry holds the tier and its drop threshold on the bpf_get_prandom_u32()
- * scale. Everything else passes untouched. DESIGN.md §2 has the semantics.
+ * scale. Everything else passes untouched. docs/design.md §2 has the semantics.
  *
  * This file holds the entry point and tl_judge; the rooms they call are
  * headers, in the order a packet meets them: parse.h (Ethernet to UDP or

@@ -297,7 +297,7 @@ func (l *Limiter) setSaturation(set *LimiterTlSettings, t tiers.Table) error {
 	return nil
 }
 
-// setShape fills the settings of the shape (DESIGN.md §9, smooth.h): the
+// setShape fills the settings of the shape (docs/design.md §9, smooth.h): the
 // ticks of a window as the estimate counts them (tiers.Settings), and the
 // smooth table's closed form past its end.
 func setShape(set *LimiterTlSettings, t tiers.Table) {
@@ -388,7 +388,7 @@ type Window struct {
 	// StartJiffies is bpf_jiffies64 when the window opened. SetWindow with
 	// 0 makes the next packets read the clock until a window opens.
 	StartJiffies uint64
-	// Debt is the window's drop debt (severity, DESIGN.md §7): protected
+	// Debt is the window's drop debt (severity, docs/design.md §7): protected
 	// passes not yet paid off, packets.
 	Debt uint64
 	// Overflow is the part of Count that CPUs counted in their own overflow
@@ -398,7 +398,7 @@ type Window struct {
 	Overflow uint64
 	// Gap is the ticks between the previous window's end and this one's
 	// start, and Onset whether the smooth shape latched this window as an
-	// onset (DESIGN.md §9). Read only.
+	// onset (docs/design.md §9). Read only.
 	Gap   uint64
 	Onset bool
 }
@@ -521,7 +521,7 @@ type Active struct {
 	Severity tiers.SeverityTable
 	// Sources is the per-source budget; Budget 0 is off.
 	Sources tiers.SourceBudget
-	// Shape is the policy's shape (DESIGN.md §9), and Ticks the ticks of a
+	// Shape is the policy's shape (docs/design.md §9), and Ticks the ticks of a
 	// window as the smooth estimate counts them (at least 1).
 	Shape tiers.Shape
 	Ticks uint64

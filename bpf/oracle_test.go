@@ -37,7 +37,7 @@ var (
 	oracleSendMAC = net.HardwareAddr{0x02, 0x00, 0x5e, 0x00, 0x00, 0x02}
 )
 
-// TestKernelOracle is the differential test of DESIGN.md §2 "The kernel is
+// TestKernelOracle is the differential test of docs/design.md §2 "The kernel is
 // the oracle": seeded random mutations of UDP/514 datagrams and TCP SYNs to
 // 601 and 6514 (oracle_frames_test.go) are sent raw on a veth into a
 // namespace with a UDP socket on 514 and TCP listeners on 601 and 6514.

@@ -5,7 +5,7 @@
  * protocol or a PARSE_* error), the fragment kinds, the addresses, and the
  * header fields the entry point hands to tl_judge (pkt_pack, pkt_unpack).
  * The parser only classifies (parse_packet's PKT_*); the entry point passes
- * every malformed packet, and verdict.h judges fragments (DESIGN.md §2). */
+ * every malformed packet, and verdict.h judges fragments (docs/design.md §2). */
 #ifndef __TL_PARSE_H
 #define __TL_PARSE_H
 

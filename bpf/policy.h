@@ -112,7 +112,7 @@ static __always_inline int is_selected(const struct pkt *p, __u32 slot, const st
 	return rules && dests_hold(p, slot, rules);
 }
 
-/* Does a select rule of this slot count an unclassified frame (DESIGN.md
+/* Does a select rule of this slot count an unclassified frame (docs/design.md
  * §2), whose port is unknown? Any rule without dests does; a rule with
  * dests does when they hold the destination. A frame with no L3 header we
  * know (TL_UNCL_VLAN_DEPTH) is counted by any rule. */

@@ -44,7 +44,7 @@ const recordNone = uint8(LimiterTlConstTL_RECORD_NONE)
 // RecordSnapMax is the most bytes a sample keeps (TL_RECORD_SNAP_MAX).
 const RecordSnapMax = int(LimiterTlConstTL_C_RECORD_SNAP_MAX)
 
-// Sample is one sampled shed packet (DESIGN.md §10).
+// Sample is one sampled shed packet (docs/design.md §10).
 type Sample struct {
 	// Mono is the kernel's CLOCK_MONOTONIC when the packet was judged.
 	Mono time.Duration

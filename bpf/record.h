@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* The shed record (DESIGN.md §10): samples of shed packets (dropped, or
+/* The shed record (docs/design.md §10): samples of shed packets (dropped, or
  * would_drop in dry-run) for the agent, at most tl_settings.rec_samples per
  * second in all, whatever the flood and the number of CPUs.
  *

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* Severity-aware shedding (DESIGN.md §7): the syslog <PRI> of a UDP
+/* Severity-aware shedding (docs/design.md §7): the syslog <PRI> of a UDP
  * payload, its class, and the drop debt that lets protected datagrams
  * through at the cost of others within one window. */
 #ifndef __TL_SEVERITY_H
@@ -58,7 +58,7 @@ static __always_inline __u32 udp_payload(void *data, void *data_end, __u32 off)
  * attempts all lose to other CPUs keeps its tier verdict. */
 #define TL_DEBT_TRIES 4
 
-/* Severity-aware shedding (DESIGN.md §7) of a UDP packet of class cls and
+/* Severity-aware shedding (docs/design.md §7) of a UDP packet of class cls and
  * segs datagrams whose tier says drop (1) or pass (0); returns the final
  * drop. A protected packet takes a drop verdict as a pass when its segs
  * fit under protect_budget, and adds them to the window's debt; any other
@@ -114,7 +114,7 @@ static __always_inline int severity_verdict(struct tl_window *w, const struct tl
 }
 
 /* The verdict of a selected UDP datagram under a policy with a severity
- * block (DESIGN.md §7): sev is its <PRI>'s severity (parse_pri, -1 for
+ * block (docs/design.md §7): sev is its <PRI>'s severity (parse_pri, -1 for
  * none), tier and thr its tier-table entry. Shed-first datagrams take the
  * threshold of shed_drops[tier]; then severity_verdict applies the drop
  * debt, and the class and verdict are counted in severity_stats. s and w

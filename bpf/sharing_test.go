@@ -43,7 +43,7 @@ func overStats(h *harness) (pass, drop uint64) {
 	return st.OverBudget[tiers.VerdictPass].Packets, st.OverBudget[tiers.VerdictDrop].Packets
 }
 
-// The relay (DESIGN.md §6, issue 27): one source alone on a quiet collector
+// The relay (docs/design.md §6, issue 27): one source alone on a quiet collector
 // gets what the tiers give it, not its budget. At 0.6 × max everything
 // passes; at 3 × max it passes P(3 × max) within 5 sigma, as without
 // budgets. Ordinal shape, in one window: the relay's first 100 packets are

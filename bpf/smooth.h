@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* The smooth shape (DESIGN.md §9) and the over-budget packets' share of the
- * window (DESIGN.md §6), in both shapes.
+/* The smooth shape (docs/design.md §9) and the over-budget packets' share of the
+ * window (docs/design.md §6), in both shapes.
  *
  * Smooth drops each selected packet with probability q(R̂) = 1 − P(R̂)/R̂,
  * where R̂ estimates the window's offered count. tiers.SmoothCoef is the
@@ -56,7 +56,7 @@ static __always_inline __u64 sm_mul_shr(__u64 a, __u64 b, __u32 k)
 /* The drop threshold of pass probability p / r, p a count of passes with
  * 16 − ps fractional bits and r >= 1 packets: 2^32 − p × 2^(16+ps) / r
  * (tiers.passThreshold). Exact while p < 2^(48−ps); past that r >= 2^32,
- * and r is shifted instead. Never TL_THR_ALWAYS while p > 0 (DESIGN.md §9
+ * and r is shifted instead. Never TL_THR_ALWAYS while p > 0 (docs/design.md §9
  * property 5): the least pass probability is 2 / 2^32. */
 static __always_inline __u32 sm_pass_thr(__u64 p, __u64 r, __u32 ps)
 {
@@ -378,7 +378,7 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 }
 
 /* The position and threshold of an over-budget packet of window id read at
- * tick (DESIGN.md §6), counting it.
+ * tick (docs/design.md §6), counting it.
  *
  * Ordinal: position max(n, expect_in) + its rank among the window's
  * over-budget packets, where expect_in is the previous window's in-budget

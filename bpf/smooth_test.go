@@ -15,7 +15,7 @@ import (
 // smoothRun paces frames through the program at rate packets per window
 // for windows windows (1 ms batches, BPF_PROG_TEST_RUN) and returns each
 // window's passes by tenth, windows told apart by the program's own window
-// id, as DESIGN.md §9's properties count them.
+// id, as docs/design.md §9's properties count them.
 func smoothRun(t *testing.T, h *harness, frame []byte, window time.Duration, rate float64, windows int) [][10]int {
 	t.Helper()
 	return smoothRunFrames(t, h, [][]byte{frame}, window, rate, windows)
@@ -184,7 +184,7 @@ func (h *harness) smoothCPU() bpf.LimiterTlSmoothCpu {
 	return bpf.LimiterTlSmoothCpu{}
 }
 
-// Property 5 (DESIGN.md §9) in the program: R̂ injected at 10⁴, 10⁵ and
+// Property 5 (docs/design.md §9) in the program: R̂ injected at 10⁴, 10⁵ and
 // 10⁶ × max, q(R̂) is the model's (tiers.Table.Smooth) to the bit, and
 // R̂ (1 − q) is P(R̂) within 10⁻³; the packets then pass at that rate
 // (25 in expectation: more than 0 is 5 sigma of the Poisson count). On
@@ -256,7 +256,7 @@ func TestSmoothBandProgram(t *testing.T) {
 	}
 }
 
-// Property 3 with budgets on (DESIGN.md §6, §9), in the program paced in
+// Property 3 with budgets on (docs/design.md §6, §9), in the program paced in
 // real time (500 ms windows, max 300): from idle to 10 × max from 3,000
 // sources, each within its budget (10 %: one packet a window each), the
 // first window passes at most 1.25 × P(R) (the pacing jitters; the model
@@ -293,7 +293,7 @@ func TestSmoothSurgeBudgetsProgram(t *testing.T) {
 	}
 }
 
-// The first tick after idle with budgets on (DESIGN.md §6, §9 property 3):
+// The first tick after idle with budgets on (docs/design.md §6, §9 property 3):
 // one source sends 2,000 packets at once, in one tick, into an idle
 // limiter whose budget is 30. Its over-budget packets are judged per
 // packet on the live counts, as the model judges them: the tick passes at
@@ -334,7 +334,7 @@ func TestSmoothFirstTickProgram(t *testing.T) {
 	}
 }
 
-// Property 5 (DESIGN.md §9) in the program at the shortest smooth window
+// Property 5 (docs/design.md §9) in the program at the shortest smooth window
 // (tiers.SmoothMinWindow, 200 ms: 50 ticks at HZ 250), paced in real time:
 // the onset's first window passes at most 1.25 × P(R) (the model's mean
 // is at most 1.09 at every tick: tiers TestSmoothShortWindows) with no

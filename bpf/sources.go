@@ -13,7 +13,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// Per-source budgets (DESIGN.md §6): the sketch's seeds, the over-budget
+// Per-source budgets (docs/design.md §6): the sketch's seeds, the over-budget
 // counters and the table of groups over budget.
 
 // SketchRows is the number of rows of the program's count-min sketch

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* Per-source budgets (DESIGN.md §6).
+/* Per-source budgets (docs/design.md §6).
  *
  * A packet's source group is its source address masked per family. The
  * group's count in the current window is estimated by a count-min sketch:

@@ -31,7 +31,7 @@ func udpFrom(tb testing.TB, src netip.Addr) []byte {
 
 // sourcesPolicy is max per hour-long window with a per-source budget, and
 // one tier far above what a test sends: over-budget packets are judged on
-// the capacity in-budget traffic leaves (DESIGN.md §6), so none is dropped
+// the capacity in-budget traffic leaves (docs/design.md §6), so none is dropped
 // and the tests see the budget in the counters.
 func sourcesPolicy(tb testing.TB, max uint64, s tiers.Sources) tiers.Policy {
 	tb.Helper()
@@ -246,7 +246,7 @@ func TestSourcesModes(t *testing.T) {
 			h := newHarness(t, p)
 			h.expire()
 			// One tier at T_1 = 15, drop 100%: over-budget packets take
-			// positions n + rank = 11.. (DESIGN.md §6), so ranks 1-4 pass
+			// positions n + rank = 11.. (docs/design.md §6), so ranks 1-4 pass
 			// and the other 16 are dropped, would_drop or passed by mode.
 			p.Tiers = []tiers.Tier{{At: tiers.MustParsePercent("1.5%"), Drop: tiers.Pct(100)}}
 			h.apply(p)

@@ -84,7 +84,7 @@ enum tl_misc {
 	TL_MISC_MAX = 4,
 };
 
-/* Severity classes of UDP syslog (DESIGN.md §7); values match
+/* Severity classes of UDP syslog (docs/design.md §7); values match
  * tiers.SeverityClass. */
 enum tl_sev_class {
 	TL_SEV_NORMAL = 0,     /* no list, or no valid <PRI> */
@@ -118,7 +118,7 @@ enum tl_malformed {
 };
 
 /* Indexes of unclassified_stats: frames that Linux may deliver but whose
- * destination port the program cannot tell (DESIGN.md §2). They are judged
+ * destination port the program cannot tell (docs/design.md §2). They are judged
  * as selected, and counted here besides their tier and verdict. */
 enum tl_unclassified {
 	TL_UNCL_VLAN_DEPTH = 0,     /* more VLAN tags than TL_VLAN_MAX */
@@ -168,7 +168,7 @@ struct tl_window {
 	__u64 start_jiffies; /* bpf_jiffies64() read just before start_ns; 0: unknown */
 	__u64 debt;          /* severity: protected passes not yet paid off */
 	__u64 overflowed;    /* opened + 1 once a CPU counted in the overflow map in this window; else less */
-	/* The shape and the budgets that share (DESIGN.md §6, §9), written by
+	/* The shape and the budgets that share (docs/design.md §6, §9), written by
 	 * the opener but for ex_count and onset: */
 	__u64 start_tick; /* the window's first tick: start_jiffies, or start_ns >> TL_SMOOTH_TICK_SHIFT */
 	__u64 gap;        /* ticks between the previous window's end and this one's start */
@@ -206,14 +206,14 @@ struct tl_settings {
 	__u64 bounds[TL_MAX_TIERS];
 	__u32 drops[TL_MAX_TIERS + 1];
 	__u32 dest_rules; /* bit i: select rule i has dests (unclassified frames to them are counted) */
-	/* Severity (DESIGN.md §7), read only when sev_on: the most drop debt
+	/* Severity (docs/design.md §7), read only when sev_on: the most drop debt
 	 * a window may carry, packets; the threshold of a shed-first datagram
 	 * in each tier; the class (enum tl_sev_class) of each severity 0..7. */
 	__u64 protect_budget;
 	__u32 shed_drops[TL_MAX_TIERS + 1];
 	__u32 sev_on;
 	__u8 sev_class[8];
-	/* Per-source budgets (DESIGN.md §6), as tiers.SourceBudget encodes
+	/* Per-source budgets (docs/design.md §6), as tiers.SourceBudget encodes
 	 * them. src_budget 0: off, and nothing below is read. */
 	__u32 src_budget;    /* packets per source group and window */
 	__u32 src_mask4;     /* IPv4 group mask, network order as loaded */
@@ -239,7 +239,7 @@ struct tl_settings {
 	__u64 sm_last_n;
 	__u64 sm_pass_base;
 	__u64 sm_pass_last;
-	/* The shed record (DESIGN.md §10, record.h): samples per second in
+	/* The shed record (docs/design.md §10, record.h): samples per second in
 	 * all (0: off, and nothing below is read), bytes kept of each frame
 	 * (at most TL_RECORD_SNAP_MAX), and the masks of a sample's source
 	 * group (the sources' prefixes, encoded as src_mask4 and src_mask6).

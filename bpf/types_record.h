@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* Structs and enums of the shed record (DESIGN.md §10; record.h) and of the
- * smooth shape (DESIGN.md §9; smooth.h) that Go shares (bpf2go -type in
+/* Structs and enums of the shed record (docs/design.md §10; record.h) and of the
+ * smooth shape (docs/design.md §9; smooth.h) that Go shares (bpf2go -type in
  * gen.go): a part of types.h, in a file of its own to keep each under 400
  * lines. */
 #ifndef __TL_TYPES_RECORD_H
@@ -8,7 +8,7 @@
 
 #include "consts.h"
 
-/* Why a sampled packet was shed (tl_sample.reason, DESIGN.md §10). */
+/* Why a sampled packet was shed (tl_sample.reason, docs/design.md §10). */
 enum tl_reason {
 	TL_REASON_TIER = 0,        /* its tier's draw (or a drop that pays protection's debt) */
 	TL_REASON_OVER_BUDGET = 1, /* its source group was over budget (§6) */

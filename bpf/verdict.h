@@ -2,7 +2,7 @@
 /* Verdicts and counters: the mode's verdict for a packet to drop, the
  * random draw against a threshold, count(), the verdict of an unselected
  * packet, and the fragment memory that lets followers share their first's
- * verdict (DESIGN.md §2; the fragments' own verdicts are in fragments.h).
+ * verdict (docs/design.md §2; the fragments' own verdicts are in fragments.h).
  * Also the benchmark stage stops (TL_STAGE). */
 #ifndef __TL_VERDICT_H
 #define __TL_VERDICT_H

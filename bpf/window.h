@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* The window shared by all CPUs (DESIGN.md §2): when a window expires, its
+/* The window shared by all CPUs (docs/design.md §2): when a window expires, its
  * tick gate, the count of a selected packet with the overflow of a
  * saturated window, and the window id the sources' sketch counts under.
  * Every race accepted here is written next to the code that accepts it. */

@@ -3,7 +3,7 @@ package tiers
 // EmptyTiers lists the tiers of t that no packet can reach, in ascending
 // order: tier 0 when the first threshold T_1 is at most 1 packet, and tier k
 // (1-based) when T_k equals T_{k+1}, because max is too small for their at
-// percents to differ after flooring (DESIGN.md §2). A tier listed here is
+// percents to differ after flooring (docs/design.md §2). A tier listed here is
 // legal but almost certainly not what the policy's author meant.
 func EmptyTiers(t Table) []int {
 	var out []int

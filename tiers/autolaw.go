@@ -2,7 +2,7 @@ package tiers
 
 import "fmt"
 
-// The control law of `max: auto` (DESIGN.md §8), judged once per limiter
+// The control law of `max: auto` (docs/design.md §8), judged once per limiter
 // window on that window's counts. It is pure: numbers in, the new max out;
 // the agent's controller reads the signal and applies what it returns, and
 // `tierlimit check` prints these constants.

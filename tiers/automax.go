@@ -7,7 +7,7 @@ import (
 	"strconv"
 )
 
-// ErrAuto: the auto block (DESIGN.md §8) is inconsistent: floor, start and
+// ErrAuto: the auto block (docs/design.md §8) is inconsistent: floor, start and
 // ceiling not in order, one of them outside [1, MaxPackets], an auto block
 // without max: auto, max: auto in a policy that selects no UDP port (its
 // signal is UDP receive-buffer drops), or an auto.netns that is empty or not
@@ -18,7 +18,7 @@ var ErrAuto = errors.New("bad auto settings")
 // block sets no start: the seed's max, in packets per window.
 const DefaultAutoStart = 40000
 
-// AutoMax are the bounds of an adaptive max (`max: auto`, DESIGN.md §8). The
+// AutoMax are the bounds of an adaptive max (`max: auto`, docs/design.md §8). The
 // agent moves Policy.Max within [Floor, Ceiling] from the collector sockets'
 // receive-buffer drops; Policy.Max holds the max in force, Start when parsed.
 // All three are packets per window.

@@ -97,7 +97,7 @@ func (m Malformed) String() string {
 }
 
 // Unclassified is why the program cannot tell the destination port of a
-// frame that Linux may deliver (DESIGN.md §2, "The kernel is the oracle"):
+// frame that Linux may deliver (docs/design.md §2, "The kernel is the oracle"):
 // such a frame is judged as selected, and counted under its reason as
 // well. The values mirror bpf/types.h enum tl_unclassified (bpf's
 // TestContract checks them) and index the program's unclassified_stats.

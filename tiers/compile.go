@@ -45,10 +45,10 @@ type Table struct {
 	// settings; the zero value is off.
 	Sources SourceBudget
 	// Shape is the policy's shape; Smoothed is filled for ShapeSmooth
-	// only (DESIGN.md §9).
+	// only (docs/design.md §9).
 	Shape    Shape
 	Smoothed SmoothTable
-	// Record is the shed record's sampling (DESIGN.md §10), encoded for
+	// Record is the shed record's sampling (docs/design.md §10), encoded for
 	// the program's settings; the zero value samples nothing.
 	Record RecordTable
 	// Settings is the rest of what the settings map gets: the window, its
@@ -119,7 +119,7 @@ func ceilShift(x uint64, s uint) uint64 {
 }
 
 // Compile validates p and compiles it into the Table the XDP program reads
-// (DESIGN.md §2): the tier table, and the selectors in their key encoding,
+// (docs/design.md §2): the tier table, and the selectors in their key encoding,
 // so that package bpf only writes what Compile made. Thresholds are exact: T_k = floor(max × at_k / 100) in
 // integer arithmetic, so 40000 × 70% is 28000. The last tier runs from
 // T_last to infinity, which fixes the seed's fill loops (a gap or an

@@ -26,7 +26,7 @@ var (
 	// expected, or text that is not a number.
 	ErrType = errors.New("wrong type")
 	// ErrTierOrder: a tier's at is not strictly greater than the previous
-	// tier's (tiers are in config order, DESIGN.md §2).
+	// tier's (tiers are in config order, docs/design.md §2).
 	ErrTierOrder = errors.New("tiers out of order")
 	// ErrEmptyConfig: the file holds no policy at all (empty, or only
 	// comments; for .properties, no limiter.* key). A truncated or

@@ -8,7 +8,7 @@ import (
 
 // Iface describes the interface a frame arrives on, as the agent describes
 // it to the XDP program (bpf.Iface): which frames Linux certainly discards
-// there before any socket sees them (DESIGN.md §2, "The kernel is the
+// there before any socket sees them (docs/design.md §2, "The kernel is the
 // oracle"). The zero Iface checks nothing.
 type Iface struct {
 	MAC [6]byte

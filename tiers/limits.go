@@ -15,7 +15,7 @@ const (
 	MaxSelectRules = 32
 	// MaxTableEntries is the most entries of a compiled Table. A policy
 	// whose last threshold needs more is compiled at a coarser step
-	// (Table.Shift), as DESIGN.md §2 says.
+	// (Table.Shift), as docs/design.md §2 says.
 	MaxTableEntries = 1 << 20
 	// MaxPackets is the largest Policy.Max, in packets per window (2^40,
 	// about 10^12). Validate returns ErrMax beyond it.
@@ -27,7 +27,7 @@ const (
 	// beyond it.
 	MaxWindow = time.Hour
 	// SmoothMinWindow is the shortest window of the smooth shape
-	// (DESIGN.md §9 property 5): its estimate counts the window in the
+	// (docs/design.md §9 property 5): its estimate counts the window in the
 	// kernel's ticks (jiffies, 10 ms at HZ 100; or 4.19 ms without the
 	// tick gate) from the tick the window opened in, so a window of a few
 	// ticks is shaped off by up to half of it (+41 % to +118 % passes at

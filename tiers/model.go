@@ -24,7 +24,7 @@ type Decision struct {
 	// although its tier said pass, to pay off the window's drop debt.
 	Protected, Paid bool
 	// OverBudget is true when the packet's source group had used its
-	// budget in this window (DESIGN.md §6). Such a packet is not counted:
+	// budget in this window (docs/design.md §6). Such a packet is not counted:
 	// N and Tier are 0, and Verdict is VerdictDrop, VerdictWouldDrop or
 	// VerdictPass by the mode.
 	OverBudget bool
@@ -48,10 +48,10 @@ type Model struct {
 	sketch  *Sketch // nil while sources are off
 	opened  uint64  // windows opened: the sketch's window id
 
-	ex       uint64 // over-budget packets in the window (DESIGN.md §6)
+	ex       uint64 // over-budget packets in the window (docs/design.md §6)
 	expectIn uint64 // the in-budget count the window expects: the previous one's, less a gap
 
-	// The smooth shape (DESIGN.md §9): the tick, the window's, and the
+	// The smooth shape (docs/design.md §9): the tick, the window's, and the
 	// per-tick estimate as the program keeps it per CPU.
 	tickNs    uint64
 	startTick uint64
@@ -105,7 +105,7 @@ func randUint32() uint32 { return rand.Uint32() }
 // Packet accounts for a selected packet that arrives at nowNs (a monotonic
 // clock, ns) and returns its decision.
 //
-// The window rule is the seed's TrafficMonitorWindow (DESIGN.md §2): the
+// The window rule is the seed's TrafficMonitorWindow (docs/design.md §2): the
 // first packet ever opens a window, and so does the first packet that
 // arrives more than Window after the current window opened (strictly:
 // nowNs - start > Window; a packet at exactly start + Window stays in the
@@ -126,7 +126,7 @@ func (m *Model) Packet(nowNs uint64) Decision {
 const notUDP = -2
 
 // PacketFrom is Packet for a packet from source address src, which the
-// per-source budget judges first (DESIGN.md §6): after the window rule, the
+// per-source budget judges first (docs/design.md §6): after the window rule, the
 // packet is counted in its group's sketch cells under the window's id (the
 // number of windows opened so far), and when the group's estimate, this
 // packet included, exceeds the budget the packet is over budget. It is
@@ -140,7 +140,7 @@ func (m *Model) PacketFrom(nowNs uint64, src netip.Addr) Decision {
 
 // PacketSeverity accounts for a selected UDP datagram whose <PRI> has
 // syslog severity sev (SyslogSeverity; -1 when it has none) under the
-// policy's severity block (DESIGN.md §7), as the program does; without one
+// policy's severity block (docs/design.md §7), as the program does; without one
 // it is Packet. The tier comes from N as in Packet, then:
 //
 //   - a SevShedFirst packet is judged at SeverityTable.ShedDrops[tier]
@@ -345,7 +345,7 @@ func (m *Model) smooth(nowNs uint64) (int, uint32) {
 // plain smooth shape.
 func (m *Model) SetFleetOthers(others uint64) { m.others = min(others, MaxFleetOthers) }
 
-// overBudget judges a packet over its group's budget (DESIGN.md §6): on
+// overBudget judges a packet over its group's budget (docs/design.md §6): on
 // the capacity in-budget traffic leaves. Ordinal: at position max(n,
 // expected in-budget count) + its rank among the window's over-budget
 // packets, where the expected in-budget count is the previous window's,

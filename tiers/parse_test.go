@@ -42,7 +42,7 @@ func TestDefault(t *testing.T) {
 }
 
 func TestParseYAMLDesignExample(t *testing.T) {
-	// DESIGN.md §3, verbatim.
+	// docs/design.md §3, verbatim.
 	src := `
 mode: enforce            # enforce | dry-run | off       (seed: limiter.switch=true|false)
 window: 1s

@@ -4,7 +4,7 @@
 //
 // The semantics are those of the seed's Java tiered limiter (count requests
 // per window, look the count up in a precompiled table, drop at random at the
-// tier's rate), made exact in DESIGN.md §2.
+// tier's rate), made exact in docs/design.md §2.
 package tiers
 
 import (
@@ -55,7 +55,7 @@ type PortRange struct {
 // optionally, destination prefixes. An empty Dests matches any destination.
 //
 // Local adds the host's own addresses to Dests (`dests: local`, what Parse
-// gives a rule without dests, DESIGN.md §2). tiers cannot know them: the
+// gives a rule without dests, docs/design.md §2). tiers cannot know them: the
 // agent resolves them (WithLocal), following them as they come and go. A
 // Local rule never resolved, with no Dests, matches any destination, as
 // it does for the program's own tests, which judge frames to any address.
@@ -71,7 +71,7 @@ type Rule struct {
 }
 
 // LocalDest is one of the host's own destinations, for `dests: local`
-// (DESIGN.md §2): a prefix of the local routing table, and whether Linux
+// (docs/design.md §2): a prefix of the local routing table, and whether Linux
 // takes it as unicast (a local route: an address of the host or an AnyIP
 // prefix). Only a unicast destination can take TCP: Linux answers no SYN
 // to a broadcast or multicast one (tcp_v4_conn_request: RTCF_BROADCAST,
@@ -127,7 +127,7 @@ type Policy struct {
 	Mode Mode
 	// Window is the length of a counting window (the seed's one second).
 	Window time.Duration
-	// Shape is how a window's passes are spread (DESIGN.md §9): the zero
+	// Shape is how a window's passes are spread (docs/design.md §9): the zero
 	// value is ShapeOrdinal, the seed's rule; Parse defaults to
 	// ShapeSmooth.
 	Shape Shape
@@ -141,20 +141,20 @@ type Policy struct {
 	// Exempt lists source prefixes that always pass and are never counted
 	// in the window.
 	Exempt []netip.Prefix
-	// Severity configures severity-aware shedding of UDP syslog (DESIGN.md
+	// Severity configures severity-aware shedding of UDP syslog (docs/design.md
 	// §7); nil turns it off.
 	Severity *Severity
-	// Sources sets per-source budgets (fair shedding, DESIGN.md §6); the
+	// Sources sets per-source budgets (fair shedding, docs/design.md §6); the
 	// zero value is off.
 	Sources Sources
-	// Auto, when not nil, makes Max adaptive (`max: auto`, DESIGN.md §8):
+	// Auto, when not nil, makes Max adaptive (`max: auto`, docs/design.md §8):
 	// the agent moves Max within Auto's bounds; Max is the max in force.
 	Auto *AutoMax
 	// Record is what the program samples of shed packets and where the
-	// agent keeps them (DESIGN.md §10); the zero value samples nothing,
+	// agent keeps them (docs/design.md §10); the zero value samples nothing,
 	// Parse defaults to DefaultRecordSamples in memory.
 	Record Record
-	// Events is where episode reports go (DESIGN.md §10).
+	// Events is where episode reports go (docs/design.md §10).
 	Events Events
 	// Fleet, when not nil, shares one budget across collectors
 	// (docs/design.md §12): the table is compiled for Fleet.Max

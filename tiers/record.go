@@ -10,13 +10,13 @@ import (
 	"time"
 )
 
-// ErrRecord: a record or events setting (DESIGN.md §10) out of range: a
+// ErrRecord: a record or events setting (docs/design.md §10) out of range: a
 // sample rate or snaplen beyond its limits, a relative dir, a max_bytes too
 // small for one file, an events.syslog that is not udp:// or tcp://
 // HOST:PORT, or a summary_every outside [1s, 24h].
 var ErrRecord = errors.New("bad shed record setting")
 
-// Limits and defaults of the shed record (DESIGN.md §10).
+// Limits and defaults of the shed record (docs/design.md §10).
 const (
 	// DefaultRecordSamples is the default cap of sampled shed packets per
 	// second, in all.

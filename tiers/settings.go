@@ -20,7 +20,7 @@ type Settings struct {
 	// (window.h); 0 without the tick gate.
 	WindowTicks uint64
 	// SmoothTicks is the ticks of a window as the smooth estimate counts
-	// them (DESIGN.md §9, smooth.h): WindowTicks under the tick gate, else
+	// them (docs/design.md §9, smooth.h): WindowTicks under the tick gate, else
 	// Window >> SmoothTickShift; at least 1.
 	SmoothTicks uint64
 	// TierStarts[k-1] is TierStart(k) for tiers 1..K: the first n of each

@@ -13,7 +13,7 @@ import (
 // 0..7, one listed twice, or one both protected and shed first.
 var ErrSeverity = errors.New("bad severity")
 
-// SeverityClass is how severity-aware shedding (DESIGN.md §7) treats a UDP
+// SeverityClass is how severity-aware shedding (docs/design.md §7) treats a UDP
 // syslog datagram, by the severity of its <PRI>. Its values are the XDP
 // program's enum tl_sev_class.
 type SeverityClass uint8
@@ -81,7 +81,7 @@ func ParseSeverity(s string) (int, error) {
 	return 0, fmt.Errorf("%w %q: want a name (emerg, alert, crit, err, warning, notice, info, debug) or 0-7", ErrSeverity, s)
 }
 
-// Severity configures severity-aware shedding (`severity:`, DESIGN.md §7).
+// Severity configures severity-aware shedding (`severity:`, docs/design.md §7).
 // It applies to UDP select rules only: TCP rules count connection attempts,
 // which carry no syslog message.
 type Severity struct {

@@ -7,12 +7,12 @@ import (
 )
 
 // Shape says how the limiter spreads a window's passes over the window
-// (DESIGN.md §9). Both shapes use the same tier table and pass P(R) =
+// (docs/design.md §9). Both shapes use the same tier table and pass P(R) =
 // Table.Expected(R).Passed of a window offered R packets, in expectation.
 type Shape uint8
 
 const (
-	// ShapeOrdinal is the seed's rule (DESIGN.md §2): the n-th selected
+	// ShapeOrdinal is the seed's rule (docs/design.md §2): the n-th selected
 	// packet of a window is judged at its tier's drop rate, so under a
 	// flood every pass of a window arrives in a burst at the window's
 	// start. It is the zero value, so a Policy built in Go keeps the
@@ -47,7 +47,7 @@ func ParseShape(s string) (Shape, error) {
 	return 0, fmt.Errorf("%w %q: want smooth or ordinal", ErrShape, s)
 }
 
-// The smooth estimator's constants (DESIGN.md §9), shared with the XDP
+// The smooth estimator's constants (docs/design.md §9), shared with the XDP
 // program (bpf/consts.h; bpf's contract test compares them). Fractions of a
 // window are fixed point with SmoothFracBits fractional bits.
 const (
@@ -121,7 +121,7 @@ func (st SmoothState) Coef() SmoothCoef {
 }
 
 // SmoothRateRef moves the reference of the in-budget count's recent rate
-// (DESIGN.md §6, §9 property 3, with budgets on) at a refresh at tick with
+// (docs/design.md §6, §9 property 3, with budgets on) at a refresh at tick with
 // the window's in-budget count n: once the candidate sample is D =
 // max(Ticks/16, 1) ticks old it becomes the reference, and (tick, n) the
 // candidate. A window starts with both at (its start tick, 0), so the rate
@@ -179,7 +179,7 @@ func (c SmoothCoef) Onset(n uint64) bool {
 // is an onset or not: max(S, F) in an onset, S otherwise (Sliding, Onset).
 //
 // Under a steady rate S is the rate's count per window from the second
-// window on (DESIGN.md §9 property 1), and F's noise never moves R̂. From
+// window on (docs/design.md §9 property 1), and F's noise never moves R̂. From
 // idle to a flood F reaches the flood's rate within 1/32 of the window
 // (property 3). When a flood ends S sheds its share within one window
 // (property 4).
@@ -217,7 +217,7 @@ type SmoothTable struct {
 	Thresholds []uint32
 	// ShedDrops[k] is the threshold of a shed-first datagram whose R̂ is in
 	// tier k: q at the first R̂ of tier k+1 (0 in tier 0; AlwaysDrop in
-	// the last tier), DESIGN.md §7 and §9.
+	// the last tier), docs/design.md §7 and §9.
 	ShedDrops []uint32
 	// LastN is the first R̂ beyond the table (Table.Len() << Shift): from
 	// it on, P(R̂) = PassBase / 2^16 + (R̂ − LastN) × (1 − LastThr / 2^32),
@@ -246,7 +246,7 @@ type SmoothTable struct {
 // Beyond returns q(R̂) on the prandom scale for R̂ ≥ LastN, from the closed
 // form, in the integer arithmetic the program uses (passThreshold): on the
 // 2^32 scale, so that a flood of 10⁶ × max, whose pass probability is
-// about 10⁻⁶, keeps its P(R̂) within 10⁻³ (DESIGN.md §9 property 5). R̂ is
+// about 10⁻⁶, keeps its P(R̂) within 10⁻³ (docs/design.md §9 property 5). R̂ is
 // below 2^(48 + PassShift).
 func (t SmoothTable) Beyond(rhat uint64) uint32 {
 	rhat = max(rhat, t.LastN, 1)
@@ -316,7 +316,7 @@ func (t Table) Smooth(rhat uint64) (tier int, thr uint32) {
 }
 
 // Pass returns P(R̂) as the smooth table encodes it: R̂ × (1 − q(R̂)),
-// packets. The over-budget share of DESIGN.md §6 is computed from it.
+// packets. The over-budget share of docs/design.md §6 is computed from it.
 func (t Table) Pass(rhat uint64) float64 {
 	_, thr := t.Smooth(rhat)
 	return float64(rhat) * (1 - DropRatio(thr))
@@ -363,13 +363,13 @@ func smoothThreshold(dropped float64, r uint64) uint32 {
 	case dropped >= float64(r):
 		return AlwaysDrop
 	}
-	// Short of AlwaysDrop while anything passes (DESIGN.md §9 property 5).
+	// Short of AlwaysDrop while anything passes (docs/design.md §9 property 5).
 	v := math.Round(dropped / float64(r) * (1 << 32))
 	return uint32(min(v, AlwaysDrop-1))
 }
 
 // ShareThreshold returns the drop threshold of an over-budget packet under
-// ShapeSmooth (DESIGN.md §6) when the window's in-budget estimate is rin
+// ShapeSmooth (docs/design.md §6) when the window's in-budget estimate is rin
 // and its estimate of all selected packets rtot: the over-budget packets
 // together pass P(rtot) − P(rin), so each is passed with probability
 // (P(rtot) − P(rin)) / (rtot − rin), in 16-bit fixed point as the program

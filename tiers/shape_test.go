@@ -69,7 +69,7 @@ func sum10(a [10]float64) (s float64) {
 	return s
 }
 
-// Property 1 (DESIGN.md §9): under a steady rate, from the second window
+// Property 1 (docs/design.md §9): under a steady rate, from the second window
 // on, passes per window are P(R) within 5 sigma, and nothing is dropped
 // below T_1.
 func TestSmoothSteady(t *testing.T) {
@@ -228,7 +228,7 @@ func TestSmoothEstimator(t *testing.T) {
 	}
 }
 
-// Budgets share what nobody else uses (DESIGN.md §6), in both shapes.
+// Budgets share what nobody else uses (docs/design.md §6), in both shapes.
 func TestModelSharing(t *testing.T) {
 	for _, shape := range []Shape{ShapeOrdinal, ShapeSmooth} {
 		p := smoothPolicy(shape)
@@ -285,7 +285,7 @@ func runFrom(m *Model, src netip.Addr, perWindow, windows int, w uint64) []int {
 	return out
 }
 
-// A noisy group and ten light ones (DESIGN.md §6): the light groups lose
+// A noisy group and ten light ones (docs/design.md §6): the light groups lose
 // nothing, and the noisy group gets P(R_in + R_ex) − P(R_in), in both
 // shapes.
 func TestModelSharingNoisy(t *testing.T) {
@@ -365,7 +365,7 @@ func weyl(seed uint64) func() uint32 {
 	}
 }
 
-// Property 5 (DESIGN.md §9), huge floods: past the table q(R̂) is on the
+// Property 5 (docs/design.md §9), huge floods: past the table q(R̂) is on the
 // 2^32 scale, so from 10³ to 10⁶ × max, for max 100 and 40,000 and the
 // last tier dropping all or nearly all, R̂ (1 − q(R̂)) is P(R̂) within
 // 10⁻³, and never 0 while P(R̂) > 0. On 16 bits it lost 13 % at 10⁴ × max
@@ -502,7 +502,7 @@ func onsetRun(t *testing.T, p Policy, tab Table, seed uint64, phase uint64, rate
 	return out
 }
 
-// Property 3 (DESIGN.md §9) over 100 seeds and tick phases each: from
+// Property 3 (docs/design.md §9) over 100 seeds and tick phases each: from
 // idle to 10 × max, the first window passes at most 1.1 × P(R) in the
 // mean, no run over 1.25 × P(R), no tenth over 0.25 × max; without
 // budgets, with budgets on for a flood from one group (all but its budget
@@ -561,7 +561,7 @@ func TestSmoothOnsetSeeds(t *testing.T) {
 	}
 }
 
-// Property 5 (DESIGN.md §9), short windows: Validate refuses the smooth
+// Property 5 (docs/design.md §9), short windows: Validate refuses the smooth
 // shape windows of 5, 10 and 20 ms (a few ticks at HZ 100, 250 and 1000),
 // which it shaped off by up to half a window, and takes them ordinal. At
 // the shortest window it takes, SmoothMinWindow, under each tick (HZ 100,
@@ -654,7 +654,7 @@ func TestSmoothShortWindows(t *testing.T) {
 	}
 }
 
-// Issue 32 row 7, the decision (DESIGN.md §9; check prints it): a burst
+// Issue 32 row 7, the decision (docs/design.md §9; check prints it): a burst
 // at more than twice the last window's rate is read as a flood's onset
 // and shed at q(F) while F = n / f, decaying as the window goes on, is
 // past T_1, even in a window that ends below T_1: for its first ticks it
@@ -703,7 +703,7 @@ func TestSmoothBurstBelowT1(t *testing.T) {
 	}
 }
 
-// Properties 1, 2 and 4 (DESIGN.md §9) over 100 seeds and tick phases,
+// Properties 1, 2 and 4 (docs/design.md §9) over 100 seeds and tick phases,
 // stated as means with their spread (standard deviation over runs):
 // steady passes per window at 2 and 10 × max from the second window on
 // (the mean within 5σ of P(R) and 1 %), the tenths of a steady flood

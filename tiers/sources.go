@@ -8,7 +8,7 @@ import (
 	"strconv"
 )
 
-// Fair shedding (DESIGN.md §6): per-source budgets.
+// Fair shedding (docs/design.md §6): per-source budgets.
 //
 // Each selected packet belongs to a source group, its source address masked
 // to PrefixV4 or PrefixV6 bits. Within a window a group's first Budget

@@ -260,7 +260,7 @@ func TestModelSources(t *testing.T) {
 			}
 		}
 		// Over budget, it is judged at n + its rank among over-budget
-		// packets (DESIGN.md §6): 101, tier 0, so it passes.
+		// packets (docs/design.md §6): 101, tier 0, so it passes.
 		if d := m.PacketFrom(2, b); !d.OverBudget || d.N != 0 || d.Verdict != VerdictPass {
 			t.Errorf("%s: 101st packet of the /24: %+v, want over budget, pass", mode, d)
 		}

@@ -26,7 +26,7 @@ func configErr(key, value string, sentinel error, format string, args ...any) *C
 	return &ConfigError{Key: key, Value: value, Err: err}
 }
 
-// Validate checks a policy against DESIGN.md §2 and §3 and returns the
+// Validate checks a policy against docs/design.md §2 and §3 and returns the
 // first fault as a *ConfigError (Line 0; the parsers fill it in), or nil.
 // Keys are named as in YAML: "mode", "tiers[1].at", "select[0].ports[2]".
 //

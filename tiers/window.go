@@ -5,7 +5,7 @@ import "time"
 // WindowCounts is the shared window as the program's map holds it
 // (bpf.Window.Counts): its start on CLOCK_MONOTONIC, its count and the
 // previous window's, the windows opened, the drop debt, and the smooth
-// shape's gap and onset (DESIGN.md §9).
+// shape's gap and onset (docs/design.md §9).
 type WindowCounts struct {
 	StartNs, Count, LastCount, Opened, Debt, Gap uint64
 	Onset                                        bool

@@ -13,7 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// ParseYAML parses and validates a YAML policy (DESIGN.md §3). The file is
+// ParseYAML parses and validates a YAML policy (docs/design.md §3). The file is
 // read into a yaml.Node tree and walked strictly: unknown and duplicate keys
 // are errors, as are values of the wrong kind, and every error carries its
 // line. Keys the file leaves out take the values of Default(), but a file

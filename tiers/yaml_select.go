@@ -9,7 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// rules parses the select sequence (DESIGN.md §3): each rule's proto,
+// rules parses the select sequence (docs/design.md §3): each rule's proto,
 // ports, count and dests. This file also holds the port and prefix parsers
 // that exempt shares.
 func (ps *yamlParser) rules(key string, v *yaml.Node) ([]Rule, error) {

@@ -7,7 +7,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// sources parses the sources mapping (DESIGN.md §6):
+// sources parses the sources mapping (docs/design.md §6):
 //
 //	sources: {budget: 10%, prefix_v4: 32, prefix_v6: 64}
 //

@@ -1,4 +1,4 @@
-// Package automax is the adaptive max's controller (DESIGN.md §8): it
+// Package automax is the adaptive max's controller (docs/design.md §8): it
 // reads the collector sockets' receive-buffer drops (DropSource: sock_diag,
 // or /proc/net/snmp) in the collector's network namespace, judges each
 // window by the law of tiers/autolaw.go, and applies the new max through
@@ -44,7 +44,7 @@ type Limiter interface {
 	Window() (bpf.Window, error)
 }
 
-// Controller is the adaptive-max controller of an Agent (DESIGN.md §8).
+// Controller is the adaptive-max controller of an Agent (docs/design.md §8).
 type Controller struct {
 	log   *slog.Logger
 	lim   Limiter
@@ -117,7 +117,7 @@ func (m *Controller) SourceFor(p tiers.Policy, own netns.NsHandle) (DropSource, 
 	return src, err
 }
 
-// Counts are the controller's counters (DESIGN.md §5): the changes of
+// Counts are the controller's counters (docs/design.md §5): the changes of
 // max by direction, and the collector sockets' receive-buffer drops seen.
 func (m *Controller) Counts() (up, down, socketDrops uint64) {
 	return m.up.Load(), m.down.Load(), m.socketDrops.Load()

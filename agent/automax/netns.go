@@ -33,7 +33,7 @@ func (e *SignalNetNSError) Unwrap() []error { return []error{ErrSignalNetNS, e.E
 // OpenDropSourceIn opens the collector-socket drop signal (OpenDropSource)
 // in the network namespace at path, such as /proc/PID/ns/net or
 // /run/netns/NAME, where a collector in a container or pod has its sockets
-// (DESIGN.md §8); "" is the calling thread's namespace. It enters the
+// (docs/design.md §8); "" is the calling thread's namespace. It enters the
 // namespace on a locked OS thread only to open the source, whose netlink
 // socket and /proc files stay that namespace's. Entering needs
 // CAP_SYS_ADMIN, which the shipped unit does not give: a /proc/PID/ns/net

@@ -18,7 +18,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// The signals a DropSource reads (DESIGN.md §8), as DropSource.Signal
+// The signals a DropSource reads (docs/design.md §8), as DropSource.Signal
 // names them.
 const (
 	// SignalSockDiag: per-socket drop counts (SK_MEMINFO_DROPS) of the UDP

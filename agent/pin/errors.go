@@ -90,7 +90,7 @@ func (e *AgentRunningError) Unwrap() error { return ErrAgentRunning }
 
 // NewerLayoutError is returned by New and ReadStatus when the pin
 // directory was written by a newer tierlimit, whose layout this binary
-// does not know (DESIGN.md §11): reading it could misread any field.
+// does not know (docs/design.md §11): reading it could misread any field.
 type NewerLayoutError struct {
 	Pin   string
 	Found Layout

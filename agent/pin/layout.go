@@ -13,7 +13,7 @@ import (
 )
 
 // The pin directory records the layout of its maps (bpf.Layout) and the
-// version of the binary that wrote it (DESIGN.md §11), as the target of a
+// version of the binary that wrote it (docs/design.md §11), as the target of a
 // symlink, <pin>/layout -> "<layout> <version>": bpffs holds no regular
 // files, and a symlink is written whole by a rename. A directory without
 // the record was pinned before layouts were recorded: layout 0.

@@ -1,4 +1,4 @@
-// Package pin is the agent's pinned state (DESIGN.md §11): the bpffs
+// Package pin is the agent's pinned state (docs/design.md §11): the bpffs
 // directory an agent pins its maps, links and program into (Dir), its
 // locks, the layout record, the check that the bpffs outlives the agent,
 // and reading (Read) or removing (Detach, DetachAll) what is pinned with

@@ -18,7 +18,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// Episodes (DESIGN.md §10): an episode opens at the first window with a
+// Episodes (docs/design.md §10): an episode opens at the first window with a
 // shed packet and closes after QuietWindows windows in a row with none.
 // The tracker reads the counters once a window (the policy's window, on
 // the agent's clock), reports the opening, a summary every summary_every

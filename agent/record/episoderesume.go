@@ -8,7 +8,7 @@ import (
 )
 
 // resume takes up the episode an earlier agent left in the state file
-// (DESIGN.md §10), so that a restart, an upgrade or an OOM kill during a
+// (docs/design.md §10), so that a restart, an upgrade or an OOM kill during a
 // flood neither opens the same episode twice nor leaves it never closed:
 // an open episode goes on under its ID, its counts so far carried
 // (e.carry) and added to what the counters show from this agent's first

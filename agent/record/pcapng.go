@@ -15,7 +15,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 )
 
-// The shed record's pcapng files (DESIGN.md §10) are written with the
+// The shed record's pcapng files (docs/design.md §10) are written with the
 // maintained gopacket fork's pcapgo (github.com/gopacket/gopacket): the
 // NgWriter of github.com/google/gopacket, which the tests use to build
 // frames, has no per-packet options, so it cannot write the packet comment
@@ -149,7 +149,7 @@ func (d *pcapDir) open(ts time.Time, ifindex int) error {
 	}
 	cw := &countWriter{w: f}
 	w, err := pcapgo.NewNgWriterInterface(cw, d.iface(ifindex), pcapgo.NgWriterOptions{
-		SectionInfo: pcapgo.NgSectionInfo{Application: "tierlimit", Comment: "DESIGN.md §10 shed record"}})
+		SectionInfo: pcapgo.NgSectionInfo{Application: "tierlimit", Comment: "docs/design.md §10 shed record"}})
 	if err == nil {
 		err = w.Flush()
 	}

@@ -1,4 +1,4 @@
-// Package record is the shed record (DESIGN.md §10): the Recorder reads
+// Package record is the shed record (docs/design.md §10): the Recorder reads
 // the program's samples of shed packets and writes them into rotating
 // pcapng files (pcapng.go), Episodes tracks shedding episodes and reports
 // them as RFC 5424 syslog events (syslog.go), and a reload changes them
@@ -44,7 +44,7 @@ type sampleReader interface {
 	Close() error
 }
 
-// Recorder keeps the shed record (DESIGN.md §10): it reads the program's
+// Recorder keeps the shed record (docs/design.md §10): it reads the program's
 // samples, keeps the last RecentSamples in memory, writes them into
 // rotating pcapng files when the policy names a record dir, and counts
 // them for the episode in progress.
@@ -283,7 +283,7 @@ func (r *Recorder) resetGroups() {
 // close stops run.
 func (r *Recorder) close() { r.rd.Close() }
 
-// Counts are the shed record's counters (DESIGN.md §5).
+// Counts are the shed record's counters (docs/design.md §5).
 type Counts struct {
 	Shedding      bool
 	Episodes      uint64
@@ -291,7 +291,7 @@ type Counts struct {
 	Sent, Errors  uint64 // event reports
 }
 
-// Start starts the shed record (DESIGN.md §10) of policy p, reading and
+// Start starts the shed record (docs/design.md §10) of policy p, reading and
 // setting lim: the sample reader (with p.Record.Samples > 0), the pcapng
 // files (with p.Record.Dir; ifname names the interfaces in them) and the
 // episode tracker, which reports to p.Events, names the interfaces ifaces

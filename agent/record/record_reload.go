@@ -10,7 +10,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// A reload changes the shed record live (DESIGN.md §10), in two steps
+// A reload changes the shed record live (docs/design.md §10), in two steps
 // around the program's own change (Limiter.Apply, which takes the new rate
 // and snaplen):
 //

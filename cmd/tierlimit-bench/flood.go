@@ -24,7 +24,7 @@ const (
 	methodXDP  method = "tierlimit"
 	methodNFT  method = "nftables"
 	methodApp  method = "in-app"
-	// methodXDPRecord is tierlimit with the shed record on (DESIGN.md
+	// methodXDPRecord is tierlimit with the shed record on (docs/design.md
 	// §10): samples at the default cap written to pcapng by the agent's
 	// recorder. Not in the suite's default methods: `flood -methods
 	// tierlimit,tierlimit-record` measures the record's cost beside

@@ -1,7 +1,7 @@
 package main
 
 // Figure 1's floors and the per-source budgets' rows (issue 12): what
-// tierlimit's cost is made of beside the atomic adds that DESIGN.md's exact
+// tierlimit's cost is made of beside the atomic adds that docs/design.md's exact
 // semantics require, and the live-frames figure with sources on.
 
 import "math"
@@ -51,7 +51,7 @@ func (r *report) floorTable(p func(string, ...any)) {
 	if len(values(r.bench, "BenchmarkProgram/gate/selected-pass", "floor-ns/pkt")) == 0 {
 		return
 	}
-	p("**Floors.** DESIGN.md's exact semantics make some atomic adds unavoidable: every selected packet below T_last adds 1 to the window's shared count (§2, exact n), and with per-source budgets (§6) a packet within its group's budget also adds 1 to one cell in each of the count-min sketch's rows. On those paths a third program runs in the same alternation as bare, on the same frame: the *floor* (`testenv.AtomicFloorProgram`), a bare XDP_DROP that looks up that many array cells, each on its own cache line, and makes one 64-bit atomic add to each, and does nothing else. It is what any program with these semantics costs under this test run, at the least; *tierlimit − floor* is the program's own work (parse, policy and selector lookups, the window's gate, tier table, draws, hashing, stats), and *floor's share* is (floor − bare) / (tierlimit − bare) within each run. The other paths make no atomic add that the semantics require, so their floor is bare: the saturated window's fast path (selected-drop) counts in its CPU's overflow slot, and an over-budget group's sketch cells are only read, and its entry in the table of groups over budget is per CPU (plain adds).")
+	p("**Floors.** docs/design.md's exact semantics make some atomic adds unavoidable: every selected packet below T_last adds 1 to the window's shared count (§2, exact n), and with per-source budgets (§6) a packet within its group's budget also adds 1 to one cell in each of the count-min sketch's rows. On those paths a third program runs in the same alternation as bare, on the same frame: the *floor* (`testenv.AtomicFloorProgram`), a bare XDP_DROP that looks up that many array cells, each on its own cache line, and makes one 64-bit atomic add to each, and does nothing else. It is what any program with these semantics costs under this test run, at the least; *tierlimit − floor* is the program's own work (parse, policy and selector lookups, the window's gate, tier table, draws, hashing, stats), and *floor's share* is (floor − bare) / (tierlimit − bare) within each run. The other paths make no atomic add that the semantics require, so their floor is bare: the saturated window's fast path (selected-drop) counts in its CPU's overflow slot, and an over-budget group's sketch cells are only read, and its entry in the table of groups over budget is per CPU (plain adds).")
 	p("")
 	p("| path | atomic adds | floor ns/pkt | floor × bare | tierlimit × floor | tierlimit − floor ns | floor's share of tierlimit − bare |")
 	p("|---|---|---|---|---|---|---|")
@@ -77,7 +77,7 @@ func (r *report) liveSources(p func(string, ...any)) {
 	if len(values(r.bench, "BenchmarkLiveFramesSources/over-budget", "Mpps")) == 0 {
 		return
 	}
-	p("**With per-source budgets** (DESIGN.md §6; `BenchmarkLiveFramesSources`, bpf/bench_sources_test.go, the same live-frames runs beside a bare XDP_DROP, chunk by chunk; each figure the fastest chunk's): *over-budget* is one source group far over its budget, dropped after the sketch's plain reads (no atomic adds) and the top table's update; *within-budget* is every packet within its group's budget (a budget of 10^9), so it makes the sketch's atomic adds, then the saturated window's 100%% tier drops it, as in a spoofed flood of many small groups.")
+	p("**With per-source budgets** (docs/design.md §6; `BenchmarkLiveFramesSources`, bpf/bench_sources_test.go, the same live-frames runs beside a bare XDP_DROP, chunk by chunk; each figure the fastest chunk's): *over-budget* is one source group far over its budget, dropped after the sketch's plain reads (no atomic adds) and the top table's update; *within-budget* is every packet within its group's budget (a budget of 10^9), so it makes the sketch's atomic adds, then the saturated window's 100%% tier drops it, as in a spoofed flood of many small groups.")
 	p("")
 	p("| sources | tierlimit Mpps (1 CPU) | bare XDP_DROP Mpps | ratio tierlimit / bare |")
 	p("|---|---|---|---|")

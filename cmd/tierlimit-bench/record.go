@@ -1,6 +1,6 @@
 package main
 
-// The shed record's figures (issue 23, DESIGN.md §10): the bpf package's
+// The shed record's figures (issue 23, docs/design.md §10): the bpf package's
 // BenchmarkRecord (test_run), BenchmarkLiveFramesRecord (live frames) and
 // BenchmarkRecordTransport (ring buffer against perf event array; in the
 // bpf test binary when built with the tag tlperf, as make bench builds it).
@@ -27,7 +27,7 @@ func (r *report) recordFigure(p func(string, ...any)) {
 	if len(values(r.bench, recordLive, "Mpps")) == 0 {
 		return
 	}
-	p("**With the shed record** (DESIGN.md §10, issue 23): the drop path sampling shed packets at the default cap (100/s), beside the same path with sampling off, chunk by chunk in the same run; *share* is sampling on with the eligible share the agent sets under a flood (every shed packet that finds a token draws). Test run (`BenchmarkRecord`, ns/pkt) and live frames (`BenchmarkLiveFramesRecord`, Mpps, the samples read from the ring as the agent reads them):")
+	p("**With the shed record** (docs/design.md §10, issue 23): the drop path sampling shed packets at the default cap (100/s), beside the same path with sampling off, chunk by chunk in the same run; *share* is sampling on with the eligible share the agent sets under a flood (every shed packet that finds a token draws). Test run (`BenchmarkRecord`, ns/pkt) and live frames (`BenchmarkLiveFramesRecord`, Mpps, the samples read from the ring as the agent reads them):")
 	p("")
 	p("| | sampling on | share below 1 | sampling off | on / off | share / off |")
 	p("|---|---|---|---|---|---|")

@@ -43,7 +43,7 @@ func runTrafgenConfig(args []string, stdout io.Writer) error {
 }
 
 // runWindows is `tierlimit-bench windows`: it follows a running agent's
-// metrics (DESIGN.md §5) and prints one line per window: the offered load
+// metrics (docs/design.md §5) and prints one line per window: the offered load
 // (last_window_packets), the packets passed and dropped in it by tier, and
 // what tiers.Expected predicts for that load under -max (the policy's).
 // Counters are read every -interval, so a window's pass/drop split is

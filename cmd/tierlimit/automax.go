@@ -13,7 +13,7 @@ import (
 // openAutoSignal opens the collector-socket drop signal of policy p before
 // anything is attached: in auto.netns when p sets one, else in this
 // namespace. With `max: auto`, a signal that cannot be read is a config
-// error (exit 2), never a silent "no drops" (DESIGN.md §8); without it,
+// error (exit 2), never a silent "no drops" (docs/design.md §8); without it,
 // nil and no error: an adaptive max that a reload turns on stays at start.
 func openAutoSignal(p tiers.Policy) (agent.DropSource, error) {
 	if p.Auto == nil {

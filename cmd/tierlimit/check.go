@@ -109,7 +109,7 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 }
 
 // printRecordCheck prints the shed record and where episodes are reported
-// (DESIGN.md §10).
+// (docs/design.md §10).
 func printRecordCheck(out io.Writer, p tiers.Policy) {
 	r := p.Record
 	switch {
@@ -229,7 +229,7 @@ const encapNote = "encapsulated traffic is not parsed: IPIP, IPv6-in-IPv4, GRE, 
 	"receives the tunnel; a decapsulating device has no Ethernet header and is refused as an --iface"
 
 // prefixes lists ps with each one's family, which is the only family it
-// matches (DESIGN.md §2), or none when there are none.
+// matches (docs/design.md §2), or none when there are none.
 func prefixes(ps []netip.Prefix, none string) string {
 	if len(ps) == 0 {
 		return none

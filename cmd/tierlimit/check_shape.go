@@ -10,7 +10,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// The shape in check (DESIGN.md §9): one line in the summary, and for
+// The shape in check (docs/design.md §9): one line in the summary, and for
 // smooth the pass rate the tiers allow and the estimator that reads R.
 
 // shapeSummary is the summary's shape line: the shape and what it does

@@ -58,7 +58,7 @@ func TestCheckShape(t *testing.T) {
 }
 
 // TestCheckShortWindow: check refuses shape smooth with a window under
-// tiers.SmoothMinWindow, saying why and what to do (DESIGN.md §9 property
+// tiers.SmoothMinWindow, saying why and what to do (docs/design.md §9 property
 // 5), and takes the window ordinal.
 func TestCheckShortWindow(t *testing.T) {
 	code, _, errs := runCmd(t, "check", "--config", writeFile(t, "p.yaml", "max: 1000\nwindow: 10ms\n"))

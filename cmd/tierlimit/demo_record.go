@@ -17,7 +17,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// demo --record: the shed record (DESIGN.md §10). Two noisy senders and
+// demo --record: the shed record (docs/design.md §10). Two noisy senders and
 // four light ones flood the sandbox's collector; the episode's reports are
 // printed as a syslog listener receives them, then a few samples as tshark
 // would list them.

@@ -10,7 +10,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// demoSeverity is the severity block of `demo --severity` (DESIGN.md §7).
+// demoSeverity is the severity block of `demo --severity` (docs/design.md §7).
 var demoSeverity = tiers.Severity{Protect: []int{0, 1, 2, 3}, ProtectBudget: tiers.Pct(5), ShedFirst: []int{7}}
 
 // demoMix is the flood of `demo --severity`, by syslog PRI: 1% user.crit,

@@ -20,7 +20,7 @@ import (
 
 // demo --noisy-source: one heavy sender and several light ones, under no
 // budgets, under per-source budgets, and the heavy one alone under budgets
-// (DESIGN.md §6).
+// (docs/design.md §6).
 
 const (
 	noisyLight   = 5 // light senders
@@ -303,7 +303,7 @@ func (d *noisyDemo) print(w int, cases []*noisyCase) error {
 }
 
 // noisyExpect returns what each sender of a window gets through in
-// expectation by the rule of DESIGN.md §6, R the window's offered count:
+// expectation by the rule of docs/design.md §6, R the window's offered count:
 // without budgets its share of P(R); with a budget B, its first B packets'
 // share of P(R_in) and the rest's share of P(R) − P(R_in), R_in the
 // window's in-budget count.

@@ -21,7 +21,7 @@ import (
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
-// The lifecycle tests (DESIGN.md §2 Reload, Restart; §4 status, detach) run
+// The lifecycle tests (docs/design.md §2 Reload, Restart; §4 status, detach) run
 // the real binary in the collector namespace, as an operator would, with
 // `nsenter --net` (not `ip netns exec`, whose private /sys hides the pins).
 
@@ -80,7 +80,7 @@ func spawnRun(t *testing.T, ns *testenv.NS, setup func(*exec.Cmd), args ...strin
 	p.cmd = ns.Command(context.Background(), cli(t), append([]string{"run"}, args...)...)
 	p.cmd.Stderr = p.log
 	p.cmd.Stdout = p.log
-	// The episode state file (DESIGN.md §10) goes to the test's dir.
+	// The episode state file (docs/design.md §10) goes to the test's dir.
 	p.cmd.Env = append(os.Environ(), "STATE_DIRECTORY="+t.TempDir())
 	if setup != nil {
 		setup(p.cmd)

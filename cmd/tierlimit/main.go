@@ -1,6 +1,6 @@
 // Command tierlimit is an XDP tiered load-shedder for syslog collectors: it
 // counts the selected packets of each window and drops them at random at the
-// rate of the tier their count falls in (DESIGN.md).
+// rate of the tier their count falls in (docs/design.md).
 //
 // Exit codes: 0 ok, 1 runtime failure, 2 usage or config error.
 package main
@@ -22,7 +22,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// Exit codes of the command (DESIGN.md §4).
+// Exit codes of the command (docs/design.md §4).
 const (
 	exitOK      = 0
 	exitFailure = 1

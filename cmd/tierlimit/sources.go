@@ -9,7 +9,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// Per-source budgets in status and check (DESIGN.md §6).
+// Per-source budgets in status and check (docs/design.md §6).
 
 // sourcesJSON is the status --json --top shape.
 type sourcesJSON struct {
@@ -96,7 +96,7 @@ func printSourcesCheck(w io.Writer, p tiers.Policy, t tiers.Table) {
 	tw.Flush()
 }
 
-// printSharing states how budgets share (DESIGN.md §6): the rule, how the
+// printSharing states how budgets share (docs/design.md §6): the rule, how the
 // shape applies it, and for the ordinal shape the bound on what the
 // collector can receive beyond P(R) in a window.
 func printSharing(w io.Writer, p tiers.Policy, t tiers.Table) {

@@ -37,7 +37,7 @@ func TestCheckPrintsSources(t *testing.T) {
 // count its packets over budget, and `status --top` (no agent running)
 // lists its group, in text and JSON; the agent logged it. The tiers leave
 // nothing to share (one tier from T_1 = 21 that drops everything, so the
-// budget's 20 are all that pass: DESIGN.md §6), so every packet over
+// budget's 20 are all that pass: docs/design.md §6), so every packet over
 // budget is dropped.
 func TestStatusTopSources(t *testing.T) {
 	testenv.Require(t)

@@ -276,7 +276,7 @@ func detachAll(g *globals, pin string) error {
 }
 
 // writeLayoutStatus says which layout the maps are pinned in, when it is
-// older than this binary's: the next agent migrates it (DESIGN.md §11).
+// older than this binary's: the next agent migrates it (docs/design.md §11).
 func writeLayoutStatus(w io.Writer, st agent.Status) {
 	if st.Layout.Recorded && st.Layout.Version == bpf.Layout {
 		return

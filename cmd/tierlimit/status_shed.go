@@ -14,7 +14,7 @@ import (
 	"github.com/tierlimit/tierlimit/agent"
 )
 
-// statusShed prints the episode in the agent's state file (DESIGN.md §10).
+// statusShed prints the episode in the agent's state file (docs/design.md §10).
 func statusShed(w io.Writer, path string, asJSON bool) error {
 	ep, err := agent.ReadEpisode(path)
 	if errors.Is(err, fs.ErrNotExist) {

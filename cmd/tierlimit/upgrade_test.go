@@ -27,7 +27,7 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// The upgrade tests (DESIGN.md §11) pin the state of an older layout as
+// The upgrade tests (docs/design.md §11) pin the state of an older layout as
 // the version that wrote it did, from the BPF object bpf/testdata keeps of
 // it, and run today's binary on it.
 
@@ -227,7 +227,7 @@ func TestUpgradeFromLayout0UnderFlood(t *testing.T) {
 	drop := sum(m, "tierlimit_selected_packets_total", "verdict=drop")
 	_, received := recv.Counts()
 	// Finish's add races the new program on one key per syscall: allow a
-	// few packets (DESIGN.md §11 counters carried; bpf Migration.Finish).
+	// few packets (docs/design.md §11 counters carried; bpf Migration.Finish).
 	slack := float64(f.sent)/500 + 5
 	if d := pass + drop - float64(f.sent); d > slack || -d > slack {
 		t.Errorf("pass %v + drop %v = %v, want the %d sent (±%.0f): counters not carried", pass, drop, pass+drop, f.sent, slack)

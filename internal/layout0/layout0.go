@@ -1,6 +1,6 @@
 // Package layout0 loads the program this repository built before pinned
 // layouts were recorded (commit 90e44a6, layout 0): for the upgrade tests
-// (DESIGN.md §11) and the benchmarks that run today's program beside it.
+// (docs/design.md §11) and the benchmarks that run today's program beside it.
 package layout0
 
 import (

@@ -1,6 +1,6 @@
 // Package localaddr lists the destinations a Linux host takes as its own,
 // from the local routing table, for select rules with `dests: local`
-// (DESIGN.md §2). Package agent follows them; bpf's kernel-oracle test
+// (docs/design.md §2). Package agent follows them; bpf's kernel-oracle test
 // resolves its policy with them as the agent would.
 package localaddr
 

@@ -10,7 +10,7 @@ import (
 )
 
 // HostFloorProgram loads an XDP program that makes, on an untagged IPv4
-// frame, only the checks DESIGN.md §2's "for this host" rule requires of
+// frame, only the checks docs/design.md §2's "for this host" rule requires of
 // any program (bpf/host.h, dests: local), each in its cheapest form, and
 // nothing else:
 //   - the ingress interface's MAC: ctx->ingress_ifindex, one inlined array

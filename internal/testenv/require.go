@@ -89,7 +89,7 @@ const FloorLine = 64
 // each, page-aligned: BPF_F_MMAPABLE) and adds 1 to the cell's first
 // 64-bit word with an atomic add (BPF_STX | BPF_ATOMIC, BPF_ADD), then
 // returns XDP_DROP. It is the floor of a program that must make k atomic
-// adds on k distinct cache lines per packet, as DESIGN.md's exact window
+// adds on k distinct cache lines per packet, as docs/design.md's exact window
 // count (one add) and per-source sketch (one per row) require: a bare
 // XDP_DROP plus k inlined array lookups and k locked adds, and nothing
 // else. It returns the program and its map, whose cells count the packets
