@@ -148,7 +148,9 @@ func TestDesignReferences(t *testing.T) {
 				t.Errorf("%s:%d cites §%d, which %s does not have", name, r[0], r[1], designPage)
 			}
 		}
-		if strings.HasPrefix(name, "docs/") {
+		// docs/ may name the old file (the history), and this file names
+		// the old forms as the patterns' examples.
+		if strings.HasPrefix(name, "docs/") || name == "design_test.go" {
 			continue
 		}
 		for i, line := range strings.Split(text, "\n") {
