@@ -85,6 +85,41 @@ func TestLayersPointDown(t *testing.T) {
 	}
 }
 
+// TestRoomsDoNotImportAgent fails when a package under agent/ (a room:
+// agent/pin, agent/automax, agent/record, ...) depends, directly or not,
+// on the agent package itself: the agent is the door that wires the rooms
+// through narrow interfaces, and a room never knows the *Agent.
+func TestRoomsDoNotImportAgent(t *testing.T) {
+	module := strings.TrimSpace(goCmd(t, "list", "-m"))
+	door := module + "/agent"
+	out := goCmd(t, "list", "-json=ImportPath,Deps", "./agent/...")
+	dec := json.NewDecoder(strings.NewReader(out))
+	rooms := 0
+	for {
+		var p struct {
+			ImportPath string
+			Deps       []string
+		}
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("decode go list: %v", err)
+		}
+		if !strings.HasPrefix(p.ImportPath, door+"/") {
+			continue
+		}
+		rooms++
+		for _, d := range p.Deps {
+			if d == door {
+				t.Errorf("%s depends on %s: a room of the agent imports the door", p.ImportPath, d)
+			}
+		}
+	}
+	if rooms < 3 {
+		t.Fatalf("go list found %d packages under %s; want its rooms (pin, automax, record)", rooms, door)
+	}
+}
+
 func goCmd(t *testing.T, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("go", args...)

@@ -8,68 +8,54 @@
 // only to mount bpffs, CAP_DAC_OVERRIDE when not uid 0), and Linux >= 5.12;
 // XDP links need >= 5.9 (older kernels fall back to netlink).
 //
-// The code lives in four rooms, one per kind of change; each file is
-// listed under the room it belongs to (a feature's metrics family may sit
-// with its feature, as collectAuto does in automax.go).
+// The agent is the door; its rooms are packages that never import it,
+// each reached through a narrow interface:
+//   - agent/pin: the pin directory, its locks and layout record, the bpffs
+//     check, and reading or removing pinned state with no agent running
+//     (tierlimit status and detach);
+//   - agent/automax: the adaptive max's controller and its drop signal
+//     (sock_diag or /proc/net/snmp, in any network namespace); it reaches
+//     the agent only through an apply func and a locker;
+//   - agent/record: the shed record (DESIGN.md §10), the samples, their
+//     pcapng files, the episodes and their syslog reports; it reads the
+//     limiter through record.Limiter and names interfaces through funcs.
 //
-// Lifecycle and attach: starting, attaching, and stopping.
-//   - agent.go: Config, Attachment, the Agent, New (resolve, load, apply,
-//     attach), Limiter, Attachments and Close.
-//   - attach.go: attaching to one interface, adopting a pinned link, the
-//     netlink fallback, whether each interface still runs the limiter
-//     (Attached, check), and letting go of it at Close (closeOne,
-//     detachOne).
-//   - netns.go: running in the agent's network namespace (inNS) and
-//     opening the drop signal in another (OpenDropSourceIn);
-//     stacked.go: refusing interfaces stacked on each other;
-//     nativehint.go: what to change when a driver refuses native XDP;
-//     gso.go: which interfaces count super-packets.
-//   - caps.go: the capability check; errors.go: the typed errors.
-//
-// Pinned state and its repair: what outlives the agent.
-//   - pindir.go and lock.go: the pin directory and its locks; bpffs.go:
-//     refusing a bpffs that ends with the agent.
-//   - linkwatch.go: Watch, which notices what changes under a running agent
-//     (renamed, deleted or foreign interfaces, removed pins) and repairs it.
-//   - pinned.go: reading and removing pinned state with no agent running
-//     (tierlimit status and detach).
-//
-// Reload: changing the policy of a running agent.
-//   - reload.go: Reload and ReloadContext, and the Reloader (SIGHUP, config
-//     file changes) that calls them; configwatch.go: the config path's
-//     symlink chain that the Reloader watches; configpoll.go: polling when
-//     it cannot be watched, and the watch's metric.
-//   - automax.go: the adaptive max's controller, which reads the drop signal
-//     (sockdrops.go) and applies the law of tiers/autolaw.go.
-//
-// Metrics and serving: what the maps say, and who is told.
+// What stays here:
+//   - agent.go: Config, Attachment, the Agent, New, Close; rooms.go: the
+//     rooms' names at the door, StartAutoMax, StartRecord and their
+//     metrics; status.go: ReadStatus.
+//   - attacher.go and attach.go: the interfaces and the pins of one run —
+//     loading, attaching, adopting a pinned link, the netlink fallback,
+//     whether each interface still runs the limiter, and letting go of it
+//     at Close; linkwatch.go: Watch, which repairs what changes under a
+//     running agent; host.go: what the program may check of each
+//     interface; stacked.go, nativehint.go, gso.go, caps.go, bpfdenied.go,
+//     errors.go.
+//   - reload.go: apply, the one path from a policy to the settings map
+//     (New, Reload, the local addresses' follower, the adaptive max), and
+//     the Reloader (SIGHUP, config file changes); configwatch.go and
+//     configpoll.go: watching or polling the config path; local.go: the
+//     host's destinations for `dests: local`.
 //   - snapshot.go: the Snapshot, one read of the maps, for /metrics and
-//     status.
-//   - metrics.go: the one collector and the limiter's families;
-//     severity_metrics.go, sources.go and automax.go add their features'
-//     families (collectSeverity, collectSources, collectAuto). sources.go
-//     also logs groups going over budget (WatchSources).
-//   - serve.go: the registry, the /metrics and /healthz handler, and the
-//     HTTP server.
-//   - the shed record (DESIGN.md §10): record.go reads the program's
-//     samples, pcapng.go writes them, episode.go tracks and reports
-//     episodes through syslog.go, and record_reload.go changes them all
-//     on a reload.
+//     status; metrics.go, severity_metrics.go and sources.go: the
+//     collector and its families; serve.go: /metrics and /healthz.
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -78,7 +64,7 @@ import (
 const DefaultPinPath = "/sys/fs/bpf/tierlimit"
 
 // ProgramName is the name of tierlimit's XDP program in the kernel.
-const ProgramName = "tierlimit"
+const ProgramName = pin.ProgramName
 
 // XDPMode is how the program is attached to an interface.
 type XDPMode string
@@ -138,30 +124,20 @@ type Attachment struct {
 	deleted bool
 }
 
-// Agent is the running limiter.
+// Agent is the running limiter: the door that wires the rooms (the
+// interfaces and pins, the adaptive max, the shed record) to one limiter
+// and one policy.
 type Agent struct {
 	cfg Config
 	log *slog.Logger
 	lim *bpf.Limiter
-	// progID is the id of lim's program: what health checks look for.
-	progID uint32
-	// nh is a netlink handle in the network namespace New ran in, so that
-	// later calls from any goroutine see the same interfaces.
-	nh *netlink.Handle
-	// ns is the network namespace New ran in (inNS).
-	ns netns.NsHandle
-	// pd is the pin directory, held while the agent runs; nil unpinned.
-	pd *pinDir
-	// migration carries an older layout's pinned state during New.
-	migration *bpf.Migration
+	// at holds the interfaces the limiter is attached to, and the pins.
+	at *attacher
 
-	// applyMu serialises reloads (Limiter.Apply) and Close; mu serialises
-	// Watch's repairs and Close, and guards attached, so that /healthz
-	// never waits for a reload.
-	applyMu  sync.Mutex
-	mu       sync.Mutex
-	attached []*Attachment
-	pinsLost bool // Watch logged the pinned state as gone
+	// applyMu serialises applies (New, Reload, the local addresses'
+	// follower, the adaptive max) and Close; at.mu serialises Watch's
+	// repairs and Close, so that /healthz never waits for a reload.
+	applyMu sync.Mutex
 
 	auto   atomic.Pointer[AutoMax]  // the adaptive-max controller, once started
 	record atomic.Pointer[Episodes] // the shed record, once started
@@ -170,14 +146,11 @@ type Agent struct {
 	// current is the policy in force as given (its dests local
 	// unresolved), and local the host's destinations it was resolved
 	// with (local.go); both guarded by applyMu. stopLocal ends
-	// followLocal.
+	// followLocal and followIfaces.
 	current   tiers.Policy
 	local     []tiers.LocalDest
 	stopLocal chan struct{}
 	follow    localFollow // what following local counts (localfollow.go)
-	// ifaces is what the program was last told of the attached
-	// interfaces (host.go); guarded by mu.
-	ifaces []bpf.Iface
 
 	reloadOK, reloadErr atomic.Uint64
 	configWatch         atomic.Int32 // a WatchMode, from the Reloader
@@ -219,16 +192,18 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := checkCaps(); err != nil {
 		return nil, err
 	}
-	if _, err := tiers.Compile(p); err != nil {
+	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, ns: netns.None(), stopLocal: make(chan struct{})}
+	a := &Agent{cfg: cfg, log: cfg.Logger, stopLocal: make(chan struct{})}
+	a.at = &attacher{cfg: cfg, log: cfg.Logger, ns: netns.None(), closed: &a.closed}
+	a.at.afterRound = a.refreshLocal
 	defer func() {
 		if err != nil {
 			a.abort()
 		}
 	}()
-	links, err := a.resolve()
+	links, err := a.at.resolve()
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +212,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 			return nil, err
 		}
 	}
-	if err := checkStacked(a.nh, links); err != nil {
+	if err := checkStacked(a.at.nh, links); err != nil {
 		return nil, err
 	}
 	// bpf(2) refused here, with the capabilities checked, is a filter:
@@ -248,124 +223,26 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
 	}
-	if err := a.load(); err != nil {
+	if a.lim, err = a.at.load(); err != nil {
 		return nil, err
 	}
-	if a.local, err = localDests(a.nh); err != nil {
+	if a.local, err = localDests(a.at.nh); err != nil {
 		return nil, fmt.Errorf("read local addresses: %w", err)
 	}
 	a.follow.dests.Store(int64(len(a.local)))
 	a.log.Debug("dests local: the host's destinations", "local", a.local)
-	if err := a.applyLocked(p); err != nil {
+	if err := a.apply(context.Background(), p, false); err != nil {
 		return nil, fmt.Errorf("apply policy: %w", err)
 	}
-	if a.pd != nil && a.pd.migrate != nil {
-		if err := a.startMigration(); err != nil {
-			return nil, err
-		}
-	}
-	go a.followLocal(a.stopLocal, dupNS(a.ns))
-	for i, l := range links {
-		att, err := a.attach(l)
-		if err != nil {
-			return nil, fmt.Errorf("attach xdp to %s: %w", cfg.Interfaces[i], err)
-		}
-		a.attached = append(a.attached, att)
-		a.log.Info("attached", "iface", att.Iface, "ifindex", att.Index, "mode", att.Mode, "link_id", att.LinkID, "program_id", a.progID)
-	}
-	if err := a.countSuperPackets(); err != nil {
+	if err := a.at.startMigration(); err != nil {
 		return nil, err
 	}
-	if err := a.describeIfaces(); err != nil {
-		return nil, fmt.Errorf("describe interfaces to the program: %w", err)
+	go a.followLocal(a.stopLocal, dupNS(a.at.ns))
+	if err := a.at.attachAll(links); err != nil {
+		return nil, err
 	}
-	go a.followIfaces(a.stopLocal, dupNS(a.ns))
-	if a.pd != nil {
-		if err := a.pinState(); err != nil {
-			return nil, err
-		}
-		a.warnOtherLinks()
-	}
-	return a, nil
-}
-
-// pinState pins what New made under the pin directory once every link
-// runs the program: the migrated maps, the program and the layout record.
-func (a *Agent) pinState() error {
-	if a.migration != nil {
-		if err := a.finishMigration(); err != nil {
-			return err
-		}
-	}
-	if err := a.pd.pinProgram(a.lim.Program()); err != nil {
-		return err
-	}
-	return writeLayout(a.pd.path, a.cfg.Version)
-}
-
-// resolve opens the netlink handle and looks the interfaces up.
-func (a *Agent) resolve() ([]netlink.Link, error) {
-	ns, err := netns.Get()
-	if err != nil {
-		return nil, fmt.Errorf("read network namespace: %w", err)
-	}
-	a.ns = ns
-	nh, err := netlink.NewHandle() // in ns: NewHandleAt would need CAP_SYS_ADMIN
-	if err != nil {
-		return nil, fmt.Errorf("netlink: %w", err)
-	}
-	a.nh = nh
-	links := make([]netlink.Link, len(a.cfg.Interfaces))
-	seen := map[int]string{}
-	for i, name := range a.cfg.Interfaces {
-		if links[i], err = nh.LinkByName(name); err != nil {
-			return nil, fmt.Errorf("interface %q: %w", name, ErrNoInterface)
-		}
-		idx := links[i].Attrs().Index
-		if prev, dup := seen[idx]; dup {
-			return nil, fmt.Errorf("%w: %q and %q are ifindex %d", ErrDuplicateInterface, prev, name, idx)
-		}
-		seen[idx] = name
-	}
-	return links, nil
-}
-
-// load takes the pin directory, when pinning, and loads the limiter into
-// it: pinned maps are reused.
-func (a *Agent) load() error {
-	tick, terr := bpf.MeasureTick()
-	if terr != nil {
-		a.log.Warn("kernel tick unknown: every selected packet reads the clock", "reason", terr)
-	} else if !tick.ConfigAgrees() {
-		a.log.Warn("the kernel config's CONFIG_HZ is not the kernel's tick: using the measured tick",
-			"config", tick.ConfigPath, "config_hz", tick.ConfigHZ, "measured_hz", fmt.Sprintf("%.2f", tick.HZ), "tick_ns", tick.Ns)
-	}
-	opts := bpf.Options{TickNs: tick.Ns}
-	if a.cfg.PinPath != "" {
-		pd, err := openPinDir(a.cfg.PinPath)
-		if err != nil {
-			return err
-		}
-		a.pd = pd
-		a.logBPFFS()
-		opts.PinPath = pd.maps()
-		if pd.migrate != nil {
-			opts.PinPath = "" // maps of its own, pinned once the links run it
-		}
-		followRenames(pd, a.nh, a.log)
-	}
-	lim, err := bpf.Load(opts)
-	if err != nil {
-		return err
-	}
-	a.lim = lim
-	info, err := lim.Program().Info()
-	if err != nil {
-		return fmt.Errorf("program info: %w", err)
-	}
-	id, _ := info.ID()
-	a.progID = uint32(id)
-	return nil
+	go a.at.followIfaces(a.stopLocal, dupNS(a.at.ns))
+	return a, a.at.pinState()
 }
 
 // abort undoes a failed New: detaches what it attached unless pinned.
@@ -373,39 +250,29 @@ func (a *Agent) abort() {
 	// Ends followLocal and followIfaces, which may have started.
 	a.closed.Store(true)
 	close(a.stopLocal)
-	for _, att := range a.attached {
-		if a.pd == nil {
-			a.detachOne(att)
-		} else if att.link != nil {
-			att.link.Close()
-		}
-	}
-	if a.migration != nil {
-		a.migration.Close()
-	}
-	if a.lim != nil {
-		a.lim.Close()
-	}
-	if a.nh != nil {
-		a.nh.Close()
-	}
-	a.ns.Close()
-	a.pd.release(true)
+	a.at.abort()
 }
 
 // Limiter is the loaded program and maps.
 func (a *Agent) Limiter() *bpf.Limiter { return a.lim }
 
 // Attachments lists the interfaces the limiter is attached to.
-func (a *Agent) Attachments() []Attachment {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make([]Attachment, len(a.attached))
-	for i, att := range a.attached {
-		out[i] = Attachment{Iface: att.Iface, Index: att.Index, Mode: att.Mode, LinkID: att.LinkID}
-	}
-	return out
-}
+func (a *Agent) Attachments() []Attachment { return a.at.Attachments() }
+
+// Attached reports whether the limiter is attached to every interface:
+// each one, in the agent's network namespace, runs the agent's own program
+// (by program id) through the agent's link. A program that is not the
+// agent's on a reused ifindex is not attached.
+func (a *Agent) Attached() bool { return a.at.Attached() }
+
+// Ifaces returns what the program was last told of the attached
+// interfaces.
+func (a *Agent) Ifaces() []bpf.Iface { return a.at.Ifaces() }
+
+// Watch checks, every interval until ctx ends, that the limiter is what
+// the agent says it is, and repairs what it can (attacher.Watch): renamed,
+// deleted and re-created interfaces, foreign programs, removed pins.
+func (a *Agent) Watch(ctx context.Context, interval time.Duration) { a.at.Watch(ctx, interval) }
 
 // Close stops the agent. Without pinning it detaches the limiter; with
 // pinning the limiter stays attached and counting. Either way the log says
@@ -418,14 +285,5 @@ func (a *Agent) Close() error {
 	a.stopFleet() // leaves the fleet; before applyMu, which its loop may wait for
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, att := range a.attached {
-		a.closeOne(att)
-	}
-	a.nh.Close()
-	a.ns.Close()
-	err := a.lim.Close()
-	a.pd.release(false)
-	return err
+	return a.at.close()
 }

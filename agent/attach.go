@@ -3,15 +3,15 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"path/filepath"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/tierlimit/tierlimit/agent/pin"
 )
 
 // checkEthernet returns a *LinkTypeError unless l's frames start with an
@@ -28,7 +28,7 @@ func checkEthernet(l netlink.Link) error {
 
 // attach attaches the program to l, or adopts the link pinned for it and
 // updates its program in place, so the interface is never without XDP.
-func (a *Agent) attach(l netlink.Link) (*Attachment, error) {
+func (a *attacher) attach(l netlink.Link) (*Attachment, error) {
 	name, idx := l.Attrs().Name, l.Attrs().Index
 	if err := checkEthernet(l); err != nil {
 		return nil, err
@@ -56,7 +56,7 @@ func (a *Agent) attach(l netlink.Link) (*Attachment, error) {
 	if err := a.attachMode(att, l); err != nil {
 		return nil, a.restore(att, restore, err)
 	}
-	att.Mode = xdpModeOf(a.nh, idx)
+	att.Mode = pin.XDPModeOf(a.nh, idx)
 	return att, a.pinLink(att)
 }
 
@@ -64,13 +64,13 @@ func (a *Agent) attach(l netlink.Link) (*Attachment, error) {
 // agent's program on it. With an explicit mode other than the link's, it
 // removes the link instead (a link cannot change mode) and returns the old
 // mode, so that attach can put it back if the new one is refused.
-func (a *Agent) adopt(att *Attachment) (adopted bool, restore XDPMode, err error) {
-	path := a.pd.linkPin(att.Iface)
-	lk, err := adoptLink(path, att.Index)
+func (a *attacher) adopt(att *Attachment) (adopted bool, restore XDPMode, err error) {
+	path := a.pd.LinkPin(att.Iface)
+	lk, err := pin.AdoptLink(path, att.Index)
 	if err != nil || lk == nil {
 		return false, "", err
 	}
-	cur := xdpModeOf(a.nh, att.Index)
+	cur := pin.XDPModeOf(a.nh, att.Index)
 	if want := string(a.cfg.XDPMode); a.cfg.XDPMode != XDPAuto && want != cur {
 		a.log.Warn("switching XDP mode: the interface is without the limiter for a moment",
 			"iface", att.Iface, "from", cur, "to", want)
@@ -89,14 +89,14 @@ func (a *Agent) adopt(att *Attachment) (adopted bool, restore XDPMode, err error
 
 // clearForeign checks that l runs no XDP program, or removes a foreign one
 // when the config allows it (only a netlink attachment can be removed).
-func (a *Agent) clearForeign(l netlink.Link) error {
+func (a *attacher) clearForeign(l netlink.Link) error {
 	x := l.Attrs().Xdp
 	if x == nil || !x.Attached {
 		return nil
 	}
 	name, idx := l.Attrs().Name, l.Attrs().Index
-	owner, pname := describeProgram(x.ProgId), programName(x.ProgId)
-	if pname == ProgramName {
+	owner, pname := pin.DescribeProgram(x.ProgId), pin.ProgramNameOf(x.ProgId)
+	if pname == pin.ProgramName {
 		return &BusyError{Iface: name, Program: owner}
 	}
 	if !a.cfg.Replace {
@@ -115,7 +115,7 @@ func (a *Agent) clearForeign(l netlink.Link) error {
 // attachMode attaches in the configured mode; auto tries native, then
 // generic. A program that appeared meanwhile (another agent won the race)
 // is a *BusyError.
-func (a *Agent) attachMode(att *Attachment, l netlink.Link) error {
+func (a *attacher) attachMode(att *Attachment, l netlink.Link) error {
 	var err error
 	switch a.cfg.XDPMode {
 	case XDPAuto:
@@ -133,7 +133,7 @@ func (a *Agent) attachMode(att *Attachment, l netlink.Link) error {
 	case taken(err):
 		prog := "an XDP program"
 		if cur, e := a.nh.LinkByIndex(att.Index); e == nil && cur.Attrs().Xdp != nil {
-			prog = describeProgram(cur.Attrs().Xdp.ProgId)
+			prog = pin.DescribeProgram(cur.Attrs().Xdp.ProgId)
 		}
 		return &BusyError{Iface: att.Iface, Program: prog}
 	case a.cfg.XDPMode == XDPNative:
@@ -152,7 +152,7 @@ func taken(err error) bool { return errors.Is(err, unix.EEXIST) || errors.Is(err
 
 // try attaches in mode through a bpf_link, or through netlink where the
 // kernel has no XDP links.
-func (a *Agent) try(att *Attachment, l netlink.Link, mode XDPMode) error {
+func (a *attacher) try(att *Attachment, l netlink.Link, mode XDPMode) error {
 	flags, lflags := nl.XDP_FLAGS_DRV_MODE, link.XDPDriverMode
 	if mode == XDPGeneric {
 		flags, lflags = nl.XDP_FLAGS_SKB_MODE, link.XDPGenericMode
@@ -176,7 +176,7 @@ func (a *Agent) try(att *Attachment, l netlink.Link, mode XDPMode) error {
 
 // restore puts the limiter back in mode prev after a refused mode switch,
 // and returns the error to report.
-func (a *Agent) restore(att *Attachment, prev XDPMode, err error) error {
+func (a *attacher) restore(att *Attachment, prev XDPMode, err error) error {
 	if prev != XDPNative && prev != XDPGeneric {
 		return err
 	}
@@ -197,11 +197,11 @@ func (a *Agent) restore(att *Attachment, prev XDPMode, err error) error {
 }
 
 // pinLink pins att's link under the pin directory, when pinning.
-func (a *Agent) pinLink(att *Attachment) error {
+func (a *attacher) pinLink(att *Attachment) error {
 	if a.pd == nil || att.link == nil {
 		return nil
 	}
-	if err := att.link.Pin(a.pd.linkPin(att.Iface)); err != nil {
+	if err := att.link.Pin(a.pd.LinkPin(att.Iface)); err != nil {
 		att.link.Close()
 		att.link = nil
 		return fmt.Errorf("pin link: %w", err)
@@ -212,78 +212,16 @@ func (a *Agent) pinLink(att *Attachment) error {
 // warnOtherLinks logs the interfaces that a pinned link from an earlier run
 // still limits although this run was not asked to: they share this run's
 // maps and policy, and only detaching them removes them.
-func (a *Agent) warnOtherLinks() {
-	entries, _ := os.ReadDir(a.pd.links())
+func (a *attacher) warnOtherLinks() {
+	entries, _ := os.ReadDir(a.pd.Links())
 	for _, e := range entries {
-		iface := UnpinName(e.Name())
+		iface := pin.UnpinName(e.Name())
 		mine := false
 		for _, att := range a.attached {
 			mine = mine || att.Iface == iface
 		}
 		if !mine {
-			a.log.Warn("interface still limited by a pinned link from an earlier run", "iface", iface, "pin", a.pd.path)
-		}
-	}
-}
-
-// adoptLink opens the link pinned at path if it is an XDP link on ifindex.
-// The pin of a link whose interface is gone (the kernel reports ifindex 0)
-// is removed; a link on another interface is an error.
-func adoptLink(path string, ifindex int) (link.Link, error) {
-	lk, err := link.LoadPinnedLink(path, nil)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open pinned link %s: %w", path, err)
-	}
-	info, err := lk.Info()
-	if err != nil || info.XDP() == nil {
-		lk.Close()
-		return nil, fmt.Errorf("pinned link %s is not an XDP link (%v)", path, err)
-	}
-	switch int(info.XDP().Ifindex) {
-	case ifindex:
-		return lk, nil
-	case 0:
-		_ = lk.Unpin()
-		lk.Close()
-		return nil, nil
-	}
-	lk.Close()
-	return nil, fmt.Errorf("%w: pinned link %s limits ifindex %d, not %d", ErrInterfaceBusy, path, info.XDP().Ifindex, ifindex)
-}
-
-// followRenames moves the pin of each link whose interface was renamed to
-// the interface's new name: a link pinned under name A whose ifindex now
-// carries name B, running the link's program, is the same interface.
-func followRenames(d *pinDir, nh *netlink.Handle, log *slog.Logger) {
-	entries, _ := os.ReadDir(d.links())
-	for _, e := range entries {
-		path := filepath.Join(d.links(), e.Name())
-		lk, err := link.LoadPinnedLink(path, nil)
-		if err != nil {
-			continue
-		}
-		info, err := lk.Info()
-		lk.Close()
-		if err != nil || info.XDP() == nil || info.XDP().Ifindex == 0 {
-			continue
-		}
-		dev, err := nh.LinkByIndex(int(info.XDP().Ifindex))
-		if err != nil {
-			continue
-		}
-		old, now := UnpinName(e.Name()), dev.Attrs().Name
-		x := dev.Attrs().Xdp
-		if now == old || x == nil || x.ProgId != uint32(info.Program) {
-			continue
-		}
-		if _, err := os.Stat(d.linkPin(now)); !errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err := os.Rename(path, d.linkPin(now)); err == nil {
-			log.Warn("interface was renamed: its pinned link follows", "from", old, "to", now, "ifindex", dev.Attrs().Index)
+			a.log.Warn("interface still limited by a pinned link from an earlier run", "iface", iface, "pin", a.pd.Path())
 		}
 	}
 }
@@ -297,7 +235,7 @@ func linkID(lk link.Link) uint32 {
 }
 
 // detachOne removes att's attachment (unpinned agents).
-func (a *Agent) detachOne(att *Attachment) {
+func (a *attacher) detachOne(att *Attachment) {
 	if att.link != nil {
 		if err := att.link.Close(); err != nil {
 			a.log.Warn("detach", "iface", att.Iface, "error", err)
@@ -315,7 +253,7 @@ func (a *Agent) detachOne(att *Attachment) {
 
 // closeOne lets go of att when the agent stops, and logs what is really
 // left on the interface.
-func (a *Agent) closeOne(att *Attachment) {
+func (a *attacher) closeOne(att *Attachment) {
 	a.followRename(att) // name the interface as it is called now
 	why := a.check(att)
 	if a.pd == nil {
@@ -331,7 +269,7 @@ func (a *Agent) closeOne(att *Attachment) {
 		return
 	}
 	pinned := a.linkPinned(att)
-	outlives, fsWhy := a.pinsOutlive()
+	outlives, fsWhy := a.pd.Outlives()
 	if att.link != nil {
 		att.link.Close()
 	}
@@ -339,61 +277,21 @@ func (a *Agent) closeOne(att *Attachment) {
 	case why != "":
 		a.log.Warn("interface no longer runs the limiter", "iface", att.Iface, "ifindex", att.Index, "reason", why)
 	case att.link != nil && !pinned:
-		a.log.Error("the limiter's pinned link is gone: the limiter is detached as the agent exits", "iface", att.Iface, "pin", a.pd.path)
+		a.log.Error("the limiter's pinned link is gone: the limiter is detached as the agent exits", "iface", att.Iface, "pin", a.pd.Path())
 	case att.link == nil:
 		a.log.Info("limiter stays attached (through netlink, not pinned)", "iface", att.Iface)
 	case !outlives:
-		a.log.Error("the limiter's pins end with the agent's bpffs: the limiter is detached as the agent exits", "iface", att.Iface, "pin", a.pd.path, "reason", fsWhy)
+		a.log.Error("the limiter's pins end with the agent's bpffs: the limiter is detached as the agent exits", "iface", att.Iface, "pin", a.pd.Path(), "reason", fsWhy)
 	default:
-		a.log.Info("limiter stays attached and pinned", "iface", att.Iface, "pin", a.pd.path, "link", a.pd.linkPin(att.Iface))
+		a.log.Info("limiter stays attached and pinned", "iface", att.Iface, "pin", a.pd.Path(), "link", a.pd.LinkPin(att.Iface))
 	}
-}
-
-// xdpModeOf is the attach mode the kernel reports for ifindex.
-func xdpModeOf(nh *netlink.Handle, ifindex int) string {
-	l, err := nh.LinkByIndex(ifindex)
-	if err != nil || l.Attrs().Xdp == nil {
-		return "unknown"
-	}
-	switch l.Attrs().Xdp.AttachMode {
-	case nl.XDP_ATTACHED_DRV:
-		return "native"
-	case nl.XDP_ATTACHED_SKB:
-		return "generic"
-	case nl.XDP_ATTACHED_HW:
-		return "offload"
-	}
-	return "unknown"
-}
-
-// describeProgram names an attached program for error messages. The name
-// needs CAP_SYS_ADMIN (BPF_PROG_GET_FD_BY_ID); without it only the id shows.
-func describeProgram(id uint32) string {
-	if name := programName(id); name != "" {
-		return fmt.Sprintf("program id %d, name %q", id, name)
-	}
-	return fmt.Sprintf("program id %d", id)
-}
-
-// programName is the name of program id, "" when it cannot be read.
-func programName(id uint32) string {
-	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
-	if err != nil {
-		return ""
-	}
-	defer p.Close()
-	info, err := p.Info()
-	if err != nil {
-		return ""
-	}
-	return info.Name
 }
 
 // Attached reports whether the limiter is attached to every interface:
 // each one, in the agent's network namespace, runs the agent's own program
 // (by program id) through the agent's link. A program that is not the
 // agent's on a reused ifindex is not attached.
-func (a *Agent) Attached() bool {
+func (a *attacher) Attached() bool {
 	if a.closed.Load() {
 		return false
 	}
@@ -412,7 +310,7 @@ func (a *Agent) Attached() bool {
 
 // attachedTo reports whether the attachment on ifindex is healthy and the
 // agent is open (xdp_attached).
-func (a *Agent) attachedTo(ifindex int) bool {
+func (a *attacher) attachedTo(ifindex int) bool {
 	if a.closed.Load() {
 		return false
 	}
@@ -428,7 +326,7 @@ func (a *Agent) attachedTo(ifindex int) bool {
 
 // check returns "" when att's interface runs the agent's program through
 // att's link, else what is wrong.
-func (a *Agent) check(att *Attachment) string {
+func (a *attacher) check(att *Attachment) string {
 	if att.link != nil {
 		info, err := att.link.Info()
 		if err != nil || info.XDP() == nil {
@@ -447,7 +345,7 @@ func (a *Agent) check(att *Attachment) string {
 	case x == nil || !x.Attached:
 		return "no XDP program on the interface"
 	case x.ProgId != a.progID:
-		return fmt.Sprintf("the interface runs another XDP program (%s), not the agent's (id %d)", describeProgram(x.ProgId), a.progID)
+		return fmt.Sprintf("the interface runs another XDP program (%s), not the agent's (id %d)", pin.DescribeProgram(x.ProgId), a.progID)
 	}
 	return ""
 }

@@ -26,9 +26,9 @@ func TestAttachRaceIsBusy(t *testing.T) {
 	for _, mode := range []XDPMode{XDPAuto, XDPNative, XDPGeneric} {
 		// The loser: same kind of program, past its check for a program
 		// on the interface.
-		loser := &Agent{cfg: Config{XDPMode: mode}, log: slog.New(slog.DiscardHandler), lim: first.lim, nh: first.nh}
+		loser := &attacher{cfg: Config{XDPMode: mode}, log: slog.New(slog.DiscardHandler), lim: first.lim, nh: first.at.nh}
 		err := p.Coll.Do(func() error {
-			l, err := first.nh.LinkByName(p.CollIf)
+			l, err := first.at.nh.LinkByName(p.CollIf)
 			if err != nil {
 				return err
 			}

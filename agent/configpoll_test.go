@@ -154,7 +154,7 @@ func TestReloaderWatchLiveFromStart(t *testing.T) {
 // TestConfigWatchGauge: the one collector exports how config changes are
 // noticed: 1 with mode watch, 0 with mode poll, nothing without a file.
 func TestConfigWatchGauge(t *testing.T) {
-	a := &Agent{log: slog.New(slog.DiscardHandler)}
+	a := &Agent{log: slog.New(slog.DiscardHandler), at: &attacher{}}
 	c := &collector{a: a, read: func() (Snapshot, error) { return Snapshot{}, errors.New("no maps in this test") }}
 	for _, tc := range []struct {
 		mode WatchMode

@@ -7,11 +7,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/internal/testenv"
@@ -44,10 +41,10 @@ func TestDetachAll(t *testing.T) {
 	if err := os.Remove(agent.LockFile(unrecorded)); err != nil {
 		t.Fatal(err)
 	}
-	named := xdpProgram(t, agent.ProgramName)
-	foreign := xdpProgram(t, "foreign")
-	attachNetlink(t, p.Coll, "dxa1", named)
-	attachNetlink(t, p.Coll, "dxb0", foreign)
+	named := testenv.NamedProgram(t, agent.ProgramName, xdpPassAction)
+	foreign := testenv.NamedProgram(t, "foreign", xdpPassAction)
+	testenv.AttachForeign(t, p.Coll, "dxa1", named)
+	testenv.AttachForeign(t, p.Coll, "dxb0", foreign)
 	// On the sender's lo: ifindex 1, as the collector namespace's lo.
 	var elsewhere link.Link
 	if err := p.Send.Do(func() (err error) {
@@ -137,29 +134,6 @@ func addVeth(t *testing.T, ns *testenv.NS, name, peer string) {
 }
 
 // xdpProgram loads an XDP program named name that passes everything.
-func xdpProgram(t *testing.T, name string) *ebpf.Program {
-	t.Helper()
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: name, Type: ebpf.XDP, License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()},
-	})
-	if err != nil {
-		t.Fatalf("load %s: %v", name, err)
-	}
-	t.Cleanup(func() { prog.Close() })
-	return prog
-}
-
-// attachNetlink attaches prog to iface in ns through netlink, generic mode.
-func attachNetlink(t *testing.T, ns *testenv.NS, iface string, prog *ebpf.Program) {
-	t.Helper()
-	if err := ns.Do(func() error {
-		l, err := netlink.LinkByName(iface)
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetXdpFdWithFlags(l, prog.FD(), nl.XDP_FLAGS_SKB_MODE)
-	}); err != nil {
-		t.Fatalf("attach %s to %s: %v", prog, iface, err)
-	}
-}
+// xdpPassAction is XDP_PASS, what the foreign programs of these tests
+// return.
+const xdpPassAction = 2

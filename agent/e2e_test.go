@@ -93,7 +93,7 @@ func TestEndToEndVeth(t *testing.T) {
 	rx.WaitQuiet(200*time.Millisecond, 5*time.Second)
 	per, received := rx.Counts()
 
-	tab, err := tiers.Compile(pol)
+	tab, err := tiers.Compile(pol, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

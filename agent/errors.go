@@ -4,7 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/agent/pin"
+	"github.com/tierlimit/tierlimit/agent/record"
 )
 
 // Sentinel errors. The typed errors below wrap them, so errors.Is works on
@@ -13,33 +14,33 @@ var (
 	// ErrXDPMode is returned by ParseXDPMode for an unknown mode.
 	ErrXDPMode = errors.New("unknown XDP mode")
 	// ErrNoInterface is returned by New when an interface does not exist.
-	ErrNoInterface = errors.New("no such interface")
+	ErrNoInterface = pin.ErrNoInterface
 	// ErrDuplicateInterface is returned by New when two of the names
 	// given are one interface.
 	ErrDuplicateInterface = errors.New("interface given twice")
 	// ErrForeignProgram is returned by New and Detach when an interface
 	// runs an XDP program that is not tierlimit's (*ForeignProgramError).
-	ErrForeignProgram = errors.New("interface runs another XDP program")
+	ErrForeignProgram = pin.ErrForeignProgram
 	// ErrInterfaceBusy is returned by New when an interface already runs
 	// a tierlimit limiter that this agent does not own: another agent
 	// holds it, or it is pinned under another pin path (*BusyError).
-	ErrInterfaceBusy = errors.New("interface already runs a tierlimit limiter held elsewhere")
+	ErrInterfaceBusy = pin.ErrInterfaceBusy
 	// ErrNotRoot is returned by New when the process lacks root.
 	ErrNotRoot = errors.New("not running as root: loading and attaching XDP needs root, or CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN")
 	// ErrNotPinned is returned by Detach and Status when no pinned state exists.
-	ErrNotPinned = errors.New("no pinned tierlimit state")
+	ErrNotPinned = pin.ErrNotPinned
 	// ErrAgentRunning is returned by New and Detach when another agent
 	// holds the pin path (*AgentRunningError).
-	ErrAgentRunning = errors.New("another tierlimit agent is running with this pin path")
+	ErrAgentRunning = pin.ErrAgentRunning
 	// ErrIncompatiblePin is returned by New when maps pinned under the pin
 	// path do not match this version's program (*IncompatiblePinError).
 	// Nothing has been written; Detach removes them.
 	ErrIncompatiblePin = errors.New("pinned maps are incompatible with this version")
 	// ErrNewerLayout is returned for pinned state of a newer layout
 	// (*NewerLayoutError).
-	ErrNewerLayout = errors.New("pinned state was written by a newer tierlimit")
+	ErrNewerLayout = pin.ErrNewerLayout
 	// ErrPinPath is returned by New for a pin path bpffs cannot hold.
-	ErrPinPath = errors.New("bad pin path")
+	ErrPinPath = pin.ErrPinPath
 	// ErrNotEthernet is returned by New, and logged by Watch for a
 	// re-created interface, when an interface's frames do not start with
 	// an Ethernet header (*LinkTypeError).
@@ -50,7 +51,7 @@ var (
 	// ErrRecordDir is returned by Reload when a new record.dir cannot be
 	// made or written: the reload is refused and the old policy, record
 	// dir included, keeps running.
-	ErrRecordDir = errors.New("record dir not usable")
+	ErrRecordDir = record.ErrDir
 )
 
 // LinkTypeError is an interface whose frames start at the IP header (or
@@ -74,81 +75,19 @@ func (e *LinkTypeError) Error() string {
 
 func (e *LinkTypeError) Unwrap() error { return ErrNotEthernet }
 
-// ForeignProgramError is an interface that runs another XDP program.
-type ForeignProgramError struct {
-	Iface string
-	// Program describes it: "program id N, name "x"" (the name only with
-	// CAP_SYS_ADMIN).
-	Program string
-	// HeldByLink is true when a bpf_link holds it: only its owner can
-	// remove it, so replacing it is not possible either.
-	HeldByLink bool
-	// Unnamed is true when its name could not be read (that needs
-	// CAP_SYS_ADMIN): it may be another tierlimit agent's.
-	Unnamed bool
-}
+// The pin directory's errors, which New, Detach and ReadStatus return
+// alike (agent/pin).
+type (
+	ForeignProgramError = pin.ForeignProgramError
+	BusyError           = pin.BusyError
+	AgentRunningError   = pin.AgentRunningError
+	NewerLayoutError    = pin.NewerLayoutError
+	PrivateBPFFSError   = pin.PrivateBPFFSError
+)
 
-func (e *ForeignProgramError) Error() string {
-	if e.Unnamed && !e.HeldByLink {
-		return fmt.Sprintf("%v: %s on %s, whose name cannot be read without CAP_SYS_ADMIN: another agent or another tool holds the interface",
-			ErrForeignProgram, e.Program, e.Iface)
-	}
-	if e.HeldByLink {
-		return fmt.Sprintf("%v: %s on %s is held by a bpf_link, which only its owner can remove", ErrForeignProgram, e.Program, e.Iface)
-	}
-	return fmt.Sprintf("%v: %s on %s", ErrForeignProgram, e.Program, e.Iface)
-}
-
-func (e *ForeignProgramError) Unwrap() error { return ErrForeignProgram }
-
-// BusyError is an interface that runs a tierlimit limiter this agent does
-// not own.
-type BusyError struct {
-	Iface   string
-	Program string
-}
-
-func (e *BusyError) Error() string {
-	return fmt.Sprintf("%s already runs tierlimit (%s), held by another agent or pinned under another pin path", e.Iface, e.Program)
-}
-
-func (e *BusyError) Unwrap() error { return ErrInterfaceBusy }
-
-// AgentRunningError names the pin path another agent holds, and its pid
-// ("" when the kernel does not say).
-type AgentRunningError struct {
-	Pin string
-	Pid string
-}
-
-func (e *AgentRunningError) Error() string {
-	pid := e.Pid
-	if pid == "" {
-		pid = "unknown"
-	}
-	return fmt.Sprintf("%v (%s, pid %s)", ErrAgentRunning, e.Pin, pid)
-}
-
-func (e *AgentRunningError) Unwrap() error { return ErrAgentRunning }
-
-// NewerLayoutError is returned by New and ReadStatus when the pin
-// directory was written by a newer tierlimit, whose layout this binary
-// does not know (DESIGN.md §11): reading it could misread any field.
-type NewerLayoutError struct {
-	Pin   string
-	Found Layout
-}
-
-func (e *NewerLayoutError) Error() string {
-	by := e.Found.WrittenBy
-	if by == "" {
-		by = "an unknown version"
-	}
-	return fmt.Sprintf("%v: %s holds layout %d, written by tierlimit %s; this tierlimit knows layouts up to %d",
-		ErrNewerLayout, e.Pin, e.Found.Version, by, bpf.Layout)
-}
-
-func (e *NewerLayoutError) Unwrap() error { return ErrNewerLayout }
+// ErrPrivateBPFFS is returned by New (*PrivateBPFFSError) when the bpffs
+// at the pin path is private to the agent's mount namespace.
+var ErrPrivateBPFFS = pin.ErrPrivateBPFFS
 
 // IncompatiblePinError names the pinned map that does not match.
 type IncompatiblePinError struct {

@@ -56,5 +56,5 @@ func (c countingReader) TopSources(n int) ([]bpf.SourceGroup, error) {
 // counter of its reads.
 func CollectorCountingReads(a *Agent) (prometheus.Collector, *MapReads) {
 	r := &MapReads{}
-	return a.collectorReading(countingReader{lim: a.lim, r: r}), r
+	return newCollector(a, countingReader{lim: a.lim, r: r}), r
 }

@@ -209,7 +209,7 @@ func TestInterfaceRecreated(t *testing.T) {
 // in ns, in generic mode through netlink, and returns its id.
 func attachForeignTo(t *testing.T, ns *testenv.NS, iface string) uint32 {
 	t.Helper()
-	attachNetlink(t, ns, iface, xdpProgram(t, "foreign"))
+	testenv.AttachForeign(t, ns, iface, testenv.NamedProgram(t, "foreign", xdpPassAction))
 	return testenv.XDP(t, ns, iface).ID
 }
 

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -115,11 +116,11 @@ func (a *Agent) fleetBoundFor(p tiers.Policy, fleetChanged bool) {
 	var err error
 	if old != nil && !fleetChanged {
 		b.fleet = old.fleet
-	} else if b.fleet, err = tiers.Compile(p.WithLocal(a.local)); err != nil {
+	} else if b.fleet, err = tiers.Compile(p.WithLocal(a.local), 0); err != nil {
 		a.log.Error("fleet: compile the fleet's table for max: auto; the last stays", "err", err)
 		return
 	}
-	if b.local, err = tiers.Compile(p.Local().WithLocal(a.local)); err != nil {
+	if b.local, err = tiers.Compile(p.Local().WithLocal(a.local), 0); err != nil {
 		a.log.Error("fleet: compile the learnt max's table; the last stays", "max", p.Max, "err", err)
 		return
 	}
@@ -154,7 +155,7 @@ func (s *fleetSide) EnterFallback(members int) error {
 	if a.closed.Load() {
 		return errClosed
 	}
-	return a.applyLocked(a.fleet.given) // in fallback: fleetPolicy of it
+	return a.apply(context.Background(), a.fleet.given, false) // in fallback: fleetPolicy of it
 }
 
 // LeaveFallback applies the fleet's policy again.
@@ -166,7 +167,7 @@ func (s *fleetSide) LeaveFallback() error {
 	if a.closed.Load() {
 		return errClosed
 	}
-	return a.applyLocked(a.fleet.given)
+	return a.apply(context.Background(), a.fleet.given, false)
 }
 
 // fleetPolicy is what a reload applies in place of p (a.applyMu held):

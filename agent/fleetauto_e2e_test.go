@@ -74,11 +74,11 @@ func TestFleetAutoAgent(t *testing.T) {
 	if _, err := b.StartFleet(polB, "other"); err != nil {
 		t.Fatal(err)
 	}
-	fleetTab, err := tiers.Compile(polA)
+	fleetTab, err := tiers.Compile(polA, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	local, err := tiers.Compile(polA.Local())
+	local, err := tiers.Compile(polA.Local(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,12 +219,12 @@ select:
 		src.Close()
 		t.Fatal(err)
 	}
-	fleetTab, err := tiers.Compile(pol)
+	fleetTab, err := tiers.Compile(pol, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	localP := func(m, offered uint64) float64 {
-		tab, err := tiers.Compile(pol.Local().WithMax(m))
+		tab, err := tiers.Compile(pol.Local().WithMax(m), 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,7 @@ import (
 // counts as the datagrams it carries (bpf.Limiter.SetSKBIfaces). Where the
 // kernel cannot show it the segment count, generic mode is refused
 // (bpf.ErrSuperPackets): it would count a super-packet as one datagram.
-func (a *Agent) countSuperPackets() error {
+func (a *attacher) countSuperPackets() error {
 	var (
 		generic []int
 		names   []string

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/sysutil"
 )
 
 // describeIfaces tells the program what it may check of the frames on
@@ -23,7 +24,7 @@ import (
 // frame from this one (macAcceptors), so that it never passes uncounted a
 // frame that Linux delivers. Called with a.mu held, or before the agent
 // is shared; logs what changed.
-func (a *Agent) describeIfaces() error {
+func (a *attacher) describeIfaces() error {
 	all, err := a.nh.LinkList()
 	if err != nil {
 		return fmt.Errorf("list links: %w", err)
@@ -67,7 +68,7 @@ func sameIface(x, y bpf.Iface) bool {
 
 // describe is l's bpf.Iface among all the namespace's links, and why its
 // MAC check is off ("" when on).
-func (a *Agent) describe(l netlink.Link, all []netlink.Link) (bpf.Iface, string) {
+func (a *attacher) describe(l netlink.Link, all []netlink.Link) (bpf.Iface, string) {
 	at := l.Attrs()
 	ifc := bpf.Iface{Index: at.Index, MAC: slices.Clone(at.HardwareAddr)}
 	why := a.macAcceptors(l, all)
@@ -86,7 +87,7 @@ func (a *Agent) describe(l netlink.Link, all []netlink.Link) (bpf.Iface, string)
 // macvlan in passthru mode, an hsr port, a capture), l is a master (a
 // bridge passes up frames to its ports' MACs), or l sits on another
 // device (a VLAN device takes frames to its lower's MAC, vlan_do_receive).
-func (a *Agent) macAcceptors(l netlink.Link, all []netlink.Link) string {
+func (a *attacher) macAcceptors(l netlink.Link, all []netlink.Link) string {
 	if why := linkAcceptors(l, all); why != "" {
 		return why
 	}
@@ -143,7 +144,7 @@ func otherUnicast(fdb []netlink.Neigh, idx int, own net.HardwareAddr) string {
 // routeLocalnet reports whether net.ipv4.conf.{all,name}.route_localnet
 // is set in the agent's namespace, or cannot be read: then 127.0.0.0/8 is
 // routed (ip_route_input_slow), not a martian.
-func (a *Agent) routeLocalnet(name string) bool {
+func (a *attacher) routeLocalnet(name string) bool {
 	on := true
 	_ = a.inNS(func() error {
 		on = false
@@ -166,21 +167,21 @@ func (a *Agent) routeLocalnet(name string) bool {
 //
 // ns is the agent's namespace, a handle of followIfaces' own (dupNS),
 // which it closes.
-func (a *Agent) followIfaces(done <-chan struct{}, ns netns.NsHandle) {
+func (a *attacher) followIfaces(done <-chan struct{}, ns netns.NsHandle) {
 	defer ns.Close()
 	links := make(chan netlink.LinkUpdate, 64)
-	errf := a.subscriptionErrors(done, "following links")
+	errf := subscriptionErrors(a.log, done, "following links")
 	// Opened on a thread of the agent's namespace: with Namespace set the
 	// netlink package enters it (setns), which needs CAP_SYS_ADMIN.
-	if err := onThreadIn(ns, "the agent's network namespace", func() error {
+	if err := sysutil.OnThreadIn(ns, "the agent's network namespace", func() error {
 		return netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{ErrorCallback: errf})
 	}); err != nil {
 		a.log.Error("cannot follow links: the MAC checks follow them at each watch round only", "err", err)
 		return
 	}
-	ev := newEvents()
-	follow(ev, done, links)
-	ev.settle(done, 50*time.Millisecond, func() {
+	ev := sysutil.NewEvents()
+	sysutil.Follow(ev, done, links)
+	ev.Settle(done, 50*time.Millisecond, func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		if a.closed.Load() {
@@ -194,7 +195,7 @@ func (a *Agent) followIfaces(done <-chan struct{}, ns netns.NsHandle) {
 
 // Ifaces returns what the program was last told of the attached
 // interfaces.
-func (a *Agent) Ifaces() []bpf.Iface {
+func (a *attacher) Ifaces() []bpf.Iface {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return slices.Clone(a.ifaces)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
+
+	"github.com/tierlimit/tierlimit/agent/pin"
 )
 
 // Watch checks, every interval until ctx ends, that the limiter is what
@@ -20,7 +22,7 @@ import (
 //     namespace): logged, and /healthz and xdp_attached show it;
 //   - the pin directory, or pins in it, removed: logged, and everything is
 //     pinned again from the fds the agent holds.
-func (a *Agent) Watch(ctx context.Context, interval time.Duration) {
+func (a *attacher) Watch(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -35,16 +37,16 @@ func (a *Agent) Watch(ctx context.Context, interval time.Duration) {
 		}
 		a.mu.Unlock()
 		// The host's destinations, which an event lost in a storm would
-		// leave stale (followLocal); refreshLocal takes applyMu, which
-		// is never taken under mu.
-		if ctx.Err() == nil {
-			a.refreshLocal()
+		// leave stale (the Agent's followLocal): afterRound takes applyMu,
+		// which is never taken under mu.
+		if ctx.Err() == nil && a.afterRound != nil {
+			a.afterRound()
 		}
 	}
 }
 
 // watchOnce is one round of Watch; a.mu is held.
-func (a *Agent) watchOnce() {
+func (a *attacher) watchOnce() {
 	for _, att := range a.attached {
 		a.followRename(att)
 		why := a.check(att)
@@ -71,7 +73,7 @@ func (a *Agent) watchOnce() {
 
 // followRename notices that att's interface has a new name (same ifindex,
 // the agent's program) and moves its link pin to that name.
-func (a *Agent) followRename(att *Attachment) {
+func (a *attacher) followRename(att *Attachment) {
 	if a.check(att) != "" {
 		return
 	}
@@ -82,7 +84,7 @@ func (a *Agent) followRename(att *Attachment) {
 	old := att.Iface
 	att.Iface = l.Attrs().Name
 	if a.pd != nil && att.link != nil {
-		if err := att.link.Pin(a.pd.linkPin(att.Iface)); err != nil {
+		if err := att.link.Pin(a.pd.LinkPin(att.Iface)); err != nil {
 			a.log.Error("interface renamed, but its link could not be pinned under the new name", "from", old, "to", att.Iface, "error", err)
 			return
 		}
@@ -93,7 +95,7 @@ func (a *Agent) followRename(att *Attachment) {
 // reattach drops the link of att's deleted interface and attaches the
 // limiter to the interface of that name once there is one again (usually
 // on a new ifindex). It reports whether it tried.
-func (a *Agent) reattach(att *Attachment) bool {
+func (a *attacher) reattach(att *Attachment) bool {
 	if att.link != nil {
 		if a.pd != nil {
 			a.unpinIfMine(att)
@@ -128,18 +130,18 @@ func (a *Agent) reattach(att *Attachment) bool {
 }
 
 // unpinIfMine removes att's link pin if it holds att's link.
-func (a *Agent) unpinIfMine(att *Attachment) {
+func (a *attacher) unpinIfMine(att *Attachment) {
 	if a.linkPinned(att) {
-		_ = os.Remove(a.pd.linkPin(att.Iface))
+		_ = os.Remove(a.pd.LinkPin(att.Iface))
 	}
 }
 
 // linkPinned reports whether att's link is pinned where it belongs.
-func (a *Agent) linkPinned(att *Attachment) bool {
+func (a *attacher) linkPinned(att *Attachment) bool {
 	if a.pd == nil || att.link == nil {
 		return false
 	}
-	lk, err := link.LoadPinnedLink(a.pd.linkPin(att.Iface), nil)
+	lk, err := link.LoadPinnedLink(a.pd.LinkPin(att.Iface), nil)
 	if err != nil {
 		return false
 	}
@@ -149,9 +151,9 @@ func (a *Agent) linkPinned(att *Attachment) bool {
 
 // checkPins pins the maps, links and program again when the pin directory
 // or anything in it was removed under the running agent.
-func (a *Agent) checkPins() {
-	_, perr := os.Stat(a.pd.program())
-	intact := a.pd.intact() && perr == nil && a.lim.PinnedMaps(a.pd.maps())
+func (a *attacher) checkPins() {
+	_, perr := os.Stat(a.pd.Program())
+	intact := a.pd.Intact() && perr == nil && a.lim.PinnedMaps(a.pd.Maps())
 	for _, att := range a.attached {
 		if att.link != nil && a.check(att) == "" && !a.linkPinned(att) {
 			intact = false
@@ -161,35 +163,35 @@ func (a *Agent) checkPins() {
 		return
 	}
 	if !a.pinsLost {
-		a.log.Error("pinned state removed while the agent runs: pinning it again from the agent's fds", "pin", a.pd.path)
+		a.log.Error("pinned state removed while the agent runs: pinning it again from the agent's fds", "pin", a.pd.Path())
 	}
 	if err := a.repin(); err != nil {
 		if !a.pinsLost {
-			a.log.Error("pinning again failed: the limiter ends when the agent exits", "pin", a.pd.path, "error", err)
+			a.log.Error("pinning again failed: the limiter ends when the agent exits", "pin", a.pd.Path(), "error", err)
 		}
 		a.pinsLost = true
 		return
 	}
 	a.pinsLost = false
-	a.log.Info("pinned state restored", "pin", a.pd.path)
+	a.log.Info("pinned state restored", "pin", a.pd.Path())
 }
 
-func (a *Agent) repin() error {
-	if !a.pd.intact() {
-		if err := a.pd.relock(); err != nil {
+func (a *attacher) repin() error {
+	if !a.pd.Intact() {
+		if err := a.pd.Relock(); err != nil {
 			return err
 		}
-	} else if err := a.pd.makeSubdirs(); err != nil {
+	} else if err := a.pd.MakeSubdirs(); err != nil {
 		return err
 	}
-	if err := a.lim.Repin(a.pd.maps()); err != nil {
+	if err := a.lim.Repin(a.pd.Maps()); err != nil {
 		return err
 	}
 	for _, att := range a.attached {
 		if att.link == nil || a.check(att) != "" || a.linkPinned(att) {
 			continue
 		}
-		path := a.pd.linkPin(att.Iface)
+		path := a.pd.LinkPin(att.Iface)
 		if err := att.link.Unpin(); err != nil {
 			return err
 		}
@@ -200,8 +202,8 @@ func (a *Agent) repin() error {
 			return fmt.Errorf("pin link %s: %w", path, err)
 		}
 	}
-	if err := a.pd.pinProgram(a.lim.Program()); err != nil {
+	if err := a.pd.PinProgram(a.lim.Program()); err != nil {
 		return err
 	}
-	return writeLayout(a.pd.path, a.cfg.Version)
+	return pin.WriteLayout(a.pd.Path(), a.cfg.Version)
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"net/netip"
 	"slices"
 	"time"
@@ -65,7 +66,7 @@ func (a *Agent) followLocal(done <-chan struct{}, ns netns.NsHandle) {
 			}
 			failing = false
 			a.refreshLocal() // what changed while no subscription listened
-			ev.settle(done, 50*time.Millisecond, a.refreshLocal)
+			ev.Settle(done, 50*time.Millisecond, a.refreshLocal)
 		}
 		close(stop)
 		select {
@@ -82,7 +83,7 @@ func (a *Agent) refreshLocal() {
 	if a.closed.Load() { // its netlink handle closes with it
 		return
 	}
-	local, err := localDests(a.nh)
+	local, err := localDests(a.at.nh)
 	if err != nil {
 		a.follow.errors.Add(1)
 		a.log.Warn("read local addresses", "err", err)
@@ -95,7 +96,7 @@ func (a *Agent) refreshLocal() {
 	}
 	old := a.local
 	a.local = local
-	if err := a.applyLocked(a.current); err != nil {
+	if err := a.apply(context.Background(), a.current, false); err != nil {
 		a.local = old
 		a.log.Error("apply the policy to new local addresses", "err", err, "local", local)
 		return

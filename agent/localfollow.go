@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/tierlimit/tierlimit/internal/sysutil"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -57,10 +58,10 @@ func (a *Agent) collectLocal(ch chan<- prometheus.Metric) {
 // thread of that namespace, with no Namespace option: the netlink package
 // would then enter the namespace (setns), which needs CAP_SYS_ADMIN, that
 // the shipped unit does not give.
-func (a *Agent) subscribeLocal(ns netns.NsHandle, stop <-chan struct{}, errf func(error)) (*events, error) {
+func (a *Agent) subscribeLocal(ns netns.NsHandle, stop <-chan struct{}, errf func(error)) (*sysutil.Events, error) {
 	addrs := make(chan netlink.AddrUpdate, 64)
 	routes := make(chan netlink.RouteUpdate, 64)
-	err := onThreadIn(ns, "the agent's network namespace", func() error {
+	err := sysutil.OnThreadIn(ns, "the agent's network namespace", func() error {
 		ao := netlink.AddrSubscribeOptions{ErrorCallback: errf, ReceiveBufferSize: followRcvBuf, ReceiveBufferForceSize: true}
 		if err := netlink.AddrSubscribeWithOptions(addrs, stop, ao); err != nil {
 			return fmt.Errorf("subscribe to address changes: %w", err)
@@ -74,9 +75,9 @@ func (a *Agent) subscribeLocal(ns netns.NsHandle, stop <-chan struct{}, errf fun
 	if err != nil {
 		return nil, err
 	}
-	ev := newEvents()
-	follow(ev, stop, addrs)
-	follow(ev, stop, routes)
+	ev := sysutil.NewEvents()
+	sysutil.Follow(ev, stop, addrs)
+	sysutil.Follow(ev, stop, routes)
 	return ev, nil
 }
 

@@ -53,10 +53,11 @@ type collector struct {
 // Collector returns the agent's prometheus.Collector: every tierlimit_
 // family, from one read of the maps per scrape.
 func (a *Agent) Collector() prometheus.Collector {
-	return a.collectorReading(a.lim)
+	return newCollector(a, a.lim)
 }
 
-func (a *Agent) collectorReading(r mapReader) *collector {
+// newCollector is a's collector, reading the maps through r.
+func newCollector(a *Agent, r mapReader) *collector {
 	return &collector{a: a, read: func() (Snapshot, error) { return takeSnapshot(r) }}
 }
 
@@ -78,7 +79,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, reloadsDesc, a.reloadErr.Load(), "error")
 	for _, att := range a.Attachments() {
 		up := 0.0
-		if a.attachedTo(att.Index) {
+		if a.at.attachedTo(att.Index) {
 			up = 1
 		}
 		gauge(ch, attachedDesc, up, att.Iface, att.Mode)
@@ -95,9 +96,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(ch, scrapeErrorsDesc, a.scrapeErrors.Load())
 	a.collectLocal(ch)
-	s.Auto = a.autoCounts()
+	roomCounts(&s, a.auto.Load(), a.record.Load())
 	collectAuto(ch, s)
-	s.Record = a.recordCounts()
 	collectRecord(ch, s)
 	s.ConfigWatch = WatchMode(a.configWatch.Load())
 	collectConfigWatch(ch, s)

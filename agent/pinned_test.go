@@ -13,11 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
-
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -125,24 +120,7 @@ func TestDetachRemovesEverything(t *testing.T) {
 // mode through netlink, as `ip link set dev X xdpgeneric obj ...` does.
 func attachForeign(t *testing.T, p *testenv.Pair) uint32 {
 	t.Helper()
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "foreign", Type: ebpf.XDP, License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prog.Close()
-	err = p.Coll.Do(func() error {
-		l, err := netlink.LinkByName(p.CollIf)
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetXdpFdWithFlags(l, prog.FD(), nl.XDP_FLAGS_SKB_MODE)
-	})
-	if err != nil {
-		t.Fatalf("attach foreign program: %v", err)
-	}
+	testenv.AttachForeign(t, p.Coll, p.CollIf, testenv.NamedProgram(t, "foreign", xdpPassAction))
 	x := testenv.XDP(t, p.Coll, p.CollIf)
 	id, name := x.ID, x.Name
 	if name != "foreign" {

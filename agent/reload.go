@@ -10,6 +10,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -35,7 +36,7 @@ var errClosed = errors.New("agent closed")
 // Reload compiles p and swaps it in atomically (bpf.Limiter.Apply). On
 // error the old policy keeps running, and the error is counted in
 // config_reloads_total{result="error"}. The shed record takes the new
-// record and events settings live (record_reload.go); a new record dir
+// record and events settings live (record.Change); a new record dir
 // the agent cannot make or write refuses the reload (ErrRecordDir). With an adaptive-max controller
 // running (StartAutoMax), a p with the same auto bounds as the policy in
 // force keeps the learnt max instead of p.Max.
@@ -45,7 +46,7 @@ func (a *Agent) Reload(p tiers.Policy) error {
 
 // ReloadContext is Reload that gives up when ctx ends (SIGTERM) before the
 // new policy is active, keeping the old one: a reload that writes tens of
-// thousands of prefixes takes seconds (bpf.Limiter.ApplyContext).
+// thousands of prefixes takes seconds (bpf.Limiter.Apply).
 func (a *Agent) ReloadContext(ctx context.Context, p tiers.Policy) error {
 	err := a.reload(ctx, p)
 	if err != nil {
@@ -66,36 +67,60 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 	if a.closed.Load() {
 		return errClosed
 	}
-	p = a.autoPolicy(p) // keeps a learnt adaptive max
+	return a.apply(ctx, p, true)
+}
+
+// apply is the one path from a policy to the settings map: New, Reload,
+// the local addresses' follower and the adaptive max all take it, with
+// a.applyMu held. It compiles p, its dests local resolved (WithLocal),
+// writes it (bpf.Limiter.Apply) and records it as the policy in
+// force. A reload (reload set) also keeps a learnt adaptive max, opens the
+// drop signal of a new auto.netns and prepares the shed record's change
+// before writing, refusing p with nothing changed when one fails, and
+// hands the rooms their part once p is written.
+func (a *Agent) apply(ctx context.Context, p tiers.Policy, reload bool) error {
+	m, ep := a.auto.Load(), a.record.Load()
 	given := p
-	p = a.fleetPolicy(p) // the fleet's fallback while the store is out of reach
-	rp := p.WithLocal(a.local)
-	tab, err := tiers.Compile(rp) // validates p
+	if reload {
+		p = m.ReloadPolicy(p) // keeps a learnt adaptive max
+		given = p
+		p = a.fleetPolicy(p) // the fleet's fallback while the store is out of reach
+	} else {
+		p = a.fleetApplying(p)
+	}
+	rp := p.WithLocal(a.fitLocal(p))
+	tab, err := tiers.Compile(rp, a.lim.Tick()) // validates p
 	if err != nil {
 		return err
 	}
-	src, err := a.autoSource(p) // a new auto.netns: its signal, or refused
-	if err != nil {
-		return err
+	var src DropSource
+	var rc *record.Change
+	if reload {
+		if src, err = m.SourceFor(p, a.at.ns); err != nil { // a new auto.netns: its signal, or refused
+			return err
+		}
+		if rc, err = ep.Prepare(p); err != nil { // a new record dir or reader: opened, or refused
+			if src != nil {
+				src.Close()
+			}
+			return err
+		}
 	}
-	rc, err := a.prepareRecord(p) // a new record dir or reader: opened, or refused
-	if err != nil {
+	if err := a.lim.Apply(ctx, tab); err != nil {
 		if src != nil {
 			src.Close()
 		}
-		return err
-	}
-	if err := a.lim.ApplyContext(ctx, rp, tab); err != nil {
-		if src != nil {
-			src.Close()
-		}
-		rc.abort()
+		rc.Abort()
 		return err
 	}
 	a.current = p
-	a.autoApplied(given, src) // the fleet's policy, not its fallback
-	a.fleetApplied(given)
-	rc.commit()
+	if reload {
+		m.Reloaded(given, src) // the fleet's policy, not its fallback
+		a.fleetApplied(given)
+		rc.Commit()
+	} else if ep != nil {
+		ep.SetMax(p.Max)
+	}
 	return nil
 }
 

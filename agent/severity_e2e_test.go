@@ -56,7 +56,7 @@ func (f severityFlood) message(burst, seq int) []byte {
 // model 400 times and returns, per PRI and in total, the mean passed and
 // its standard deviation.
 func (f severityFlood) expected(p tiers.Policy, sent []int) (mean, sd map[int]float64) {
-	tab, _ := tiers.Compile(p)
+	tab, _ := tiers.Compile(p, 0)
 	const runs = 400
 	sum, sumSq := map[int]float64{}, map[int]float64{}
 	for r := range runs {

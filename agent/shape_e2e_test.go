@@ -105,7 +105,7 @@ func shapeOnVeth(t *testing.T, shape tiers.Shape) {
 	ping(t, p.Send, p.CollAddr.String(), 1, "0.2")
 	pol := policy(t, maxN)
 	pol.Shape = shape
-	tab, err := tiers.Compile(pol)
+	tab, err := tiers.Compile(pol, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

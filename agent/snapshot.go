@@ -1,11 +1,8 @@
 package agent
 
 import (
-	"fmt"
-
-	"golang.org/x/sys/unix"
-
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/sysutil"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -86,14 +83,9 @@ func takeSnapshot(l mapReader) (Snapshot, error) {
 	}
 	s.WindowsOpened = w.Opened
 	s.WindowPackets, s.LastWindowPackets, s.DropDebt = w.Count, w.LastCount, w.Debt
-	if now, err := monotonic(); err == nil && w.Opened > 0 && int64(now-w.StartNs) > int64(s.Policy.Window) {
-		s.WindowPackets, s.LastWindowPackets, s.DropDebt = 0, w.Count, 0
-	}
-	if s.WindowPackets > 0 {
-		s.CurrentTier = tiers.TierOf(s.Policy.Bounds, s.WindowPackets)
-		if s.Policy.Shape == tiers.ShapeSmooth {
-			s.CurrentTier = tiers.TierOf(s.Policy.Bounds, smoothEstimate(s.Policy, w))
-		}
+	if now, err := sysutil.Monotonic(); err == nil {
+		ws := tiers.WindowNow(now, w.Counts(), s.Policy.WindowPolicy())
+		s.WindowPackets, s.LastWindowPackets, s.DropDebt, s.CurrentTier = ws.Count, ws.LastCount, ws.Debt, ws.Tier
 	}
 	if s.TopSources, err = l.TopSources(0); err != nil {
 		return s, err
@@ -104,29 +96,4 @@ func takeSnapshot(l mapReader) (Snapshot, error) {
 		}
 	}
 	return s, nil
-}
-
-// smoothEstimate is R̂ of the current window as the program computes it
-// (tiers.SmoothCoef), now: the tier of R̂ is the smooth shape's
-// current_tier (DESIGN.md §9). The tick is the window's length over its
-// ticks.
-func smoothEstimate(a bpf.Active, w bpf.Window) uint64 {
-	now, err := monotonic()
-	if err != nil || now < w.StartNs {
-		return w.Count
-	}
-	tick := max(uint64(a.Window)/a.Ticks, 1)
-	c := tiers.SmoothState{Elapsed: (now - w.StartNs) / tick, Ticks: a.Ticks, Gap: w.Gap, Prev: w.LastCount}.Coef()
-	if a.Sources.Budget != 0 {
-		return c.Sliding(w.Count) // in-budget packets never extrapolate
-	}
-	return c.Estimate(w.Count, w.Onset)
-}
-
-func monotonic() (uint64, error) {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0, fmt.Errorf("read clock: %w", err)
-	}
-	return uint64(ts.Nano()), nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -50,14 +51,14 @@ func ReadSources(l *bpf.Limiter, top int) (Sources, error) {
 	return s.Sources(top), nil
 }
 
-// ReadPinnedSources is ReadSources on the maps pinned under pin, with no
+// ReadPinnedSources is ReadSources on the maps pinned under pinPath, with no
 // agent running (tierlimit status --top).
-func ReadPinnedSources(pin string, top int) (Sources, error) {
-	l, err := checkLayout(pin)
+func ReadPinnedSources(pinPath string, top int) (Sources, error) {
+	l, err := pin.CheckLayout(pinPath)
 	if err != nil {
 		return Sources{}, err
 	}
-	lim, _, err := bpf.OpenPinned(filepath.Join(pin, "maps"), l.Version)
+	lim, _, err := bpf.OpenPinned(filepath.Join(pinPath, "maps"), l.Version)
 	if err != nil {
 		return Sources{}, err
 	}

@@ -140,7 +140,7 @@ func fairShedding(t *testing.T, shape tiers.Shape) {
 	plain.Shape = shape
 	fair := plain.Clone()
 	fair.Sources = tiers.Sources{Budget: tiers.Pct(10), PrefixV4: 32, PrefixV6: 64}
-	tab, err := tiers.Compile(fair)
+	tab, err := tiers.Compile(fair, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func fairShedding(t *testing.T, shape tiers.Shape) {
 	if err := a.Reload(plain); err != nil {
 		t.Fatal(err)
 	}
-	ptab, err := tiers.Compile(plain)
+	ptab, err := tiers.Compile(plain, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

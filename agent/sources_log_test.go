@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/sysutil"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -31,11 +33,11 @@ func TestSourceLogRateLimited(t *testing.T) {
 	p := tiers.Default()
 	p.Window, p.Max = time.Hour, 1000
 	p.Sources = tiers.Sources{BudgetPackets: 2, PrefixV4: 32, PrefixV6: 64}
-	tab, err := tiers.Compile(p)
+	tab, err := tiers.Compile(p, l.Tick())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Apply(p, tab); err != nil {
+	if err := l.Apply(context.Background(), tab); err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
@@ -110,7 +112,7 @@ func expireWindow(t *testing.T, l *bpf.Limiter, window time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mono, err := monotonic()
+	mono, err := sysutil.Monotonic()
 	if err != nil {
 		t.Fatal(err)
 	}

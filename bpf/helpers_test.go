@@ -1,6 +1,7 @@
 package bpf_test
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/netip"
@@ -69,13 +70,23 @@ func newHarnessWith(tb testing.TB, p tiers.Policy, l *bpf.Limiter) *harness {
 	return h
 }
 
-func (h *harness) apply(p tiers.Policy) {
+// compile compiles p for h's limiter (tiers.Compile with its tick).
+func (h *harness) compile(p tiers.Policy) tiers.Table {
 	h.tb.Helper()
-	tab, err := tiers.Compile(p)
+	tab, err := tiers.Compile(p, h.l.Tick())
 	if err != nil {
 		h.tb.Fatalf("compile: %v", err)
 	}
-	if err := h.l.Apply(p, tab); err != nil {
+	return tab
+}
+
+func (h *harness) apply(p tiers.Policy) {
+	h.tb.Helper()
+	tab, err := tiers.Compile(p, h.l.Tick())
+	if err != nil {
+		h.tb.Fatalf("compile: %v", err)
+	}
+	if err := h.l.Apply(context.Background(), tab); err != nil {
 		h.tb.Fatalf("apply: %v", err)
 	}
 	h.p, h.tab = p, tab

@@ -9,6 +9,8 @@ import (
 	"slices"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // Layout is the version of the pinned maps' layout this program reads and
@@ -171,20 +173,15 @@ func (mg *Migration) carryWindow(l *Limiter) error {
 	if slot, err := l.activeSlot(); err == nil {
 		_ = l.objs.Settings.Lookup(slot, &set)
 	}
-	v := LimiterTlWindow{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount,
-		Opened: w.Opened, StartJiffies: w.StartJiffies, ExpectIn: w.LastCount}
-	v.StartTick = w.StartNs >> smoothTickShift
-	if set.WindowJiffies != 0 {
-		v.StartTick = w.StartJiffies
-	}
+	v := LimiterTlWindow{ExpectIn: w.LastCount}
+	w.put(&v)
+	v.StartTick = tiers.StartTick(w.StartNs, w.StartJiffies, set.WindowJiffies != 0)
 	if err := l.objs.Window.Put(uint32(0), &v); err != nil {
 		return fmt.Errorf("carry window: %w", err)
 	}
 	mg.Carried.Carried = append(mg.Carried.Carried, fmt.Sprintf("window (n=%d, %d opened)", w.Count, w.Opened))
 	return nil
 }
-
-const smoothTickShift = uint(LimiterTlConstTL_C_SMOOTH_TICK_SHIFT)
 
 // readOldWindow decodes the shared prefix of a pinned tl_window, adding to
 // its count the current window's packets of the pinned overflow map (nil

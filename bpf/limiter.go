@@ -186,21 +186,18 @@ func (l *Limiter) Close() error {
 	return l.objs.Close()
 }
 
-// Apply writes policy p, compiled into t by tiers.Compile, into the inactive
-// slot and then makes that slot active with one 4-byte map update, so that
-// every packet sees either the whole old policy or the whole new one. The
-// window and the counters carry on. Returns ErrPolicy when p or t exceed the
-// program's limits; on any error the active policy is unchanged.
-func (l *Limiter) Apply(p tiers.Policy, t tiers.Table) error {
-	return l.ApplyContext(context.Background(), p, t)
-}
-
-// ApplyContext is Apply that gives up, returning ctx's error, when ctx ends
-// before the new policy is active: the running policy stays, whole. Only
-// prefix writes take long (about 20 µs each), so ctx is checked between
-// them.
-func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Table) error {
-	if err := fits(p, t); err != nil {
+// Apply writes t, a policy as tiers.Compile made it for the program's
+// tick (Tick), into the inactive slot and then makes that slot active with
+// one 4-byte map update, so that every packet sees either the whole old
+// policy or the whole new one. It writes what t holds and derives nothing.
+// The window and the counters carry on. It gives up, returning ctx's
+// error, when ctx ends before the new policy is active: the running policy
+// stays, whole. Only prefix writes take long (about 20 µs each), so ctx is
+// checked between them. Returns ErrPolicy when t exceeds the program's
+// limits or was compiled for another tick; on any error the active policy
+// is unchanged.
+func (l *Limiter) Apply(ctx context.Context, t tiers.Table) error {
+	if err := l.fits(t); err != nil {
 		return err
 	}
 	active, err := l.activeSlot()
@@ -227,26 +224,41 @@ func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Tabl
 	if err := l.clearDestCache(); err != nil {
 		return err
 	}
-	set := LimiterTlSettings{
-		WindowNs: uint64(p.Window.Nanoseconds()),
-		// Whole ticks in a window: the tick gate's bound.
-		WindowJiffies: l.windowJiffies(p.Window),
-		TableLen:      uint32(len(t.Thresholds)),
-		Shift:         uint32(t.Shift),
-		Mode:          uint32(p.Mode),
-		SynRules:      t.Selectors.SynRules,
-		DestRules:     t.Selectors.DestRules,
-		Tiers:         uint32(len(p.Tiers)),
-		Max:           p.TableMax(),
-	}
-	if err := l.setSaturation(&set, t); err != nil {
+	set, err := l.settings(t)
+	if err != nil {
 		return err
 	}
-	for k := range t.Bounds {
-		set.Bounds[k] = t.TierStart(k + 1)
+	if err := l.objs.Settings.Put(slot, &set); err != nil {
+		return fmt.Errorf("write settings of slot %d: %w", slot, err)
 	}
+	if err := l.objs.ActiveSlot.Put(uint32(0), slot); err != nil {
+		return fmt.Errorf("activate slot %d: %w", slot, err)
+	}
+	l.lastSlot, l.hasPolicy, l.graced = slot, true, false
+	return nil
+}
+
+// settings is the settings map's value of t: t's fields as they are.
+func (l *Limiter) settings(t tiers.Table) (LimiterTlSettings, error) {
+	st := t.Settings
+	set := LimiterTlSettings{
+		WindowNs: uint64(st.Window.Nanoseconds()),
+		// Whole ticks in a window: the tick gate's bound.
+		WindowJiffies: st.WindowTicks,
+		TableLen:      uint32(len(t.Thresholds)),
+		Shift:         uint32(t.Shift),
+		Mode:          uint32(st.Mode),
+		SynRules:      t.Selectors.SynRules,
+		DestRules:     t.Selectors.DestRules,
+		Tiers:         uint32(len(t.Bounds)),
+		Max:           st.Max,
+	}
+	if err := l.setSaturation(&set, t); err != nil {
+		return set, err
+	}
+	copy(set.Bounds[:], st.TierStarts)
 	copy(set.Drops[:], t.Drops)
-	l.setShape(&set, p, t)
+	setShape(&set, t)
 	if sv := t.Severity; sv.On {
 		set.SevOn = 1
 		set.ProtectBudget = sv.ProtectBudget
@@ -258,22 +270,15 @@ func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Tabl
 			set.SevClass[sev] = uint8(c)
 		}
 	}
-	if len(p.Exempt) > 0 {
+	if st.HasExempt {
 		set.Flags |= hasExempt
 	}
 	if t.Selectors.AnyDest {
 		set.Flags |= anyDest
 	}
 	l.setSources(&set, t.Sources)
-	setRecord(&set, t.Record, l.tickNs)
-	if err := l.objs.Settings.Put(slot, &set); err != nil {
-		return fmt.Errorf("write settings of slot %d: %w", slot, err)
-	}
-	if err := l.objs.ActiveSlot.Put(uint32(0), slot); err != nil {
-		return fmt.Errorf("activate slot %d: %w", slot, err)
-	}
-	l.lastSlot, l.hasPolicy, l.graced = slot, true, false
-	return nil
+	setRecord(&set, t.Record, st.TickNs)
+	return set, nil
 }
 
 // setSaturation fills the settings of the saturated window's fast path
@@ -281,7 +286,7 @@ func (l *Limiter) ApplyContext(ctx context.Context, p tiers.Policy, t tiers.Tabl
 // entry, and how many overflow slots the program sums.
 func (l *Limiter) setSaturation(set *LimiterTlSettings, t tiers.Table) error {
 	last := len(t.Thresholds) - 1
-	set.LastN = t.TierStart(len(t.Bounds))
+	set.LastN = t.Settings.LastN
 	set.LastThr = t.Thresholds[last]
 	set.LastTier = uint32(t.Tiers[last])
 	cpus, err := ebpf.PossibleCPU()
@@ -293,15 +298,11 @@ func (l *Limiter) setSaturation(set *LimiterTlSettings, t tiers.Table) error {
 }
 
 // setShape fills the settings of the shape (DESIGN.md §9, smooth.h): the
-// ticks of a window as the estimate counts them (window_jiffies under the
-// tick gate, else window_ns >> TL_SMOOTH_TICK_SHIFT; at least 1), and the
+// ticks of a window as the estimate counts them (tiers.Settings), and the
 // smooth table's closed form past its end.
-func (l *Limiter) setShape(set *LimiterTlSettings, p tiers.Policy, t tiers.Table) {
+func setShape(set *LimiterTlSettings, t tiers.Table) {
 	set.Shape = uint32(t.Shape)
-	set.SmTicks = max(set.WindowJiffies, 1)
-	if set.WindowJiffies == 0 {
-		set.SmTicks = max(uint64(p.Window.Nanoseconds())>>tiers.SmoothTickShift, 1)
-	}
+	set.SmTicks = t.Settings.SmoothTicks
 	if t.Shape == tiers.ShapeSmooth {
 		set.SmLastN = t.Smoothed.LastN
 		set.SmPassBase = t.Smoothed.PassBase
@@ -309,52 +310,40 @@ func (l *Limiter) setShape(set *LimiterTlSettings, p tiers.Policy, t tiers.Table
 	}
 }
 
-// TickNs returns the tick of the smooth estimate in ns (tiers.Model.SetTick):
-// the kernel's jiffy under the tick gate, else 1 << tiers.SmoothTickShift.
-func (l *Limiter) TickNs() uint64 {
-	if l.tickNs == 0 {
-		return 1 << tiers.SmoothTickShift
-	}
-	return l.tickNs
-}
+// Tick is the kernel's tick in ns that the program's tick gate counts
+// (Options.TickNs), 0 when every selected packet reads the clock: what
+// tiers.Compile takes for the tables Apply writes.
+func (l *Limiter) Tick() uint64 { return l.tickNs }
 
-func (l *Limiter) windowJiffies(w time.Duration) uint64 {
-	if l.tickNs == 0 {
-		return 0
-	}
-	return uint64(w.Nanoseconds()) / l.tickNs
-}
+// TickNs returns the tick of the smooth estimate in ns (tiers.SmoothTick,
+// tiers.Model.SetTick).
+func (l *Limiter) TickNs() uint64 { return tiers.SmoothTick(l.tickNs) }
 
-func fits(p tiers.Policy, t tiers.Table) error {
+// fits refuses a table the program cannot hold, or compiled for another
+// tick than the program's (ErrPolicy).
+func (l *Limiter) fits(t tiers.Table) error {
+	st := t.Settings
 	switch {
-	case len(p.Tiers) > MaxTiers:
-		return fmt.Errorf("%w: %d tiers, at most %d", ErrPolicy, len(p.Tiers), MaxTiers)
-	case len(p.Select) > MaxSelectRules:
-		return fmt.Errorf("%w: %d select rules, at most %d", ErrPolicy, len(p.Select), MaxSelectRules)
+	case st.TickNs != l.tickNs:
+		return fmt.Errorf("%w: compiled for a tick of %d ns, the program's is %d ns", ErrPolicy, st.TickNs, l.tickNs)
+	case len(t.Bounds) > MaxTiers:
+		return fmt.Errorf("%w: %d tiers, at most %d", ErrPolicy, len(t.Bounds), MaxTiers)
+	case st.Rules > MaxSelectRules:
+		return fmt.Errorf("%w: %d select rules, at most %d", ErrPolicy, st.Rules, MaxSelectRules)
 	case len(t.Thresholds) == 0 || len(t.Thresholds) > MaxTableEntries:
 		return fmt.Errorf("%w: table of %d entries, want 1..%d", ErrPolicy, len(t.Thresholds), MaxTableEntries)
-	case len(t.Bounds) != len(p.Tiers) || len(t.Drops) != len(p.Tiers)+1:
-		return fmt.Errorf("%w: table compiled for %d tiers, policy has %d", ErrPolicy, len(t.Bounds), len(p.Tiers))
+	case len(st.TierStarts) != len(t.Bounds) || len(t.Drops) != len(t.Bounds)+1:
+		return fmt.Errorf("%w: table compiled for %d tiers, its settings have %d", ErrPolicy, len(t.Drops)-1, len(st.TierStarts))
 	case len(t.Tiers) != len(t.Thresholds):
 		return fmt.Errorf("%w: table has %d tiers for %d thresholds", ErrPolicy, len(t.Tiers), len(t.Thresholds))
 	case t.Shift > 63:
 		return fmt.Errorf("%w: table step 2^%d", ErrPolicy, t.Shift)
-	case len(p.Exempt) > MaxPrefixes:
-		return fmt.Errorf("%w: %d exempt prefixes, at most %d", ErrPolicy, len(p.Exempt), MaxPrefixes)
-	}
-	dests := 0
-	for _, r := range p.Select {
-		dests += len(r.Dests)
-	}
-	if dests > MaxPrefixes {
-		return fmt.Errorf("%w: %d dests prefixes, at most %d", ErrPolicy, dests, MaxPrefixes)
-	}
-	local := 0
-	for _, r := range p.Select {
-		local += len(r.LocalDests)
-	}
-	if budget := tiers.LocalBudget(p); local > budget {
-		return fmt.Errorf("%w: %d local destinations, at most %d", ErrPolicy, local, budget)
+	case st.Exempts > MaxPrefixes:
+		return fmt.Errorf("%w: %d exempt prefixes, at most %d", ErrPolicy, st.Exempts, MaxPrefixes)
+	case st.Dests > MaxPrefixes:
+		return fmt.Errorf("%w: %d dests prefixes, at most %d", ErrPolicy, st.Dests, MaxPrefixes)
+	case st.LocalDests > st.LocalBudget:
+		return fmt.Errorf("%w: %d local destinations, at most %d", ErrPolicy, st.LocalDests, st.LocalBudget)
 	}
 	return nil
 }
@@ -468,6 +457,18 @@ func overflowOf(ov []LimiterTlOverflow, id uint64) uint64 {
 	return n
 }
 
+// put writes w's settable fields into the map's value v: the one
+// conversion from a Window to the map (SetWindow, a migration's carried
+// window); Window reads it back.
+func (w Window) put(v *LimiterTlWindow) {
+	v.StartNs, v.Count, v.LastCount, v.Opened, v.StartJiffies, v.Debt = w.StartNs, w.Count, w.LastCount, w.Opened, w.StartJiffies, w.Debt
+}
+
+// Counts is w for tiers.WindowNow.
+func (w Window) Counts() tiers.WindowCounts {
+	return tiers.WindowCounts{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, Debt: w.Debt, Gap: w.Gap, Onset: w.Onset}
+}
+
 // SetWindow overwrites the window state, for tests and tools that preload
 // a count: Count goes on the shared count, and every CPU's overflow slot is
 // cleared. Racing packets may be lost; do not use it under traffic.
@@ -486,7 +487,7 @@ func (l *Limiter) SetWindow(w Window) error {
 	if err := l.objs.Window.Lookup(uint32(0), &v); err != nil {
 		return fmt.Errorf("read window: %w", err)
 	}
-	v.StartNs, v.Count, v.LastCount, v.Opened, v.StartJiffies, v.Debt = w.StartNs, w.Count, w.LastCount, w.Opened, w.StartJiffies, w.Debt
+	w.put(&v)
 	v.Overflowed = 0
 	if err := l.objs.Window.Put(uint32(0), &v); err != nil {
 		return fmt.Errorf("write window: %w", err)
@@ -524,6 +525,11 @@ type Active struct {
 	// window as the smooth estimate counts them (at least 1).
 	Shape tiers.Shape
 	Ticks uint64
+}
+
+// WindowPolicy is what tiers.WindowNow reads of the policy in force.
+func (a Active) WindowPolicy() tiers.WindowPolicy {
+	return tiers.WindowPolicy{Window: a.Window, Ticks: a.Ticks, Bounds: a.Bounds, Shape: a.Shape, Budgeted: a.Sources.Budget != 0}
 }
 
 // Active reads the active slot's settings, which hold what tiers.Compile

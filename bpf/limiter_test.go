@@ -1,6 +1,7 @@
 package bpf_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -347,9 +348,8 @@ func TestApplySwapsUnderTraffic(t *testing.T) {
 	b.Window, b.Max, b.Select = time.Hour, 1_000_000, udp(514)
 	c := ordinalDefault() // udp/1514, max 1, dry-run: tier 1, would_drop
 	c.Window, c.Max, c.Tiers, c.Select, c.Mode = time.Hour, 1, always, udp(1514), tiers.ModeDryRun
-	pols := []tiers.Policy{a, b, c}
-	tabs := []tiers.Table{mustCompile(t, a), mustCompile(t, b), mustCompile(t, c)}
 	h := newHarness(t, c)
+	tabs := []tiers.Table{h.compile(a), h.compile(b), h.compile(c)}
 
 	type outcome struct {
 		action  uint32
@@ -374,7 +374,7 @@ func TestApplySwapsUnderTraffic(t *testing.T) {
 				return
 			default:
 			}
-			if err := h.l.Apply(pols[i], tabs[i]); err != nil {
+			if err := h.l.Apply(context.Background(), tabs[i]); err != nil {
 				errc <- err
 				return
 			}
@@ -445,12 +445,12 @@ func udpRules(ports ...uint16) []tiers.Rule {
 func TestApplyRefusesWhatDoesNotFit(t *testing.T) {
 	h := newHarness(t, ordinalDefault())
 	p := ordinalDefault()
-	tab, err := tiers.Compile(p)
+	tab, err := tiers.Compile(p, h.l.Tick())
 	if err != nil {
 		t.Fatal(err)
 	}
 	tab.Thresholds = tab.Thresholds[:0]
-	if err := h.l.Apply(p, tab); !errors.Is(err, bpf.ErrPolicy) {
+	if err := h.l.Apply(context.Background(), tab); !errors.Is(err, bpf.ErrPolicy) {
 		t.Fatalf("empty table: got %v, want ErrPolicy", err)
 	}
 	// The old policy still runs.

@@ -1,6 +1,7 @@
 package bpf_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -255,11 +256,11 @@ func attachSaturated(t *testing.T, p *testenv.Pair, l *bpf.Limiter, collIdx int,
 	t.Helper()
 	if err := p.Coll.Do(func() error {
 		pol := saturatedPolicy(local)
-		tab, err := tiers.Compile(pol)
+		tab, err := tiers.Compile(pol, l.Tick())
 		if err != nil {
 			return err
 		}
-		if err := l.Apply(pol, tab); err != nil {
+		if err := l.Apply(context.Background(), tab); err != nil {
 			return err
 		}
 		// The collector's veth as the agent describes it (no master, no

@@ -44,10 +44,6 @@ const recordNone = uint8(LimiterTlConstTL_RECORD_NONE)
 // RecordSnapMax is the most bytes a sample keeps (TL_RECORD_SNAP_MAX).
 const RecordSnapMax = int(LimiterTlConstTL_C_RECORD_SNAP_MAX)
 
-// recordBurstDiv: each CPU's bucket holds its share of 1/recordBurstDiv of
-// a second's samples, and at least one sample.
-const recordBurstDiv = 10
-
 // Sample is one sampled shed packet (DESIGN.md §10).
 type Sample struct {
 	// Mono is the kernel's CLOCK_MONOTONIC when the packet was judged.
@@ -71,12 +67,8 @@ type Sample struct {
 }
 
 // RecordBurst returns how many samples the program may take at once at
-// samples per second: a tenth of a second's, and at least one. The program
-// never samples more than samples × (t + tick) + RecordBurst over any t,
-// tick being TickNs (0 without the tick gate).
-func RecordBurst(samples uint32) uint64 {
-	return max(1, uint64(samples)/recordBurstDiv)
-}
+// samples per second (tiers.RecordBurst).
+func RecordBurst(samples uint32) uint64 { return tiers.RecordBurst(samples) }
 
 // setRecord fills the settings of the shed record (record.h): the rate,
 // the snaplen, the group masks, and the cap's gate on the clock of the
@@ -89,8 +81,7 @@ func setRecord(set *LimiterTlSettings, r tiers.RecordTable, tickNs uint64) {
 	if r.Samples == 0 {
 		return
 	}
-	set.RecIntervalNs = uint64(time.Second) / uint64(r.Samples)
-	set.RecTauNs = (RecordBurst(r.Samples) - 1) * set.RecIntervalNs
+	set.RecIntervalNs, set.RecTauNs = r.IntervalNs, r.TauNs
 	set.RecTickNs = tickNs
 }
 

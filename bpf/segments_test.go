@@ -1,6 +1,7 @@
 package bpf_test
 
 import (
+	"context"
 	"io"
 	"net"
 	"testing"
@@ -62,11 +63,11 @@ func tcpSuperPackets(t *testing.T, big int, v6 bool) {
 	pol := ordinalDefault()
 	pol.Window, pol.Max = time.Hour, 100_000_000
 	pol.Select = []tiers.Rule{{Proto: tiers.ProtoTCP, Ports: []tiers.PortRange{{First: 601, Last: 601}}, Count: tiers.CountPackets}}
-	tab, err := tiers.Compile(pol)
+	tab, err := tiers.Compile(pol, l.Tick())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Apply(pol, tab); err != nil {
+	if err := l.Apply(context.Background(), tab); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Coll.Do(func() error {

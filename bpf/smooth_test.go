@@ -346,7 +346,7 @@ func TestSmoothFirstTickProgram(t *testing.T) {
 func TestSmoothShortWindowProgram(t *testing.T) {
 	p := tiers.Default()
 	p.Window, p.Max = 10*time.Millisecond, 300
-	if _, err := tiers.Compile(p); err == nil {
+	if _, err := tiers.Compile(p, 0); err == nil {
 		t.Error("a smooth 10 ms window compiles")
 	}
 	p.Window = tiers.SmoothMinWindow

@@ -14,6 +14,7 @@
 
 #include "maps.h"
 #include "parse.h"
+#include "record.h"
 #include "verdict.h"
 #include "window.h"
 #include "smooth.h"

@@ -51,6 +51,10 @@ type Table struct {
 	// Record is the shed record's sampling (DESIGN.md §10), encoded for
 	// the program's settings; the zero value samples nothing.
 	Record RecordTable
+	// Settings is the rest of what the settings map gets: the window, its
+	// ticks, the mode, the tier starts and the counts the program's limits
+	// bound.
+	Settings Settings
 }
 
 // thresholdOf is floor(max × at / 100) for at in micro-percent, exactly.
@@ -128,8 +132,12 @@ func ceilShift(x uint64, s uint) uint64 {
 // 2^Shift - 1 packets, MaxRoundingError exactly), and the last entry is
 // always in the last tier.
 //
+// tickNs is the kernel's tick in ns where the program has its tick gate,
+// 0 where it reads the clock on every packet (bpf.Limiter.Tick): the
+// window's ticks derive from it (Table.Settings).
+//
 // Returns the *ConfigError of Validate for an invalid policy.
-func Compile(p Policy) (Table, error) {
+func Compile(p Policy, tickNs uint64) (Table, error) {
 	if err := p.Validate(); err != nil {
 		return Table{}, err
 	}
@@ -167,6 +175,7 @@ func Compile(p Policy) (Table, error) {
 	for _, b := range bounds {
 		t.MaxRoundingError = max(t.MaxRoundingError, ceilShift(b, shift)<<shift-b)
 	}
+	t.Settings = compileSettings(p, t, tickNs)
 	return t, nil
 }
 

@@ -10,7 +10,7 @@ import (
 // mustCompile compiles p and checks the Table invariants.
 func mustCompile(t *testing.T, p Policy) Table {
 	t.Helper()
-	tab, err := Compile(p)
+	tab, err := Compile(p, 0)
 	if err != nil {
 		t.Fatalf("Compile(%v): %v", p, err)
 	}
@@ -334,7 +334,7 @@ func TestZeroTable(t *testing.T) {
 func TestCompileInvalid(t *testing.T) {
 	p := Default()
 	p.Window = 2 * time.Hour
-	if _, err := Compile(p); err == nil {
+	if _, err := Compile(p, 0); err == nil {
 		t.Error("Compile of an invalid policy succeeded")
 	}
 }

@@ -44,7 +44,7 @@ type Expectation struct {
 //
 // Returns the *ConfigError of Validate for an invalid policy.
 func Expected(p Policy, offered uint64) (Expectation, error) {
-	t, err := Compile(p)
+	t, err := Compile(p, 0)
 	if err != nil {
 		return Expectation{}, err
 	}

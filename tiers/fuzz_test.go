@@ -16,7 +16,7 @@ func checkAccepted(t *testing.T, p Policy) {
 	if err := p.Validate(); err != nil {
 		t.Fatalf("accepted policy does not Validate: %v", err)
 	}
-	tab, err := Compile(p)
+	tab, err := Compile(p, 0)
 	if err != nil {
 		t.Fatalf("accepted policy does not compile: %v", err)
 	}

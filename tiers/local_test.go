@@ -34,7 +34,7 @@ func TestWithLocal(t *testing.T) {
 	if len(p.Select[0].LocalDests) != 0 {
 		t.Errorf("WithLocal changed its policy: %+v", p.Select[0])
 	}
-	if _, err := Compile(r); err != nil {
+	if _, err := Compile(r, 0); err != nil {
 		t.Errorf("compile resolved: %v", err)
 	}
 	many := make([]netip.Prefix, LocalBudget(p)/2+1)

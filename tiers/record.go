@@ -7,10 +7,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // ErrRecord: a record or events setting (DESIGN.md §10) out of range: a
@@ -93,6 +90,22 @@ type RecordTable struct {
 	Mask4              uint32
 	Mask6              [4]uint32
 	PrefixV4, PrefixV6 uint8
+	// IntervalNs is the cap's interval between samples, 1 s / Samples, and
+	// TauNs its burst, (RecordBurst - 1) intervals (record.h); both 0 when
+	// sampling is off.
+	IntervalNs, TauNs uint64
+}
+
+// recordBurstDiv: each CPU's bucket holds its share of 1/recordBurstDiv of
+// a second's samples, and at least one sample.
+const recordBurstDiv = 10
+
+// RecordBurst returns how many samples the program may take at once at
+// samples per second: a tenth of a second's, and at least one. The program
+// never samples more than samples × (t + tick) + RecordBurst over any t,
+// tick being the tick gate's (0 without it).
+func RecordBurst(samples uint32) uint64 {
+	return max(1, uint64(samples)/recordBurstDiv)
 }
 
 // compileRecord encodes the record of a valid policy.
@@ -104,6 +117,10 @@ func compileRecord(p Policy) RecordTable {
 	rt := RecordTable{Samples: p.Record.Samples, Snaplen: p.Record.Snaplen,
 		PrefixV4: uint8(v4), PrefixV6: uint8(v6)}
 	rt.Mask4, rt.Mask6 = encodeMasks(v4, v6)
+	if rt.Samples != 0 {
+		rt.IntervalNs = uint64(time.Second) / uint64(rt.Samples)
+		rt.TauNs = (RecordBurst(rt.Samples) - 1) * rt.IntervalNs
+	}
 	return rt
 }
 
@@ -121,125 +138,6 @@ func (r Record) validate() error {
 		return configErr("record.max_bytes", strconv.FormatUint(r.MaxBytes, 10), ErrRecord, "want at least 1MiB")
 	}
 	return nil
-}
-
-// record parses the record mapping over the policy's record (the
-// defaults, or the base's), key by key:
-//
-//	record: {samples: 100/s, snaplen: 256, dir: /var/lib/tierlimit/shed, max_bytes: 256MiB}
-func (ps *yamlParser) record(key string, v *yaml.Node, r *Record) error {
-	if isNull(v) {
-		return nil
-	}
-	_, err := ps.mapping(key, v, []field{
-		{"samples", func(key string, v *yaml.Node) error {
-			n, ok := rateNode(v)
-			if !ok {
-				return typeErr(key, v, "samples per second such as 100/s (0 turns sampling off)")
-			}
-			if n > MaxRecordSamples {
-				return valueErr(key, v, ErrRecord, "want at most %d/s", MaxRecordSamples)
-			}
-			r.Samples = uint32(n)
-			return nil
-		}},
-		{"snaplen", func(key string, v *yaml.Node) error {
-			var n int64
-			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" || v.Decode(&n) != nil {
-				return typeErr(key, v, "a number of bytes")
-			}
-			if n < 1 || n > RecordSnapMax {
-				return valueErr(key, v, ErrRecord, "want 1 to %d bytes", RecordSnapMax)
-			}
-			r.Snaplen = uint32(n)
-			return nil
-		}},
-		{"dir", func(key string, v *yaml.Node) error {
-			if isNull(v) {
-				r.Dir = ""
-				return nil
-			}
-			s, err := scalar(key, v, "an absolute directory path")
-			if err != nil {
-				return err
-			}
-			if !filepath.IsAbs(s) {
-				return valueErr(key, v, ErrRecord, "want an absolute directory path")
-			}
-			r.Dir = filepath.Clean(s)
-			return nil
-		}},
-		{"max_bytes", func(key string, v *yaml.Node) error {
-			n, ok := sizeNode(v)
-			if !ok {
-				return typeErr(key, v, "a size such as 256MiB or 1GiB")
-			}
-			if n < MinRecordMaxBytes {
-				return valueErr(key, v, ErrRecord, "want at least 1MiB")
-			}
-			r.MaxBytes = n
-			return nil
-		}},
-	})
-	return err
-}
-
-// events parses the events mapping over the policy's events:
-//
-//	events: {syslog: udp://127.0.0.1:514, summary_every: 10s}
-//	events: {syslog: tcp://siem:601, framing: lf}
-func (ps *yamlParser) events(key string, v *yaml.Node, e *Events) error {
-	if isNull(v) {
-		return nil
-	}
-	var framing *yaml.Node
-	_, err := ps.mapping(key, v, []field{
-		{"syslog", func(key string, v *yaml.Node) error {
-			if isNull(v) {
-				e.Network, e.Addr = "", ""
-				return nil
-			}
-			s, err := scalar(key, v, "udp://HOST:PORT or tcp://HOST:PORT")
-			if err != nil {
-				return err
-			}
-			network, addr, err := ParseSyslogURL(s)
-			if err != nil {
-				return valueErr(key, v, ErrRecord, "%v", err)
-			}
-			e.Network, e.Addr = network, addr
-			return nil
-		}},
-		{"summary_every", func(key string, v *yaml.Node) error {
-			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
-				return typeErr(key, v, "a duration such as 10s")
-			}
-			d, err := time.ParseDuration(v.Value)
-			if err != nil {
-				return typeErr(key, v, "a duration such as 10s")
-			}
-			if d < time.Second || d > 24*time.Hour {
-				return valueErr(key, v, ErrRecord, "want 1s to 24h")
-			}
-			e.SummaryEvery = d
-			return nil
-		}},
-		{"framing", func(key string, v *yaml.Node) error {
-			switch {
-			case isNull(v):
-				e.Framing = ""
-			case v.Kind != yaml.ScalarNode || (v.Value != FramingOctetCounted && v.Value != FramingLF):
-				return typeErr(key, v, FramingOctetCounted+" or "+FramingLF)
-			default:
-				e.Framing, framing = v.Value, v
-			}
-			return nil
-		}},
-	})
-	if err == nil && framing != nil && e.Network != "tcp" {
-		return valueErr(key+".framing", framing, ErrRecord, "framing applies to a tcp:// syslog only (a UDP datagram is one message)")
-	}
-	return err
 }
 
 // ParseSyslogURL splits "udp://HOST:PORT" or "tcp://HOST:PORT" into the
@@ -260,47 +158,4 @@ func ParseSyslogURL(s string) (network, addr string, err error) {
 		return "", "", fmt.Errorf("want a port from 1 to 65535")
 	}
 	return u.Scheme, u.Host, nil
-}
-
-// rateNode reads "N/s" or a whole number N.
-func rateNode(v *yaml.Node) (uint64, bool) {
-	if v.Kind != yaml.ScalarNode || isNull(v) {
-		return 0, false
-	}
-	s := strings.TrimSpace(v.Value)
-	if v.ShortTag() == "!!str" {
-		var ok bool
-		if s, ok = strings.CutSuffix(s, "/s"); !ok {
-			return 0, false
-		}
-	} else if v.ShortTag() != "!!int" {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
-	return n, err == nil
-}
-
-// sizeNode reads a byte size: a whole number, or one with a unit (B, KiB,
-// MiB, GiB, TiB, or KB, MB, GB, TB in powers of 1000).
-func sizeNode(v *yaml.Node) (uint64, bool) {
-	if v.Kind != yaml.ScalarNode || isNull(v) {
-		return 0, false
-	}
-	s := strings.TrimSpace(v.Value)
-	mult := uint64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   uint64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}} {
-		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
-			s, mult = strings.TrimSpace(rest), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || n > (1<<62)/mult {
-		return 0, false
-	}
-	return n * mult, true
 }

@@ -117,7 +117,7 @@ func TestCompileSeverity(t *testing.T) {
 	p := Default()
 	p.Max = 999
 	p.Severity = &Severity{Protect: []int{2}, ProtectBudget: Pct(5), ShedFirst: []int{7}}
-	tab, err := Compile(p)
+	tab, err := Compile(p, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestCompileSeverity(t *testing.T) {
 	if st.Class[2] != SevProtected || st.Class[7] != SevShedFirst || st.Class[6] != SevNormal {
 		t.Errorf("classes %v", st.Class)
 	}
-	if tab, _ := Compile(Default()); tab.Severity.On {
+	if tab, _ := Compile(Default(), 0); tab.Severity.On {
 		t.Error("severity on without a block")
 	}
 }
@@ -143,7 +143,7 @@ func TestModelSeverity(t *testing.T) {
 	p.Max = 1000
 	p.Tiers = []Tier{{Pct(50), Pct(100)}, {Pct(80), Pct(0)}, {Pct(100), Pct(100)}}
 	p.Severity = &Severity{Protect: []int{2}, ProtectBudget: Pct(5)}
-	tab, _ := Compile(p)
+	tab, _ := Compile(p, 0)
 	m := NewModel(p, tab, nil)
 	protected, paid := 0, 0
 	for i := uint64(1); i <= 2000; i++ {

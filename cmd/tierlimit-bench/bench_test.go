@@ -175,7 +175,7 @@ func TestStat(t *testing.T) {
 // packets/ms for 2.5 s is two saturated windows and a half one, also
 // saturated.
 func TestTimelineModel(t *testing.T) {
-	tab, err := tiers.Compile(benchPolicy(20000, time.Second))
+	tab, err := tiers.Compile(benchPolicy(20000, time.Second), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestTimelineModel(t *testing.T) {
 // message, windows included.
 func TestAppLimiterIsTheModel(t *testing.T) {
 	p := benchPolicy(1000, time.Second)
-	tab, err := tiers.Compile(p)
+	tab, err := tiers.Compile(p, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -174,7 +174,7 @@ func floodOnce(ctx context.Context, cfg *floodConfig, m method) (floodResult, er
 	r.NapiNs, r.RecvNs = c1.napi-c0.napi, c1.recv-c0.recv
 	r.SoftirqNs, r.SenderSoftirqNs = c1.softirq-c0.softirq, c1.sndSoftirq-c0.sndSoftirq
 
-	tab, err := tiers.Compile(cfg.policy())
+	tab, err := tiers.Compile(cfg.policy(), 0)
 	if err != nil {
 		return r, err
 	}
@@ -297,4 +297,4 @@ func floodRuns(ctx context.Context, cfg *floodConfig, ms []method, runs int, log
 	return res, nil
 }
 
-func tierTable(c *floodConfig) (tiers.Table, error) { return tiers.Compile(c.policy()) }
+func tierTable(c *floodConfig) (tiers.Table, error) { return tiers.Compile(c.policy(), 0) }

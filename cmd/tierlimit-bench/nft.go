@@ -34,7 +34,7 @@ func nftRules(p tiers.Policy, dev string) (string, error) {
 	if p.Window != time.Second {
 		return "", errors.New("nftables: limit rate units are per second/minute/...: window must be 1s")
 	}
-	tab, err := tiers.Compile(p)
+	tab, err := tiers.Compile(p, 0)
 	if err != nil {
 		return "", err
 	}

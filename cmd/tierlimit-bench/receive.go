@@ -90,7 +90,7 @@ func runReceive(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	var lim *appLimiter
 	if *limit {
 		p := benchPolicy(*max, *window)
-		tab, err := tiers.Compile(p)
+		tab, err := tiers.Compile(p, 0)
 		if err != nil {
 			return usageError{err}
 		}

@@ -72,7 +72,7 @@ func runWindowCheck(ctx context.Context, args []string, stdout io.Writer) error 
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
-	tab, err := tiers.Compile(benchPolicy(c.max, *window))
+	tab, err := tiers.Compile(benchPolicy(c.max, *window), 0)
 	if err != nil {
 		return usageError{err}
 	}

@@ -23,7 +23,7 @@ func verdicts(pd ...[2]float64) map[string]float64 {
 }
 
 func TestCheckWindow(t *testing.T) {
-	tab, err := tiers.Compile(benchPolicy(1000, 2*time.Second))
+	tab, err := tiers.Compile(benchPolicy(1000, 2*time.Second), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func runWindows(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
-	tab, err := tiers.Compile(benchPolicy(*max, *window))
+	tab, err := tiers.Compile(benchPolicy(*max, *window), 0)
 	if err != nil {
 		return usageError{err}
 	}

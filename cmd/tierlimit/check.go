@@ -44,7 +44,7 @@ with exit code 2.`,
 				}
 				source = config
 			}
-			t, err := tiers.Compile(p)
+			t, err := tiers.Compile(p, 0)
 			if err != nil {
 				return configError{err}
 			}

@@ -33,13 +33,17 @@ type demoFlags struct {
 	record   bool // --record (demo_record.go)
 	// shape is --shape: the policy's shape, smooth unless set.
 	shape tiers.Shape
+	// fleet is --fleet N: N members sharing one budget (demo_fleet.go);
+	// fleetBin the tierlimit binary they run (default: this one).
+	fleet    int
+	fleetBin string
 }
 
 func newDemoCmd(g *globals) *cobra.Command {
 	var f demoFlags
 	var loads, shape string
 	cmd := &cobra.Command{
-		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5] [--shape smooth|ordinal] [--severity | --noisy-source | --auto | --record]",
+		Use:   "demo [--max N] [--window D] [--loads 0.5,1,2,5] [--shape smooth|ordinal] [--severity | --noisy-source | --auto | --record | --fleet N]",
 		Short: "Watch the limiter shed a syslog flood in a throwaway sandbox",
 		Long: `demo builds a sandbox (two network namespaces joined by a veth pair, nothing
 in the host's namespace), attaches the limiter to the collector's end with the
@@ -70,7 +74,16 @@ window, the collector's socket drops and the max the agent learnt.
 others send 4% of max each, for 6 windows; the shedding episode's RFC 5424
 reports (open, a summary every second, close) print as a syslog listener on
 the host's loopback receives them, then the last samples as tshark lists
-them, each with its packet comment.`,
+them, each with its packet comment.
+
+--fleet N shows a fleet sharing one budget (docs/design.md §12): it starts
+redis-server (or valkey-server; one must be installed) in a namespace of its
+own and N members, each running 'tierlimit run' in its own namespace with a
+fleet.max of --max per --window, joined to the store's namespace. Each
+window's load (a multiple of fleet.max, --loads) is split across the members
+unevenly (60/30/10 for three); per window it prints each member's offered and
+passed, the fleet's total beside the model's P(R_fleet), and what a static
+max of --max ÷ N on each member would pass.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.parse(loads, shape); err != nil {
@@ -86,6 +99,9 @@ them, each with its packet comment.`,
 	cmd.Flags().BoolVar(&f.severity, "severity", false, "flood 1% crit, 49% info, 50% debug under a severity block (protect emerg..err, shed debug first)")
 	cmd.Flags().BoolVar(&f.noisy, "noisy-source", false, "show fair shedding: one heavy sender, five light ones, with and without per-source budgets")
 	cmd.Flags().BoolVar(&f.record, "record", false, "show the shed record: two noisy senders, the episode's syslog reports and tshark-style samples")
+	cmd.Flags().IntVar(&f.fleet, "fleet", 0, "run N members sharing one budget of --max through a redis-server the demo starts (2..8)")
+	cmd.Flags().StringVar(&f.fleetBin, "fleet-bin", "", "the tierlimit binary the --fleet members run (default: this one)")
+	cmd.Flags().MarkHidden("fleet-bin")
 	cmd.Flags().BoolVar(&f.auto, "auto", false, "max: auto starting at --max, flooded at 2 × max into a collector that reads max/4 per window: watch max settle")
 	return cmd
 }
@@ -106,6 +122,12 @@ func (f *demoFlags) parse(loads, shape string) error {
 	if f.window < 100*time.Millisecond || f.window > 10*time.Second {
 		return usageErrorf("--window %v: want 100ms..10s", f.window)
 	}
+	if f.fleet != 0 && (f.fleet < 2 || f.fleet > 8) {
+		return usageErrorf("--fleet %d: want 2..8 members", f.fleet)
+	}
+	if f.fleet != 0 && (f.severity || f.noisy || f.auto || f.record || shape == "ordinal") {
+		return usageErrorf("--fleet: alone, with the smooth shape (--severity, --noisy-source, --auto, --record and --shape ordinal are other demos)")
+	}
 	var err error
 	if f.shape, err = tiers.ParseShape(shape); err != nil {
 		return usageErrorf("--shape %q: want smooth or ordinal", shape)
@@ -116,6 +138,8 @@ func (f *demoFlags) parse(loads, shape string) error {
 // run runs the demo the flags ask for.
 func (f demoFlags) run(ctx context.Context, g *globals) error {
 	switch {
+	case f.fleet > 0:
+		return runFleetDemo(ctx, g, f)
 	case f.severity:
 		return runSeverityDemo(ctx, g, f)
 	case f.noisy:

@@ -265,7 +265,7 @@ func (d *noisyDemo) print(w int, cases []*noisyCase) error {
 	exp := make([][]float64, len(cases))
 	for k, c := range cases {
 		fmt.Fprintf(out, " | %-24s", c.name)
-		tab, err := tiers.Compile(c.pol)
+		tab, err := tiers.Compile(c.pol, 0)
 		if err != nil {
 			return configError{err}
 		}

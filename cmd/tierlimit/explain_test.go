@@ -51,17 +51,7 @@ func TestExplain(t *testing.T) {
 func TestRunForeignProgramHint(t *testing.T) {
 	testenv.Require(t)
 	p := runPair(t)
-	prog := testenv.BareProgram(t, 2)
-	err := p.Coll.Do(func() error {
-		l, err := netlink.LinkByName(p.CollIf)
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetXdpFdWithFlags(l, prog.FD(), nl.XDP_FLAGS_SKB_MODE)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testenv.AttachForeign(t, p.Coll, p.CollIf, testenv.BareProgram(t, 2))
 	id := testenv.XDP(t, p.Coll, p.CollIf).ID
 	var line strings.Builder
 	var code int

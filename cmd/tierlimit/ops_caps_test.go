@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
@@ -101,7 +102,7 @@ func TestSecondRunNoPin(t *testing.T) {
 // as gone and says what its pinned link still holds and how to remove it,
 // instead of "(ifindex 0): unknown XDP".
 func TestStatusInterfaceGone(t *testing.T) {
-	st := agent.Status{PinPath: "/sys/fs/bpf/t1", Links: []agent.PinnedLink{{Iface: "hrc0", Mode: "none", LinkID: 7, ProgramID: 42, Gone: true}}}
+	st := agent.Status{Pinned: pin.Pinned{PinPath: "/sys/fs/bpf/t1", Links: []agent.PinnedLink{{Iface: "hrc0", Mode: "none", LinkID: 7, ProgramID: 42, Gone: true}}}}
 	st.Policy.DropRatios = []float64{0}
 	var out bytes.Buffer
 	if err := writeStatus(&out, st); err != nil {

@@ -33,6 +33,7 @@ type runFlags struct {
 	pinPath     string
 	replace     bool
 	stateFile   string
+	fleetMember string
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -55,7 +56,14 @@ A file change reloads when the content changes, also behind symlinks (a
 Kubernetes ConfigMap's ..data swap, a file symlinked from another
 directory). A reload with a bad policy keeps the old one running, logs the
 error once and counts it in tierlimit_config_reloads_total{result="error"}.
-The config must be a regular file of at most 4 MiB.`,
+The config must be a regular file of at most 4 MiB.
+
+A policy with fleet: joins its fleet as --fleet-member (the host name by
+default). A store that refuses the credentials, or a password_file that
+cannot be read, refuses to start (exit 2, naming fleet.password_file); a
+store out of reach starts run in the fleet's fallback, with a warning,
+until it answers. A reload reads password_file again and takes the new
+report, ttl and fallback; another fleet name or store takes a restart.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runAgent(cmd.Context(), g, f)
@@ -70,6 +78,7 @@ The config must be a regular file of at most 4 MiB.`,
 	fl.BoolVar(&f.noPin, "no-pin", false, "do not pin: detach when run stops")
 	fl.StringVar(&f.pinPath, "pin-path", agent.DefaultPinPath, "bpffs directory for the pinned links and maps")
 	fl.BoolVar(&f.replace, "replace", false, "replace another XDP program already attached to an interface")
+	fl.StringVar(&f.fleetMember, "fleet-member", "", "this member's name in the policy's fleet (default: the host name)")
 	fl.StringVar(&f.stateFile, "state-file", agent.DefaultStatePath(), "where the open or last shedding episode is kept, for 'tierlimit status --shed'; empty disables")
 	return cmd
 }
@@ -183,7 +192,14 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	if f.noPin {
 		pin = ""
 	}
-	// Before anything is attached: a signal that cannot be read refuses.
+	// Before anything is attached: a fleet password_file or a signal
+	// that cannot be read refuses.
+	if err := checkFleetFiles(p); err != nil {
+		return err
+	}
+	if err := checkFleetStore(ctx, p); err != nil {
+		return err
+	}
 	src, err := openAutoSignal(p)
 	if err != nil {
 		return err
@@ -222,6 +238,13 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	// the adaptive max's series and the log its signal.
 	startAutoMax(ctx, log, a, p, src)
 	src = nil // the controller owns it
+	// Before the metrics are served too: a store that refuses the
+	// credentials stops run (exit 2); one out of reach starts it in
+	// fallback, with a warning.
+	if err := startFleet(a, p, f.fleetMember); err != nil {
+		return err
+	}
+	logFleet(log, p, f.fleetMember)
 	if _, err := a.StartRecord(ctx, p, f.stateFile); err != nil {
 		log.Error("shed record: not started; shedding goes on unrecorded", "error", err)
 	}

@@ -127,7 +127,7 @@ func printFleetSources(w io.Writer, p tiers.Policy) {
 // mustCompileSources is the budget in packets of a valid policy p, 0 if
 // it does not compile.
 func mustCompileSources(p tiers.Policy) uint32 {
-	t, err := tiers.Compile(p)
+	t, err := tiers.Compile(p, 0)
 	if err != nil {
 		return 0
 	}

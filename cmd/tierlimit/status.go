@@ -23,8 +23,10 @@ func newStatusCmd(g *globals) *cobra.Command {
 	var top int
 	var shed bool
 	var stateFile string
+	var fleetOn bool
+	var config string
 	cmd := &cobra.Command{
-		Use:   "status [--json] [--top N] [--shed]",
+		Use:   "status [--json] [--top N] [--shed] [--fleet --config F]",
 		Short: "Show the pinned limiter: interfaces, policy, window and totals",
 		Long: `status reads the pinned links and maps, with no agent running, and prints the
 interfaces and their XDP mode, the policy in force (tiers with thresholds and
@@ -35,11 +37,21 @@ and the N source groups with the most packets over budget.
 --shed prints the open shedding episode, or the last one, instead: when it
 began (and ended), the packets shed by tier, reason and severity class, and
 the source groups with the most sampled sheds, from the state file the agent
-keeps (--state-file), so it works with no agent running.`,
+keeps (--state-file), so it works with no agent running.
+
+--fleet lists the members of the fleet that the policy in --config names,
+as its store holds them: each member's last reported estimate and how long
+ago the store heard from it. It asks the store, not an agent.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if shed && fleetOn {
+				return usageErrorf("--shed and --fleet: give one")
+			}
 			if shed {
 				return statusShed(g.stdout, stateFile, asJSON)
+			}
+			if fleetOn {
+				return statusFleet(cmd.Context(), g.stdout, config, asJSON)
 			}
 			st, err := agent.ReadStatus(pin)
 			if e := explainLayout(err, "tierlimit detach --iface IF --pin-path "+pin); e != nil {
@@ -72,6 +84,8 @@ keeps (--state-file), so it works with no agent running.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().IntVar(&top, "top", 0, "also list the N source groups with the most packets over budget")
 	cmd.Flags().BoolVar(&shed, "shed", false, "print the open or last shedding episode")
+	cmd.Flags().BoolVar(&fleetOn, "fleet", false, "list the members of the --config policy's fleet, from its store")
+	cmd.Flags().StringVar(&config, "config", "", "policy file whose fleet: section names the store, for --fleet")
 	cmd.Flags().StringVar(&stateFile, "state-file", agent.DefaultStatePath(), "the agent's episode state file, for --shed")
 	return cmd
 }

@@ -4,6 +4,7 @@
 package layout0
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -68,7 +69,10 @@ func LoadSpec(tb testing.TB, spec *ebpf.CollectionSpec, pin string, p tiers.Poli
 func writeLayout0Policy(tb testing.TB, coll *ebpf.Collection, p tiers.Policy) {
 	tb.Helper()
 	p.Shape = tiers.ShapeOrdinal
-	tab, err := tiers.Compile(p)
+	// With the tick gate where the kernel's tick is known, as the agent
+	// of that version configured it.
+	tick, _ := bpf.KernelTick()
+	tab, err := tiers.Compile(p, tick)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -76,15 +80,12 @@ func writeLayout0Policy(tb testing.TB, coll *ebpf.Collection, p tiers.Policy) {
 	if err := os.Mkdir(scratch, 0o700); err != nil {
 		tb.Fatal(err)
 	}
-	// With the tick gate where the kernel's tick is known, as the agent
-	// of that version configured it.
-	tick, _ := bpf.KernelTick()
 	lim, err := bpf.Load(bpf.Options{PinPath: scratch, TickNs: tick})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer lim.Close()
-	if err := lim.Apply(p, tab); err != nil {
+	if err := lim.Apply(context.Background(), tab); err != nil {
 		tb.Fatal(err)
 	}
 	open := func(name string) *ebpf.Map {

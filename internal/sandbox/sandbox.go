@@ -13,11 +13,12 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
-	"runtime"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/tierlimit/tierlimit/internal/sysutil"
 )
 
 // NS is a named network namespace, bind-mounted at /run/netns/Name.
@@ -32,7 +33,7 @@ type NS struct {
 // caller deletes it with Delete.
 func NewNS(prefix string) (*NS, error) {
 	name := prefix + "-" + RandHex(4)
-	err := onLockedThread(func() error {
+	err := sysutil.OnThreadIn(netns.None(), "", func() error {
 		h, err := netns.NewNamed(name)
 		if err != nil {
 			return err
@@ -75,41 +76,12 @@ func (ns *NS) Do(fn func() error) error {
 		return fmt.Errorf("open netns %s: %w", ns.Name, err)
 	}
 	defer h.Close()
-	return onLockedThread(func() error {
-		if err := netns.Set(h); err != nil {
-			return fmt.Errorf("enter netns %s: %w", ns.Name, err)
-		}
-		return fn()
-	})
+	return sysutil.OnThreadIn(h, "netns "+ns.Name, fn)
 }
 
 // Command is name with args run inside the namespace through nsenter.
 func (ns *NS) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + ns.Path, "--", name}, args...)...)
-}
-
-// onLockedThread runs fn on a locked OS thread and puts the thread back into
-// the original network namespace afterwards. If that fails, the thread stays
-// locked, so the Go runtime discards it when the goroutine exits.
-func onLockedThread(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- fmt.Errorf("restore netns: %w (after: %v)", err, ferr)
-			return // the thread stays locked and dies with the goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
 }
 
 // Pair is two namespaces joined by a veth pair: the collector side, where

@@ -46,3 +46,22 @@ func NewPair(tb testing.TB) *Pair {
 	})
 	return p
 }
+
+// Fleet is a store namespace with members joined to it (sandbox.Fleet).
+type Fleet = sandbox.Fleet
+
+// NewFleet creates a store namespace and members member pairs joined to
+// it (sandbox.NewFleet), and removes all of it in tb.Cleanup.
+func NewFleet(tb testing.TB, members int) *Fleet {
+	tb.Helper()
+	f, err := sandbox.NewFleet("tltest", members)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return f
+}

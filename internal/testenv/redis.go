@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,13 +40,19 @@ type RedisOptions struct {
 	// Sentinel adds a Sentinel (redis-server --sentinel) that monitors the
 	// server as master RedisMaster; URL then names the Sentinel.
 	Sentinel bool
+	// NetNS, when set, runs a standalone server inside that namespace
+	// (through nsenter), listening on Addr:6379 there; the members reach
+	// it over the links the test makes into the namespace. CLI runs
+	// redis-cli there too.
+	NetNS *NS
+	Addr  netip.Addr
 }
 
 // RedisMaster is the master name a Sentinel of StartRedis monitors.
 const RedisMaster = "tltest"
 
 // Redis is a redis-server (the Debian package) that a test runs on
-// 127.0.0.1 with its own directory and no persistence (--save ”,
+// 127.0.0.1 (or on an address in a namespace, RedisOptions.NetNS) with its own directory and no persistence (--save ”,
 // --appendonly no); the host's redis-server service plays no part.
 type Redis struct {
 	// Addrs are the nodes' host:port, the first one a master.
@@ -98,6 +105,9 @@ func StartRedis(tb testing.TB, opts RedisOptions) *Redis {
 	if opts.Sentinel && (opts.Cluster > 0 || opts.TLS) {
 		tb.Fatalf("StartRedis: a Sentinel with a cluster or TLS is not supported")
 	}
+	if opts.NetNS != nil && (opts.Cluster > 0 || opts.Sentinel || opts.TLS || !opts.Addr.IsValid()) {
+		tb.Fatalf("StartRedis: a server in a namespace is a plain standalone one on an address given")
+	}
 	if opts.Cluster > 0 && opts.Cluster < 3 {
 		tb.Fatalf("StartRedis: a cluster needs at least 3 masters, not %d", opts.Cluster)
 	}
@@ -107,9 +117,12 @@ func StartRedis(tb testing.TB, opts RedisOptions) *Redis {
 	}
 	n := max(1, opts.Cluster)
 	for i := 0; i < n; i++ {
-		node := &redisNode{port: freePort(tb, opts.Cluster > 0), dir: tb.TempDir()}
+		node := &redisNode{port: 6379, dir: tb.TempDir()}
+		if opts.NetNS == nil {
+			node.port = freePort(tb, opts.Cluster > 0)
+		}
 		r.nodes = append(r.nodes, node)
-		r.Addrs = append(r.Addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(node.port)))
+		r.Addrs = append(r.Addrs, net.JoinHostPort(r.host(), strconv.Itoa(node.port)))
 	}
 	if opts.Sentinel {
 		node := &redisNode{sentinel: true, port: freePort(tb, false), dir: tb.TempDir()}
@@ -128,6 +141,22 @@ func StartRedis(tb testing.TB, opts RedisOptions) *Redis {
 		r.createCluster(tb)
 	}
 	return r
+}
+
+// host is the address the servers listen on: 127.0.0.1, or Addr in NetNS.
+func (r *Redis) host() string {
+	if r.opts.NetNS != nil {
+		return r.opts.Addr.String()
+	}
+	return "127.0.0.1"
+}
+
+// command runs name with args, inside NetNS when set.
+func (r *Redis) command(name string, args ...string) *exec.Cmd {
+	if r.opts.NetNS != nil {
+		return exec.Command("nsenter", append([]string{"--net=" + r.opts.NetNS.Path, "--", name}, args...)...)
+	}
+	return exec.Command(name, args...)
 }
 
 // sentinelConfig writes the Sentinel's configuration file (it rewrites
@@ -209,14 +238,14 @@ func (r *Redis) Signal(tb testing.TB, sig syscall.Signal) {
 // CLI runs redis-cli against node i with args and returns its output.
 func (r *Redis) CLI(tb testing.TB, i int, args ...string) string {
 	tb.Helper()
-	a := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(r.nodes[i].port)}
+	a := []string{"-h", r.host(), "-p", strconv.Itoa(r.nodes[i].port)}
 	if r.opts.TLS {
 		a = append(a, "--tls", "--cacert", r.CAFile)
 	}
 	if r.opts.Password != "" {
 		a = append(a, "--no-auth-warning", "-a", r.opts.Password)
 	}
-	out, err := exec.Command(r.cli, append(a, args...)...).CombinedOutput()
+	out, err := r.command(r.cli, append(a, args...)...).CombinedOutput()
 	if err != nil {
 		tb.Fatalf("redis-cli %s: %v: %s", strings.Join(args, " "), err, out)
 	}
@@ -224,7 +253,7 @@ func (r *Redis) CLI(tb testing.TB, i int, args ...string) string {
 }
 
 func (r *Redis) args(n *redisNode) []string {
-	a := []string{"--bind", "127.0.0.1", "--dir", n.dir, "--save", "", "--appendonly", "no",
+	a := []string{"--bind", r.host(), "--dir", n.dir, "--save", "", "--appendonly", "no",
 		"--daemonize", "no", "--protected-mode", "no", "--logfile", "", "--databases", "1"}
 	if r.opts.TLS {
 		a = append(a, "--port", "0", "--tls-port", strconv.Itoa(n.port),
@@ -254,7 +283,7 @@ func (r *Redis) start(tb testing.TB, i int) {
 	if n.sentinel {
 		n.cmd = exec.Command(r.bin, r.sentinelConfig(tb, n), "--sentinel")
 	} else {
-		n.cmd = exec.Command(r.bin, r.args(n)...)
+		n.cmd = r.command(r.bin, r.args(n)...)
 	}
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 	// Pdeathsig: the server dies with the test binary even when a panic or
@@ -295,11 +324,17 @@ func (r *Redis) start(tb testing.TB, i int) {
 
 // answers reports whether n replies to PING (NOAUTH counts: it is up).
 func (r *Redis) answers(n *redisNode) bool {
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port))
+	addr := net.JoinHostPort(r.host(), strconv.Itoa(n.port))
 	var c net.Conn
 	var err error
 	d := &net.Dialer{Timeout: time.Second}
-	if r.opts.TLS && !n.sentinel {
+	if r.opts.NetNS != nil {
+		// A socket opened inside the namespace stays in it.
+		err = r.opts.NetNS.Do(func() (err error) {
+			c, err = d.Dial("tcp", addr)
+			return err
+		})
+	} else if r.opts.TLS && !n.sentinel {
 		pool := x509.NewCertPool()
 		ca, _ := os.ReadFile(r.CAFile)
 		pool.AppendCertsFromPEM(ca)

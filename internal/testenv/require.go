@@ -55,18 +55,26 @@ func unavailable() string {
 	return ""
 }
 
-// BareProgram loads a program that returns action for every packet: the
-// baseline of the benchmarks.
+// BareProgram loads a program named "bare" that returns action for every
+// packet: the baseline of the benchmarks.
 func BareProgram(tb testing.TB, action int32) *ebpf.Program {
 	tb.Helper()
+	return NamedProgram(tb, "bare", action)
+}
+
+// NamedProgram loads an XDP program named name that returns action for
+// every packet, closed when tb ends: a foreign program for AttachForeign,
+// or one that only its name makes look like tierlimit's.
+func NamedProgram(tb testing.TB, name string, action int32) *ebpf.Program {
+	tb.Helper()
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:         "bare",
+		Name:         name,
 		Type:         ebpf.XDP,
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, action), asm.Return()},
 		License:      "GPL",
 	})
 	if err != nil {
-		tb.Fatalf("load bare program: %v", err)
+		tb.Fatalf("load %s program: %v", name, err)
 	}
 	tb.Cleanup(func() { prog.Close() })
 	return prog

@@ -57,3 +57,20 @@ func XDP(tb testing.TB, ns *NS, iface string) Attached {
 	}
 	return a
 }
+
+// AttachForeign attaches prog to iface inside ns through netlink in
+// generic mode, as `ip link set dev IF xdpgeneric fd ...` does: another
+// tool's program, which the agent must not touch unless told to. Deleting
+// ns detaches it.
+func AttachForeign(tb testing.TB, ns *NS, iface string, prog *ebpf.Program) {
+	tb.Helper()
+	if err := ns.Do(func() error {
+		l, err := netlink.LinkByName(iface)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetXdpFdWithFlags(l, prog.FD(), nl.XDP_FLAGS_SKB_MODE)
+	}); err != nil {
+		tb.Fatalf("attach %s to %s in %s: %v", prog, iface, ns.Name, err)
+	}
+}

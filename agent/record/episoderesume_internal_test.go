@@ -1,0 +1,86 @@
+package record
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// TestEpisodeSurvivesRestart (issue 35 B53): an agent restarted during a
+// flood takes up the episode the old one opened, from the state file: no
+// second shed-open for it, the close comes under its ID with the totals
+// of both agents, and the next episode takes the next ID. The SIEM (a UDP
+// listener) sees open 1, close 1, open 2.
+func TestEpisodeSurvivesRestart(t *testing.T) {
+	ln, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	p := tiers.Default()
+	p.Events = tiers.Events{Network: "udp", Addr: ln.LocalAddr().String(), SummaryEvery: time.Hour}
+	state := filepath.Join(t.TempDir(), "episode.json")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := func() *Episodes {
+		e := newEpisodes(slog.New(slog.DiscardHandler), nil, nil, p, func() []string { return []string{"veth0"} }, state)
+		go e.send.run(ctx)
+		return e
+	}
+	// The pinned counters outlive the agent: both read the same ones.
+	var st bpf.Stats
+	now := time.Now()
+	step := func(e *Episodes, drops uint64) {
+		st.Selected[3][tiers.VerdictDrop].Packets += drops
+		st.Selected[0][tiers.VerdictPass].Packets += 1000
+		now = now.Add(time.Second)
+		e.tick(now, st)
+	}
+	old := start()
+	step(old, 0)
+	step(old, 100) // opens episode 1
+	step(old, 100)
+	// Restarted mid-flood: the new agent reads the state file.
+	st.Selected[3][tiers.VerdictDrop].Packets += 500 // shed while no agent ran: not counted
+	e := start()
+	if c := e.Current(); !c.Open || c.ID != 1 {
+		t.Fatalf("after the restart: %+v, want episode 1 open", c)
+	}
+	step(e, 0) // first read: the baseline
+	step(e, 50)
+	for range QuietWindows {
+		step(e, 0)
+	}
+	c := e.Current()
+	if c.Open || c.ID != 1 || c.Shed != 250 || c.ByTier["3"] != 250 {
+		t.Errorf("episode after the restart: %+v, want 1 closed with 250 shed", c)
+	}
+	step(e, 10) // a new flood: episode 2
+	if c := e.Current(); !c.Open || c.ID != 2 || c.Shed != 10 {
+		t.Errorf("next episode %+v, want 2 open with 10 shed", c)
+	}
+	var got []string
+	buf := make([]byte, 4096)
+	for len(got) < 3 {
+		ln.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, _, err := ln.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		m, err := parseRFC5424(string(buf[:n]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m.params["event"]+" "+m.params["episode"]+" "+m.params["shed"])
+	}
+	if want := []string{"open 1 ", "close 1 250", "open 2 "}; !slices.Equal(got, want) {
+		t.Errorf("the SIEM got %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,183 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tierlimit/tierlimit/agent/automax"
+	"github.com/tierlimit/tierlimit/agent/pin"
+	"github.com/tierlimit/tierlimit/agent/record"
+	"github.com/tierlimit/tierlimit/internal/sysutil"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// The agent's rooms are packages that do not know the Agent: agent/pin
+// (the pin directory, its locks, status and detach), agent/automax (the
+// adaptive max) and agent/record (the shed record). The Agent wires them
+// to the limiter; these names keep the door's API whole.
+type (
+	// AutoMax is the adaptive-max controller (automax.Controller).
+	AutoMax = automax.Controller
+	// AutoWindow is one judged window of the adaptive max.
+	AutoWindow = automax.Window
+	// DropSource reads the collector sockets' receive-buffer drops.
+	DropSource = automax.DropSource
+	// DropSample is one read of a DropSource.
+	DropSample = automax.DropSample
+	// SignalNetNSError is a network namespace in which the drop signal
+	// cannot be read.
+	SignalNetNSError = automax.SignalNetNSError
+
+	// Episodes tracks shedding episodes and reports them.
+	Episodes = record.Episodes
+	// Episode is one shedding episode.
+	Episode = record.Episode
+	// Recorder keeps the shed record's samples.
+	Recorder = record.Recorder
+	// GroupShare is a source group's share of an episode's samples.
+	GroupShare = record.GroupShare
+	// RecordCounts are the shed record's counters.
+	RecordCounts = record.Counts
+
+	// PinnedLink is one interface's pinned limiter link.
+	PinnedLink = pin.PinnedLink
+	// Layout is the layout record of a pin directory.
+	Layout = pin.Layout
+	// BPFFSMount is the bpffs mount a pin path's parent resolves to.
+	BPFFSMount = pin.BPFFSMount
+	// Removed is what DetachAll removed.
+	Removed = pin.Removed
+	// RemovedLink is one link DetachAll detached.
+	RemovedLink = pin.RemovedLink
+)
+
+// The rooms' constants and functions, under the door's names.
+const (
+	SignalSockDiag   = automax.SignalSockDiag
+	SignalSNMP       = automax.SignalSNMP
+	QuietWindows     = record.QuietWindows
+	DefaultStateFile = record.DefaultStateFile
+	TopGroups        = record.TopGroups
+	RecentSamples    = record.RecentSamples
+	LockDir          = pin.LockDir
+)
+
+var (
+	// ErrSignalNetNS is returned by OpenDropSourceIn (automax).
+	ErrSignalNetNS = automax.ErrSignalNetNS
+
+	OpenDropSource     = automax.OpenDropSource
+	OpenDropSourceIn   = automax.OpenDropSourceIn
+	DefaultStatePath   = record.DefaultStatePath
+	ReadEpisode        = record.ReadEpisode
+	SampleComment      = record.SampleComment
+	ParseSampleComment = record.ParseSampleComment
+	PinName            = pin.PinName
+	UnpinName          = pin.UnpinName
+	LockFile           = pin.LockFile
+	LockHolder         = pin.LockHolder
+	CanonicalPinPath   = pin.CanonicalPinPath
+	LookupBPFFS        = pin.LookupBPFFS
+	Detach             = pin.Detach
+	DetachAll          = pin.DetachAll
+	RecordedPinPaths   = pin.RecordedPinPaths
+)
+
+// StartAutoMax starts the adaptive-max controller for policy p, the policy
+// New or the last Reload applied, reading collector socket drops from src,
+// which OpenDropSourceIn opened in p's auto.netns (the agent's network
+// namespace when p has none). It runs until ctx ends or the agent closes,
+// then closes src. While the policy has no `max: auto` it only follows
+// reloads; Reload keeps the learnt max when the auto settings stay the
+// same, and opens the signal again when auto.netns changes (a namespace
+// where it cannot be read refuses the reload). Returns an error when a
+// controller runs already.
+func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src DropSource) (*AutoMax, error) {
+	apply := func(p tiers.Policy) error {
+		if a.closed.Load() {
+			return errors.New("agent closed")
+		}
+		return a.apply(context.Background(), p, false)
+	}
+	m := automax.New(a.log, a.lim, src, sysutil.RealClock{}, &a.applyMu, apply, p)
+	if !a.auto.CompareAndSwap(nil, m) {
+		return nil, fmt.Errorf("adaptive max: a controller runs already")
+	}
+	m.Start(ctx, a.closed.Load)
+	return m, nil
+}
+
+// AutoMax returns the adaptive-max controller, or nil when none runs.
+func (a *Agent) AutoMax() *AutoMax { return a.auto.Load() }
+
+// StartRecord starts the shed record (DESIGN.md §10) of policy p: the
+// sample reader (with p.Record.Samples > 0), the pcapng files (with
+// p.Record.Dir) and the episode tracker, which reports to p.Events and
+// keeps the open or last episode in statePath ("" for none). Cancelling
+// ctx stops them. A reload changes them all in place (record.Change).
+func (a *Agent) StartRecord(ctx context.Context, p tiers.Policy, statePath string) (*Episodes, error) {
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
+	if a.record.Load() != nil {
+		return nil, fmt.Errorf("shed record: started already")
+	}
+	ep, err := record.Start(ctx, a.log, a.lim, p, a.at.ifname, a.at.ifaceNames, statePath)
+	if err != nil {
+		return nil, err
+	}
+	a.record.Store(ep)
+	return ep, nil
+}
+
+// The metrics of the adaptive max (DESIGN.md §5, §8), emitted while a
+// controller runs, and of the shed record (§5, §10), once it is started.
+var (
+	autoAdjustDesc   = metric("auto_max_adjustments_total", "Changes of the adaptive max (max: auto), by direction (up, down).", "direction")
+	autoDropsDesc    = metric("collector_socket_drops_total", "Receive-buffer drops of the collector's UDP sockets (the selected ports) seen by the adaptive max.")
+	sheddingDesc     = metric("shedding", "1 while a shedding episode is open.")
+	episodesDesc     = metric("shed_episodes_total", "Shedding episodes opened.")
+	shedSamplesDesc  = metric("shed_samples_total", "Sampled shed packets kept (written), and those the agent could not keep up with or write (lost).", "result")
+	eventReportsDesc = metric("event_reports_total", "Episode reports sent to events.syslog (sent), and those not sent (error).", "result")
+)
+
+// roomCounts fills in s the counters of the rooms that run.
+func roomCounts(s *Snapshot, m *AutoMax, ep *Episodes) {
+	if m != nil {
+		s.Auto = &AutoCounts{}
+		s.Auto.Up, s.Auto.Down, s.Auto.SocketDrops = m.Counts()
+	}
+	if ep != nil {
+		s.Record = ep.Counts()
+	}
+}
+
+// collectAuto emits the adaptive max's families of snapshot s.
+func collectAuto(ch chan<- prometheus.Metric, s Snapshot) {
+	if s.Auto == nil {
+		return
+	}
+	counter(ch, autoAdjustDesc, s.Auto.Up, "up")
+	counter(ch, autoAdjustDesc, s.Auto.Down, "down")
+	counter(ch, autoDropsDesc, s.Auto.SocketDrops)
+}
+
+// collectRecord emits the shed record's counters, once it is started.
+func collectRecord(ch chan<- prometheus.Metric, s Snapshot) {
+	r := s.Record
+	if r == nil {
+		return
+	}
+	up := 0.0
+	if r.Shedding {
+		up = 1
+	}
+	gauge(ch, sheddingDesc, up)
+	counter(ch, episodesDesc, r.Episodes)
+	counter(ch, shedSamplesDesc, r.Written, "written")
+	counter(ch, shedSamplesDesc, r.Lost, "lost")
+	counter(ch, eventReportsDesc, r.Sent, "sent")
+	counter(ch, eventReportsDesc, r.Errors, "error")
+}

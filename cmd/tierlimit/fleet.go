@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/fleet"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// checkFleetFiles reads the fleet's password_file, when p has a fleet,
+// before anything is attached: an unreadable or empty one refuses to
+// start (exit 2, naming fleet.password_file; docs/design.md §12). The
+// secret is dropped at once; the controller reads the file again.
+func checkFleetFiles(p tiers.Policy) error {
+	if p.Fleet == nil || p.Fleet.PasswordFile == "" {
+		return nil
+	}
+	if _, err := tiers.ReadPasswordFile(p.Fleet.PasswordFile, os.ReadFile); err != nil {
+		return configError{err}
+	}
+	return nil
+}
+
+// checkFleetStore asks the store of p's fleet, when p has one, whether it
+// takes the credentials, before anything is attached, within one
+// fleet.report: a refusal is explainFleet's exit 2, naming
+// fleet.password_file. Any other answer, or none, leaves it to the
+// controller's start: a store out of reach starts run in fallback.
+func checkFleetStore(ctx context.Context, p tiers.Policy) error {
+	if p.Fleet == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.Fleet.Report)
+	defer cancel()
+	_, err := fleet.Status(ctx, agent.FleetConfig(p.Fleet, "preflight"))
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	if e := explainFleet(err, p.Fleet); isConfig(e) {
+		return e
+	}
+	return nil
+}
+
+// fleetStarter is what startFleet needs of the agent (*agent.Agent).
+type fleetStarter interface {
+	StartFleet(p tiers.Policy, member string) (*fleet.Controller, error)
+}
+
+// startFleet starts the fleet controller when p has a fleet block
+// (docs/design.md §12). A store out of reach is no error: the controller
+// warns and the agent starts in fallback. The errors that refuse to start
+// are words for a person, exit 2: the store refusing the credentials or an
+// unreadable password_file (naming fleet.password_file), a bad ca_file,
+// store or other key, and a fleet with max: auto.
+func startFleet(a fleetStarter, p tiers.Policy, member string) error {
+	if p.Fleet == nil {
+		return nil
+	}
+	_, err := a.StartFleet(p, member)
+	return explainFleet(err, p.Fleet)
+}
+
+// explainFleet words an error of the fleet controller's start (or of
+// status --fleet) for a person, naming the policy key to change.
+func explainFleet(err error, f *tiers.Fleet) error {
+	var ce *tiers.ConfigError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ce):
+		return configError{err}
+	case errors.Is(err, fleet.ErrAuth):
+		return configError{fmt.Errorf("fleet.password_file %s: the store %s refused the credentials: check the password in fleet.password_file (and the ACL user in fleet.store): %w",
+			orNone(f.PasswordFile), shownStore(f.Store), err)}
+	case errors.Is(err, fleet.ErrPasswordFile):
+		return configError{fmt.Errorf("fleet.password_file %s: %w", orNone(f.PasswordFile), err)}
+	case errors.Is(err, fleet.ErrCAFile):
+		return configError{fmt.Errorf("fleet.ca_file %s: %w", orNone(f.CAFile), err)}
+	case errors.Is(err, fleet.ErrStoreURL):
+		return configError{fmt.Errorf("fleet.store: %w", err)}
+	case errors.Is(err, fleet.ErrConfig):
+		return configError{err}
+	}
+	return err
+}
+
+// shownStore is the store URL as run and status show it: the scheme and
+// the hosts, never a user or anything else the URL may hold.
+func shownStore(s string) string {
+	u, err := tiers.ParseStore(s)
+	if err != nil {
+		return "(the fleet.store URL)"
+	}
+	return u.Scheme + "://" + strings.Join(u.Addrs, ",")
+}
+
+func orNone(path string) string {
+	if path == "" {
+		return "(none set)"
+	}
+	return path
+}
+
+// logFleet logs the fleet run joins, once it started.
+func logFleet(log *slog.Logger, p tiers.Policy, member string) {
+	if p.Fleet == nil {
+		return
+	}
+	if member == "" {
+		member, _ = os.Hostname()
+	}
+	log.Info("fleet", "member", member, "fleet", p.Fleet.String())
+}
+
+// statusFleet prints the members of the fleet that the policy in config
+// names, as the store holds them (agent/fleet.Status): each one's last
+// estimate and how long ago the store heard from it. It needs no agent,
+// only the policy and the store.
+func statusFleet(ctx context.Context, w io.Writer, config string, asJSON bool) error {
+	if config == "" {
+		return usageErrorf("status --fleet: --config is required: the policy whose fleet: section names the store")
+	}
+	p, err := tiers.LoadFile(config)
+	if err != nil {
+		return configError{err}
+	}
+	if p.Fleet == nil {
+		return configError{fmt.Errorf("%s: no fleet: section; status --fleet lists the members of the policy's fleet", config)}
+	}
+	f := p.Fleet
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ms, err := fleet.Status(ctx, agent.FleetConfig(f, "status"))
+	if err != nil {
+		if e := explainFleet(err, f); e != err {
+			return e
+		}
+		return fmt.Errorf("fleet %s: the store %s: %w", f.Name, shownStore(f.Store), err)
+	}
+	if asJSON {
+		return writeFleetJSON(w, f, ms)
+	}
+	return writeFleet(w, f, ms)
+}
+
+// fleetJSON is status --fleet --json.
+type fleetJSON struct {
+	Name    string           `json:"name"`
+	Store   string           `json:"store"`
+	Max     uint64           `json:"max_packets"`
+	TTLNs   int64            `json:"ttl_ns"`
+	Offered uint64           `json:"offered_packets"`
+	Members []fleetMemberOut `json:"members"`
+}
+
+type fleetMemberOut struct {
+	Name     string    `json:"name"`
+	Estimate uint64    `json:"estimate_packets"`
+	Heard    time.Time `json:"heard"`
+	AgeNs    int64     `json:"age_ns"`
+	Stale    bool      `json:"stale"`
+}
+
+func writeFleetJSON(w io.Writer, f *tiers.Fleet, ms []fleet.Member) error {
+	out := fleetJSON{Name: f.Name, Store: shownStore(f.Store), Max: f.Max, TTLNs: f.TTL.Nanoseconds(), Members: []fleetMemberOut{}}
+	for _, m := range ms {
+		stale := m.Age > f.TTL
+		if !stale {
+			out.Offered += m.Estimate
+		}
+		out.Members = append(out.Members, fleetMemberOut{Name: m.Name, Estimate: m.Estimate, Heard: m.Heard.UTC(), AgeNs: m.Age.Nanoseconds(), Stale: stale})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func writeFleet(w io.Writer, f *tiers.Fleet, ms []fleet.Member) error {
+	var sum uint64
+	live := 0
+	for _, m := range ms {
+		if m.Age <= f.TTL {
+			sum += m.Estimate
+			live++
+		}
+	}
+	fmt.Fprintf(w, "fleet %s at %s: %d members heard from within ttl %s, R̂_fleet %d of fleet.max %d per window\n",
+		f.Name, shownStore(f.Store), live, f.TTL, sum, f.Max)
+	if len(ms) == 0 {
+		_, err := fmt.Fprintln(w, "no members: none has reported within ttl")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEMBER\tESTIMATE\tHEARD")
+	for _, m := range ms {
+		heard := fmt.Sprintf("%s ago", m.Age.Round(time.Millisecond))
+		if m.Age > f.TTL {
+			heard += " (over ttl: out of the fleet)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", m.Name, m.Estimate, heard)
+	}
+	return tw.Flush()
+}
