@@ -127,7 +127,9 @@ func (f *FleetModel) Packet(i int, nowNs uint64) Decision {
 
 // PacketFrom advances the fleet to nowNs (Advance) and judges a selected
 // packet of member i from src arriving then (Model.PacketFrom): with
-// per-source budgets, within src's group's budget on member i.
+// per-source budgets, within src's group's budget on member i. Each
+// member's sketch hashes with zero seeds, every group in one cell, until
+// Member(i).SetSketchSeeds gives it its own, as each host draws at load.
 func (f *FleetModel) PacketFrom(i int, nowNs uint64, src netip.Addr) Decision {
 	f.Advance(nowNs)
 	return f.members[i].PacketFrom(nowNs, src)
