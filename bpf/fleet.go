@@ -38,7 +38,10 @@ func (l *Limiter) FleetOthers() (uint64, error) {
 // selected packet arriving now on, the packet itself and the others' sum
 // left out (tiers.LiveEstimate, tiers.Model.EstimateAt), read from the
 // window and the per-CPU overflow counts. It is what a member reports to
-// the fleet. Under the tick gate the ticks since the window opened are
+// the fleet. With per-source budgets it counts every selected packet, in
+// and over budget: R̂_tot, on which over-budget packets are judged, since
+// the others take the report as in-budget load and the fleet then passes
+// no more than without budgets. Under the tick gate the ticks since the window opened are
 // read from the clock (now − start_ns over the tick), within one tick of
 // the program's jiffies. Returns ErrPolicy when no policy is applied.
 func (l *Limiter) FleetEstimate() (uint64, error) {

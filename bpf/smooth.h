@@ -421,6 +421,12 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 			__u64 f = sm_in_estimate(w, s, c, n, 1);
 			rin = f > rin ? f : rin;
 		}
+		/* The fleet's others' sum joins R̂_in and R̂_tot alike: the
+		 * others' traffic is in-budget load to this member (docs/design.md
+		 * §12, tiers.Model.overSmooth). */
+		__u64 o = tl_fleet_others;
+		rin += o;
+		rtot += o;
 		if (!c->ex_r || !sm_near(rtot, c->ex_r) || !sm_near(rin, c->ex_rin))
 			sm_share_memo(c, s, slot, rin, rtot);
 		*thr = c->ex_thr;

@@ -18,8 +18,7 @@ import (
 // that is not one of the four forms (or holds a password), a report or
 // ttl that is not positive or a report not under ttl, a relative
 // password_file or ca_file, a ca_file for a store without TLS, a fallback other
-// than share or local, fleet with the ordinal shape, or fleet with
-// per-source budgets.
+// than share or local, or fleet with the ordinal shape.
 var ErrFleet = errors.New("bad fleet setting")
 
 // Defaults of the fleet block.
@@ -329,8 +328,6 @@ func (f *Fleet) validate(p Policy) error {
 		return configErr("fleet.fallback", f.Fallback.String(), ErrFleet, "want share or local")
 	case p.Shape != ShapeSmooth:
 		return configErr("shape", p.Shape.String(), ErrFleet, "fleet needs shape: smooth (the fleet rule is the smooth shape's)")
-	case p.Sources.Enabled():
-		return configErr("sources", "", ErrFleet, "per-source budgets do not combine with fleet yet")
 	}
 	return nil
 }

@@ -36,6 +36,7 @@ func TestParseFleet(t *testing.T) {
 		{strings.Replace(fleetYAML, "redis://10.0.0.5:6379/0", "rediss+cluster://h1,h2,h3", 1) + "  ca_file: /etc/ca.pem\n",
 			with(func(f *Fleet) { f.Store, f.CAFile = "rediss+cluster://h1,h2,h3", "/etc/ca.pem" })},
 		{"max: auto\n" + strings.TrimPrefix(fleetYAML, "max: 1000\n"), &base},
+		{fleetYAML + "sources: {budget: 10%}\n", &base},
 	} {
 		p, err := ParseYAML([]byte(c.src))
 		if err != nil {
@@ -98,7 +99,11 @@ func TestParseFleetInvalid(t *testing.T) {
 		{"relative password", fleetYAML + "  password_file: fleet.pw\n", ErrFleet, "fleet.password_file", 6},
 		{"ordinal", "shape: ordinal\n" + fleetYAML, ErrFleet, "shape", 1},
 		{"ordinal after", fleetYAML + "shape: ordinal\n", ErrFleet, "shape", 6},
-		{"sources", fleetYAML + "sources: {budget: 10%}\n", ErrFleet, "sources", 6},
+		// A budget's percent is of the member's own max (docs/design.md §12),
+		// not fleet.max: 5 % of max 10 is less than one packet, and 500
+		// packets are more than max 10, however large fleet.max.
+		{"sources percent of max", strings.Replace(fleetYAML, "max: 1000\n", "max: 10\n", 1) + "sources: {budget: 5%}\n", ErrBudget, "sources.budget", 6},
+		{"sources packets over max", strings.Replace(fleetYAML, "max: 1000\n", "max: 10\n", 1) + "sources: {budget: 500}\n", ErrBudget, "sources.budget", 6},
 		{"not a mapping", "max: 1000\nfleet: [a]", ErrType, "fleet", 2},
 	} {
 		_, err := ParseYAML([]byte(c.src))

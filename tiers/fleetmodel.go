@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"net/netip"
 	"sort"
 	"time"
 )
@@ -19,8 +20,11 @@ const MaxFleetOthers = 1 << 46
 // the window has expired (a packet now would open a new one), gapNow is
 // the whole ticks from the window's end to now, and the estimate is the
 // new window's at its start: the ending window's count's share of the
-// last window's span. Without budgets (a fleet has none) every selected
-// packet is in n.
+// last window's span. n and st.Prev count every selected packet, over
+// budget included: with per-source budgets a member reports R̂ of all its
+// offered packets, in and over budget, since the others take its report
+// as in-budget load (Model.SetFleetOthers), and the fleet then passes no
+// more than without budgets (docs/design.md §12).
 func LiveEstimate(st SmoothState, n uint64, onset, expired bool, gapNow uint64) uint64 {
 	if expired {
 		return SmoothState{Ticks: st.Ticks, Gap: gapNow, Prev: n}.Coef().Sliding(0)
@@ -119,6 +123,16 @@ func othersOf(reported []uint64, i int) uint64 {
 func (f *FleetModel) Packet(i int, nowNs uint64) Decision {
 	f.Advance(nowNs)
 	return f.members[i].Packet(nowNs)
+}
+
+// PacketFrom advances the fleet to nowNs (Advance) and judges a selected
+// packet of member i from src arriving then (Model.PacketFrom): with
+// per-source budgets, within src's group's budget on member i. Each
+// member's sketch hashes with zero seeds, every group in one cell, until
+// Member(i).SetSketchSeeds gives it its own, as each host draws at load.
+func (f *FleetModel) PacketFrom(i int, nowNs uint64, src netip.Addr) Decision {
+	f.Advance(nowNs)
+	return f.members[i].PacketFrom(nowNs, src)
 }
 
 // FleetOthersWithAuto returns the others' sum that a member with max: auto

@@ -60,6 +60,7 @@ func FuzzParseYAML(f *testing.F) {
 	f.Add([]byte("fleet: {name: eu, store: 'redis+sentinel://s1,s2:26380/m/1', max: 2000, report: 50ms, ttl: 1s, fallback: local}\n"))
 	f.Add([]byte("max: auto\nfleet: {name: a.b_c, store: 'rediss://u@[::1]:6390', ca_file: /ca.pem, password_file: /pw, max: 7}\n"))
 	f.Add([]byte("fleet: {name: x, store: 'redis+cluster://h1,h2,h3', max: 1}\nshape: ordinal\n"))
+	f.Add([]byte("max: 50\nfleet: {name: s, store: 'redis://h', max: 900}\nsources: {budget: 2%, prefix_v4: 24}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := ParseYAML(data)
 		if err != nil {

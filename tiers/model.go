@@ -340,9 +340,10 @@ func (m *Model) smooth(nowNs uint64) (int, uint32) {
 
 // SetFleetOthers sets the sum of the other fleet members' last reported
 // R̂ (docs/design.md §12), packets per window, at most MaxFleetOthers:
-// the smooth shape judges each in-budget packet on R̂ + others, as the
-// program does with bpf.Limiter.SetFleetOthers. 0 (the default) is the
-// plain smooth shape.
+// the smooth shape judges each in-budget packet on R̂ + others, and with
+// budgets each over-budget packet on the share of P(R̂_in + others +
+// R̂_ex) − P(R̂_in + others) (overSmooth), as the program does with
+// bpf.Limiter.SetFleetOthers. 0 (the default) is the plain smooth shape.
 func (m *Model) SetFleetOthers(others uint64) { m.others = min(others, MaxFleetOthers) }
 
 // overBudget judges a packet over its group's budget (docs/design.md §6): on
@@ -385,6 +386,11 @@ func (m *Model) overSmooth(nowNs uint64) uint32 {
 	if m.onset {
 		rin = max(rin, m.inEstimate(nowNs, m.count))
 	}
+	// The fleet's others' sum (docs/design.md §12) is offered load that
+	// this member takes as in budget (the others' budgets applied on their
+	// hosts): it joins R̂_in and R̂_tot alike, and the over-budget packets
+	// share P(R̂_in + others + R̂_ex) − P(R̂_in + others).
+	rin, rtot = rin+m.others, rtot+m.others
 	if m.exR == 0 || !near(rtot, m.exR) || !near(rin, m.exRin) {
 		m.exR, m.exRin = max(rtot, 1), rin
 		m.exThr = m.table.ShareThreshold(rin, rtot)
@@ -399,7 +405,9 @@ func near(a, b uint64) bool {
 }
 
 // Estimate returns R̂ of the latest in-budget packet under ShapeSmooth,
-// without the fleet's others (SetFleetOthers): what a member reports.
+// without the fleet's others (SetFleetOthers). Without budgets it is what
+// a member reports; with budgets it is R̂_in, and a member reports R̂ of
+// all its selected packets (EstimateAt).
 func (m *Model) Estimate() uint64 { return m.lastEstim }
 
 // Debt returns the current window's drop debt (PacketSeverity).

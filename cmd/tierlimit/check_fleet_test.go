@@ -8,7 +8,8 @@ import (
 // TestCheckFleet: with a fleet, check prints the tables for fleet.max, the
 // fleet's pass rate at 0.5, 1, 2, 5 and 10 × fleet.max and what one member
 // passes carrying 10 %, 50 % and 100 % of that load; the fallback it
-// applies. A bad fleet section exits 2 naming the key.
+// applies; with budgets, the max their percent is of. A bad fleet section
+// exits 2 naming the key.
 func TestCheckFleet(t *testing.T) {
 	const src = "max: 1000\nwindow: 500ms\nfleet:\n  name: syslog-eu\n  store: redis://10.0.0.5:6379/0\n  max: 3000\n"
 	for _, c := range []struct {
@@ -32,6 +33,14 @@ func TestCheckFleet(t *testing.T) {
 		}},
 		{"local", src + "  fallback: local\n  password_file: /etc/tl/pw\n", []string{
 			"local, this policy's max 1000", "password: read from /etc/tl/pw"}},
+		// Budgets in a fleet (docs/design.md §12): a percent of the
+		// member's own max, not of fleet.max.
+		{"sources", strings.Replace(src, "max: 3000", "max: 6000", 1) + "sources: {budget: 10%}\n", []string{
+			"sources: budget 10% = 100 packets per window for each /32",
+			"in fleet syslog-eu the budget is per member: 10% of this member's own max 1000, not of fleet.max 6000",
+			"in fallback share, of fleet.max ÷ the members (200 packets with 3 members)",
+			"in-budget packets are judged at q(R̂_in + others)",
+			"each member reports R̂ of all its packets, over budget included"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, raw, errs := runCmd(t, "check", "--config", writeFile(t, "p.yaml", c.src))

@@ -80,6 +80,9 @@ func printSourcesCheck(w io.Writer, p tiers.Policy, t tiers.Table) {
 	b := t.Sources
 	fmt.Fprintf(w, "\nsources: budget %s = %d packets per window for each /%d (IPv4) or /%d (IPv6) source group\n",
 		p.Sources, b.Budget, b.PrefixV4, b.PrefixV6)
+	if p.Fleet != nil {
+		printFleetSources(w, p)
+	}
 	printSharing(w, p, t)
 	fmt.Fprintf(w, "  count-min sketch: %d rows × %d columns of %d-byte cells = %s, whatever the number of sources;\n",
 		tiers.SketchRows, tiers.SketchCols, tiers.SketchCellBytes, binarySize(tiers.SketchBytes))
@@ -94,6 +97,41 @@ func printSourcesCheck(w io.Writer, p tiers.Policy, t tiers.Table) {
 		fmt.Fprintf(tw, "  %d\t%.3g\t%.3g\t\n", h, p, u)
 	}
 	tw.Flush()
+}
+
+// printFleetSources states budgets in a fleet (docs/design.md §12): per
+// member, a percent of the member's own max, never of fleet.max; the
+// others' reports taken as in-budget load; the member's report of all its
+// packets.
+func printFleetSources(w io.Writer, p tiers.Policy) {
+	f := p.Fleet
+	if p.Sources.BudgetPackets == 0 {
+		of := fmt.Sprintf("this member's own max %d", p.Max)
+		if p.Auto != nil {
+			of = "this member's learnt max (max: auto)"
+		}
+		fmt.Fprintf(w, "  in fleet %s the budget is per member: %s of %s, not of fleet.max %d", f.Name, p.Sources, of, f.Max)
+		if f.Fallback == tiers.FallbackShare {
+			fmt.Fprintf(w, "; in fallback share, of fleet.max ÷ the members (%d packets with 3 members)",
+				mustCompileSources(p.FleetFallbackPolicy(3)))
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintf(w, "  in fleet %s the budget is per member: %s packets per group on each member\n", f.Name, p.Sources)
+	}
+	fmt.Fprintln(w, "  the others' reported sum is in-budget load to this member: in-budget packets are judged at q(R̂_in + others), over-budget")
+	fmt.Fprintln(w, "  packets share P(R̂_in + others + R̂_ex) − P(R̂_in + others); each member reports R̂ of all its packets, over budget included,")
+	fmt.Fprintln(w, "  so the fleet passes no more than without budgets (and less while a member has traffic over budget)")
+}
+
+// mustCompileSources is the budget in packets of a valid policy p, 0 if
+// it does not compile.
+func mustCompileSources(p tiers.Policy) uint32 {
+	t, err := tiers.Compile(p, 0)
+	if err != nil {
+		return 0
+	}
+	return t.Sources.Budget
 }
 
 // printSharing states how budgets share (docs/design.md §6): the rule, how the
