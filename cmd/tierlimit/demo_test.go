@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"math"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -56,6 +57,33 @@ func TestDemo(t *testing.T) {
 	}
 	if top["ordinal"] <= 2*top["smooth"] {
 		t.Errorf("top tenth at 5× max: ordinal %v, smooth %v; want ordinal over twice smooth", top["ordinal"], top["smooth"])
+	}
+}
+
+// TestDemoSteady runs `tierlimit demo` in both shapes at two steady loads,
+// three windows each: from the second window at a load on, the collector
+// receives the model's P(R) (the expected column) within 5σ, σ that of R
+// draws passing with probability P(R)/R (the smooth shape; ordinal's
+// passes are exact but for the demo's windows' alignment with the
+// program's). The demo offers each window's packets over exactly one
+// window, back to back: sent faster, the smooth shape passes more than
+// P(R), since it judges by rate.
+func TestDemoSteady(t *testing.T) {
+	for _, shape := range []string{"smooth", "ordinal"} {
+		out, _ := demoCLI(t, "--shape", shape, "--max", "1000", "--window", "500ms", "--loads", "2,2,2,5,5,5")
+		rows := demoRows(out)
+		if len(rows) != 6 {
+			t.Fatalf("%s: want 6 window rows:\n%s", shape, out)
+		}
+		num := func(s string) float64 { v, _ := strconv.ParseFloat(s, 64); return v }
+		for _, i := range []int{1, 2, 4, 5} {
+			offered, passed, expected := num(rows[i][1]), num(rows[i][3]), num(rows[i][4])
+			q := expected / offered
+			sigma := math.Sqrt(offered * q * (1 - q))
+			if math.Abs(passed-expected) > 5*sigma {
+				t.Errorf("%s: steady window %d: %v offered, %v passed, want P(R) = %v ± %.0f (5σ)", shape, i+1, offered, passed, expected, 5*sigma)
+			}
+		}
 	}
 }
 
