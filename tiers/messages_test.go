@@ -6,9 +6,13 @@ import (
 )
 
 // TestErrorMessagesAsWritten: errors quote a value as the config wrote it
-// (window: 2h, not 2h0m0s) and name what is missing (strategys[0], not
-// strategys[-1]).
+// (window: 2h, not 2h0m0s), name what is missing (strategys[0], not
+// strategys[-1]), and never repeat a store URL, which may hold a password
+// (docs/policy.md, fleet errors), redacted or not.
 func TestErrorMessagesAsWritten(t *testing.T) {
+	withPassword := Default()
+	withPassword.Fleet = &Fleet{Name: "eu", Store: "redis://u:secret@h:6379/0", Max: 1000,
+		Report: DefaultFleetReport, TTL: DefaultFleetTTL, Fallback: FallbackShare}
 	for _, c := range []struct {
 		name   string
 		parse  func() error
@@ -27,6 +31,12 @@ func TestErrorMessagesAsWritten(t *testing.T) {
 			[]string{"line 1: limiter.strategys[0]: missing key: strategys[0] is missing, and strategys[1] is set"}, []string{"[-1]"}},
 		{"strategys[2] after [0]", propsErr("limiter.strategys[0].limit=70%\nlimiter.strategys[0].rate=20%\nlimiter.strategys[2].limit=80%\nlimiter.strategys[2].rate=50%\n"),
 			[]string{"line 3: limiter.strategys[1]: missing key: strategys[1] is missing, and strategys[2] is set"}, nil},
+		{"store with a password", yamlErr("max: 1000\nfleet:\n  name: eu\n  store: redis://u:secret@h:6379/0\n  max: 2000\n"),
+			[]string{"line 4: fleet.store: bad fleet setting: the URL holds a password"}, []string{"secret", "REDACTED", "redis://", "h:6379"}},
+		{"store with a password, validated", func() error { return withPassword.Validate() },
+			[]string{"fleet.store: bad fleet setting: the URL holds a password"}, []string{"secret", "REDACTED", "redis://", "h:6379"}},
+		{"store of an unknown scheme", yamlErr("max: 1000\nfleet:\n  name: eu\n  store: memcached://u:secret@h:11211\n  max: 2000\n"),
+			[]string{`line 4: fleet.store: bad fleet setting: unknown scheme "memcached"`}, []string{"secret", "REDACTED", "h:11211"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.parse()
