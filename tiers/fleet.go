@@ -231,8 +231,8 @@ func storeAddr(h, port string) (string, error) {
 	return net.JoinHostPort(host, p), nil
 }
 
-// redactStore is a store URL as an error may show it: with anything
-// between :// and @ (a user and a password) replaced.
+// redactStore is a store URL as a log may show it: with anything between
+// :// and @ (a user and a password) replaced. Errors never show the URL.
 func redactStore(s string) string {
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
@@ -306,7 +306,7 @@ func (f *Fleet) validate(p Policy) error {
 	}
 	u, err := ParseStore(f.Store)
 	if err != nil {
-		return configErr("fleet.store", redactStore(f.Store), ErrFleet, "%v", err)
+		return configErr("fleet.store", "", ErrFleet, "%v", err) // never repeated: it may hold a password
 	}
 	if err := checkPackets("fleet.max", f.Max, ErrMax); err != nil {
 		return err
@@ -396,7 +396,7 @@ func (ps *yamlParser) fleet(key string, v *yaml.Node) (*Fleet, error) {
 			}
 			if _, err := ParseStore(v.Value); err != nil {
 				ce := valueErr(key, v, ErrFleet, "%v", err)
-				ce.Value = redactStore(v.Value)
+				ce.Value = "" // never repeated: it may hold a password
 				return ce
 			}
 			f.Store = v.Value

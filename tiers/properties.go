@@ -164,7 +164,7 @@ func (ps *propsParser) tiers() error {
 		}
 		if i != j {
 			return &ConfigError{Key: fmt.Sprintf("limiter.strategys[%d]", j), Line: first.line,
-				Err: fmt.Errorf("%w: indices must run 0, 1, 2, … without gaps, and strategys[%d] follows strategys[%d]", ErrMissingKey, i, j-1)}
+				Err: fmt.Errorf("%w: strategys[%d] is missing, and strategys[%d] is set: indices must run 0, 1, 2, … without gaps", ErrMissingKey, j, i)}
 		}
 		if s.limit == nil || s.rate == nil {
 			missing := "limit"

@@ -85,7 +85,8 @@ func yamlSyntaxError(err error) error {
 type yamlParser struct {
 	lines map[string]int
 	// written holds the value as written of keys whose value the policy
-	// cannot hold as written (packets), for Validate's errors.
+	// cannot hold as written (packets, the window: 2h is 2h0m0s), for
+	// Validate's errors.
 	written map[string]string
 }
 
@@ -304,7 +305,10 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 	_, err := ps.mapping("", root, []field{
 		{"mode", func(key string, v *yaml.Node) error { return modeField(key, v, p) }},
 		{"shape", func(key string, v *yaml.Node) error { return shapeField(key, v, p) }},
-		{"window", func(key string, v *yaml.Node) error { return windowField(key, v, p) }},
+		{"window", func(key string, v *yaml.Node) error {
+			ps.written[key] = nodeValue(v)
+			return windowField(key, v, p)
+		}},
 		{"max", func(key string, v *yaml.Node) error {
 			if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == "auto" {
 				isAuto = true

@@ -85,18 +85,27 @@ func New(log *slog.Logger, lim Limiter, src DropSource, c sysutil.Clock, mu sync
 	return m
 }
 
-// Start logs the controller's signal and law and runs it until ctx ends
-// or stop says so, then closes its signal.
+// Start logs the controller's signal and law, under `max: auto` (a fixed
+// max logs nothing: the controller only follows reloads, and logs them
+// when one turns `max: auto` on), and runs it until ctx ends or stop says
+// so, then closes its signal.
 func (m *Controller) Start(ctx context.Context, stop func() bool) {
-	m.log.Info("adaptive max: collector socket drops", "signal", m.src.Signal(), "netns", netnsName(m.netns), "ports", portsString(udpPorts(m.base)),
-		"law", tiers.AutoLawSummary())
-	if s, ok := m.src.(*snmp); ok && s.why != nil {
-		m.log.Warn("adaptive max: no per-socket drops, using the namespace's UDP RcvbufErrors", "reason", s.why)
+	if m.base.Auto != nil {
+		m.logSignal()
 	}
 	go func() {
 		defer m.closeSource()
 		m.run(ctx, stop)
 	}()
+}
+
+// logSignal logs the signal the controller reads and its law.
+func (m *Controller) logSignal() {
+	m.log.Info("adaptive max: collector socket drops", "signal", m.src.Signal(), "netns", netnsName(m.netns), "ports", portsString(udpPorts(m.base)),
+		"law", tiers.AutoLawSummary())
+	if s, ok := m.src.(*snmp); ok && s.why != nil {
+		m.log.Warn("adaptive max: no per-socket drops, using the namespace's UDP RcvbufErrors", "reason", s.why)
+	}
 }
 
 // SourceFor opens the signal in p's auto.netns when the controller reads
@@ -163,6 +172,7 @@ func (m *Controller) Reloaded(p tiers.Policy, src DropSource) {
 		return
 	}
 	keep := p.Auto != nil && m.base.Auto != nil && *p.Auto == *m.base.Auto
+	turnedOn := p.Auto != nil && m.base.Auto == nil
 	m.base = p.Clone()
 	if src != nil {
 		if m.closed {
@@ -170,8 +180,10 @@ func (m *Controller) Reloaded(p tiers.Policy, src DropSource) {
 		} else {
 			m.src.Close()
 			m.src, m.netns = src, p.Auto.NetNS
-			m.log.Info("adaptive max: collector socket drops", "signal", src.Signal(), "netns", netnsName(m.netns))
+			m.logSignal()
 		}
+	} else if turnedOn && !m.closed {
+		m.logSignal()
 	}
 	switch {
 	case keep:

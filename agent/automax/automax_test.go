@@ -429,3 +429,44 @@ func TestAutoJudgesMidWindow(t *testing.T) {
 		t.Fatalf("at mid-window: history %+v, max %d", h, r.m.Max())
 	}
 }
+
+// TestAutoStartLog: the controller logs its signal and law when it starts
+// under `max: auto`, or when a reload turns `max: auto` on; never under a
+// fixed max, where nothing adapts.
+func TestAutoStartLog(t *testing.T) {
+	const line = "adaptive max: collector socket drops"
+	for _, c := range []struct {
+		name, start, reload string
+		want                int // lines logged after start, after the reload
+		wantReload          int
+	}{
+		{"fixed", "max: 20\n", "", 0, 0},
+		{"auto", autoYAML, "", 1, 1},
+		{"fixed, reloaded as auto", "max: 20\n", autoYAML, 0, 1},
+		{"auto, reloaded as fixed", autoYAML, "max: 20\n", 1, 1},
+		{"fixed, reloaded with another fixed max", "max: 20\n", "max: 30\n", 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t, autoPolicy(t, c.start))
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			r.m.Start(ctx, func() bool { return false })
+			if n := strings.Count(r.logs.String(), line); n != c.want {
+				t.Errorf("start: %d lines %q, want %d:\n%s", n, line, c.want, r.logs)
+			}
+			if c.want > 0 && !strings.Contains(r.logs.String(), "law=") {
+				t.Errorf("start: no law logged:\n%s", r.logs)
+			}
+			if c.reload == "" {
+				return
+			}
+			r.mu.Lock()
+			p := autoPolicy(t, c.reload)
+			r.m.Reloaded(r.m.ReloadPolicy(p), nil)
+			r.mu.Unlock()
+			if n := strings.Count(r.logs.String(), line); n != c.wantReload {
+				t.Errorf("after the reload: %d lines %q, want %d:\n%s", n, line, c.wantReload, r.logs)
+			}
+		})
+	}
+}

@@ -231,6 +231,9 @@ func (e *Episodes) tick(now time.Time, st bpf.Stats) {
 		e.cur.Open, e.cur.End = false, now
 		e.shedding.Store(false)
 		e.report("close", now)
+		if e.rec != nil { // the next episode's samples start here
+			e.rec.resetGroups()
+		}
 	case !now.Add(e.window / 2).Before(e.nextSummary):
 		// Due within half a window: a tick a little early (the ticker's
 		// jitter) would otherwise put the summary off by a whole window.
@@ -278,9 +281,9 @@ func (e *Episodes) open(now time.Time, start bpf.Stats, rate float64) {
 	e.start, e.quiet = start, 0
 	e.carry = Episode{}
 	e.nextSummary = now.Add(e.every)
-	if e.rec != nil {
-		e.rec.resetGroups()
-	}
+	// The groups are not reset here but at the last episode's close: the
+	// samples of the window that opened this one, read before this tick,
+	// are this episode's, as its shed count is.
 	e.shedding.Store(true)
 	e.report("open", now)
 }

@@ -272,7 +272,7 @@ func (r *Recorder) topGroups(n int) ([]GroupShare, uint64) {
 	return out, r.nGroup
 }
 
-// resetGroups starts counting groups afresh: a new episode.
+// resetGroups starts counting groups afresh: an episode closed.
 func (r *Recorder) resetGroups() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

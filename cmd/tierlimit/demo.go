@@ -50,7 +50,12 @@ in the host's namespace), attaches the limiter to the collector's end with the
 seed's tiers scaled down to --max packets per --window, and floods UDP/514
 syslog from the sender's end, one window per offered load (a multiple of max).
 It prints, per window, what was offered, passed and dropped, by tier, beside
-the model's expectation, then removes the sandbox. Needs root.
+the model's expectation P(R), then removes the sandbox. Needs root. Each
+window's packets are spread evenly over exactly one window, windows back to
+back, so that a window's offered rate is its load: a window whose load is
+the previous one's passes P(R) in both shapes; in the smooth shape a window
+whose load rises passes more while its estimate of the load catches up
+(docs/design.md §9).
 
 Each window's row also shows how its passes spread over it, from the times
 the collector's socket received them: the most received in a tenth of the
@@ -247,64 +252,95 @@ func runDemo(ctx context.Context, g *globals, f demoFlags) error {
 		fmt.Fprintf(g.stdout, "  %14s", fmt.Sprintf("tier %d pass/drop", k))
 	}
 	fmt.Fprintln(g.stdout)
-	for i, load := range f.loads {
-		if err := r.window(ctx, g, pol, i, load); err != nil || ctx.Err() != nil {
-			return err
-		}
-	}
-	return nil
+	return r.windows(ctx, pol, f.loads, func(i int, load float64, w *demoWindow) error {
+		return r.printWindow(g, pol, i, load, w)
+	}, func(i int, seq int) []byte { return traffic.SyslogMessage(i, seq) })
 }
 
 // demoWindow is one window of the demo: the program's counters before and
-// after it, the datagrams the collector socket received, and when the
-// first was sent: the window opens at it.
+// after it, the datagrams of the window the collector socket received, and
+// when the first was sent: the window opens at it.
 type demoWindow struct {
 	before, after bpf.Stats
 	received      int64
 	origin        time.Time
 }
 
-// offer sends count datagrams made by msg in one window and returns what
-// the program and the collector saw; nil when ctx ended first. One window
-// per call: the burst spreads over 80% of the window and the next starts
-// more than a window after this one opened. A burst the scheduler delays
-// is finished late (within 10 windows) rather than cut, so that every row
-// offers what it says.
-func (r *demoRig) offer(ctx context.Context, pol tiers.Policy, count int, msg func(seq int) []byte) (*demoWindow, error) {
+// windows offers load × max datagrams made by msg(i, seq) in window i for
+// each of loads, windows back to back, each window's datagrams spread evenly
+// over exactly one window, so that the offered rate is the window's load
+// (the smooth shape judges by rate). A window the scheduler delays is
+// finished late (within 10 windows) rather than cut, so that every row
+// offers what it says, and the next starts when it ends. Each window's
+// datagrams carry burst tag i. row gets each window a tenth of a window
+// after it ended (the next one is being sent meanwhile), with what the
+// collector received of it; it returns nil when ctx ends first.
+func (r *demoRig) windows(ctx context.Context, pol tiers.Policy, loads []float64, row func(i int, load float64, w *demoWindow) error, msg func(i, seq int) []byte) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan *demoWindow, len(loads))
+	errc := make(chan error, 1)
+	go func() {
+		defer close(done)
+		start := time.Now()
+		for i, load := range loads {
+			w, err := r.offer(ctx, pol, start, int(load*float64(pol.Max)), func(seq int) []byte { return msg(i, seq) })
+			if err != nil || w == nil {
+				errc <- err
+				return
+			}
+			done <- w
+			start = w.origin.Add(pol.Window)
+		}
+		errc <- nil
+	}()
+	i := 0
+	for w := range done {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(pol.Window / 10):
+		}
+		w.received = int64(r.recv.Received(i))
+		if err := row(i, loads[i], w); err != nil {
+			return err
+		}
+		i++
+	}
+	return <-errc
+}
+
+// offer sends count datagrams made by msg in one window, which opens at
+// start or, when that has passed, now, and returns the program's counters
+// before and after it; nil when ctx ended first.
+func (r *demoRig) offer(ctx context.Context, pol tiers.Policy, start time.Time, count int, msg func(seq int) []byte) (*demoWindow, error) {
 	var w demoWindow
 	var err error
+	select {
+	case <-ctx.Done():
+		return nil, nil
+	case <-time.After(time.Until(start)):
+	}
 	if w.before, err = r.a.Limiter().Stats(); err != nil {
 		return nil, err
 	}
-	got0 := r.recv.Count()
 	w.origin = time.Now()
-	if _, err := traffic.Pace(ctx, r.send, r.dst, count, pol.Window*8/10, 10*pol.Window, msg); err != nil {
+	if _, err := traffic.Pace(ctx, r.send, r.dst, count, pol.Window, 10*pol.Window, msg); err != nil {
 		if ctx.Err() != nil {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("send: %w", err)
 	}
-	select {
-	case <-ctx.Done():
-		return nil, nil
-	case <-time.After(pol.Window * 4 / 10):
-	}
 	if w.after, err = r.a.Limiter().Stats(); err != nil {
 		return nil, err
 	}
-	w.received = r.recv.Count() - got0
 	return &w, nil
 }
 
-// window offers load × max packets in window i and prints what passed and
-// what dropped, by tier, beside the model's expectation.
-func (r *demoRig) window(ctx context.Context, g *globals, pol tiers.Policy, i int, load float64) error {
+// printWindow prints window i, offered load × max: what passed and what
+// dropped, by tier, beside the model's expectation.
+func (r *demoRig) printWindow(g *globals, pol tiers.Policy, i int, load float64, w *demoWindow) error {
 	offered := int(load * float64(pol.Max))
-	msg := func(seq int) []byte { return traffic.SyslogMessage(i, seq) }
-	w, err := r.offer(ctx, pol, offered, msg)
-	if err != nil || w == nil {
-		return err
-	}
 	before, after := w.before, w.after
 	e, err := tiers.Expected(pol, uint64(offered))
 	if err != nil {

@@ -42,7 +42,7 @@ func runRecordDemo(ctx context.Context, g *globals, f demoFlags) error {
 	if err := pol.Validate(); err != nil {
 		return configError{err}
 	}
-	d := &noisyDemo{g: g, f: f, count: map[netip.Addr]int{}}
+	d := &noisyDemo{g: g, f: f, count: map[int]map[netip.Addr]int{}}
 	if err := d.setup(pol); err != nil {
 		d.close()
 		return err

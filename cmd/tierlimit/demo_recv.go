@@ -83,6 +83,13 @@ func kernelTime(oob []byte) int64 {
 // Count is the number of datagrams received so far.
 func (r *demoReceiver) Count() int64 { return r.n.Load() }
 
+// Received is the number of datagrams of burst received so far.
+func (r *demoReceiver) Received(burst int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.at[burst])
+}
+
 // Tenths returns the datagrams of burst received in each tenth of a window
 // that opened at origin: element i counts those received in [origin + i ×
 // window/10, origin + (i+1) × window/10). A burst that ran late has more

@@ -45,19 +45,21 @@ func runSeverityDemo(ctx context.Context, g *globals, f demoFlags) error {
 	fmt.Fprintf(g.stdout, "%6s %8s %6s %8s %9s  %14s %14s %14s %10s\n",
 		"window", "offered", "× max", "passed", "no-sev", "crit pass", "info pass", "debug pass", "protected")
 	rng := rand.New(rand.NewPCG(1, 2))
+	pris := make([][]int, len(f.loads))
 	for i, load := range f.loads {
-		if err := r.severityWindow(ctx, g, pol, rng, i, load); err != nil || ctx.Err() != nil {
-			return err
-		}
+		pris[i] = severityMix(rng, int(load*float64(pol.Max)))
 	}
-	return nil
+	msg := func(i, seq int) []byte {
+		return fmt.Appendf(nil, "<%d>1 2026-11-30T00:00:00Z sender demo - - - burst=%d seq=%d", pris[i][seq], i, seq)
+	}
+	return r.windows(ctx, pol, f.loads, func(i int, load float64, w *demoWindow) error {
+		return r.severityWindow(g, pol, pris[i], i, load, w)
+	}, msg)
 }
 
-// severityWindow offers load × max datagrams of demoMix in window i and
-// prints the passes by class, from the program's counters, beside what the
-// tiers alone would pass.
-func (r *demoRig) severityWindow(ctx context.Context, g *globals, pol tiers.Policy, rng *rand.Rand, i int, load float64) error {
-	offered := int(load * float64(pol.Max))
+// severityMix returns offered syslog PRIs in demoMix's proportions,
+// shuffled.
+func severityMix(rng *rand.Rand, offered int) []int {
 	pris := make([]int, 0, offered)
 	for _, m := range demoMix {
 		for range offered * m.percent / 100 {
@@ -68,13 +70,14 @@ func (r *demoRig) severityWindow(ctx context.Context, g *globals, pol tiers.Poli
 		pris = append(pris, 15)
 	}
 	rng.Shuffle(len(pris), func(a, b int) { pris[a], pris[b] = pris[b], pris[a] })
-	msg := func(seq int) []byte {
-		return fmt.Appendf(nil, "<%d>1 2026-11-30T00:00:00Z sender demo - - - window=%d seq=%d", pris[seq], i, seq)
-	}
-	w, err := r.offer(ctx, pol, offered, msg)
-	if err != nil || w == nil {
-		return err
-	}
+	return pris
+}
+
+// severityWindow prints window i, whose datagrams had PRIs pris: the
+// passes by class, from the program's counters, beside what the tiers
+// alone would pass.
+func (r *demoRig) severityWindow(g *globals, pol tiers.Policy, pris []int, i int, load float64, w *demoWindow) error {
+	offered := len(pris)
 	before, after := w.before, w.after
 	e, err := tiers.Expected(pol, uint64(offered))
 	if err != nil {

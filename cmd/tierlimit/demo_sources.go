@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
+	"github.com/tierlimit/tierlimit/internal/traffic"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -38,9 +38,7 @@ type noisyDemo struct {
 	send  []*net.UDPConn
 	recv  *net.UDPConn
 	mu    sync.Mutex
-	count map[netip.Addr]int // received, by source
-	// before is count when the current window began.
-	before map[netip.Addr]int
+	count map[int]map[netip.Addr]int // received, by window tag and source
 }
 
 // noisyCase is one of the demo's three columns: a policy, whether the light
@@ -67,7 +65,7 @@ func runNoisyDemo(ctx context.Context, g *globals, f demoFlags) error {
 		{name: fmt.Sprintf("budgets %d%%", noisyBudget), pol: fair, light: true},
 		{name: "noisy alone", pol: fair},
 	}
-	d := &noisyDemo{g: g, f: f, count: map[netip.Addr]int{}}
+	d := &noisyDemo{g: g, f: f, count: map[int]map[netip.Addr]int{}}
 	if err := d.setup(plain); err != nil {
 		d.close()
 		return err
@@ -87,12 +85,25 @@ func runNoisyDemo(ctx context.Context, g *globals, f demoFlags) error {
 			return nil
 		case <-time.After(2 * f.window):
 		}
+		// The windows are back to back, each spread over one window, so
+		// that the offered rate is the window's (the smooth shape judges
+		// by rate); the collector counts each by its tag.
+		start := time.Now()
 		for w := range noisyWindows {
-			sent, err := d.window(ctx, c.light, i*noisyWindows+w+1)
+			sent, err := d.window(ctx, c.light, i*noisyWindows+w+1, start)
 			if err != nil || ctx.Err() != nil {
 				return err
 			}
-			c.sent[w], c.passed[w] = sent, d.passedSince(sent)
+			c.sent[w] = sent
+			start = start.Add(f.window)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(f.window / 5):
+		}
+		for w := range noisyWindows {
+			c.passed[w] = d.passed(i*noisyWindows + w + 1)
 		}
 	}
 	for w := range noisyWindows {
@@ -152,12 +163,16 @@ func (d *noisyDemo) setup(pol tiers.Policy) error {
 func (d *noisyDemo) receive() {
 	buf := make([]byte, 2048)
 	for {
-		_, from, err := d.recv.ReadFromUDPAddrPort(buf)
+		n, from, err := d.recv.ReadFromUDPAddrPort(buf)
 		if err != nil {
 			return
 		}
+		w, _ := traffic.BurstOf(buf[:n])
 		d.mu.Lock()
-		d.count[from.Addr().Unmap()]++
+		if d.count[w] == nil {
+			d.count[w] = map[netip.Addr]int{}
+		}
+		d.count[w][from.Addr().Unmap()]++
 		d.mu.Unlock()
 	}
 }
@@ -177,11 +192,11 @@ func (d *noisyDemo) close() {
 	}
 }
 
-// window sends one window's traffic, the senders' datagrams (the noisy
-// one's only, unless light) shuffled together and spread over 80% of the
-// window, and returns what each sender sent; the collector's counts move
-// on by what passed (passedSince).
-func (d *noisyDemo) window(ctx context.Context, light bool, n int) ([]int, error) {
+// window sends window n's traffic, the senders' datagrams (the noisy
+// one's only, unless light) shuffled together and spread over one window
+// from start (or now, when start has passed), each tagged n, and returns
+// what each sender sent.
+func (d *noisyDemo) window(ctx context.Context, light bool, n int, start time.Time) ([]int, error) {
 	perLight := max(1, int(d.f.max*4/100))
 	var order []int
 	for i := range d.srcs {
@@ -198,29 +213,23 @@ func (d *noisyDemo) window(ctx context.Context, light bool, n int) ([]int, error
 	}
 	rand.New(rand.NewPCG(uint64(n), 1)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 
-	d.mu.Lock()
-	d.before = maps.Clone(d.count)
-	d.mu.Unlock()
-	dst := &net.UDPAddr{IP: d.pair.CollAddr.AsSlice(), Port: 514}
-	sent, _, err := d.pace(ctx, order, dst, n, d.f.window*8/10, d.f.window*9/10)
-	if err != nil {
-		return nil, err
-	}
 	select {
 	case <-ctx.Done():
-	case <-time.After(d.f.window * 4 / 10):
+		return nil, nil
+	case <-time.After(time.Until(start)):
 	}
-	return sent, nil
+	dst := &net.UDPAddr{IP: d.pair.CollAddr.AsSlice(), Port: 514}
+	sent, _, err := d.pace(ctx, order, dst, n, d.f.window, d.f.window+d.f.window/50)
+	return sent, err
 }
 
-// passedSince returns what the collector received from each sender since
-// the window began.
-func (d *noisyDemo) passedSince(sent []int) []int {
+// passed returns what the collector received of window n from each sender.
+func (d *noisyDemo) passed(n int) []int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	got := make([]int, len(sent))
+	got := make([]int, len(d.srcs))
 	for i, src := range d.srcs {
-		got[i] = d.count[src] - d.before[src]
+		got[i] = d.count[n][src]
 	}
 	return got
 }
@@ -240,7 +249,7 @@ func (d *noisyDemo) pace(ctx context.Context, order []int, dst *net.UDPAddr, win
 		due := min(len(order), int(float64(len(order))*float64(time.Since(start))/float64(spread))+1)
 		for ; i < due; i++ {
 			s := order[i]
-			msg := fmt.Appendf(nil, "<134>1 - demo-sender-%d tierlimit - - - window=%d seq=%d", s, window, i)
+			msg := fmt.Appendf(nil, "<134>1 - demo-sender-%d tierlimit - - - burst=%d seq=%d", s, window, i)
 			if _, err := d.send[s].WriteToUDP(msg, dst); err != nil {
 				return sent, i, fmt.Errorf("send from %s: %w", d.srcs[s], err)
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,12 +12,14 @@ import (
 // senders lose most of theirs; with budgets they lose nothing and the noisy
 // sender gets what they leave, well over its budget; alone (the relay) it
 // gets what the tiers give, near P(R), not its budget; the collector's
-// total with budgets stays near the total without.
+// total with budgets stays near the total without. The second window is
+// steady (the demo sends each window over exactly one window, back to
+// back): there each case's total is P(R) within 5σ (TestDemoSteady).
 func TestDemoNoisySource(t *testing.T) {
-	const budget = 20 // 10% of max 200
+	const budget = 100 // 10% of max 1000
 	for _, shape := range []string{"smooth", "ordinal"} {
-		out, _ := demoCLI(t, "--noisy-source", "--shape", shape, "--max", "200", "--window", "500ms")
-		// A sender the scheduler delays is cut at 90% of the window, so
+		out, _ := demoCLI(t, "--noisy-source", "--shape", shape, "--max", "1000", "--window", "500ms")
+		// A sender the scheduler delays is cut at the window's end, so
 		// what was sent is read, not assumed.
 		// rows[window][label] are the label's sent, passed and expect in
 		// each of the three cases: no budgets, budgets, noisy alone.
@@ -59,6 +62,16 @@ func TestDemoNoisySource(t *testing.T) {
 			}
 			if light[alone][sent] != 0 || noisy[alone][passed] < 0.6*noisy[alone][expect] || noisy[alone][passed] > 2*noisy[alone][expect] {
 				t.Errorf("%s window %d, noisy alone: passed %v, want near P(R) = %v, far over its budget %d", shape, w, noisy[alone][passed], noisy[alone][expect], budget)
+			}
+			for c, name := range []string{"no budgets", "budgets", "noisy alone"} {
+				r := total
+				if c == alone {
+					r = noisy
+				}
+				q := r[c][expect] / r[c][sent]
+				if sigma := math.Sqrt(r[c][sent] * q * (1 - q)); w == 2 && math.Abs(r[c][passed]-r[c][expect]) > 5*sigma {
+					t.Errorf("%s window %d, %s: the collector received %v of %v, want P(R) = %v ± %.0f (5σ)", shape, w, name, r[c][passed], r[c][sent], r[c][expect], 5*sigma)
+				}
 			}
 			if total[budgets][passed] < 0.6*total[none][expect] || total[budgets][passed] > 2*total[none][expect] {
 				t.Errorf("%s window %d: the collector's total with budgets %v, without %v (P(R) = %v)", shape, w, total[budgets][passed], total[none][passed], total[none][expect])
