@@ -10,19 +10,20 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// Per-source budgets in a fleet (docs/design.md §12, §6): the others' sum
-// X joins R̂_in and R̂_tot alike. Windows of 300 packets, each judged in
-// the first ticks of an hour's window (R̂ deterministic: the onset's 32 n
-// from about the 20th packet on), a third from ten light groups, the rest
-// from one noisy group over its budget of 20 after its 20th: the program
-// drops the in-budget and the over-budget packets in the numbers the
-// model (tiers.Model with SetFleetOthers, the program's sketch seeds)
-// drops them, within 5σ of the model's spread over 100 runs, for X = 0
-// (no fleet), 4,000 and 8,000 with fleet.max 10,000; and the member
-// reports (FleetEstimate) R̂ of all its packets, as the model's
-// EstimateAt. Without X in the over-budget packets' R̂ the program
-// dropped 84 of the 3,600 over-budget packets at X = 8,000, as at X = 0,
-// where the model drops 3,250.
+// Per-source budgets in a fleet (docs/design.md §12, §6): the others'
+// in-budget sum X joins R̂_in and their total Y R̂_tot. Windows of 300
+// packets, each judged in the first ticks of an hour's window (R̂
+// deterministic: the onset's 32 n from about the 20th packet on), a third
+// from ten light groups, the rest from one noisy group over its budget of
+// 20 after its 20th: the program drops the in-budget and the over-budget
+// packets in the numbers the model (tiers.Model with SetFleetOthers, the
+// program's sketch seeds) drops them, within 5σ of the model's spread over
+// 100 runs, for (X, Y) = (0, 0) (no fleet), (4,000, 4,000), (4,000,
+// 8,000) and (8,000, 8,000) with fleet.max 10,000; and the member reports
+// (FleetEstimate) R̂_in of its in-budget packets and R̂_tot of all of
+// them, as the model's EstimateAt. Without the sums in the over-budget
+// packets' R̂ the program dropped 84 of the 3,600 over-budget packets at
+// X = 8,000, as at X = 0, where the model drops 3,250.
 func TestFleetBudgetsProgram(t *testing.T) {
 	const (
 		fleetMax = 10000
@@ -42,9 +43,10 @@ func TestFleetBudgetsProgram(t *testing.T) {
 	noisy := udpFrom(t, netip.MustParseAddr("192.0.2.7"))
 	lightSrc := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(i/3%10 + 1)}) }
 	noisySrc := netip.MustParseAddr("192.0.2.7")
-	for _, x := range []uint64{0, 4000, 8000} {
+	for _, o := range [][2]uint64{{0, 0}, {4000, 4000}, {4000, 8000}, {8000, 8000}} {
+		x, y := o[0], o[1]
 		h := newHarness(t, p)
-		if err := h.l.SetFleetOthers(x); err != nil {
+		if err := h.l.SetFleetOthers(x, y); err != nil {
 			t.Fatal(err)
 		}
 		// The program: drops of in-budget and over-budget packets.
@@ -61,15 +63,18 @@ func TestFleetBudgetsProgram(t *testing.T) {
 				}
 			}
 		}
-		// What the member reports: R̂ of all its selected packets, over
-		// budget included (32 n in the onset), not its in-budget R̂.
-		if got, err := h.l.FleetEstimate(); err != nil || got != 32*perWin {
-			t.Errorf("others %d: FleetEstimate %d, %v; want %d (32 × the window's %d packets, in and over budget)", x, got, err, 32*perWin, perWin)
+		// What the member reports: R̂_in of its in-budget packets (the
+		// light groups' 100 and the noisy group's first 20) and R̂_tot of
+		// all its selected packets, over budget included (32 n each in
+		// the onset).
+		const nIn = perWin/3 + 20
+		if in, got, err := h.l.FleetEstimate(); err != nil || got != 32*perWin || in != 32*nIn {
+			t.Errorf("others %v: FleetEstimate %d, %d, %v; want %d (32 × the window's %d in budget), %d (32 × its %d packets)", o, in, got, err, 32*nIn, nIn, 32*perWin, perWin)
 		}
 		st := h.stats()
 		over := st.OverBudget[tiers.VerdictPass].Packets + st.OverBudget[tiers.VerdictDrop].Packets
 		if want := uint64(windows * (perWin*2/3 - 20)); over != want {
-			t.Fatalf("others %d: %d over budget, want %d", x, over, want)
+			t.Fatalf("others %v: %d over budget, want %d", o, over, want)
 		}
 		exDrops := int(st.OverBudget[tiers.VerdictDrop].Packets)
 		gotIn += gotEx - exDrops // the noisy group's in-budget drops
@@ -77,10 +82,10 @@ func TestFleetBudgetsProgram(t *testing.T) {
 		// The model, runs times over the same sequence.
 		var sumIn, sumEx, sqIn, sqEx float64
 		for r := range uint64(runs) {
-			m := tiers.NewModel(p, h.tab, rand.New(rand.NewPCG(r, x)).Uint32)
+			m := tiers.NewModel(p, h.tab, rand.New(rand.NewPCG(r, x+y)).Uint32)
 			m.SetTick(h.l.TickNs())
 			m.SetSketchSeeds(h.l.SketchSeeds())
-			m.SetFleetOthers(x)
+			m.SetFleetOthers(x, y)
 			var in, ex float64
 			for k := range uint64(windows) {
 				now := k * uint64(time.Hour+time.Millisecond)
@@ -100,21 +105,21 @@ func TestFleetBudgetsProgram(t *testing.T) {
 					}
 				}
 			}
-			if got := m.EstimateAt(uint64(windows-1) * uint64(time.Hour+time.Millisecond)); got != 32*perWin {
-				t.Fatalf("others %d: the model's EstimateAt %d, want %d", x, got, 32*perWin)
+			if in, got := m.EstimateAt(uint64(windows-1) * uint64(time.Hour+time.Millisecond)); got != 32*perWin || in != 32*nIn {
+				t.Fatalf("others %v: the model's EstimateAt %d, %d, want %d, %d", o, in, got, 32*nIn, 32*perWin)
 			}
 			sumIn, sumEx, sqIn, sqEx = sumIn+in, sumEx+ex, sqIn+in*in, sqEx+ex*ex
 		}
 		meanIn, meanEx := sumIn/runs, sumEx/runs
 		sdIn := math.Sqrt(max(sqIn/runs-meanIn*meanIn, 0))
 		sdEx := math.Sqrt(max(sqEx/runs-meanEx*meanEx, 0))
-		t.Logf("others %d: in budget dropped %d of %d (model %.1f ± %.1f), over budget dropped %d of %d (model %.1f ± %.1f)",
-			x, gotIn, windows*(perWin/3+20), meanIn, sdIn, gotEx, over, meanEx, sdEx)
+		t.Logf("others %v: in budget dropped %d of %d (model %.1f ± %.1f), over budget dropped %d of %d (model %.1f ± %.1f)",
+			o, gotIn, windows*(perWin/3+20), meanIn, sdIn, gotEx, over, meanEx, sdEx)
 		if math.Abs(float64(gotIn)-meanIn) > 5*sdIn+1 {
-			t.Errorf("others %d: in-budget drops %d, want %.1f ± 5 × %.1f", x, gotIn, meanIn, sdIn)
+			t.Errorf("others %v: in-budget drops %d, want %.1f ± 5 × %.1f", o, gotIn, meanIn, sdIn)
 		}
 		if math.Abs(float64(gotEx)-meanEx) > 5*sdEx+1 {
-			t.Errorf("others %d: over-budget drops %d, want %.1f ± 5 × %.1f", x, gotEx, meanEx, sdEx)
+			t.Errorf("others %v: over-budget drops %d, want %.1f ± 5 × %.1f", o, gotEx, meanEx, sdEx)
 		}
 	}
 }

@@ -43,9 +43,10 @@ func TestFleetModelAuto(t *testing.T) {
 			}
 			now := uint64(next[i])
 			for ; nextReport <= now; nextReport += uint64(report) {
-				e0, e1 := ms[0].EstimateAt(nextReport), ms[1].EstimateAt(nextReport)
-				ms[0].SetFleetOthers(FleetOthersWithAuto(fleet, local, e0, e1))
-				ms[1].SetFleetOthers(e0)
+				in0, e0 := ms[0].EstimateAt(nextReport)
+				in1, e1 := ms[1].EstimateAt(nextReport)
+				ms[0].SetFleetOthers(FleetOthersWithAuto(fleet, local, in0, e0, in1, e1))
+				ms[1].SetFleetOthers(in0, e0)
 			}
 			k := int(next[i] / W)
 			if k >= windows {

@@ -275,10 +275,10 @@ func TestStatusFleet(t *testing.T) {
 // lists: it reports a fixed estimate (the controller's seam to *bpf.Limiter).
 type fixedEstimate uint64
 
-func (f fixedEstimate) FleetEstimate() (uint64, error) { return uint64(f), nil }
-func (fixedEstimate) SetFleetOthers(uint64) error      { return nil }
-func (fixedEstimate) EnterFallback(int) error          { return nil }
-func (fixedEstimate) LeaveFallback() error             { return nil }
+func (f fixedEstimate) FleetEstimate() (uint64, uint64, error) { return uint64(f), uint64(f), nil }
+func (fixedEstimate) SetFleetOthers(uint64, uint64) error      { return nil }
+func (fixedEstimate) EnterFallback(int) error                  { return nil }
+func (fixedEstimate) LeaveFallback() error                     { return nil }
 
 // reportAs joins the fleet name in rd as member with estimate est, through
 // the fleet controller (its report script), until the test ends.
