@@ -79,8 +79,8 @@ func (m *Model) EstimateAt(nowNs uint64) (in, total uint64) {
 type FleetModel struct {
 	members  []*Model
 	reported [][2]uint64 // in, total
-	report   uint64 // ns
-	next     uint64 // ns of the next report
+	report   uint64      // ns
+	next     uint64      // ns of the next report
 }
 
 // NewFleetModel returns a fleet of members members of policy p compiled
