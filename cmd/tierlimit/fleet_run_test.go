@@ -250,7 +250,7 @@ func TestStatusFleet(t *testing.T) {
 		t.Fatalf("json: %v\n%s", err, out.String())
 	}
 	if js.Name != "tlstatus" || js.Offered != 600 || len(js.Members) != 2 || js.Members[0].Name != "alpha" ||
-		js.Members[0].Estimate != 420 || js.Members[0].AgeNs < 0 || js.Members[0].AgeNs > int64(3*time.Second) || js.Members[0].Stale {
+		js.Members[0].Estimate != 420 || js.Members[0].EstimateIn != 420 || js.Members[0].AgeNs < 0 || js.Members[0].AgeNs > int64(3*time.Second) || js.Members[0].Stale {
 		t.Errorf("status --fleet --json: %+v", js)
 	}
 	// No agent, a store out of reach: exit 1, one line naming the store.
