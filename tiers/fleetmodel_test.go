@@ -195,6 +195,32 @@ func TestFleetOthersWithAuto(t *testing.T) {
 			t.Errorf("own %d others %d: folded %d where the fleet's threshold %#x is already at least the local %#x", c.own, c.others, o, fl, lo)
 		}
 	}
+	// With traffic over budget: in-budget packets at least the local
+	// threshold at own R̂_in, over-budget ones at least the local share of
+	// (R̂_in, R̂_tot), the others' over-budget part kept, and the total the
+	// least that does it.
+	for _, c := range []struct{ ownIn, ownTot, othersIn, othersTot uint64 }{
+		{1000, 1500, 500, 900}, {200, 1200, 100, 100}, {300, 3000, 2000, 2500}, {100, 400, 8000, 9000},
+	} {
+		in, tot := FleetOthersWithAuto(fleet, local, c.ownIn, c.ownTot, c.othersIn, c.othersTot)
+		if in < c.othersIn || tot < c.othersTot || in > tot || tot-in < c.othersTot-c.othersIn {
+			t.Errorf("%+v: folded %d, %d; want at least the sums, in ≤ total, the others' %d over budget kept", c, in, tot, c.othersTot-c.othersIn)
+			continue
+		}
+		_, thrIn := fleet.Smooth(c.ownIn + in)
+		_, loIn := local.Smooth(c.ownIn)
+		if thrIn < loIn {
+			t.Errorf("%+v: in-budget threshold %#x at the fold, want at least the local %#x", c, thrIn, loIn)
+		}
+		ex := fleet.ShareThreshold(c.ownIn+in, c.ownTot+tot)
+		loEx := local.ShareThreshold(c.ownIn, c.ownTot)
+		if ex < loEx {
+			t.Errorf("%+v: over-budget threshold %#x at the fold, want at least the local %#x", c, ex, loEx)
+		}
+		if base := c.othersTot + (in - c.othersIn); tot > base && fleet.ShareThreshold(c.ownIn+in, c.ownTot+tot-1) >= loEx {
+			t.Errorf("%+v: total %d is not the least", c, tot)
+		}
+	}
 	// On the model: a member offered 1000 per window whose learnt max is
 	// 500 passes about P_local(1000), not the fleet's larger share.
 	m := NewModel(p, fleet, rand.New(rand.NewPCG(3, 4)).Uint32)
