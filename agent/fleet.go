@@ -36,7 +36,7 @@ type fleetState struct {
 	bound atomic.Pointer[fleetBound]
 }
 
-// fleetBound is what a member with max: auto folds into the others' sum at
+// fleetBound is what a member with max: auto folds into the others' sums at
 // each report (tiers.FleetOthersWithAuto): the table for fleet.max and the
 // one for its learnt max.
 type fleetBound struct {
@@ -63,7 +63,7 @@ func FleetConfig(f *tiers.Fleet, member string) fleet.Config {
 // With max: auto (docs/design.md §12) the member never passes more than
 // its learnt max allows on its own R̂: at each report the controller
 // writes tiers.FleetOthersWithAuto(fleet table, learnt max's table, own
-// R̂, others' sum) in place of the sum (fleet.Config.Bound), the learnt
+// R̂_in and R̂_tot, others' sums) in place of the sums (fleet.Config.Bound), the learnt
 // max's table compiled again only when the auto controller changes the
 // max; in fallback the max is the smaller of the fallback's and the
 // learnt one.
@@ -226,16 +226,17 @@ func (f *fleetState) stop() {
 }
 
 // fold is the controller's fleet.Config.Bound: with max: auto, the
-// others' sum that holds this member to its learnt max on its own R̂
-// (tiers.FleetOthersWithAuto); the sum as it is otherwise. It reads the
-// tables boundFor set, without a lock: a report never waits for a
-// reload.
-func (f *fleetState) fold(own, sum uint64) uint64 {
+// others' sums that hold this member to its learnt max on its own R̂_in
+// and R̂_tot (tiers.FleetOthersWithAuto); the sums as they are otherwise.
+// It reads the tables boundFor set, without a lock: a report never waits
+// for a reload.
+func (f *fleetState) fold(own, sum fleet.Sums) fleet.Sums {
 	b := f.bound.Load()
 	if b == nil {
 		return sum
 	}
-	return tiers.FleetOthersWithAuto(b.fleet, b.local, own, sum)
+	in, total := tiers.FleetOthersWithAuto(b.fleet, b.local, own.In, own.Total, sum.In, sum.Total)
+	return fleet.Sums{In: in, Total: total}
 }
 
 // fleetCollector exports the fleet controller's metrics while one runs.

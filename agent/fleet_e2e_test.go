@@ -15,23 +15,24 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// otherMember stands where another host's program stands: the estimate
-// it reports, the others' sum it is handed.
+// otherMember stands where another host's program stands: the estimates
+// it reports (in budget, total), the others' sums it is handed.
 type otherMember struct {
-	mu          sync.Mutex
-	est, others uint64
+	mu                    sync.Mutex
+	estIn, est            uint64
+	othersIn, othersTotal uint64
 }
 
-func (o *otherMember) FleetEstimate() (uint64, error) {
+func (o *otherMember) FleetEstimate() (uint64, uint64, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.est, nil
+	return o.estIn, o.est, nil
 }
 
-func (o *otherMember) SetFleetOthers(v uint64) error {
+func (o *otherMember) SetFleetOthers(in, total uint64) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.others = v
+	o.othersIn, o.othersTotal = in, total
 	return nil
 }
 
@@ -78,7 +79,7 @@ select:
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := &otherMember{est: 1200}
+	other := &otherMember{estIn: 800, est: 1200} // 400 of its 1200 over budget
 	oc, err := fleet.Start(fleet.Config{Name: "agent-e2e", Member: "other", Store: r.URL(),
 		Report: 100 * time.Millisecond, TTL: time.Second}, other, noFallback{}, nil)
 	if err != nil {
@@ -101,10 +102,18 @@ select:
 	if err != nil || c == nil {
 		t.Fatalf("StartFleet: %v, %v", c, err)
 	}
+	// The program's others' total, and its in-budget sum checked to be
+	// the other member's 800 whenever the total is its 1200.
 	fleetOthers := func() uint64 {
-		v, err := a.Limiter().FleetOthers()
+		in, v, err := a.Limiter().FleetOthers()
 		if err != nil {
 			t.Fatal(err)
+		}
+		if v == 1200 && in != 800 {
+			t.Errorf("the program's others' sums %d, %d; want the other member's 800 in budget of 1200", in, v)
+		}
+		if v == 0 && in != 0 {
+			t.Errorf("the program's others' sums %d, %d; want 0, 0", in, v)
 		}
 		return v
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/tierlimit/tierlimit/agent/fleet"
 	"log/slog"
 	"testing"
 	"time"
@@ -31,11 +32,18 @@ func TestFleetApplyingAuto(t *testing.T) {
 		t.Fatalf("bound %+v; want the tables for 300 and fleet.max 3000", b0)
 	}
 	side := (*fleetSide)(a)
-	if o := side.fleet.fold(1000, 500); o <= 500 {
-		t.Errorf("bound(1000, 500) = %d; want more than the sum: the learnt max binds", o)
+	sums := func(in, total uint64) fleet.Sums { return fleet.Sums{In: in, Total: total} }
+	if o := side.fleet.fold(sums(1000, 1000), sums(500, 500)); o.In <= 500 || o.Total != o.In {
+		t.Errorf("bound(1000, 500) = %+v; want more than the sums, equal: the learnt max binds", o)
 	}
-	if o := side.fleet.fold(100, 500); o != 500 {
-		t.Errorf("bound(100, 500) = %d; want the sum, below the learnt max", o)
+	if o := side.fleet.fold(sums(100, 100), sums(500, 500)); o != sums(500, 500) {
+		t.Errorf("bound(100, 500) = %+v; want the sums, below the learnt max", o)
+	}
+	// Over budget, the others' too: the in-budget sum as without, the
+	// total as much higher, and more for the member's own over-budget
+	// share.
+	if o := side.fleet.fold(sums(1000, 1500), sums(500, 900)); o.In <= 500 || o.Total < o.In+400 {
+		t.Errorf("bound((1000, 1500), (500, 900)) = %+v; want in above 500, total at least in + the others' 400 over budget", o)
 	}
 
 	// The same max again: nothing compiled.
@@ -66,7 +74,7 @@ func TestFleetApplyingAuto(t *testing.T) {
 	// A fleet without auto has no fold.
 	p.Auto, p.Max = nil, 1000
 	a.fleet.boundFor(p, true)
-	if a.fleet.bound.Load() != nil || side.fleet.fold(1000, 500) != 500 {
+	if a.fleet.bound.Load() != nil || side.fleet.fold(sums(1000, 1000), sums(500, 600)) != sums(500, 600) {
 		t.Error("without auto: a fold is left")
 	}
 }

@@ -108,7 +108,7 @@ func TestFleetAutoAgent(t *testing.T) {
 		if k >= 2 && !foldSeen {
 			// The auto member's program judges on more than the store's
 			// sum: the fold.
-			o, err := a.Limiter().FleetOthers()
+			_, o, err := a.Limiter().FleetOthers()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -45,7 +45,7 @@ func BenchmarkFleet(b *testing.B) {
 			opts := bpf.Options{TickNs: kernelTick(b)}
 			sm := newHarnessOpts(b, policy(path.max), opts)
 			fl := newHarnessOpts(b, fleet(path.max), opts)
-			if err := fl.l.SetFleetOthers(path.others); err != nil {
+			if err := fl.l.SetFleetOthers(path.others, path.others); err != nil {
 				b.Fatal(err)
 			}
 			sm.expire()

@@ -8,68 +8,103 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// SetFleetOthers writes the sum of the other fleet members' last reported
-// R̂ (docs/design.md §12), packets per window, into the program
-// (maps.h tl_fleet_others): from the next packet on, the smooth shape
-// judges on this member's own R̂ plus others, against the table the
-// policy was compiled for (fleet.max, tiers.Policy.TableMax). A sum above
-// tiers.MaxFleetOthers is written as that. 0 is the plain smooth shape,
-// and what a loaded program starts with: the agent writes it at each
-// report, and 0 when it leaves the fleet or applies a fallback policy.
-// One aligned 8-byte store: a packet reads the old sum or the new one.
-func (l *Limiter) SetFleetOthers(others uint64) error {
-	if err := l.objs.TlFleetOthers.Set(min(others, tiers.MaxFleetOthers)); err != nil {
-		return fmt.Errorf("set tl_fleet_others: %w", err)
+// SetFleetOthers writes the sums of the other fleet members' last reported
+// R̂ (docs/design.md §12), packets per window, into the program (maps.h
+// tl_fleet_others_in, tl_fleet_others): in, their in-budget R̂, and total,
+// their R̂ of all selected packets, in and over budget. From the next
+// packet on, the smooth shape judges an in-budget packet on this member's
+// R̂_in + in, and an over-budget one on the share of P(R̂_tot + total) −
+// P(R̂_in + in), against the table the policy was compiled for
+// (fleet.max, tiers.Policy.TableMax). Each sum above tiers.MaxFleetOthers
+// is written as that, and in as at most total. 0, 0 is the plain smooth
+// shape, and what a loaded program starts with: the agent writes the sums
+// at each report, and 0, 0 when it leaves the fleet or applies a fallback
+// policy.
+//
+// The two are two aligned 8-byte stores, not one: a packet judged
+// between them reads one new sum and one old. They are written in the
+// order that keeps the pair a packet can read at in ≤ total (the total
+// first when it grows, else the in-budget sum first), so that such a
+// packet is judged as at a report between the two, for the time between
+// the stores; the race is accepted (maps.h).
+func (l *Limiter) SetFleetOthers(in, total uint64) error {
+	total = min(total, tiers.MaxFleetOthers)
+	in = min(in, total)
+	var old uint64
+	if err := l.objs.TlFleetOthers.Get(&old); err != nil {
+		return fmt.Errorf("read tl_fleet_others: %w", err)
 	}
-	return nil
+	setIn := func() error {
+		if err := l.objs.TlFleetOthersIn.Set(in); err != nil {
+			return fmt.Errorf("set tl_fleet_others_in: %w", err)
+		}
+		return nil
+	}
+	setTot := func() error {
+		if err := l.objs.TlFleetOthers.Set(total); err != nil {
+			return fmt.Errorf("set tl_fleet_others: %w", err)
+		}
+		return nil
+	}
+	first, second := setIn, setTot
+	if total >= old {
+		first, second = setTot, setIn
+	}
+	if err := first(); err != nil {
+		return err
+	}
+	return second()
 }
 
-// FleetOthers reads back the sum SetFleetOthers wrote.
-func (l *Limiter) FleetOthers() (uint64, error) {
-	var v uint64
-	if err := l.objs.TlFleetOthers.Get(&v); err != nil {
-		return 0, fmt.Errorf("read tl_fleet_others: %w", err)
+// FleetOthers reads back the sums SetFleetOthers wrote: the in-budget sum
+// and the total.
+func (l *Limiter) FleetOthers() (in, total uint64, err error) {
+	if err := l.objs.TlFleetOthersIn.Get(&in); err != nil {
+		return 0, 0, fmt.Errorf("read tl_fleet_others_in: %w", err)
 	}
-	return v, nil
+	if err := l.objs.TlFleetOthers.Get(&total); err != nil {
+		return 0, 0, fmt.Errorf("read tl_fleet_others: %w", err)
+	}
+	return in, total, nil
 }
 
 // FleetEstimate returns this member's own live R̂ (docs/design.md §12),
-// packets per window: the estimate that the program would judge a
-// selected packet arriving now on, the packet itself and the others' sum
-// left out (tiers.LiveEstimate, tiers.Model.EstimateAt), read from the
-// window and the per-CPU overflow counts. It is what a member reports to
-// the fleet. With per-source budgets it counts every selected packet, in
-// and over budget: R̂_tot, on which over-budget packets are judged, since
-// the others take the report as in-budget load and the fleet then passes
-// no more than without budgets. Under the tick gate the ticks since the window opened are
+// packets per window, in budget and in all: the estimates that the
+// program would judge a selected packet arriving now on, the packet itself
+// and the others' sums left out (tiers.LiveEstimates, tiers.Model.EstimateAt),
+// read from the window and the per-CPU overflow counts. It is what a
+// member reports to the fleet. total counts every selected packet, in and
+// over budget; in only the in-budget ones, on the same onset (latched on
+// all selected packets), and is at most total; without per-source budgets
+// the two are equal. Under the tick gate the ticks since the window opened are
 // read from the clock (now − start_ns over the tick), within one tick of
 // the program's jiffies. Returns ErrPolicy when no policy is applied.
-func (l *Limiter) FleetEstimate() (uint64, error) {
+func (l *Limiter) FleetEstimate() (in, total uint64, err error) {
 	slot, err := l.activeSlot()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var set LimiterTlSettings
 	if err := l.objs.Settings.Lookup(slot, &set); err != nil {
-		return 0, fmt.Errorf("read settings: %w", err)
+		return 0, 0, fmt.Errorf("read settings: %w", err)
 	}
 	if set.TableLen == 0 {
-		return 0, fmt.Errorf("%w: no policy applied", ErrPolicy)
+		return 0, 0, fmt.Errorf("%w: no policy applied", ErrPolicy)
 	}
 	var w LimiterTlWindow
 	if err := l.objs.Window.Lookup(uint32(0), &w); err != nil {
-		return 0, fmt.Errorf("read window: %w", err)
+		return 0, 0, fmt.Errorf("read window: %w", err)
 	}
 	if w.Opened == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	ov, err := l.overflowSlots()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0, fmt.Errorf("read the clock: %w", err)
+		return 0, 0, fmt.Errorf("read the clock: %w", err)
 	}
 	now := uint64(ts.Nano())
 	var cur, curEx, prev, prevEx uint64
@@ -95,6 +130,11 @@ func (l *Limiter) FleetEstimate() (uint64, error) {
 	st := tiers.SmoothState{Elapsed: elapsed, Ticks: ticks, Gap: w.Gap,
 		Prev: w.LastCount + prev + w.PrevEx + prevEx}
 	n := w.Count + cur + w.ExCount + curEx
+	prevIn, nIn := w.LastCount+prev, w.Count+cur
+	if set.SrcBudget == 0 {
+		prevIn, nIn = st.Prev, n // every selected packet is in budget
+	}
 	expired := since > int64(set.WindowNs)
-	return tiers.LiveEstimate(st, n, w.Onset == w.Opened+1, expired, elapsed-min(elapsed, ticks)), nil
+	in, total = tiers.LiveEstimates(st, n, prevIn, nIn, w.Onset == w.Opened+1, expired, elapsed-min(elapsed, ticks))
+	return in, total, nil
 }

@@ -24,11 +24,13 @@ func fleetPolicyBPF(t *testing.T, fleetMax uint64, window time.Duration) tiers.P
 	return p
 }
 
-// The fleet's others' sum X joins the program's R̂ (docs/design.md §12):
-// windows of 300 packets, each judged in its first ticks of an hour's
-// window, where R̂ is deterministic (the onset's 32 n from the 16th
-// packet on), are dropped at the model's q(own R̂ + X) within 5σ; with X
-// = 0 that is the plain smooth model, and Active's max is fleet.max.
+// The fleet's others' in-budget sum X joins the program's R̂ of in-budget
+// packets (docs/design.md §12), whatever their total: windows of 300
+// packets (without budgets, all in budget), each judged in its first
+// ticks of an hour's window, where R̂ is deterministic (the onset's 32 n
+// from the 16th packet on), are dropped at the model's q(own R̂ + X)
+// within 5σ; with X = 0 that is the plain smooth model, and Active's max
+// is fleet.max.
 func TestFleetOthersProgram(t *testing.T) {
 	const (
 		fleetMax = 1000
@@ -37,21 +39,22 @@ func TestFleetOthersProgram(t *testing.T) {
 	)
 	p := fleetPolicyBPF(t, fleetMax, time.Hour)
 	frame := UDP4(t, 514)
-	for _, x := range []uint64{0, 500, 2000, 10000} {
+	for _, o := range [][2]uint64{{0, 0}, {500, 500}, {2000, 9000}, {10000, 10000}} {
+		x, total := o[0], o[1]
 		h := newHarness(t, p)
 		if a, err := h.l.Active(); err != nil || a.Max != fleetMax {
 			t.Fatalf("Active max %d, %v; want fleet.max %d", a.Max, err, fleetMax)
 		}
-		if err := h.l.SetFleetOthers(x); err != nil {
+		if err := h.l.SetFleetOthers(x, total); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := h.l.FleetOthers(); err != nil || got != x {
-			t.Fatalf("FleetOthers %d, %v; want %d", got, err, x)
+		if in, tot, err := h.l.FleetOthers(); err != nil || in != x || tot != total {
+			t.Fatalf("FleetOthers %d, %d, %v; want %d, %d", in, tot, err, x, total)
 		}
 		m := tiers.NewModel(p, h.tab, nil)
 		m.SetTick(h.l.TickNs())
 		if x != 0 {
-			m.SetFleetOthers(x)
+			m.SetFleetOthers(x, total)
 		}
 		var want, variance float64
 		dropped := 0
@@ -79,35 +82,45 @@ func TestFleetOthersProgram(t *testing.T) {
 
 // FleetEstimate reads the program's own live R̂, the others left out: 32 n
 // in the onset of a fresh hour's window after n ≥ 16 packets, and the
-// ending window's count once it has expired.
+// ending window's count once it has expired; without budgets R̂_in and
+// R̂_tot are equal. SetFleetOthers bounds each sum by
+// tiers.MaxFleetOthers and the in-budget sum by the total, in either
+// order of growth.
 func TestFleetEstimateProgram(t *testing.T) {
 	p := fleetPolicyBPF(t, 1000, time.Hour)
 	h := newHarness(t, p)
 	frame := UDP4(t, 514)
-	if got, err := h.l.FleetEstimate(); err != nil || got != 0 {
-		t.Fatalf("before any packet: FleetEstimate %d, %v; want 0", got, err)
+	if in, got, err := h.l.FleetEstimate(); err != nil || got != 0 || in != 0 {
+		t.Fatalf("before any packet: FleetEstimate %d, %d, %v; want 0, 0", in, got, err)
 	}
-	if err := h.l.SetFleetOthers(1 << 50); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := h.l.FleetOthers(); got != tiers.MaxFleetOthers {
-		t.Errorf("others over the bound read back %d, want %d", got, uint64(tiers.MaxFleetOthers))
+	for _, c := range []struct{ in, total, wantIn, wantTotal uint64 }{
+		{1 << 50, 1 << 50, tiers.MaxFleetOthers, tiers.MaxFleetOthers},
+		{5, 3, 3, 3},
+		{700, 900, 700, 900},
+		{100, 200, 100, 200},
+	} {
+		if err := h.l.SetFleetOthers(c.in, c.total); err != nil {
+			t.Fatal(err)
+		}
+		if in, got, _ := h.l.FleetOthers(); in != c.wantIn || got != c.wantTotal {
+			t.Errorf("SetFleetOthers(%d, %d) read back %d, %d, want %d, %d", c.in, c.total, in, got, c.wantIn, c.wantTotal)
+		}
 	}
 	h.expire()
 	const n = 100
 	for range n {
 		h.run(frame)
 	}
-	got, err := h.l.FleetEstimate()
+	in, got, err := h.l.FleetEstimate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != 32*n {
-		t.Errorf("onset: FleetEstimate %d, want %d (32 n)", got, 32*n)
+	if got != 32*n || in != got {
+		t.Errorf("onset: FleetEstimate %d, %d, want %d twice (32 n, all in budget)", in, got, 32*n)
 	}
 	h.expire()
-	if got, _ := h.l.FleetEstimate(); got+1 < n || got > n {
-		t.Errorf("expired: FleetEstimate %d, want the ending window's %d (less a tick's share)", got, n)
+	if in, got, _ := h.l.FleetEstimate(); got+1 < n || got > n || in != got {
+		t.Errorf("expired: FleetEstimate %d, %d, want the ending window's %d (less a tick's share) twice", in, got, n)
 	}
 }
 
@@ -139,7 +152,7 @@ func TestFleetProgramsSharing(t *testing.T) {
 		offered[i], passed[i] = make([]int, windows), make([]int, windows)
 	}
 	sent := make([]float64, len(rates))
-	reported := make([]uint64, len(rates))
+	reported := make([][2]uint64, len(rates))
 	start := time.Now()
 	nextReport := report
 	for el := time.Since(start); el < windows*window; el = time.Since(start) {
@@ -156,18 +169,15 @@ func TestFleetProgramsSharing(t *testing.T) {
 		if el >= nextReport {
 			nextReport += report
 			for i, h := range hs {
-				est, err := h.l.FleetEstimate()
+				in, est, err := h.l.FleetEstimate()
 				if err != nil {
 					t.Fatal(err)
 				}
-				reported[i] = est
-				var others uint64
-				for j, r := range reported {
-					if j != i {
-						others += r
-					}
+				if in != est {
+					t.Fatalf("member %d reports %d in budget of %d without budgets", i, in, est)
 				}
-				if err := h.l.SetFleetOthers(others); err != nil {
+				reported[i] = [2]uint64{in, est}
+				if err := h.l.SetFleetOthers(tiers.OthersOf(reported, i)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -261,11 +271,11 @@ func TestFleetAutoProgram(t *testing.T) {
 	for el := time.Since(start); el < windows*window; el = time.Since(start) {
 		if el >= nextReport {
 			nextReport += report
-			own, err := h.l.FleetEstimate()
+			in, own, err := h.l.FleetEstimate()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := h.l.SetFleetOthers(tiers.FleetOthersWithAuto(h.tab, local, own, others)); err != nil {
+			if err := h.l.SetFleetOthers(tiers.FleetOthersWithAuto(h.tab, local, in, own, others, others)); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -10,19 +10,20 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// Per-source budgets in a fleet (docs/design.md §12, §6): the others' sum
-// X joins R̂_in and R̂_tot alike. Windows of 300 packets, each judged in
-// the first ticks of an hour's window (R̂ deterministic: the onset's 32 n
-// from about the 20th packet on), a third from ten light groups, the rest
-// from one noisy group over its budget of 20 after its 20th: the program
-// drops the in-budget and the over-budget packets in the numbers the
-// model (tiers.Model with SetFleetOthers, the program's sketch seeds)
-// drops them, within 5σ of the model's spread over 100 runs, for X = 0
-// (no fleet), 4,000 and 8,000 with fleet.max 10,000; and the member
-// reports (FleetEstimate) R̂ of all its packets, as the model's
-// EstimateAt. Without X in the over-budget packets' R̂ the program
-// dropped 84 of the 3,600 over-budget packets at X = 8,000, as at X = 0,
-// where the model drops 3,250.
+// Per-source budgets in a fleet (docs/design.md §12, §6): the others'
+// in-budget sum X joins R̂_in and their total Y R̂_tot. Windows of 300
+// packets, each judged in the first ticks of an hour's window (R̂
+// deterministic: the onset's 32 n from about the 20th packet on), a third
+// from ten light groups, the rest from one noisy group over its budget of
+// 20 after its 20th: the program drops the in-budget and the over-budget
+// packets in the numbers the model (tiers.Model with SetFleetOthers, the
+// program's sketch seeds) drops them, within 5σ of the model's spread over
+// 100 runs, for (X, Y) = (0, 0) (no fleet), (4,000, 4,000), (4,000,
+// 8,000) and (8,000, 8,000) with fleet.max 10,000; and the member reports
+// (FleetEstimate) R̂_in of its in-budget packets and R̂_tot of all of
+// them, as the model's EstimateAt. Without the sums in the over-budget
+// packets' R̂ the program dropped 84 of the 3,600 over-budget packets at
+// X = 8,000, as at X = 0, where the model drops 3,250.
 func TestFleetBudgetsProgram(t *testing.T) {
 	const (
 		fleetMax = 10000
@@ -42,9 +43,10 @@ func TestFleetBudgetsProgram(t *testing.T) {
 	noisy := udpFrom(t, netip.MustParseAddr("192.0.2.7"))
 	lightSrc := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(i/3%10 + 1)}) }
 	noisySrc := netip.MustParseAddr("192.0.2.7")
-	for _, x := range []uint64{0, 4000, 8000} {
+	for _, o := range [][2]uint64{{0, 0}, {4000, 4000}, {4000, 8000}, {8000, 8000}} {
+		x, y := o[0], o[1]
 		h := newHarness(t, p)
-		if err := h.l.SetFleetOthers(x); err != nil {
+		if err := h.l.SetFleetOthers(x, y); err != nil {
 			t.Fatal(err)
 		}
 		// The program: drops of in-budget and over-budget packets.
@@ -61,15 +63,18 @@ func TestFleetBudgetsProgram(t *testing.T) {
 				}
 			}
 		}
-		// What the member reports: R̂ of all its selected packets, over
-		// budget included (32 n in the onset), not its in-budget R̂.
-		if got, err := h.l.FleetEstimate(); err != nil || got != 32*perWin {
-			t.Errorf("others %d: FleetEstimate %d, %v; want %d (32 × the window's %d packets, in and over budget)", x, got, err, 32*perWin, perWin)
+		// What the member reports: R̂_in of its in-budget packets (the
+		// light groups' 100 and the noisy group's first 20) and R̂_tot of
+		// all its selected packets, over budget included (32 n each in
+		// the onset).
+		const nIn = perWin/3 + 20
+		if in, got, err := h.l.FleetEstimate(); err != nil || got != 32*perWin || in != 32*nIn {
+			t.Errorf("others %v: FleetEstimate %d, %d, %v; want %d (32 × the window's %d in budget), %d (32 × its %d packets)", o, in, got, err, 32*nIn, nIn, 32*perWin, perWin)
 		}
 		st := h.stats()
 		over := st.OverBudget[tiers.VerdictPass].Packets + st.OverBudget[tiers.VerdictDrop].Packets
 		if want := uint64(windows * (perWin*2/3 - 20)); over != want {
-			t.Fatalf("others %d: %d over budget, want %d", x, over, want)
+			t.Fatalf("others %v: %d over budget, want %d", o, over, want)
 		}
 		exDrops := int(st.OverBudget[tiers.VerdictDrop].Packets)
 		gotIn += gotEx - exDrops // the noisy group's in-budget drops
@@ -77,10 +82,10 @@ func TestFleetBudgetsProgram(t *testing.T) {
 		// The model, runs times over the same sequence.
 		var sumIn, sumEx, sqIn, sqEx float64
 		for r := range uint64(runs) {
-			m := tiers.NewModel(p, h.tab, rand.New(rand.NewPCG(r, x)).Uint32)
+			m := tiers.NewModel(p, h.tab, rand.New(rand.NewPCG(r, x+y)).Uint32)
 			m.SetTick(h.l.TickNs())
 			m.SetSketchSeeds(h.l.SketchSeeds())
-			m.SetFleetOthers(x)
+			m.SetFleetOthers(x, y)
 			var in, ex float64
 			for k := range uint64(windows) {
 				now := k * uint64(time.Hour+time.Millisecond)
@@ -100,21 +105,209 @@ func TestFleetBudgetsProgram(t *testing.T) {
 					}
 				}
 			}
-			if got := m.EstimateAt(uint64(windows-1) * uint64(time.Hour+time.Millisecond)); got != 32*perWin {
-				t.Fatalf("others %d: the model's EstimateAt %d, want %d", x, got, 32*perWin)
+			if in, got := m.EstimateAt(uint64(windows-1) * uint64(time.Hour+time.Millisecond)); got != 32*perWin || in != 32*nIn {
+				t.Fatalf("others %v: the model's EstimateAt %d, %d, want %d, %d", o, in, got, 32*nIn, 32*perWin)
 			}
 			sumIn, sumEx, sqIn, sqEx = sumIn+in, sumEx+ex, sqIn+in*in, sqEx+ex*ex
 		}
 		meanIn, meanEx := sumIn/runs, sumEx/runs
 		sdIn := math.Sqrt(max(sqIn/runs-meanIn*meanIn, 0))
 		sdEx := math.Sqrt(max(sqEx/runs-meanEx*meanEx, 0))
-		t.Logf("others %d: in budget dropped %d of %d (model %.1f ± %.1f), over budget dropped %d of %d (model %.1f ± %.1f)",
-			x, gotIn, windows*(perWin/3+20), meanIn, sdIn, gotEx, over, meanEx, sdEx)
+		t.Logf("others %v: in budget dropped %d of %d (model %.1f ± %.1f), over budget dropped %d of %d (model %.1f ± %.1f)",
+			o, gotIn, windows*(perWin/3+20), meanIn, sdIn, gotEx, over, meanEx, sdEx)
 		if math.Abs(float64(gotIn)-meanIn) > 5*sdIn+1 {
-			t.Errorf("others %d: in-budget drops %d, want %.1f ± 5 × %.1f", x, gotIn, meanIn, sdIn)
+			t.Errorf("others %v: in-budget drops %d, want %.1f ± 5 × %.1f", o, gotIn, meanIn, sdIn)
 		}
 		if math.Abs(float64(gotEx)-meanEx) > 5*sdEx+1 {
-			t.Errorf("others %d: over-budget drops %d, want %.1f ± 5 × %.1f", x, gotEx, meanEx, sdEx)
+			t.Errorf("others %v: over-budget drops %d, want %.1f ± 5 × %.1f", o, gotEx, meanEx, sdEx)
 		}
 	}
+}
+
+// budgetStream is one stream of a member's selected packets: rate per
+// window, from srcs in turn.
+type budgetStream struct {
+	member int
+	srcs   []netip.Addr
+	rate   float64
+}
+
+// Three programs with per-source budgets, one fleet (docs/design.md §12,
+// "With budgets and severity"): fed in real time, each reporting
+// FleetEstimate (R̂_in, R̂_tot) and taking the others' sums every report
+// as the agent's loop does (without a store). Member 0 carries a noisy
+// group of 600 per window beside light groups (15 groups of 10), members
+// 1 and 2 light groups only (150, 100): R_fleet 1,000 against fleet.max
+// 300, the budget 20 per group. From the third window on, within 5σ plus
+// the pacing's 10 %:
+//   - the fleet passes P(R_fleet), what one limiter passes without
+//     budgets, window by window and over the windows together (there
+//     within 5σ plus 5 %), and no less than the fleet model
+//     (tiers.FleetModel, the programs' sketch seeds) passes of the same
+//     streams. With one sum of all traffic, judged as in budget, members
+//     1 and 2 would pass P(R)/R alone and the fleet, by the tables, about
+//     a third less;
+//   - the light groups on the noisy member lose nothing: they pass the
+//     fraction the light groups on member 1 pass; and every member's
+//     light groups pass far more than P(R)/R.
+func TestFleetBudgetsProgramsSharing(t *testing.T) {
+	const (
+		fleetMax = 300
+		window   = 500 * time.Millisecond
+		report   = 50 * time.Millisecond
+		windows  = 6
+		from     = 2
+	)
+	p := fleetPolicyBPF(t, fleetMax, window)
+	p.Sources = tiers.Sources{BudgetPackets: 20, PrefixV4: 32, PrefixV6: 64}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	light := func(m, n int) []netip.Addr {
+		a := make([]netip.Addr, n)
+		for i := range a {
+			a[i] = netip.AddrFrom4([4]byte{10, byte(m), 0, byte(i + 1)})
+		}
+		return a
+	}
+	streams := []budgetStream{
+		{0, light(0, 15), 150},
+		{0, []netip.Addr{netip.MustParseAddr("192.0.2.9")}, 600},
+		{1, light(1, 15), 150},
+		{2, light(2, 10), 100},
+	}
+	frames := make([][][]byte, len(streams))
+	for i, s := range streams {
+		for _, a := range s.srcs {
+			frames[i] = append(frames[i], udpFrom(t, a))
+		}
+	}
+	hs := make([]*harness, 3)
+	for i := range hs {
+		hs[i] = newHarness(t, p)
+	}
+	tab := hs[0].tab
+	offered := make([][]int, len(streams))
+	passed := make([][]int, len(streams))
+	for i := range streams {
+		offered[i], passed[i] = make([]int, windows), make([]int, windows)
+	}
+	sent := make([]float64, len(streams))
+	reported := make([][2]uint64, len(hs))
+	start := time.Now()
+	nextReport := report
+	for el := time.Since(start); el < windows*window; el = time.Since(start) {
+		k := int(el / window)
+		for i, s := range streams {
+			// Due by the clock, so that a slow loop catches up.
+			for due := s.rate * float64(el) / float64(window); sent[i] < due; sent[i]++ {
+				offered[i][k]++
+				if hs[s.member].run(frames[i][int(sent[i])%len(frames[i])]) == xdpPass {
+					passed[i][k]++
+				}
+			}
+		}
+		if el >= nextReport {
+			nextReport += report
+			for i, h := range hs {
+				in, est, err := h.l.FleetEstimate()
+				if err != nil {
+					t.Fatal(err)
+				}
+				reported[i] = [2]uint64{in, est}
+				if err := h.l.SetFleetOthers(tiers.OthersOf(reported, i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		time.Sleep(time.Millisecond - time.Since(start)%time.Millisecond)
+	}
+	t.Logf("the last reports (in budget, total): %v", reported)
+	// The fleet, window by window, against P of what it was offered.
+	streamOff, streamPass := make([]int, len(streams)), make([]int, len(streams))
+	var fleetOff, fleetPass, fleetWant float64
+	for k := from; k < windows; k++ {
+		off, pass := 0, 0
+		for i := range streams {
+			off += offered[i][k]
+			pass += passed[i][k]
+			streamOff[i] += offered[i][k]
+			streamPass[i] += passed[i][k]
+		}
+		want := tab.Expected(uint64(off)).Passed
+		fl := want / float64(off)
+		fleetOff, fleetPass, fleetWant = fleetOff+float64(off), fleetPass+float64(pass), fleetWant+want
+		sigma := math.Sqrt(float64(off) * fl * (1 - fl))
+		t.Logf("window %d: offered %d, passed %d, want P %.0f ± 5 × %.1f", k, off, pass, want, sigma)
+		if math.Abs(float64(pass)-want) > 5*sigma+0.1*want {
+			t.Errorf("window %d: the fleet passed %d of %d, want P(R_fleet) %.0f ± (5 × %.1f + 10%%)", k, pass, off, want, sigma)
+		}
+	}
+	// The fleet model, on the same streams, evenly spaced.
+	f := tiers.NewFleetModel(p, tab, len(hs), report, rand.New(rand.NewPCG(34, 13)).Uint32)
+	for i, h := range hs {
+		f.Member(i).SetTick(h.l.TickNs())
+		f.Member(i).SetSketchSeeds(h.l.SketchSeeds())
+	}
+	W := float64(window)
+	next := make([]float64, len(streams))
+	turn := make([]int, len(streams))
+	modelPass := make([]int, len(streams))
+	for {
+		i := 0
+		for j := range next {
+			if next[j] < next[i] {
+				i = j
+			}
+		}
+		if next[i] >= windows*W {
+			break
+		}
+		s := streams[i]
+		d := f.PacketFrom(s.member, uint64(next[i]), s.srcs[turn[i]%len(s.srcs)])
+		turn[i]++
+		if d.Verdict == tiers.VerdictPass && next[i] >= from*W {
+			modelPass[i]++
+		}
+		next[i] += W / s.rate
+	}
+	// Over the windows together: P(R_fleet) within 5σ plus 5 %.
+	if fl := fleetWant / fleetOff; math.Abs(fleetPass-fleetWant) > 5*math.Sqrt(fleetOff*fl*(1-fl))+0.05*fleetWant {
+		t.Errorf("the fleet passed %.0f of %.0f, want P(R_fleet) %.0f ± (5 × %.1f + 5%%)", fleetPass, fleetOff, fleetWant, math.Sqrt(fleetOff*fl*(1-fl)))
+	}
+	var model float64
+	for _, n := range modelPass {
+		model += float64(n)
+	}
+	model *= fleetOff / (totalStreams(streams) * (windows - from)) // to what the pacing offered
+	t.Logf("the fleet passed %.0f of %.0f; P(R_fleet) %.0f; the fleet model %.0f (streams %v)", fleetPass, fleetOff, fleetWant, model, modelPass)
+	if fleetPass < model-5*math.Sqrt(model)-0.1*model {
+		t.Errorf("the fleet passed %.0f, want the fleet model's %.0f − (5 × %.1f + 10%%) or more", fleetPass, model, math.Sqrt(model))
+	}
+	// The light groups on the noisy member lose nothing.
+	f0 := float64(streamPass[0]) / float64(streamOff[0])
+	f1 := float64(streamPass[2]) / float64(streamOff[2])
+	sd := math.Sqrt(f0*(1-f0)/float64(streamOff[0]) + f1*(1-f1)/float64(streamOff[2]))
+	plain := fleetWant / fleetOff
+	t.Logf("light groups pass %.3f on the noisy member, %.3f on member 1; P(R)/R %.3f", f0, f1, plain)
+	if f0 < f1-5*sd-0.05*f1 {
+		t.Errorf("the noisy member's light groups pass %.3f, want member 1's %.3f − (5 × %.3f + 5%%) or more", f0, f1, sd)
+	}
+	// And every member's light groups pass far more than P(R)/R: judged
+	// on the fleet's in-budget R̂, not on R̂_fleet.
+	for _, i := range []int{0, 2, 3} {
+		f := float64(streamPass[i]) / float64(streamOff[i])
+		if sd := math.Sqrt(f * (1 - f) / float64(streamOff[i])); f < plain+5*sd {
+			t.Errorf("member %d's light groups pass %.3f, want more than P(R)/R %.3f + 5 × %.3f", streams[i].member, f, plain, sd)
+		}
+	}
+}
+
+// totalStreams is the packets per window of streams.
+func totalStreams(streams []budgetStream) float64 {
+	var r float64
+	for _, s := range streams {
+		r += s.rate
+	}
+	return r
 }

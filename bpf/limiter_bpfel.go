@@ -396,6 +396,7 @@ const (
 	LimiterProgTierlimit        = "tierlimit"
 	LimiterVarTlContractBtf     = "tl_contract_btf"
 	LimiterVarTlFleetOthers     = "tl_fleet_others"
+	LimiterVarTlFleetOthersIn   = "tl_fleet_others_in"
 	LimiterVarTlIfCount         = "tl_if_count"
 	LimiterVarTlIfIndex         = "tl_if_index"
 	LimiterVarTlIfWord          = "tl_if_word"
@@ -483,14 +484,15 @@ type LimiterMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterVariableSpecs struct {
-	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
-	TlFleetOthers *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
-	TlIfCount     *ebpf.VariableSpec `ebpf:"tl_if_count"`
-	TlIfIndex     *ebpf.VariableSpec `ebpf:"tl_if_index"`
-	TlIfWord      *ebpf.VariableSpec `ebpf:"tl_if_word"`
-	TlOpaque      *ebpf.VariableSpec `ebpf:"tl_opaque"`
-	TlRecordShare *ebpf.VariableSpec `ebpf:"tl_record_share"`
-	TlSkbIfaces   *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
+	TlContractBtf   *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlFleetOthers   *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
+	TlFleetOthersIn *ebpf.VariableSpec `ebpf:"tl_fleet_others_in"`
+	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
+	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
+	TlIfWord        *ebpf.VariableSpec `ebpf:"tl_if_word"`
+	TlOpaque        *ebpf.VariableSpec `ebpf:"tl_opaque"`
+	TlRecordShare   *ebpf.VariableSpec `ebpf:"tl_record_share"`
+	TlSkbIfaces     *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
 }
 
 // LimiterObjects contains all objects after they have been loaded into the kernel.
@@ -572,14 +574,15 @@ func (m *LimiterMaps) Close() error {
 //
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterVariables struct {
-	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
-	TlFleetOthers *ebpf.Variable `ebpf:"tl_fleet_others"`
-	TlIfCount     *ebpf.Variable `ebpf:"tl_if_count"`
-	TlIfIndex     *ebpf.Variable `ebpf:"tl_if_index"`
-	TlIfWord      *ebpf.Variable `ebpf:"tl_if_word"`
-	TlOpaque      *ebpf.Variable `ebpf:"tl_opaque"`
-	TlRecordShare *ebpf.Variable `ebpf:"tl_record_share"`
-	TlSkbIfaces   *ebpf.Variable `ebpf:"tl_skb_ifaces"`
+	TlContractBtf   *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlFleetOthers   *ebpf.Variable `ebpf:"tl_fleet_others"`
+	TlFleetOthersIn *ebpf.Variable `ebpf:"tl_fleet_others_in"`
+	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
+	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`
+	TlIfWord        *ebpf.Variable `ebpf:"tl_if_word"`
+	TlOpaque        *ebpf.Variable `ebpf:"tl_opaque"`
+	TlRecordShare   *ebpf.Variable `ebpf:"tl_record_share"`
+	TlSkbIfaces     *ebpf.Variable `ebpf:"tl_skb_ifaces"`
 }
 
 // LimiterPrograms contains all programs after they have been loaded into the kernel.

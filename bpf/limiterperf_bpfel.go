@@ -44,6 +44,7 @@ const (
 	limiterPerfProgTierlimit        = "tierlimit"
 	limiterPerfVarTlContractBtf     = "tl_contract_btf"
 	limiterPerfVarTlFleetOthers     = "tl_fleet_others"
+	limiterPerfVarTlFleetOthersIn   = "tl_fleet_others_in"
 	limiterPerfVarTlIfCount         = "tl_if_count"
 	limiterPerfVarTlIfIndex         = "tl_if_index"
 	limiterPerfVarTlIfWord          = "tl_if_word"
@@ -132,14 +133,15 @@ type limiterPerfMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type limiterPerfVariableSpecs struct {
-	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
-	TlFleetOthers *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
-	TlIfCount     *ebpf.VariableSpec `ebpf:"tl_if_count"`
-	TlIfIndex     *ebpf.VariableSpec `ebpf:"tl_if_index"`
-	TlIfWord      *ebpf.VariableSpec `ebpf:"tl_if_word"`
-	TlOpaque      *ebpf.VariableSpec `ebpf:"tl_opaque"`
-	TlRecordShare *ebpf.VariableSpec `ebpf:"tl_record_share"`
-	TlSkbIfaces   *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
+	TlContractBtf   *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlFleetOthers   *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
+	TlFleetOthersIn *ebpf.VariableSpec `ebpf:"tl_fleet_others_in"`
+	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
+	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
+	TlIfWord        *ebpf.VariableSpec `ebpf:"tl_if_word"`
+	TlOpaque        *ebpf.VariableSpec `ebpf:"tl_opaque"`
+	TlRecordShare   *ebpf.VariableSpec `ebpf:"tl_record_share"`
+	TlSkbIfaces     *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
 }
 
 // limiterPerfObjects contains all objects after they have been loaded into the kernel.
@@ -223,14 +225,15 @@ func (m *limiterPerfMaps) Close() error {
 //
 // It can be passed to loadLimiterPerfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type limiterPerfVariables struct {
-	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
-	TlFleetOthers *ebpf.Variable `ebpf:"tl_fleet_others"`
-	TlIfCount     *ebpf.Variable `ebpf:"tl_if_count"`
-	TlIfIndex     *ebpf.Variable `ebpf:"tl_if_index"`
-	TlIfWord      *ebpf.Variable `ebpf:"tl_if_word"`
-	TlOpaque      *ebpf.Variable `ebpf:"tl_opaque"`
-	TlRecordShare *ebpf.Variable `ebpf:"tl_record_share"`
-	TlSkbIfaces   *ebpf.Variable `ebpf:"tl_skb_ifaces"`
+	TlContractBtf   *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlFleetOthers   *ebpf.Variable `ebpf:"tl_fleet_others"`
+	TlFleetOthersIn *ebpf.Variable `ebpf:"tl_fleet_others_in"`
+	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
+	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`
+	TlIfWord        *ebpf.Variable `ebpf:"tl_if_word"`
+	TlOpaque        *ebpf.Variable `ebpf:"tl_opaque"`
+	TlRecordShare   *ebpf.Variable `ebpf:"tl_record_share"`
+	TlSkbIfaces     *ebpf.Variable `ebpf:"tl_skb_ifaces"`
 }
 
 // limiterPerfPrograms contains all programs after they have been loaded into the kernel.

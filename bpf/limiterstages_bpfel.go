@@ -44,6 +44,7 @@ const (
 	limiterStagesVarTlBenchStage      = "tl_bench_stage"
 	limiterStagesVarTlContractBtf     = "tl_contract_btf"
 	limiterStagesVarTlFleetOthers     = "tl_fleet_others"
+	limiterStagesVarTlFleetOthersIn   = "tl_fleet_others_in"
 	limiterStagesVarTlIfCount         = "tl_if_count"
 	limiterStagesVarTlIfIndex         = "tl_if_index"
 	limiterStagesVarTlIfWord          = "tl_if_word"
@@ -131,15 +132,16 @@ type limiterStagesMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type limiterStagesVariableSpecs struct {
-	TlBenchStage  *ebpf.VariableSpec `ebpf:"tl_bench_stage"`
-	TlContractBtf *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
-	TlFleetOthers *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
-	TlIfCount     *ebpf.VariableSpec `ebpf:"tl_if_count"`
-	TlIfIndex     *ebpf.VariableSpec `ebpf:"tl_if_index"`
-	TlIfWord      *ebpf.VariableSpec `ebpf:"tl_if_word"`
-	TlOpaque      *ebpf.VariableSpec `ebpf:"tl_opaque"`
-	TlRecordShare *ebpf.VariableSpec `ebpf:"tl_record_share"`
-	TlSkbIfaces   *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
+	TlBenchStage    *ebpf.VariableSpec `ebpf:"tl_bench_stage"`
+	TlContractBtf   *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlFleetOthers   *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
+	TlFleetOthersIn *ebpf.VariableSpec `ebpf:"tl_fleet_others_in"`
+	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
+	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
+	TlIfWord        *ebpf.VariableSpec `ebpf:"tl_if_word"`
+	TlOpaque        *ebpf.VariableSpec `ebpf:"tl_opaque"`
+	TlRecordShare   *ebpf.VariableSpec `ebpf:"tl_record_share"`
+	TlSkbIfaces     *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
 }
 
 // limiterStagesObjects contains all objects after they have been loaded into the kernel.
@@ -221,15 +223,16 @@ func (m *limiterStagesMaps) Close() error {
 //
 // It can be passed to loadLimiterStagesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type limiterStagesVariables struct {
-	TlBenchStage  *ebpf.Variable `ebpf:"tl_bench_stage"`
-	TlContractBtf *ebpf.Variable `ebpf:"tl_contract_btf"`
-	TlFleetOthers *ebpf.Variable `ebpf:"tl_fleet_others"`
-	TlIfCount     *ebpf.Variable `ebpf:"tl_if_count"`
-	TlIfIndex     *ebpf.Variable `ebpf:"tl_if_index"`
-	TlIfWord      *ebpf.Variable `ebpf:"tl_if_word"`
-	TlOpaque      *ebpf.Variable `ebpf:"tl_opaque"`
-	TlRecordShare *ebpf.Variable `ebpf:"tl_record_share"`
-	TlSkbIfaces   *ebpf.Variable `ebpf:"tl_skb_ifaces"`
+	TlBenchStage    *ebpf.Variable `ebpf:"tl_bench_stage"`
+	TlContractBtf   *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlFleetOthers   *ebpf.Variable `ebpf:"tl_fleet_others"`
+	TlFleetOthersIn *ebpf.Variable `ebpf:"tl_fleet_others_in"`
+	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
+	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`
+	TlIfWord        *ebpf.Variable `ebpf:"tl_if_word"`
+	TlOpaque        *ebpf.Variable `ebpf:"tl_opaque"`
+	TlRecordShare   *ebpf.Variable `ebpf:"tl_record_share"`
+	TlSkbIfaces     *ebpf.Variable `ebpf:"tl_skb_ifaces"`
 }
 
 // limiterStagesPrograms contains all programs after they have been loaded into the kernel.

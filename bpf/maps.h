@@ -288,13 +288,21 @@ volatile __u32 tl_skb_ifaces;
  * would favour a sender whose packets come first after a tick. */
 volatile __u32 tl_record_share = TL_THR_ALWAYS;
 
-/* The fleet (docs/design.md §12): the sum of the other members' last
+/* The fleet (docs/design.md §12): the sums of the other members' last
  * reported R̂, packets per window, which the agent writes at each report
- * (bpf.Limiter.SetFleetOthers, at most tiers.MaxFleetOthers = 2^46, so
- * that R̂ stays below the 2^48 that sm_beyond's product allows); 0 without a
- * fleet, which is the plain smooth shape. smooth.h sm_judge adds it to
- * this member's R̂. The agent's one aligned 8-byte store and the
- * program's one load: a packet reads the old sum or the new one. */
+ * (bpf.Limiter.SetFleetOthers, each at most tiers.MaxFleetOthers = 2^46,
+ * so that R̂ stays below the 2^48 that sm_beyond's product allows); 0
+ * without a fleet, which is the plain smooth shape. tl_fleet_others_in is
+ * the others' in-budget R̂, tl_fleet_others their total (in and over
+ * budget), never less: smooth.h sm_judge adds the first to this member's
+ * R̂_in, over_budget_thr the first to R̂_in and the second to R̂_tot.
+ * Each is one aligned 8-byte store by the agent and one load here, but
+ * the pair is two stores: a packet between them reads one new sum and one
+ * old. The agent orders them so that the pair read is never torn into
+ * in > total (the total first when it grows, else the in-budget sum
+ * first): such a packet is judged as at a report in between, for the
+ * microseconds between the stores. */
+volatile __u64 tl_fleet_others_in;
 volatile __u64 tl_fleet_others;
 
 #endif /* __TL_MAPS_H */

@@ -373,7 +373,7 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 		onset = 1;
 	}
 	__u64 rhat = sm_rhat(w, s, c, n, onset);
-	rhat += tl_fleet_others; /* the fleet's estimate (docs/design.md §12): the others' sum joins R̂ */
+	rhat += tl_fleet_others_in; /* the fleet's R̂_in (docs/design.md §12): the others' in-budget sum joins it */
 	return sm_entry(s, slot, c, rhat, tier, thr) ? c : NULL;
 }
 
@@ -421,12 +421,12 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 			__u64 f = sm_in_estimate(w, s, c, n, 1);
 			rin = f > rin ? f : rin;
 		}
-		/* The fleet's others' sum joins R̂_in and R̂_tot alike: the
-		 * others' traffic is in-budget load to this member (docs/design.md
-		 * §12, tiers.Model.overSmooth). */
-		__u64 o = tl_fleet_others;
-		rin += o;
-		rtot += o;
+		/* The fleet's sums (docs/design.md §12, tiers.Model.overSmooth):
+		 * the others' in-budget R̂ joins R̂_in, their total R̂_tot, so
+		 * the fleet's over-budget packets share P(R_fleet) −
+		 * P(R_fleet,in). */
+		rin += tl_fleet_others_in;
+		rtot += tl_fleet_others;
 		if (!c->ex_r || !sm_near(rtot, c->ex_r) || !sm_near(rin, c->ex_rin))
 			sm_share_memo(c, s, slot, rin, rtot);
 		*thr = c->ex_thr;

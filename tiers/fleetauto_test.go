@@ -3,6 +3,7 @@ package tiers
 import (
 	"math"
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -43,9 +44,10 @@ func TestFleetModelAuto(t *testing.T) {
 			}
 			now := uint64(next[i])
 			for ; nextReport <= now; nextReport += uint64(report) {
-				e0, e1 := ms[0].EstimateAt(nextReport), ms[1].EstimateAt(nextReport)
-				ms[0].SetFleetOthers(FleetOthersWithAuto(fleet, local, e0, e1))
-				ms[1].SetFleetOthers(e0)
+				in0, e0 := ms[0].EstimateAt(nextReport)
+				in1, e1 := ms[1].EstimateAt(nextReport)
+				ms[0].SetFleetOthers(FleetOthersWithAuto(fleet, local, in0, e0, in1, e1))
+				ms[1].SetFleetOthers(in0, e0)
 			}
 			k := int(next[i] / W)
 			if k >= windows {
@@ -70,5 +72,129 @@ func TestFleetModelAuto(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// With max: auto and per-source budgets (docs/design.md §12): member 0,
+// learnt max 300 and a budget of 5 % of it (15 per group), carries light
+// groups (20 of 10 per window) and a noisy group of 800 per window;
+// member 1 carries 2,000 in light groups. Folding its learnt max into both
+// sums at each report (FleetOthersWithAuto), member 0 passes no more than
+// it passes alone under its learnt max (Policy.Local, the same budgets,
+// the same streams), where the fleet's share alone (fleet.max 3,000)
+// would pass more; its light groups pass no less than alone. Over seeds,
+// from the third window on, within 5σ plus 3 % for the reports' lag.
+// Folding the in-budget sum alone (the total only keeping the others'
+// over-budget part), member 0 passed 15,607 where alone it passes 6,264.
+func TestFleetModelAutoBudgets(t *testing.T) {
+	const (
+		window  = time.Second
+		report  = 100 * time.Millisecond
+		windows = 8
+		from    = 2
+		seeds   = 4
+	)
+	p := fleetPolicy(t, 3000, 300)
+	p.Auto = &AutoMax{Start: 300, Floor: 100, Ceiling: 2000}
+	p.Sources = Sources{Budget: Pct(5), PrefixV4: 32, PrefixV6: 64}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	fleet := mustCompile(t, p)
+	local := mustCompile(t, p.Local())
+	if fleet.Sources.Budget != 15 || local.Sources.Budget != 15 {
+		t.Fatalf("budgets %d, %d; want 5 %% of the learnt max 300 = 15", fleet.Sources.Budget, local.Sources.Budget)
+	}
+	light0 := make([]netip.Addr, 20)
+	for i := range light0 {
+		light0[i] = netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})
+	}
+	noisy := netip.MustParseAddr("192.0.2.1")
+	light1 := make([]netip.Addr, 200)
+	for i := range light1 {
+		light1[i] = netip.AddrFrom4([4]byte{10, 1, byte(i / 250), byte(i%250 + 1)})
+	}
+	type stream struct {
+		member int
+		srcs   []netip.Addr
+		rate   float64
+	}
+	streams := []stream{{0, light0, 200}, {0, []netip.Addr{noisy}, 800}, {1, light1, 2000}}
+	// run offers the streams; with fold, member 0 folds its learnt max
+	// into the sums, else (alone) member 0 judges on its local policy
+	// with no others. It returns member 0's light and noisy passes.
+	run := func(seed uint64, alone bool) (lightPass, noisyPass, lightOff, noisyOff int) {
+		rng := rand.New(rand.NewPCG(seed, 21))
+		seeds := randomSeeds(rng)
+		var ms []*Model
+		if alone {
+			ms = []*Model{NewModel(p.Local(), local, rng.Uint32), NewModel(p, fleet, rng.Uint32)}
+		} else {
+			ms = []*Model{NewModel(p, fleet, rng.Uint32), NewModel(p, fleet, rng.Uint32)}
+		}
+		ms[0].SetSketchSeeds(seeds)
+		ms[1].SetSketchSeeds(randomSeeds(rng))
+		W := float64(window)
+		next := make([]float64, len(streams))
+		turn := make([]int, len(streams))
+		for i, s := range streams {
+			next[i] = rng.Float64() * W / s.rate
+		}
+		nextReport := uint64(report)
+		for {
+			i := 0
+			for j := range next {
+				if next[j] < next[i] {
+					i = j
+				}
+			}
+			now := uint64(next[i])
+			for ; nextReport <= now; nextReport += uint64(report) {
+				in0, e0 := ms[0].EstimateAt(nextReport)
+				in1, e1 := ms[1].EstimateAt(nextReport)
+				if !alone {
+					ms[0].SetFleetOthers(FleetOthersWithAuto(fleet, local, in0, e0, in1, e1))
+				}
+				ms[1].SetFleetOthers(in0, e0)
+			}
+			k := int(next[i] / W)
+			if k >= windows {
+				return
+			}
+			s := streams[i]
+			d := ms[s.member].PacketFrom(now, s.srcs[turn[i]%len(s.srcs)])
+			turn[i]++
+			if k >= from && s.member == 0 {
+				pass := 0
+				if d.Verdict == VerdictPass {
+					pass = 1
+				}
+				if i == 0 {
+					lightPass, lightOff = lightPass+pass, lightOff+1
+				} else {
+					noisyPass, noisyOff = noisyPass+pass, noisyOff+1
+				}
+			}
+			next[i] += W / s.rate
+		}
+	}
+	var fl, nf, al, na, lo, no int
+	for seed := range uint64(seeds) {
+		a, b, c, d := run(seed, false)
+		fl, nf, lo, no = fl+a, nf+b, lo+c, no+d
+		a, b, _, _ = run(seed, true)
+		al, na = al+a, na+b
+	}
+	got, want := float64(fl+nf), float64(al+na)
+	off := float64(lo + no)
+	share := off * fleet.Expected(3000).Passed / 3000 // R_fleet 3,000 per window
+	t.Logf("member 0 passed %.0f of %.0f folded (light %d, noisy %d), %.0f alone under its learnt max (light %d, noisy %d); the fleet's share alone %.0f",
+		got, off, fl, nf, want, al, na, share)
+	sigma := math.Sqrt(want * (1 - want/off))
+	if got > want+5*sigma+0.03*want {
+		t.Errorf("member 0 passed %.0f with the fold, want at most %.0f (alone under its learnt max) + (5 × %.1f + 3%%)", got, want, sigma)
+	}
+	if ls := math.Sqrt(float64(al)); float64(fl) < float64(al)-5*ls-0.03*float64(al) {
+		t.Errorf("member 0's light groups passed %d with the fold, want at least %d (alone) − (5 × %.1f + 3%%)", fl, al, ls)
 	}
 }

@@ -11,34 +11,45 @@ import (
 // the 2^48 its closed form's product allows (bpf/maps.h tl_fleet_others).
 const MaxFleetOthers = 1 << 46
 
-// LiveEstimate returns a member's own live R̂ (docs/design.md §12): the
-// estimate that a selected packet arriving now would be judged on, the
-// packet itself and the fleet's others left out, from the window as it
-// stands. st is the window's state with Elapsed counted to now and Prev
-// the previous window's count of all selected packets, n the window's
-// count so far, and onset whether the window is latched as an onset. When
-// the window has expired (a packet now would open a new one), gapNow is
-// the whole ticks from the window's end to now, and the estimate is the
-// new window's at its start: the ending window's count's share of the
-// last window's span. n and st.Prev count every selected packet, over
-// budget included: with per-source budgets a member reports R̂ of all its
-// offered packets, in and over budget, since the others take its report
-// as in-budget load (Model.SetFleetOthers), and the fleet then passes no
-// more than without budgets (docs/design.md §12).
-func LiveEstimate(st SmoothState, n uint64, onset, expired bool, gapNow uint64) uint64 {
+// LiveEstimates returns a member's own live R̂ (docs/design.md §12), in
+// budget and in all: the estimates that a selected packet arriving now
+// would be judged on, the packet itself and the fleet's others left out,
+// from the window as it stands. st is the window's state with Elapsed
+// counted to now and Prev the previous window's count of all selected
+// packets, n the window's count of them so far; prevIn and nIn are the
+// same counts of in-budget packets (without budgets, st.Prev and n), and
+// onset whether the window is latched as an onset. Both estimates take
+// the onset of all selected packets, so in ≤ total. When the window has
+// expired (a packet now would open a new one), gapNow is the whole ticks
+// from the window's end to now, and each estimate is the new window's at
+// its start: the ending window's count's share of the last window's span.
+//
+// R̂_in is §9's estimate of the in-budget count: in an onset, its count
+// extrapolated since the window opened, where the member judges its own
+// in-budget packets on their recent rate (Model.inEstimate). A group whose
+// budget is spent early in the window is then read high, which makes the
+// others pass less, never more.
+func LiveEstimates(st SmoothState, n, prevIn, nIn uint64, onset, expired bool, gapNow uint64) (in, total uint64) {
 	if expired {
-		return SmoothState{Ticks: st.Ticks, Gap: gapNow, Prev: n}.Coef().Sliding(0)
+		total = SmoothState{Ticks: st.Ticks, Gap: gapNow, Prev: n}.Coef().Sliding(0)
+		in = SmoothState{Ticks: st.Ticks, Gap: gapNow, Prev: nIn}.Coef().Sliding(0)
+		return min(in, total), total
 	}
 	c := st.Coef()
-	return c.Estimate(n, onset || c.Onset(n))
+	onset = onset || c.Onset(n)
+	total = c.Estimate(n, onset)
+	st.Prev = prevIn
+	in = st.Coef().Estimate(nIn, onset)
+	return min(in, total), total
 }
 
-// EstimateAt returns the model's own live R̂ at nowNs (LiveEstimate): what
-// the member reports to the fleet, as bpf.Limiter.FleetEstimate reads it
-// from the program. 0 before the first packet.
-func (m *Model) EstimateAt(nowNs uint64) uint64 {
+// EstimateAt returns the model's own live R̂_in and R̂_tot at nowNs
+// (LiveEstimates): what the member reports to the fleet, as
+// bpf.Limiter.FleetEstimate reads them from the program. 0, 0 before the
+// first packet.
+func (m *Model) EstimateAt(nowNs uint64) (in, total uint64) {
 	if !m.open {
-		return 0
+		return 0, 0
 	}
 	tick := nowNs / m.tickNs
 	st := SmoothState{Elapsed: tick - min(tick, m.startTick), Ticks: m.ticks(), Gap: m.gap, Prev: m.prev + m.prevEx}
@@ -47,23 +58,29 @@ func (m *Model) EstimateAt(nowNs uint64) uint64 {
 	if end := m.startTick + m.ticks(); tick > end {
 		gapNow = tick - end
 	}
-	return LiveEstimate(st, m.count+m.ex, m.onset, expired, gapNow)
+	prevIn, nIn := m.prev, m.count
+	if m.sketch == nil {
+		prevIn, nIn = st.Prev, m.count+m.ex // every selected packet is in budget
+	}
+	return LiveEstimates(st, m.count+m.ex, prevIn, nIn, m.onset, expired, gapNow)
 }
 
 // FleetModel is the reference model of a fleet (docs/design.md §12): its
 // members, each a Model of the same policy with its own stream of
 // selected packets, judge on their own live R̂ plus the others' last
-// reported sum. Every report each member, in turn, publishes its own live
-// R̂ (Model.EstimateAt) and reads the sum of the others' latest reports,
-// as the store's script returns it. The fleet as a whole then passes what
-// one limiter of fleet.max would pass on all of its traffic, P(R_fleet),
-// each member the same fraction of its offered load. It is not safe for
-// concurrent use.
+// reported sums. Every report each member, in turn, publishes its own live
+// R̂_in and R̂_tot (Model.EstimateAt) and reads the sums of the others'
+// latest reports, as the store's script returns them. The fleet as a
+// whole then passes what one limiter of fleet.max would pass on all of its
+// traffic, P(R_fleet): without budgets each member the same fraction of
+// its offered load; with budgets its in-budget packets at
+// p(R_fleet,in), and the fleet's over-budget packets together P(R_fleet)
+// − P(R_fleet,in). It is not safe for concurrent use.
 type FleetModel struct {
 	members  []*Model
-	reported []uint64
-	report   uint64 // ns
-	next     uint64 // ns of the next report
+	reported [][2]uint64 // in, total
+	report   uint64      // ns
+	next     uint64      // ns of the next report
 }
 
 // NewFleetModel returns a fleet of members members of policy p compiled
@@ -74,7 +91,7 @@ func NewFleetModel(p Policy, t Table, members int, report time.Duration, rand fu
 	if report <= 0 && p.Fleet != nil {
 		report = p.Fleet.Report
 	}
-	f := &FleetModel{reported: make([]uint64, members), report: uint64(max(report, 1))}
+	f := &FleetModel{reported: make([][2]uint64, members), report: uint64(max(report, 1))}
 	f.next = f.report
 	for range members {
 		f.members = append(f.members, NewModel(p, t, rand))
@@ -92,30 +109,32 @@ func (f *FleetModel) SetTick(ns uint64) {
 // Member returns member i's model.
 func (f *FleetModel) Member(i int) *Model { return f.members[i] }
 
-// Reported returns each member's latest report, packets per window.
-func (f *FleetModel) Reported() []uint64 { return append([]uint64(nil), f.reported...) }
+// Reported returns each member's latest report, packets per window: its
+// R̂_in and R̂_tot.
+func (f *FleetModel) Reported() [][2]uint64 { return append([][2]uint64(nil), f.reported...) }
 
 // Advance runs the reports due up to nowNs (each report time t ≤ nowNs):
-// at each, every member in turn reports its R̂ at t and takes the others'
-// sum (Model.SetFleetOthers).
+// at each, every member in turn reports its R̂_in and R̂_tot at t and
+// takes the others' sums (Model.SetFleetOthers).
 func (f *FleetModel) Advance(nowNs uint64) {
 	for ; f.next <= nowNs; f.next += f.report {
 		for i, m := range f.members {
-			f.reported[i] = m.EstimateAt(f.next)
-			m.SetFleetOthers(othersOf(f.reported, i))
+			in, total := m.EstimateAt(f.next)
+			f.reported[i] = [2]uint64{in, total}
+			m.SetFleetOthers(OthersOf(f.reported, i))
 		}
 	}
 }
 
-// othersOf is the sum of reported but i's.
-func othersOf(reported []uint64, i int) uint64 {
-	var s uint64
+// OthersOf returns the sums of reported's in-budget and total estimates
+// but i's, as the store's script returns them.
+func OthersOf(reported [][2]uint64, i int) (in, total uint64) {
 	for j, r := range reported {
 		if j != i {
-			s += r
+			in, total = in+r[0], total+r[1]
 		}
 	}
-	return s
+	return in, total
 }
 
 // Packet advances the fleet to nowNs (Advance) and judges a selected
@@ -135,28 +154,49 @@ func (f *FleetModel) PacketFrom(i int, nowNs uint64, src netip.Addr) Decision {
 	return f.members[i].PacketFrom(nowNs, src)
 }
 
-// FleetOthersWithAuto returns the others' sum that a member with max: auto
-// writes into its program (docs/design.md §12: its pass probability is the
-// smaller of the fleet's and that of its auto-learnt max on its own R̂).
-// fleet is the table for fleet.max, local the table for the learnt max
-// (Compile of Policy.WithMax with Fleet nil), own the member's live R̂ and
-// others the fleet's reported sum. When the fleet's drop threshold at own
-// + others is at least the local one at own, it returns others; else the
-// least sum at which the fleet's threshold reaches the local one, found by
-// bisection (the thresholds grow with R̂ when the drop percents grow with
-// the tiers, as the default's do), at most MaxFleetOthers. The fold is the
-// agent's, once per report: the local bound follows own R̂ at the report's
-// pace, where the fleet's follows it per packet.
-func FleetOthersWithAuto(fleet, local Table, own, others uint64) uint64 {
-	others = min(others, MaxFleetOthers)
-	_, want := local.Smooth(own)
-	if _, thr := fleet.Smooth(own + others); thr >= want {
-		return others
-	}
-	n := MaxFleetOthers - others
-	i := uint64(sort.Search(int(min(n, 1<<62)), func(k int) bool {
-		_, thr := fleet.Smooth(own + others + uint64(k))
+// FleetOthersWithAuto returns the others' sums that a member with max:
+// auto writes into its program (docs/design.md §12: its pass probability
+// is the smaller of the fleet's and that of its auto-learnt max on its own
+// R̂). fleet is the table for fleet.max, local the table for the learnt
+// max (Compile of Policy.WithMax with Fleet nil), ownIn and ownTot the
+// member's live R̂_in and R̂_tot, and othersIn and othersTot the fleet's
+// reported sums. The in-budget sum is the least, at least othersIn, at
+// which the fleet's drop threshold at ownIn + in reaches the local one at
+// ownIn; the total keeps the others' over-budget part on top of it, and
+// when the member has traffic over budget (ownTot > ownIn) grows further,
+// to the least at which the fleet's over-budget share threshold
+// (Table.ShareThreshold) reaches the local one of (ownIn, ownTot). Both
+// are found by bisection (the thresholds grow with R̂ when the drop
+// percents grow with the tiers, as the default's do) and are at most
+// MaxFleetOthers, in at most total. The fold is the agent's, once per
+// report: the local bound follows own R̂ at the report's pace, where the
+// fleet's follows it per packet.
+func FleetOthersWithAuto(fleet, local Table, ownIn, ownTot, othersIn, othersTot uint64) (in, total uint64) {
+	othersTot = min(othersTot, MaxFleetOthers)
+	othersIn = min(othersIn, othersTot)
+	_, want := local.Smooth(ownIn)
+	in = leastFrom(othersIn, func(o uint64) bool {
+		_, thr := fleet.Smooth(ownIn + o)
 		return thr >= want
-	}))
-	return others + i
+	})
+	total = min(othersTot+(in-othersIn), MaxFleetOthers)
+	if ownTot > ownIn {
+		wantEx := local.ShareThreshold(ownIn, ownTot)
+		total = leastFrom(total, func(o uint64) bool {
+			return fleet.ShareThreshold(ownIn+in, ownTot+o) >= wantEx
+		})
+	}
+	return min(in, total), total
+}
+
+// leastFrom returns the least o in [from, MaxFleetOthers] for which ok
+// holds, ok false below it and true from it on; MaxFleetOthers when it
+// holds nowhere.
+func leastFrom(from uint64, ok func(o uint64) bool) uint64 {
+	from = min(from, MaxFleetOthers)
+	if ok(from) {
+		return from
+	}
+	n := MaxFleetOthers - from
+	return from + uint64(sort.Search(int(n), func(k int) bool { return ok(from + uint64(k)) }))
 }

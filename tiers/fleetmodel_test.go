@@ -119,9 +119,9 @@ func TestFleetOthersJoinEstimate(t *testing.T) {
 	for _, x := range []uint64{0, 700, 5000} {
 		a := NewModel(p, tab, rand.New(rand.NewPCG(1, 2)).Uint32)
 		b := NewModel(p, tab, rand.New(rand.NewPCG(1, 2)).Uint32)
-		a.SetFleetOthers(x)
+		a.SetFleetOthers(x, x)
 		c := NewModel(p, tab, nil)
-		c.SetFleetOthers(x)
+		c.SetFleetOthers(x, 2*x) // the others' total: no packet here is over budget
 		for n := range uint64(5000) {
 			now := n * 200_000 // 5000 per second
 			da := a.Packet(now)
@@ -153,14 +153,14 @@ func TestEstimateAt(t *testing.T) {
 		now = n * uint64(time.Second) / rate
 		m.Packet(now)
 	}
-	if got := m.EstimateAt(now); math.Abs(float64(got)-rate) > 0.02*rate {
-		t.Errorf("steady: EstimateAt %d, want %d ± 2%%", got, rate)
+	if in, got := m.EstimateAt(now); math.Abs(float64(got)-rate) > 0.02*rate || in != got {
+		t.Errorf("steady: EstimateAt %d, %d, want %d ± 2%% twice (no budgets: all in budget)", in, got, rate)
 	}
-	if got := m.EstimateAt(now + uint64(1100*time.Millisecond)); got > rate {
-		t.Errorf("expired: EstimateAt %d, want at most %d", got, rate)
+	if in, got := m.EstimateAt(now + uint64(1100*time.Millisecond)); got > rate || in != got {
+		t.Errorf("expired: EstimateAt %d, %d, want at most %d twice", in, got, rate)
 	}
-	if got := m.EstimateAt(now + uint64(3*time.Second)); got != 0 {
-		t.Errorf("idle: EstimateAt %d, want 0", got)
+	if in, got := m.EstimateAt(now + uint64(3*time.Second)); got != 0 || in != 0 {
+		t.Errorf("idle: EstimateAt %d, %d, want 0", in, got)
 	}
 }
 
@@ -177,7 +177,10 @@ func TestFleetOthersWithAuto(t *testing.T) {
 	for _, c := range []struct{ own, others uint64 }{
 		{1000, 500}, {1000, 8000}, {200, 100}, {3000, 0}, {600, 2400},
 	} {
-		o := FleetOthersWithAuto(fleet, local, c.own, c.others)
+		o, tot := FleetOthersWithAuto(fleet, local, c.own, c.own, c.others, c.others)
+		if tot != o {
+			t.Errorf("own %d others %d, no budgets: folded %d, %d; want the two sums equal", c.own, c.others, o, tot)
+		}
 		_, got := fleet.Smooth(c.own + o)
 		_, fl := fleet.Smooth(c.own + c.others)
 		_, lo := local.Smooth(c.own)
@@ -192,10 +195,36 @@ func TestFleetOthersWithAuto(t *testing.T) {
 			t.Errorf("own %d others %d: folded %d where the fleet's threshold %#x is already at least the local %#x", c.own, c.others, o, fl, lo)
 		}
 	}
+	// With traffic over budget: in-budget packets at least the local
+	// threshold at own R̂_in, over-budget ones at least the local share of
+	// (R̂_in, R̂_tot), the others' over-budget part kept, and the total the
+	// least that does it.
+	for _, c := range []struct{ ownIn, ownTot, othersIn, othersTot uint64 }{
+		{1000, 1500, 500, 900}, {200, 1200, 100, 100}, {300, 3000, 2000, 2500}, {100, 400, 8000, 9000},
+	} {
+		in, tot := FleetOthersWithAuto(fleet, local, c.ownIn, c.ownTot, c.othersIn, c.othersTot)
+		if in < c.othersIn || tot < c.othersTot || in > tot || tot-in < c.othersTot-c.othersIn {
+			t.Errorf("%+v: folded %d, %d; want at least the sums, in ≤ total, the others' %d over budget kept", c, in, tot, c.othersTot-c.othersIn)
+			continue
+		}
+		_, thrIn := fleet.Smooth(c.ownIn + in)
+		_, loIn := local.Smooth(c.ownIn)
+		if thrIn < loIn {
+			t.Errorf("%+v: in-budget threshold %#x at the fold, want at least the local %#x", c, thrIn, loIn)
+		}
+		ex := fleet.ShareThreshold(c.ownIn+in, c.ownTot+tot)
+		loEx := local.ShareThreshold(c.ownIn, c.ownTot)
+		if ex < loEx {
+			t.Errorf("%+v: over-budget threshold %#x at the fold, want at least the local %#x", c, ex, loEx)
+		}
+		if base := c.othersTot + (in - c.othersIn); tot > base && fleet.ShareThreshold(c.ownIn+in, c.ownTot+tot-1) >= loEx {
+			t.Errorf("%+v: total %d is not the least", c, tot)
+		}
+	}
 	// On the model: a member offered 1000 per window whose learnt max is
 	// 500 passes about P_local(1000), not the fleet's larger share.
 	m := NewModel(p, fleet, rand.New(rand.NewPCG(3, 4)).Uint32)
-	m.SetFleetOthers(FleetOthersWithAuto(fleet, local, 1000, 500))
+	m.SetFleetOthers(FleetOthersWithAuto(fleet, local, 1000, 1000, 500, 500))
 	passed := 0
 	const windows, rate = 5, 1000
 	for n := range uint64(windows * rate) {

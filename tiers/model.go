@@ -67,7 +67,8 @@ type Model struct {
 	exR       uint64     // R̂ of all selected packets exThr was computed for; 0: none
 	exRin     uint64     // and the in-budget expectation
 	lastEstim uint64     // R̂ of the latest in-budget packet (smooth), the others' sum left out
-	others    uint64     // the fleet's others' sum (SetFleetOthers)
+	othersIn  uint64     // the fleet's others' in-budget sum (SetFleetOthers)
+	others    uint64     // and their total, in and over budget
 
 	// The in-budget count's recent rate, with budgets on (SmoothRate):
 	// the reference sample (tick, count) it is measured from, the next
@@ -335,16 +336,21 @@ func (m *Model) smooth(nowNs uint64) (int, uint32) {
 		rhat = m.coefTot.Estimate(m.count, m.onset)
 	}
 	m.lastEstim = rhat
-	return m.table.Smooth(rhat + m.others)
+	return m.table.Smooth(rhat + m.othersIn)
 }
 
-// SetFleetOthers sets the sum of the other fleet members' last reported
-// R̂ (docs/design.md §12), packets per window, at most MaxFleetOthers:
-// the smooth shape judges each in-budget packet on R̂ + others, and with
-// budgets each over-budget packet on the share of P(R̂_in + others +
-// R̂_ex) − P(R̂_in + others) (overSmooth), as the program does with
-// bpf.Limiter.SetFleetOthers. 0 (the default) is the plain smooth shape.
-func (m *Model) SetFleetOthers(others uint64) { m.others = min(others, MaxFleetOthers) }
+// SetFleetOthers sets the sums of the other fleet members' last reported
+// R̂ (docs/design.md §12), packets per window, each at most
+// MaxFleetOthers: in, their in-budget R̂, and total, their R̂ of all
+// selected packets (in at most total). The smooth shape judges each
+// in-budget packet on R̂_in + in, and with budgets each over-budget packet
+// on the share of P(R̂_tot + total) − P(R̂_in + in) (overSmooth), as the
+// program does with bpf.Limiter.SetFleetOthers. 0, 0 (the default) is
+// the plain smooth shape.
+func (m *Model) SetFleetOthers(in, total uint64) {
+	m.others = min(total, MaxFleetOthers)
+	m.othersIn = min(in, m.others)
+}
 
 // overBudget judges a packet over its group's budget (docs/design.md §6): on
 // the capacity in-budget traffic leaves. Ordinal: at position max(n,
@@ -386,11 +392,11 @@ func (m *Model) overSmooth(nowNs uint64) uint32 {
 	if m.onset {
 		rin = max(rin, m.inEstimate(nowNs, m.count))
 	}
-	// The fleet's others' sum (docs/design.md §12) is offered load that
-	// this member takes as in budget (the others' budgets applied on their
-	// hosts): it joins R̂_in and R̂_tot alike, and the over-budget packets
-	// share P(R̂_in + others + R̂_ex) − P(R̂_in + others).
-	rin, rtot = rin+m.others, rtot+m.others
+	// The fleet's sums (docs/design.md §12): the others' in-budget R̂
+	// joins R̂_in and their total R̂_tot, so that the fleet's
+	// over-budget packets share P(R_fleet) − P(R_fleet,in), each member's
+	// in proportion to its over-budget load.
+	rin, rtot = rin+m.othersIn, rtot+m.others
 	if m.exR == 0 || !near(rtot, m.exR) || !near(rin, m.exRin) {
 		m.exR, m.exRin = max(rtot, 1), rin
 		m.exThr = m.table.ShareThreshold(rin, rtot)
@@ -405,9 +411,8 @@ func near(a, b uint64) bool {
 }
 
 // Estimate returns R̂ of the latest in-budget packet under ShapeSmooth,
-// without the fleet's others (SetFleetOthers). Without budgets it is what
-// a member reports; with budgets it is R̂_in, and a member reports R̂ of
-// all its selected packets (EstimateAt).
+// without the fleet's others (SetFleetOthers). A member reports its live
+// R̂_in and R̂_tot (EstimateAt).
 func (m *Model) Estimate() uint64 { return m.lastEstim }
 
 // Debt returns the current window's drop debt (PacketSeverity).

@@ -35,7 +35,7 @@ type Controller struct {
 	// Loop state: the loop goroutine's alone once Start has returned.
 	lastOK     time.Time // when the store last answered
 	members    int       // the member count it last returned; 0 before any
-	lastEst    uint64    // the estimate last read from the program
+	lastEst    Sums      // the estimates last read from the program
 	inFallback bool
 	estFailed  bool // a FleetEstimate error was logged and not yet cleared
 	setFailed  bool // a SetFleetOthers error was logged and not yet cleared
@@ -100,7 +100,7 @@ func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller,
 	} else {
 		c.m.reports(resultOK).Add(1)
 		c.joined(time.Now(), est, v)
-		c.log.Info("joined the fleet", "store", c.store, "members", v.members, "others", v.others)
+		c.log.Info("joined the fleet", "store", c.store, "members", v.members, "others", v.others.Total, "others_in", v.others.In)
 	}
 	go c.run()
 	return c, nil
@@ -243,7 +243,7 @@ func (c *Controller) tick() {
 		return
 	}
 	c.m.storeUp.Store(0)
-	c.m.offered.Store(est + c.m.others.Load())
+	c.m.offered.Store(est.Total + c.m.others.Load())
 	c.log.Debug("fleet report failed", "err", err)
 	if isAuth(err) && !c.authFailed {
 		// A password changed on the store but not in password_file: say
@@ -259,8 +259,8 @@ func (c *Controller) tick() {
 }
 
 // joined applies an answer of the store: rejoin if in fallback, then hand
-// the others' sum to the program (through Config.Bound when set).
-func (c *Controller) joined(now time.Time, est uint64, v view) {
+// the others' sums to the program (through Config.Bound when set).
+func (c *Controller) joined(now time.Time, est Sums, v view) {
 	c.lastOK = now
 	c.authFailed = false
 	c.members = v.members
@@ -274,13 +274,14 @@ func (c *Controller) joined(now time.Time, est uint64, v view) {
 	}
 	others := v.others
 	if b := c.cfg.Load().Bound; b != nil {
-		others = max(b(est, others), others)
+		o := b(est, others)
+		others = Sums{In: max(o.In, others.In), Total: max(o.Total, others.Total)}
 	}
 	c.setOthers(others)
 	c.m.storeUp.Store(1)
 	c.m.members.Store(int64(v.members))
-	c.m.others.Store(v.others)
-	c.m.offered.Store(est + v.others)
+	c.m.others.Store(v.others.Total)
+	c.m.offered.Store(est.Total + v.others.Total)
 }
 
 // enterFallback switches the agent to its fallback and the program to
@@ -290,16 +291,17 @@ func (c *Controller) enterFallback(members int) {
 		c.log.Error("enter fleet fallback", "err", err)
 	}
 	c.inFallback = true
-	c.setOthers(0)
+	c.setOthers(Sums{})
 	c.m.fallback.Store(1)
 	c.m.others.Store(0)
-	c.m.offered.Store(c.lastEst)
+	c.m.offered.Store(c.lastEst.Total)
 }
 
-// estimate reads this member's R̂; on an error it logs once and reports
-// the last value read, so that the member stays in the fleet.
-func (c *Controller) estimate() uint64 {
-	est, err := c.lim.FleetEstimate()
+// estimate reads this member's R̂_in and R̂_tot; on an error it logs once
+// and reports the last values read, so that the member stays in the fleet.
+func (c *Controller) estimate() Sums {
+	in, total, err := c.lim.FleetEstimate()
+	est := Sums{In: min(in, total), Total: total}
 	if err != nil {
 		if !c.estFailed {
 			c.log.Error("read the fleet estimate from the program: reporting the last one", "err", err)
@@ -312,9 +314,9 @@ func (c *Controller) estimate() uint64 {
 	return est
 }
 
-// setOthers hands the others' sum to the program, logging a failure once.
-func (c *Controller) setOthers(others uint64) {
-	if err := c.lim.SetFleetOthers(others); err != nil {
+// setOthers hands the others' sums to the program, logging a failure once.
+func (c *Controller) setOthers(others Sums) {
+	if err := c.lim.SetFleetOthers(others.In, others.Total); err != nil {
 		if !c.setFailed {
 			c.log.Error("write the others' sum to the program", "err", err)
 			c.setFailed = true

@@ -3,10 +3,12 @@
 // collectors through a Redis or Valkey store (standalone, Sentinel or
 // Cluster; TLS; ACL users).
 //
-// Every report interval the controller reads this member's estimate R̂ from
-// the program (Limiter.FleetEstimate), publishes it and reads the others'
-// sum in one round trip (one server-side script), and hands the sum to the
-// program (Limiter.SetFleetOthers), which judges on R̂ + others. Limiting
+// Every report interval the controller reads this member's estimates R̂_in
+// and R̂_tot from the program (Limiter.FleetEstimate), publishes them and
+// reads the others' sums in one round trip (one server-side script), and
+// hands the sums to the program (Limiter.SetFleetOthers), which judges
+// in-budget packets on R̂_in + the others' in-budget sum and over-budget
+// ones on the share of P(R̂_tot + their total) − P(R̂_in + their in). Limiting
 // never waits for the store: a store that is down, slow or refuses the
 // password leaves the last view in place for ttl, after which the
 // controller enters fallback (Fallback.EnterFallback) until the store
@@ -66,15 +68,16 @@ type Config struct {
 	// untouched (see Fallback).
 	Fallback string
 	// Bound, when set, is what the controller writes into the program in
-	// place of the store's others' sum: Bound(own, sum), own the estimate
-	// this member reported and sum the others' sum the store returned.
-	// The agent sets it for a member with max: auto, to hold the member
-	// to the pass probability of its learnt max on its own R̂
+	// place of the store's others' sums: Bound(own, others), own the
+	// estimates this member reported and others the sums the store
+	// returned. The agent sets it for a member with max: auto, to hold the
+	// member to the pass probability of its learnt max on its own R̂
 	// (tiers.FleetOthersWithAuto; docs/design.md §12, "With max: auto").
-	// It is called from the report loop once per answered report, must
-	// not block, and must return at least sum. The fleet_others metric
-	// stays the store's sum. Nil writes the sum as it is.
-	Bound func(own, sum uint64) uint64
+	// It is called from the report loop once per answered report and must
+	// not block; each sum it returns below the store's is raised to it.
+	// The fleet_others metric stays the store's total. Nil writes the sums
+	// as they are.
+	Bound func(own, others Sums) Sums
 }
 
 // The values of Config.Fallback.
@@ -83,13 +86,21 @@ const (
 	FallbackLocal = "local" // the policy's own max
 )
 
+// Sums is a pair of estimates, packets per window: of the in-budget
+// packets and of all selected packets, in and over budget (In ≤ Total;
+// without per-source budgets the two are equal).
+type Sums struct {
+	In, Total uint64
+}
+
 // Limiter is the controller's seam to the program: *bpf.Limiter satisfies
-// it. Both counts are packets per window.
+// it. All counts are packets per window.
 type Limiter interface {
-	// FleetEstimate returns this member's live R̂.
-	FleetEstimate() (uint64, error)
-	// SetFleetOthers sets the others' sum that the program adds to R̂.
-	SetFleetOthers(others uint64) error
+	// FleetEstimate returns this member's live R̂_in and R̂_tot.
+	FleetEstimate() (in, total uint64, err error)
+	// SetFleetOthers sets the others' sums that the program adds to
+	// R̂_in and R̂_tot.
+	SetFleetOthers(in, total uint64) error
 }
 
 // Fallback is the controller's seam to the agent's policy. The controller

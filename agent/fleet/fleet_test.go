@@ -15,33 +15,36 @@ import (
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
-// shares checks that each member's others' sum is the sum of the other
-// members' estimates and that each counts len(ms) members, within n
-// reports.
+// shares checks that each member's others' sums are the sums of the other
+// members' estimates, in budget and in all, and that each counts len(ms)
+// members, within n reports.
 func shares(t *testing.T, n int, ms ...*member) {
 	t.Helper()
-	var total uint64
+	var totalIn, total uint64
 	for _, m := range ms {
 		m.k.mu.Lock()
-		total += m.k.est
+		totalIn, total = totalIn+m.k.estIn, total+m.k.est
 		m.k.mu.Unlock()
 	}
 	for _, m := range ms {
 		m.k.mu.Lock()
-		want := total - m.k.est
+		wantIn, want := totalIn-m.k.estIn, total-m.k.est
 		m.k.mu.Unlock()
 		ok := waitFor(n, func() bool {
-			return m.k.othersNow() == want && metric(t, m.c, "tierlimit_fleet_members") == float64(len(ms))
+			in, tot := m.k.othersPair()
+			return in == wantIn && tot == want && metric(t, m.c, "tierlimit_fleet_members") == float64(len(ms))
 		})
 		if !ok {
-			t.Errorf("member %s: others %d, members %v; want %d and %d", m.name, m.k.othersNow(),
-				metric(t, m.c, "tierlimit_fleet_members"), want, len(ms))
+			in, tot := m.k.othersPair()
+			t.Errorf("member %s: others %d in budget, %d in all, members %v; want %d, %d and %d", m.name, in, tot,
+				metric(t, m.c, "tierlimit_fleet_members"), wantIn, want, len(ms))
 		}
 	}
 }
 
 // TestFleetSharing: three members carrying 60, 30 and 10 % of the load
-// each see the sum of the other two, and count three members.
+// (a with 200 of its 600 over budget) each see the sums of the other two,
+// in budget and in all, and count three members.
 func TestFleetSharing(t *testing.T) {
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	sharing(t, r.URL(), "")
@@ -50,10 +53,10 @@ func TestFleetSharing(t *testing.T) {
 func sharing(t *testing.T, store, caFile string) {
 	t.Helper()
 	var ms []*member
-	for i, est := range []uint64{600, 300, 100} {
+	for i, est := range [][2]uint64{{400, 600}, {300, 300}, {100, 100}} {
 		cfg := testConfig(store, "eu", string(rune('a'+i)))
 		cfg.CAFile = caFile
-		ms = append(ms, join(t, cfg, est))
+		ms = append(ms, joinPair(t, cfg, est[0], est[1]))
 	}
 	shares(t, 20, ms...)
 	for _, m := range ms {
@@ -72,9 +75,12 @@ func sharing(t *testing.T, store, caFile string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 || got[0].Name != "a" || got[0].Estimate != 600 || got[1].Name != "c" || got[1].Estimate != 500 {
-		t.Errorf("members %+v; want a 600, c 500, b 300", got)
+	if len(got) != 3 || got[0].Name != "a" || got[0].Estimate != 600 || got[0].In != 400 || got[1].Name != "c" || got[1].Estimate != 500 || got[1].In != 500 {
+		t.Errorf("members %+v; want a 600 (400 in budget), c 500, b 300", got)
 	}
+	// a's traffic over budget ends: the others' in-budget sums follow.
+	ms[0].k.set(600)
+	shares(t, 20, ms...)
 	for _, m := range got {
 		if m.Age < 0 || m.Age > testTTL || time.Since(m.Heard) > time.Minute {
 			t.Errorf("member %s heard %v, age %v: want within ttl", m.Name, m.Heard, m.Age)
@@ -433,37 +439,92 @@ func TestFleetClusterTLS(t *testing.T) {
 }
 
 // TestFleetBound: a member with Config.Bound (the agent's fold for max:
-// auto, docs/design.md §12) writes Bound(own, sum) into its program, never
-// less than the store's sum, while its fleet_others metric and what the
-// other members see stay the store's: the bound is the member's own.
+// auto, docs/design.md §12) writes Bound(own, sums) into its program,
+// never less than the store's sums, while its fleet_others metric and what
+// the other members see stay the store's: the bound is the member's own.
 func TestFleetBound(t *testing.T) {
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	cfg := testConfig(r.URL(), "bound", "auto")
-	type call struct{ own, sum uint64 }
+	type call struct{ own, sum fleet.Sums }
 	calls := make(chan call, 1000)
-	cfg.Bound = func(own, sum uint64) uint64 {
+	cfg.Bound = func(own, sum fleet.Sums) fleet.Sums {
 		select {
 		case calls <- call{own, sum}:
 		default:
 		}
-		if own == 0 {
-			return 0 // less than sum: the controller writes sum
+		if own.Total == 0 {
+			return fleet.Sums{} // less than the sums: the controller writes them
 		}
-		return sum + 10*own
+		return fleet.Sums{In: sum.In + 10*own.In, Total: sum.Total + 10*own.Total}
 	}
-	auto := join(t, cfg, 200)
-	other := join(t, testConfig(r.URL(), "bound", "other"), 700)
-	if !waitFor(20, func() bool { return auto.k.othersNow() == 700+2000 && other.k.othersNow() == 200 }) {
-		t.Fatalf("others: the bound member %d, want 700 + 10 × 200; the other %d, want 200", auto.k.othersNow(), other.k.othersNow())
+	auto := joinPair(t, cfg, 150, 200)
+	other := joinPair(t, testConfig(r.URL(), "bound", "other"), 500, 700)
+	if !waitFor(20, func() bool {
+		in, tot := auto.k.othersPair()
+		oin, otot := other.k.othersPair()
+		return in == 500+1500 && tot == 700+2000 && oin == 150 && otot == 200
+	}) {
+		in, tot := auto.k.othersPair()
+		oin, otot := other.k.othersPair()
+		t.Fatalf("others: the bound member %d, %d, want 500 + 10 × 150, 700 + 10 × 200; the other %d, %d, want 150, 200", in, tot, oin, otot)
 	}
 	if got := metric(t, auto.c, "tierlimit_fleet_others"); got != 700 {
 		t.Errorf("fleet_others %v; want the store's sum 700", got)
 	}
-	if c := <-calls; c.own != 200 {
-		t.Errorf("Bound called with own %d; want the member's estimate 200", c.own)
+	if c := <-calls; c.own != (fleet.Sums{In: 150, Total: 200}) {
+		t.Errorf("Bound called with own %+v; want the member's estimates 150, 200", c.own)
 	}
 	auto.k.set(0)
-	if !waitFor(20, func() bool { return auto.k.othersNow() == 700 }) {
-		t.Errorf("a bound below the sum: others %d; want the sum 700", auto.k.othersNow())
+	if !waitFor(20, func() bool { in, tot := auto.k.othersPair(); return in == 500 && tot == 700 }) {
+		in, tot := auto.k.othersPair()
+		t.Errorf("a bound below the sums: others %d, %d; want the sums 500, 700", in, tot)
+	}
+}
+
+// TestFleetSingleValueEntry: an entry of the store's hash that holds one
+// value (a single estimate) reads as in budget and total alike, in the
+// others' sums and in status; the scripts keep the pair's sums through a
+// rebuild from the hash (the sums' key gone) and a leave.
+func TestFleetSingleValueEntry(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	admin := redis.NewClient(&redis.Options{Addr: r.Addrs[0]})
+	defer admin.Close()
+	ctx := context.Background()
+	tag := "{tierlimit:fleet:single}"
+	now, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A member "old" with one value, heard from a minute ahead (so that it
+	// stays in the fleet through the test).
+	if err := admin.HSet(ctx, tag+":est2", "old", "250").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ZAdd(ctx, tag+":seen2", redis.Z{Score: float64(now.Add(time.Minute).UnixMicro()), Member: "old"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := joinPair(t, testConfig(r.URL(), "single", "a"), 100, 400)
+	if in, tot := a.k.othersPair(); in != 250 || tot != 250 {
+		t.Errorf("others %d, %d; want the single value 250 as both", in, tot)
+	}
+	st, err := fleet.Status(ctx, testConfig(r.URL(), "single", ""))
+	if err != nil || len(st) != 2 || st[1].Name != "old" || st[1].In != 250 || st[1].Estimate != 250 {
+		t.Errorf("status %+v, %v; want old with 250, 250", st, err)
+	}
+	// The sums' key gone: the next report rebuilds it from the hash.
+	b := joinPair(t, testConfig(r.URL(), "single", "b"), 30, 40)
+	if err := admin.Del(ctx, tag+":sum2").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(20, func() bool { in, tot := a.k.othersPair(); return in == 280 && tot == 290 }) {
+		in, tot := a.k.othersPair()
+		t.Errorf("after a rebuild: others %d, %d; want 250 + 30, 250 + 40", in, tot)
+	}
+	// b leaves: its pair leaves the sums.
+	if err := b.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := admin.Get(ctx, tag+":sum2").Result(); err != nil || !strings.HasPrefix(s, "350 650") {
+		t.Errorf("sums after b left: %q, %v; want \"350 650\" (old and a)", s, err)
 	}
 }

@@ -17,33 +17,41 @@ import (
 // kernel stands where *bpf.Limiter stands: the program's side of the seam.
 // It holds an estimate the test sets and records every call.
 type kernel struct {
-	mu       sync.Mutex
-	est      uint64
-	others   uint64
-	estCalls int
-	setCalls int
-	history  []uint64 // every others' sum handed in, in order
+	mu        sync.Mutex
+	estIn     uint64
+	est       uint64
+	othersIn  uint64
+	others    uint64
+	estCalls  int
+	setCalls  int
+	history   []uint64 // every others' total handed in, in order
+	historyIn []uint64 // and every in-budget sum
 }
 
-func (k *kernel) FleetEstimate() (uint64, error) {
+func (k *kernel) FleetEstimate() (uint64, uint64, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.estCalls++
-	return k.est, nil
+	return k.estIn, k.est, nil
 }
 
-func (k *kernel) SetFleetOthers(o uint64) error {
+func (k *kernel) SetFleetOthers(in, total uint64) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.setCalls++
-	k.others = o
-	k.history = append(k.history, o)
+	k.othersIn, k.others = in, total
+	k.history = append(k.history, total)
+	k.historyIn = append(k.historyIn, in)
 	return nil
 }
 
-func (k *kernel) set(est uint64) {
+// set sets the estimate, all in budget.
+func (k *kernel) set(est uint64) { k.setPair(est, est) }
+
+// setPair sets the in-budget estimate and the total.
+func (k *kernel) setPair(in, est uint64) {
 	k.mu.Lock()
-	k.est = est
+	k.estIn, k.est = in, est
 	k.mu.Unlock()
 }
 
@@ -57,6 +65,12 @@ func (k *kernel) othersNow() uint64 {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.others
+}
+
+func (k *kernel) othersPair() (in, total uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.othersIn, k.others
 }
 
 // agentSide stands where the agent's policy switch stands.
@@ -136,7 +150,14 @@ func testConfig(store, name, member string) fleet.Config {
 // join starts a member with estimate est; Close in Cleanup.
 func join(t *testing.T, cfg fleet.Config, est uint64) *member {
 	t.Helper()
-	m := &member{name: cfg.Member, k: &kernel{est: est}, a: &agentSide{}, log: &syncBuf{}}
+	return joinPair(t, cfg, est, est)
+}
+
+// joinPair starts a member with estimates in (in budget) and est (all
+// its traffic); Close in Cleanup.
+func joinPair(t *testing.T, cfg fleet.Config, in, est uint64) *member {
+	t.Helper()
+	m := &member{name: cfg.Member, k: &kernel{estIn: in, est: est}, a: &agentSide{}, log: &syncBuf{}}
 	c, err := fleet.Start(cfg, m.k, m.a, slog.New(slog.NewTextHandler(m.log, nil)))
 	if err != nil {
 		t.Fatalf("start member %s: %v", cfg.Member, err)

@@ -65,7 +65,7 @@ func TestFleetPerfStore(t *testing.T) {
 				for m := w; m < members; m += clients {
 					start := time.Now()
 					ctx, cancel := context.WithTimeout(context.Background(), every)
-					v, err := report(ctx, c, "perf1k", fmt.Sprintf("m%04d", m), uint64(m), ttl)
+					v, err := report(ctx, c, "perf1k", fmt.Sprintf("m%04d", m), Sums{In: uint64(m) / 2, Total: uint64(m)}, ttl)
 					cancel()
 					d := time.Since(start)
 					mu.Lock()

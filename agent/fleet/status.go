@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,8 +14,10 @@ import (
 // Member is one member of a fleet as the store holds it.
 type Member struct {
 	Name string
-	// Estimate is the member's last reported R̂, packets per window.
-	Estimate uint64
+	// Estimate is the member's last reported R̂ of all its selected
+	// packets, packets per window, and In that of its in-budget packets
+	// (equal without per-source budgets).
+	Estimate, In uint64
 	// Heard is when the store last heard from it (the store's clock), and
 	// Age how long before the query that was. A member whose Age exceeds
 	// its fleet's ttl is out of the fleet; the next report removes it.
@@ -67,6 +70,18 @@ func Status(ctx context.Context, cfg Config) ([]Member, error) {
 	return ms, err
 }
 
+// parsePair reads a value of :est2, "IN TOTAL", or a single value as
+// IN = TOTAL (script.go pairLua).
+func parsePair(v string) (in, total uint64) {
+	a, b, ok := strings.Cut(v, " ")
+	in, _ = strconv.ParseUint(a, 10, 64)
+	if !ok {
+		return in, in
+	}
+	total, _ = strconv.ParseUint(b, 10, 64)
+	return min(in, total), total
+}
+
 func members(ctx context.Context, c redis.UniversalClient, name string) ([]Member, error) {
 	res, err := statusScript.Run(ctx, c, keys(name)).Slice()
 	if err != nil {
@@ -86,8 +101,8 @@ func members(ctx context.Context, c redis.UniversalClient, name string) ([]Membe
 	for i := 0; i+1 < len(est); i += 2 {
 		n, _ := est[i].(string)
 		v, _ := est[i+1].(string)
-		e, _ := strconv.ParseUint(v, 10, 64)
-		byName[n] = &Member{Name: n, Estimate: e}
+		in, tot := parsePair(v)
+		byName[n] = &Member{Name: n, Estimate: tot, In: in}
 	}
 	for i := 0; i+1 < len(seen); i += 2 {
 		n, _ := seen[i].(string)

@@ -39,8 +39,9 @@ func TestCheckFleet(t *testing.T) {
 			"sources: budget 10% = 100 packets per window for each /32",
 			"in fleet syslog-eu the budget is per member: 10% of this member's own max 1000, not of fleet.max 6000",
 			"in fallback share, of fleet.max ÷ the members (200 packets with 3 members)",
-			"in-budget packets are judged at q(R̂_in + others)",
-			"each member reports R̂ of all its packets, over budget included"}},
+			"each member reports R̂_in (its in-budget packets) and R̂_tot (all its packets)",
+			"in-budget packets are judged at q(R̂_in + others_in), over-budget packets share P(R̂_tot + others_tot) − P(R̂_in + others_in)",
+			"so the fleet passes P(R_fleet) as without budgets"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, raw, errs := runCmd(t, "check", "--config", writeFile(t, "p.yaml", c.src))

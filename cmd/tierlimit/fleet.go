@@ -165,11 +165,12 @@ type fleetJSON struct {
 }
 
 type fleetMemberOut struct {
-	Name     string    `json:"name"`
-	Estimate uint64    `json:"estimate_packets"`
-	Heard    time.Time `json:"heard"`
-	AgeNs    int64     `json:"age_ns"`
-	Stale    bool      `json:"stale"`
+	Name       string    `json:"name"`
+	Estimate   uint64    `json:"estimate_packets"`    // R̂ of all its selected packets
+	EstimateIn uint64    `json:"estimate_in_packets"` // R̂ of its in-budget packets
+	Heard      time.Time `json:"heard"`
+	AgeNs      int64     `json:"age_ns"`
+	Stale      bool      `json:"stale"`
 }
 
 func writeFleetJSON(w io.Writer, f *tiers.Fleet, ms []fleet.Member) error {
@@ -179,7 +180,7 @@ func writeFleetJSON(w io.Writer, f *tiers.Fleet, ms []fleet.Member) error {
 		if !stale {
 			out.Offered += m.Estimate
 		}
-		out.Members = append(out.Members, fleetMemberOut{Name: m.Name, Estimate: m.Estimate, Heard: m.Heard.UTC(), AgeNs: m.Age.Nanoseconds(), Stale: stale})
+		out.Members = append(out.Members, fleetMemberOut{Name: m.Name, Estimate: m.Estimate, EstimateIn: m.In, Heard: m.Heard.UTC(), AgeNs: m.Age.Nanoseconds(), Stale: stale})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -202,13 +203,13 @@ func writeFleet(w io.Writer, f *tiers.Fleet, ms []fleet.Member) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEMBER\tESTIMATE\tHEARD")
+	fmt.Fprintln(tw, "MEMBER\tESTIMATE\tIN BUDGET\tHEARD")
 	for _, m := range ms {
 		heard := fmt.Sprintf("%s ago", m.Age.Round(time.Millisecond))
 		if m.Age > f.TTL {
 			heard += " (over ttl: out of the fleet)"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", m.Name, m.Estimate, heard)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", m.Name, m.Estimate, m.In, heard)
 	}
 	return tw.Flush()
 }

@@ -250,7 +250,7 @@ func TestStatusFleet(t *testing.T) {
 		t.Fatalf("json: %v\n%s", err, out.String())
 	}
 	if js.Name != "tlstatus" || js.Offered != 600 || len(js.Members) != 2 || js.Members[0].Name != "alpha" ||
-		js.Members[0].Estimate != 420 || js.Members[0].AgeNs < 0 || js.Members[0].AgeNs > int64(3*time.Second) || js.Members[0].Stale {
+		js.Members[0].Estimate != 420 || js.Members[0].EstimateIn != 420 || js.Members[0].AgeNs < 0 || js.Members[0].AgeNs > int64(3*time.Second) || js.Members[0].Stale {
 		t.Errorf("status --fleet --json: %+v", js)
 	}
 	// No agent, a store out of reach: exit 1, one line naming the store.
@@ -275,10 +275,10 @@ func TestStatusFleet(t *testing.T) {
 // lists: it reports a fixed estimate (the controller's seam to *bpf.Limiter).
 type fixedEstimate uint64
 
-func (f fixedEstimate) FleetEstimate() (uint64, error) { return uint64(f), nil }
-func (fixedEstimate) SetFleetOthers(uint64) error      { return nil }
-func (fixedEstimate) EnterFallback(int) error          { return nil }
-func (fixedEstimate) LeaveFallback() error             { return nil }
+func (f fixedEstimate) FleetEstimate() (uint64, uint64, error) { return uint64(f), uint64(f), nil }
+func (fixedEstimate) SetFleetOthers(uint64, uint64) error      { return nil }
+func (fixedEstimate) EnterFallback(int) error                  { return nil }
+func (fixedEstimate) LeaveFallback() error                     { return nil }
 
 // reportAs joins the fleet name in rd as member with estimate est, through
 // the fleet controller (its report script), until the test ends.

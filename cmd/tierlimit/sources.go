@@ -119,9 +119,9 @@ func printFleetSources(w io.Writer, p tiers.Policy) {
 	} else {
 		fmt.Fprintf(w, "  in fleet %s the budget is per member: %s packets per group on each member\n", f.Name, p.Sources)
 	}
-	fmt.Fprintln(w, "  the others' reported sum is in-budget load to this member: in-budget packets are judged at q(R̂_in + others), over-budget")
-	fmt.Fprintln(w, "  packets share P(R̂_in + others + R̂_ex) − P(R̂_in + others); each member reports R̂ of all its packets, over budget included,")
-	fmt.Fprintln(w, "  so the fleet passes no more than without budgets (and less while a member has traffic over budget)")
+	fmt.Fprintln(w, "  each member reports R̂_in (its in-budget packets) and R̂_tot (all its packets); in-budget packets are judged at")
+	fmt.Fprintln(w, "  q(R̂_in + others_in), over-budget packets share P(R̂_tot + others_tot) − P(R̂_in + others_in), so the fleet passes")
+	fmt.Fprintln(w, "  P(R_fleet) as without budgets, and light groups lose nothing to a noisy group on any member")
 }
 
 // mustCompileSources is the budget in packets of a valid policy p, 0 if
