@@ -50,7 +50,7 @@ const (
 	slots = uint32(LimiterTlConstTL_C_SLOTS)
 	// portKeys is the number of ports keys per slot and protocol.
 	portKeys = uint32(LimiterTlConstTL_PORT_KEYS)
-	// destRuleBits is the width of the rule in a select_dests tag.
+	// destRuleBits is where the slot sits in a select_dests tag.
 	destRuleBits = uint32(LimiterTlConstTL_DEST_RULE_BITS)
 	// lpmTagBits is the part of an LPM key's prefixlen that covers its tag.
 	lpmTagBits = uint32(LimiterTlConstTL_LPM_TAG_BITS)
@@ -349,12 +349,10 @@ func fits(p tiers.Policy, t tiers.Table) error {
 	if dests > MaxPrefixes {
 		return fmt.Errorf("%w: %d dests prefixes, at most %d", ErrPolicy, dests, MaxPrefixes)
 	}
-	local := 0
-	for _, r := range p.Select {
-		local += len(r.LocalDests)
-	}
-	if budget := tiers.LocalBudget(p); local > budget {
-		return fmt.Errorf("%w: %d local destinations, at most %d", ErrPolicy, local, budget)
+	// One trie entry per destination, however many rules name it
+	// (tiers.DestKey): the policy's dests and the host's destinations.
+	if n, most := len(t.Selectors.Dests), MaxPrefixes+int(LimiterTlConstTL_C_LOCAL_PREFIXES); n > most {
+		return fmt.Errorf("%w: %d destinations of dests and dests: local together, at most %d", ErrPolicy, n, most)
 	}
 	return nil
 }
