@@ -148,6 +148,8 @@ type Agent struct {
 	// nh is a netlink handle in the network namespace New ran in, so that
 	// later calls from any goroutine see the same interfaces.
 	nh *netlink.Handle
+	// groups reads the multicast groups joined in that namespace (local.go).
+	groups localGroups
 	// ns is the network namespace New ran in (inNS).
 	ns netns.NsHandle
 	// pd is the pin directory, held while the agent runs; nil unpinned.
@@ -251,7 +253,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := a.load(); err != nil {
 		return nil, err
 	}
-	if a.local, err = localDests(a.nh); err != nil {
+	if a.local, err = a.localDests(); err != nil {
 		return nil, fmt.Errorf("read local addresses: %w", err)
 	}
 	a.follow.dests.Store(int64(len(a.local)))
@@ -389,6 +391,7 @@ func (a *Agent) abort() {
 	if a.nh != nil {
 		a.nh.Close()
 	}
+	a.closeGroups()
 	a.ns.Close()
 	a.pd.release(true)
 }
@@ -424,6 +427,7 @@ func (a *Agent) Close() error {
 		a.closeOne(att)
 	}
 	a.nh.Close()
+	a.closeGroups()
 	a.ns.Close()
 	err := a.lim.Close()
 	a.pd.release(false)

@@ -3,19 +3,46 @@ package agent
 import (
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/tierlimit/tierlimit/internal/localaddr"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
+// localGroups reads the multicast groups joined in the agent's
+// namespace: opened once, by the first localDests, from New.
+type localGroups struct {
+	once sync.Once
+	g    *localaddr.Groups
+}
+
 // localDests is the host's own destinations, for select rules with
-// `dests: local` (the default; DESIGN.md §2, tiers.Rule.Local), from the
-// local routing table that nh sees (localaddr.Dests).
-func localDests(nh *netlink.Handle) ([]tiers.LocalDest, error) { return localaddr.Dests(nh) }
+// `dests: local` (the default; docs/design.md §2, tiers.Rule.Local), from
+// the local routing table that a.nh sees and the multicast groups joined
+// there (localaddr.Dests). Its first call, from New, opens the groups'
+// socket in the namespace New runs in; where that fails, multicast is
+// counted whole, as before the groups were followed.
+func (a *Agent) localDests() ([]tiers.LocalDest, error) {
+	a.groups.once.Do(func() {
+		g, err := localaddr.OpenGroups()
+		if err != nil {
+			a.log.Warn("cannot read the joined multicast groups: dests local counts multicast whole", "err", err)
+			return
+		}
+		a.groups.g = g
+	})
+	return localaddr.Dests(a.nh, a.groups.g)
+}
+
+// closeGroups closes the groups' socket, if open.
+func (a *Agent) closeGroups() {
+	if a.groups.g != nil {
+		a.groups.g.Close()
+	}
+}
 
 // LocalPrefixes returns the host's destinations that `dests: local` rules
 // count, as last read: UDP rules all of them, TCP rules the unicast ones
@@ -82,7 +109,7 @@ func (a *Agent) refreshLocal() {
 	if a.closed.Load() { // its netlink handle closes with it
 		return
 	}
-	local, err := localDests(a.nh)
+	local, err := a.localDests()
 	if err != nil {
 		a.follow.errors.Add(1)
 		a.log.Warn("read local addresses", "err", err)
