@@ -133,6 +133,9 @@ type Agent struct {
 	lim *bpf.Limiter
 	// at holds the interfaces the limiter is attached to, and the pins.
 	at *attacher
+	// groups reads the multicast groups joined in the agent's namespace
+	// (local.go).
+	groups localGroups
 
 	// applyMu serialises applies (New, Reload, the local addresses'
 	// follower, the adaptive max) and Close; at.mu serialises Watch's
@@ -227,7 +230,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if a.lim, err = a.at.load(); err != nil {
 		return nil, err
 	}
-	if a.local, err = localDests(a.at.nh); err != nil {
+	if a.local, err = a.groups.dests(a.at.nh, a.log); err != nil {
 		return nil, fmt.Errorf("read local addresses: %w", err)
 	}
 	a.follow.dests.Store(int64(len(a.local)))
@@ -252,6 +255,7 @@ func (a *Agent) abort() {
 	a.closed.Store(true)
 	close(a.stopLocal)
 	a.at.abort()
+	a.groups.close()
 }
 
 // Limiter is the loaded program and maps.
@@ -286,5 +290,7 @@ func (a *Agent) Close() error {
 	a.fleet.stop() // leaves the fleet; before applyMu, which its loop may wait for
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
-	return a.at.close()
+	err := a.at.close()
+	a.groups.close()
+	return err
 }

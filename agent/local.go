@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"log/slog"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -13,10 +15,37 @@ import (
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// localDests is the host's own destinations, for select rules with
-// `dests: local` (the default; docs/design.md §2, tiers.Rule.Local), from the
-// local routing table that nh sees (localaddr.Dests).
-func localDests(nh *netlink.Handle) ([]tiers.LocalDest, error) { return localaddr.Dests(nh) }
+// localGroups reads the multicast groups joined in the agent's
+// namespace: opened once, by the first dests, from New.
+type localGroups struct {
+	once sync.Once
+	g    *localaddr.Groups
+}
+
+// dests is the host's own destinations, for select rules with
+// `dests: local` (the default; docs/design.md §2, tiers.Rule.Local), from
+// the local routing table that nh sees and the multicast groups joined
+// there (localaddr.Dests). Its first call, from New, opens the groups'
+// socket in the namespace New runs in; where that fails, multicast is
+// counted whole, as before the groups were followed.
+func (g *localGroups) dests(nh *netlink.Handle, log *slog.Logger) ([]tiers.LocalDest, error) {
+	g.once.Do(func() {
+		gs, err := localaddr.OpenGroups()
+		if err != nil {
+			log.Warn("cannot read the joined multicast groups: dests local counts multicast whole", "err", err)
+			return
+		}
+		g.g = gs
+	})
+	return localaddr.Dests(nh, g.g)
+}
+
+// close closes the groups' socket, if open.
+func (g *localGroups) close() {
+	if g.g != nil {
+		g.g.Close()
+	}
+}
 
 // LocalPrefixes returns the host's destinations that `dests: local` rules
 // count, as last read: UDP rules all of them, TCP rules the unicast ones
@@ -83,7 +112,7 @@ func (a *Agent) refreshLocal() {
 	if a.closed.Load() { // its netlink handle closes with it
 		return
 	}
-	local, err := localDests(a.at.nh)
+	local, err := a.groups.dests(a.at.nh, a.log)
 	if err != nil {
 		a.follow.errors.Add(1)
 		a.log.Warn("read local addresses", "err", err)

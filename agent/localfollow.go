@@ -82,37 +82,41 @@ func (a *Agent) subscribeLocal(ns netns.NsHandle, stop <-chan struct{}, errf fun
 }
 
 var localUncountedDesc = metric("local_dests_uncounted", "The host's own destinations that dests: local rules do not count, "+
-	"because the rules together would name more than the destination trie holds (one entry per rule and destination).")
+	"because the policy's dests and the host's destinations together would take more than the destination trie holds (one entry per destination, however many rules name it).")
 
 // fitLocal returns the host's destinations (a.local) that policy p's
-// dests: local rules can count together: all of them, unless the rules
-// would name more than tiers.LocalBudget (one entry per rule and
-// destination: a UDP rule names each, a TCP rule each unicast one,
-// tiers.Policy.WithLocal). Then it keeps the unicast ones first (the
-// host's addresses, which every rule counts), in order, and leaves the
-// rest uncounted: a host over the limit is a condition of the running
-// agent, logged as an error and shown in tierlimit_local_dests_uncounted,
-// never a policy refused (a.applyMu held).
+// dests: local rules can count together: all of them, unless they would
+// take more than tiers.LocalBudget entries (one per destination that some
+// rule names, however many do: a UDP rule names each, a TCP rule each
+// unicast one, tiers.Policy.WithLocal; none for one of p's own dests).
+// Then it keeps the unicast ones first (the host's addresses, which every
+// rule counts), in order, and leaves the rest uncounted: a host over the
+// limit is a condition of the running agent, logged as an error and shown
+// in tierlimit_local_dests_uncounted, never a policy refused (a.applyMu
+// held).
 func (a *Agent) fitLocal(p tiers.Policy) []tiers.LocalDest {
-	all, uni := 0, 0 // entries per destination, unicast ones also uni
+	local, udp := false, false // some rule names unicast ones; all
+	own := map[netip.Prefix]bool{}
 	for _, r := range p.Select {
-		switch {
-		case !r.Local:
-		case r.Proto == tiers.ProtoTCP:
-			uni++
-		default:
-			all++
+		local = local || r.Local
+		udp = udp || (r.Local && r.Proto != tiers.ProtoTCP)
+		for _, d := range r.Dests {
+			own[d.Masked()] = true
 		}
 	}
-	cost := func(d tiers.LocalDest) int {
-		if d.Unicast {
-			return all + uni
+	// cost is the entries d takes beside those in taken: 1, or 0 when
+	// no rule names it or it has one already.
+	cost := func(taken map[netip.Prefix]bool, d tiers.LocalDest) int {
+		if own[d.Prefix.Masked()] || taken[d.Prefix.Masked()] || !(udp || (local && d.Unicast)) {
+			return 0
 		}
-		return all
+		return 1
 	}
 	budget, total := tiers.LocalBudget(p), 0
+	seen := make(map[netip.Prefix]bool, len(a.local))
 	for _, d := range a.local {
-		total += cost(d)
+		total += cost(seen, d)
+		seen[d.Prefix.Masked()] = true
 	}
 	kept := a.local
 	if total > budget {
@@ -120,13 +124,13 @@ func (a *Agent) fitLocal(p tiers.Policy) []tiers.LocalDest {
 		n := 0
 		for _, unicast := range []bool{true, false} {
 			for _, d := range a.local {
-				if d.Unicast == unicast && n+cost(d) <= budget {
-					n += cost(d)
-					keep[d.Prefix] = true
+				if c := cost(keep, d); d.Unicast == unicast && n+c <= budget {
+					n += c
+					keep[d.Prefix.Masked()] = true
 				}
 			}
 		}
-		kept = slices.DeleteFunc(slices.Clone(a.local), func(d tiers.LocalDest) bool { return !keep[d.Prefix] })
+		kept = slices.DeleteFunc(slices.Clone(a.local), func(d tiers.LocalDest) bool { return !keep[d.Prefix.Masked()] })
 	}
 	left := int64(len(a.local) - len(kept))
 	if old := a.follow.uncounted.Swap(left); old != left {

@@ -83,8 +83,9 @@
 #define TL_LPM_ENTRIES (TL_SLOTS * TL_LPM_PREFIXES)
 
 /* Most of the host's own destinations that the dests: local rules of one
- * policy hold together (tiers.MaxLocalPrefixes): the destination trie
- * holds them per slot beside TL_LPM_PREFIXES. */
+ * policy hold beside its dests (tiers.MaxLocalPrefixes), one entry per
+ * destination however many rules name it: the destination trie holds
+ * them per slot beside TL_LPM_PREFIXES. */
 #ifndef TL_LOCAL_PREFIXES
 #define TL_LOCAL_PREFIXES (1 << 12)
 #endif

@@ -246,8 +246,8 @@ func contractPrefixKeys(t *testing.T) {
 		if d.Addr().Is6() {
 			fam = tiers.LPMTagIPv6
 		}
-		if k.Tag != fam|rule || k.Prefix() != d {
-			t.Errorf("dests %v: tag %#x reads back as %v, want tag %#x", d, k.Tag, k.Prefix(), fam|rule)
+		if k.Tag != fam || k.Prefix() != d || k.Rules&(1<<rule) == 0 {
+			t.Errorf("dests %v: tag %#x rules %#x reads back as %v, want tag %#x and rule %d", d, k.Tag, k.Rules, k.Prefix(), fam, rule)
 		}
 	}
 }

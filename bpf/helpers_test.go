@@ -216,9 +216,13 @@ func waitLocalDests(t *testing.T, ns *testenv.NS, want ...netip.Prefix) []tiers.
 	t.Helper()
 	var local []tiers.LocalDest
 	if err := ns.Do(func() error {
+		g, err := localaddr.OpenGroups()
+		if err != nil {
+			return err
+		}
+		defer g.Close()
 		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			var err error
-			if local, err = localaddr.Dests(&netlink.Handle{}); err != nil {
+			if local, err = localaddr.Dests(&netlink.Handle{}, g); err != nil {
 				return err
 			}
 			pfx := localaddr.Prefixes(local)

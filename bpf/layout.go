@@ -24,7 +24,9 @@ import (
 //	1  the smooth shape and budgets that share: smooth_cpu is new,
 //	   tl_window, tl_overflow (ex) and tl_settings (shape, sm_*) grew
 //	2  smooth_cpu grew (the in-budget rate's samples, the over-budget
-//	   memo: issue 32); tl_settings is layout 1's
+//	   memo: issue 32); tl_settings is layout 1's; select_dests holds
+//	   one entry per destination, whose u32 value is its rules (issue
+//	   35 B46), and dest_cache that answer
 const Layout = 2
 
 // carriedSince holds, for each counter map a migration carries, the oldest

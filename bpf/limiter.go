@@ -50,7 +50,7 @@ const (
 	slots = uint32(LimiterTlConstTL_C_SLOTS)
 	// portKeys is the number of ports keys per slot and protocol.
 	portKeys = uint32(LimiterTlConstTL_PORT_KEYS)
-	// destRuleBits is the width of the rule in a select_dests tag.
+	// destRuleBits is where the slot sits in a select_dests tag.
 	destRuleBits = uint32(LimiterTlConstTL_DEST_RULE_BITS)
 	// lpmTagBits is the part of an LPM key's prefixlen that covers its tag.
 	lpmTagBits = uint32(LimiterTlConstTL_LPM_TAG_BITS)
@@ -342,8 +342,11 @@ func (l *Limiter) fits(t tiers.Table) error {
 		return fmt.Errorf("%w: %d exempt prefixes, at most %d", ErrPolicy, st.Exempts, MaxPrefixes)
 	case st.Dests > MaxPrefixes:
 		return fmt.Errorf("%w: %d dests prefixes, at most %d", ErrPolicy, st.Dests, MaxPrefixes)
-	case st.LocalDests > st.LocalBudget:
-		return fmt.Errorf("%w: %d local destinations, at most %d", ErrPolicy, st.LocalDests, st.LocalBudget)
+	}
+	// One trie entry per destination, however many rules name it
+	// (tiers.DestKey): the policy's dests and the host's destinations.
+	if n, most := len(t.Selectors.Dests), MaxPrefixes+int(LimiterTlConstTL_C_LOCAL_PREFIXES); n > most {
+		return fmt.Errorf("%w: %d destinations of dests and dests: local together, at most %d", ErrPolicy, n, most)
 	}
 	return nil
 }

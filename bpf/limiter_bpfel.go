@@ -49,11 +49,12 @@ const (
 )
 
 type LimiterTlDestCache struct {
-	_        structs.HostLayout
-	Question uint64
-	State    uint32
-	Pad      uint32
-	Addr     [16]uint8
+	_     structs.HostLayout
+	Tag   uint32
+	State uint32
+	Rules uint32
+	Pad   uint32
+	Addr  [16]uint8
 }
 
 type LimiterTlEntry struct {

@@ -58,13 +58,17 @@ struct {
 	__type(value, __u8);
 } exempt_sources SEC(".maps");
 
-/* Destination prefixes of select rules that have dests, tag = slot << TL_DEST_RULE_BITS | rule. */
+/* Destination prefixes of select rules that have dests, tag = slot <<
+ * TL_DEST_RULE_BITS: one entry per prefix, however many rules name it,
+ * whose value has bit i set when rule i's dests hold the prefix's
+ * addresses (tiers.Selectors.Dests: the rules of the shorter prefixes
+ * that contain it too, so that the longest match answers for all). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, TL_DEST_ENTRIES);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct tl_lpm_key);
-	__type(value, __u8);
+	__type(value, __u32);
 } select_dests SEC(".maps");
 
 /* Per CPU: the last destination looked up in select_dests and its answer

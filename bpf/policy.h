@@ -21,43 +21,29 @@ static __always_inline struct tl_settings *active_settings(__u32 *zero, __u32 *s
 	return bpf_map_lookup_elem(&settings, slot);
 }
 
-/* dest_cache's question: the rules asked about, the family and the slot. */
-static __always_inline __u64 dests_question(__u32 tag, __u32 rules)
-{
-	return (__u64)rules << 32 | tag;
-}
-
-/* Does select_dests hold k's address under one of rules' tags (k->tag
- * with the rule's number added)? The trie's answer, one lookup per rule,
- * which it keeps in this CPU's dest_cache for dests_hold. A global
- * function, so that the verifier checks the rules' loop once, with its
- * arguments unknown (TestVerifierComplexity). */
-__noinline int tl_dests_lookup(const struct tl_lpm_key *k, __u32 rules)
+/* The select rules whose dests hold k's address (bit i: rule i), from
+ * one longest-prefix lookup in select_dests, whose entry holds the rules
+ * of every prefix that contains the address; kept in this CPU's
+ * dest_cache for dests_hold. A global function, so that the verifier
+ * checks it once, with its argument unknown (TestVerifierComplexity). */
+__noinline int tl_dests_lookup(const struct tl_lpm_key *k)
 {
 	if (!k)
 		return 0;
 	/* A copy on this function's stack: Linux 6.1's verifier takes a global
 	 * function's pointer argument (PTR_TO_MEM) as no map key. */
 	struct tl_lpm_key key = *k;
-	__u32 tag = key.tag;
-	int in = 0;
-	for (__u32 i = 0; i < TL_MAX_RULES; i++) {
-		if (!(rules & (1U << i)))
-			continue;
-		key.tag = tag | i;
-		if (bpf_map_lookup_elem(&select_dests, &key)) {
-			in = 1;
-			break;
-		}
-	}
+	__u32 *held = bpf_map_lookup_elem(&select_dests, &key);
+	__u32 rules = held ? *held : 0;
 	__u32 zero = 0;
 	struct tl_dest_cache *dc = bpf_map_lookup_elem(&dest_cache, &zero);
 	if (dc) {
-		dc->question = dests_question(tag, rules);
+		dc->tag = key.tag;
+		dc->rules = rules;
 		__builtin_memcpy(dc->addr, k->addr, 16);
-		dc->state = in ? 2 : 1;
+		dc->state = 1;
 	}
-	return in;
+	return rules;
 }
 
 /* Is the packet's destination the one dc holds? Read from the packet,
@@ -79,20 +65,20 @@ static __always_inline int dests_same(const struct pkt *p, const struct tl_dest_
 
 /* Does one of rules (bit i: select rule i) hold the packet's destination
  * in its dests? Answered from this CPU's dest_cache when it holds the
- * same question (rules, family and slot) about the same address, else
+ * same address (family and slot), whatever rules it was asked for, else
  * from the trie (tl_dests_lookup): a collector's traffic, all to one
- * address on one port, then costs a few compares per packet, no trie walk
- * and no loop over the rules (BenchmarkProgram selected-pass-local). */
+ * address, then costs a few compares per packet and no trie walk
+ * (BenchmarkProgram selected-pass-local). */
 static __always_inline int dests_hold(const struct pkt *p, __u32 slot, __u32 rules)
 {
 	__u32 tag = (p->l3proto == ETH_P_IPV6 ? TL_LPM_TAG_IPV6 : 0) | slot << TL_DEST_RULE_BITS;
 	__u32 zero = 0;
 	struct tl_dest_cache *dc = bpf_map_lookup_elem(&dest_cache, &zero);
-	if (dc && dc->state && dc->question == dests_question(tag, rules) && dests_same(p, dc))
-		return dc->state == 2;
+	if (dc && dc->state && dc->tag == tag && dests_same(p, dc))
+		return (dc->rules & rules) != 0;
 	struct tl_lpm_key k = { .prefixlen = TL_LPM_TAG_BITS + TL_LPM_ADDR_BITS, .tag = tag };
 	load_addr(p, 1, k.addr);
-	return tl_dests_lookup(&k, rules);
+	return (tl_dests_lookup(&k) & rules) != 0;
 }
 
 /* Does a select rule of this slot count the packet? */

@@ -29,17 +29,31 @@ func (l *Limiter) writeSelectors(ctx context.Context, slot uint32, sel tiers.Sel
 	if err := putAll(l.objs.Ports, keys, vals); err != nil {
 		return fmt.Errorf("write ports of slot %d: %w", slot, err)
 	}
-	dests := make([]LimiterTlLpmKey, len(sel.Dests))
-	for i, k := range sel.Dests {
-		dests[i] = LimiterTlLpmKey{Prefixlen: k.Prefixlen, Tag: slot<<destRuleBits | k.Tag, Addr: k.Addr}
+	dests := make(map[LimiterTlLpmKey]uint32, len(sel.Dests))
+	perRule := l.objs.SelectDests.ValueSize() == 1 // a layout-1 object (LoadObject)
+	for _, k := range sel.Dests {
+		key := LimiterTlLpmKey{Prefixlen: k.Prefixlen, Tag: slot<<destRuleBits | k.Tag, Addr: k.Addr}
+		if !perRule {
+			dests[key] = k.Rules
+			continue
+		}
+		// Up to layout 1, one entry per rule and destination, the rule's
+		// number in the tag.
+		for i := range uint32(32) {
+			if k.Rules&(1<<i) != 0 {
+				r := key
+				r.Tag |= i
+				dests[r] = 1
+			}
+		}
 	}
 	destSlot := func(tag uint32) uint32 { return (tag &^ lpmTagIPv6) >> destRuleBits }
 	if err := l.dests.sync(ctx, l.objs.SelectDests, destSlot, slot, dests); err != nil {
 		return fmt.Errorf("write select dests of slot %d: %w", slot, err)
 	}
-	exempt := make([]LimiterTlLpmKey, len(sel.Exempt))
-	for i, k := range sel.Exempt {
-		exempt[i] = LimiterTlLpmKey{Prefixlen: k.Prefixlen, Tag: slot | k.Tag, Addr: k.Addr}
+	exempt := make(map[LimiterTlLpmKey]uint32, len(sel.Exempt))
+	for _, k := range sel.Exempt {
+		exempt[LimiterTlLpmKey{Prefixlen: k.Prefixlen, Tag: slot | k.Tag, Addr: k.Addr}] = 1
 	}
 	exemptSlot := func(tag uint32) uint32 { return tag &^ lpmTagIPv6 }
 	if err := l.exempt.sync(ctx, l.objs.ExemptSources, exemptSlot, slot, exempt); err != nil {
@@ -62,32 +76,29 @@ func (l *Limiter) clearDestCache() error {
 	return nil
 }
 
-// lpmMirror is what an LPM trie holds, per slot. Iterating a trie costs
-// tens of µs per key, so it is read once, on the first Apply after Load,
-// and kept in step with every write after that.
+// lpmMirror is what an LPM trie holds, per slot: keys and values
+// (select_dests: the rules, a u32; exempt_sources: 1, a u8). Iterating a
+// trie costs tens of µs per key, so it is read once, on the first Apply
+// after Load, and kept in step with every write after that.
 type lpmMirror struct {
 	loaded bool
-	slots  [2]map[LimiterTlLpmKey]struct{}
+	slots  [2]map[LimiterTlLpmKey]uint32
 }
 
-// sync makes slot's keys in m (slotOf maps a tag to its slot) exactly
-// want: it deletes the keys that are not wanted, then inserts the missing
-// ones, so an unchanged policy costs no map write and the trie never holds
-// more than both slots' policies.
-func (mr *lpmMirror) sync(ctx context.Context, m *ebpf.Map, slotOf func(tag uint32) uint32, slot uint32, want []LimiterTlLpmKey) error {
+// sync makes slot's entries in m (slotOf maps a tag to its slot) exactly
+// want: it deletes the keys that are not wanted, then writes the missing
+// ones and those whose value changed, so an unchanged policy costs no map
+// write and the trie never holds more than both slots' policies.
+func (mr *lpmMirror) sync(ctx context.Context, m *ebpf.Map, slotOf func(tag uint32) uint32, slot uint32, want map[LimiterTlLpmKey]uint32) error {
 	if !mr.loaded {
 		if err := mr.load(m, slotOf); err != nil {
 			return err
 		}
 	}
 	have := mr.slots[slot&1]
-	wantSet := make(map[LimiterTlLpmKey]struct{}, len(want))
-	for _, k := range want {
-		wantSet[k] = struct{}{}
-	}
 	n := 0
 	for k := range have {
-		if _, ok := wantSet[k]; ok {
+		if _, ok := want[k]; ok {
 			continue
 		}
 		if n++; n%1024 == 0 && ctx.Err() != nil {
@@ -98,30 +109,40 @@ func (mr *lpmMirror) sync(ctx context.Context, m *ebpf.Map, slotOf func(tag uint
 		}
 		delete(have, k)
 	}
-	for _, k := range want {
-		if _, ok := have[k]; ok {
+	for k, v := range want {
+		if old, ok := have[k]; ok && old == v {
 			continue
 		}
 		if n++; n%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := m.Put(&k, uint8(1)); err != nil {
+		if err := m.Put(&k, lpmValue(m, v)); err != nil {
 			return fmt.Errorf("prefix %v/%d: %w", netip.AddrFrom16(k.Addr), k.Prefixlen-lpmTagBits, err)
 		}
-		have[k] = struct{}{}
+		have[k] = v
 	}
 	return nil
 }
 
+// lpmValue is v as m's values are: a u32, or a u8.
+func lpmValue(m *ebpf.Map, v uint32) any {
+	if m.ValueSize() == 1 {
+		return uint8(v)
+	}
+	return v
+}
+
 func (mr *lpmMirror) load(m *ebpf.Map, slotOf func(tag uint32) uint32) error {
-	mr.slots = [2]map[LimiterTlLpmKey]struct{}{{}, {}}
-	var (
-		k LimiterTlLpmKey
-		v uint8
-	)
+	mr.slots = [2]map[LimiterTlLpmKey]uint32{{}, {}}
+	var k LimiterTlLpmKey
+	v := make([]byte, m.ValueSize())
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		mr.slots[slotOf(k.Tag)&1][k] = struct{}{}
+		var x uint32
+		for i, b := range v { // little-endian, as the program (bpfel)
+			x |= uint32(b) << (8 * i)
+		}
+		mr.slots[slotOf(k.Tag)&1][k] = x
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read LPM trie: %w", err)

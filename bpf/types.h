@@ -23,7 +23,8 @@ enum tl_const {
 	/* LPM keys: prefixlen counts the tag's bits before the address's */
 	TL_LPM_TAG_BITS = 32,
 	TL_LPM_ADDR_BITS = 128,
-	/* select_dests tag: slot << TL_DEST_RULE_BITS | rule; exempt tag: slot */
+	/* select_dests tag: slot << TL_DEST_RULE_BITS (the rule bits below are
+	 * 0: one entry per destination holds its rules); exempt tag: slot */
 	TL_DEST_RULE_BITS = 8,
 	/* settings.shift is applied modulo 64 (a u64 shift), so the verifier
 	 * sees a bounded shift */
@@ -276,17 +277,19 @@ struct tl_port {
  * counts the TL_LPM_TAG_BITS of tag before the address. */
 struct tl_lpm_key {
 	__u32 prefixlen;
-	__u32 tag;       /* family | exempt: slot; dests: slot << 8 | rule */
+	__u32 tag;       /* family | exempt: slot; dests: slot << 8 */
 	__u8 addr[16];
 };
 
-/* The last question dests_hold put to select_dests on this CPU
- * (dest_cache) and its answer: question is the rules asked about << 32 |
- * the tag (family and slot), addr the destination as load_addr writes it;
- * state 0: empty; 1: no rule's dests hold it; 2: one's do. */
+/* The last destination dests_hold looked up in select_dests on this CPU
+ * (dest_cache) and its answer: tag the family and slot, addr the
+ * destination as load_addr writes it, rules the select rules whose dests
+ * hold it (bit i: rule i; 0 when none does); state 0: empty, 1: rules
+ * holds the answer. */
 struct tl_dest_cache {
-	__u64 question;
+	__u32 tag;
 	__u32 state;
+	__u32 rules;
 	__u32 pad;
 	__u8 addr[16];
 };

@@ -42,10 +42,11 @@ const (
 	// policy slot, so the next policy always fits beside the running one.
 	// Validate returns ErrTooMany beyond it.
 	MaxPrefixes = 1 << 16
-	// MaxLocalPrefixes is the most of the host's own destinations that
-	// the dests: local rules of one policy hold together once resolved
-	// (Rule.LocalDests; bpf/consts.h TL_LOCAL_PREFIXES): the destination
-	// trie holds them per slot beside MaxPrefixes. Validate returns
-	// ErrTooMany beyond it.
+	// MaxLocalPrefixes is the room the destination trie keeps per slot
+	// beside MaxPrefixes (bpf/consts.h TL_LOCAL_PREFIXES) for the host's
+	// own destinations, which the dests: local rules of one policy hold
+	// once resolved (Rule.LocalDests), one entry each however many rules
+	// name it: they have what the policy's dests leave of the two
+	// (LocalBudget). Validate returns ErrTooMany beyond it.
 	MaxLocalPrefixes = 1 << 12
 )

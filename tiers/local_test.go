@@ -37,12 +37,17 @@ func TestWithLocal(t *testing.T) {
 	if _, err := Compile(r, 0); err != nil {
 		t.Errorf("compile resolved: %v", err)
 	}
-	many := make([]netip.Prefix, LocalBudget(p)/2+1)
+	// One entry per destination, however many rules name it: the budget
+	// is the host's destinations, not rules × destinations (issue 35 B46).
+	many := make([]netip.Prefix, LocalBudget(p)+1)
 	for i := range many {
-		many[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 32)
+		many[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32)
+	}
+	if err := p.WithLocal(UnicastDests(many[:len(many)-1]...)).Validate(); err != nil {
+		t.Errorf("%d local destinations in 2 rules: Validate refuses them (%v), want them taken once each", len(many)-1, err)
 	}
 	if err := p.WithLocal(UnicastDests(many...)).Validate(); err == nil {
-		t.Errorf("%d local destinations in 2 rules: Validate accepts them, at most %d", 2*len(many), LocalBudget(p))
+		t.Errorf("%d local destinations in 2 rules: Validate accepts them, at most %d", len(many), LocalBudget(p))
 	}
 }
 

@@ -1,18 +1,22 @@
 package tiers
 
-// LocalBudget is the most entries the dests: local rules of p can hold
-// together once resolved, one per rule and host destination
-// (Rule.LocalDests): what the destination trie holds per policy slot,
-// MaxPrefixes + MaxLocalPrefixes, less p's own dests prefixes. The host's
+// LocalBudget is the most of the host's destinations that the dests:
+// local rules of p can hold together once resolved (Rule.LocalDests):
+// what the destination trie holds per policy slot, MaxPrefixes +
+// MaxLocalPrefixes, less the distinct prefixes of p's own dests. A
+// destination takes one entry however many rules name it (DestKey): under
+// the default policy, whose UDP and TCP rules both name each of the
+// host's addresses, an address takes one, not two. The host's
 // destinations are sized from the trie, not from a share of it kept for
-// them: a kube-proxy IPVS node has an address per Service, and the
-// default policy's two rules name each. Validate returns ErrTooMany
-// beyond it; the agent never resolves more (it leaves the rest
-// uncounted, and says so).
+// them: a kube-proxy IPVS node has an address per Service. Validate
+// returns ErrTooMany beyond it; the agent never resolves more (it leaves
+// the rest uncounted, and says so).
 func LocalBudget(p Policy) int {
-	dests := 0
-	for _, r := range p.Select {
-		dests += len(r.Dests)
+	q := p
+	q.Select = make([]Rule, len(p.Select))
+	for i, r := range p.Select {
+		r.LocalDests = nil
+		q.Select[i] = r
 	}
-	return MaxPrefixes + MaxLocalPrefixes - dests
+	return MaxPrefixes + MaxLocalPrefixes - DestEntries(q)
 }

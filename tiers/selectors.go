@@ -24,8 +24,10 @@ const (
 	// LPMAddrBits is how many bits of a PrefixKey's Prefixlen can cover its
 	// address: IPv6, or IPv4 as IPv4-mapped IPv6 (RFC 4291 §2.5.5.2).
 	LPMAddrBits = 128
-	// DestRuleBits is the width of the rule number in a dests Tag; the
-	// program's tag is family | slot << DestRuleBits | rule.
+	// DestRuleBits is where the program puts the slot in a dests Tag:
+	// family | slot << DestRuleBits. The bits below it were the rule's
+	// number up to layout 1, and are 0: one entry per destination holds
+	// its rules (DestKey).
 	DestRuleBits = 8
 	// LPMTagIPv6 is the Tag bit of an IPv6 prefix. IPv4 prefixes leave it
 	// clear, and the program sets it for IPv6 packets only, so a prefix
@@ -49,9 +51,8 @@ type PortSelector struct {
 type PrefixKey struct {
 	// Prefixlen is LPMTagBits plus the prefix length in Addr's 128 bits.
 	Prefixlen uint32
-	// Tag is LPMTagIPv6 for an IPv6 prefix, ORed with the rule number for
-	// dests (the program adds the slot above DestRuleBits); exempt sources
-	// have no rule (the program adds the slot).
+	// Tag is LPMTagIPv6 for an IPv6 prefix, 0 for IPv4; the program adds
+	// the slot (above DestRuleBits for dests).
 	Tag uint32
 	// Addr is the masked address, IPv4 as IPv4-mapped IPv6.
 	Addr [16]byte
@@ -79,10 +80,22 @@ type Selectors struct {
 	// port is unknown, are counted (Classification.Deep).
 	DestRules uint32
 	AnyDest   bool
-	// Dests holds the destination prefixes of the rules that have dests.
-	Dests []PrefixKey
+	// Dests holds the destination prefixes of the rules that have dests,
+	// each once however many rules name it (DestKey).
+	Dests []DestKey
 	// Exempt holds the exempt source prefixes.
 	Exempt []PrefixKey
+}
+
+// DestKey is one destination prefix of the select rules and its value in
+// the program's destination trie: the rules whose dests hold every
+// address of the prefix, bit i for rule i. Those are the rules that name
+// the prefix, and the rules that name a shorter prefix containing it: a
+// trie answers with the longest prefix that matches alone, which then
+// answers for every rule.
+type DestKey struct {
+	PrefixKey
+	Rules uint32
 }
 
 // prefixKey encodes pfx with tag and pfx's family.
@@ -129,13 +142,8 @@ func compileSelectors(p Policy) Selectors {
 		} else {
 			s.AnyDest = true
 		}
-		for _, d := range r.Dests {
-			s.Dests = append(s.Dests, prefixKey(uint32(i), d))
-		}
-		for _, d := range r.LocalDests {
-			s.Dests = append(s.Dests, prefixKey(uint32(i), d))
-		}
 	}
+	s.Dests = compileDests(p)
 	for key, ps := range dense {
 		if ps.Flags != 0 || ps.CidrRules != 0 {
 			ps.Key = uint32(key)
@@ -146,6 +154,69 @@ func compileSelectors(p Policy) Selectors {
 		s.Exempt = append(s.Exempt, prefixKey(0, e))
 	}
 	return s
+}
+
+// destRules returns the distinct destination prefixes (masked) of p's
+// select rules, Dests and LocalDests, in the order they first appear, and
+// the rules that name each.
+func destRules(p Policy) ([]netip.Prefix, map[netip.Prefix]uint32) {
+	var order []netip.Prefix
+	rules := make(map[netip.Prefix]uint32)
+	for i, r := range p.Select {
+		for _, ds := range [][]netip.Prefix{r.Dests, r.LocalDests} {
+			for _, d := range ds {
+				d = d.Masked()
+				if _, ok := rules[d]; !ok {
+					order = append(order, d)
+				}
+				rules[d] |= 1 << i
+			}
+		}
+	}
+	return order, rules
+}
+
+// compileDests returns the destination trie's entries of p: one per
+// distinct prefix, holding the rules of the prefix and of every shorter
+// one that contains it (DestKey). Prefixes nest or are disjoint, so, sorted
+// by address and then length, each one's containing prefixes are the
+// stack of those before it that contain it: O(n log n).
+func compileDests(p Policy) []DestKey {
+	order, rules := destRules(p)
+	sorted := slices.Clone(order)
+	slices.SortFunc(sorted, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	held := make(map[netip.Prefix]uint32, len(sorted))
+	var stack []netip.Prefix
+	for _, d := range sorted {
+		for len(stack) > 0 && !stack[len(stack)-1].Contains(d.Addr()) {
+			stack = stack[:len(stack)-1]
+		}
+		held[d] = rules[d]
+		if len(stack) > 0 {
+			held[d] |= held[stack[len(stack)-1]]
+		}
+		stack = append(stack, d)
+	}
+	out := make([]DestKey, len(order))
+	for i, d := range order {
+		out[i] = DestKey{PrefixKey: prefixKey(0, d), Rules: held[d]}
+	}
+	return out
+}
+
+// DestEntries is how many entries p's select rules take in the program's
+// destination trie per policy slot: one per distinct prefix of their
+// dests and resolved local destinations together, however many rules
+// name it. Validate returns ErrTooMany beyond MaxPrefixes +
+// MaxLocalPrefixes.
+func DestEntries(p Policy) int {
+	order, _ := destRules(p)
+	return len(order)
 }
 
 // hasDests reports whether the rule matches some destinations only: it

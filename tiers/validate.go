@@ -131,20 +131,21 @@ func (p Policy) validateTiers() error {
 
 // validatePrefixes checks the prefix counts of the tries (MaxPrefixes
 // exempt sources and dests over all rules, LocalBudget destinations of
-// dests: local) and each exempt prefix.
+// dests: local, each counted once however many rules name it) and each
+// exempt prefix.
 func (p Policy) validatePrefixes() error {
 	if len(p.Exempt) > MaxPrefixes {
 		return configErr("exempt.sources", "", ErrTooMany, "%d prefixes, at most %d", len(p.Exempt), MaxPrefixes)
 	}
-	dests, local := 0, 0
+	dests := 0
 	for _, r := range p.Select {
 		dests += len(r.Dests)
-		local += len(r.LocalDests)
 	}
 	if dests > MaxPrefixes {
 		return configErr("select", "", ErrTooMany, "%d dests prefixes over all rules, at most %d", dests, MaxPrefixes)
 	}
-	if budget := LocalBudget(p); local > budget {
+	budget := LocalBudget(p)
+	if local := DestEntries(p) - (MaxPrefixes + MaxLocalPrefixes - budget); local > budget {
 		return configErr("select", "local", ErrTooMany, "the host's %d destinations over all dests: local rules, at most %d", local, budget)
 	}
 	for i, pfx := range p.Exempt {

@@ -8,15 +8,18 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
@@ -192,18 +195,24 @@ func addAddrs(t *testing.T, ns *testenv.NS, n int) netip.Addr {
 }
 
 // TestUnitManyHostAddresses (issue 35 B46): a host with 5,000 addresses
-// (the default policy's UDP and TCP rules name each: 10,000 entries, over
-// the 4,096 of before) starts under the unit's capabilities with the
+// (over the 4,096 of before) starts under the unit's capabilities with the
 // default policy and counts them all: every datagram to the last one is
-// selected, and tierlimit_local_dests shows all of them.
+// selected, and tierlimit_local_dests shows all of them. Each takes one
+// entry of the destination trie, though the policy's UDP and TCP rules
+// both name it: the active slot holds as many entries as the host has
+// destinations (5,000 and its broadcast and multicast routes), not
+// 10,000 and more.
 func TestUnitManyHostAddresses(t *testing.T) {
 	testenv.Require(t)
+	mountBPFFS(t)
 	p := testenv.NewPair(t)
+	pin := testPin(t, p)
 	last := addAddrs(t, p.Coll, 5000)
 	addRoute(t, p.Send, last, p.CollAddr)
-	u := startAsUnit(t, p.Coll, "--iface", p.CollIf, "--no-pin")
-	if got := u.metric(t, "tierlimit_local_dests"); got < 5000 {
-		t.Errorf("tierlimit_local_dests %v, want the 5,000 addresses and more", got)
+	u := startAsUnit(t, p.Coll, "--iface", p.CollIf, "--pin-path", pin)
+	local := u.metric(t, "tierlimit_local_dests")
+	if local < 5000 {
+		t.Errorf("tierlimit_local_dests %v, want the 5,000 addresses and more", local)
 	}
 	if got := u.metric(t, "tierlimit_local_dests_uncounted"); got != 0 {
 		t.Errorf("tierlimit_local_dests_uncounted %v, want 0", got)
@@ -211,26 +220,76 @@ func TestUnitManyHostAddresses(t *testing.T) {
 	if got := u.sendSelected(t, p, last, 500); got != 500 {
 		t.Errorf("to the 5,000th address: %d of 500 selected", got)
 	}
+	got := activeDestEntries(t, pin)
+	t.Logf("%d trie entries for %v destinations", got, local)
+	if float64(got) != local {
+		t.Errorf("the active slot's destination trie holds %d entries for %v destinations, want one each", got, local)
+	}
 }
 
-// TestUnitHostOverLimit (issue 35 B46): a policy whose dests: local rules
-// together name more of the host's destinations than the trie holds (32
-// rules × 2,200 addresses: over 70,000 entries) is no config error: the
-// agent starts, counts what fits, and says how many it leaves uncounted in
-// a log line and in tierlimit_local_dests_uncounted.
+// activeDestEntries counts the entries of the pinned select_dests that
+// the active policy slot holds (tag: family | slot << 8).
+func activeDestEntries(t *testing.T, pin string) int {
+	t.Helper()
+	open := func(name string) *ebpf.Map {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(pin, "maps", name), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	var slot uint32
+	if err := open("active_slot").Lookup(uint32(0), &slot); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		k bpf.LimiterTlLpmKey
+		v []byte
+		n int
+	)
+	it := open("select_dests").Iterate()
+	for it.Next(&k, &v) {
+		if (k.Tag&^uint32(bpf.LimiterTlConstTL_LPM_TAG_IPV6))>>bpf.LimiterTlConstTL_DEST_RULE_BITS == slot%2 {
+			n++
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestUnitHostOverLimit (issue 35 B46): a policy whose dests and the
+// host's destinations together take more than the trie holds per slot
+// (65,536 + 4,096: here 65,536 dests prefixes and 4,200 addresses, each
+// counted once though 32 dests: local rules name it) is no config error:
+// the agent starts, counts what fits, and says how many it leaves
+// uncounted in a log line and in tierlimit_local_dests_uncounted.
 func TestUnitHostOverLimit(t *testing.T) {
 	testenv.Require(t)
 	p := testenv.NewPair(t)
-	addAddrs(t, p.Coll, 2200)
+	addAddrs(t, p.Coll, 4200)
 	var b strings.Builder
 	b.WriteString("max: 100000\nselect:\n")
-	for i := range 32 {
+	for i := range 31 {
 		fmt.Fprintf(&b, "  - {proto: udp, ports: [%d]}\n", 1000+i)
 	}
+	b.WriteString("  - {proto: udp, ports: [999], dests: [")
+	for i := range 1 << 16 {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "100.64.%d.%d/32", i>>8, i&0xff)
+	}
+	b.WriteString("]}\n")
 	cfg := writeFile(t, "many-rules.yaml", b.String())
 	u := startAsUnit(t, p.Coll, "--iface", p.CollIf, "--no-pin", "--config", cfg)
-	if got := u.metric(t, "tierlimit_local_dests_uncounted"); got <= 0 {
-		t.Errorf("tierlimit_local_dests_uncounted %v, want > 0", got)
+	// Every destination costs one entry (the UDP rules name each), and
+	// 4,096 of them fit beside the dests.
+	local := u.metric(t, "tierlimit_local_dests")
+	if got := u.metric(t, "tierlimit_local_dests_uncounted"); local < 4200 || got != local-4096 {
+		t.Errorf("tierlimit_local_dests_uncounted %v of %v destinations, want all but 4,096", got, local)
 	}
 	if !strings.Contains(u.log.String(), "level=ERROR") || !strings.Contains(u.log.String(), "uncounted") {
 		t.Errorf("no error line for the uncounted destinations:\n%s", u.log)

@@ -5,9 +5,11 @@ package layout0
 
 import (
 	"context"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -125,7 +127,19 @@ func writeLayout0Policy(tb testing.TB, coll *ebpf.Collection, p tiers.Policy) {
 		var k, v []byte
 		it := open(name).Iterate()
 		for it.Next(&k, &v) {
-			if strings.Trim(string(v), "\x00") != "" || name != "ports" {
+			switch {
+			case name == "select_dests" && len(v) == 4:
+				// Today one entry per destination holds its rules; up
+				// to layout 1, one per rule, the rule in the tag's low
+				// byte (bpf/types.h TL_DEST_RULE_BITS).
+				for i := range 32 {
+					if binary.LittleEndian.Uint32(v)&(1<<i) != 0 {
+						r := slices.Clone(k)
+						r[4] |= byte(i)
+						put(tb, coll.Maps[name], r, []byte{1})
+					}
+				}
+			case strings.Trim(string(v), "\x00") != "" || name != "ports":
 				put(tb, coll.Maps[name], k, v)
 			}
 		}
