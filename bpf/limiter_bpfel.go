@@ -364,6 +364,7 @@ type LimiterTlWindow struct {
 	Onset        uint64
 	ExCount      uint64
 	PrevEx       uint64
+	ExhIn        uint64
 }
 
 // Names of all BPF objects in the ELF.

@@ -169,13 +169,15 @@ static __always_inline __u64 sm_estimate(__u64 n, __u64 base, __u64 mult, int on
 	return onset && f > s ? f : s;
 }
 
-/* R̂ in an onset without budgets: max(S, F), F = n over the window's
- * elapsed fraction read from the clock (at least TL_SMOOTH_MIN_FRAC): the
+/* R̂ in an onset without budgets: max(S, F), F = x + n over the window's
+ * elapsed fraction read from the clock (at least TL_SMOOTH_MIN_FRAC; x,
+ * the exhausted groups' packets with budgets, is not extrapolated): the
  * per-tick F counts it in whole ticks, which a window of a few ticks
  * reads off by up to half a tick (tiers.SmoothOnsetF). Only the first
  * TL_SMOOTH_CLOCK_TICKS ticks of an onset window pay the clock and two
  * divisions per packet. */
-static __always_inline __u64 sm_onset_f(struct tl_window *w, const struct tl_settings *s, __u64 n, __u64 sl)
+static __always_inline __u64 sm_onset_f(struct tl_window *w, const struct tl_settings *s, __u64 n, __u64 x,
+					__u64 sl)
 {
 	__u64 now = bpf_ktime_get_ns(), start = READ_ONCE(w->start_ns);
 	__u64 el = now > start ? now - start : 0;
@@ -184,7 +186,7 @@ static __always_inline __u64 sm_onset_f(struct tl_window *w, const struct tl_set
 		f = TL_SMOOTH_MIN_FRAC;
 	if (f > TL_SMOOTH_ONE)
 		f = TL_SMOOTH_ONE;
-	__u64 fr = (n << TL_SMOOTH_FRAC_BITS) / f;
+	__u64 fr = x + (n << TL_SMOOTH_FRAC_BITS) / f;
 	return fr > sl ? fr : sl;
 }
 
@@ -274,7 +276,10 @@ static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, 
 	if (s->src_budget) {
 		/* The in-budget rate's reference (tiers.SmoothRateRef) and
 		 * multiplier (tiers.SmoothState.RateMult). */
-		__u64 n = in + x.sum;
+		/* Of the in-budget packets of groups that have not spent their
+		 * budget (sm_in_estimate). */
+		__u64 n = in + x.sum, xh = READ_ONCE(w->exh_in);
+		n = n > xh ? n - xh : 0;
 		__u64 d = j >> 4;
 		if (tick >= c->cand_tick + (d ? d : 1)) {
 			c->ref_tick = c->cand_tick;
@@ -293,21 +298,31 @@ static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, 
 }
 
 /* R̂ of the in-budget count n with budgets on (tiers.Model.inEstimate): S,
- * and in an onset the count extrapolated by its recent rate, n + (n −
- * ref_n) × k_in, when that is more. A relay's in-budget count stops
- * growing once its budget is spent, so its rate falls to 0; a surge from
- * many groups, each within its budget, keeps its rate. */
+ * and in an onset the count extrapolated by its recent rate, when that is
+ * more. Only the packets of groups still within their budget are
+ * extrapolated, m = n − exh_in: a group that has spent its budget adds no
+ * in-budget packet in this window (sources.h sketch_over), so its budget
+ * counts once, as it is: x + m + (m − ref_n) × k_in, x = min(exh_in, n).
+ * A flood's budget, spent in its first milliseconds, is thus not read as
+ * a rate that sheds the light groups; a surge from many groups, each
+ * within its budget, keeps its rate (none is exhausted). The window's
+ * exh_in is read as it is (a shared add per exhausted group, no per-CPU
+ * sum): a group exhausted on another CPU counts from the next packet. */
 static __always_inline __u64 sm_in_estimate(struct tl_window *w, const struct tl_settings *st,
 					      const struct tl_smooth_cpu *c, __u64 n, int onset)
 {
 	__u64 s = n + c->base_in;
 	if (!onset)
 		return s;
+	__u64 x = READ_ONCE(w->exh_in);
+	if (x > n)
+		x = n;
+	__u64 m = n - x;
 	/* In the window's first ticks, the rate since it opened, from the
 	 * clock, as without budgets (tiers.Model.inEstimate). */
 	if (c->clock)
-		return sm_onset_f(w, st, n, s);
-	__u64 f = n + sm_mul(n > c->ref_n ? n - c->ref_n : 0, c->k_in);
+		return sm_onset_f(w, st, m, x, s);
+	__u64 f = n + sm_mul(m > c->ref_n ? m - c->ref_n : 0, c->k_in);
 	return f > s ? f : s;
 }
 
@@ -349,7 +364,7 @@ static __always_inline __u64 sm_rhat(struct tl_window *w, const struct tl_settin
 	if (s->src_budget)
 		return sm_in_estimate(w, s, c, n, onset);
 	if (onset && c->clock)
-		return sm_onset_f(w, s, n, n + c->base_tot);
+		return sm_onset_f(w, s, n, 0, n + c->base_tot);
 	return sm_estimate(n, c->base_tot, c->mult, onset);
 }
 

@@ -99,8 +99,8 @@ static __always_inline __u32 sketch_add(__u64 *cell, __u64 old, __u64 wid, __u32
  * stop just above the budget. tiers.Sketch.Count does the same. A stale
  * read only sees a lower count (or an older window, read as 0), which
  * sends the packet to the atomic path. */
-static __always_inline int sketch_over(const struct tl_src_key *k, const struct tl_settings *s, __u64 id,
-				       __u32 segs)
+static __always_inline int sketch_over(const struct tl_src_key *k, const struct tl_settings *s,
+				       struct tl_window *w, __u64 id, __u32 segs)
 {
 	__u64 wid = (__u64)(__u32)id << TL_CELL_COUNT_BITS;
 	__u64 *cells[TL_SKETCH_ROWS];
@@ -129,6 +129,23 @@ static __always_inline int sketch_over(const struct tl_src_key *k, const struct 
 		if (c < est)
 			est = c;
 	}
+	/* The smooth shape's exhausted groups (docs/design.md §6): the packet
+	 * whose add takes the group's estimate to the budget (from below it)
+	 * ends the group's in-budget count for this window, which adds the
+	 * budget to exh_in, so that sm_in_estimate does not extrapolate
+	 * it. The estimate is the sketch's, never below the group's true
+	 * count: a group that shares its cells reaches the budget early and
+	 * adds more than its true in-budget count, which lowers the
+	 * extrapolated part by that much (the light groups' side; the group
+	 * is shed from there on anyway). A group whose cells all pass the
+	 * budget before its own packets reach it (other groups' adds in
+	 * between) is never counted: its in-budget packets are extrapolated
+	 * as before. Accepted race: two CPUs that add to the group's rows in
+	 * different orders can both read the budget as the least of their
+	 * returns, and add it twice (same side as the overestimate). One
+	 * shared atomic per group and window: not on a flood's path. */
+	if (s->shape == TL_SHAPE_SMOOTH && est >= s->src_budget && est - segs < s->src_budget)
+		__sync_fetch_and_add(&w->exh_in, s->src_budget);
 	return est > s->src_budget;
 }
 
@@ -209,7 +226,7 @@ static __always_inline int source_budget(struct xdp_md *ctx, const struct pkt *p
 	__u64 tick;
 	__u64 id = source_window(w, s, &tick);
 	TL_STAGE(TL_STAGE_GROUP, XDP_DROP);
-	int over = sketch_over(&k, s, id, segs);
+	int over = sketch_over(&k, s, w, id, segs);
 	TL_STAGE(TL_STAGE_SKETCH, XDP_DROP);
 	if (!over)
 		return -1;

@@ -177,6 +177,7 @@ struct tl_window {
 	__u64 onset;      /* opened + 1 once the window is latched as an onset (smooth) */
 	__u64 ex_count;   /* over-budget packets counted on the shared line (ordinal, below saturation) */
 	__u64 prev_ex;    /* the previous window's ex_count */
+	__u64 exh_in;     /* smooth with budgets: in-budget packets of groups that spent their budget (sources.h) */
 };
 
 /* One CPU's packets past saturation (window.h window_count), for the

@@ -237,6 +237,12 @@ static __always_inline void window_open(struct tl_window *w, const struct tl_set
 	if (ov == id + 1)
 		all += overflow_sum(id, s->nr_cpus);
 	w->prev_ex = __sync_lock_test_and_set(&w->ex_count, 0);
+	/* A group that spends its budget in the old window and adds to
+	 * exh_in after this store counts in the new window (a budget too
+	 * much, one per other CPU at most); one of the new window that adds
+	 * before it is lost, and its in-budget packets are extrapolated as
+	 * any others' (sm_in_estimate). */
+	w->exh_in = 0;
 	/* The previous window's end is its start plus a window; ticks beyond
 	 * it are a gap, which weighs its count down (tiers.SmoothCoef.Prev). */
 	__u64 j = s->sm_ticks ? s->sm_ticks : 1;

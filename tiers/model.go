@@ -49,6 +49,7 @@ type Model struct {
 	opened  uint64  // windows opened: the sketch's window id
 
 	ex       uint64 // over-budget packets in the window (docs/design.md §6)
+	exhIn    uint64 // the budgets of groups that spent theirs in the window (smooth: inEstimate)
 	expectIn uint64 // the in-budget count the window expects: the previous one's, less a gap
 
 	// The smooth shape (docs/design.md §9): the tick, the window's, and the
@@ -174,7 +175,11 @@ func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
 		d.WindowOpened = true
 	}
 	if m.sketch != nil && src.IsValid() {
-		if m.sketch.Over(m.sources.Group(src), m.opened, m.sources.Budget) {
+		over, spent := m.sketch.OverSpent(m.sources.Group(src), m.opened, m.sources.Budget)
+		if spent && m.table.Shape == ShapeSmooth {
+			m.exhIn += uint64(m.sources.Budget)
+		}
+		if over {
 			return m.overBudget(nowNs)
 		}
 	}
@@ -242,7 +247,7 @@ func (m *Model) openWindow(nowNs uint64) {
 			m.gap = tick - end
 		}
 	}
-	m.open, m.start, m.count, m.debt, m.ex = true, nowNs, 0, 0, 0
+	m.open, m.start, m.count, m.debt, m.ex, m.exhIn = true, nowNs, 0, 0, 0, 0
 	m.startTick, m.onset = tick, false
 	m.expectIn = SmoothState{Ticks: m.ticks(), Gap: m.gap, Prev: m.prev}.Coef().Prev
 	m.opened++
@@ -277,7 +282,8 @@ func (m *Model) refresh(nowNs uint64) {
 	m.coef = st.Coef()
 	st.Prev += m.prevEx
 	m.coefTot = st.Coef()
-	m.refTick, m.refN, m.candTick, m.candN = SmoothRateRef(st.Ticks, tick, m.count, m.refTick, m.refN, m.candTick, m.candN)
+	live := m.count - min(m.count, m.exhIn) // the groups within their budget (inEstimate)
+	m.refTick, m.refN, m.candTick, m.candN = SmoothRateRef(st.Ticks, tick, live, m.refTick, m.refN, m.candTick, m.candN)
 	m.kIn = st.RateMult(tick-min(tick, m.refTick), m.coefTot.Mult)
 	m.exR = 0
 }
@@ -289,6 +295,13 @@ func (m *Model) refresh(nowNs uint64) {
 // two reference spans; a surge from many groups, each within its budget,
 // keeps its rate, and is judged on it as a surge without budgets is.
 //
+// Only the packets of groups still within their budget are extrapolated:
+// a group that spent its budget (Sketch.OverSpent) adds no in-budget
+// packet in this window any more, so its budget counts once, as it is
+// (x = min(exhIn, n) of n, the rest m = n − x extrapolated). A flood's
+// budget, spent in its first milliseconds, is thus not read as a rate
+// that sheds the light groups (docs/design.md §6).
+//
 // In an onset window's first SmoothClockTicks ticks the rate is the rate
 // since the window opened, read from the clock (SmoothOnsetF), as without
 // budgets: there the reference is the window's start or a tick or two
@@ -298,9 +311,11 @@ func (m *Model) inEstimate(nowNs, n uint64) uint64 {
 	if !m.onset {
 		return s
 	}
-	f := n + mulShift(n-min(n, m.refN), m.kIn)
+	x := min(m.exhIn, n)
+	live := n - x
+	f := n + mulShift(live-min(live, m.refN), m.kIn)
 	if m.clockTicks() {
-		f = SmoothOnsetF(n, nowNs-min(nowNs, m.start), m.window)
+		f = x + SmoothOnsetF(live, nowNs-min(nowNs, m.start), m.window)
 	}
 	return max(f, s)
 }

@@ -287,6 +287,17 @@ func (s *Sketch) Add(group netip.Prefix, window uint64) uint32 {
 // that shares a cell. Otherwise it is Add(group, window) > budget. So
 // counts stop just above the budget; below it they are Add's.
 func (s *Sketch) Over(group netip.Prefix, window uint64, budget uint32) bool {
+	over, _ := s.OverSpent(group, window, budget)
+	return over
+}
+
+// OverSpent is Over, and also reports whether this packet spent the
+// group's budget: its add took the group's estimate to exactly the
+// budget, so the group adds no in-budget packet in this window any more
+// (the program's sketch_over, which counts such groups for the smooth
+// shape, docs/design.md §6). The estimate never falls below the group's
+// true count: a group that shares its cells spends its budget early.
+func (s *Sketch) OverSpent(group netip.Prefix, window uint64, budget uint32) (over, spent bool) {
 	wid := uint64(uint32(window)) << 32
 	est := uint32(math.MaxUint32)
 	for r := range s.seeds {
@@ -297,9 +308,10 @@ func (s *Sketch) Over(group netip.Prefix, window uint64, budget uint32) bool {
 		est = min(est, uint32(c))
 	}
 	if est > budget {
-		return true
+		return true, false
 	}
-	return s.Add(group, window) > budget
+	est = s.Add(group, window)
+	return est > budget, est == budget
 }
 
 // SketchFalsePositive bounds the probability that a group with few packets
