@@ -53,8 +53,15 @@ func TestDemoNoisySource(t *testing.T) {
 			if light[none][sent] == 0 || 2*light[none][passed] > light[none][sent] {
 				t.Errorf("%s window %d, no budgets: light senders passed %v of %v, want most shed", shape, w, light[none][passed], light[none][sent])
 			}
-			if light[budgets][passed] != light[budgets][sent] || light[budgets][sent] == 0 {
-				t.Errorf("%s window %d, budgets: light senders passed %v of %v, want all", shape, w, light[budgets][passed], light[budgets][sent])
+			// docs/design.md §6: light groups lose nothing once the noisy
+			// one has spent its budget. In the smooth shape's onset window
+			// (window 1, from idle) the flood's first budget packets are a
+			// surge within budget like any other, and light packets judged
+			// in those first milliseconds may be shed: at most
+			// onsetLightLoss of theirs.
+			lost := light[budgets][sent] - light[budgets][passed]
+			if allowed := onsetLightLossAllowed(shape, w == 1, light[budgets][sent]); light[budgets][sent] == 0 || lost > allowed {
+				t.Errorf("%s window %d, budgets: light senders passed %v of %v, want all (at most %v lost)", shape, w, light[budgets][passed], light[budgets][sent], allowed)
 			}
 			if noisy[budgets][passed] <= 2*budget {
 				t.Errorf("%s window %d, budgets: the noisy sender passed %v, want what the light ones leave, over twice its budget %d (expect %v)",
@@ -78,4 +85,21 @@ func TestDemoNoisySource(t *testing.T) {
 			}
 		}
 	}
+}
+
+// onsetLightLoss is the share of the light groups' packets that the smooth
+// shape may shed in a flood's onset window with budgets on (docs/design.md
+// §6): those judged before the noisy group has spent its budget, a
+// surge within budget until then. The noisy sender spends its budget in
+// the first 1 % of the window here; the rest is the onset estimate's
+// reading of light senders that send in step (docs/design.md §9).
+const onsetLightLoss = 0.05
+
+// onsetLightLossAllowed is how many of sent light packets a window may
+// lose: none, but in the smooth shape's onset window onsetLightLoss.
+func onsetLightLossAllowed(shape string, onset bool, sent float64) float64 {
+	if shape != "smooth" || !onset {
+		return 0
+	}
+	return math.Floor(onsetLightLoss * sent)
 }
