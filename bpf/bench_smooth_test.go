@@ -49,7 +49,11 @@ func BenchmarkSmoothBefore(b *testing.B) {
 			h := newHarness(b, path.p)
 			old := beforeSmooth(b, path.p)
 			h.expire()
-			old.expire()
+			// The earlier program's window is shorter than today's
+			// (issue 32's and the budgets' fields came since).
+			if err := old.l.ZeroWindow(); err != nil {
+				b.Fatal(err)
+			}
 			bare := BareProgram(b, xdpDrop)
 			for _, prog := range []*ebpf.Program{h.l.Program(), old.l.Program()} {
 				if _, err := runExact(prog, frame, 200); err != nil {

@@ -13,3 +13,11 @@ func LoadObject(opts Options, path string) (*Limiter, error) {
 	}
 	return load(opts, spec)
 }
+
+// ZeroWindow writes a window of zeroes, of whatever size l's object
+// declares (an earlier build's struct tl_window may be shorter than
+// today's): no window is open, so the next selected packet opens one,
+// as after Window expired with no history.
+func (l *Limiter) ZeroWindow() error {
+	return l.objs.Window.Put(uint32(0), make([]byte, l.objs.Window.ValueSize()))
+}

@@ -28,6 +28,9 @@ import (
 // packet is judged as at a report between the two, for the time between
 // the stores; the race is accepted (maps.h).
 func (l *Limiter) SetFleetOthers(in, total uint64) error {
+	if l.objs.TlFleetOthers == nil || l.objs.TlFleetOthersIn == nil {
+		return fmt.Errorf("%w: the loaded object has no fleet sums", ErrPolicy)
+	}
 	total = min(total, tiers.MaxFleetOthers)
 	in = min(in, total)
 	var old uint64
@@ -59,6 +62,9 @@ func (l *Limiter) SetFleetOthers(in, total uint64) error {
 // FleetOthers reads back the sums SetFleetOthers wrote: the in-budget sum
 // and the total.
 func (l *Limiter) FleetOthers() (in, total uint64, err error) {
+	if l.objs.TlFleetOthers == nil || l.objs.TlFleetOthersIn == nil {
+		return 0, 0, fmt.Errorf("%w: the loaded object has no fleet sums", ErrPolicy)
+	}
 	if err := l.objs.TlFleetOthersIn.Get(&in); err != nil {
 		return 0, 0, fmt.Errorf("read tl_fleet_others_in: %w", err)
 	}
