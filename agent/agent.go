@@ -149,7 +149,7 @@ type Agent struct {
 	// current is the policy in force as given (its dests local
 	// unresolved), and local the host's destinations it was resolved
 	// with (local.go); both guarded by applyMu. stopLocal ends
-	// followLocal and followIfaces.
+	// follow.follow and followIfaces.
 	current   tiers.Policy
 	local     []tiers.LocalDest
 	stopLocal chan struct{}
@@ -241,7 +241,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := a.at.startMigration(); err != nil {
 		return nil, err
 	}
-	go a.followLocal(a.stopLocal, dupNS(a.at.ns))
+	go a.follow.follow(a.stopLocal, dupNS(a.at.ns), a.log, a.refreshLocal)
 	if err := a.at.attachAll(links); err != nil {
 		return nil, err
 	}
@@ -251,7 +251,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 
 // abort undoes a failed New: detaches what it attached unless pinned.
 func (a *Agent) abort() {
-	// Ends followLocal and followIfaces, which may have started.
+	// Ends follow.follow and followIfaces, which may have started.
 	a.closed.Store(true)
 	close(a.stopLocal)
 	a.at.abort()

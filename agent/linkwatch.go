@@ -37,7 +37,7 @@ func (a *attacher) Watch(ctx context.Context, interval time.Duration) {
 		}
 		a.mu.Unlock()
 		// The host's destinations, which an event lost in a storm would
-		// leave stale (the Agent's followLocal): afterRound takes applyMu,
+		// leave stale (the Agent's follow.follow): afterRound takes applyMu,
 		// which is never taken under mu.
 		if ctx.Err() == nil && a.afterRound != nil {
 			a.afterRound()

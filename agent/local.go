@@ -56,7 +56,7 @@ func (a *Agent) LocalPrefixes() []netip.Prefix {
 	return localaddr.Prefixes(a.local)
 }
 
-// followLocal re-reads the local prefixes whenever an address or a route
+// follow re-reads the local prefixes (refresh) whenever an address or a route
 // of the agent's namespace changes, until done is closed, and applies the
 // policy in force again when they differ: a VIP added to lo, an address
 // that a DHCP client renews or one that goes away is counted, or not, from
@@ -65,9 +65,9 @@ func (a *Agent) LocalPrefixes() []netip.Prefix {
 // cannot be opened, or ends (ENOBUFS after a storm of route changes), is
 // counted and opened again, and the full list read again; Watch also
 // re-reads it at every round, so that a lost event is never lost for good.
-// ns is the agent's namespace, a handle of followLocal's own (dupNS),
+// ns is the agent's namespace, a handle of follow's own (dupNS),
 // which it closes.
-func (a *Agent) followLocal(done <-chan struct{}, ns netns.NsHandle) {
+func (f *localFollow) follow(done <-chan struct{}, ns netns.NsHandle, log *slog.Logger, refresh func()) {
 	defer ns.Close()
 	failing := false
 	for {
@@ -78,24 +78,24 @@ func (a *Agent) followLocal(done <-chan struct{}, ns netns.NsHandle) {
 				return
 			default:
 			}
-			a.follow.errors.Add(1)
-			a.log.Warn("following local addresses: subscription failed: subscribing again and reading the full list", "err", err)
+			f.errors.Add(1)
+			log.Warn("following local addresses: subscription failed: subscribing again and reading the full list", "err", err)
 		}
-		ev, err := a.subscribeLocal(ns, stop, errf)
+		ev, err := subscribeLocal(ns, stop, errf)
 		switch {
 		case err != nil:
-			a.follow.errors.Add(1)
+			f.errors.Add(1)
 			if !failing {
-				a.log.Error("cannot follow local addresses: dests local is read again at each watch round only, and subscribing is retried", "err", err)
+				log.Error("cannot follow local addresses: dests local is read again at each watch round only, and subscribing is retried", "err", err)
 			}
 			failing = true
 		default:
 			if failing {
-				a.log.Info("following local addresses again")
+				log.Info("following local addresses again")
 			}
 			failing = false
-			a.refreshLocal() // what changed while no subscription listened
-			ev.Settle(done, 50*time.Millisecond, a.refreshLocal)
+			refresh() // what changed while no subscription listened
+			ev.Settle(done, 50*time.Millisecond, refresh)
 		}
 		close(stop)
 		select {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"sync/atomic"
@@ -19,15 +20,15 @@ import (
 // followRcvBuf is the receive buffer of the address and route
 // subscriptions: room for a few thousand route changes (a BGP session
 // reset) before the kernel drops messages with ENOBUFS, after which the
-// subscription is opened again and the table read in full (followLocal).
+// subscription is opened again and the table read in full (localFollow.follow).
 const followRcvBuf = 4 << 20
 
-// followRetry is how long followLocal waits before subscribing again
+// followRetry is how long localFollow.follow waits before subscribing again
 // after a subscription failed or ended.
 const followRetry = time.Second
 
 // localFollow is what following the host's destinations counts, for
-// /metrics (collectLocal).
+// /metrics (collect).
 type localFollow struct {
 	// errors counts subscriptions that could not be opened or ended
 	// (ENOBUFS), errors they reported, and failed reads of the local
@@ -35,7 +36,7 @@ type localFollow struct {
 	errors atomic.Uint64
 	// dests is how many destinations of the host the policy in force
 	// was resolved with; uncounted how many of them it leaves out
-	// (fitLocal).
+	// (fit).
 	dests, uncounted atomic.Int64
 }
 
@@ -46,11 +47,11 @@ var (
 		"overflowed or failing, a read of the local table that failed); each is followed by a full re-read.")
 )
 
-// collectLocal emits the local-destination families.
-func (a *Agent) collectLocal(ch chan<- prometheus.Metric) {
-	gauge(ch, localDestsDesc, float64(a.follow.dests.Load()))
-	counter(ch, followErrorsDesc, a.follow.errors.Load())
-	gauge(ch, localUncountedDesc, float64(a.follow.uncounted.Load()))
+// collect emits the local-destination families.
+func (f *localFollow) collect(ch chan<- prometheus.Metric) {
+	gauge(ch, localDestsDesc, float64(f.dests.Load()))
+	counter(ch, followErrorsDesc, f.errors.Load())
+	gauge(ch, localUncountedDesc, float64(f.uncounted.Load()))
 }
 
 // subscribeLocal subscribes to the address and route changes of the
@@ -58,7 +59,7 @@ func (a *Agent) collectLocal(ch chan<- prometheus.Metric) {
 // thread of that namespace, with no Namespace option: the netlink package
 // would then enter the namespace (setns), which needs CAP_SYS_ADMIN, that
 // the shipped unit does not give.
-func (a *Agent) subscribeLocal(ns netns.NsHandle, stop <-chan struct{}, errf func(error)) (*sysutil.Events, error) {
+func subscribeLocal(ns netns.NsHandle, stop <-chan struct{}, errf func(error)) (*sysutil.Events, error) {
 	addrs := make(chan netlink.AddrUpdate, 64)
 	routes := make(chan netlink.RouteUpdate, 64)
 	err := sysutil.OnThreadIn(ns, "the agent's network namespace", func() error {
@@ -84,7 +85,7 @@ func (a *Agent) subscribeLocal(ns netns.NsHandle, stop <-chan struct{}, errf fun
 var localUncountedDesc = metric("local_dests_uncounted", "The host's own destinations that dests: local rules do not count, "+
 	"because the policy's dests and the host's destinations together would take more than the destination trie holds (one entry per destination, however many rules name it).")
 
-// fitLocal returns the host's destinations (a.local) that policy p's
+// fit returns the host's destinations, host, that policy p's
 // dests: local rules can count together: all of them, unless they would
 // take more than tiers.LocalBudget entries (one per destination that some
 // rule names, however many do: a UDP rule names each, a TCP rule each
@@ -92,9 +93,9 @@ var localUncountedDesc = metric("local_dests_uncounted", "The host's own destina
 // Then it keeps the unicast ones first (the host's addresses, which every
 // rule counts), in order, and leaves the rest uncounted: a host over the
 // limit is a condition of the running agent, logged as an error and shown
-// in tierlimit_local_dests_uncounted, never a policy refused (a.applyMu
+// in tierlimit_local_dests_uncounted, never a policy refused (applyMu
 // held).
-func (a *Agent) fitLocal(p tiers.Policy) []tiers.LocalDest {
+func (f *localFollow) fit(p tiers.Policy, host []tiers.LocalDest, log *slog.Logger) []tiers.LocalDest {
 	local, udp := false, false // some rule names unicast ones; all
 	own := map[netip.Prefix]bool{}
 	for _, r := range p.Select {
@@ -113,33 +114,33 @@ func (a *Agent) fitLocal(p tiers.Policy) []tiers.LocalDest {
 		return 1
 	}
 	budget, total := tiers.LocalBudget(p), 0
-	seen := make(map[netip.Prefix]bool, len(a.local))
-	for _, d := range a.local {
+	seen := make(map[netip.Prefix]bool, len(host))
+	for _, d := range host {
 		total += cost(seen, d)
 		seen[d.Prefix.Masked()] = true
 	}
-	kept := a.local
+	kept := host
 	if total > budget {
-		keep := make(map[netip.Prefix]bool, len(a.local))
+		keep := make(map[netip.Prefix]bool, len(host))
 		n := 0
 		for _, unicast := range []bool{true, false} {
-			for _, d := range a.local {
+			for _, d := range host {
 				if c := cost(keep, d); d.Unicast == unicast && n+c <= budget {
 					n += c
 					keep[d.Prefix.Masked()] = true
 				}
 			}
 		}
-		kept = slices.DeleteFunc(slices.Clone(a.local), func(d tiers.LocalDest) bool { return !keep[d.Prefix.Masked()] })
+		kept = slices.DeleteFunc(slices.Clone(host), func(d tiers.LocalDest) bool { return !keep[d.Prefix.Masked()] })
 	}
-	left := int64(len(a.local) - len(kept))
-	if old := a.follow.uncounted.Swap(left); old != left {
+	left := int64(len(host) - len(kept))
+	if old := f.uncounted.Swap(left); old != left {
 		switch {
 		case left > 0:
-			a.log.Error("the host has more destinations than dests: local rules can count: the rest are uncounted", "uncounted", left,
-				"destinations", len(a.local), "entries", total, "at_most", budget)
+			log.Error("the host has more destinations than dests: local rules can count: the rest are uncounted", "uncounted", left,
+				"destinations", len(host), "entries", total, "at_most", budget)
 		case old > 0:
-			a.log.Info("dests local counts all of the host's destinations again", "destinations", len(a.local))
+			log.Info("dests local counts all of the host's destinations again", "destinations", len(host))
 		}
 	}
 	return kept

@@ -95,7 +95,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	counter(ch, scrapeErrorsDesc, a.scrapeErrors.Load())
-	a.collectLocal(ch)
+	a.follow.collect(ch)
 	roomCounts(&s, a.auto.Load(), a.record.Load())
 	collectAuto(ch, s)
 	collectRecord(ch, s)

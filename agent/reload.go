@@ -88,7 +88,7 @@ func (a *Agent) apply(ctx context.Context, p tiers.Policy, reload bool) error {
 	} else {
 		p = a.fleet.applying(p)
 	}
-	rp := p.WithLocal(a.fitLocal(p))
+	rp := p.WithLocal(a.follow.fit(p, a.local, a.log))
 	tab, err := tiers.Compile(rp, a.lim.Tick()) // validates p
 	if err != nil {
 		return err
