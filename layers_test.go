@@ -41,21 +41,8 @@ func layerOf(module, pkg string) (string, int, bool) {
 // or not, on a package of a higher layer, or sits outside every layer.
 func TestLayersPointDown(t *testing.T) {
 	module := strings.TrimSpace(goCmd(t, "list", "-m"))
-	out := goCmd(t, "list", "-json=ImportPath,Deps,TestImports,XTestImports", "./...")
-	dec := json.NewDecoder(strings.NewReader(out))
 	seen := 0
-	for {
-		var p struct {
-			ImportPath   string
-			Deps         []string
-			TestImports  []string
-			XTestImports []string
-		}
-		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("decode go list: %v", err)
-		}
+	for _, p := range goList(t, "./...") {
 		layer, r, ok := layerOf(module, p.ImportPath)
 		if !ok {
 			continue // the root package: gen.go only
@@ -86,37 +73,54 @@ func TestLayersPointDown(t *testing.T) {
 }
 
 // TestRoomsDoNotImportAgent fails when a package under agent/ (a room:
-// agent/pin, agent/automax, agent/record, ...) depends, directly or not,
-// on the agent package itself: the agent is the door that wires the rooms
-// through narrow interfaces, and a room never knows the *Agent.
+// agent/pin, agent/automax, agent/record, agent/fleet) depends, directly or
+// not, on the agent package itself, or its tests import it: the agent is
+// the door that wires the rooms through narrow interfaces, and a room never
+// knows the *Agent.
 func TestRoomsDoNotImportAgent(t *testing.T) {
 	module := strings.TrimSpace(goCmd(t, "list", "-m"))
 	door := module + "/agent"
-	out := goCmd(t, "list", "-json=ImportPath,Deps", "./agent/...")
-	dec := json.NewDecoder(strings.NewReader(out))
-	rooms := 0
-	for {
-		var p struct {
-			ImportPath string
-			Deps       []string
-		}
-		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("decode go list: %v", err)
-		}
+	rooms := map[string]bool{}
+	for _, p := range goList(t, "./agent/...") {
 		if !strings.HasPrefix(p.ImportPath, door+"/") {
 			continue
 		}
-		rooms++
-		for _, d := range p.Deps {
+		rooms[strings.TrimPrefix(p.ImportPath, module+"/")] = true
+		for _, d := range append(append(p.Deps, p.TestImports...), p.XTestImports...) {
 			if d == door {
 				t.Errorf("%s depends on %s: a room of the agent imports the door", p.ImportPath, d)
 			}
 		}
 	}
-	if rooms < 3 {
-		t.Fatalf("go list found %d packages under %s; want its rooms (pin, automax, record)", rooms, door)
+	for _, want := range []string{"agent/pin", "agent/automax", "agent/record", "agent/fleet"} {
+		if !rooms[want] {
+			t.Errorf("go list found no %s among the rooms %v", want, rooms)
+		}
+	}
+}
+
+// listed is what goList reads of a package.
+type listed struct {
+	ImportPath   string
+	Deps         []string
+	TestImports  []string
+	XTestImports []string
+}
+
+// goList lists the packages of pattern with their dependencies and their
+// tests' imports (go list -json).
+func goList(t *testing.T, pattern string) []listed {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(goCmd(t, "list", "-json=ImportPath,Deps,TestImports,XTestImports", pattern)))
+	var out []listed
+	for {
+		var p listed
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			return out
+		} else if err != nil {
+			t.Fatalf("decode go list: %v", err)
+		}
+		out = append(out, p)
 	}
 }
 
@@ -132,41 +136,4 @@ func goCmd(t *testing.T, args ...string) string {
 		t.Fatalf("go %s: %v", strings.Join(args, " "), err)
 	}
 	return string(out)
-}
-
-// TestFeaturesAvoidAgent fails when a feature package under agent/ (fleet,
-// ...) depends on the agent package itself, directly or not, or its tests
-// import it: a feature meets the agent only through the narrow interfaces
-// it defines, and the agent is the door that wires them.
-func TestFeaturesAvoidAgent(t *testing.T) {
-	module := strings.TrimSpace(goCmd(t, "list", "-m"))
-	agent := module + "/agent"
-	out := goCmd(t, "list", "-json=ImportPath,Deps,TestImports,XTestImports", "./agent/...")
-	dec := json.NewDecoder(strings.NewReader(out))
-	features := map[string]bool{}
-	for {
-		var p struct {
-			ImportPath   string
-			Deps         []string
-			TestImports  []string
-			XTestImports []string
-		}
-		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("decode go list: %v", err)
-		}
-		if !strings.HasPrefix(p.ImportPath, agent+"/") {
-			continue
-		}
-		features[strings.TrimPrefix(p.ImportPath, module+"/")] = true
-		for _, d := range append(append(p.Deps, p.TestImports...), p.XTestImports...) {
-			if d == agent {
-				t.Errorf("%s depends on %s: a feature package never imports the agent", p.ImportPath, agent)
-			}
-		}
-	}
-	if !features["agent/fleet"] {
-		t.Fatalf("go list found no agent/fleet among %v", features)
-	}
 }
