@@ -24,9 +24,8 @@ import (
 // The names end in 2 since members report two estimates (docs/design.md
 // §12, "With budgets and severity"): the single estimate of earlier
 // versions lived under :est, :seen and :sum, whose scripts cannot read a
-// pair. During a rolling upgrade the members of the two versions are two
-// fleets, each judging on its own members' reports, until the last old
-// member is gone. A single-value entry in :est2 reads as IN = TOTAL.
+// pair (no release carried them: the fleet came with both estimates). A
+// single-value entry in :est2 reads as IN = TOTAL.
 func keys(name string) []string {
 	tag := "{tierlimit:fleet:" + name + "}"
 	return []string{tag + ":est2", tag + ":seen2", tag + ":sum2"}
