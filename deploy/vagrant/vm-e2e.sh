@@ -61,8 +61,12 @@ KERNEL_SUITE=${KERNEL_SUITE:-1}
 # (the long differential and traffic ones): about 11 minutes. Not
 # TestWindowEdge: its gate case judges the tick gate against the clock to
 # the millisecond, and a TCG guest's jiffies lag (one run of three: a packet
-# at +50.67 ms of a 50 ms window was judged in it).
-BPF_RUN=${BPF_RUN:-'^(TestVerifierComplexity|TestVerifierBudgetFor|TestContract|TestLayoutGolden|TestKernel.*|TestLoadRefusesMissingFeature|TestVerdictTable|TestTruncated|TestFragmentsFollowFirst|TestAddressFamilies|TestTierAccuracy|TestWindow|TestSmoothProgram|TestModes|TestSaturationBoundary|TestSeverityParse|TestSourcesDifferential|TestSharingSmooth|TestIPVSCollector)$'}
+# at +50.67 ms of a 50 ms window was judged in it). Nor TestSmoothProgram:
+# it paces 3,000 packets a window in real time and judges each tenth of a
+# window, and after the oracle's 3 minutes of TCG its pacing missed (one
+# full run of two failed on 2026-12-02; alone it passed); the host runs it
+# in make test, and the smooth shape's test_run tests run here.
+BPF_RUN=${BPF_RUN:-'^(TestVerifierComplexity|TestVerifierBudgetFor|TestContract|TestLayoutGolden|TestKernel.*|TestLoadRefusesMissingFeature|TestVerdictTable|TestTruncated|TestFragmentsFollowFirst|TestAddressFamilies|TestTierAccuracy|TestWindow|TestModes|TestSaturationBoundary|TestSeverityParse|TestSourcesDifferential|TestSharingSmooth|TestIPVSCollector)$'}
 BPF_SKIP=${BPF_SKIP:-'^(TestDifferential|TestSeverityDifferential|TestApplySwapsUnderTraffic|TestSeverityDeterministic)$'}
 VAGRANT=${VAGRANT:-vagrant}
 GO=${GO:-go}
