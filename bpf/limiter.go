@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 	"time"
 
@@ -174,41 +173,6 @@ func load(opts Options, spec *ebpf.CollectionSpec) (*Limiter, error) {
 	}
 	l.grace = g
 	return l, nil
-}
-
-// loadAssign loads spec into objs. An object of an earlier build (the
-// benchmarks' baselines, testdata/layout-*) may lack variables this build
-// declares (tl_fleet_others came with the fleet): its programs and maps
-// are assigned, and of its variables those it has; the others stay nil,
-// and what needs them returns ErrPolicy (fleet.go).
-func loadAssign(spec *ebpf.CollectionSpec, copts *ebpf.CollectionOptions, objs *LimiterObjects) error {
-	vars := reflect.ValueOf(&objs.LimiterVariables).Elem()
-	missing := false
-	for i := range vars.NumField() {
-		if _, ok := spec.Variables[vars.Type().Field(i).Tag.Get("ebpf")]; !ok {
-			missing = true
-		}
-	}
-	if !missing {
-		return spec.LoadAndAssign(objs, copts)
-	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, *copts)
-	if err != nil {
-		return err
-	}
-	if err := coll.Assign(&struct {
-		*LimiterPrograms
-		*LimiterMaps
-	}{&objs.LimiterPrograms, &objs.LimiterMaps}); err != nil {
-		coll.Close()
-		return err
-	}
-	for i := range vars.NumField() {
-		if v, ok := coll.Variables[vars.Type().Field(i).Tag.Get("ebpf")]; ok {
-			vars.Field(i).Set(reflect.ValueOf(v))
-		}
-	}
-	return nil
 }
 
 // Program is the XDP program, to attach or to run with BPF_PROG_TEST_RUN.
