@@ -1,7 +1,6 @@
 package bpf_test
 
 import (
-	"math"
 	"testing"
 	"time"
 
@@ -68,25 +67,12 @@ func BenchmarkFleet(b *testing.B) {
 	}
 }
 
-// kernelChunks runs progs on frame in turn, chunk by chunk, until each has
-// run b.N packets, and returns each one's fastest chunk as the kernel
-// measured it (BPF_PROG_TEST_RUN's duration, whole ns per packet, which
-// pauses while the run is rescheduled).
+// kernelChunks is bestChunks as the kernel measures each chunk
+// (BPF_PROG_TEST_RUN's duration, whole ns per packet, which pauses while
+// the run is rescheduled).
 func kernelChunks(b *testing.B, frame []byte, progs ...*ebpf.Program) []float64 {
-	b.Helper()
-	best := make([]float64, len(progs))
-	for i := range best {
-		best[i] = math.Inf(1)
-	}
-	for done := 0; done < b.N; done += benchChunk {
-		n := min(benchChunk, b.N-done)
-		for i, prog := range progs {
-			_, d, err := prog.Benchmark(frame, n, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			best[i] = min(best[i], float64(d.Nanoseconds()))
-		}
-	}
-	return best
+	return chunkMinima(b, func(prog *ebpf.Program, n int) (float64, error) {
+		_, d, err := prog.Benchmark(frame, n, nil)
+		return float64(d.Nanoseconds()), err
+	}, progs...)
 }

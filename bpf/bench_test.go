@@ -178,6 +178,16 @@ func benchPaired(b *testing.B, progs benchProgs, frame []byte) {
 // chunk in ns per packet (wall time of the call over its packets): on a
 // shared machine other jobs only ever slow a chunk down.
 func bestChunks(b *testing.B, frame []byte, progs ...*ebpf.Program) []float64 {
+	return chunkMinima(b, func(prog *ebpf.Program, n int) (float64, error) {
+		d, err := timeRun(prog, frame, uint32(n))
+		return float64(d.Nanoseconds()) / float64(n), err
+	}, progs...)
+}
+
+// chunkMinima runs progs in turn, chunk by chunk (benchChunk packets),
+// until each has run b.N packets, and returns each one's least ns per
+// packet as perPacket measures a chunk of n.
+func chunkMinima(b *testing.B, perPacket func(prog *ebpf.Program, n int) (float64, error), progs ...*ebpf.Program) []float64 {
 	b.Helper()
 	best := make([]float64, len(progs))
 	for i := range best {
@@ -186,11 +196,11 @@ func bestChunks(b *testing.B, frame []byte, progs ...*ebpf.Program) []float64 {
 	for done := 0; done < b.N; done += benchChunk {
 		n := min(benchChunk, b.N-done)
 		for i, prog := range progs {
-			d, err := timeRun(prog, frame, uint32(n))
+			ns, err := perPacket(prog, n)
 			if err != nil {
 				b.Fatal(err)
 			}
-			best[i] = min(best[i], float64(d.Nanoseconds())/float64(n))
+			best[i] = min(best[i], ns)
 		}
 	}
 	return best
