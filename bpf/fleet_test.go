@@ -146,44 +146,16 @@ func TestFleetProgramsSharing(t *testing.T) {
 		hs[i] = newHarness(t, p)
 	}
 	tab := hs[0].tab
-	offered := make([][]int, len(rates))
-	passed := make([][]int, len(rates))
-	for i := range rates {
-		offered[i], passed[i] = make([]int, windows), make([]int, windows)
+	streams := make([]budgetStream, len(rates))
+	frames := make([][][]byte, len(rates))
+	for i, r := range rates {
+		streams[i], frames[i] = budgetStream{member: i, rate: r}, [][]byte{frame}
 	}
-	sent := make([]float64, len(rates))
-	reported := make([][2]uint64, len(rates))
-	start := time.Now()
-	nextReport := report
-	for el := time.Since(start); el < windows*window; el = time.Since(start) {
-		k := int(el / window)
-		for i, r := range rates {
-			// Due by the clock, so that a slow loop catches up.
-			for due := r * float64(el) / float64(window); sent[i] < due; sent[i]++ {
-				offered[i][k]++
-				if hs[i].run(frame) == xdpPass {
-					passed[i][k]++
-				}
-			}
+	offered, passed, _ := fleetRealTime(t, hs, streams, frames, window, report, windows, func(i int, in, est uint64) {
+		if in != est {
+			t.Fatalf("member %d reports %d in budget of %d without budgets", i, in, est)
 		}
-		if el >= nextReport {
-			nextReport += report
-			for i, h := range hs {
-				in, est, err := h.l.FleetEstimate()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if in != est {
-					t.Fatalf("member %d reports %d in budget of %d without budgets", i, in, est)
-				}
-				reported[i] = [2]uint64{in, est}
-				if err := h.l.SetFleetOthers(tiers.OthersOf(reported, i)); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		time.Sleep(time.Millisecond - time.Since(start)%time.Millisecond)
-	}
+	})
 	// The pacing on a shared machine offers less than R at times: each
 	// window is judged against P of what it was offered, and each member
 	// against the fleet's fraction over the same windows.

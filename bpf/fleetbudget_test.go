@@ -132,6 +132,55 @@ type budgetStream struct {
 	rate   float64
 }
 
+// fleetRealTime drives the members hs in real time for windows windows:
+// stream i offers its rate per window to its member's program, due by the
+// clock so that a slow loop catches up, its frames[i] in turn; every
+// report each member reports FleetEstimate and takes the others' sums
+// (tiers.OthersOf), as the agent's loop does without a store; check, when
+// set, sees each report. It returns each stream's offered and passed
+// packets by window, and the last reports (in budget, total).
+func fleetRealTime(t *testing.T, hs []*harness, streams []budgetStream, frames [][][]byte, window, report time.Duration, windows int,
+	check func(member int, in, total uint64)) (offered, passed [][]int, reported [][2]uint64) {
+	t.Helper()
+	offered, passed = make([][]int, len(streams)), make([][]int, len(streams))
+	for i := range streams {
+		offered[i], passed[i] = make([]int, windows), make([]int, windows)
+	}
+	sent := make([]float64, len(streams))
+	reported = make([][2]uint64, len(hs))
+	start := time.Now()
+	nextReport := report
+	for el := time.Since(start); el < time.Duration(windows)*window; el = time.Since(start) {
+		k := int(el / window)
+		for i, s := range streams {
+			for due := s.rate * float64(el) / float64(window); sent[i] < due; sent[i]++ {
+				offered[i][k]++
+				if hs[s.member].run(frames[i][int(sent[i])%len(frames[i])]) == xdpPass {
+					passed[i][k]++
+				}
+			}
+		}
+		if el >= nextReport {
+			nextReport += report
+			for i, h := range hs {
+				in, est, err := h.l.FleetEstimate()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if check != nil {
+					check(i, in, est)
+				}
+				reported[i] = [2]uint64{in, est}
+				if err := h.l.SetFleetOthers(tiers.OthersOf(reported, i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		time.Sleep(time.Millisecond - time.Since(start)%time.Millisecond)
+	}
+	return offered, passed, reported
+}
+
 // Three programs with per-source budgets, one fleet (docs/design.md §12,
 // "With budgets and severity"): fed in real time, each reporting
 // FleetEstimate (R̂_in, R̂_tot) and taking the others' sums every report
@@ -187,41 +236,7 @@ func TestFleetBudgetsProgramsSharing(t *testing.T) {
 		hs[i] = newHarness(t, p)
 	}
 	tab := hs[0].tab
-	offered := make([][]int, len(streams))
-	passed := make([][]int, len(streams))
-	for i := range streams {
-		offered[i], passed[i] = make([]int, windows), make([]int, windows)
-	}
-	sent := make([]float64, len(streams))
-	reported := make([][2]uint64, len(hs))
-	start := time.Now()
-	nextReport := report
-	for el := time.Since(start); el < windows*window; el = time.Since(start) {
-		k := int(el / window)
-		for i, s := range streams {
-			// Due by the clock, so that a slow loop catches up.
-			for due := s.rate * float64(el) / float64(window); sent[i] < due; sent[i]++ {
-				offered[i][k]++
-				if hs[s.member].run(frames[i][int(sent[i])%len(frames[i])]) == xdpPass {
-					passed[i][k]++
-				}
-			}
-		}
-		if el >= nextReport {
-			nextReport += report
-			for i, h := range hs {
-				in, est, err := h.l.FleetEstimate()
-				if err != nil {
-					t.Fatal(err)
-				}
-				reported[i] = [2]uint64{in, est}
-				if err := h.l.SetFleetOthers(tiers.OthersOf(reported, i)); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		time.Sleep(time.Millisecond - time.Since(start)%time.Millisecond)
-	}
+	offered, passed, reported := fleetRealTime(t, hs, streams, frames, window, report, windows, nil)
 	t.Logf("the last reports (in budget, total): %v", reported)
 	// The fleet, window by window, against P of what it was offered.
 	streamOff, streamPass := make([]int, len(streams)), make([]int, len(streams))
