@@ -30,10 +30,9 @@ var procNSPath = regexp.MustCompile(`^/proc/([0-9]+)/ns/net$`)
 
 // procNetDrops reads SignalProcNet from dir, /proc/PID/net.
 type procNetDrops struct {
-	mu     sync.Mutex
-	dir    string
-	prev   map[uint64]uint64 // socket inode -> drops at the previous Read
-	primed bool
+	mu    sync.Mutex
+	dir   string
+	delta socketDelta
 }
 
 // openProcNet opens SignalProcNet for the namespace at path, which must
@@ -43,7 +42,7 @@ func openProcNet(path string) (*procNetDrops, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%s is not /proc/PID/ns/net", path)
 	}
-	p := &procNetDrops{dir: "/proc/" + m[1] + "/net", prev: map[uint64]uint64{}}
+	p := &procNetDrops{dir: "/proc/" + m[1] + "/net"}
 	if _, err := p.sockets(nil); err != nil {
 		return nil, err
 	}
@@ -60,16 +59,7 @@ func (p *procNetDrops) Read(ports []tiers.PortRange) (DropSample, error) {
 	if err != nil {
 		return DropSample{}, err
 	}
-	s := DropSample{Sockets: len(cur)}
-	for ino, n := range cur {
-		if prev, ok := p.prev[ino]; ok && n >= prev {
-			s.Drops += n - prev
-		} else if p.primed && !ok {
-			s.Drops += n
-		}
-	}
-	p.prev, p.primed = cur, true
-	return s, nil
+	return DropSample{Sockets: len(cur), Drops: p.delta.next(cur)}, nil
 }
 
 // sockets reads udp and udp6 (absent without IPv6): the drops of each

@@ -109,12 +109,35 @@ const (
 // sockDiag reads SK_MEMINFO_DROPS of every UDP socket through a
 // NETLINK_SOCK_DIAG socket, made in the namespace it reads.
 type sockDiag struct {
-	mu     sync.Mutex
-	fd     int
-	seq    uint32
-	buf    []byte
-	prev   map[uint64]uint64 // socket inode -> drops at the previous Read
+	mu    sync.Mutex
+	fd    int
+	seq   uint32
+	buf   []byte
+	delta socketDelta
+}
+
+// socketDelta turns per-socket drop counters into the drops since the
+// previous read: a socket seen before adds what its counter grew by, one
+// that appeared since adds all of its drops (none on the first read, which
+// only sets the baselines), and a socket gone or reset adds nothing.
+type socketDelta struct {
+	prev   map[uint64]uint64 // socket inode -> drops at the previous read
 	primed bool
+}
+
+// next returns the drops since the previous call of cur, the drops of each
+// socket by inode, and keeps cur as the next baseline.
+func (d *socketDelta) next(cur map[uint64]uint64) uint64 {
+	var drops uint64
+	for ino, n := range cur {
+		if p, ok := d.prev[ino]; ok && n >= p {
+			drops += n - p
+		} else if d.primed && !ok {
+			drops += n
+		}
+	}
+	d.prev, d.primed = cur, true
+	return drops
 }
 
 func openSockDiag() (*sockDiag, error) {
@@ -127,7 +150,7 @@ func openSockDiag() (*sockDiag, error) {
 		return nil, fmt.Errorf("bind netlink sock_diag socket: %w", err)
 	}
 	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 2})
-	d := &sockDiag{fd: fd, buf: make([]byte, 64<<10), prev: map[uint64]uint64{}}
+	d := &sockDiag{fd: fd, buf: make([]byte, 64<<10)}
 	// A dump that works, with the drops in it, or the fallback.
 	if _, err := d.dump(unix.AF_INET, nil); err != nil {
 		unix.Close(fd)
@@ -158,14 +181,7 @@ func (d *sockDiag) Read(ports []tiers.PortRange) (DropSample, error) {
 		}
 	}
 	s.Sockets = len(cur)
-	for ino, n := range cur {
-		if p, ok := d.prev[ino]; ok && n >= p {
-			s.Drops += n - p
-		} else if d.primed && !ok {
-			s.Drops += n
-		}
-	}
-	d.prev, d.primed = cur, true
+	s.Drops = d.delta.next(cur)
 	return s, nil
 }
 
