@@ -344,7 +344,7 @@ func checkStoreFaults(t *testing.T, lab *fleetLab, rd *testenv.Redis) {
 	// member falls back, and limiting goes on.
 	slow := make([]float64, len(lab.members))
 	for i := range lab.members {
-		slow[i] = gauge(t, lab, i, `tierlimit_fleet_reports_total{result="slow"}`)
+		slow[i] = gauge(t, lab, i, `tierlimit_fleet_reports_total{result=slow}`)
 	}
 	before := 0
 	for i := range lab.members {
@@ -353,7 +353,7 @@ func checkStoreFaults(t *testing.T, lab *fleetLab, rd *testenv.Redis) {
 	rd.Signal(t, syscall.SIGSTOP)
 	time.Sleep(e2eTTL / 2)
 	for i := range lab.members {
-		if v := gauge(t, lab, i, `tierlimit_fleet_reports_total{result="slow"}`); v <= max(slow[i], 0) {
+		if v := gauge(t, lab, i, `tierlimit_fleet_reports_total{result=slow}`); v <= max(slow[i], 0) {
 			t.Errorf("member %d: %v slow reports with the store stopped, want more than %v", i, v, slow[i])
 		}
 		if v := gauge(t, lab, i, "tierlimit_fleet_fallback"); v != 0 {
@@ -447,7 +447,7 @@ fleet: {name: tlhup, store: %q, max: 600, report: 100ms, ttl: 3s, password_file:
 		}
 	})
 	reports := func(result string) float64 {
-		return gauge(t, lab, 0, fmt.Sprintf("tierlimit_fleet_reports_total{result=%q}", result))
+		return gauge(t, lab, 0, fmt.Sprintf("tierlimit_fleet_reports_total{result=%s}", result))
 	}
 	errs := reports("error")
 	rd.CLI(t, 0, "CONFIG", "SET", "requirepass", "second-one")

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -246,7 +247,7 @@ func (l *fleetLab) settle(quiet time.Duration) {
 	}
 }
 
-// metrics scrapes member i's /metrics: name{label="v",...} -> value.
+// metrics scrapes member i's /metrics (metricValues).
 func (l *fleetLab) metrics(i int) (map[string]float64, error) {
 	ns := l.members[i].pair.Coll
 	var conn net.Conn
@@ -271,19 +272,25 @@ func (l *fleetLab) metrics(i int) (map[string]float64, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	return metricValues(resp.Body)
+}
+
+// metricValues parses a /metrics body: name{label=value,...} -> value, for
+// counters and gauges.
+func metricValues(r io.Reader) (map[string]float64, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
+	fams, err := parser.TextToMetricFamilies(r)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]float64{}
 	for name, f := range fams {
 		for _, m := range f.GetMetric() {
-			key := name
 			var labels []string
-			for _, lp := range m.GetLabel() {
-				labels = append(labels, fmt.Sprintf("%s=%q", lp.GetName(), lp.GetValue()))
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
 			}
+			key := name
 			if len(labels) > 0 {
 				key += "{" + strings.Join(labels, ",") + "}"
 			}

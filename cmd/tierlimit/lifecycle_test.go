@@ -14,9 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
@@ -146,29 +143,9 @@ func scrape(t *testing.T, ns *testenv.NS) map[string]float64 {
 	if err != nil || status != 200 {
 		t.Fatalf("scrape: %d %v", status, err)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	out, err := metricValues(bytes.NewReader(body))
 	if err != nil {
 		t.Fatalf("parse metrics: %v", err)
-	}
-	out := map[string]float64{}
-	for name, f := range fams {
-		for _, m := range f.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, l.GetName()+"="+l.GetValue())
-			}
-			key := name
-			if len(labels) > 0 {
-				key += "{" + strings.Join(labels, ",") + "}"
-			}
-			switch {
-			case m.Counter != nil:
-				out[key] = m.Counter.GetValue()
-			case m.Gauge != nil:
-				out[key] = m.Gauge.GetValue()
-			}
-		}
 	}
 	return out
 }
