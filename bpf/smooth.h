@@ -292,8 +292,15 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		/* Judged per packet on the live counts: the window's in-budget
 		 * count (with the per-CPU counts past saturation as summed at
 		 * this CPU's tick), and the over-budget count summed at the
-		 * tick plus what this CPU counted since. */
-		__u64 n = in >= s->last_n ? in + c->ovf : in;
+		 * tick plus what this CPU counted since. Saturated, the shared
+		 * count stops at last_n - 1 (window_count: a packet that reads
+		 * count + 1 >= last_n counts on its CPU's slot), so the test is
+		 * window_count's own, not in >= last_n: with that, a window
+		 * whose in-budget count passed max judged its over-budget
+		 * packets on last_n - 1 in-budget packets, R̂_tot fell below
+		 * R̂_in, and they passed at q(R̂_in) where the share is none
+		 * (1.45 × P(R) passed, TestSmoothRiseProgram). */
+		__u64 n = in + 1 >= s->last_n ? in + c->ovf : in;
 		__u64 own = sm_own_ex(id);
 		__u64 all = n + c->ex + (own > c->ex_own ? own - c->ex_own : 0);
 		int onset = READ_ONCE(w->onset) == id + 1;

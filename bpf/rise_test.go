@@ -1,0 +1,143 @@
+package bpf_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// riseRun paces frames (in turn, with their sources srcs) through the
+// program in real time at lo packets per window for step windows of wall
+// clock, then at hi, for windows windows in all (1 ms batches,
+// BPF_PROG_TEST_RUN). It returns each packet's clock (CLOCK_MONOTONIC, ns,
+// read just before its run: the program's own read is within
+// microseconds of it) and whether it passed. The loop is bounded by
+// windows × window.
+func riseRun(t *testing.T, h *harness, frames [][]byte, window time.Duration, lo, hi float64, step, windows int) ([]uint64, []bool) {
+	t.Helper()
+	var ts []uint64
+	var pass []bool
+	start := time.Now()
+	var sent float64
+	for el := time.Since(start); el < time.Duration(windows)*window; el = time.Since(start) {
+		w := float64(el) / float64(window)
+		due := lo * min(w, float64(step))
+		if w > float64(step) {
+			due += hi * (w - float64(step))
+		}
+		for ; sent < due; sent++ {
+			ts = append(ts, monotonicNow(t))
+			pass = append(pass, h.run(frames[(len(ts)-1)%len(frames)]) == xdpPass)
+		}
+		time.Sleep(time.Millisecond - time.Since(start)%time.Millisecond)
+	}
+	return ts, pass
+}
+
+// TestSmoothRiseProgram: the program against tiers.Model on rising loads
+// (docs/design.md §9, properties 1 and 3), on the same packets at the same
+// clock. The load steps from lo to hi × max after three windows, among
+// them an exact doubling (5× → 10×, the demo's schedule), which sits on
+// the onset rule's threshold (SmoothCoef.Onset): there the packets' timing
+// decides whether the window is an onset, so a model run on an ideal
+// schedule cannot judge the program, and only the program's own clock
+// can. Each window's passes are held to the model's mean over 200 seeds
+// within 5 of its standard deviations (the program is one draw of the
+// same law), and the sum of every window's difference to 5 of the
+// pooled deviation, which a bias of a few percent in every window fails
+// where no single window would. With budgets on, the packets come from
+// 64 sources, each within its budget: the in-budget count's rate
+// estimate (docs/design.md §6) is judged on the rise, and past 6.4 × max
+// their in-budget count passes max, so the window saturates: there the
+// program judged its over-budget packets on last_n − 1 in-budget packets
+// (smooth.h over_budget_thr read the saturated shared count without the
+// CPUs' overflow), and passed 1.45 × P(R) from the second window at 10 ×
+// max, where the model passes its in-budget packets only.
+func TestSmoothRiseProgram(t *testing.T) {
+	const window = 500 * time.Millisecond
+	srcs := make([]netip.Addr, 64)
+	for i := range srcs {
+		srcs[i] = netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)})
+	}
+	for _, c := range []struct {
+		lo, hi  float64
+		budgets bool
+	}{{5, 10, false}, {2, 10, false}, {10, 20, false}, {5, 10, true}} {
+		name := fmt.Sprintf("%g-%gx", c.lo, c.hi)
+		if c.budgets {
+			name += "-budgets"
+		}
+		t.Run(name, func(t *testing.T) {
+			p := tiers.Default()
+			p.Window, p.Max = window, 300
+			if c.budgets {
+				p.Sources = tiers.Sources{Budget: tiers.Pct(10), PrefixV4: 32, PrefixV6: 64}
+			}
+			// The tick gate off: every packet reads the clock, whose
+			// ticks (clock >> TL_SMOOTH_TICK_SHIFT) the model counts
+			// from the same clock.
+			h := newHarnessOpts(t, p, bpf.Options{})
+			h.expire()
+			frames := make([][]byte, len(srcs))
+			for i, s := range srcs {
+				frames[i] = udpFrom(t, s)
+			}
+			ts, pass := riseRun(t, h, frames, window, c.lo*float64(p.Max), c.hi*float64(p.Max), 3, 7)
+			tab := h.compile(p)
+			const seeds = 200
+			var got, sum, sq []float64
+			for seed := range uint64(seeds) {
+				m := tiers.NewModel(p, tab, rand.New(rand.NewPCG(seed, seed+1)).Uint32)
+				m.SetTick(h.l.TickNs())
+				m.SetSketchSeeds(h.l.SketchSeeds())
+				var per []float64
+				for i, now := range ts {
+					d := m.PacketFrom(now, srcs[i%len(srcs)])
+					if d.WindowOpened {
+						per = append(per, 0)
+					}
+					if d.Verdict == tiers.VerdictPass {
+						per[len(per)-1]++
+					}
+					if seed == 0 {
+						if d.WindowOpened {
+							got = append(got, 0)
+						}
+						if pass[i] {
+							got[len(got)-1]++
+						}
+					}
+				}
+				for len(sum) < len(per) {
+					sum, sq = append(sum, 0), append(sq, 0)
+				}
+				for k, v := range per {
+					sum[k] += v
+					sq[k] += v * v
+				}
+			}
+			// The last window is cut short by the run's end: it is
+			// judged as the others, on the packets it had.
+			var diff, pooled float64
+			for k := range got {
+				mean := sum[k] / seeds
+				sd := math.Sqrt(max(0, sq[k]/seeds-mean*mean))
+				t.Logf("window %d: program passed %.0f, model %.1f ± %.1f (%+.1fσ)", k, got[k], mean, sd, (got[k]-mean)/max(sd, 1))
+				if math.Abs(got[k]-mean) > 5*sd+2 {
+					t.Errorf("window %d: program passed %.0f, model %.1f ± 5 × %.1f", k, got[k], mean, sd)
+				}
+				diff += got[k] - mean
+				pooled += sd * sd
+			}
+			if math.Abs(diff) > 5*math.Sqrt(pooled)+2 {
+				t.Errorf("over %d windows the program passed %+.0f against the model, want within 5 × %.1f", len(got), diff, math.Sqrt(pooled))
+			}
+		})
+	}
+}
