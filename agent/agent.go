@@ -141,6 +141,10 @@ type Agent struct {
 	// follower, the adaptive max) and Close; at.mu serialises Watch's
 	// repairs and Close, so that /healthz never waits for a reload.
 	applyMu sync.Mutex
+	// refreshMu serialises refreshLocal's read and apply (the follower's
+	// events, Watch's rounds): a read applied after a newer one would drop
+	// for a while what the newer one saw.
+	refreshMu sync.Mutex
 
 	auto   atomic.Pointer[AutoMax]  // the adaptive-max controller, once started
 	record atomic.Pointer[Episodes] // the shed record, once started

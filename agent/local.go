@@ -107,8 +107,13 @@ func (f *localFollow) follow(done <-chan struct{}, ns netns.NsHandle, log *slog.
 }
 
 // refreshLocal reads the local prefixes and, when they changed, applies
-// the policy in force with them.
+// the policy in force with them. One at a time (refreshMu): two refreshes
+// that overlapped could apply the older read last, and leave an address
+// added between the reads uncounted until the next refresh (seen as a
+// stale tierlimit_local_dests in TestDestsLocalAfterRouteStorm).
 func (a *Agent) refreshLocal() {
+	a.refreshMu.Lock()
+	defer a.refreshMu.Unlock()
 	if a.closed.Load() { // its netlink handle closes with it
 		return
 	}

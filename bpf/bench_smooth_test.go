@@ -98,3 +98,57 @@ func BenchmarkLiveFramesSmoothBefore(b *testing.B) {
 	b.ReportMetric(best[0]/best[1], "x-before")
 	b.ReportMetric(0, "ns/op")
 }
+
+// BenchmarkProfileBefore measures the budgets' paths of the smooth shape
+// in today's program beside layout 2's (bpf/testdata/layout-2, the
+// program before the in-budget profile, smooth_prof.h), and a bare
+// XDP_DROP, best chunk of each with each first in turn, in the same run
+// (BPF_PROG_TEST_RUN), as BenchmarkSmoothBefore does: x-before is
+// today's ns/pkt over layout 2's. The profile costs a call per tick and
+// CPU (sm_prof, at the refresh), nothing per packet:
+//   - sources-in: one group within its budget at max 10^8, every packet
+//     in budget and passed;
+//   - sources-over: one group over its budget (1) at max 100.
+func BenchmarkProfileBefore(b *testing.B) {
+	for _, path := range []struct {
+		name string
+		p    tiers.Policy
+	}{
+		{"sources-in", func() tiers.Policy {
+			p := smooth(withSources(dropPolicy(), tiers.Sources{Budget: tiers.Pct(100), PrefixV4: 32, PrefixV6: 64}))
+			p.Max = 100_000_000
+			return p
+		}()},
+		{"sources-over", smooth(withSources(dropPolicy(), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}))},
+	} {
+		b.Run(path.name, func(b *testing.B) {
+			Require(b)
+			frame := UDP4(b, 514)
+			h := newHarness(b, path.p)
+			l, err := bpf.LoadObject(bpf.Options{TickNs: kernelTick(b)}, "testdata/layout-2/limiter_bpfel.o")
+			if err != nil {
+				b.Fatal(err)
+			}
+			old := newHarnessWith(b, path.p, l)
+			h.expire()
+			old.expire()
+			bare := BareProgram(b, xdpDrop)
+			for _, prog := range []*ebpf.Program{h.l.Program(), old.l.Program()} {
+				if _, err := runExact(prog, frame, 200); err != nil {
+					b.Fatal(err)
+				}
+			}
+			best := bestRotated(b, frame, h.l.Program(), old.l.Program(), bare)
+			// The kernel's own timing of each chunk (BPF_PROG_TEST_RUN's
+			// duration), without the syscall's: the wall clock's
+			// differences at this scale are the syscall's noise.
+			kern := kernelChunks(b, frame, h.l.Program(), old.l.Program())
+			b.ReportMetric(best[0], "ns/pkt")
+			b.ReportMetric(best[1], "before-ns/pkt")
+			b.ReportMetric(best[2], "bare-ns/pkt")
+			b.ReportMetric(best[0]/best[1], "x-before")
+			b.ReportMetric(kern[0]/kern[1], "x-before-kernel")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}

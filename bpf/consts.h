@@ -131,6 +131,9 @@
 /* Ticks from a window's start in which an onset reads F from the clock
  * (tiers.SmoothClockTicks). */
 #define TL_SMOOTH_CLOCK_TICKS 16
+/* Samples of a window's in-budget count the smooth shape keeps with
+ * budgets on (smooth_prof.h; tiers.SmoothProfN). */
+#define TL_SMOOTH_PROF_N 16
 
 /* The shed record (docs/design.md §10, record.h): the most bytes a sample keeps
  * of its frame (record.snaplen is at most this; tiers.RecordSnapMax

@@ -27,7 +27,10 @@ import (
 //	   memo: issue 32); tl_settings is layout 1's; select_dests holds
 //	   one entry per destination, whose u32 value is its rules (issue
 //	   35 B46), and dest_cache that answer
-const Layout = 2
+//	3  smooth_prof is new (the profile of the in-budget count that the
+//	   sliding count reads with budgets on); every other map is layout
+//	   2's
+const Layout = 3
 
 // carriedSince holds, for each counter map a migration carries, the oldest
 // layout whose keys and values mean what they mean now. A counter map of
@@ -50,7 +53,7 @@ var policyMaps = map[string]bool{
 // this layout's (same fields at the same offsets, what follows is new),
 // the size of their value: `status` reads their policy through it.
 // TestSettingsPrefix checks it against the testdata objects' BTF.
-var settingsPrefix = map[int]uint32{0: 488, 1: 576}
+var settingsPrefix = map[int]uint32{0: 488, 1: 576, 2: 576}
 
 // windowPrefix is the part of tl_window every layout so far shares:
 // start_ns, count, last_count, opened, start_jiffies (u64 each, in that

@@ -44,6 +44,7 @@ const (
 	LimiterTlConstTL_C_SMOOTH_MIN_FRAC   LimiterTlConst = 2048
 	LimiterTlConstTL_C_SMOOTH_ONSET_MIN  LimiterTlConst = 16
 	LimiterTlConstTL_C_SMOOTH_TICK_SHIFT LimiterTlConst = 22
+	LimiterTlConstTL_C_SMOOTH_PROF_N     LimiterTlConst = 16
 	LimiterTlConstTL_C_RECORD_SNAP_MAX   LimiterTlConst = 256
 	LimiterTlConstTL_RECORD_NONE         LimiterTlConst = 255
 )
@@ -285,6 +286,12 @@ type LimiterTlSmoothCpu struct {
 	ExRin    uint64
 }
 
+type LimiterTlSmoothProf struct {
+	_   structs.HostLayout
+	Tag [2][16]uint64
+	At  [2][16]uint64
+}
+
 type LimiterTlSrcKey struct {
 	_      structs.HostLayout
 	Addr   [4]uint32
@@ -387,6 +394,7 @@ const (
 	LimiterMapShedSamples       = "shed_samples"
 	LimiterMapSkbIfaces         = "skb_ifaces"
 	LimiterMapSmoothCpu         = "smooth_cpu"
+	LimiterMapSmoothProf        = "smooth_prof"
 	LimiterMapSourceRun         = "source_run"
 	LimiterMapSourceSketch      = "source_sketch"
 	LimiterMapSourceStats       = "source_stats"
@@ -472,6 +480,7 @@ type LimiterMapSpecs struct {
 	ShedSamples       *ebpf.MapSpec `ebpf:"shed_samples"`
 	SkbIfaces         *ebpf.MapSpec `ebpf:"skb_ifaces"`
 	SmoothCpu         *ebpf.MapSpec `ebpf:"smooth_cpu"`
+	SmoothProf        *ebpf.MapSpec `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.MapSpec `ebpf:"source_run"`
 	SourceSketch      *ebpf.MapSpec `ebpf:"source_sketch"`
 	SourceStats       *ebpf.MapSpec `ebpf:"source_stats"`
@@ -533,6 +542,7 @@ type LimiterMaps struct {
 	ShedSamples       *ebpf.Map `ebpf:"shed_samples"`
 	SkbIfaces         *ebpf.Map `ebpf:"skb_ifaces"`
 	SmoothCpu         *ebpf.Map `ebpf:"smooth_cpu"`
+	SmoothProf        *ebpf.Map `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.Map `ebpf:"source_run"`
 	SourceSketch      *ebpf.Map `ebpf:"source_sketch"`
 	SourceStats       *ebpf.Map `ebpf:"source_stats"`
@@ -561,6 +571,7 @@ func (m *LimiterMaps) Close() error {
 		m.ShedSamples,
 		m.SkbIfaces,
 		m.SmoothCpu,
+		m.SmoothProf,
 		m.SourceRun,
 		m.SourceSketch,
 		m.SourceStats,

@@ -33,6 +33,7 @@ const (
 	limiterPerfMapShedSamples       = "shed_samples"
 	limiterPerfMapSkbIfaces         = "skb_ifaces"
 	limiterPerfMapSmoothCpu         = "smooth_cpu"
+	limiterPerfMapSmoothProf        = "smooth_prof"
 	limiterPerfMapSourceRun         = "source_run"
 	limiterPerfMapSourceSketch      = "source_sketch"
 	limiterPerfMapSourceStats       = "source_stats"
@@ -119,6 +120,7 @@ type limiterPerfMapSpecs struct {
 	ShedSamples       *ebpf.MapSpec `ebpf:"shed_samples"`
 	SkbIfaces         *ebpf.MapSpec `ebpf:"skb_ifaces"`
 	SmoothCpu         *ebpf.MapSpec `ebpf:"smooth_cpu"`
+	SmoothProf        *ebpf.MapSpec `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.MapSpec `ebpf:"source_run"`
 	SourceSketch      *ebpf.MapSpec `ebpf:"source_sketch"`
 	SourceStats       *ebpf.MapSpec `ebpf:"source_stats"`
@@ -181,6 +183,7 @@ type limiterPerfMaps struct {
 	ShedSamples       *ebpf.Map `ebpf:"shed_samples"`
 	SkbIfaces         *ebpf.Map `ebpf:"skb_ifaces"`
 	SmoothCpu         *ebpf.Map `ebpf:"smooth_cpu"`
+	SmoothProf        *ebpf.Map `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.Map `ebpf:"source_run"`
 	SourceSketch      *ebpf.Map `ebpf:"source_sketch"`
 	SourceStats       *ebpf.Map `ebpf:"source_stats"`
@@ -210,6 +213,7 @@ func (m *limiterPerfMaps) Close() error {
 		m.ShedSamples,
 		m.SkbIfaces,
 		m.SmoothCpu,
+		m.SmoothProf,
 		m.SourceRun,
 		m.SourceSketch,
 		m.SourceStats,

@@ -32,6 +32,7 @@ const (
 	limiterStagesMapShedSamples       = "shed_samples"
 	limiterStagesMapSkbIfaces         = "skb_ifaces"
 	limiterStagesMapSmoothCpu         = "smooth_cpu"
+	limiterStagesMapSmoothProf        = "smooth_prof"
 	limiterStagesMapSourceRun         = "source_run"
 	limiterStagesMapSourceSketch      = "source_sketch"
 	limiterStagesMapSourceStats       = "source_stats"
@@ -118,6 +119,7 @@ type limiterStagesMapSpecs struct {
 	ShedSamples       *ebpf.MapSpec `ebpf:"shed_samples"`
 	SkbIfaces         *ebpf.MapSpec `ebpf:"skb_ifaces"`
 	SmoothCpu         *ebpf.MapSpec `ebpf:"smooth_cpu"`
+	SmoothProf        *ebpf.MapSpec `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.MapSpec `ebpf:"source_run"`
 	SourceSketch      *ebpf.MapSpec `ebpf:"source_sketch"`
 	SourceStats       *ebpf.MapSpec `ebpf:"source_stats"`
@@ -180,6 +182,7 @@ type limiterStagesMaps struct {
 	ShedSamples       *ebpf.Map `ebpf:"shed_samples"`
 	SkbIfaces         *ebpf.Map `ebpf:"skb_ifaces"`
 	SmoothCpu         *ebpf.Map `ebpf:"smooth_cpu"`
+	SmoothProf        *ebpf.Map `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.Map `ebpf:"source_run"`
 	SourceSketch      *ebpf.Map `ebpf:"source_sketch"`
 	SourceStats       *ebpf.Map `ebpf:"source_stats"`
@@ -208,6 +211,7 @@ func (m *limiterStagesMaps) Close() error {
 		m.ShedSamples,
 		m.SkbIfaces,
 		m.SmoothCpu,
+		m.SmoothProf,
 		m.SourceRun,
 		m.SourceSketch,
 		m.SourceStats,

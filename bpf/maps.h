@@ -110,6 +110,17 @@ struct {
 	__type(value, struct tl_smooth_cpu);
 } smooth_cpu SEC(".maps");
 
+/* The profiles of the current and the previous window's in-budget count,
+ * with budgets on: struct tl_smooth_prof (smooth_prof.h). Written by the
+ * first CPU to refresh in each step of a window, TL_SMOOTH_PROF_N times a
+ * window at most; read once per tick and CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tl_smooth_prof);
+} smooth_prof SEC(".maps");
+
 /* Selected packets by [tier * TL_VERDICTS + verdict], per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -7,31 +7,33 @@ import (
 )
 
 // loadAssign loads spec into objs. An object of an earlier build (the
-// benchmarks' baselines, testdata/layout-*) may lack variables this build
-// declares (tl_fleet_others came with the fleet): its programs and maps
-// are assigned, and of its variables those it has; the others stay nil,
-// and what needs them returns ErrPolicy (fleet.go).
+// benchmarks' baselines, testdata/layout-*) may lack maps and variables
+// this build declares (tl_fleet_others came with the fleet, smooth_prof
+// with layout 3): its programs are assigned, and of its maps and
+// variables those it has; the others stay nil, and what needs them
+// returns ErrPolicy (fleet.go). Such a Limiter is for BPF_PROG_TEST_RUN
+// only: it cannot be pinned.
 func loadAssign(spec *ebpf.CollectionSpec, copts *ebpf.CollectionOptions, objs *LimiterObjects) error {
+	maps := reflect.ValueOf(&objs.LimiterMaps).Elem()
 	vars := reflect.ValueOf(&objs.LimiterVariables).Elem()
-	missing := false
-	for i := range vars.NumField() {
-		if _, ok := spec.Variables[vars.Type().Field(i).Tag.Get("ebpf")]; !ok {
-			missing = true
-		}
-	}
-	if !missing {
+	if hasAll(maps, func(n string) bool { return spec.Maps[n] != nil }) &&
+		hasAll(vars, func(n string) bool { return spec.Variables[n] != nil }) {
 		return spec.LoadAndAssign(objs, copts)
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, *copts)
 	if err != nil {
 		return err
 	}
-	if err := coll.Assign(&struct {
-		*LimiterPrograms
-		*LimiterMaps
-	}{&objs.LimiterPrograms, &objs.LimiterMaps}); err != nil {
+	if err := coll.Assign(&objs.LimiterPrograms); err != nil {
 		coll.Close()
 		return err
+	}
+	for i := range maps.NumField() {
+		name := maps.Type().Field(i).Tag.Get("ebpf")
+		if m, ok := coll.Maps[name]; ok {
+			maps.Field(i).Set(reflect.ValueOf(m))
+			delete(coll.Maps, name) // objs owns it now
+		}
 	}
 	for i := range vars.NumField() {
 		if v, ok := coll.Variables[vars.Type().Field(i).Tag.Get("ebpf")]; ok {
@@ -39,4 +41,14 @@ func loadAssign(spec *ebpf.CollectionSpec, copts *ebpf.CollectionOptions, objs *
 		}
 	}
 	return nil
+}
+
+// hasAll reports whether has holds for the ebpf tag of every field of v.
+func hasAll(v reflect.Value, has func(name string) bool) bool {
+	for i := range v.NumField() {
+		if !has(v.Type().Field(i).Tag.Get("ebpf")) {
+			return false
+		}
+	}
+	return true
 }

@@ -32,6 +32,7 @@
 #include "window.h"
 
 #include "smooth_q.h"
+#include "smooth_prof.h"
 
 /* R̂ of count n under c: S, or max(S, F) in an onset (tiers.SmoothCoef.Estimate). */
 static __always_inline __u64 sm_estimate(__u64 n, __u64 base, __u64 mult, int onset)
@@ -150,6 +151,11 @@ static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, 
 		/* Of the in-budget packets of groups that have not spent their
 		 * budget (sm_in_estimate). */
 		__u64 n = in + x.sum, xh = READ_ONCE(w->exh_in);
+		/* S takes the previous window's share from its profile, and
+		 * this refresh samples the window's own (smooth_prof.h). */
+		__u64 pb = sm_prof(id, n, prev_in, j, e | (gap > j ? j : gap) << 32);
+		if (pb != TL_PROF_NONE)
+			c->base_in = pb;
 		n = n > xh ? n - xh : 0;
 		__u64 d = j >> 4;
 		if (tick >= c->cand_tick + (d ? d : 1)) {

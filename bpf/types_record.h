@@ -90,4 +90,15 @@ struct tl_smooth_cpu {
 	__u64 ex_rin;
 };
 
+/* The profiles of the in-budget count, with budgets on (smooth_prof.h;
+ * tiers.SmoothProfile): for the window whose id is even in [0], odd in
+ * [1], at[i][k] is its in-budget count at the first refresh (any CPU's)
+ * at or after tick k × step of the window, where tag[i][k] is its
+ * tl_window.opened + 1; the steps before the latest one taken are all
+ * taken. */
+struct tl_smooth_prof {
+	__u64 tag[2][TL_SMOOTH_PROF_N];
+	__u64 at[2][TL_SMOOTH_PROF_N];
+};
+
 #endif /* __TL_TYPES_RECORD_H */

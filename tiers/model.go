@@ -76,6 +76,11 @@ type Model struct {
 	// one, and the per-tick multiplier of the count since the reference.
 	refTick, refN, candTick, candN uint64
 	kIn                            uint64
+
+	// The profiles of the in-budget count, with budgets on
+	// (SmoothProfile): the window's own, taken at refreshes, and the
+	// previous window's, which the sliding count reads.
+	prof, profPrev SmoothProfile
 }
 
 // NewModel returns a model of policy p compiled as t, with no window open.
@@ -247,6 +252,7 @@ func (m *Model) openWindow(nowNs uint64) {
 			m.gap = tick - end
 		}
 	}
+	m.profPrev, m.prof = m.prof, SmoothProfile{}
 	m.open, m.start, m.count, m.debt, m.ex, m.exhIn = true, nowNs, 0, 0, 0, 0
 	m.startTick, m.onset = tick, false
 	m.expectIn = SmoothState{Ticks: m.ticks(), Gap: m.gap, Prev: m.prev}.Coef().Prev
@@ -280,6 +286,12 @@ func (m *Model) refresh(nowNs uint64) {
 	m.coefID, m.coefTick = m.opened, tick
 	st := SmoothState{Elapsed: tick - min(tick, m.startTick), Ticks: m.ticks(), Gap: m.gap, Prev: m.prev}
 	m.coef = st.Coef()
+	if m.sketch != nil {
+		// Budgets front-load the in-budget packets: S takes the previous
+		// window's share from its profile (docs/design.md §6).
+		m.prof.Record(st.Elapsed, st.Ticks, m.count)
+		m.coef.Base = m.profPrev.Base(st.Prev, st.Elapsed, st.Ticks, st.Gap)
+	}
 	st.Prev += m.prevEx
 	m.coefTot = st.Coef()
 	live := m.count - min(m.count, m.exhIn) // the groups within their budget (inEstimate)
