@@ -15,8 +15,15 @@ import (
 // bpf/testdata/layout-1) with policy p, as newHarness loads today's.
 func beforeSmooth(b *testing.B, p tiers.Policy) *harness {
 	b.Helper()
+	return objectHarness(b, p, "testdata/layout-1/limiter_bpfel.o")
+}
+
+// objectHarness loads the BPF object at path, an earlier build (the
+// benchmarks' baselines), with policy p, as newHarness loads today's.
+func objectHarness(b *testing.B, p tiers.Policy, path string) *harness {
+	b.Helper()
 	Require(b)
-	l, err := bpf.LoadObject(bpf.Options{TickNs: kernelTick(b)}, "testdata/layout-1/limiter_bpfel.o")
+	l, err := bpf.LoadObject(bpf.Options{TickNs: kernelTick(b)}, path)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -122,14 +129,9 @@ func BenchmarkProfileBefore(b *testing.B) {
 		{"sources-over", smooth(withSources(dropPolicy(), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}))},
 	} {
 		b.Run(path.name, func(b *testing.B) {
-			Require(b)
 			frame := UDP4(b, 514)
 			h := newHarness(b, path.p)
-			l, err := bpf.LoadObject(bpf.Options{TickNs: kernelTick(b)}, "testdata/layout-2/limiter_bpfel.o")
-			if err != nil {
-				b.Fatal(err)
-			}
-			old := newHarnessWith(b, path.p, l)
+			old := objectHarness(b, path.p, "testdata/layout-2/limiter_bpfel.o")
 			h.expire()
 			old.expire()
 			bare := BareProgram(b, xdpDrop)

@@ -185,11 +185,7 @@ func BenchmarkDestsBeside(b *testing.B) {
 	} {
 		b.Run(path.name, func(b *testing.B) {
 			h := newHarness(b, path.p)
-			l, err := bpf.LoadObject(bpf.Options{TickNs: kernelTick(b)}, base)
-			if err != nil {
-				b.Fatal(err)
-			}
-			old := newHarnessWith(b, path.p, l)
+			old := objectHarness(b, path.p, base)
 			h.expire()
 			old.expire()
 			bare := BareProgram(b, xdpDrop)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -227,13 +226,7 @@ func pingStore(ns *sandbox.NS, addr string) bool {
 	}); err != nil {
 		return false
 	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return false
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && strings.HasPrefix(line, "+PONG")
+	return sandbox.RedisUp(c, false)
 }
 
 // stop ends the store's server and waits for it.
