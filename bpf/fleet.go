@@ -137,10 +137,36 @@ func (l *Limiter) FleetEstimate() (in, total uint64, err error) {
 		Prev: w.LastCount + prev + w.PrevEx + prevEx}
 	n := w.Count + cur + w.ExCount + curEx
 	prevIn, nIn := w.LastCount+prev, w.Count+cur
+	var prof tiers.Profiles
 	if set.SrcBudget == 0 {
 		prevIn, nIn = st.Prev, n // every selected packet is in budget
+	} else if prof, err = l.profiles(w.Opened); err != nil {
+		return 0, 0, err
 	}
 	expired := since > int64(set.WindowNs)
-	in, total = tiers.LiveEstimates(st, n, prevIn, nIn, w.Onset == w.Opened+1, expired, elapsed-min(elapsed, ticks))
+	in, total = tiers.LiveEstimates(st, n, prevIn, nIn, w.Onset == w.Opened+1, expired, elapsed-min(elapsed, ticks), prof)
 	return in, total, nil
+}
+
+// profiles reads the in-budget profiles of window id (Cur) and of the one
+// before it (Prev) from smooth_prof (smooth_prof.h): each the samples its
+// tag names it by, from the first on, as tiers.SmoothProfile holds them.
+func (l *Limiter) profiles(id uint64) (tiers.Profiles, error) {
+	var p LimiterTlSmoothProf
+	if err := l.objs.SmoothProf.Lookup(uint32(0), &p); err != nil {
+		return tiers.Profiles{}, fmt.Errorf("read smooth_prof: %w", err)
+	}
+	read := func(id uint64) (out tiers.SmoothProfile) {
+		b := id & 1
+		for out.Known < tiers.SmoothProfN && p.Tag[b][out.Known] == id+1 {
+			out.At[out.Known] = p.At[b][out.Known]
+			out.Known++
+		}
+		return out
+	}
+	prof := tiers.Profiles{Cur: read(id)}
+	if id > 0 {
+		prof.Prev = read(id - 1)
+	}
+	return prof, nil
 }

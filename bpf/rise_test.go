@@ -141,3 +141,64 @@ func TestSmoothRiseProgram(t *testing.T) {
 		})
 	}
 }
+
+// A fleet member's report of its in-budget R̂ (docs/design.md §12,
+// bpf.Limiter.FleetEstimate) reads the previous window's in-budget
+// profile, as its own judging does (docs/design.md §6): 64 sources each at
+// 1.56 × its budget, steady for three windows, then read 40 % into the
+// fourth. The program's R̂_in is the model's EstimateAt on the same packets
+// at the same clock, within 3 %, and near the true in-budget count (64 ×
+// 30 = 1,920, within 10 %), where the even spread reads it high (logged).
+func TestFleetEstimateProfile(t *testing.T) {
+	const window = 500 * time.Millisecond
+	p := fleetPolicyBPF(t, 300, window)
+	p.Sources = tiers.Sources{BudgetPackets: 30, PrefixV4: 32, PrefixV6: 64}
+	h := newHarnessOpts(t, p, bpf.Options{})
+	h.expire()
+	srcs := make([]netip.Addr, 64)
+	frames := make([][]byte, len(srcs))
+	for i := range srcs {
+		srcs[i] = netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)})
+		frames[i] = udpFrom(t, srcs[i])
+	}
+	const rate = 3000.0 // 64 × 30 × 1.56
+	ts, _ := riseRun(t, h, frames, window, rate, rate, 3, 3)
+	// On at the same rate until 40 % into the window then open, at most
+	// one window more.
+	start := time.Now()
+	sent := 0.0
+	for time.Since(start) < window {
+		w := h.window()
+		if el := time.Duration(monotonicNow(t) - w.StartNs); el >= 2*window/5 && el < window/2 {
+			break
+		}
+		for due := rate * float64(time.Since(start)) / float64(window); sent < due; sent++ {
+			ts = append(ts, monotonicNow(t))
+			h.run(frames[(len(ts)-1)%len(frames)])
+		}
+		time.Sleep(time.Millisecond - time.Since(start)%time.Millisecond)
+	}
+	in, total, err := h.l.FleetEstimate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := monotonicNow(t)
+	m := tiers.NewModel(p, h.tab, nil)
+	m.SetTick(h.l.TickNs())
+	m.SetSketchSeeds(h.l.SketchSeeds())
+	for i, at := range ts {
+		m.PacketFrom(at, srcs[i%len(srcs)])
+	}
+	wantIn, wantTotal := m.EstimateAt(now)
+	w := h.window()
+	tick := now >> tiers.SmoothTickShift
+	st := tiers.SmoothState{Elapsed: tick - min(tick, w.StartNs>>tiers.SmoothTickShift), Ticks: h.tab.Settings.SmoothTicks, Gap: w.Gap, Prev: w.LastCount}
+	even, _ := tiers.LiveEstimates(st, w.Count, w.LastCount, min(w.Count, 1920), false, false, 0, tiers.Profiles{})
+	t.Logf("40 %% in: R̂_in %d (model %d, the even spread about %d), R̂_tot %d (model %d); window %+v", in, wantIn, even, total, wantTotal, w)
+	if d := math.Abs(float64(in) - float64(wantIn)); d > 0.03*float64(wantIn) {
+		t.Errorf("R̂_in %d, the model's %d: want within 3 %%", in, wantIn)
+	}
+	if math.Abs(float64(in)-1920) > 192 {
+		t.Errorf("R̂_in %d, want the in-budget count 1,920 within 10 %%", in)
+	}
+}

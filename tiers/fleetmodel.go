@@ -28,20 +28,29 @@ const MaxFleetOthers = 1 << 46
 // extrapolated since the window opened, where the member judges its own
 // in-budget packets on their recent rate (Model.inEstimate). A group whose
 // budget is spent early in the window is then read high, which makes the
-// others pass less, never more.
-func LiveEstimates(st SmoothState, n, prevIn, nIn uint64, onset, expired bool, gapNow uint64) (in, total uint64) {
+// others pass less, never more. Outside an onset, its sliding count takes
+// the previous window's share from prof.Prev (or, expired, the ending
+// window's from prof.Cur), as the member judges its own in-budget packets
+// (SmoothProfile): zero Profiles spread them evenly, as without budgets.
+func LiveEstimates(st SmoothState, n, prevIn, nIn uint64, onset, expired bool, gapNow uint64, prof Profiles) (in, total uint64) {
 	if expired {
 		total = SmoothState{Ticks: st.Ticks, Gap: gapNow, Prev: n}.Coef().Sliding(0)
-		in = SmoothState{Ticks: st.Ticks, Gap: gapNow, Prev: nIn}.Coef().Sliding(0)
+		in = prof.Cur.Base(nIn, 0, st.Ticks, gapNow)
 		return min(in, total), total
 	}
 	c := st.Coef()
 	onset = onset || c.Onset(n)
 	total = c.Estimate(n, onset)
 	st.Prev = prevIn
-	in = st.Coef().Estimate(nIn, onset)
+	ci := st.Coef()
+	ci.Base = prof.Prev.Base(prevIn, st.Elapsed, st.Ticks, st.Gap)
+	in = ci.Estimate(nIn, onset)
 	return min(in, total), total
 }
+
+// Profiles are the in-budget profiles LiveEstimates reads: of the
+// previous window, and of the current one.
+type Profiles struct{ Prev, Cur SmoothProfile }
 
 // EstimateAt returns the model's own live R̂_in and R̂_tot at nowNs
 // (LiveEstimates): what the member reports to the fleet, as
@@ -62,7 +71,11 @@ func (m *Model) EstimateAt(nowNs uint64) (in, total uint64) {
 	if m.sketch == nil {
 		prevIn, nIn = st.Prev, m.count+m.ex // every selected packet is in budget
 	}
-	return LiveEstimates(st, m.count+m.ex, prevIn, nIn, m.onset, expired, gapNow)
+	var prof Profiles
+	if m.sketch != nil {
+		prof = Profiles{Prev: m.profPrev, Cur: m.prof}
+	}
+	return LiveEstimates(st, m.count+m.ex, prevIn, nIn, m.onset, expired, gapNow, prof)
 }
 
 // FleetModel is the reference model of a fleet (docs/design.md §12): its
