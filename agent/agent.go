@@ -258,8 +258,19 @@ func (a *Agent) abort() {
 	// Ends follow.follow and followIfaces, which may have started.
 	a.closed.Store(true)
 	close(a.stopLocal)
+	a.waitRefresh()
 	a.at.abort()
 	a.groups.close()
+}
+
+// waitRefresh waits out a refreshLocal in flight, which reads through the
+// netlink handle and the groups' socket that closing closes: once closed
+// is set, every later one returns at once. Before it, a refresh that
+// passed its check read a closed handle ("bad file descriptor"), logged
+// on the way out of a failed start (TestSecondRunNoPin).
+func (a *Agent) waitRefresh() {
+	a.refreshMu.Lock()
+	defer a.refreshMu.Unlock()
 }
 
 // Limiter is the loaded program and maps.
@@ -292,6 +303,7 @@ func (a *Agent) Close() error {
 	}
 	close(a.stopLocal)
 	a.fleet.stop() // leaves the fleet; before applyMu, which its loop may wait for
+	a.waitRefresh()
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
 	err := a.at.close()
