@@ -112,7 +112,8 @@ func BenchmarkLiveFramesSmoothBefore(b *testing.B) {
 // XDP_DROP, best chunk of each with each first in turn, in the same run
 // (BPF_PROG_TEST_RUN), as BenchmarkSmoothBefore does: x-before is
 // today's ns/pkt over layout 2's. The profile costs a call per tick and
-// CPU (sm_prof, at the refresh), nothing per packet:
+// CPU (sm_prof_take and sm_prof_share, at the refresh), nothing per
+// packet:
 //   - sources-in: one group within its budget at max 10^8, every packet
 //     in budget and passed;
 //   - sources-over: one group over its budget (1) at max 100.

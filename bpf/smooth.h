@@ -153,7 +153,8 @@ static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, 
 		__u64 n = in + x.sum, xh = READ_ONCE(w->exh_in);
 		/* S takes the previous window's share from its profile, and
 		 * this refresh samples the window's own (smooth_prof.h). */
-		__u64 pb = sm_prof(id, n, prev_in, j, e | (gap > j ? j : gap) << 32);
+		sm_prof_take(id, n, e, j);
+		__u64 pb = sm_prof_share(id, prev_in, j, e | (gap > j ? j : gap) << 32);
 		if (pb != TL_PROF_NONE)
 			c->base_in = pb;
 		n = n > xh ? n - xh : 0;

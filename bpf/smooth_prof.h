@@ -84,28 +84,37 @@ static __always_inline __u64 sm_prof_base(const struct tl_smooth_prof *p, __u64 
 }
 
 /* The sliding count's profile at a refresh of window id (sm_refresh, with
- * budgets on), e elapsed ticks of j, gap ticks after the previous window
- * (both at most j, eg = e | gap << 32), the window's in-budget count now
- * n and the previous window's final one prev: takes this window's sample
- * (sm_prof_record) and returns the previous window's share of S
- * (sm_prof_base), or TL_PROF_NONE when it has no profile (the first
- * window, or one this program did not profile), where S takes the even
- * spread. A global function: the verifier checks it once, not at each
- * state of each caller that refreshes. */
+ * budgets on), e elapsed ticks of a window of j: takes this window's
+ * sample of its in-budget count n (sm_prof_record), and returns the
+ * previous window's share of S (sm_prof_base) for a span that starts
+ * e + ½ + gap ticks into it, where prev is its final count (eg = e | gap
+ * << 32, both at most j), or TL_PROF_NONE when it has no profile (the
+ * first window, or one this program did not profile), where S takes the
+ * even spread. Two global functions: the verifier checks each once, not
+ * at each state of each caller that refreshes, and each keeps the few
+ * values it needs in registers, so that their frames stay small in the
+ * call chain's 512 bytes of stack. */
 #define TL_PROF_NONE (~0ULL)
-__noinline __u64 sm_prof(__u64 id, __u64 n, __u64 prev, __u64 j, __u64 eg)
+__noinline int sm_prof_take(__u64 id, __u64 n, __u64 e, __u64 j)
+{
+	__u32 zero = 0;
+	if (!j || e >= j)
+		return 0;
+	__u64 k = e / sm_prof_step(j);
+	struct tl_smooth_prof *p = bpf_map_lookup_elem(&smooth_prof, &zero);
+	if (!p)
+		return 0;
+	sm_prof_record(p, id, k, n);
+	return 0;
+}
+
+__noinline __u64 sm_prof_share(__u64 id, __u64 prev, __u64 j, __u64 eg)
 {
 	__u32 zero = 0;
 	struct tl_smooth_prof *p = bpf_map_lookup_elem(&smooth_prof, &zero);
-	if (!p)
+	if (!p || !id || !j || READ_ONCE(p->tag[(id - 1) & 1][0]) != id)
 		return TL_PROF_NONE;
 	__u64 e = eg & 0xffffffff, gap = eg >> 32;
-	if (!j)
-		j = 1;
-	if (e < j)
-		sm_prof_record(p, id, e / sm_prof_step(j), n);
-	if (!id || READ_ONCE(p->tag[(id - 1) & 1][0]) != id)
-		return TL_PROF_NONE;
 	return sm_prof_base(p, id, prev, e > j ? j : e, j, gap > j ? j : gap);
 }
 
