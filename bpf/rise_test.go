@@ -42,23 +42,31 @@ func riseRun(t *testing.T, h *harness, frames [][]byte, window time.Duration, lo
 
 // TestSmoothRiseProgram: the program against tiers.Model on rising loads
 // (docs/design.md §9, properties 1 and 3), on the same packets at the same
-// clock. The load steps from lo to hi × max after three windows, among
-// them an exact doubling (5× → 10×, the demo's schedule), which sits on
-// the onset rule's threshold (SmoothCoef.Onset): there the packets' timing
-// decides whether the window is an onset, so a model run on an ideal
-// schedule cannot judge the program, and only the program's own clock
-// can. Each window's passes are held to the model's mean over 200 seeds
-// within 5 of its standard deviations (the program is one draw of the
-// same law), and the sum of every window's difference to 5 of the
-// pooled deviation, which a bias of a few percent in every window fails
-// where no single window would. With budgets on, the packets come from
-// 64 sources, each within its budget: the in-budget count's rate
-// estimate (docs/design.md §6) is judged on the rise, and past 6.4 × max
-// their in-budget count passes max, so the window saturates: there the
-// program judged its over-budget packets on last_n − 1 in-budget packets
-// (smooth.h over_budget_thr read the saturated shared count without the
-// CPUs' overflow), and passed 1.45 × P(R) from the second window at 10 ×
-// max, where the model passes its in-budget packets only.
+// clock. The load steps from lo to hi × max after three windows. Each
+// window's passes are held to the model's mean over 200 seeds within 5 of
+// its standard deviations (the program is one draw of the same law), and
+// the sum of every window's difference to 5 of the pooled deviation,
+// which a bias of a few percent in every window fails where no single
+// window would.
+//
+// An exact doubling (5× → 10×, the demo's schedule) sits on the onset
+// rule's threshold (SmoothCoef.Onset, F > 2 S): whether the rise's window
+// is an onset then turns on a few packets, and the program, whose CPUs
+// sum each other's counts once a tick, and the model, which counts
+// exactly, may fall on either side of it; the window passes the onset's
+// share or the sliding count's, 0.7 or 1.0 × P(R), both within the
+// contract. That window is logged, not judged; every other window of the
+// schedule is.
+//
+// With budgets on, the packets come from 64 sources, each within its
+// budget before the rise and over it after: the in-budget count's rate
+// estimate (docs/design.md §6) is judged on the rise (3× → 10×, an onset
+// by far; 6× → 10×, by far no onset), and past 6.4 × max the in-budget
+// count passes max, so the window saturates. There the program judged its
+// over-budget packets on last_n − 1 in-budget packets (smooth.h
+// over_budget_thr read the saturated shared count without the CPUs'
+// overflow), and passed 1.45 × P(R) from the second window at 10 × max,
+// where the model passes its in-budget packets only.
 func TestSmoothRiseProgram(t *testing.T) {
 	const window = 500 * time.Millisecond
 	srcs := make([]netip.Addr, 64)
@@ -68,7 +76,8 @@ func TestSmoothRiseProgram(t *testing.T) {
 	for _, c := range []struct {
 		lo, hi  float64
 		budgets bool
-	}{{5, 10, false}, {2, 10, false}, {10, 20, false}, {5, 10, true}} {
+		edge    bool // an exact doubling: the rise's window is not judged
+	}{{5, 10, false, true}, {2, 10, false, false}, {10, 25, false, false}, {3, 10, true, false}, {6, 10, true, false}} {
 		name := fmt.Sprintf("%g-%gx", c.lo, c.hi)
 		if c.budgets {
 			name += "-budgets"
@@ -129,6 +138,9 @@ func TestSmoothRiseProgram(t *testing.T) {
 				mean := sum[k] / seeds
 				sd := math.Sqrt(max(0, sq[k]/seeds-mean*mean))
 				t.Logf("window %d: program passed %.0f, model %.1f ± %.1f (%+.1fσ)", k, got[k], mean, sd, (got[k]-mean)/max(sd, 1))
+				if c.edge && k == 3 {
+					continue // the rise's window, on the onset rule's edge
+				}
 				if math.Abs(got[k]-mean) > 5*sd+2 {
 					t.Errorf("window %d: program passed %.0f, model %.1f ± 5 × %.1f", k, got[k], mean, sd)
 				}
