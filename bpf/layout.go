@@ -28,8 +28,9 @@ import (
 //	   one entry per destination, whose u32 value is its rules (issue
 //	   35 B46), and dest_cache that answer
 //	3  smooth_prof is new (the profile of the in-budget count that the
-//	   sliding count reads with budgets on); every other map is layout
-//	   2's
+//	   sliding count reads with budgets on) and smooth_cpu grew (the
+//	   previous window's in-budget count, prev_in_all); every other map
+//	   is layout 2's
 const Layout = 3
 
 // carriedSince holds, for each counter map a migration carries, the oldest

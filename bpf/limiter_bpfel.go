@@ -261,29 +261,30 @@ const (
 )
 
 type LimiterTlSmoothCpu struct {
-	_        structs.HostLayout
-	Id       uint64
-	Tick     uint64
-	BaseIn   uint64
-	PrevIn   uint64
-	BaseTot  uint64
-	Mult     uint64
-	Ovf      uint64
-	Ex       uint64
-	HiR      uint64
-	HiThr    uint32
-	ExThr    uint32
-	Rng      uint64
-	Slot     uint32
-	Clock    uint32
-	RefTick  uint64
-	RefN     uint64
-	CandTick uint64
-	CandN    uint64
-	K_in     uint64
-	ExOwn    uint64
-	ExR      uint64
-	ExRin    uint64
+	_         structs.HostLayout
+	Id        uint64
+	Tick      uint64
+	BaseIn    uint64
+	PrevIn    uint64
+	BaseTot   uint64
+	Mult      uint64
+	Ovf       uint64
+	Ex        uint64
+	HiR       uint64
+	HiThr     uint32
+	ExThr     uint32
+	Rng       uint64
+	Slot      uint32
+	Clock     uint32
+	RefTick   uint64
+	RefN      uint64
+	CandTick  uint64
+	CandN     uint64
+	K_in      uint64
+	ExOwn     uint64
+	ExR       uint64
+	ExRin     uint64
+	PrevInAll uint64
 }
 
 type LimiterTlSmoothProf struct {

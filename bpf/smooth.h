@@ -105,6 +105,8 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 	c->tick = tick;
 	c->slot = slot;
 	sm_refresh(c, w, s, in);
+	if (s->src_budget)
+		sm_prof_refresh(c, w, s, id, tick, in);
 	return c;
 }
 
@@ -152,11 +154,9 @@ static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, 
 		 * budget (sm_in_estimate). */
 		__u64 n = in + x.sum, xh = READ_ONCE(w->exh_in);
 		/* S takes the previous window's share from its profile, and
-		 * this refresh samples the window's own (smooth_prof.h). */
-		sm_prof_take(id, n, e, j);
-		__u64 pb = sm_prof_share(id, prev_in, j, e | (gap > j ? j : gap) << 32);
-		if (pb != TL_PROF_NONE)
-			c->base_in = pb;
+		 * the refresh samples the window's own: sm_coef, after this
+		 * (smooth_prof.h sm_prof_refresh). */
+		c->prev_in_all = prev_in;
 		n = n > xh ? n - xh : 0;
 		__u64 d = j >> 4;
 		if (tick >= c->cand_tick + (d ? d : 1)) {

@@ -118,4 +118,28 @@ __noinline __u64 sm_prof_share(__u64 id, __u64 prev, __u64 j, __u64 eg)
 	return sm_prof_base(p, id, prev, e > j ? j : e, j, gap > j ? j : gap);
 }
 
+/* The profile's part of a refresh of window id at tick (sm_coef, with
+ * budgets on, after sm_refresh): samples the window's in-budget count
+ * in + the CPUs' overflow, and sets the previous window's share of S.
+ * Called here, not from sm_refresh, so that the global functions' frames
+ * add to the caller's chain of stack frames and not to sm_refresh's:
+ * Linux 6.1 counts them in it, and main, tl_judge and sm_refresh fill its
+ * 512 bytes. */
+static __always_inline void sm_prof_refresh(struct tl_smooth_cpu *c, struct tl_window *w, const struct tl_settings *s,
+					    __u64 id, __u64 tick, __u64 in)
+{
+	__u64 j = s->sm_ticks ? s->sm_ticks : 1;
+	__u64 start = READ_ONCE(w->start_tick);
+	__u64 e = tick > start ? tick - start : 0;
+	if (e > j)
+		e = j;
+	__u64 gap = READ_ONCE(w->gap);
+	if (gap > j)
+		gap = j;
+	sm_prof_take(id, in + c->ovf, e, j);
+	__u64 pb = sm_prof_share(id, c->prev_in_all, j, e | gap << 32);
+	if (pb != TL_PROF_NONE)
+		c->base_in = pb;
+}
+
 #endif /* __TL_SMOOTH_PROF_H */

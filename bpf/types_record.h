@@ -88,6 +88,9 @@ struct tl_smooth_cpu {
 	__u64 ex_own;
 	__u64 ex_r;
 	__u64 ex_rin;
+	/* Budgets on: the previous window's final in-budget count, which
+	 * the in-budget profile's share reads (smooth_prof.h). */
+	__u64 prev_in_all;
 };
 
 /* The profiles of the in-budget count, with budgets on (smooth_prof.h;

@@ -14,12 +14,12 @@ import (
 )
 
 // verifierBudget is the most instructions the verifier may process to
-// accept the program: this version's count (201,873 on Linux 6.18) and a
+// accept the program: this version's count (195,772 on Linux 6.18) and a
 // quarter more, far under the kernel's limit (BPF_COMPLEXITY_LIMIT_INSNS,
 // 1,000,000); it was 436k before issue 25, and set at 200,000 on 159,337.
 // The wave of issues 31–35 took the count to 190,720 (the parser's edges
 // +13k, the smooth shape's estimator +34k) and the in-budget profile to
-// 201,873 (smooth_prof.h: two global functions the verifier checks once;
+// 195,772 (smooth_prof.h: two global functions the verifier checks once;
 // inlined into sm_refresh, checked at each of its callers' states, they
 // cost +112k). The parser's cost grows ~1.2x
 // per IPv6 extension header walked (TL_IPV6_EXT_MAX 4: 151k, 6: 180k, 8:
