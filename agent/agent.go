@@ -245,10 +245,13 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := a.at.startMigration(); err != nil {
 		return nil, err
 	}
-	go a.follow.follow(a.stopLocal, dupNS(a.at.ns), a.log, a.refreshLocal)
 	if err := a.at.attachAll(links); err != nil {
 		return nil, err
 	}
+	// Following starts once attached: a start that fails says only why.
+	// It reads the whole list again when it subscribes, so a change
+	// since the read above is not lost.
+	go a.follow.follow(a.stopLocal, dupNS(a.at.ns), a.log, a.refreshLocal)
 	go a.at.followIfaces(a.stopLocal, dupNS(a.at.ns))
 	return a, a.at.pinState()
 }
