@@ -261,19 +261,9 @@ func (a *Agent) abort() {
 	// Ends follow.follow and followIfaces, which may have started.
 	a.closed.Store(true)
 	close(a.stopLocal)
-	a.waitRefresh()
+	waitOut(&a.refreshMu)
 	a.at.abort()
 	a.groups.close()
-}
-
-// waitRefresh waits out a refreshLocal in flight, which reads through the
-// netlink handle and the groups' socket that closing closes: once closed
-// is set, every later one returns at once. Before it, a refresh that
-// passed its check read a closed handle ("bad file descriptor"), logged
-// on the way out of a failed start (TestSecondRunNoPin).
-func (a *Agent) waitRefresh() {
-	a.refreshMu.Lock()
-	defer a.refreshMu.Unlock()
 }
 
 // Limiter is the loaded program and maps.
@@ -306,10 +296,21 @@ func (a *Agent) Close() error {
 	}
 	close(a.stopLocal)
 	a.fleet.stop() // leaves the fleet; before applyMu, which its loop may wait for
-	a.waitRefresh()
+	waitOut(&a.refreshMu)
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
 	err := a.at.close()
 	a.groups.close()
 	return err
+}
+
+// waitOut waits out the holder of mu, if any: Close and a failed New wait
+// out a refreshLocal in flight (refreshMu), which reads through the
+// netlink handle and the groups' socket that closing closes; once closed
+// is set, every later one returns at once. Before it, a refresh that
+// passed its check read a closed handle ("bad file descriptor"), logged
+// on the way out of a failed start (TestSecondRunNoPin).
+func waitOut(mu *sync.Mutex) {
+	mu.Lock()
+	defer mu.Unlock()
 }
