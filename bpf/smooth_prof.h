@@ -83,7 +83,7 @@ static __always_inline __u64 sm_prof_base(const struct tl_smooth_prof *p, __u64 
 	return prev - b0 - sm_mul(b1 - b0, frac);
 }
 
-/* The sliding count's profile at a refresh of window id (sm_refresh, with
+/* The sliding count's profile at a refresh of window id (sm_prof_refresh, with
  * budgets on), e elapsed ticks of a window of j: takes this window's
  * sample of its in-budget count n (sm_prof_record), and returns the
  * previous window's share of S (sm_prof_base) for a span that starts
