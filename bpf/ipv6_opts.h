@@ -1,8 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* IPv6 hop-by-hop and destination options, read as the kernel reads them
- * (ip6_parse_tlv, ipv6_hop_jumbo): included by parse_ip.h, in its place */
+ * (ip6_parse_tlv, ipv6_hop_jumbo), for parse_ip.h's walk of the
+ * extension headers (parse_ipv6). */
 #ifndef __TL_IPV6_OPTS_H
 #define __TL_IPV6_OPTS_H
+
+#include "include/tl_kernel.h"
+#include "include/bpf_helpers.h"
+#include "consts.h"
+#include "cursor.h"
 
 /* A Jumbo Payload option at o, off bytes into its hop-by-hop header, as
  * ipv6_hop_jumbo (net/ipv6/exthdrs.c) reads it: returns its value when the

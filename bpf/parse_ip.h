@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* Packet parsing, Ethernet and IP: the parser's cursor (struct pcur), the
- * parse state (struct pkt), and one function per layer up to the L4
- * header: Ethernet and VLAN tags, IPv4 (checksum, lengths, fragments), the
- * Authentication Header, IPv6 and its extension headers. parse.h goes on
- * with UDP and TCP. */
+/* Packet parsing, Ethernet and IP: the parse state (struct pkt), and one
+ * function per layer up to the L4 header: Ethernet and VLAN tags, IPv4
+ * (checksum, lengths, fragments), the Authentication Header, IPv6 and its
+ * extension headers (their options: ipv6_opts.h). The cursor it walks
+ * with is cursor.h's; parse.h goes on with UDP and TCP. */
 #ifndef __TL_PARSE_IP_H
 #define __TL_PARSE_IP_H
 
@@ -12,6 +12,8 @@
 #include "include/bpf_endian.h"
 #include "consts.h"
 #include "types.h"
+#include "cursor.h"
+#include "ipv6_opts.h"
 
 enum {
 	PARSE_SHORT = -1,     /* truncated, or not what we select */
@@ -24,52 +26,6 @@ enum {
 	FRAG_FIRST = 1, /* offset 0, more fragments follow */
 	FRAG_NEXT = 2,  /* offset > 0: no L4 header */
 };
-
-/* A header cursor for parse_pri: the payload and the frame's end. */
-struct cursor {
-	void *pos;
-	void *end;
-};
-
-/* The parsers' cursor: an offset from data, and the frame's length. Every
- * header is found at data + off, an offset the verifier takes as any
- * value up to TL_OFF_MAX (pc_at), and checked against end afresh; length
- * checks compare scalars (len), never pointers. So the verifier sees the
- * same state at each step of a walk whatever path led there, instead of
- * one state per path (a pointer whose offset, and scalars whose exact
- * values, differ on each): the cost of the IPv6 walk grows with its depth,
- * not with the number of paths through it (TestVerifierComplexity). */
-struct pcur {
-	struct xdp_md *ctx;
-	void *data;
-	void *end;
-	__u32 len; /* end - data */
-	__u32 off;
-};
-
-/* The furthest offset at which the parser reads a header: past it, a
- * frame is read as truncated. Below 64 KiB (MAX_PACKET_OFF) with room for
- * a header, so that the verifier can range-check data + off + len. */
-#define TL_OFF_MAX 0x3fff
-
-/* Always 0. The verifier cannot know it (a global in .bss, which nothing
- * writes), so a value that has it added is any value to the verifier:
- * pc_at adds it to the cursor, and count() to a counter's key, so that
- * neither the cursor nor a constant key makes the verifier tell apart the
- * paths that computed them. */
-volatile __u32 tl_opaque;
-
-/* len bytes at the cursor, or NULL when the frame ends first. */
-static __always_inline void *pc_at(const struct pcur *c, __u32 len)
-{
-	__u32 off = c->off + tl_opaque;
-	if (off > TL_OFF_MAX)
-		return NULL;
-	void *p = c->data + off;
-	if (p + len > c->end)
-		return NULL;
-	return p;
-}
 
 /* What the parsers learnt of a packet. */
 struct pkt {
@@ -300,8 +256,6 @@ static __always_inline int parse_frag6(struct pcur *c, struct pkt *p)
 	p->frag = frag_kind(p->frag_off != 0, (off & IP6_MF) != 0);
 	return fh->nexthdr;
 }
-
-#include "ipv6_opts.h"
 
 /* IPv6 and up to TL_IPV6_EXT_MAX extension headers (ipv6_is_ext). Returns
  * the upper-layer protocol; PARSE_SHORT when truncated or when a

@@ -4,9 +4,12 @@
  * the previous window's packets that came after its span's start from the
  * profile, not from an even spread, since budgets front-load a window's
  * in-budget packets (a group over its budget sends its budget first and
- * nothing after). Included by smooth.h, in its place. */
+ * nothing after). smooth.h's refresh (sm_coef) calls it. */
 #ifndef __TL_SMOOTH_PROF_H
 #define __TL_SMOOTH_PROF_H
+
+#include "maps.h"
+#include "smooth_q.h"
 
 /* The ticks between two samples of a window of j ticks: ⌈j/N⌉, at least 1
  * (tiers.SmoothProfStep). */

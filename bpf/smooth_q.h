@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* The smooth shape's pass probability: q on the 2^32 scale with guarded
- * products, the table past its end, and the over-budget share; included
- * by smooth.h, in its place. */
+ * products, the table past its end, and the over-budget share: smooth.h's
+ * arithmetic. */
 #ifndef __TL_SMOOTH_Q_H
 #define __TL_SMOOTH_Q_H
+
+#include "maps.h"
+#include "policy.h"
 
 /* x × y >> TL_SMOOTH_FRAC_BITS; the callers keep x below 2^41 and y below
  * 2^22, so the product fits. */

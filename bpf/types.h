@@ -5,7 +5,9 @@
 #ifndef __TL_TYPES_H
 #define __TL_TYPES_H
 
+#include "include/tl_kernel.h"
 #include "consts.h"
+#include "types_record.h"
 
 /* The limits and key encodings that Go must agree with, exported to Go as
  * LimiterTlConst* (bpf2go -type tl_const). */
@@ -350,8 +352,6 @@ enum tl_stage {
 	TL_STAGE_SKETCH = 6,  /* per-source budgets: sketch read and added to */
 	TL_STAGE_WINDOW = 7,  /* the window's count */
 };
-
-#include "types_record.h"
 
 struct tl_contract {
 	enum tl_const c;

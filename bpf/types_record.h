@@ -6,6 +6,7 @@
 #ifndef __TL_TYPES_RECORD_H
 #define __TL_TYPES_RECORD_H
 
+#include "include/tl_kernel.h"
 #include "consts.h"
 
 /* Why a sampled packet was shed (tl_sample.reason, docs/design.md §10). */

@@ -34,7 +34,7 @@ static __always_inline void count(void *map, __u32 key, __u32 packets, __u64 byt
 {
 	/* A key the verifier knows would make it track the exact value of
 	 * every field the key came from (the parser's, on every path):
-	 * tl_opaque hides it (parse.h). */
+	 * tl_opaque hides it (cursor.h). */
 	key += tl_opaque;
 	struct tl_stat *st = bpf_map_lookup_elem(map, &key);
 	if (st) {

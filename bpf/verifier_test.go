@@ -24,7 +24,7 @@ import (
 // cost +112k). The parser's cost grows ~1.2x
 // per IPv6 extension header walked (TL_IPV6_EXT_MAX 4: 151k, 6: 180k, 8:
 // 243k, 12: 490k, measured before tl_dest_in took 20k off tl_judge), where
-// it doubled per header before the walk re-derived its cursor (parse_ip.h
+// it doubled per header before the walk re-derived its cursor (cursor.h
 // struct pcur). A change that makes the verifier's path search blow up
 // fails here, with its figure, before it fails to load on some kernel.
 const verifierBudget = 250_000
