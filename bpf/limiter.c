@@ -8,14 +8,20 @@
  * entry holds the tier and its drop threshold on the bpf_get_prandom_u32()
  * scale. Everything else passes untouched. docs/design.md §2 has the semantics.
  *
- * This file holds the entry point and tl_judge; the rooms they call are
- * headers, in the order a packet meets them: parse.h (Ethernet to UDP or
- * TCP, pkt_pack), policy.h (active slot, selectors, exempt sources, tier
- * table), host.h (frames the kernel discards: another host's MAC,
- * martians), sources.h (per-source budgets), window.h (the shared window),
- * severity.h, segments.h (UDP super-packets), verdict.h (mode and draw,
- * counters, fragments, TL_STAGE), record.h (samples of shed packets). maps.h holds every map; consts.h and
- * types.h the limits and the structs Go shares. */
+ * This file holds the entry point, tl_parse and tl_judge; the rooms they
+ * call are headers, in the order a packet meets them: parse.h (UDP and
+ * TCP, pkt_pack) over parse_ip.h (Ethernet, VLAN, IPv4, IPv6), cursor.h
+ * (the parsers' cursor) and ipv6_opts.h (hop-by-hop and destination
+ * options); fragments.h (fragments that follow a judged first); policy.h
+ * (active slot, selectors, exempt sources, tier table); host.h (frames
+ * the kernel discards: another host's MAC, martians); segments.h (UDP
+ * super-packets); sources.h (per-source budgets); window.h (the shared
+ * window); smooth.h (the smooth shape) with smooth_q.h (its pass
+ * probability) and smooth_prof.h (its in-budget profile); severity.h
+ * (<PRI> and severity rules); verdict.h (mode and draw, counters, a
+ * first fragment's verdict for the rest, TL_STAGE); record.h (samples of
+ * shed packets). maps.h holds every map; consts.h the limits; types.h and
+ * types_record.h the structs and enums Go shares. */
 
 #include "include/tl_kernel.h"
 #include "include/bpf_helpers.h"
@@ -40,6 +46,83 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 /* Never read: puts the shared enums in BTF for bpf2go (types.h). */
 const struct tl_contract *tl_contract_btf __attribute__((unused));
 
+/* The severity of p's <PRI> when s reads severities (docs/design.md §7):
+ * TL_SEV_NONE for a packet whose <PRI> is not read (not UDP, or
+ * unclassified), -1 for one with no <PRI>. The payload is at pri_off from
+ * data, bounded so that the verifier can range-check a pointer at it
+ * (TL_PRI_OFF_MAX: a payload further in is read as having no <PRI>). */
+static __always_inline int judge_sev(const struct tl_settings *s, const struct pkt *p, void *data, void *data_end,
+				     __u32 pri_off)
+{
+	struct cursor c = { .pos = data + (pri_off & TL_PRI_OFF_MAX), .end = data_end };
+
+	if (!s->sev_on || p->l4proto != IPPROTO_UDP || p->uncl)
+		return TL_SEV_NONE;
+	return pri_off <= TL_PRI_OFF_MAX ? parse_pri(&c, udp_payload(data, data_end, pri_off)) : -1;
+}
+
+/* Whether p is selected (policy.h), and for this host: one Linux discards
+ * (another host's MAC, a martian: host.h) is not. */
+static __always_inline int judge_selected(struct xdp_md *ctx, __u64 a1, const struct pkt *p, __u32 slot,
+					  const struct tl_settings *s)
+{
+	if (p->uncl ? !uncl_selected(p, slot, s) : !is_selected(p, slot, s))
+		return 0;
+	return !(tl_if_count && tl_host_discards(ctx, a1));
+}
+
+/* Whether p comes from an exempt source (policy.h is_exempt): then it is
+ * counted as exempt, its fragments will pass, and it passes. */
+static __always_inline int judge_exempt(const struct pkt *p, __u32 slot, const struct tl_settings *s, __u64 bytes)
+{
+	if (!(s->flags & TL_HAS_EXEMPT) || !is_exempt(p, slot))
+		return 0;
+	count(&misc_stats, TL_MISC_EXEMPT, 1, bytes);
+	if (p->frag == FRAG_FIRST)
+		remember_first(p, TL_PASS);
+	return 1;
+}
+
+/* The verdict of a packet at window position pos: its tier (into *tier)
+ * and threshold from the tier table, or from the smooth shape
+ * (smooth.h), then its severity's rule (severity.h) or the draw
+ * (verdict.h). Returns -1 when there is no tier to read: the packet goes
+ * unselected. */
+static __always_inline int judge_tier(struct tl_window *w, const struct tl_settings *s, __u32 slot,
+				      struct window_pos *pos, int sev, __u64 bytes, __u32 segs, __u32 *tier)
+{
+	struct tl_smooth_cpu *sc = NULL;
+	__u32 thr;
+
+	if (s->shape == TL_SHAPE_SMOOTH) {
+		sc = sm_judge(w, s, slot, pos, tier, &thr);
+		if (!sc)
+			return -1;
+	} else if (!tier_entry(s, slot, pos->n, tier, &thr)) {
+		return -1;
+	}
+	if (sev != TL_SEV_NONE)
+		return tl_severity_judge(s, w, sev, *tier, thr, bytes, segs);
+	if (s->mode != TL_MODE_OFF && (sc ? sm_drop(sc, thr) : draw_drop(thr)))
+		return mode_verdict(s);
+	return TL_PASS;
+}
+
+/* Counts a judged packet's segs datagrams under its tier and verdict,
+ * samples it when shed (record.h), remembers a first fragment's verdict
+ * for the rest (verdict.h), and returns its XDP action. */
+static __always_inline int judge_close(struct xdp_md *ctx, void *data, const struct pkt *p,
+				       const struct tl_settings *s, __u32 slot, __u32 tier, __u32 verdict, int sev,
+				       __u32 segs, __u64 bytes)
+{
+	count(&stats, tier * TL_VERDICTS + verdict, segs, bytes);
+	if (verdict != TL_PASS && s->rec_samples && record_token(s))
+		tl_record(ctx, record_meta(p, data, slot, tier, TL_REASON_TIER, verdict, sev));
+	if (p->frag == FRAG_FIRST)
+		remember_first(p, verdict);
+	return xdp_action(verdict);
+}
+
 /* The judgement of a parsed UDP or TCP packet, from its header fields
  * (pkt_pack): settings, selectors, exempt sources, source budget, window,
  * tier table and severity; counts it and returns the XDP action.
@@ -57,11 +140,7 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 bytes = data_end - data;
 	struct pkt p = {};
-	/* The payload's offset, bounded so that the verifier can range-check
-	 * a pointer at it (TL_PRI_OFF_MAX: a payload further in is read as
-	 * having no <PRI>). */
 	__u32 pri_off = pkt_unpack(&p, a1, a2, data, data_end);
-	struct cursor c = { .pos = data + (pri_off & TL_PRI_OFF_MAX), .end = data_end };
 	TL_STAGE(TL_STAGE_JUDGE, XDP_DROP);
 
 	__u32 zero = 0, slot;
@@ -70,23 +149,14 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 		goto unselected;
 	/* Read the <PRI> now, so that the cursor is dead from here on: the
 	 * verifier then need not tell apart the parser's paths below. */
-	int sev = TL_SEV_NONE;
-	if (s->sev_on && p.l4proto == IPPROTO_UDP && !p.uncl)
-		sev = pri_off <= TL_PRI_OFF_MAX ? parse_pri(&c, udp_payload(data, data_end, pri_off)) : -1;
-	if (p.uncl ? !uncl_selected(&p, slot, s) : !is_selected(&p, slot, s))
-		goto unselected;
-	/* Not for this host, or a martian: Linux discards it (host.h). */
-	if (tl_if_count && tl_host_discards(ctx, a1))
+	int sev = judge_sev(s, &p, data, data_end, pri_off);
+	if (!judge_selected(ctx, a1, &p, slot, s))
 		goto unselected;
 	/* A frame with more VLAN tags than we walk has no header we know:
 	 * no source to exempt or to group. */
 	int has_l3 = p.uncl != 1 + TL_UNCL_VLAN_DEPTH;
-	if (has_l3 && (s->flags & TL_HAS_EXEMPT) && is_exempt(&p, slot)) {
-		count(&misc_stats, TL_MISC_EXEMPT, 1, bytes);
-		if (p.frag == FRAG_FIRST)
-			remember_first(&p, TL_PASS);
+	if (has_l3 && judge_exempt(&p, slot, s, bytes))
 		return XDP_PASS;
-	}
 	TL_STAGE(TL_STAGE_POLICY, XDP_DROP);
 
 	struct tl_window *w = bpf_map_lookup_elem(&window, &zero);
@@ -109,29 +179,13 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	}
 	struct window_pos pos;
 	window_count(w, s, &pos, segs);
-	__u64 n = pos.n;
 	TL_STAGE(TL_STAGE_WINDOW, XDP_DROP);
 
-	__u32 tier, thr;
-	struct tl_smooth_cpu *sc = NULL;
-	if (s->shape == TL_SHAPE_SMOOTH) {
-		sc = sm_judge(w, s, slot, &pos, &tier, &thr);
-		if (!sc)
-			goto unselected;
-	} else if (!tier_entry(s, slot, n, &tier, &thr)) {
+	__u32 tier;
+	int verdict = judge_tier(w, s, slot, &pos, sev, bytes, segs, &tier);
+	if (verdict < 0)
 		goto unselected;
-	}
-	__u32 verdict = TL_PASS;
-	if (sev != TL_SEV_NONE)
-		verdict = tl_severity_judge(s, w, sev, tier, thr, bytes, segs);
-	else if (s->mode != TL_MODE_OFF && (sc ? sm_drop(sc, thr) : draw_drop(thr)))
-		verdict = mode_verdict(s);
-	count(&stats, tier * TL_VERDICTS + verdict, segs, bytes);
-	if (verdict != TL_PASS && s->rec_samples && record_token(s))
-		tl_record(ctx, record_meta(&p, data, slot, tier, TL_REASON_TIER, verdict, sev));
-	if (p.frag == FRAG_FIRST)
-		remember_first(&p, verdict);
-	return xdp_action(verdict);
+	return judge_close(ctx, data, &p, s, slot, tier, verdict, sev, segs, bytes);
 
 unselected:
 	return pass_unselected(&p, bytes);
