@@ -462,7 +462,8 @@ func overflowOf(ov []LimiterTlOverflow, id uint64) uint64 {
 
 // put writes w's settable fields into the map's value v: the one
 // conversion from a Window to the map (SetWindow, a migration's carried
-// window); Window reads it back.
+// window, OpenPinned's view of an older layout's window); Window reads it
+// back.
 func (w Window) put(v *LimiterTlWindow) {
 	v.StartNs, v.Count, v.LastCount, v.Opened, v.StartJiffies, v.Debt = w.StartNs, w.Count, w.LastCount, w.Opened, w.StartJiffies, w.Debt
 }

@@ -151,7 +151,8 @@ func viewWindow(dst, win, ovf *ebpf.Map) error {
 	if err != nil {
 		return err
 	}
-	v := LimiterTlWindow{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, StartJiffies: w.StartJiffies}
+	var v LimiterTlWindow
+	w.put(&v)
 	return dst.Put(uint32(0), &v)
 }
 
