@@ -12,9 +12,12 @@ import (
 // The metrics (docs/design.md §5) take one path from the maps: the collector
 // takes one Snapshot per scrape and hands it to each feature's collect
 // function (collectTiers, collectPolicy, collectSeverity, collectSources,
-// collectAuto, collectRecord, collectConfigWatch), all of one shape. A
-// feature declares its Descs with metric, next to its collect function;
-// adding a metric touches that one place.
+// collectAuto, collectRecord, collectConfigWatch), all of one shape; the
+// host's destinations (localFollow.collect) come from the follower's own
+// counts. A feature declares its Descs with metric, next to its collect
+// function; adding a metric touches that one place. The fleet's families
+// (§12) are not here: the fleet controller is a collector of its own
+// (fleetCollector, fleet.go), which serve.go registers beside this one.
 
 // descs is every Desc that metric made, for Describe.
 var descs []*prometheus.Desc
@@ -51,7 +54,8 @@ type collector struct {
 }
 
 // Collector returns the agent's prometheus.Collector: every tierlimit_
-// family, from one read of the maps per scrape.
+// family but the fleet's (fleetCollector), from one read of the maps per
+// scrape.
 func (a *Agent) Collector() prometheus.Collector {
 	return newCollector(a, a.lim)
 }
