@@ -21,7 +21,9 @@ import (
 // +13k, the smooth shape's estimator +34k) and the in-budget profile to
 // 195,772 (smooth_prof.h: two global functions the verifier checks once;
 // inlined into sm_refresh, checked at each of its callers' states, they
-// cost +112k). The parser's cost grows ~1.2x
+// cost +112k); tl_judge cut into named parts (issue 38) took it to 188,602
+// (the same logic; clang allocates registers and spills anew). The
+// parser's cost grows ~1.2x
 // per IPv6 extension header walked (TL_IPV6_EXT_MAX 4: 151k, 6: 180k, 8:
 // 243k, 12: 490k, measured before tl_dest_in took 20k off tl_judge), where
 // it doubled per header before the walk re-derived its cursor (cursor.h
