@@ -10,14 +10,10 @@ import (
 
 // Sentinel errors. The typed errors below wrap them, so errors.Is works on
 // either; the command words them for a person (flags, commands to run).
+// The interfaces' errors are agent/attach's.
 var (
-	// ErrXDPMode is returned by ParseXDPMode for an unknown mode.
-	ErrXDPMode = errors.New("unknown XDP mode")
 	// ErrNoInterface is returned by New when an interface does not exist.
 	ErrNoInterface = pin.ErrNoInterface
-	// ErrDuplicateInterface is returned by New when two of the names
-	// given are one interface.
-	ErrDuplicateInterface = errors.New("interface given twice")
 	// ErrForeignProgram is returned by New and Detach when an interface
 	// runs an XDP program that is not tierlimit's (*ForeignProgramError).
 	ErrForeignProgram = pin.ErrForeignProgram
@@ -41,39 +37,11 @@ var (
 	ErrNewerLayout = pin.ErrNewerLayout
 	// ErrPinPath is returned by New for a pin path bpffs cannot hold.
 	ErrPinPath = pin.ErrPinPath
-	// ErrNotEthernet is returned by New, and logged by Watch for a
-	// re-created interface, when an interface's frames do not start with
-	// an Ethernet header (*LinkTypeError).
-	ErrNotEthernet = errors.New("interface without Ethernet headers")
-	// ErrNativeRefused is returned by New when the driver refuses native
-	// XDP and the mode is native (generic or auto would work).
-	ErrNativeRefused = errors.New("native XDP mode refused by the driver")
 	// ErrRecordDir is returned by Reload when a new record.dir cannot be
 	// made or written: the reload is refused and the old policy, record
 	// dir included, keeps running.
 	ErrRecordDir = record.ErrDir
 )
-
-// LinkTypeError is an interface whose frames start at the IP header (or
-// at some other link header): a TUN device, WireGuard, PPP, an ipip, sit
-// or gre tunnel. The program parses Ethernet frames; on such an interface
-// it would read address bytes as an EtherType and count nothing, so it is
-// not attached there (and a TUN-mode tun runs no XDP in native mode at
-// all). A gretap, a vxlan, a TAP device or a macvlan carries Ethernet and
-// is fine.
-type LinkTypeError struct {
-	Iface string
-	// Type is the link type as netlink names it (ARPHRD_*): "none" for a
-	// TUN device or WireGuard, "ppp", "ipip", "gre", "sit", "tunnel6"...
-	Type string
-}
-
-func (e *LinkTypeError) Error() string {
-	return fmt.Sprintf("%v: %s is of link type %q; tierlimit parses Ethernet frames only: attach it to the Ethernet interface the traffic arrives on",
-		ErrNotEthernet, e.Iface, e.Type)
-}
-
-func (e *LinkTypeError) Unwrap() error { return ErrNotEthernet }
 
 // The pin directory's errors, which New, Detach and ReadStatus return
 // alike (agent/pin).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/tierlimit/tierlimit/agent/automax"
 	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -93,10 +94,10 @@ func (a *Agent) apply(ctx context.Context, p tiers.Policy, reload bool) error {
 	if err != nil {
 		return err
 	}
-	var src DropSource
+	var src automax.DropSource
 	var rc *record.Change
 	if reload {
-		if src, err = m.SourceFor(p, a.at.ns); err != nil { // a new auto.netns: its signal, or refused
+		if src, err = m.SourceFor(p, a.at.NS()); err != nil { // a new auto.netns: its signal, or refused
 			return err
 		}
 		if rc, err = ep.Prepare(p); err != nil { // a new record dir or reader: opened, or refused

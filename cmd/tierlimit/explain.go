@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -66,11 +67,11 @@ func explainAgent(err error, pin string, ifaces []string) error {
 		return fmt.Errorf("%w: stop it first", err)
 	case errors.As(err, &incompat):
 		return hinted{err, "remove them with " + detach}
-	case errors.Is(err, agent.ErrNativeRefused):
+	case errors.Is(err, attach.ErrNativeRefused):
 		return hinted{err, "try --xdp-mode generic, or auto to fall back"}
-	case errors.Is(err, agent.ErrNotEthernet): // exit 2: another --iface
+	case errors.Is(err, attach.ErrNotEthernet): // exit 2: another --iface
 		return usageError{fmt.Errorf("--iface: %w", err)}
-	case errors.Is(err, agent.ErrDuplicateInterface):
+	case errors.Is(err, attach.ErrDuplicateInterface):
 		return usageError{fmt.Errorf("--iface: %w", err)}
 	case errors.Is(err, agent.ErrBPFDenied): // exit 2: how run was started must change
 		return usageError{err}

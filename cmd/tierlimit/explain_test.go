@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
@@ -21,7 +22,7 @@ func TestExplain(t *testing.T) {
 		err  error
 		want string
 	}{
-		{explainAgent(fmt.Errorf("attach xdp to eth9: %w: %w", agent.ErrNativeRefused, fmt.Errorf("operation not supported")), "", []string{"eth9"}), "try --xdp-mode generic"},
+		{explainAgent(fmt.Errorf("attach xdp to eth9: %w: %w", attach.ErrNativeRefused, fmt.Errorf("operation not supported")), "", []string{"eth9"}), "try --xdp-mode generic"},
 		{explainAgent(&agent.IncompatiblePinError{Pin: "/sys/fs/bpf/x", Err: fmt.Errorf("map settings")}, "/sys/fs/bpf/x", []string{"eth9"}), "remove them with tierlimit detach --iface eth9 --pin-path /sys/fs/bpf/x"},
 		{explainAgent(&agent.ForeignProgramError{Iface: "eth9"}, "", []string{"eth9"}), "pass --replace"},
 		{explainAgent(&agent.BusyError{Iface: "eth9"}, "", []string{"eth9"}), "run with its --pin-path"},

@@ -18,6 +18,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
+	"github.com/tierlimit/tierlimit/agent/pin"
+	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -79,7 +82,7 @@ report, ttl and fallback; another fleet name or store takes a restart.`,
 	fl.StringVar(&f.pinPath, "pin-path", agent.DefaultPinPath, "bpffs directory for the pinned links and maps")
 	fl.BoolVar(&f.replace, "replace", false, "replace another XDP program already attached to an interface")
 	fl.StringVar(&f.fleetMember, "fleet-member", "", "this member's name in the policy's fleet (default: the host name)")
-	fl.StringVar(&f.stateFile, "state-file", agent.DefaultStatePath(), "where the open or last shedding episode is kept, for 'tierlimit status --shed'; empty disables")
+	fl.StringVar(&f.stateFile, "state-file", record.DefaultStatePath(), "where the open or last shedding episode is kept, for 'tierlimit status --shed'; empty disables")
 	return cmd
 }
 
@@ -98,7 +101,7 @@ func reloader(f runFlags, log *slog.Logger) (*agent.Reloader, error) {
 
 // checkRunFlags refuses a command line that cannot run: no --iface, the
 // same --iface twice, a bad --xdp-mode or --metrics-addr.
-func checkRunFlags(f runFlags) (agent.XDPMode, error) {
+func checkRunFlags(f runFlags) (attach.XDPMode, error) {
 	if len(f.ifaces) == 0 {
 		return "", usageErrorf("run: at least one --iface is required")
 	}
@@ -109,7 +112,7 @@ func checkRunFlags(f runFlags) (agent.XDPMode, error) {
 		}
 		seen[name] = true
 	}
-	xdpMode, err := agent.ParseXDPMode(f.xdpMode)
+	xdpMode, err := attach.ParseXDPMode(f.xdpMode)
 	if err != nil {
 		return "", usageErrorf("--xdp-mode: %v", err)
 	}
@@ -147,7 +150,7 @@ func metricsListenAddr(s string) (string, error) {
 // listenMetrics binds --metrics-addr (nil when empty). It runs before
 // anything touches the kernel, so that a bad or busy address fails with
 // nothing attached or changed.
-func listenMetrics(f runFlags, pin string) (net.Listener, error) {
+func listenMetrics(f runFlags, pinPath string) (net.Listener, error) {
 	if f.metricsAddr == "" {
 		return nil, nil
 	}
@@ -157,11 +160,11 @@ func listenMetrics(f runFlags, pin string) (net.Listener, error) {
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		if pin == "" {
+		if pinPath == "" {
 			return nil, fmt.Errorf("metrics listener: %w", err)
 		}
-		if pid, held := agent.LockHolder(pin); held {
-			return nil, fmt.Errorf("%w, and it serves %s: stop it first", &agent.AgentRunningError{Pin: pin, Pid: pid}, f.metricsAddr)
+		if pid, held := pin.LockHolder(pinPath); held {
+			return nil, fmt.Errorf("%w, and it serves %s: stop it first", &agent.AgentRunningError{Pin: pinPath, Pid: pid}, f.metricsAddr)
 		}
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
@@ -188,9 +191,9 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	if err != nil {
 		return configError{err}
 	}
-	pin := f.pinPath
+	pinPath := f.pinPath
 	if f.noPin {
-		pin = ""
+		pinPath = ""
 	}
 	// Before anything is attached: a fleet password_file or a signal
 	// that cannot be read refuses.
@@ -211,7 +214,7 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 			}
 		}()
 	}
-	ln, err := listenMetrics(f, pin)
+	ln, err := listenMetrics(f, pinPath)
 	if err != nil {
 		return err
 	}
@@ -221,19 +224,19 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	a, err := agent.New(agent.Config{
 		Interfaces: f.ifaces,
 		XDPMode:    xdpMode,
-		PinPath:    pin,
+		PinPath:    pinPath,
 		Replace:    f.replace,
 		Logger:     log,
 		Version:    runVersion(),
 	}, p)
 	if err != nil {
-		return explainAgent(err, pin, f.ifaces)
+		return explainAgent(err, pinPath, f.ifaces)
 	}
 	defer func() {
 		a.Close()
 		log.Info("stopped")
 	}()
-	logStarted(log, a, f, p, pin)
+	logStarted(log, a, f, p, pinPath)
 	// Before the metrics are served, so that the first scrape already has
 	// the adaptive max's series and the log its signal.
 	startAutoMax(ctx, log, a, p, src)
@@ -264,7 +267,7 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 }
 
 // logStarted logs what run attached and which policy it runs.
-func logStarted(log *slog.Logger, a *agent.Agent, f runFlags, p tiers.Policy, pin string) {
+func logStarted(log *slog.Logger, a *agent.Agent, f runFlags, p tiers.Policy, pinPath string) {
 	var ifs []string
 	for _, att := range a.Attachments() {
 		ifs = append(ifs, att.Iface+"("+att.Mode+")")
@@ -274,7 +277,7 @@ func logStarted(log *slog.Logger, a *agent.Agent, f runFlags, p tiers.Policy, pi
 		source = f.config
 	}
 	log.Info("started", "interfaces", strings.Join(ifs, ","), "mode", p.Mode.String(), "policy", p.String(),
-		"config", source, "pin", pin, "local_dests", a.LocalPrefixes())
+		"config", source, "pin", pinPath, "local_dests", a.LocalPrefixes())
 }
 
 // dropEPIPE is a log writer that drops, rather than fails, a write to a
