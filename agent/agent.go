@@ -5,11 +5,18 @@
 // program's counters to Prometheus.
 //
 // It needs root, or CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN
-// only to mount bpffs, CAP_DAC_OVERRIDE when not uid 0), and Linux >= 5.12;
-// XDP links need >= 5.9 (older kernels fall back to netlink).
+// only to mount bpffs, CAP_DAC_OVERRIDE when not uid 0), and Linux >= 5.17
+// with BTF (6.2 for generic XDP mode).
 //
 // The agent is the door; its rooms are packages that never import it,
-// each reached through a narrow interface:
+// each reached through a narrow interface, and their callers import them
+// directly:
+//   - agent/attach: the limiter's place on the interfaces of one run —
+//     resolving and checking them, loading the program into the pin
+//     directory, attaching (adopting a pinned link, the netlink fallback),
+//     Watch's repairs, what the program may check of each interface, and
+//     letting go at Close; its XDPMode, Attachment and the interfaces'
+//     errors;
 //   - agent/pin: the pin directory, its locks and layout record, the bpffs
 //     check, and reading or removing pinned state with no agent running
 //     (tierlimit status and detach);
@@ -18,24 +25,19 @@
 //     the agent only through an apply func and a locker;
 //   - agent/record: the shed record (docs/design.md §10), the samples, their
 //     pcapng files, the episodes and their syslog reports; it reads the
-//     limiter through record.Limiter and names interfaces through funcs.
+//     limiter through record.Limiter and names interfaces through funcs;
+//   - agent/fleet: the fleet controller (docs/design.md §12), its store
+//     and its metrics; the agent folds its bound into the policy.
 //
 // What stays here:
-//   - agent.go: Config, Attachment, the Agent, New, Close; rooms.go: the
-//     rooms' names at the door, StartAutoMax, StartRecord and their
-//     metrics; status.go: ReadStatus.
-//   - attacher.go and attach.go: the interfaces and the pins of one run —
-//     loading, attaching, adopting a pinned link, the netlink fallback,
-//     whether each interface still runs the limiter, and letting go of it
-//     at Close; linkwatch.go: Watch, which repairs what changes under a
-//     running agent; host.go: what the program may check of each
-//     interface; stacked.go, nativehint.go, gso.go, caps.go, bpfdenied.go,
-//     errors.go.
+//   - agent.go: Config, the Agent, New, Close; rooms.go: StartAutoMax,
+//     StartRecord and the rooms' metrics; fleet.go: StartFleet;
+//     status.go: ReadStatus; caps.go, bpfdenied.go, errors.go.
 //   - reload.go: apply, the one path from a policy to the settings map
 //     (New, Reload, the local addresses' follower, the adaptive max), and
 //     the Reloader (SIGHUP, config file changes); configwatch.go and
-//     configpoll.go: watching or polling the config path; local.go: the
-//     host's destinations for `dests: local`.
+//     configpoll.go: watching or polling the config path; local.go and
+//     localfollow.go: the host's destinations for `dests: local`.
 //   - snapshot.go: the Snapshot, one read of the maps, for /metrics and
 //     status; metrics.go, severity_metrics.go and sources.go: the
 //     collector and its families; serve.go: /metrics and /healthz.

@@ -4,8 +4,7 @@
 // directory, attaches it through bpf_links (adopting pinned links, falling
 // back to netlink where the kernel has no XDP links), keeps it attached
 // (Watch), tells the program what it may check of each interface, and
-// lets go of it at Close. It needs Linux >= 5.17 as the agent does; XDP
-// links need >= 5.9.
+// lets go of it at Close. It needs Linux >= 5.17, as the agent does.
 //
 // It is a room of the agent: it never imports package agent, which wires
 // it (the policy, the local addresses and the rooms that read the maps
