@@ -19,6 +19,7 @@ import (
 
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/agent/attach"
+	"github.com/tierlimit/tierlimit/agent/automax"
 	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -172,12 +173,7 @@ func listenMetrics(f runFlags, pinPath string) (net.Listener, error) {
 }
 
 func runAgent(ctx context.Context, g *globals, f runFlags) error {
-	// A write to a closed stderr (journald restarting, a log reader gone)
-	// must not kill the agent: with SIGPIPE notified, Go returns EPIPE
-	// instead of exiting, and the log writer drops what it cannot write.
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	g.stderr = dropEPIPE{g.stderr}
-	log := g.logger()
+	log := runLogger(g)
 	xdpMode, err := checkRunFlags(f)
 	if err != nil {
 		return err
@@ -195,15 +191,7 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	if f.noPin {
 		pinPath = ""
 	}
-	// Before anything is attached: a fleet password_file or a signal
-	// that cannot be read refuses.
-	if err := checkFleetFiles(p); err != nil {
-		return err
-	}
-	if err := checkFleetStore(ctx, p); err != nil {
-		return err
-	}
-	src, err := openAutoSignal(p)
+	src, err := checkBeforeAttach(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -237,13 +225,47 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 		log.Info("stopped")
 	}()
 	logStarted(log, a, f, p, pinPath)
-	// Before the metrics are served, so that the first scrape already has
-	// the adaptive max's series and the log its signal.
-	startAutoMax(ctx, log, a, p, src)
+	err = startRooms(ctx, log, a, p, f, src)
 	src = nil // the controller owns it
-	// Before the metrics are served too: a store that refuses the
-	// credentials stops run (exit 2); one out of reach starts it in
-	// fallback, with a warning.
+	if err != nil {
+		return err
+	}
+	serveAndRun(ctx, log, a, r, ln)
+	return nil
+}
+
+// runLogger is run's logger, on a stderr whose reader may go: a write to
+// a closed stderr (journald restarting, a log reader gone) must not kill
+// the agent: with SIGPIPE notified, Go returns EPIPE instead of exiting,
+// and the log writer drops what it cannot write.
+func runLogger(g *globals) *slog.Logger {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	g.stderr = dropEPIPE{g.stderr}
+	return g.logger()
+}
+
+// checkBeforeAttach refuses, before anything is attached, a fleet
+// password_file or store that cannot be used, and a drop signal that
+// cannot be read; it returns the adaptive max's signal (nil without
+// max: auto), which the caller closes unless the controller takes it.
+func checkBeforeAttach(ctx context.Context, p tiers.Policy) (automax.DropSource, error) {
+	if err := checkFleetFiles(p); err != nil {
+		return nil, err
+	}
+	if err := checkFleetStore(ctx, p); err != nil {
+		return nil, err
+	}
+	return openAutoSignal(p)
+}
+
+// startRooms starts the adaptive max on src (which it owns from then on),
+// the fleet controller and the shed record, before the metrics are
+// served, so that the first scrape already has their series and the log
+// the adaptive max's signal. A fleet store that refuses the credentials
+// stops run (exit 2); one out of reach starts it in fallback, with a
+// warning; a shed record that cannot start is logged.
+func startRooms(ctx context.Context, log *slog.Logger, a *agent.Agent, p tiers.Policy, f runFlags, src automax.DropSource) error {
+	startAutoMax(ctx, log, a, p, src)
 	if err := startFleet(a, p, f.fleetMember); err != nil {
 		return err
 	}
@@ -251,7 +273,13 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	if _, err := a.StartRecord(ctx, p, f.stateFile); err != nil {
 		log.Error("shed record: not started; shedding goes on unrecorded", "error", err)
 	}
+	return nil
+}
 
+// serveAndRun serves the metrics on ln (none when nil), watches the
+// attachments and the sources, and runs the reloader until ctx ends; it
+// returns once the server has stopped.
+func serveAndRun(ctx context.Context, log *slog.Logger, a *agent.Agent, r *agent.Reloader, ln net.Listener) {
 	sctx, stopServe := context.WithCancel(ctx)
 	defer stopServe()
 	if ln != nil {
@@ -263,7 +291,6 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	go a.WatchSources(ctx, time.Second)
 	r.Run(ctx, a, sighup)
 	log.Info("stopping", "reason", context.Cause(ctx))
-	return nil
 }
 
 // logStarted logs what run attached and which policy it runs.
