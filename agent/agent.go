@@ -66,9 +66,6 @@ import (
 // DefaultPinPath is where links and maps are pinned unless told otherwise.
 const DefaultPinPath = "/sys/fs/bpf/tierlimit"
 
-// ProgramName is the name of tierlimit's XDP program in the kernel.
-const ProgramName = pin.ProgramName
-
 // Config configures an Agent.
 type Config struct {
 	// Interfaces to attach to, by name; at least one.
@@ -139,15 +136,15 @@ type Agent struct {
 // pin directory this call made is removed.
 //
 // Returns ErrNotRoot without the capabilities, the interfaces' errors of
-// agent/attach (ErrNoInterface for a missing interface,
+// agent/attach (pin.ErrNoInterface for a missing interface,
 // attach.ErrDuplicateInterface for one given twice, *attach.LinkTypeError
 // (attach.ErrNotEthernet) for an interface whose frames have no Ethernet
 // header, attach.ErrStacked when two interfaces are stacked on each other,
-// *ForeignProgramError when an interface runs another XDP program and
-// cfg.Replace is false, *BusyError when it runs a tierlimit this agent
-// cannot adopt, attach.ErrNativeRefused), *AgentRunningError when another
-// agent holds cfg.PinPath, *NewerLayoutError for pinned state of a newer
-// layout (nothing is written then), ErrPinPath, *PrivateBPFFSError when
+// *pin.ForeignProgramError when an interface runs another XDP program and
+// cfg.Replace is false, *pin.BusyError when it runs a tierlimit this agent
+// cannot adopt, attach.ErrNativeRefused), *pin.AgentRunningError when another
+// agent holds cfg.PinPath, *pin.NewerLayoutError for pinned state of a newer
+// layout (nothing is written then), pin.ErrPinPath, *pin.PrivateBPFFSError when
 // the bpffs at cfg.PinPath would end with the agent (nothing is attached
 // then), and tiers errors for a policy that does not compile.
 func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
@@ -158,7 +155,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 		cfg.XDPMode = attach.XDPAuto
 	}
 	if len(cfg.Interfaces) == 0 {
-		return nil, fmt.Errorf("%w: no interface given", ErrNoInterface)
+		return nil, fmt.Errorf("%w: no interface given", pin.ErrNoInterface)
 	}
 	if err := checkCaps(); err != nil {
 		return nil, err

@@ -43,7 +43,7 @@ func TestDetachAll(t *testing.T) {
 	if err := os.Remove(pin.LockFile(unrecorded)); err != nil {
 		t.Fatal(err)
 	}
-	named := testenv.NamedProgram(t, agent.ProgramName, xdpPassAction)
+	named := testenv.NamedProgram(t, pin.ProgramName, xdpPassAction)
 	foreign := testenv.NamedProgram(t, "foreign", xdpPassAction)
 	testenv.AttachForeign(t, p.Coll, "dxa1", named)
 	testenv.AttachForeign(t, p.Coll, "dxb0", foreign)
@@ -70,7 +70,7 @@ func TestDetachAll(t *testing.T) {
 	if x := testenv.XDP(t, p.Coll, "dxb0"); x.Name != "foreign" {
 		t.Errorf("dxb0 runs %d %q, want the foreign program left alone", x.ID, x.Name)
 	}
-	if x := testenv.XDP(t, p.Send, "lo"); x.Name != agent.ProgramName {
+	if x := testenv.XDP(t, p.Send, "lo"); x.Name != pin.ProgramName {
 		t.Errorf("the sender namespace's lo runs %d %q, want its tierlimit link left alone", x.ID, x.Name)
 	}
 	if _, err := os.Stat(recorded); !errors.Is(err, os.ErrNotExist) {
@@ -96,7 +96,7 @@ func TestDetachAllRefusesRunningAgent(t *testing.T) {
 		p.Coll.Do(func() error { return pin.Detach(pinPath, p.CollIf) })
 	})
 	id := testenv.XDP(t, p.Coll, p.CollIf).ID
-	var running *agent.AgentRunningError
+	var running *pin.AgentRunningError
 	err := p.Coll.Do(func() error { _, err := pin.DetachAll([]string{pinPath}); return err })
 	if !errors.As(err, &running) {
 		t.Fatalf("DetachAll with an agent running: %v, want *AgentRunningError", err)

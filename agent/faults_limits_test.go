@@ -41,7 +41,7 @@ func TestLockIsThePinnedState(t *testing.T) {
 	t.Chdir(filepath.Dir(pinPath))
 	wantRunning := func(what string, err error) {
 		t.Helper()
-		if !errors.Is(err, agent.ErrAgentRunning) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d)", os.Getpid())) {
+		if !errors.Is(err, pin.ErrAgentRunning) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d)", os.Getpid())) {
 			t.Errorf("%s: %v, want ErrAgentRunning naming pid %d", what, err, os.Getpid())
 		}
 	}
@@ -298,8 +298,8 @@ func TestSecondUnpinnedAgent(t *testing.T) {
 	p := newPair(t)
 	startAgent(t, p, attach.XDPAuto, defaultPolicy())
 	_, err := newAgent(p, agent.Config{}, defaultPolicy())
-	var busy *agent.BusyError
-	if !errors.As(err, &busy) || busy.Iface != p.CollIf || !errors.Is(err, agent.ErrInterfaceBusy) {
+	var busy *pin.BusyError
+	if !errors.As(err, &busy) || busy.Iface != p.CollIf || !errors.Is(err, pin.ErrInterfaceBusy) {
 		t.Fatalf("second unpinned agent: %v, want a BusyError for %s", err, p.CollIf)
 	}
 }

@@ -292,7 +292,7 @@ func TestInterfaceRenamed(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, logs2.String())
 		}
 	}
-	if x := testenv.XDP(t, p.Coll, c1); x.ID == prog || x.Name != agent.ProgramName {
+	if x := testenv.XDP(t, p.Coll, c1); x.ID == prog || x.Name != pin.ProgramName {
 		t.Errorf("after adopting: %+v, want a new tierlimit program replacing %d in place", x, prog)
 	}
 	a2.Close()

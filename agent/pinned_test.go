@@ -58,8 +58,8 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 	a := startPinned(t, p, pinPath, defaultPolicy())
 	x := testenv.XDP(t, p.Coll, p.CollIf)
 	id1, name := x.ID, x.Name
-	if id1 == 0 || name != agent.ProgramName {
-		t.Fatalf("after start: program %d %q attached, want %q", id1, name, agent.ProgramName)
+	if id1 == 0 || name != pin.ProgramName {
+		t.Fatalf("after start: program %d %q attached, want %q", id1, name, pin.ProgramName)
 	}
 	sendUDP(t, p, 514, 10)
 	if err := a.Close(); err != nil {
@@ -113,7 +113,7 @@ func TestDetachRemovesEverything(t *testing.T) {
 	if _, err := os.Stat(pinPath); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("pin dir %s still there after detach (err %v)", pinPath, err)
 	}
-	if _, err := agent.ReadStatus(pinPath); !errors.Is(err, agent.ErrNotPinned) {
+	if _, err := agent.ReadStatus(pinPath); !errors.Is(err, pin.ErrNotPinned) {
 		t.Fatalf("status after detach: %v, want ErrNotPinned", err)
 	}
 }
@@ -182,7 +182,7 @@ func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *testenv.
 	id := attach(t, p)
 
 	_, err := newAgent(p, agent.Config{PinPath: pinPath}, defaultPolicy())
-	if !errors.Is(err, agent.ErrForeignProgram) {
+	if !errors.Is(err, pin.ErrForeignProgram) {
 		t.Fatalf("start on a foreign program: %v, want ErrForeignProgram", err)
 	}
 	for _, want := range []string{fmt.Sprint(id), `"foreign"`, p.CollIf} {
@@ -205,7 +205,7 @@ func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *testenv.
 	}
 
 	err = p.Coll.Do(func() error { return pin.Detach(pinPath, p.CollIf) })
-	if !errors.Is(err, agent.ErrForeignProgram) || !strings.Contains(err.Error(), "foreign") {
+	if !errors.Is(err, pin.ErrForeignProgram) || !strings.Contains(err.Error(), "foreign") {
 		t.Fatalf("detach of a foreign program: %v, want ErrForeignProgram naming it", err)
 	}
 	if got := testenv.XDP(t, p.Coll, p.CollIf).ID; got != id {
@@ -217,7 +217,7 @@ func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *testenv.
 	if err != nil {
 		t.Fatalf("start with Replace: %v", err)
 	}
-	if name := testenv.XDP(t, p.Coll, p.CollIf).Name; name != agent.ProgramName {
+	if name := testenv.XDP(t, p.Coll, p.CollIf).Name; name != pin.ProgramName {
 		t.Fatalf("with Replace: %q attached", name)
 	}
 	a.Close()
@@ -241,10 +241,10 @@ func TestSecondAgentRefused(t *testing.T) {
 	other := defaultPolicy()
 	other.Max, other.Mode = 50, tiers.ModeDryRun
 	_, err := newAgent(p, agent.Config{PinPath: pinPath}, other)
-	if !errors.Is(err, agent.ErrAgentRunning) || !strings.Contains(err.Error(), fmt.Sprint("pid ", os.Getpid())) {
+	if !errors.Is(err, pin.ErrAgentRunning) || !strings.Contains(err.Error(), fmt.Sprint("pid ", os.Getpid())) {
 		t.Fatalf("second agent: %v, want ErrAgentRunning naming pid %d", err, os.Getpid())
 	}
-	if err := p.Coll.Do(func() error { return pin.Detach(pinPath, p.CollIf) }); !errors.Is(err, agent.ErrAgentRunning) {
+	if err := p.Coll.Do(func() error { return pin.Detach(pinPath, p.CollIf) }); !errors.Is(err, pin.ErrAgentRunning) {
 		t.Fatalf("detach under a running agent: %v, want ErrAgentRunning", err)
 	}
 	act, err := a.Limiter().Active()
@@ -254,7 +254,7 @@ func TestSecondAgentRefused(t *testing.T) {
 	if act.Max != 100 || act.Mode != tiers.ModeEnforce {
 		t.Fatalf("the refused agent changed the policy: max %d mode %v", act.Max, act.Mode)
 	}
-	if testenv.XDP(t, p.Coll, p.CollIf).Name != agent.ProgramName {
+	if testenv.XDP(t, p.Coll, p.CollIf).Name != pin.ProgramName {
 		t.Fatal("limiter gone after a refused second agent")
 	}
 }
@@ -293,7 +293,7 @@ func TestModeSwitchOnAdoption(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "stays attached in generic mode") {
 		t.Fatalf("refused switch to native: %v, want an error saying the limiter stays in generic mode", err)
 	}
-	if x := testenv.XDP(t, p.Coll, p.CollIf); x.Mode != "generic" || x.Name != agent.ProgramName {
+	if x := testenv.XDP(t, p.Coll, p.CollIf); x.Mode != "generic" || x.Name != pin.ProgramName {
 		t.Fatalf("after a refused switch: %+v attached, want tierlimit in generic mode", x)
 	}
 	if _, err := os.Stat(filepath.Join(pinPath, "links", p.CollIf)); err != nil {

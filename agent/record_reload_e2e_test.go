@@ -175,7 +175,7 @@ func refuseBadRecord(t *testing.T, a *agent.Agent, q tiers.Policy) {
 	}
 	bad := q
 	bad.Record.Dir = filepath.Join(file, "shed")
-	if err := a.Reload(bad); !errors.Is(err, agent.ErrRecordDir) {
+	if err := a.Reload(bad); !errors.Is(err, record.ErrDir) {
 		t.Errorf("reload with a dir under a file: %v, want ErrRecordDir", err)
 	}
 	bad = q

@@ -38,7 +38,7 @@ var errClosed = errors.New("agent closed")
 // error the old policy keeps running, and the error is counted in
 // config_reloads_total{result="error"}. The shed record takes the new
 // record and events settings live (record.Change); a new record dir
-// the agent cannot make or write refuses the reload (ErrRecordDir). With an adaptive-max controller
+// the agent cannot make or write refuses the reload (record.ErrDir). With an adaptive-max controller
 // running (StartAutoMax), a p with the same auto bounds as the policy in
 // force keeps the learnt max instead of p.Max.
 func (a *Agent) Reload(p tiers.Policy) error {

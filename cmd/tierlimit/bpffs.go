@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/agent/pin"
 )
 
@@ -13,7 +12,7 @@ import (
 // namespace (ip netns exec, unshare -m, a container without the host's
 // bpffs) has a /sys/fs/bpf of its own, which ends with it.
 
-// privateBPFFSHint names the fixes for *agent.PrivateBPFFSError.
+// privateBPFFSHint names the fixes for *pin.PrivateBPFFSError.
 const privateBPFFSHint = "pins must live in a bpffs that outlives the agent: " +
 	"run it in the host's mount namespace (nsenter --net=/run/netns/NAME instead of ip netns exec, which mounts a fresh /sys), " +
 	"or mount the host's bpffs into its namespace or container (a hostPath /sys/fs/bpf, as deploy/kubernetes does), " +
@@ -24,7 +23,7 @@ const privateBPFFSHint = "pins must live in a bpffs that outlives the agent: " +
 // where they looked, and why that may not be where the agent pinned. err
 // otherwise.
 func explainNotPinned(err error, pinPath string) error {
-	if !errors.Is(err, agent.ErrNotPinned) && !errors.Is(err, agent.ErrInterfaceBusy) {
+	if !errors.Is(err, pin.ErrNotPinned) && !errors.Is(err, pin.ErrInterfaceBusy) {
 		return err
 	}
 	m := pin.LookupBPFFS(pinPath)

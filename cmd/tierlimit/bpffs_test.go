@@ -20,7 +20,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
@@ -100,7 +99,7 @@ func checkStop(t *testing.T, p *testenv.Pair, a *agentProc, pid int, want string
 		t.Fatalf("the agent said %q on stopping, but after its exit the kernel shows XDP program %d (%s) on %s:\n%s",
 			said, x.ID, x.Mode, p.CollIf, a.log)
 	}
-	if said == "attached" && x.Name != agent.ProgramName {
+	if said == "attached" && x.Name != pin.ProgramName {
 		t.Fatalf("program %d %q on %s after the exit, want tierlimit's", x.ID, x.Name, p.CollIf)
 	}
 }

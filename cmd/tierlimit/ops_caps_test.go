@@ -58,7 +58,7 @@ func TestHardenedCapabilities(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("run exited: %v\n%s", err, logs.String())
 	}
-	if x := testenv.XDP(t, p.Coll, p.CollIf); x.Name != agent.ProgramName {
+	if x := testenv.XDP(t, p.Coll, p.CollIf); x.Name != pin.ProgramName {
 		t.Fatalf("after run stopped: %+v, want tierlimit still attached", x)
 	}
 	out, err := hardened(ctx, "status", "--pin-path", pinPath).CombinedOutput()
@@ -130,9 +130,9 @@ func TestExplainWordsAgentErrors(t *testing.T) {
 		sentinel error
 		want     string
 	}{
-		{&agent.ForeignProgramError{Iface: "eth1", Program: `program id 9, name "x"`}, agent.ErrForeignProgram, "(pass --replace to replace it)"},
-		{&agent.BusyError{Iface: "eth1", Program: "program id 9"}, agent.ErrInterfaceBusy, "held by another agent"},
-		{&agent.AgentRunningError{Pin: "/sys/fs/bpf/t", Pid: ""}, agent.ErrAgentRunning, "(/sys/fs/bpf/t, pid unknown): stop it first"},
+		{&pin.ForeignProgramError{Iface: "eth1", Program: `program id 9, name "x"`}, pin.ErrForeignProgram, "(pass --replace to replace it)"},
+		{&pin.BusyError{Iface: "eth1", Program: "program id 9"}, pin.ErrInterfaceBusy, "held by another agent"},
+		{&pin.AgentRunningError{Pin: "/sys/fs/bpf/t", Pid: ""}, pin.ErrAgentRunning, "(/sys/fs/bpf/t, pid unknown): stop it first"},
 		{&agent.IncompatiblePinError{Pin: "/sys/fs/bpf/t", Err: errors.New("window: bad")}, agent.ErrIncompatiblePin, "remove them with tierlimit detach --iface eth1 --pin-path /sys/fs/bpf/t"},
 		{attach.ErrNativeRefused, attach.ErrNativeRefused, "try --xdp-mode generic"},
 		{attach.ErrDuplicateInterface, attach.ErrDuplicateInterface, "--iface: interface given twice"},

@@ -165,7 +165,7 @@ func listenMetrics(f runFlags, pinPath string) (net.Listener, error) {
 			return nil, fmt.Errorf("metrics listener: %w", err)
 		}
 		if pid, held := pin.LockHolder(pinPath); held {
-			return nil, fmt.Errorf("%w, and it serves %s: stop it first", &agent.AgentRunningError{Pin: pinPath, Pid: pid}, f.metricsAddr)
+			return nil, fmt.Errorf("%w, and it serves %s: stop it first", &pin.AgentRunningError{Pin: pinPath, Pid: pid}, f.metricsAddr)
 		}
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}

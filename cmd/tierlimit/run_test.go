@@ -271,7 +271,7 @@ func TestRunMissingInterface(t *testing.T) {
 	err := ns.Do(func() error {
 		return run(context.Background(), []string{"run", "--iface", "tlnone0", "--no-pin", "--metrics-addr", ""}, &stdout, &stderr)
 	})
-	if !errors.Is(err, agent.ErrNoInterface) {
+	if !errors.Is(err, pin.ErrNoInterface) {
 		t.Fatalf("run: %v, want ErrNoInterface", err)
 	}
 	if stderr.Len() != 0 {
@@ -308,7 +308,7 @@ func TestRunBadConfig(t *testing.T) {
 			// attach to nothing.
 			args := append([]string{"run", "--iface", "tlnone0", "--no-pin", "--metrics-addr", ""}, c.args...)
 			err := run(context.Background(), args, &stdout, &stderr)
-			if errors.Is(err, agent.ErrNoInterface) || errors.Is(err, agent.ErrNotRoot) {
+			if errors.Is(err, pin.ErrNoInterface) || errors.Is(err, agent.ErrNotRoot) {
 				t.Fatalf("run got past the config check: %v", err)
 			}
 			code := report(&stderr, err)
