@@ -73,7 +73,7 @@ func TestLayersPointDown(t *testing.T) {
 }
 
 // TestRoomsDoNotImportAgent fails when a package under agent/ (a room:
-// agent/pin, agent/automax, agent/record, agent/fleet) depends, directly or
+// agent/pin, agent/automax, agent/record, agent/fleet, agent/attach) depends, directly or
 // not, on the agent package itself, or its tests import it: the agent is
 // the door that wires the rooms through narrow interfaces, and a room never
 // knows the *Agent.
@@ -92,7 +92,7 @@ func TestRoomsDoNotImportAgent(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"agent/pin", "agent/automax", "agent/record", "agent/fleet"} {
+	for _, want := range []string{"agent/pin", "agent/automax", "agent/record", "agent/fleet", "agent/attach"} {
 		if !rooms[want] {
 			t.Errorf("go list found no %s among the rooms %v", want, rooms)
 		}

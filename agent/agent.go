@@ -5,11 +5,18 @@
 // program's counters to Prometheus.
 //
 // It needs root, or CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN
-// only to mount bpffs, CAP_DAC_OVERRIDE when not uid 0), and Linux >= 5.12;
-// XDP links need >= 5.9 (older kernels fall back to netlink).
+// only to mount bpffs, CAP_DAC_OVERRIDE when not uid 0), and Linux >= 5.17
+// with BTF (6.2 for generic XDP mode).
 //
 // The agent is the door; its rooms are packages that never import it,
-// each reached through a narrow interface:
+// each reached through a narrow interface, and their callers import them
+// directly:
+//   - agent/attach: the limiter's place on the interfaces of one run —
+//     resolving and checking them, loading the program into the pin
+//     directory, attaching (adopting a pinned link, the netlink fallback),
+//     Watch's repairs, what the program may check of each interface, and
+//     letting go at Close; its XDPMode, Attachment and the interfaces'
+//     errors;
 //   - agent/pin: the pin directory, its locks and layout record, the bpffs
 //     check, and reading or removing pinned state with no agent running
 //     (tierlimit status and detach);
@@ -18,24 +25,19 @@
 //     the agent only through an apply func and a locker;
 //   - agent/record: the shed record (docs/design.md §10), the samples, their
 //     pcapng files, the episodes and their syslog reports; it reads the
-//     limiter through record.Limiter and names interfaces through funcs.
+//     limiter through record.Limiter and names interfaces through funcs;
+//   - agent/fleet: the fleet controller (docs/design.md §12), its store
+//     and its metrics; the agent folds its bound into the policy.
 //
 // What stays here:
-//   - agent.go: Config, Attachment, the Agent, New, Close; rooms.go: the
-//     rooms' names at the door, StartAutoMax, StartRecord and their
-//     metrics; status.go: ReadStatus.
-//   - attacher.go and attach.go: the interfaces and the pins of one run —
-//     loading, attaching, adopting a pinned link, the netlink fallback,
-//     whether each interface still runs the limiter, and letting go of it
-//     at Close; linkwatch.go: Watch, which repairs what changes under a
-//     running agent; host.go: what the program may check of each
-//     interface; stacked.go, nativehint.go, gso.go, caps.go, bpfdenied.go,
-//     errors.go.
+//   - agent.go: Config, the Agent, New, Close; rooms.go: StartAutoMax,
+//     StartRecord and the rooms' metrics; fleet.go: StartFleet;
+//     status.go: ReadStatus; caps.go, bpfdenied.go, errors.go.
 //   - reload.go: apply, the one path from a policy to the settings map
 //     (New, Reload, the local addresses' follower, the adaptive max), and
 //     the Reloader (SIGHUP, config file changes); configwatch.go and
-//     configpoll.go: watching or polling the config path; local.go: the
-//     host's destinations for `dests: local`.
+//     configpoll.go: watching or polling the config path; local.go and
+//     localfollow.go: the host's destinations for `dests: local`.
 //   - snapshot.go: the Snapshot, one read of the maps, for /metrics and
 //     status; metrics.go, severity_metrics.go and sources.go: the
 //     collector and its families; serve.go: /metrics and /healthz.
@@ -50,12 +52,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/tierlimit/tierlimit/agent/attach"
+	"github.com/tierlimit/tierlimit/agent/automax"
 	"github.com/tierlimit/tierlimit/agent/pin"
+	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -63,36 +66,12 @@ import (
 // DefaultPinPath is where links and maps are pinned unless told otherwise.
 const DefaultPinPath = "/sys/fs/bpf/tierlimit"
 
-// ProgramName is the name of tierlimit's XDP program in the kernel.
-const ProgramName = pin.ProgramName
-
-// XDPMode is how the program is attached to an interface.
-type XDPMode string
-
-const (
-	// XDPAuto tries native and falls back to generic, saying why.
-	XDPAuto XDPMode = "auto"
-	// XDPNative runs the program in the driver (XDP_FLAGS_DRV_MODE).
-	XDPNative XDPMode = "native"
-	// XDPGeneric runs it after the skb is built (XDP_FLAGS_SKB_MODE).
-	XDPGeneric XDPMode = "generic"
-)
-
-// ParseXDPMode parses auto, native or generic. Returns ErrXDPMode otherwise.
-func ParseXDPMode(s string) (XDPMode, error) {
-	switch m := XDPMode(s); m {
-	case XDPAuto, XDPNative, XDPGeneric:
-		return m, nil
-	}
-	return "", fmt.Errorf("%w: %q (want auto, native or generic)", ErrXDPMode, s)
-}
-
 // Config configures an Agent.
 type Config struct {
 	// Interfaces to attach to, by name; at least one.
 	Interfaces []string
 	// XDPMode is auto, native or generic; empty means auto.
-	XDPMode XDPMode
+	XDPMode attach.XDPMode
 	// PinPath is the bpffs directory for links and maps. Empty disables
 	// pinning: the limiter is detached when the agent closes.
 	PinPath string
@@ -105,25 +84,6 @@ type Config struct {
 	Version string
 }
 
-// Attachment is the limiter on one interface.
-type Attachment struct {
-	// Iface is the interface's name now: Watch follows renames.
-	Iface string
-	// Index is its ifindex in the agent's network namespace.
-	Index int
-	// Mode is what the kernel reports: native or generic.
-	Mode string
-	// LinkID is the bpf_link's id; 0 when attached through netlink.
-	LinkID uint32
-
-	link  link.Link
-	flags int  // netlink attach flags, when link is nil
-	lost  bool // Watch logged it as lost
-	// deleted: the interface was deleted and its link dropped; Watch
-	// attaches to the next interface of that name.
-	deleted bool
-}
-
 // Agent is the running limiter: the door that wires the rooms (the
 // interfaces and pins, the adaptive max, the shed record) to one limiter
 // and one policy.
@@ -132,7 +92,7 @@ type Agent struct {
 	log *slog.Logger
 	lim *bpf.Limiter
 	// at holds the interfaces the limiter is attached to, and the pins.
-	at *attacher
+	at *attach.Attacher
 	// groups reads the multicast groups joined in the agent's namespace
 	// (local.go).
 	groups localGroups
@@ -146,14 +106,14 @@ type Agent struct {
 	// for a while what the newer one saw.
 	refreshMu sync.Mutex
 
-	auto   atomic.Pointer[AutoMax]  // the adaptive-max controller, once started
-	record atomic.Pointer[Episodes] // the shed record, once started
-	fleet  fleetState               // the fleet controller, once started (fleet.go)
+	auto   atomic.Pointer[automax.Controller] // the adaptive-max controller, once started
+	record atomic.Pointer[record.Episodes]    // the shed record, once started
+	fleet  fleetState                         // the fleet controller, once started (fleet.go)
 
 	// current is the policy in force as given (its dests local
 	// unresolved), and local the host's destinations it was resolved
 	// with (local.go); both guarded by applyMu. stopLocal ends
-	// follow.follow and followIfaces.
+	// follow.follow and at.FollowIfaces.
 	current   tiers.Policy
 	local     []tiers.LocalDest
 	stopLocal chan struct{}
@@ -175,26 +135,27 @@ type Agent struct {
 // policy written into them is read alike by both programs, as on a reload. On error nothing stays attached that was not before, and a
 // pin directory this call made is removed.
 //
-// Returns ErrNotRoot without the capabilities, ErrNoInterface for a missing
-// interface, ErrDuplicateInterface for one given twice, *AgentRunningError when another agent holds cfg.PinPath,
-// *NewerLayoutError for pinned state of a newer layout (nothing is
-// written then), *ForeignProgramError when an interface runs another XDP
-// program and cfg.Replace is false, *BusyError when it runs a tierlimit
-// this agent cannot adopt, ErrNativeRefused, ErrPinPath, *PrivateBPFFSError
-// when the bpffs at cfg.PinPath would end with the agent (nothing is
-// attached then), *LinkTypeError (ErrNotEthernet) for an interface whose
-// frames have no Ethernet header, ErrStacked when two
-// interfaces are stacked on each other, and tiers errors for a policy that
-// does not compile.
+// Returns ErrNotRoot without the capabilities, the interfaces' errors of
+// agent/attach (pin.ErrNoInterface for a missing interface,
+// attach.ErrDuplicateInterface for one given twice, *attach.LinkTypeError
+// (attach.ErrNotEthernet) for an interface whose frames have no Ethernet
+// header, attach.ErrStacked when two interfaces are stacked on each other,
+// *pin.ForeignProgramError when an interface runs another XDP program and
+// cfg.Replace is false, *pin.BusyError when it runs a tierlimit this agent
+// cannot adopt, attach.ErrNativeRefused), *pin.AgentRunningError when another
+// agent holds cfg.PinPath, *pin.NewerLayoutError for pinned state of a newer
+// layout (nothing is written then), pin.ErrPinPath, *pin.PrivateBPFFSError when
+// the bpffs at cfg.PinPath would end with the agent (nothing is attached
+// then), and tiers errors for a policy that does not compile.
 func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.XDPMode == "" {
-		cfg.XDPMode = XDPAuto
+		cfg.XDPMode = attach.XDPAuto
 	}
 	if len(cfg.Interfaces) == 0 {
-		return nil, fmt.Errorf("%w: no interface given", ErrNoInterface)
+		return nil, fmt.Errorf("%w: no interface given", pin.ErrNoInterface)
 	}
 	if err := checkCaps(); err != nil {
 		return nil, err
@@ -203,24 +164,16 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, stopLocal: make(chan struct{})}
-	a.at = &attacher{cfg: cfg, log: cfg.Logger, ns: netns.None(), closed: &a.closed}
-	a.at.afterRound = a.refreshLocal
+	a.at = attach.New(attach.Config{Interfaces: cfg.Interfaces, XDPMode: cfg.XDPMode, PinPath: cfg.PinPath,
+		Replace: cfg.Replace, Logger: cfg.Logger, Version: cfg.Version, Closed: a.closed.Load, AfterRound: a.refreshLocal})
 	a.fleet.log, a.fleet.local = cfg.Logger, func() []tiers.LocalDest { return a.local }
 	defer func() {
 		if err != nil {
 			a.abort()
 		}
 	}()
-	links, err := a.at.resolve()
+	links, err := a.at.Resolve()
 	if err != nil {
-		return nil, err
-	}
-	for _, l := range links {
-		if err := checkEthernet(l); err != nil {
-			return nil, err
-		}
-	}
-	if err := checkStacked(a.at.nh, links); err != nil {
 		return nil, err
 	}
 	// bpf(2) refused here, with the capabilities checked, is a filter:
@@ -231,10 +184,10 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
 	}
-	if a.lim, err = a.at.load(); err != nil {
+	if a.lim, err = a.at.Load(); err != nil {
 		return nil, err
 	}
-	if a.local, err = a.groups.dests(a.at.nh, a.log); err != nil {
+	if a.local, err = a.groups.dests(a.at.Handle(), a.log); err != nil {
 		return nil, fmt.Errorf("read local addresses: %w", err)
 	}
 	a.follow.dests.Store(int64(len(a.local)))
@@ -242,27 +195,27 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err := a.apply(context.Background(), p, false); err != nil {
 		return nil, fmt.Errorf("apply policy: %w", err)
 	}
-	if err := a.at.startMigration(); err != nil {
+	if err := a.at.StartMigration(); err != nil {
 		return nil, err
 	}
-	if err := a.at.attachAll(links); err != nil {
+	if err := a.at.AttachAll(links); err != nil {
 		return nil, err
 	}
 	// Following starts once attached: a start that fails says only why.
 	// It reads the whole list again when it subscribes, so a change
 	// since the read above is not lost.
-	go a.follow.follow(a.stopLocal, dupNS(a.at.ns), a.log, a.refreshLocal)
-	go a.at.followIfaces(a.stopLocal, dupNS(a.at.ns))
-	return a, a.at.pinState()
+	go a.follow.follow(a.stopLocal, dupNS(a.at.NS()), a.log, a.refreshLocal)
+	go a.at.FollowIfaces(a.stopLocal, dupNS(a.at.NS()))
+	return a, a.at.PinState()
 }
 
 // abort undoes a failed New: detaches what it attached unless pinned.
 func (a *Agent) abort() {
-	// Ends follow.follow and followIfaces, which may have started.
+	// Ends follow.follow and at.FollowIfaces, which may have started.
 	a.closed.Store(true)
 	close(a.stopLocal)
 	waitOut(&a.refreshMu)
-	a.at.abort()
+	a.at.Abort()
 	a.groups.close()
 }
 
@@ -270,7 +223,7 @@ func (a *Agent) abort() {
 func (a *Agent) Limiter() *bpf.Limiter { return a.lim }
 
 // Attachments lists the interfaces the limiter is attached to.
-func (a *Agent) Attachments() []Attachment { return a.at.Attachments() }
+func (a *Agent) Attachments() []attach.Attachment { return a.at.Attachments() }
 
 // Attached reports whether the limiter is attached to every interface:
 // each one, in the agent's network namespace, runs the agent's own program
@@ -283,7 +236,7 @@ func (a *Agent) Attached() bool { return a.at.Attached() }
 func (a *Agent) Ifaces() []bpf.Iface { return a.at.Ifaces() }
 
 // Watch checks, every interval until ctx ends, that the limiter is what
-// the agent says it is, and repairs what it can (attacher.Watch): renamed,
+// the agent says it is, and repairs what it can (attach.Attacher.Watch): renamed,
 // deleted and re-created interfaces, foreign programs, removed pins.
 func (a *Agent) Watch(ctx context.Context, interval time.Duration) { a.at.Watch(ctx, interval) }
 
@@ -299,7 +252,7 @@ func (a *Agent) Close() error {
 	waitOut(&a.refreshMu)
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
-	err := a.at.close()
+	err := a.at.Close()
 	a.groups.close()
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/automax"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -74,12 +75,12 @@ func TestAutoMaxSlowCollector(t *testing.T) {
 	t.Cleanup(func() { a.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	var src, probe agent.DropSource
+	var src, probe automax.DropSource
 	if err := p.Coll.Do(func() (err error) {
-		if src, err = agent.OpenDropSource(false); err != nil {
+		if src, err = automax.OpenDropSource(false); err != nil {
 			return err
 		}
-		probe, err = agent.OpenDropSource(false)
+		probe, err = automax.OpenDropSource(false)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -115,9 +116,9 @@ type autoRun struct {
 	t       *testing.T
 	p       *testenv.Pair
 	a       *agent.Agent
-	am      *agent.AutoMax
+	am      *automax.Controller
 	logs    *testenv.SyncBuffer
-	probe   agent.DropSource
+	probe   automax.DropSource
 	dst     netip.AddrPort
 	sendErr chan error
 }
@@ -270,7 +271,7 @@ func (r *autoRun) speedUp(coll *sandbox.SlowCollector) {
 	}
 }
 
-func logTrajectory(t *testing.T, phase string, ws []agent.AutoWindow) {
+func logTrajectory(t *testing.T, phase string, ws []automax.Window) {
 	t.Helper()
 	for i, w := range ws {
 		t.Logf("%s window %2d: offered %5d delivered %5d socket drops %5d buffer %3.0f%% max %5d %s",

@@ -13,6 +13,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tierlimit/tierlimit/agent/attach"
 )
 
 // exhaustInotify makes every new inotify watcher fail, as inotify_init1
@@ -154,7 +156,7 @@ func TestReloaderWatchLiveFromStart(t *testing.T) {
 // TestConfigWatchGauge: the one collector exports how config changes are
 // noticed: 1 with mode watch, 0 with mode poll, nothing without a file.
 func TestConfigWatchGauge(t *testing.T) {
-	a := &Agent{log: slog.New(slog.DiscardHandler), at: &attacher{}}
+	a := &Agent{log: slog.New(slog.DiscardHandler), at: attach.New(attach.Config{})}
 	c := &collector{a: a, read: func() (Snapshot, error) { return Snapshot{}, errors.New("no maps in this test") }}
 	for _, tc := range []struct {
 		mode WatchMode

@@ -11,6 +11,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
@@ -23,25 +25,25 @@ import (
 func TestDetachAll(t *testing.T) {
 	testenv.Require(t)
 	p := testenv.NewPair(t)
-	recorded := testenv.PinPath(t, agent.LockFile)
-	unrecorded := testenv.PinPath(t, agent.LockFile)
+	recorded := testenv.PinPath(t, pin.LockFile)
+	unrecorded := testenv.PinPath(t, pin.LockFile)
 	addVeth(t, p.Coll, "dxa0", "dxa1")
 	addVeth(t, p.Coll, "dxb0", "dxb1")
 
 	a := startPinned(t, p, recorded, defaultPolicy())
 	closeAgent(t, a)
-	b, err := newAgent(p, agent.Config{PinPath: unrecorded, Interfaces: []string{"dxa0"}, XDPMode: agent.XDPGeneric}, defaultPolicy())
+	b, err := newAgent(p, agent.Config{PinPath: unrecorded, Interfaces: []string{"dxa0"}, XDPMode: attach.XDPGeneric}, defaultPolicy())
 	if err != nil {
 		t.Fatalf("agent on dxa0: %v", err)
 	}
 	closeAgent(t, b)
-	if !slices.Contains(agent.RecordedPinPaths(), recorded) {
-		t.Fatalf("RecordedPinPaths %v lacks %s", agent.RecordedPinPaths(), recorded)
+	if !slices.Contains(pin.RecordedPinPaths(), recorded) {
+		t.Fatalf("RecordedPinPaths %v lacks %s", pin.RecordedPinPaths(), recorded)
 	}
-	if err := os.Remove(agent.LockFile(unrecorded)); err != nil {
+	if err := os.Remove(pin.LockFile(unrecorded)); err != nil {
 		t.Fatal(err)
 	}
-	named := testenv.NamedProgram(t, agent.ProgramName, xdpPassAction)
+	named := testenv.NamedProgram(t, pin.ProgramName, xdpPassAction)
 	foreign := testenv.NamedProgram(t, "foreign", xdpPassAction)
 	testenv.AttachForeign(t, p.Coll, "dxa1", named)
 	testenv.AttachForeign(t, p.Coll, "dxb0", foreign)
@@ -55,8 +57,8 @@ func TestDetachAll(t *testing.T) {
 	}
 	t.Cleanup(func() { elsewhere.Close() })
 
-	var rm agent.Removed
-	if err := p.Coll.Do(func() (err error) { rm, err = agent.DetachAll([]string{recorded}); return err }); err != nil {
+	var rm pin.Removed
+	if err := p.Coll.Do(func() (err error) { rm, err = pin.DetachAll([]string{recorded}); return err }); err != nil {
 		t.Fatalf("DetachAll: %v (removed %+v)", err, rm)
 	}
 	t.Logf("removed %+v", rm)
@@ -68,7 +70,7 @@ func TestDetachAll(t *testing.T) {
 	if x := testenv.XDP(t, p.Coll, "dxb0"); x.Name != "foreign" {
 		t.Errorf("dxb0 runs %d %q, want the foreign program left alone", x.ID, x.Name)
 	}
-	if x := testenv.XDP(t, p.Send, "lo"); x.Name != agent.ProgramName {
+	if x := testenv.XDP(t, p.Send, "lo"); x.Name != pin.ProgramName {
 		t.Errorf("the sender namespace's lo runs %d %q, want its tierlimit link left alone", x.ID, x.Name)
 	}
 	if _, err := os.Stat(recorded); !errors.Is(err, os.ErrNotExist) {
@@ -87,15 +89,15 @@ func TestDetachAll(t *testing.T) {
 func TestDetachAllRefusesRunningAgent(t *testing.T) {
 	testenv.Require(t)
 	p := testenv.NewPair(t)
-	pin := testenv.PinPath(t, agent.LockFile)
-	a := startPinned(t, p, pin, defaultPolicy())
+	pinPath := testenv.PinPath(t, pin.LockFile)
+	a := startPinned(t, p, pinPath, defaultPolicy())
 	t.Cleanup(func() {
 		a.Close()
-		p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) })
+		p.Coll.Do(func() error { return pin.Detach(pinPath, p.CollIf) })
 	})
 	id := testenv.XDP(t, p.Coll, p.CollIf).ID
-	var running *agent.AgentRunningError
-	err := p.Coll.Do(func() error { _, err := agent.DetachAll([]string{pin}); return err })
+	var running *pin.AgentRunningError
+	err := p.Coll.Do(func() error { _, err := pin.DetachAll([]string{pinPath}); return err })
 	if !errors.As(err, &running) {
 		t.Fatalf("DetachAll with an agent running: %v, want *AgentRunningError", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -54,7 +55,7 @@ func TestEndToEndVeth(t *testing.T) {
 	)
 	p := newPair(t)
 	pol := policy(t, max)
-	a := startAgent(t, p, agent.XDPAuto, pol)
+	a := startAgent(t, p, attach.XDPAuto, pol)
 	dst := netip.AddrPortFrom(p.CollAddr, 514)
 	rx := testenv.NewReceiver(t, p.Coll, dst)
 	tx := testenv.NewSender(t, p.Send, dst)
@@ -187,7 +188,7 @@ func TestRsyslogLogger(t *testing.T) {
 	const max = 200 // T = 140, 160, 200
 	p := newPair(t)
 	pol := policy(t, max)
-	a := startAgent(t, p, agent.XDPAuto, pol)
+	a := startAgent(t, p, attach.XDPAuto, pol)
 	dst := netip.AddrPortFrom(p.CollAddr, 514)
 	rs := testenv.StartRsyslog(t, p.Coll, dst)
 	ping(t, p.Send, p.CollAddr.String(), 1, "0.2")
@@ -286,7 +287,7 @@ func TestControlTrafficSurvivesFlood(t *testing.T) {
 		other    = 1000 // datagrams to an unselected UDP port
 	)
 	p := newPair(t)
-	a := startAgent(t, p, agent.XDPAuto, policy(t, max))
+	a := startAgent(t, p, attach.XDPAuto, policy(t, max))
 
 	// An echo listener on TCP 8080 and a receiver on UDP 5514: neither port
 	// is selected.
@@ -486,12 +487,12 @@ func TestAttachModes(t *testing.T) {
 	tx := testenv.NewSender(t, p.Send, dst)
 	ping(t, p.Send, p.CollAddr.String(), 1, "0.2")
 	for _, c := range []struct {
-		mode agent.XDPMode
+		mode attach.XDPMode
 		want string
 	}{
-		{agent.XDPNative, "native"},
-		{agent.XDPGeneric, "generic"},
-		{agent.XDPAuto, "native"}, // veth supports native XDP: auto must not fall back
+		{attach.XDPNative, "native"},
+		{attach.XDPGeneric, "generic"},
+		{attach.XDPAuto, "native"}, // veth supports native XDP: auto must not fall back
 	} {
 		t.Run(string(c.mode), func(t *testing.T) {
 			a := startAgent(t, p, c.mode, pol)

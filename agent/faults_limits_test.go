@@ -16,6 +16,8 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/internal/testenv"
@@ -33,36 +35,36 @@ import (
 func TestLockIsThePinnedState(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
-	pin := testenv.PinPath(t, agent.LockFile)
-	a := startPinned(t, p, pin, defaultPolicy())
-	t.Cleanup(func() { a.Close(); p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }) })
-	t.Chdir(filepath.Dir(pin))
+	pinPath := testenv.PinPath(t, pin.LockFile)
+	a := startPinned(t, p, pinPath, defaultPolicy())
+	t.Cleanup(func() { a.Close(); p.Coll.Do(func() error { return pin.Detach(pinPath, p.CollIf) }) })
+	t.Chdir(filepath.Dir(pinPath))
 	wantRunning := func(what string, err error) {
 		t.Helper()
-		if !errors.Is(err, agent.ErrAgentRunning) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d)", os.Getpid())) {
+		if !errors.Is(err, pin.ErrAgentRunning) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d)", os.Getpid())) {
 			t.Errorf("%s: %v, want ErrAgentRunning naming pid %d", what, err, os.Getpid())
 		}
 	}
-	for _, spelling := range []string{filepath.Base(pin), "./" + filepath.Base(pin), "../bpf/" + filepath.Base(pin) + "/"} {
-		wantRunning("detach --pin-path "+spelling, p.Coll.Do(func() error { return agent.Detach(spelling, p.CollIf) }))
+	for _, spelling := range []string{filepath.Base(pinPath), "./" + filepath.Base(pinPath), "../bpf/" + filepath.Base(pinPath) + "/"} {
+		wantRunning("detach --pin-path "+spelling, p.Coll.Do(func() error { return pin.Detach(spelling, p.CollIf) }))
 		_, err := newAgent(p, agent.Config{PinPath: spelling}, defaultPolicy())
 		wantRunning("second agent with --pin-path "+spelling, err)
 	}
 	// A half-written lock file (the holder between truncate and write) does
 	// not make the pid unreadable: it comes from the kernel.
-	if err := os.Truncate(agent.LockFile(pin), 0); err != nil {
+	if err := os.Truncate(pin.LockFile(pinPath), 0); err != nil {
 		t.Fatal(err)
 	}
-	_, err := newAgent(p, agent.Config{PinPath: pin}, defaultPolicy())
+	_, err := newAgent(p, agent.Config{PinPath: pinPath}, defaultPolicy())
 	wantRunning("second agent, empty lock file", err)
 	// tmpfiles removes the lock file: the pin directory's own lock holds.
-	if err := os.Remove(agent.LockFile(pin)); err != nil {
+	if err := os.Remove(pin.LockFile(pinPath)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = newAgent(p, agent.Config{PinPath: pin}, defaultPolicy())
+	_, err = newAgent(p, agent.Config{PinPath: pinPath}, defaultPolicy())
 	wantRunning("second agent, lock file removed", err)
-	wantRunning("detach, lock file removed", p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }))
-	if _, err := os.Stat(filepath.Join(pin, "links", p.CollIf)); err != nil {
+	wantRunning("detach, lock file removed", p.Coll.Do(func() error { return pin.Detach(pinPath, p.CollIf) }))
+	if _, err := os.Stat(filepath.Join(pinPath, "links", p.CollIf)); err != nil {
 		t.Fatalf("the running agent's pins were touched: %v", err)
 	}
 	if act, err := a.Limiter().Active(); err != nil || act.Max != 100 {
@@ -90,7 +92,7 @@ func TestPrefixLimits(t *testing.T) {
 	pol := defaultPolicy()
 	pol.Exempt = append(v4[:tiers.MaxPrefixes-1:tiers.MaxPrefixes-1], netip.MustParsePrefix("198.51.100.0/24"))
 	pol.Select = append(pol.Select, tiers.Rule{Proto: tiers.ProtoUDP, Ports: []tiers.PortRange{{First: 515, Last: 515}}, Dests: v6})
-	a := startAgent(t, p, agent.XDPAuto, pol)
+	a := startAgent(t, p, attach.XDPAuto, pol)
 	for i := range 3 {
 		if err := a.Reload(pol); err != nil {
 			t.Fatalf("reload %d of the unchanged policy: %v", i+1, err)
@@ -157,7 +159,7 @@ func TestManyPortRanges(t *testing.T) {
 	}
 	pol.Select = []tiers.Rule{{Proto: tiers.ProtoUDP, Ports: rs}}
 	start := time.Now()
-	a := startAgent(t, p, agent.XDPAuto, pol)
+	a := startAgent(t, p, attach.XDPAuto, pol)
 	started := time.Since(start)
 	start = time.Now()
 	if err := a.Reload(pol); err != nil {
@@ -180,7 +182,7 @@ func TestManyPortRanges(t *testing.T) {
 func TestDottedAndLongInterfaceNames(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
-	pin := testenv.PinPath(t, agent.LockFile)
+	pinPath := testenv.PinPath(t, pin.LockFile)
 	// VLAN sub-interface names; any interface may carry them, and veth
 	// needs no module.
 	names := []string{"tlv" + sandbox.RandHex(2) + ".100", "tl" + sandbox.RandHex(4) + ".4094", "tl" + sandbox.RandHex(6) + "z"}
@@ -191,11 +193,11 @@ func TestDottedAndLongInterfaceNames(t *testing.T) {
 		t.Fatalf("test names %q are not 15 characters", names[1:])
 	}
 	for _, n := range names {
-		detachAtEnd(t, p, pin, n)
+		detachAtEnd(t, p, pinPath, n)
 	}
 	for run := range 2 {
 		var logs testenv.SyncBuffer
-		a, err := newAgent(p, agent.Config{PinPath: pin, Interfaces: names, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, defaultPolicy())
+		a, err := newAgent(p, agent.Config{PinPath: pinPath, Interfaces: names, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, defaultPolicy())
 		if err != nil {
 			t.Fatalf("run %d on %q: %v", run+1, names, err)
 		}
@@ -204,7 +206,7 @@ func TestDottedAndLongInterfaceNames(t *testing.T) {
 			t.Errorf("restart did not adopt every link:\n%s", logs.String())
 		}
 	}
-	st, err := agent.ReadStatus(pin)
+	st, err := agent.ReadStatus(pinPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +218,7 @@ func TestDottedAndLongInterfaceNames(t *testing.T) {
 		t.Errorf("status lists %q, want %q", got, sortedCopy(names))
 	}
 	for _, n := range names {
-		if err := p.Coll.Do(func() error { return agent.Detach(pin, n) }); err != nil {
+		if err := p.Coll.Do(func() error { return pin.Detach(pinPath, n) }); err != nil {
 			t.Errorf("detach %s: %v", n, err)
 		}
 		if x := testenv.XDP(t, p.Coll, n); x.ID != 0 {
@@ -229,9 +231,9 @@ func TestDottedAndLongInterfaceNames(t *testing.T) {
 // encoding, and no encoded name holds a dot (bpffs refuses those).
 func TestPinName(t *testing.T) {
 	for _, n := range []string{"eth0", "eth0.100", "a.b.c", "x%2Ey", "%", "%25.", "vlan.4094", "..."} {
-		enc := agent.PinName(n)
-		if strings.Contains(enc, ".") || agent.UnpinName(enc) != n {
-			t.Errorf("PinName(%q) = %q, back %q", n, enc, agent.UnpinName(enc))
+		enc := pin.PinName(n)
+		if strings.Contains(enc, ".") || pin.UnpinName(enc) != n {
+			t.Errorf("PinName(%q) = %q, back %q", n, enc, pin.UnpinName(enc))
 		}
 	}
 }
@@ -240,7 +242,7 @@ func sortedCopy(s []string) []string {
 	c := slicesClone(s)
 	for i := range c {
 		for j := i + 1; j < len(c); j++ {
-			if agent.PinName(c[j]) < agent.PinName(c[i]) {
+			if pin.PinName(c[j]) < pin.PinName(c[i]) {
 				c[i], c[j] = c[j], c[i]
 			}
 		}
@@ -255,20 +257,20 @@ func sortedCopy(s []string) []string {
 func TestIncompatiblePinDir(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
-	pin := testenv.PinPath(t, agent.LockFile)
-	if err := os.MkdirAll(filepath.Join(pin, "maps"), 0o700); err != nil {
+	pinPath := testenv.PinPath(t, pin.LockFile)
+	if err := os.MkdirAll(filepath.Join(pinPath, "maps"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "window", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Pin(filepath.Join(pin, "maps", "window")); err != nil {
+	if err := old.Pin(filepath.Join(pinPath, "maps", "window")); err != nil {
 		t.Fatal(err)
 	}
 	old.Close()
 	var logs testenv.SyncBuffer
-	a, err := newAgent(p, agent.Config{PinPath: pin, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, defaultPolicy())
+	a, err := newAgent(p, agent.Config{PinPath: pinPath, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, defaultPolicy())
 	if err != nil {
 		t.Fatalf("start on a pin dir whose window map differs: %v, want a migration", err)
 	}
@@ -277,15 +279,15 @@ func TestIncompatiblePinDir(t *testing.T) {
 	}
 	sendUDP(t, p, 514, 5)
 	a.Close()
-	st, err := agent.ReadStatus(pin)
+	st, err := agent.ReadStatus(pinPath)
 	if err != nil || st.Layout.Version != bpf.Layout || !st.Layout.Recorded || st.Stats.SelectedPackets() != 5 {
 		t.Errorf("status after the migration: %v, layout %v, %d selected, want layout %d and 5", err, st.Layout, st.Stats.SelectedPackets(), bpf.Layout)
 	}
-	if err := p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }); err != nil {
+	if err := p.Coll.Do(func() error { return pin.Detach(pinPath, p.CollIf) }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("detach left %s (%v)", pin, err)
+	if _, err := os.Stat(pinPath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("detach left %s (%v)", pinPath, err)
 	}
 }
 
@@ -294,10 +296,10 @@ func TestIncompatiblePinDir(t *testing.T) {
 func TestSecondUnpinnedAgent(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
-	startAgent(t, p, agent.XDPAuto, defaultPolicy())
+	startAgent(t, p, attach.XDPAuto, defaultPolicy())
 	_, err := newAgent(p, agent.Config{}, defaultPolicy())
-	var busy *agent.BusyError
-	if !errors.As(err, &busy) || busy.Iface != p.CollIf || !errors.Is(err, agent.ErrInterfaceBusy) {
+	var busy *pin.BusyError
+	if !errors.As(err, &busy) || busy.Iface != p.CollIf || !errors.Is(err, pin.ErrInterfaceBusy) {
 		t.Fatalf("second unpinned agent: %v, want a BusyError for %s", err, p.CollIf)
 	}
 }
@@ -308,7 +310,7 @@ func TestDuplicateInterface(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
 	_, err := newAgent(p, agent.Config{Interfaces: []string{p.CollIf, p.CollIf}}, defaultPolicy())
-	if !errors.Is(err, agent.ErrDuplicateInterface) || !strings.Contains(err.Error(), p.CollIf) {
+	if !errors.Is(err, attach.ErrDuplicateInterface) || !strings.Contains(err.Error(), p.CollIf) {
 		t.Fatalf("--iface %s twice: %v, want ErrDuplicateInterface naming it", p.CollIf, err)
 	}
 	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
@@ -91,8 +92,8 @@ func waitLog(t *testing.T, logs *testenv.SyncBuffer, s string) {
 }
 
 // detachAtEnd detaches iface's pinned limiter when the test ends.
-func detachAtEnd(t *testing.T, p *testenv.Pair, pin, iface string) {
-	t.Cleanup(func() { p.Coll.Do(func() error { return agent.Detach(pin, iface) }) })
+func detachAtEnd(t *testing.T, p *testenv.Pair, pinPath, iface string) {
+	t.Cleanup(func() { p.Coll.Do(func() error { return pin.Detach(pinPath, iface) }) })
 }
 
 // TestPinDirRemovedWhileRunning (A1): `rm -rf` of the pin directory under a
@@ -103,19 +104,19 @@ func detachAtEnd(t *testing.T, p *testenv.Pair, pin, iface string) {
 func TestPinDirRemovedWhileRunning(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
-	pin := testenv.PinPath(t, agent.LockFile)
-	detachAtEnd(t, p, pin, p.CollIf)
-	a, logs := watched(t, p, agent.Config{PinPath: pin})
+	pinPath := testenv.PinPath(t, pin.LockFile)
+	detachAtEnd(t, p, pinPath, p.CollIf)
+	a, logs := watched(t, p, agent.Config{PinPath: pinPath})
 	id := testenv.XDP(t, p.Coll, p.CollIf).ID
-	if err := os.RemoveAll(pin); err != nil {
+	if err := os.RemoveAll(pinPath); err != nil {
 		t.Fatal(err)
 	}
 	waitLog(t, logs, "pinned state removed while the agent runs")
 	waitLog(t, logs, "pinned state restored")
 	for _, f := range []string{"links/" + p.CollIf, "maps/window", "maps/stats", "program"} {
 		deadline := time.Now().Add(2 * time.Second)
-		_, err := os.Stat(filepath.Join(pin, f))
-		for ; err != nil && time.Now().Before(deadline); _, err = os.Stat(filepath.Join(pin, f)) {
+		_, err := os.Stat(filepath.Join(pinPath, f))
+		for ; err != nil && time.Now().Before(deadline); _, err = os.Stat(filepath.Join(pinPath, f)) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		if err != nil {
@@ -130,18 +131,18 @@ func TestPinDirRemovedWhileRunning(t *testing.T) {
 	if !strings.Contains(logs.String(), "limiter stays attached and pinned") {
 		t.Errorf("stop message does not say the limiter stays:\n%s", logs)
 	}
-	st, err := agent.ReadStatus(pin)
+	st, err := agent.ReadStatus(pinPath)
 	if err != nil || st.Stats.SelectedPackets() != 7 {
 		t.Fatalf("status of the re-pinned maps: %v, %d selected, want 7", err, st.Stats.SelectedPackets())
 	}
 
 	// Without Watch, the stop message tells the truth about a removed link pin.
 	var logs2 testenv.SyncBuffer
-	a2, err := newAgent(p, agent.Config{PinPath: pin, Logger: slog.New(slog.NewTextHandler(&logs2, nil))}, defaultPolicy())
+	a2, err := newAgent(p, agent.Config{PinPath: pinPath, Logger: slog.New(slog.NewTextHandler(&logs2, nil))}, defaultPolicy())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(pin, "links", p.CollIf)); err != nil {
+	if err := os.Remove(filepath.Join(pinPath, "links", p.CollIf)); err != nil {
 		t.Fatal(err)
 	}
 	a2.Close()
@@ -163,11 +164,11 @@ func TestPinDirRemovedWhileRunning(t *testing.T) {
 func TestInterfaceRecreated(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
-	pin := testenv.PinPath(t, agent.LockFile)
+	pinPath := testenv.PinPath(t, pin.LockFile)
 	name := "tlre" + sandbox.RandHex(3)
 	old := vethIn(t, p.Coll, name)
-	detachAtEnd(t, p, pin, name)
-	a, logs := watched(t, p, agent.Config{PinPath: pin, Interfaces: []string{name}})
+	detachAtEnd(t, p, pinPath, name)
+	a, logs := watched(t, p, agent.Config{PinPath: pinPath, Interfaces: []string{name}})
 	prog := testenv.XDP(t, p.Coll, name).ID
 	ipIn(t, p.Coll, "link", "del", name)
 	waitLog(t, logs, "limiter no longer attached")
@@ -184,7 +185,7 @@ func TestInterfaceRecreated(t *testing.T) {
 	if x := testenv.XDP(t, p.Coll, name); x.ID != prog {
 		t.Fatalf("re-created %s runs %+v, want the agent's program %d", name, x, prog)
 	}
-	st, err := agent.ReadStatus(pin)
+	st, err := agent.ReadStatus(pinPath)
 	if err != nil || len(st.Links) != 1 || st.Links[0].Ifindex != idx || st.Links[0].Gone {
 		t.Fatalf("pinned links after re-attaching: %+v (%v), want one on ifindex %d", st.Links, err, idx)
 	}
@@ -257,17 +258,17 @@ func TestHealthNotFooledByReusedIfindex(t *testing.T) {
 func TestInterfaceRenamed(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
-	pin := testenv.PinPath(t, agent.LockFile)
+	pinPath := testenv.PinPath(t, pin.LockFile)
 	a1, b1, c1 := "tlra"+sandbox.RandHex(3), "tlrb"+sandbox.RandHex(3), "tlrc"+sandbox.RandHex(3)
 	vethIn(t, p.Coll, a1)
-	detachAtEnd(t, p, pin, c1)
-	a, logs := watched(t, p, agent.Config{PinPath: pin, Interfaces: []string{a1}})
+	detachAtEnd(t, p, pinPath, c1)
+	a, logs := watched(t, p, agent.Config{PinPath: pinPath, Interfaces: []string{a1}})
 	prog := testenv.XDP(t, p.Coll, a1).ID
 	ipIn(t, p.Coll, "link", "set", a1, "down")
 	ipIn(t, p.Coll, "link", "set", a1, "name", b1)
 	ipIn(t, p.Coll, "link", "set", b1, "up")
 	waitLog(t, logs, "interface renamed: the limiter stays on it")
-	if _, err := os.Stat(filepath.Join(pin, "links", b1)); err != nil {
+	if _, err := os.Stat(filepath.Join(pinPath, "links", b1)); err != nil {
 		t.Errorf("link pin under the new name: %v", err)
 	}
 	if atts := a.Attachments(); atts[0].Iface != b1 || !a.Attached() {
@@ -282,7 +283,7 @@ func TestInterfaceRenamed(t *testing.T) {
 	ipIn(t, p.Coll, "link", "set", b1, "name", c1)
 	ipIn(t, p.Coll, "link", "set", c1, "up")
 	var logs2 testenv.SyncBuffer
-	a2, err := newAgent(p, agent.Config{PinPath: pin, Interfaces: []string{c1}, Logger: slog.New(slog.NewTextHandler(&logs2, nil))}, defaultPolicy())
+	a2, err := newAgent(p, agent.Config{PinPath: pinPath, Interfaces: []string{c1}, Logger: slog.New(slog.NewTextHandler(&logs2, nil))}, defaultPolicy())
 	if err != nil {
 		t.Fatalf("run --iface %s after a rename: %v", c1, err)
 	}
@@ -291,13 +292,13 @@ func TestInterfaceRenamed(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, logs2.String())
 		}
 	}
-	if x := testenv.XDP(t, p.Coll, c1); x.ID == prog || x.Name != agent.ProgramName {
+	if x := testenv.XDP(t, p.Coll, c1); x.ID == prog || x.Name != pin.ProgramName {
 		t.Errorf("after adopting: %+v, want a new tierlimit program replacing %d in place", x, prog)
 	}
 	a2.Close()
 	ipIn(t, p.Coll, "link", "set", c1, "down")
 	ipIn(t, p.Coll, "link", "set", c1, "name", a1)
-	if err := p.Coll.Do(func() error { return agent.Detach(pin, a1) }); err != nil {
+	if err := p.Coll.Do(func() error { return pin.Detach(pinPath, a1) }); err != nil {
 		t.Fatalf("detach --iface %s after a rename: %v", a1, err)
 	}
 	if x := testenv.XDP(t, p.Coll, a1); x.ID != 0 {
@@ -311,10 +312,10 @@ func TestInterfaceRenamed(t *testing.T) {
 func TestDeletedInterfaceStatusAndExit(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
-	pin := testenv.PinPath(t, agent.LockFile)
+	pinPath := testenv.PinPath(t, pin.LockFile)
 	name := "tlg" + sandbox.RandHex(3)
 	vethIn(t, p.Coll, name)
-	a, err := newAgent(p, agent.Config{PinPath: pin, Interfaces: []string{name}}, defaultPolicy())
+	a, err := newAgent(p, agent.Config{PinPath: pinPath, Interfaces: []string{name}}, defaultPolicy())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,17 +323,17 @@ func TestDeletedInterfaceStatusAndExit(t *testing.T) {
 	a.Close()
 	ipIn(t, p.Coll, "link", "del", name)
 	var st agent.Status
-	if err := p.Coll.Do(func() (err error) { st, err = agent.ReadStatus(pin); return err }); err != nil {
+	if err := p.Coll.Do(func() (err error) { st, err = agent.ReadStatus(pinPath); return err }); err != nil {
 		t.Fatal(err)
 	}
 	if len(st.Links) != 1 || !st.Links[0].Gone || st.Links[0].ProgramID != prog || st.Links[0].Mode != "none" {
 		t.Fatalf("status links %+v, want %s gone, its link holding program %d", st.Links, name, prog)
 	}
-	if err := p.Coll.Do(func() error { return agent.Detach(pin, name) }); err != nil {
+	if err := p.Coll.Do(func() error { return pin.Detach(pinPath, name) }); err != nil {
 		t.Fatalf("detach of a deleted interface's link: %v", err)
 	}
-	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("detach left %s", pin)
+	if _, err := os.Stat(pinPath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("detach left %s", pinPath)
 	}
 
 	vethIn(t, p.Coll, name)

@@ -11,6 +11,8 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
+	"github.com/tierlimit/tierlimit/agent/automax"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -65,8 +67,8 @@ func TestFleetAutoAgent(t *testing.T) {
 	)
 	polA := fleetAutoPolicy(t, r.URL(), learnt, true)
 	polB := fleetAutoPolicy(t, r.URL(), 1000, false)
-	a := startAgent(t, newPair(t), agent.XDPGeneric, polA)
-	b := startAgent(t, newPair(t), agent.XDPGeneric, polB)
+	a := startAgent(t, newPair(t), attach.XDPGeneric, polA)
+	b := startAgent(t, newPair(t), attach.XDPGeneric, polB)
 	ca, err := a.StartFleet(polA, "auto")
 	if err != nil {
 		t.Fatalf("StartFleet with max: auto: %v", err)
@@ -199,14 +201,14 @@ select:
 		t.Fatal(err)
 	}
 	p := newPair(t)
-	a := startAgent(t, p, agent.XDPGeneric, pol)
-	var src agent.DropSource
+	a := startAgent(t, p, attach.XDPGeneric, pol)
+	var src automax.DropSource
 	var coll *net.UDPConn
 	if err := p.Coll.Do(func() (err error) {
 		if coll, err = net.ListenUDP("udp", &net.UDPAddr{Port: 514}); err != nil {
 			return err
 		}
-		src, err = agent.OpenDropSource(false)
+		src, err = automax.OpenDropSource(false)
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/automax"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -109,7 +110,7 @@ type goodputRig struct {
 	c       int            // the collector's datagrams per second; the flood is 10 × c
 	a       *agent.Agent
 	coll    *pacedCollector
-	probe   agent.DropSource
+	probe   automax.DropSource
 	sendErr chan error
 }
 
@@ -159,14 +160,14 @@ func startGoodputRigC(t *testing.T, p *testenv.Pair, ns *testenv.NS, dst netip.A
 		r.a = a
 	}
 	if err := ns.Do(func() (err error) {
-		r.probe, err = agent.OpenDropSource(false)
+		r.probe, err = automax.OpenDropSource(false)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.probe.Close() })
-	if r.probe.Signal() != agent.SignalSockDiag {
-		t.Fatalf("socket drops: %s, want %s (per socket)", r.probe.Signal(), agent.SignalSockDiag)
+	if r.probe.Signal() != automax.SignalSockDiag {
+		t.Fatalf("socket drops: %s, want %s (per socket)", r.probe.Signal(), automax.SignalSockDiag)
 	}
 	r.coll = newPacedCollector(t, ns, dst, c)
 	t.Logf("collector: %d datagrams/s, SO_RCVBUF %d bytes (the kernel's default), %d-byte lines, flood %d/s",
@@ -276,7 +277,7 @@ func TestGoodputSmooth(t *testing.T) {
 // 22's bounds: by the end of them the application reads ≥ 75% of C (over
 // the last 5) and the socket drops are under 1% of offered (over the last
 // 3, by the rig's probe of the collector's socket).
-func autoGoodput(t *testing.T, r *goodputRig, pol tiers.Policy, src agent.DropSource) *agent.AutoMax {
+func autoGoodput(t *testing.T, r *goodputRig, pol tiers.Policy, src automax.DropSource) *automax.Controller {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -349,9 +350,9 @@ func TestGoodputAutoMax(t *testing.T) {
 	testenv.Require(t)
 	pol := goodputAutoPolicy(t, "", goodputSelect)
 	r := newGoodputRig(t, &pol)
-	var src agent.DropSource
+	var src automax.DropSource
 	if err := r.p.Coll.Do(func() (err error) {
-		src, err = agent.OpenDropSource(false)
+		src, err = automax.OpenDropSource(false)
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/automax"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -79,9 +79,9 @@ func TestGoodputAutoMaxNetNS(t *testing.T) {
 	r := startGoodputRig(t, p, pod, netip.AddrPortFrom(podAddr, 514), &pol)
 
 	ports := []tiers.PortRange{{First: 514, Last: 514}}
-	var own agent.DropSource
+	var own automax.DropSource
 	if err := p.Coll.Do(func() (err error) {
-		own, err = agent.OpenDropSource(false)
+		own, err = automax.OpenDropSource(false)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ func TestGoodputAutoMaxNetNS(t *testing.T) {
 		t.Fatalf("the agent's own namespace: %+v, %v; want no collector socket (the rig is wrong)", s, err)
 	}
 	// Opened from the test's namespace, neither the agent's nor the pod's.
-	src, err := agent.OpenDropSourceIn(pol.Auto.NetNS)
+	src, err := automax.OpenDropSourceIn(pol.Auto.NetNS)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +102,8 @@ func TestGoodputAutoMaxNetNS(t *testing.T) {
 
 	bad := goodputAutoPolicy(t, "/run/netns/tltest-none", sel)
 	err = r.a.Reload(bad)
-	if !errors.Is(err, agent.ErrSignalNetNS) {
-		t.Errorf("reload with auto.netns %s: %v, want %v", bad.Auto.NetNS, err, agent.ErrSignalNetNS)
+	if !errors.Is(err, automax.ErrSignalNetNS) {
+		t.Errorf("reload with auto.netns %s: %v, want %v", bad.Auto.NetNS, err, automax.ErrSignalNetNS)
 	}
 	sockets := func(what string, want int) {
 		t.Helper()
@@ -133,9 +133,9 @@ func TestGoodputAutoMaxNetNS(t *testing.T) {
 func TestOpenDropSourceInRefuses(t *testing.T) {
 	testenv.Require(t)
 	for _, path := range []string{"/run/netns/tltest-none", "/proc/self/ns/mnt", "/proc/self/status"} {
-		src, err := agent.OpenDropSourceIn(path)
-		var ne *agent.SignalNetNSError
-		if !errors.As(err, &ne) || ne.Path != path || !errors.Is(err, agent.ErrSignalNetNS) || !strings.Contains(err.Error(), path) {
+		src, err := automax.OpenDropSourceIn(path)
+		var ne *automax.SignalNetNSError
+		if !errors.As(err, &ne) || ne.Path != path || !errors.Is(err, automax.ErrSignalNetNS) || !strings.Contains(err.Error(), path) {
 			t.Errorf("OpenDropSourceIn(%s) = %v, want a *SignalNetNSError naming it", path, err)
 		}
 		if src != nil {

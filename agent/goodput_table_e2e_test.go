@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/automax"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -78,9 +78,9 @@ func (row goodputRow) measure(t *testing.T, c int) string {
 	defer cancel()
 	warm := 3 * time.Second
 	if row.auto {
-		var src agent.DropSource
+		var src automax.DropSource
 		if err := p.Coll.Do(func() (err error) {
-			src, err = agent.OpenDropSource(false)
+			src, err = automax.OpenDropSource(false)
 			return err
 		}); err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -68,7 +69,7 @@ func gsoSetup(t *testing.T, pol tiers.Policy) (*testenv.Pair, *agent.Agent, *tes
 	t.Helper()
 	testenv.Require(t)
 	p := newPair(t)
-	a := startAgent(t, p, agent.XDPGeneric, pol)
+	a := startAgent(t, p, attach.XDPGeneric, pol)
 	if att := testenv.XDP(t, p.Coll, p.CollIf); att.Mode != "generic" {
 		t.Fatalf("limiter runs in %q mode on %s, want generic", att.Mode, p.CollIf)
 	}
@@ -182,7 +183,7 @@ func TestSuperPacketsReattached(t *testing.T) {
 	const x, y = 201, 7 // the pair's namespaces are the test's own
 	vethToSender(t, p, name, x, y)
 	logs := &testenv.SyncBuffer{}
-	cfg := agent.Config{XDPMode: agent.XDPGeneric, Interfaces: []string{name}, Logger: slog.New(slog.NewTextHandler(logs, nil))}
+	cfg := agent.Config{XDPMode: attach.XDPGeneric, Interfaces: []string{name}, Logger: slog.New(slog.NewTextHandler(logs, nil))}
 	a, err := newAgent(p, cfg, issuePolicy(t))
 	if err != nil {
 		t.Fatalf("start agent: %v", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -26,7 +27,7 @@ import (
 func TestOtherHostMAC(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
-	a := startAgent(t, p, agent.XDPAuto, policy(t, 40))
+	a := startAgent(t, p, attach.XDPAuto, policy(t, 40))
 	waitCheckMAC(t, a, true)
 
 	other := netip.MustParseAddr("198.51.100.60")

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -80,7 +81,7 @@ func writeSegmented(dst netip.AddrPort, segment, count int, buf []byte) (int, er
 func TestUDPSuperPacketsGeneric(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
-	a := startAgent(t, p, agent.XDPGeneric, issuePolicy(t))
+	a := startAgent(t, p, attach.XDPGeneric, issuePolicy(t))
 	if att := testenv.XDP(t, p.Coll, p.CollIf); att.Mode != "generic" {
 		t.Fatalf("limiter runs in %q mode on %s, want generic", att.Mode, p.CollIf)
 	}
@@ -165,8 +166,8 @@ func TestStackedRefused(t *testing.T) {
 		{[]string{portA, br}, br + " is the bridge master of " + portA},
 		{[]string{mvOnBr, portA}, mvOnBr + " is a macvlan on " + br + ", " + br + " is the bridge master of " + portA},
 	} {
-		_, err := newAgent(p, agent.Config{Interfaces: c.ifaces, XDPMode: agent.XDPGeneric}, issuePolicy(t))
-		if !errors.Is(err, agent.ErrStacked) || !strings.Contains(fmtErr(err), c.want) || !strings.Contains(fmtErr(err), "counted twice") {
+		_, err := newAgent(p, agent.Config{Interfaces: c.ifaces, XDPMode: attach.XDPGeneric}, issuePolicy(t))
+		if !errors.Is(err, attach.ErrStacked) || !strings.Contains(fmtErr(err), c.want) || !strings.Contains(fmtErr(err), "counted twice") {
 			t.Errorf("--iface %v: %v; want ErrStacked saying %q", c.ifaces, err, c.want)
 		}
 		for _, iface := range c.ifaces {
@@ -177,7 +178,7 @@ func TestStackedRefused(t *testing.T) {
 	}
 	// The two ends of a veth pair are not stacked: a packet crosses the
 	// ingress hook of one end only.
-	a, err := newAgent(p, agent.Config{Interfaces: []string{portA, portB}, XDPMode: agent.XDPGeneric}, issuePolicy(t))
+	a, err := newAgent(p, agent.Config{Interfaces: []string{portA, portB}, XDPMode: attach.XDPGeneric}, issuePolicy(t))
 	if err != nil {
 		t.Fatalf("--iface %s --iface %s (a veth pair): %v", portA, portB, err)
 	}

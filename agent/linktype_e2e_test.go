@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
@@ -54,8 +55,8 @@ func TestRefusesL3Devices(t *testing.T) {
 			a.Close()
 			t.Fatalf("%s: New attached", c.iface)
 		}
-		var lt *agent.LinkTypeError
-		if !errors.As(err, &lt) || !errors.Is(err, agent.ErrNotEthernet) || lt.Iface != c.iface || lt.Type != c.typ {
+		var lt *attach.LinkTypeError
+		if !errors.As(err, &lt) || !errors.Is(err, attach.ErrNotEthernet) || lt.Iface != c.iface || lt.Type != c.typ {
 			t.Errorf("%s: New: %v, want a *LinkTypeError for %s of type %q", c.iface, err, c.iface, c.typ)
 		}
 		for _, iface := range []string{p.CollIf, c.iface} {
@@ -64,7 +65,7 @@ func TestRefusesL3Devices(t *testing.T) {
 			}
 		}
 	}
-	a, err := newAgent(p, agent.Config{Interfaces: []string{"tltap0"}, XDPMode: agent.XDPGeneric}, policy(t, 1000))
+	a, err := newAgent(p, agent.Config{Interfaces: []string{"tltap0"}, XDPMode: attach.XDPGeneric}, policy(t, 1000))
 	if err != nil {
 		t.Fatalf("tap: %v", err)
 	}

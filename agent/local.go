@@ -117,7 +117,7 @@ func (a *Agent) refreshLocal() {
 	if a.closed.Load() { // its netlink handle closes with it
 		return
 	}
-	local, err := a.groups.dests(a.at.nh, a.log)
+	local, err := a.groups.dests(a.at.Handle(), a.log)
 	if err != nil {
 		a.follow.errors.Add(1)
 		a.log.Warn("read local addresses", "err", err)

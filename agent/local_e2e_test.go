@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
@@ -24,7 +25,7 @@ import (
 func TestDestsLocal(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
-	a := startAgent(t, p, agent.XDPAuto, policy(t, 100000))
+	a := startAgent(t, p, attach.XDPAuto, policy(t, 100000))
 	vip := netip.MustParseAddr("192.0.2.200")
 	other := netip.MustParseAddr("198.51.100.99")
 

@@ -9,7 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
@@ -22,7 +22,7 @@ import (
 func TestDestsLocalFollowsGroups(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
-	a := startAgent(t, p, agent.XDPAuto, policy(t, 100000))
+	a := startAgent(t, p, attach.XDPAuto, policy(t, 100000))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { a.Watch(ctx, 100*time.Millisecond); close(done) }()

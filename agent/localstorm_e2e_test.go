@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
@@ -37,7 +37,7 @@ func routeStorm(t *testing.T, ns *testenv.NS, n int) {
 func TestDestsLocalAfterRouteStorm(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
-	a := startAgent(t, p, agent.XDPAuto, policy(t, 100000))
+	a := startAgent(t, p, attach.XDPAuto, policy(t, 100000))
 	if out, err := p.Coll.Command(context.Background(), "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		t.Fatalf("lo up: %v\n%s", err, out)
 	}

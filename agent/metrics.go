@@ -83,7 +83,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, reloadsDesc, a.reloadErr.Load(), "error")
 	for _, att := range a.Attachments() {
 		up := 0.0
-		if a.at.attachedTo(att.Index) {
+		if a.at.AttachedTo(att.Index) {
 			up = 1
 		}
 		gauge(ch, attachedDesc, up, att.Iface, att.Mode)

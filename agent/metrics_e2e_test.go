@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -29,7 +30,7 @@ func TestScrapeOneRead(t *testing.T) {
 	pol := policy(t, 1000)
 	pol.Severity = &tiers.Severity{Protect: []int{0, 1, 2, 3}, ProtectBudget: tiers.Pct(5), ShedFirst: []int{7}}
 	pol.Sources = tiers.Sources{Budget: tiers.Pct(80), PrefixV4: 32, PrefixV6: 64}
-	a := startAgent(t, p, agent.XDPAuto, pol)
+	a := startAgent(t, p, attach.XDPAuto, pol)
 	tx := testenv.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
 	ping(t, p.Send, p.CollAddr.String(), 1, "0.2")
 	if t.Failed() {
@@ -101,7 +102,7 @@ func TestMetrics(t *testing.T) {
 	testenv.Require(t)
 	p := newPair(t)
 	pol := policy(t, 2000)
-	a := startAgent(t, p, agent.XDPAuto, pol)
+	a := startAgent(t, p, attach.XDPAuto, pol)
 	ping(t, p.Send, p.CollAddr.String(), 1, "0.2")
 	tx := testenv.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
 	if _, err := tx.Pace(context.Background(), 50, 10*time.Millisecond, time.Second, func(i int) []byte { return testenv.SyslogMessage(0, i) }); err != nil {

@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/automax"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -57,7 +57,7 @@ func TestDropSourceFollowsRecreatedNS(t *testing.T) {
 	ports := []tiers.PortRange{{First: 514, Last: 514}}
 	var c1 *net.UDPConn
 	overflow(t, ns, &c1, 0)
-	src, err := agent.OpenDropSourceIn(ns.Path)
+	src, err := automax.OpenDropSourceIn(ns.Path)
 	if err != nil {
 		t.Fatal(err)
 	}

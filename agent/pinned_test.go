@@ -14,14 +14,16 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // startPinned starts an agent on the pair's collector veth, pinned under pin.
-func startPinned(t *testing.T, p *testenv.Pair, pin string, policy tiers.Policy) *agent.Agent {
+func startPinned(t *testing.T, p *testenv.Pair, pinPath string, policy tiers.Policy) *agent.Agent {
 	t.Helper()
-	a, err := newAgent(p, agent.Config{PinPath: pin}, policy)
+	a, err := newAgent(p, agent.Config{PinPath: pinPath}, policy)
 	if err != nil {
 		t.Fatalf("start agent: %v", err)
 	}
@@ -50,14 +52,14 @@ func defaultPolicy() tiers.Policy {
 func TestRestartAdoptsPinnedState(t *testing.T) {
 	testenv.Require(t)
 	p := testenv.NewPair(t)
-	pin := testenv.PinPath(t, agent.LockFile)
-	t.Cleanup(func() { p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }) })
+	pinPath := testenv.PinPath(t, pin.LockFile)
+	t.Cleanup(func() { p.Coll.Do(func() error { return pin.Detach(pinPath, p.CollIf) }) })
 
-	a := startPinned(t, p, pin, defaultPolicy())
+	a := startPinned(t, p, pinPath, defaultPolicy())
 	x := testenv.XDP(t, p.Coll, p.CollIf)
 	id1, name := x.ID, x.Name
-	if id1 == 0 || name != agent.ProgramName {
-		t.Fatalf("after start: program %d %q attached, want %q", id1, name, agent.ProgramName)
+	if id1 == 0 || name != pin.ProgramName {
+		t.Fatalf("after start: program %d %q attached, want %q", id1, name, pin.ProgramName)
 	}
 	sendUDP(t, p, 514, 10)
 	if err := a.Close(); err != nil {
@@ -68,7 +70,7 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 	}
 	sendUDP(t, p, 514, 10) // counted while no agent runs
 
-	st, err := agent.ReadStatus(pin)
+	st, err := agent.ReadStatus(pinPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,14 +78,14 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 		t.Fatalf("status with no agent: %d selected packets, want 20", got)
 	}
 
-	a2 := startPinned(t, p, pin, defaultPolicy())
+	a2 := startPinned(t, p, pinPath, defaultPolicy())
 	defer a2.Close()
 	id2 := testenv.XDP(t, p.Coll, p.CollIf).ID
 	if id2 == 0 || id2 == id1 {
 		t.Fatalf("after restart: program %d, want a new program replacing %d", id2, id1)
 	}
 	sendUDP(t, p, 514, 10)
-	err = p.Coll.Do(func() (err error) { st, err = agent.ReadStatus(pin); return err })
+	err = p.Coll.Do(func() (err error) { st, err = agent.ReadStatus(pinPath); return err })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,19 +101,19 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 func TestDetachRemovesEverything(t *testing.T) {
 	testenv.Require(t)
 	p := testenv.NewPair(t)
-	pin := testenv.PinPath(t, agent.LockFile)
-	a := startPinned(t, p, pin, defaultPolicy())
+	pinPath := testenv.PinPath(t, pin.LockFile)
+	a := startPinned(t, p, pinPath, defaultPolicy())
 	a.Close()
-	if err := p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }); err != nil {
+	if err := p.Coll.Do(func() error { return pin.Detach(pinPath, p.CollIf) }); err != nil {
 		t.Fatalf("detach: %v", err)
 	}
 	if id := testenv.XDP(t, p.Coll, p.CollIf).ID; id != 0 {
 		t.Fatalf("program %d still attached after detach", id)
 	}
-	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("pin dir %s still there after detach (err %v)", pin, err)
+	if _, err := os.Stat(pinPath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("pin dir %s still there after detach (err %v)", pinPath, err)
 	}
-	if _, err := agent.ReadStatus(pin); !errors.Is(err, agent.ErrNotPinned) {
+	if _, err := agent.ReadStatus(pinPath); !errors.Is(err, pin.ErrNotPinned) {
 		t.Fatalf("status after detach: %v, want ErrNotPinned", err)
 	}
 }
@@ -176,11 +178,11 @@ char _license[] __attribute__((section("license"), used)) = "GPL";
 func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *testenv.Pair) uint32) {
 	testenv.Require(t)
 	p := testenv.NewPair(t)
-	pin := testenv.PinPath(t, agent.LockFile)
+	pinPath := testenv.PinPath(t, pin.LockFile)
 	id := attach(t, p)
 
-	_, err := newAgent(p, agent.Config{PinPath: pin}, defaultPolicy())
-	if !errors.Is(err, agent.ErrForeignProgram) {
+	_, err := newAgent(p, agent.Config{PinPath: pinPath}, defaultPolicy())
+	if !errors.Is(err, pin.ErrForeignProgram) {
 		t.Fatalf("start on a foreign program: %v, want ErrForeignProgram", err)
 	}
 	for _, want := range []string{fmt.Sprint(id), `"foreign"`, p.CollIf} {
@@ -194,16 +196,16 @@ func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *testenv.
 	if got := testenv.XDP(t, p.Coll, p.CollIf).ID; got != id {
 		t.Fatalf("foreign program %d replaced by %d", id, got)
 	}
-	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("a refused start left %s behind", pin)
+	if _, err := os.Stat(pinPath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused start left %s behind", pinPath)
 	}
-	matches, _ := filepath.Glob(pin + "-tmp-*")
+	matches, _ := filepath.Glob(pinPath + "-tmp-*")
 	if len(matches) > 0 {
 		t.Errorf("a refused start left %v behind", matches)
 	}
 
-	err = p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) })
-	if !errors.Is(err, agent.ErrForeignProgram) || !strings.Contains(err.Error(), "foreign") {
+	err = p.Coll.Do(func() error { return pin.Detach(pinPath, p.CollIf) })
+	if !errors.Is(err, pin.ErrForeignProgram) || !strings.Contains(err.Error(), "foreign") {
 		t.Fatalf("detach of a foreign program: %v, want ErrForeignProgram naming it", err)
 	}
 	if got := testenv.XDP(t, p.Coll, p.CollIf).ID; got != id {
@@ -215,7 +217,7 @@ func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *testenv.
 	if err != nil {
 		t.Fatalf("start with Replace: %v", err)
 	}
-	if name := testenv.XDP(t, p.Coll, p.CollIf).Name; name != agent.ProgramName {
+	if name := testenv.XDP(t, p.Coll, p.CollIf).Name; name != pin.ProgramName {
 		t.Fatalf("with Replace: %q attached", name)
 	}
 	a.Close()
@@ -230,19 +232,19 @@ func testForeignProgramUntouched(t *testing.T, attach func(*testing.T, *testenv.
 func TestSecondAgentRefused(t *testing.T) {
 	testenv.Require(t)
 	p := testenv.NewPair(t)
-	pin := testenv.PinPath(t, agent.LockFile)
-	a := startPinned(t, p, pin, defaultPolicy())
+	pinPath := testenv.PinPath(t, pin.LockFile)
+	a := startPinned(t, p, pinPath, defaultPolicy())
 	defer func() {
 		a.Close()
-		p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) })
+		p.Coll.Do(func() error { return pin.Detach(pinPath, p.CollIf) })
 	}()
 	other := defaultPolicy()
 	other.Max, other.Mode = 50, tiers.ModeDryRun
-	_, err := newAgent(p, agent.Config{PinPath: pin}, other)
-	if !errors.Is(err, agent.ErrAgentRunning) || !strings.Contains(err.Error(), fmt.Sprint("pid ", os.Getpid())) {
+	_, err := newAgent(p, agent.Config{PinPath: pinPath}, other)
+	if !errors.Is(err, pin.ErrAgentRunning) || !strings.Contains(err.Error(), fmt.Sprint("pid ", os.Getpid())) {
 		t.Fatalf("second agent: %v, want ErrAgentRunning naming pid %d", err, os.Getpid())
 	}
-	if err := p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }); !errors.Is(err, agent.ErrAgentRunning) {
+	if err := p.Coll.Do(func() error { return pin.Detach(pinPath, p.CollIf) }); !errors.Is(err, pin.ErrAgentRunning) {
 		t.Fatalf("detach under a running agent: %v, want ErrAgentRunning", err)
 	}
 	act, err := a.Limiter().Active()
@@ -252,7 +254,7 @@ func TestSecondAgentRefused(t *testing.T) {
 	if act.Max != 100 || act.Mode != tiers.ModeEnforce {
 		t.Fatalf("the refused agent changed the policy: max %d mode %v", act.Max, act.Mode)
 	}
-	if testenv.XDP(t, p.Coll, p.CollIf).Name != agent.ProgramName {
+	if testenv.XDP(t, p.Coll, p.CollIf).Name != pin.ProgramName {
 		t.Fatal("limiter gone after a refused second agent")
 	}
 }
@@ -262,13 +264,13 @@ func TestSecondAgentRefused(t *testing.T) {
 func TestModeSwitchOnAdoption(t *testing.T) {
 	testenv.Require(t)
 	p := testenv.NewPair(t)
-	pin := testenv.PinPath(t, agent.LockFile)
-	t.Cleanup(func() { p.Coll.Do(func() error { return agent.Detach(pin, p.CollIf) }) })
+	pinPath := testenv.PinPath(t, pin.LockFile)
+	t.Cleanup(func() { p.Coll.Do(func() error { return pin.Detach(pinPath, p.CollIf) }) })
 	for _, step := range []struct {
-		mode agent.XDPMode
+		mode attach.XDPMode
 		want string
-	}{{agent.XDPGeneric, "generic"}, {agent.XDPAuto, "generic"}, {agent.XDPNative, "native"}, {agent.XDPGeneric, "generic"}} {
-		a, err := newAgent(p, agent.Config{PinPath: pin, XDPMode: step.mode}, defaultPolicy())
+	}{{attach.XDPGeneric, "generic"}, {attach.XDPAuto, "generic"}, {attach.XDPNative, "native"}, {attach.XDPGeneric, "generic"}} {
+		a, err := newAgent(p, agent.Config{PinPath: pinPath, XDPMode: step.mode}, defaultPolicy())
 		if err != nil {
 			t.Fatalf("start in %s: %v", step.mode, err)
 		}
@@ -284,17 +286,17 @@ func TestModeSwitchOnAdoption(t *testing.T) {
 	if out, err := p.Send.Command(context.Background(), "ip", "link", "set", "dev", p.SendIf, "mtu", "9000").CombinedOutput(); err != nil {
 		t.Fatalf("set mtu: %v %s", err, out)
 	}
-	a, err := newAgent(p, agent.Config{PinPath: pin, XDPMode: agent.XDPNative}, defaultPolicy())
+	a, err := newAgent(p, agent.Config{PinPath: pinPath, XDPMode: attach.XDPNative}, defaultPolicy())
 	if err == nil {
 		a.Close()
 	}
 	if err == nil || !strings.Contains(err.Error(), "stays attached in generic mode") {
 		t.Fatalf("refused switch to native: %v, want an error saying the limiter stays in generic mode", err)
 	}
-	if x := testenv.XDP(t, p.Coll, p.CollIf); x.Mode != "generic" || x.Name != agent.ProgramName {
+	if x := testenv.XDP(t, p.Coll, p.CollIf); x.Mode != "generic" || x.Name != pin.ProgramName {
 		t.Fatalf("after a refused switch: %+v attached, want tierlimit in generic mode", x)
 	}
-	if _, err := os.Stat(filepath.Join(pin, "links", p.CollIf)); err != nil {
+	if _, err := os.Stat(filepath.Join(pinPath, "links", p.CollIf)); err != nil {
 		t.Fatalf("after a refused switch the link is not pinned: %v", err)
 	}
 }
@@ -306,7 +308,7 @@ func TestWatchLogsLostInterface(t *testing.T) {
 	testenv.Require(t)
 	p := testenv.NewPair(t)
 	var logs testenv.SyncBuffer
-	a, err := newAgent(p, agent.Config{PinPath: testenv.PinPath(t, agent.LockFile), Logger: slog.New(slog.NewTextHandler(&logs, nil))}, defaultPolicy())
+	a, err := newAgent(p, agent.Config{PinPath: testenv.PinPath(t, pin.LockFile), Logger: slog.New(slog.NewTextHandler(&logs, nil))}, defaultPolicy())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,8 @@ import (
 
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
+	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -139,7 +140,7 @@ func TestRecordEpisodeVeth(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "shed")
 	addr, reports := listenReports(t)
 	pol := recordPolicy(t, dir, "udp://"+addr)
-	a := startAgent(t, p, agent.XDPAuto, pol)
+	a := startAgent(t, p, attach.XDPAuto, pol)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	state := filepath.Join(t.TempDir(), "episode.json")
@@ -192,7 +193,7 @@ func TestRecordEpisodeVeth(t *testing.T) {
 			m.sum("tierlimit_shed_samples_total", `result="written"`), m.sum("tierlimit_shed_samples_total", `result="lost"`),
 			m.sum("tierlimit_event_reports_total", `result="sent"`), m.sum("tierlimit_event_reports_total", `result="error"`), len(reps))
 	}
-	if saved, err := agent.ReadEpisode(state); err != nil || saved.ID != 1 || saved.Open || len(saved.Top) < 2 {
+	if saved, err := record.ReadEpisode(state); err != nil || saved.ID != 1 || saved.Open || len(saved.Top) < 2 {
 		t.Errorf("state file: %+v, %v", saved, err)
 	}
 }
@@ -254,7 +255,7 @@ func checkPcapDir(t *testing.T, dir string, srcs ...netip.Addr) {
 			if len(opts.Comments) != 1 || ci.CaptureLength != len(data) || len(data) > 128 {
 				t.Fatalf("%s: packet with comments %q, %d bytes", name, opts.Comments, len(data))
 			}
-			kv, err := agent.ParseSampleComment(opts.Comments[0])
+			kv, err := record.ParseSampleComment(opts.Comments[0])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -286,7 +287,7 @@ func TestRecordEventsDown(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // refused from here on
 	pol := recordPolicy(t, "", "tcp://"+addr)
-	a := startAgent(t, p, agent.XDPAuto, pol)
+	a := startAgent(t, p, attach.XDPAuto, pol)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ep, err := a.StartRecord(ctx, pol, "")
@@ -328,7 +329,7 @@ func TestRecordDirUnusable(t *testing.T) {
 		t.Fatal(err)
 	}
 	pol := recordPolicy(t, filepath.Join(parent, "shed"), "")
-	a := startAgent(t, p, agent.XDPAuto, pol)
+	a := startAgent(t, p, attach.XDPAuto, pol)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ep, err := a.StartRecord(ctx, pol, "")

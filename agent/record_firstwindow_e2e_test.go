@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -32,7 +32,7 @@ func TestRecordFirstWindowSamples(t *testing.T) {
 			if err := pol.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			a := startAgent(t, p, agent.XDPAuto, pol)
+			a := startAgent(t, p, attach.XDPAuto, pol)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			ep, err := a.StartRecord(ctx, pol, filepath.Join(t.TempDir(), "episode.json"))

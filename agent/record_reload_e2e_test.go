@@ -14,6 +14,8 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
+	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -67,7 +69,7 @@ func pcapFile(name string) (packets, maxCap int, err error) {
 		if len(opts.Comments) != 1 {
 			return 0, 0, fmt.Errorf("%s: packet with comments %q", name, opts.Comments)
 		}
-		if _, err := agent.ParseSampleComment(opts.Comments[0]); err != nil {
+		if _, err := record.ParseSampleComment(opts.Comments[0]); err != nil {
 			return 0, 0, err
 		}
 		packets++
@@ -98,7 +100,7 @@ func TestRecordReloadLive(t *testing.T) {
 	p := newPair(t)
 	pol := recordPolicy(t, "", "")
 	pol.Record = tiers.Record{}
-	a := startAgent(t, p, agent.XDPAuto, pol)
+	a := startAgent(t, p, attach.XDPAuto, pol)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ep, err := a.StartRecord(ctx, pol, "")
@@ -173,7 +175,7 @@ func refuseBadRecord(t *testing.T, a *agent.Agent, q tiers.Policy) {
 	}
 	bad := q
 	bad.Record.Dir = filepath.Join(file, "shed")
-	if err := a.Reload(bad); !errors.Is(err, agent.ErrRecordDir) {
+	if err := a.Reload(bad); !errors.Is(err, record.ErrDir) {
 		t.Errorf("reload with a dir under a file: %v, want ErrRecordDir", err)
 	}
 	bad = q

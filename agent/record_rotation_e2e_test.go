@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
+	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -61,7 +62,7 @@ func checkRecordFile(path string, src netip.Addr) error {
 		return fmt.Errorf("%s: tshark read %d packet comments, gopacket %d packets", path, len(comments), packets)
 	}
 	for _, c := range comments {
-		kv, err := agent.ParseSampleComment(c)
+		kv, err := record.ParseSampleComment(c)
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
@@ -174,7 +175,7 @@ func TestRecordRotationFlood(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "shed")
 	pol := recordPolicy(t, dir, "")
 	pol.Record = tiers.Record{Samples: samples, Snaplen: tiers.RecordSnapMax, Dir: dir, MaxBytes: maxBytes}
-	a := startAgent(t, p, agent.XDPAuto, pol)
+	a := startAgent(t, p, attach.XDPAuto, pol)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := a.StartRecord(ctx, pol, ""); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/tierlimit/tierlimit/agent/automax"
 	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -37,7 +38,7 @@ var errClosed = errors.New("agent closed")
 // error the old policy keeps running, and the error is counted in
 // config_reloads_total{result="error"}. The shed record takes the new
 // record and events settings live (record.Change); a new record dir
-// the agent cannot make or write refuses the reload (ErrRecordDir). With an adaptive-max controller
+// the agent cannot make or write refuses the reload (record.ErrDir). With an adaptive-max controller
 // running (StartAutoMax), a p with the same auto bounds as the policy in
 // force keeps the learnt max instead of p.Max.
 func (a *Agent) Reload(p tiers.Policy) error {
@@ -93,10 +94,10 @@ func (a *Agent) apply(ctx context.Context, p tiers.Policy, reload bool) error {
 	if err != nil {
 		return err
 	}
-	var src DropSource
+	var src automax.DropSource
 	var rc *record.Change
 	if reload {
-		if src, err = m.SourceFor(p, a.at.ns); err != nil { // a new auto.netns: its signal, or refused
+		if src, err = m.SourceFor(p, a.at.NS()); err != nil { // a new auto.netns: its signal, or refused
 			return err
 		}
 		if rc, err = ep.Prepare(p); err != nil { // a new record dir or reader: opened, or refused

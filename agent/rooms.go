@@ -8,94 +8,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tierlimit/tierlimit/agent/automax"
-	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/internal/sysutil"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
-// The agent's rooms are packages that do not know the Agent: agent/pin
-// (the pin directory, its locks, status and detach), agent/automax (the
-// adaptive max) and agent/record (the shed record). The Agent wires them
-// to the limiter; these names keep the door's API whole.
-type (
-	// AutoMax is the adaptive-max controller (automax.Controller).
-	AutoMax = automax.Controller
-	// AutoWindow is one judged window of the adaptive max.
-	AutoWindow = automax.Window
-	// DropSource reads the collector sockets' receive-buffer drops.
-	DropSource = automax.DropSource
-	// DropSample is one read of a DropSource.
-	DropSample = automax.DropSample
-	// SignalNetNSError is a network namespace in which the drop signal
-	// cannot be read.
-	SignalNetNSError = automax.SignalNetNSError
-
-	// Episodes tracks shedding episodes and reports them.
-	Episodes = record.Episodes
-	// Episode is one shedding episode.
-	Episode = record.Episode
-	// Recorder keeps the shed record's samples.
-	Recorder = record.Recorder
-	// GroupShare is a source group's share of an episode's samples.
-	GroupShare = record.GroupShare
-	// RecordCounts are the shed record's counters.
-	RecordCounts = record.Counts
-
-	// PinnedLink is one interface's pinned limiter link.
-	PinnedLink = pin.PinnedLink
-	// Layout is the layout record of a pin directory.
-	Layout = pin.Layout
-	// BPFFSMount is the bpffs mount a pin path's parent resolves to.
-	BPFFSMount = pin.BPFFSMount
-	// Removed is what DetachAll removed.
-	Removed = pin.Removed
-	// RemovedLink is one link DetachAll detached.
-	RemovedLink = pin.RemovedLink
-)
-
-// The rooms' constants and functions, under the door's names.
-const (
-	SignalSockDiag   = automax.SignalSockDiag
-	SignalSNMP       = automax.SignalSNMP
-	QuietWindows     = record.QuietWindows
-	DefaultStateFile = record.DefaultStateFile
-	TopGroups        = record.TopGroups
-	RecentSamples    = record.RecentSamples
-	LockDir          = pin.LockDir
-)
-
-var (
-	// ErrSignalNetNS is returned by OpenDropSourceIn (automax).
-	ErrSignalNetNS = automax.ErrSignalNetNS
-
-	OpenDropSource     = automax.OpenDropSource
-	OpenDropSourceIn   = automax.OpenDropSourceIn
-	DefaultStatePath   = record.DefaultStatePath
-	ReadEpisode        = record.ReadEpisode
-	SampleComment      = record.SampleComment
-	ParseSampleComment = record.ParseSampleComment
-	PinName            = pin.PinName
-	UnpinName          = pin.UnpinName
-	LockFile           = pin.LockFile
-	LockHolder         = pin.LockHolder
-	CanonicalPinPath   = pin.CanonicalPinPath
-	LookupBPFFS        = pin.LookupBPFFS
-	Detach             = pin.Detach
-	DetachAll          = pin.DetachAll
-	RecordedPinPaths   = pin.RecordedPinPaths
-)
-
 // StartAutoMax starts the adaptive-max controller for policy p, the policy
 // New or the last Reload applied, reading collector socket drops from src,
-// which OpenDropSourceIn opened in p's auto.netns (the agent's network
+// which automax.OpenDropSourceIn opened in p's auto.netns (the agent's network
 // namespace when p has none). It runs until ctx ends or the agent closes,
 // then closes src. While the policy has no `max: auto` it only follows
 // reloads; Reload keeps the learnt max when the auto settings stay the
 // same, and opens the signal again when auto.netns changes (a namespace
 // where it cannot be read refuses the reload). Returns an error when a
 // controller runs already.
-func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src DropSource) (*AutoMax, error) {
+func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src automax.DropSource) (*automax.Controller, error) {
 	apply := func(p tiers.Policy) error {
 		if a.closed.Load() {
 			return errors.New("agent closed")
@@ -111,20 +38,20 @@ func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src DropSource
 }
 
 // AutoMax returns the adaptive-max controller, or nil when none runs.
-func (a *Agent) AutoMax() *AutoMax { return a.auto.Load() }
+func (a *Agent) AutoMax() *automax.Controller { return a.auto.Load() }
 
 // StartRecord starts the shed record (docs/design.md §10) of policy p: the
 // sample reader (with p.Record.Samples > 0), the pcapng files (with
 // p.Record.Dir) and the episode tracker, which reports to p.Events and
 // keeps the open or last episode in statePath ("" for none). Cancelling
 // ctx stops them. A reload changes them all in place (record.Change).
-func (a *Agent) StartRecord(ctx context.Context, p tiers.Policy, statePath string) (*Episodes, error) {
+func (a *Agent) StartRecord(ctx context.Context, p tiers.Policy, statePath string) (*record.Episodes, error) {
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
 	if a.record.Load() != nil {
 		return nil, fmt.Errorf("shed record: started already")
 	}
-	ep, err := record.Start(ctx, a.log, a.lim, p, a.at.ifname, a.at.ifaceNames, statePath)
+	ep, err := record.Start(ctx, a.log, a.lim, p, a.at.IfName, a.at.IfaceNames, statePath)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +71,7 @@ var (
 )
 
 // roomCounts fills in s the counters of the rooms that run.
-func roomCounts(s *Snapshot, m *AutoMax, ep *Episodes) {
+func roomCounts(s *Snapshot, m *automax.Controller, ep *record.Episodes) {
 	if m != nil {
 		s.Auto = &AutoCounts{}
 		s.Auto.Up, s.Auto.Down, s.Auto.SocketDrops = m.Counts()

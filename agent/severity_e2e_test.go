@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -101,7 +102,7 @@ func TestSeverityFlood(t *testing.T) {
 	p := newPair(t)
 	pol := policy(t, maxPkts)
 	pol.Severity = &tiers.Severity{Protect: []int{0, 1, 2, 3}, ProtectBudget: tiers.Pct(5), ShedFirst: []int{7}}
-	a := startAgent(t, p, agent.XDPAuto, pol)
+	a := startAgent(t, p, attach.XDPAuto, pol)
 	dst := netip.AddrPortFrom(p.CollAddr, 514)
 	rx := testenv.NewReceiver(t, p.Coll, dst)
 	tx := testenv.NewSender(t, p.Send, dst)

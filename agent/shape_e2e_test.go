@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -110,7 +110,7 @@ func shapeOnVeth(t *testing.T, shape tiers.Shape) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startAgent(t, p, agent.XDPAuto, pol)
+	startAgent(t, p, attach.XDPAuto, pol)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/sysutil"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -42,7 +43,7 @@ type Snapshot struct {
 	Auto *AutoCounts
 	// Record holds the shed record's counters (docs/design.md §10): nil when
 	// the record was not started. The agent's, like Auto.
-	Record *RecordCounts
+	Record *record.Counts
 	// ConfigWatch is how the agent's Reloader notices config changes
 	// (WatchNone without one); the agent's, filled in by the collector.
 	ConfigWatch WatchMode

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -144,7 +145,7 @@ func fairShedding(t *testing.T, shape tiers.Shape) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := startAgent(t, p, agent.XDPAuto, fair)
+	a := startAgent(t, p, attach.XDPAuto, fair)
 
 	on := fairTraffic(t, senders, 0)
 	fairCollect(t, a, rx, &on, 0, 0)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -85,7 +86,7 @@ func newAgent(p *testenv.Pair, cfg agent.Config, pol tiers.Policy) (a *agent.Age
 
 // startAgent starts an unpinned agent in mode on the collector veth and
 // closes it in Cleanup.
-func startAgent(t *testing.T, p *testenv.Pair, mode agent.XDPMode, pol tiers.Policy) *agent.Agent {
+func startAgent(t *testing.T, p *testenv.Pair, mode attach.XDPMode, pol tiers.Policy) *agent.Agent {
 	t.Helper()
 	a, err := newAgent(p, agent.Config{XDPMode: mode}, pol)
 	if err != nil {

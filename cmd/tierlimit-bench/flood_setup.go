@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -153,7 +154,7 @@ func (b *bench) attachXDP() error {
 		p.Record = tiers.Record{Samples: tiers.DefaultRecordSamples, Snaplen: tiers.RecordSnapMax, Dir: dir, MaxBytes: 16 << 20}
 	}
 	return b.pair.Coll.Do(func() error {
-		a, err := agent.New(agent.Config{Interfaces: []string{b.pair.CollIf}, XDPMode: agent.XDPNative}, p)
+		a, err := agent.New(agent.Config{Interfaces: []string{b.pair.CollIf}, XDPMode: attach.XDPNative}, p)
 		if err != nil {
 			return fmt.Errorf("agent on %s: %w", b.pair.CollIf, err)
 		}

@@ -6,7 +6,7 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/automax"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -15,15 +15,15 @@ import (
 // namespace. With `max: auto`, a signal that cannot be read is a config
 // error (exit 2), never a silent "no drops" (docs/design.md §8); without it,
 // nil and no error: an adaptive max that a reload turns on stays at start.
-func openAutoSignal(p tiers.Policy) (agent.DropSource, error) {
+func openAutoSignal(p tiers.Policy) (automax.DropSource, error) {
 	if p.Auto == nil {
-		src, err := agent.OpenDropSource(false)
+		src, err := automax.OpenDropSource(false)
 		if err != nil {
 			return nil, nil
 		}
 		return src, nil
 	}
-	src, err := agent.OpenDropSourceIn(p.Auto.NetNS)
+	src, err := automax.OpenDropSourceIn(p.Auto.NetNS)
 	if err == nil {
 		return src, nil
 	}
@@ -36,14 +36,14 @@ func openAutoSignal(p tiers.Policy) (agent.DropSource, error) {
 // autoStarter is what startAutoMax needs of the agent (*agent.Agent): its
 // adaptive-max controller, in the agent's reload room.
 type autoStarter interface {
-	StartAutoMax(ctx context.Context, p tiers.Policy, src agent.DropSource) (*agent.AutoMax, error)
+	StartAutoMax(ctx context.Context, p tiers.Policy, src automax.DropSource) (*automax.Controller, error)
 }
 
 // startAutoMax starts the agent's adaptive-max controller on src, the
 // signal openAutoSignal opened (nil: none, and no controller). It runs
 // whatever the policy, so that a reload can turn `max: auto` on. When the
 // controller does not start, src is closed and the error logged.
-func startAutoMax(ctx context.Context, log *slog.Logger, a autoStarter, p tiers.Policy, src agent.DropSource) {
+func startAutoMax(ctx context.Context, log *slog.Logger, a autoStarter, p tiers.Policy, src automax.DropSource) {
 	if src == nil {
 		return
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/automax"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -133,7 +133,7 @@ func TestRunAutoNetNS(t *testing.T) {
 // fakeStarter is an autoStarter that refuses, counting its calls.
 type fakeStarter struct{ calls int }
 
-func (f *fakeStarter) StartAutoMax(context.Context, tiers.Policy, agent.DropSource) (*agent.AutoMax, error) {
+func (f *fakeStarter) StartAutoMax(context.Context, tiers.Policy, automax.DropSource) (*automax.Controller, error) {
 	f.calls++
 	return nil, errors.New("refused")
 }
@@ -141,9 +141,11 @@ func (f *fakeStarter) StartAutoMax(context.Context, tiers.Policy, agent.DropSour
 // fakeSource is a DropSource that only records its Close.
 type fakeSource struct{ closed int }
 
-func (*fakeSource) Read([]tiers.PortRange) (agent.DropSample, error) { return agent.DropSample{}, nil }
-func (*fakeSource) Signal() string                                   { return agent.SignalSNMP }
-func (s *fakeSource) Close() error                                   { s.closed++; return nil }
+func (*fakeSource) Read([]tiers.PortRange) (automax.DropSample, error) {
+	return automax.DropSample{}, nil
+}
+func (*fakeSource) Signal() string { return automax.SignalSNMP }
+func (s *fakeSource) Close() error { s.closed++; return nil }
 
 // TestStartAutoMaxRefused checks that startAutoMax starts nothing without a
 // signal, and that a controller that does not start has its signal closed

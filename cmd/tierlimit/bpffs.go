@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/pin"
 )
 
 // Words for a bpffs that is not the agent's (issue 26): a private mount
 // namespace (ip netns exec, unshare -m, a container without the host's
 // bpffs) has a /sys/fs/bpf of its own, which ends with it.
 
-// privateBPFFSHint names the fixes for *agent.PrivateBPFFSError.
+// privateBPFFSHint names the fixes for *pin.PrivateBPFFSError.
 const privateBPFFSHint = "pins must live in a bpffs that outlives the agent: " +
 	"run it in the host's mount namespace (nsenter --net=/run/netns/NAME instead of ip netns exec, which mounts a fresh /sys), " +
 	"or mount the host's bpffs into its namespace or container (a hostPath /sys/fs/bpf, as deploy/kubernetes does), " +
@@ -22,18 +22,18 @@ const privateBPFFSHint = "pins must live in a bpffs that outlives the agent: " +
 // ErrInterfaceBusy from detach (a link it cannot see holds the interface),
 // where they looked, and why that may not be where the agent pinned. err
 // otherwise.
-func explainNotPinned(err error, pin string) error {
-	if !errors.Is(err, agent.ErrNotPinned) && !errors.Is(err, agent.ErrInterfaceBusy) {
+func explainNotPinned(err error, pinPath string) error {
+	if !errors.Is(err, pin.ErrNotPinned) && !errors.Is(err, pin.ErrInterfaceBusy) {
 		return err
 	}
-	m := agent.LookupBPFFS(pin)
+	m := pin.LookupBPFFS(pinPath)
 	var b strings.Builder
 	if !m.OnBPFFS() {
 		fmt.Fprintf(&b, "looked in %s: ", describeBPFFS(m))
 	} else {
 		fmt.Fprintf(&b, "looked in the %s: ", describeBPFFS(m))
 	}
-	if pid, held := agent.LockHolder(pin); held {
+	if pid, held := pin.LockHolder(pinPath); held {
 		if pid == "" {
 			pid = "PID"
 		}
@@ -47,7 +47,7 @@ func explainNotPinned(err error, pin string) error {
 
 // describeBPFFS says which bpffs a path resolved to, and whether the host's
 // init (PID 1) sees the same instance.
-func describeBPFFS(m agent.BPFFSMount) string {
+func describeBPFFS(m pin.BPFFSMount) string {
 	if !m.OnBPFFS() {
 		return fmt.Sprintf("%s, where no bpffs is mounted in this mount namespace (it is %s)", m.Dir, m.FSType)
 	}

@@ -20,7 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
@@ -99,16 +99,16 @@ func checkStop(t *testing.T, p *testenv.Pair, a *agentProc, pid int, want string
 		t.Fatalf("the agent said %q on stopping, but after its exit the kernel shows XDP program %d (%s) on %s:\n%s",
 			said, x.ID, x.Mode, p.CollIf, a.log)
 	}
-	if said == "attached" && x.Name != agent.ProgramName {
+	if said == "attached" && x.Name != pin.ProgramName {
 		t.Fatalf("program %d %q on %s after the exit, want tierlimit's", x.ID, x.Name, p.CollIf)
 	}
 }
 
 // hostPinned checks that the host's mount namespace (the test's) sees the
 // link of iface pinned under pin.
-func hostPinned(t *testing.T, pin, iface string) {
+func hostPinned(t *testing.T, pinPath, iface string) {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(pin, "links", agent.PinName(iface))); err != nil {
+	if _, err := os.Stat(filepath.Join(pinPath, "links", pin.PinName(iface))); err != nil {
 		t.Fatalf("the host does not see the pinned link: %v", err)
 	}
 }
@@ -131,13 +131,13 @@ func contains(t *testing.T, out string, wants ...string) {
 func TestPrivateBPFFSIPNetnsExec(t *testing.T) {
 	testenv.Require(t)
 	p := testenv.NewPair(t)
-	pin := testPin(t, p)
+	pinPath := testPin(t, p)
 	bin := cli(t)
 	netnsExec := func(args ...string) *exec.Cmd {
 		return exec.Command("ip", append([]string{"netns", "exec", p.Coll.Name, bin}, args...)...)
 	}
 
-	code, out := runRefused(t, netnsExec("run", "--iface", p.CollIf, "--pin-path", pin, "--metrics-addr", ""))
+	code, out := runRefused(t, netnsExec("run", "--iface", p.CollIf, "--pin-path", pinPath, "--metrics-addr", ""))
 	if code != exitUsage {
 		t.Fatalf("run under ip netns exec: exit %d, want %d (refused):\n%s", code, exitUsage, out)
 	}
@@ -146,8 +146,8 @@ func TestPrivateBPFFSIPNetnsExec(t *testing.T) {
 	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != 0 {
 		t.Fatalf("refused, yet program %d is attached to %s", x.ID, p.CollIf)
 	}
-	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("refused, yet %s exists on the host: %v", pin, err)
+	if _, err := os.Stat(pinPath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("refused, yet %s exists on the host: %v", pinPath, err)
 	}
 
 	t.Run("no-pin", func(t *testing.T) {
@@ -159,17 +159,17 @@ func TestPrivateBPFFSIPNetnsExec(t *testing.T) {
 	})
 
 	t.Run("status and detach", func(t *testing.T) {
-		a := startRun(t, p.Coll, "--iface", p.CollIf, "--pin-path", pin, "--metrics-addr", "") // nsenter --net: the host's bpffs
-		code, out := runRefused(t, netnsExec("status", "--pin-path", pin))
+		a := startRun(t, p.Coll, "--iface", p.CollIf, "--pin-path", pinPath, "--metrics-addr", "") // nsenter --net: the host's bpffs
+		code, out := runRefused(t, netnsExec("status", "--pin-path", pinPath))
 		if code != exitFailure {
 			t.Fatalf("status under ip netns exec: exit %d:\n%s", code, out)
 		}
 		contains(t, out, "no pinned tierlimit state", "looked in /sys/fs/bpf, where no bpffs is mounted in this mount namespace (it is sysfs)",
 			fmt.Sprintf("an agent (pid %d) holds this pin path", a.cmd.Process.Pid), "nsenter --mount --target")
 		checkStop(t, p, a, a.cmd.Process.Pid, "attached")
-		hostPinned(t, pin, p.CollIf)
+		hostPinned(t, pinPath, p.CollIf)
 
-		code, out = runRefused(t, netnsExec("detach", "--iface", p.CollIf, "--pin-path", pin))
+		code, out = runRefused(t, netnsExec("detach", "--iface", p.CollIf, "--pin-path", pinPath))
 		if code == 0 {
 			t.Fatalf("detach under ip netns exec claims success:\n%s", out)
 		}
@@ -200,21 +200,21 @@ func TestPrivateBPFFSUnshare(t *testing.T) {
 
 	t.Run("host bpffs copied", func(t *testing.T) {
 		p := testenv.NewPair(t)
-		pin := testPin(t, p)
-		a := spawnCmd(t, unshareRun(p, fmt.Sprintf("exec %s run --iface %s --pin-path %s --metrics-addr ''", bin, p.CollIf, pin)))
+		pinPath := testPin(t, p)
+		a := spawnCmd(t, unshareRun(p, fmt.Sprintf("exec %s run --iface %s --pin-path %s --metrics-addr ''", bin, p.CollIf, pinPath)))
 		if !a.waitLog("msg=started", 15*time.Second) {
 			t.Fatalf("did not start:\n%s", a.log)
 		}
 		contains(t, a.log.String(), `msg="pins outlive the agent"`, "the same bpffs instance is mounted in PID 1's mount namespace")
 		checkStop(t, p, a, a.cmd.Process.Pid, "attached")
-		hostPinned(t, pin, p.CollIf)
+		hostPinned(t, pinPath, p.CollIf)
 	})
 
 	t.Run("agent mounts its own", func(t *testing.T) {
 		p := testenv.NewPair(t)
-		pin := testPin(t, p)
+		pinPath := testPin(t, p)
 		code, out := runRefused(t, unshareRun(p, fmt.Sprintf(`while mountpoint -q /sys/fs/bpf; do umount /sys/fs/bpf; done
-exec %s run --iface %s --pin-path %s --metrics-addr ''`, bin, p.CollIf, pin)))
+exec %s run --iface %s --pin-path %s --metrics-addr ''`, bin, p.CollIf, pinPath)))
 		if code != exitUsage {
 			t.Fatalf("exit %d, want %d (refused):\n%s", code, exitUsage, out)
 		}
@@ -227,7 +227,7 @@ exec %s run --iface %s --pin-path %s --metrics-addr ''`, bin, p.CollIf, pin)))
 	t.Run("wrapper mounts its own", func(t *testing.T) {
 		p := testenv.NewPair(t)
 		dir := t.TempDir()
-		t.Cleanup(func() { os.Remove(agent.LockFile(filepath.Join(dir, "tl"))) })
+		t.Cleanup(func() { os.Remove(pin.LockFile(filepath.Join(dir, "tl"))) })
 		code, out := runRefused(t, unshareRun(p, fmt.Sprintf(`mount -t bpf bpf %[1]s
 exec %[2]s run --iface %[3]s --pin-path %[1]s/tl --metrics-addr ''`, dir, bin, p.CollIf)))
 		if code != exitUsage {
@@ -263,13 +263,13 @@ exec %[2]s run --iface %[3]s --pin-path %[1]s/tl --metrics-addr ''`, dir, bin, p
 		if mi, err := os.ReadFile("/proc/1/mountinfo"); err == nil && !strings.Contains(string(mi), " "+dir+" ") {
 			t.Skipf("the test's mounts are not in PID 1's mount namespace (%s is not in /proc/1/mountinfo): a chroot or container", dir)
 		}
-		pin := filepath.Join(dir, "tl")
-		t.Cleanup(func() { os.Remove(agent.LockFile(pin)) })
-		a := spawnCmd(t, unshareRun(p, fmt.Sprintf("exec %s run --iface %s --pin-path %s --metrics-addr ''", bin, p.CollIf, pin)))
+		pinPath := filepath.Join(dir, "tl")
+		t.Cleanup(func() { os.Remove(pin.LockFile(pinPath)) })
+		a := spawnCmd(t, unshareRun(p, fmt.Sprintf("exec %s run --iface %s --pin-path %s --metrics-addr ''", bin, p.CollIf, pinPath)))
 		if !a.waitLog("msg=started", 15*time.Second) {
 			t.Fatalf("did not start:\n%s", a.log)
 		}
-		hostPinned(t, pin, p.CollIf)
+		hostPinned(t, pinPath, p.CollIf)
 		if err := unix.Unmount(dir, 0); err != nil {
 			t.Fatalf("unmount the host's copy: %v", err)
 		}
@@ -307,21 +307,21 @@ func TestHostBPFFSBindMounted(t *testing.T) {
 
 	t.Run("mount namespace", func(t *testing.T) {
 		p := testenv.NewPair(t)
-		pin := testPin(t, p)
-		script := containerScript(t.TempDir(), bin, "--iface", p.CollIf, "--pin-path", pin, "--metrics-addr", "''")
+		pinPath := testPin(t, p)
+		script := containerScript(t.TempDir(), bin, "--iface", p.CollIf, "--pin-path", pinPath, "--metrics-addr", "''")
 		a := spawnCmd(t, unshareRun(p, script))
 		if !a.waitLog("msg=started", 15*time.Second) {
 			t.Fatalf("did not start:\n%s", a.log)
 		}
 		contains(t, a.log.String(), `msg="pins outlive the agent"`, "the same bpffs instance is mounted in PID 1's mount namespace")
 		checkStop(t, p, a, a.cmd.Process.Pid, "attached")
-		hostPinned(t, pin, p.CollIf)
+		hostPinned(t, pinPath, p.CollIf)
 	})
 
 	t.Run("mount and PID namespaces", func(t *testing.T) {
 		p := testenv.NewPair(t)
-		pin := testPin(t, p)
-		script := containerScript(t.TempDir(), bin, "--iface", p.CollIf, "--pin-path", pin, "--metrics-addr", "''")
+		pinPath := testPin(t, p)
+		script := containerScript(t.TempDir(), bin, "--iface", p.CollIf, "--pin-path", pinPath, "--metrics-addr", "''")
 		cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child", "--mount-proc",
 			"nsenter", "--net="+p.Coll.Path, "sh", "-c", script)
 		a := spawnCmd(t, cmd)
@@ -330,7 +330,7 @@ func TestHostBPFFSBindMounted(t *testing.T) {
 		}
 		contains(t, a.log.String(), `msg="pins trusted to outlive the agent, unverified"`, "in a PID namespace (a container)")
 		checkStop(t, p, a, childPid(t, cmd.Process.Pid), "attached")
-		hostPinned(t, pin, p.CollIf)
+		hostPinned(t, pinPath, p.CollIf)
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/automax"
 	"github.com/tierlimit/tierlimit/internal/sandbox"
 	"github.com/tierlimit/tierlimit/internal/traffic"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -47,13 +48,13 @@ func runDemoAuto(ctx context.Context, g *globals, f demoFlags) error {
 	defer cancel()
 	var (
 		a   *agent.Agent
-		src agent.DropSource
+		src automax.DropSource
 	)
 	err = pair.Coll.Do(func() (err error) {
 		if a, err = agent.New(agent.Config{Interfaces: []string{pair.CollIf}, Logger: g.logger()}, pol); err != nil {
 			return err
 		}
-		src, err = agent.OpenDropSource(false)
+		src, err = automax.OpenDropSource(false)
 		return err
 	})
 	if a != nil {
@@ -97,7 +98,7 @@ func runDemoAuto(ctx context.Context, g *globals, f demoFlags) error {
 
 // settled returns the least, median and largest max of the last n windows
 // of h (all of them when fewer).
-func settled(h []agent.AutoWindow, n int) (lo, med, hi uint64) {
+func settled(h []automax.Window, n int) (lo, med, hi uint64) {
 	var ms []uint64
 	for _, w := range h[max(0, len(h)-n):] {
 		ms = append(ms, w.Max)
@@ -111,7 +112,7 @@ func settled(h []agent.AutoWindow, n int) (lo, med, hi uint64) {
 
 // printDemoAuto prints a row for each window the controller judged, until
 // the flood ends (then the settled max) or ctx does.
-func printDemoAuto(ctx context.Context, g *globals, f demoFlags, am *agent.AutoMax, coll *sandbox.SlowCollector, flood <-chan error) error {
+func printDemoAuto(ctx context.Context, g *globals, f demoFlags, am *automax.Controller, coll *sandbox.SlowCollector, flood <-chan error) error {
 	fmt.Fprintf(g.stdout, "%6s %8s %9s %12s %7s %7s  %s\n", "window", "offered", "delivered", "socket drops", "buffer", "max", "change")
 	printed := 0
 	tick := time.NewTicker(f.window / 4)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -72,11 +73,9 @@ func runFleetDemo(ctx context.Context, g *globals, f demoFlags) error {
 	if err != nil {
 		return err
 	}
-	bin := f.fleetBin
-	if bin == "" {
-		if bin, err = os.Executable(); err != nil {
-			return fmt.Errorf("demo --fleet: the tierlimit binary the members run: %w", err)
-		}
+	bin, err := fleetDemoBin(f)
+	if err != nil {
+		return err
 	}
 	lab, err := newFleetLab("tldemo", bin, f.fleet)
 	if err != nil {
@@ -94,18 +93,9 @@ func runFleetDemo(ctx context.Context, g *globals, f demoFlags) error {
 	if err != nil {
 		return err
 	}
-	pol, err := tiers.ParseYAML([]byte(text))
+	m, err := newFleetDemoModel(text)
 	if err != nil {
-		return configError{err}
-	}
-	tab, err := tiers.Compile(pol, 0)
-	if err != nil {
-		return configError{err}
-	}
-	static := pol.Local()
-	stab, err := tiers.Compile(static, 0)
-	if err != nil {
-		return configError{err}
+		return err
 	}
 	for i := range lab.members {
 		if err := lab.start(i, fmt.Sprintf("m%d", i), cfg, "joined the fleet"); err != nil {
@@ -113,11 +103,38 @@ func runFleetDemo(ctx context.Context, g *globals, f demoFlags) error {
 		}
 	}
 	w := demoFleetWeights(f.fleet)
-	sum := 0
-	for _, v := range w {
-		sum += v
+	out := g.stdout
+	fmt.Fprintf(out, "fleet demo: %d members in namespaces, each running tierlimit run against %s (%s) in a namespace of its own\n",
+		f.fleet, url, server)
+	fmt.Fprintf(out, "policy: fleet.max %d per %s across the fleet, report %s, ttl %s; each member judges on its own R̂ + the others' last reported sum\n",
+		f.max, f.window, demoFleetReport, demoFleetTTL)
+	fmt.Fprintf(out, "load: each window's offered load, a multiple of fleet.max, split %s across the members\n\n", shareText(w, sumOf(w)))
+	sent, err := lab.flood(ctx, 0, len(f.loads), f.window, fleetDemoRates(f, w))
+	if err != nil {
+		return fmt.Errorf("flood: %w", err)
 	}
-	rates := func(k int) []int {
+	lab.settle(100 * time.Millisecond)
+	return m.print(out, lab, f.loads, sent)
+}
+
+// fleetDemoBin is the tierlimit binary the members run: --fleet-bin, or
+// this one.
+func fleetDemoBin(f demoFlags) (string, error) {
+	if f.fleetBin != "" {
+		return f.fleetBin, nil
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("demo --fleet: the tierlimit binary the members run: %w", err)
+	}
+	return bin, nil
+}
+
+// fleetDemoRates is the members' rates in window k: the window's load, a
+// multiple of fleet.max, split by the weights w.
+func fleetDemoRates(f demoFlags, w []int) func(k int) []int {
+	sum := sumOf(w)
+	return func(k int) []int {
 		total := f.loads[k] * float64(f.max)
 		out := make([]int, len(w))
 		for i, v := range w {
@@ -125,24 +142,53 @@ func runFleetDemo(ctx context.Context, g *globals, f demoFlags) error {
 		}
 		return out
 	}
-	out := g.stdout
-	fmt.Fprintf(out, "fleet demo: %d members in namespaces, each running tierlimit run against %s (%s) in a namespace of its own\n",
-		f.fleet, url, server)
-	fmt.Fprintf(out, "policy: fleet.max %d per %s across the fleet, report %s, ttl %s; each member judges on its own R̂ + the others' last reported sum\n",
-		f.max, f.window, demoFleetReport, demoFleetTTL)
-	fmt.Fprintf(out, "load: each window's offered load, a multiple of fleet.max, split %s across the members\n\n", shareText(w, sum))
-	sent, err := lab.flood(ctx, 0, len(f.loads), f.window, rates)
-	if err != nil {
-		return fmt.Errorf("flood: %w", err)
+}
+
+func sumOf(w []int) int {
+	sum := 0
+	for _, v := range w {
+		sum += v
 	}
-	lab.settle(100 * time.Millisecond)
+	return sum
+}
+
+// fleetDemoModel is what the fleet demo compares the members' passes
+// with: the fleet's table (one limiter of fleet.max) and the static
+// split's (each member on its own max).
+type fleetDemoModel struct {
+	tab, stab tiers.Table
+	static    tiers.Policy
+}
+
+// newFleetDemoModel compiles the demo's policy text and its static split.
+// Returns a configError when either does not compile.
+func newFleetDemoModel(text string) (fleetDemoModel, error) {
+	pol, err := tiers.ParseYAML([]byte(text))
+	if err != nil {
+		return fleetDemoModel{}, configError{err}
+	}
+	tab, err := tiers.Compile(pol, 0)
+	if err != nil {
+		return fleetDemoModel{}, configError{err}
+	}
+	static := pol.Local()
+	stab, err := tiers.Compile(static, 0)
+	if err != nil {
+		return fleetDemoModel{}, configError{err}
+	}
+	return fleetDemoModel{tab: tab, stab: stab, static: static}, nil
+}
+
+// print writes the table of the windows: each member's passed and
+// offered (sent), the fleet's, and the models'.
+func (m fleetDemoModel) print(out io.Writer, lab *fleetLab, loads []float64, sent [][]int) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	head := "window\tload\t"
 	for i := range lab.members {
 		head += fmt.Sprintf("m%d passed/offered\t", i)
 	}
 	fmt.Fprintln(tw, head+"fleet offered\tfleet passed\tmodel P(R_fleet)\tstatic max÷N\t")
-	for k, load := range f.loads {
+	for k, load := range loads {
 		row := fmt.Sprintf("%d\t%g×\t", k+1, load)
 		off, pass := 0, 0
 		var staticP float64
@@ -151,14 +197,14 @@ func runFleetDemo(ctx context.Context, g *globals, f demoFlags) error {
 			row += fmt.Sprintf("%d/%d\t", p, sent[i][k])
 			off += sent[i][k]
 			pass += p
-			staticP += stab.Expected(uint64(sent[i][k])).Passed
+			staticP += m.stab.Expected(uint64(sent[i][k])).Passed
 		}
-		fmt.Fprintf(tw, "%s%d\t%d\t%.0f\t%.0f\t\n", row, off, pass, tab.Expected(uint64(off)).Passed, staticP)
+		fmt.Fprintf(tw, "%s%d\t%d\t%.0f\t%.0f\t\n", row, off, pass, m.tab.Expected(uint64(off)).Passed, staticP)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nmodel P(R_fleet): what one limiter of fleet.max passes of the fleet's whole load; static max÷N: what the members would pass with fleet off and max %d each\n", static.Max)
+	fmt.Fprintf(out, "\nmodel P(R_fleet): what one limiter of fleet.max passes of the fleet's whole load; static max÷N: what the members would pass with fleet off and max %d each\n", m.static.Max)
 	return nil
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -83,8 +83,8 @@ func runRecordDemo(ctx context.Context, g *globals, f demoFlags) error {
 		}
 		time.Sleep(f.window / 5)
 	}
-	// The episode closes after agent.QuietWindows quiet windows.
-	deadline := time.Now().Add(time.Duration(agent.QuietWindows+3) * max(f.window, 100*time.Millisecond))
+	// The episode closes after record.QuietWindows quiet windows.
+	deadline := time.Now().Add(time.Duration(record.QuietWindows+3) * max(f.window, 100*time.Millisecond))
 	for ep.Current().Open && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -129,5 +129,5 @@ func tsharkLine(n int, s bpf.Sample, t0 time.Duration) string {
 			info = info[:48] + "…"
 		}
 	}
-	return fmt.Sprintf("%4d %10.6f %-15s → %-15s %-6s %4d %s\n     [%s]", n, (s.Mono - t0).Seconds(), src, dst, proto, s.Len, info, agent.SampleComment(s))
+	return fmt.Sprintf("%4d %10.6f %-15s → %-15s %-6s %4d %s\n     [%s]", n, (s.Mono - t0).Seconds(), src, dst, proto, s.Len, info, record.SampleComment(s))
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -37,7 +39,7 @@ func explain(err error) error {
 // explainAgent words an agent error for the person at the command line:
 // which flag to pass, which command to run. The agent returns typed errors
 // and names no flags; only cmd knows them. err stays in the chain.
-func explainAgent(err error, pin string, ifaces []string) error {
+func explainAgent(err error, pinPath string, ifaces []string) error {
 	if err == nil {
 		return nil
 	}
@@ -45,13 +47,13 @@ func explainAgent(err error, pin string, ifaces []string) error {
 	if len(ifaces) != 1 {
 		detach = "tierlimit detach --iface IF"
 	}
-	if pin != "" && pin != agent.DefaultPinPath {
-		detach += " --pin-path " + pin
+	if pinPath != "" && pinPath != agent.DefaultPinPath {
+		detach += " --pin-path " + pinPath
 	}
 	var (
-		foreign  *agent.ForeignProgramError
-		busy     *agent.BusyError
-		running  *agent.AgentRunningError
+		foreign  *pin.ForeignProgramError
+		busy     *pin.BusyError
+		running  *pin.AgentRunningError
 		incompat *agent.IncompatiblePinError
 	)
 	if e := explainLayout(err, detach); e != nil {
@@ -66,17 +68,17 @@ func explainAgent(err error, pin string, ifaces []string) error {
 		return fmt.Errorf("%w: stop it first", err)
 	case errors.As(err, &incompat):
 		return hinted{err, "remove them with " + detach}
-	case errors.Is(err, agent.ErrNativeRefused):
+	case errors.Is(err, attach.ErrNativeRefused):
 		return hinted{err, "try --xdp-mode generic, or auto to fall back"}
-	case errors.Is(err, agent.ErrNotEthernet): // exit 2: another --iface
+	case errors.Is(err, attach.ErrNotEthernet): // exit 2: another --iface
 		return usageError{fmt.Errorf("--iface: %w", err)}
-	case errors.Is(err, agent.ErrDuplicateInterface):
+	case errors.Is(err, attach.ErrDuplicateInterface):
 		return usageError{fmt.Errorf("--iface: %w", err)}
 	case errors.Is(err, agent.ErrBPFDenied): // exit 2: how run was started must change
 		return usageError{err}
-	case errors.Is(err, agent.ErrPrivateBPFFS): // exit 2: how run was started must change
+	case errors.Is(err, pin.ErrPrivateBPFFS): // exit 2: how run was started must change
 		return usageError{hinted{err, privateBPFFSHint}}
-	case errors.Is(err, agent.ErrPinPath):
+	case errors.Is(err, pin.ErrPinPath):
 		return fmt.Errorf("--pin-path: %w", err)
 	}
 	return err
@@ -85,7 +87,7 @@ func explainAgent(err error, pin string, ifaces []string) error {
 // explainLayout words a pinned state of a newer layout (exit 2: this
 // binary must not run on it), nil for any other error.
 func explainLayout(err error, detach string) error {
-	if !errors.Is(err, agent.ErrNewerLayout) {
+	if !errors.Is(err, pin.ErrNewerLayout) {
 		return nil
 	}
 	return usageError{hinted{err, "run that version or a newer one; or remove the limiter with " + detach +

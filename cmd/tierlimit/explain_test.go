@@ -10,6 +10,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
@@ -21,16 +23,16 @@ func TestExplain(t *testing.T) {
 		err  error
 		want string
 	}{
-		{explainAgent(fmt.Errorf("attach xdp to eth9: %w: %w", agent.ErrNativeRefused, fmt.Errorf("operation not supported")), "", []string{"eth9"}), "try --xdp-mode generic"},
+		{explainAgent(fmt.Errorf("attach xdp to eth9: %w: %w", attach.ErrNativeRefused, fmt.Errorf("operation not supported")), "", []string{"eth9"}), "try --xdp-mode generic"},
 		{explainAgent(&agent.IncompatiblePinError{Pin: "/sys/fs/bpf/x", Err: fmt.Errorf("map settings")}, "/sys/fs/bpf/x", []string{"eth9"}), "remove them with tierlimit detach --iface eth9 --pin-path /sys/fs/bpf/x"},
-		{explainAgent(&agent.ForeignProgramError{Iface: "eth9"}, "", []string{"eth9"}), "pass --replace"},
-		{explainAgent(&agent.BusyError{Iface: "eth9"}, "", []string{"eth9"}), "run with its --pin-path"},
+		{explainAgent(&pin.ForeignProgramError{Iface: "eth9"}, "", []string{"eth9"}), "pass --replace"},
+		{explainAgent(&pin.BusyError{Iface: "eth9"}, "", []string{"eth9"}), "run with its --pin-path"},
 	} {
 		if !strings.Contains(c.err.Error(), c.want) {
 			t.Errorf("%q lacks %q", c.err, c.want)
 		}
 	}
-	if err := explainAgent(&agent.ForeignProgramError{Iface: "eth9", HeldByLink: true}, "", []string{"eth9"}); strings.Contains(err.Error(), "--replace") {
+	if err := explainAgent(&pin.ForeignProgramError{Iface: "eth9", HeldByLink: true}, "", []string{"eth9"}); strings.Contains(err.Error(), "--replace") {
 		t.Errorf("--replace advised for a program held by a bpf_link: %q", err)
 	}
 	kernel := fmt.Errorf("load: %w", &bpf.KernelFeatureError{Feature: "the bpf_loop helper in XDP programs", Since: "5.17", Release: "5.15.0-91-generic", Missing: 1})

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/agent/fleet"
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
@@ -63,7 +64,7 @@ func TestRunFleetBadConfig(t *testing.T) {
 			cfg := writeFile(t, "policy.yaml", c.policy)
 			var stderr bytes.Buffer
 			err := run(context.Background(), []string{"run", "--iface", "tlnone0", "--no-pin", "--metrics-addr", "", "--config", cfg}, io.Discard, &stderr)
-			if errors.Is(err, agent.ErrNoInterface) || errors.Is(err, agent.ErrNotRoot) {
+			if errors.Is(err, pin.ErrNoInterface) || errors.Is(err, agent.ErrNotRoot) {
 				t.Fatalf("run got past the config check: %v", err)
 			}
 			if code := report(&stderr, err); code != 2 {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
@@ -172,22 +172,22 @@ func sum(m map[string]float64, name string, match ...string) float64 {
 // whatever the test left attached there, then removes the directory.
 func testPin(t *testing.T, p *testenv.Pair) string {
 	t.Helper()
-	pin := testenv.PinPath(t, agent.LockFile)
+	pinPath := testenv.PinPath(t, pin.LockFile)
 	t.Cleanup(func() {
-		p.Coll.Command(context.Background(), cli(t), "detach", "--iface", p.CollIf, "--pin-path", pin).Run()
+		p.Coll.Command(context.Background(), cli(t), "detach", "--iface", p.CollIf, "--pin-path", pinPath).Run()
 	})
-	return pin
+	return pinPath
 }
 
 // pinnedSetup makes a namespace pair, a pin path and a config file holding
 // body, for tests that run a pinned agent.
-func pinnedSetup(t *testing.T, body string) (p *testenv.Pair, pin, cfg string) {
+func pinnedSetup(t *testing.T, body string) (p *testenv.Pair, pinPath, cfg string) {
 	t.Helper()
 	p = testenv.NewPair(t)
-	pin = testPin(t, p)
+	pinPath = testPin(t, p)
 	cfg = filepath.Join(t.TempDir(), "tierlimit.yaml")
 	writeConfig(t, cfg, body)
-	return p, pin, cfg
+	return p, pinPath, cfg
 }
 
 func writeConfig(t *testing.T, path, body string) {

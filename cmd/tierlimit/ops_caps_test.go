@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
@@ -27,7 +28,7 @@ func TestHardenedCapabilities(t *testing.T) {
 	testenv.Require(t)
 	hardenedCaps := strings.Join(testenv.UnitCaps(t), ",")
 	p := testenv.NewPair(t)
-	pin := testPin(t, p)
+	pinPath := testPin(t, p)
 	bin := cli(t)
 	mountBPFFS(t)
 	hardened := func(ctx context.Context, args ...string) *exec.Cmd {
@@ -37,7 +38,7 @@ func TestHardenedCapabilities(t *testing.T) {
 	defer cancel()
 
 	var logs testenv.SyncBuffer
-	runCmd := hardened(ctx, "run", "--iface", p.CollIf, "--pin-path", pin, "--metrics-addr", "")
+	runCmd := hardened(ctx, "run", "--iface", p.CollIf, "--pin-path", pinPath, "--metrics-addr", "")
 	runCmd.Stderr = &logs
 	if err := runCmd.Start(); err != nil {
 		t.Fatal(err)
@@ -57,22 +58,22 @@ func TestHardenedCapabilities(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("run exited: %v\n%s", err, logs.String())
 	}
-	if x := testenv.XDP(t, p.Coll, p.CollIf); x.Name != agent.ProgramName {
+	if x := testenv.XDP(t, p.Coll, p.CollIf); x.Name != pin.ProgramName {
 		t.Fatalf("after run stopped: %+v, want tierlimit still attached", x)
 	}
-	out, err := hardened(ctx, "status", "--pin-path", pin).CombinedOutput()
+	out, err := hardened(ctx, "status", "--pin-path", pinPath).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), p.CollIf) {
 		t.Errorf("status with %s: %v\n%s", hardenedCaps, err, out)
 	}
-	out, err = hardened(ctx, "detach", "--iface", p.CollIf, "--pin-path", pin).CombinedOutput()
+	out, err = hardened(ctx, "detach", "--iface", p.CollIf, "--pin-path", pinPath).CombinedOutput()
 	if err != nil {
 		t.Fatalf("detach with %s: %v\n%s", hardenedCaps, err, out)
 	}
 	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != 0 {
 		t.Errorf("after detach: %+v attached", x)
 	}
-	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("detach left %s", pin)
+	if _, err := os.Stat(pinPath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("detach left %s", pinPath)
 	}
 }
 
@@ -102,7 +103,7 @@ func TestSecondRunNoPin(t *testing.T) {
 // as gone and says what its pinned link still holds and how to remove it,
 // instead of "(ifindex 0): unknown XDP".
 func TestStatusInterfaceGone(t *testing.T) {
-	st := agent.Status{Pinned: pin.Pinned{PinPath: "/sys/fs/bpf/t1", Links: []agent.PinnedLink{{Iface: "hrc0", Mode: "none", LinkID: 7, ProgramID: 42, Gone: true}}}}
+	st := agent.Status{Pinned: pin.Pinned{PinPath: "/sys/fs/bpf/t1", Links: []pin.PinnedLink{{Iface: "hrc0", Mode: "none", LinkID: 7, ProgramID: 42, Gone: true}}}}
 	st.Policy.DropRatios = []float64{0}
 	var out bytes.Buffer
 	if err := writeStatus(&out, st); err != nil {
@@ -129,12 +130,12 @@ func TestExplainWordsAgentErrors(t *testing.T) {
 		sentinel error
 		want     string
 	}{
-		{&agent.ForeignProgramError{Iface: "eth1", Program: `program id 9, name "x"`}, agent.ErrForeignProgram, "(pass --replace to replace it)"},
-		{&agent.BusyError{Iface: "eth1", Program: "program id 9"}, agent.ErrInterfaceBusy, "held by another agent"},
-		{&agent.AgentRunningError{Pin: "/sys/fs/bpf/t", Pid: ""}, agent.ErrAgentRunning, "(/sys/fs/bpf/t, pid unknown): stop it first"},
+		{&pin.ForeignProgramError{Iface: "eth1", Program: `program id 9, name "x"`}, pin.ErrForeignProgram, "(pass --replace to replace it)"},
+		{&pin.BusyError{Iface: "eth1", Program: "program id 9"}, pin.ErrInterfaceBusy, "held by another agent"},
+		{&pin.AgentRunningError{Pin: "/sys/fs/bpf/t", Pid: ""}, pin.ErrAgentRunning, "(/sys/fs/bpf/t, pid unknown): stop it first"},
 		{&agent.IncompatiblePinError{Pin: "/sys/fs/bpf/t", Err: errors.New("window: bad")}, agent.ErrIncompatiblePin, "remove them with tierlimit detach --iface eth1 --pin-path /sys/fs/bpf/t"},
-		{agent.ErrNativeRefused, agent.ErrNativeRefused, "try --xdp-mode generic"},
-		{agent.ErrDuplicateInterface, agent.ErrDuplicateInterface, "--iface: interface given twice"},
+		{attach.ErrNativeRefused, attach.ErrNativeRefused, "try --xdp-mode generic"},
+		{attach.ErrDuplicateInterface, attach.ErrDuplicateInterface, "--iface: interface given twice"},
 	} {
 		got := explainAgent(c.err, "/sys/fs/bpf/t", []string{"eth1"})
 		if !errors.Is(got, c.sentinel) || !strings.Contains(got.Error(), c.want) {
@@ -153,10 +154,10 @@ func TestExplainWordsAgentErrors(t *testing.T) {
 func TestRunPinDirRemoved(t *testing.T) {
 	testenv.Require(t)
 	p := testenv.NewPair(t)
-	pin := testPin(t, p)
-	a := startRun(t, p.Coll, "--iface", p.CollIf, "--pin-path", pin, "--metrics-addr", "")
+	pinPath := testPin(t, p)
+	a := startRun(t, p.Coll, "--iface", p.CollIf, "--pin-path", pinPath, "--metrics-addr", "")
 	id := testenv.XDP(t, p.Coll, p.CollIf).ID
-	if err := os.RemoveAll(pin); err != nil {
+	if err := os.RemoveAll(pinPath); err != nil {
 		t.Fatal(err)
 	}
 	if !a.waitLog("pinned state restored", 10*time.Second) {
@@ -165,9 +166,9 @@ func TestRunPinDirRemoved(t *testing.T) {
 	// A check that raced rm -rf may have restored only part; the next
 	// one completes it.
 	complete := func() bool {
-		maps, _ := os.ReadDir(pin + "/maps")
-		_, e1 := os.Stat(pin + "/links/" + p.CollIf)
-		_, e2 := os.Stat(pin + "/program")
+		maps, _ := os.ReadDir(pinPath + "/maps")
+		_, e1 := os.Stat(pinPath + "/links/" + p.CollIf)
+		_, e2 := os.Stat(pinPath + "/program")
 		return len(maps) == 10 && e1 == nil && e2 == nil
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -181,7 +182,7 @@ func TestRunPinDirRemoved(t *testing.T) {
 	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != id {
 		t.Fatalf("after stop: %+v, want program %d still attached", x, id)
 	}
-	out, err := p.Coll.Command(context.Background(), cli(t), "status", "--pin-path", pin).CombinedOutput()
+	out, err := p.Coll.Command(context.Background(), cli(t), "status", "--pin-path", pinPath).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), p.CollIf) {
 		t.Fatalf("status after re-pinning: %v\n%s", err, out)
 	}

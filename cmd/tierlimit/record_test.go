@@ -14,7 +14,7 @@ import (
 
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
@@ -78,7 +78,7 @@ func readRecordFile(t *testing.T, name string) int {
 		if len(opts.Comments) != 1 {
 			t.Fatalf("%s: packet %d has comments %q", name, n+1, opts.Comments)
 		}
-		if _, err := agent.ParseSampleComment(opts.Comments[0]); err != nil {
+		if _, err := record.ParseSampleComment(opts.Comments[0]); err != nil {
 			t.Fatal(err)
 		}
 		n++

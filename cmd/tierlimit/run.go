@@ -18,6 +18,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/attach"
+	"github.com/tierlimit/tierlimit/agent/automax"
+	"github.com/tierlimit/tierlimit/agent/pin"
+	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -79,7 +83,7 @@ report, ttl and fallback; another fleet name or store takes a restart.`,
 	fl.StringVar(&f.pinPath, "pin-path", agent.DefaultPinPath, "bpffs directory for the pinned links and maps")
 	fl.BoolVar(&f.replace, "replace", false, "replace another XDP program already attached to an interface")
 	fl.StringVar(&f.fleetMember, "fleet-member", "", "this member's name in the policy's fleet (default: the host name)")
-	fl.StringVar(&f.stateFile, "state-file", agent.DefaultStatePath(), "where the open or last shedding episode is kept, for 'tierlimit status --shed'; empty disables")
+	fl.StringVar(&f.stateFile, "state-file", record.DefaultStatePath(), "where the open or last shedding episode is kept, for 'tierlimit status --shed'; empty disables")
 	return cmd
 }
 
@@ -98,7 +102,7 @@ func reloader(f runFlags, log *slog.Logger) (*agent.Reloader, error) {
 
 // checkRunFlags refuses a command line that cannot run: no --iface, the
 // same --iface twice, a bad --xdp-mode or --metrics-addr.
-func checkRunFlags(f runFlags) (agent.XDPMode, error) {
+func checkRunFlags(f runFlags) (attach.XDPMode, error) {
 	if len(f.ifaces) == 0 {
 		return "", usageErrorf("run: at least one --iface is required")
 	}
@@ -109,7 +113,7 @@ func checkRunFlags(f runFlags) (agent.XDPMode, error) {
 		}
 		seen[name] = true
 	}
-	xdpMode, err := agent.ParseXDPMode(f.xdpMode)
+	xdpMode, err := attach.ParseXDPMode(f.xdpMode)
 	if err != nil {
 		return "", usageErrorf("--xdp-mode: %v", err)
 	}
@@ -147,7 +151,7 @@ func metricsListenAddr(s string) (string, error) {
 // listenMetrics binds --metrics-addr (nil when empty). It runs before
 // anything touches the kernel, so that a bad or busy address fails with
 // nothing attached or changed.
-func listenMetrics(f runFlags, pin string) (net.Listener, error) {
+func listenMetrics(f runFlags, pinPath string) (net.Listener, error) {
 	if f.metricsAddr == "" {
 		return nil, nil
 	}
@@ -157,11 +161,11 @@ func listenMetrics(f runFlags, pin string) (net.Listener, error) {
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		if pin == "" {
+		if pinPath == "" {
 			return nil, fmt.Errorf("metrics listener: %w", err)
 		}
-		if pid, held := agent.LockHolder(pin); held {
-			return nil, fmt.Errorf("%w, and it serves %s: stop it first", &agent.AgentRunningError{Pin: pin, Pid: pid}, f.metricsAddr)
+		if pid, held := pin.LockHolder(pinPath); held {
+			return nil, fmt.Errorf("%w, and it serves %s: stop it first", &pin.AgentRunningError{Pin: pinPath, Pid: pid}, f.metricsAddr)
 		}
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
@@ -169,12 +173,7 @@ func listenMetrics(f runFlags, pin string) (net.Listener, error) {
 }
 
 func runAgent(ctx context.Context, g *globals, f runFlags) error {
-	// A write to a closed stderr (journald restarting, a log reader gone)
-	// must not kill the agent: with SIGPIPE notified, Go returns EPIPE
-	// instead of exiting, and the log writer drops what it cannot write.
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	g.stderr = dropEPIPE{g.stderr}
-	log := g.logger()
+	log := runLogger(g)
 	xdpMode, err := checkRunFlags(f)
 	if err != nil {
 		return err
@@ -188,19 +187,11 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	if err != nil {
 		return configError{err}
 	}
-	pin := f.pinPath
+	pinPath := f.pinPath
 	if f.noPin {
-		pin = ""
+		pinPath = ""
 	}
-	// Before anything is attached: a fleet password_file or a signal
-	// that cannot be read refuses.
-	if err := checkFleetFiles(p); err != nil {
-		return err
-	}
-	if err := checkFleetStore(ctx, p); err != nil {
-		return err
-	}
-	src, err := openAutoSignal(p)
+	src, err := checkBeforeAttach(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -211,7 +202,7 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 			}
 		}()
 	}
-	ln, err := listenMetrics(f, pin)
+	ln, err := listenMetrics(f, pinPath)
 	if err != nil {
 		return err
 	}
@@ -221,26 +212,60 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	a, err := agent.New(agent.Config{
 		Interfaces: f.ifaces,
 		XDPMode:    xdpMode,
-		PinPath:    pin,
+		PinPath:    pinPath,
 		Replace:    f.replace,
 		Logger:     log,
 		Version:    runVersion(),
 	}, p)
 	if err != nil {
-		return explainAgent(err, pin, f.ifaces)
+		return explainAgent(err, pinPath, f.ifaces)
 	}
 	defer func() {
 		a.Close()
 		log.Info("stopped")
 	}()
-	logStarted(log, a, f, p, pin)
-	// Before the metrics are served, so that the first scrape already has
-	// the adaptive max's series and the log its signal.
-	startAutoMax(ctx, log, a, p, src)
+	logStarted(log, a, f, p, pinPath)
+	err = startRooms(ctx, log, a, p, f, src)
 	src = nil // the controller owns it
-	// Before the metrics are served too: a store that refuses the
-	// credentials stops run (exit 2); one out of reach starts it in
-	// fallback, with a warning.
+	if err != nil {
+		return err
+	}
+	serveAndRun(ctx, log, a, r, ln)
+	return nil
+}
+
+// runLogger is run's logger, on a stderr whose reader may go: a write to
+// a closed stderr (journald restarting, a log reader gone) must not kill
+// the agent: with SIGPIPE notified, Go returns EPIPE instead of exiting,
+// and the log writer drops what it cannot write.
+func runLogger(g *globals) *slog.Logger {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	g.stderr = dropEPIPE{g.stderr}
+	return g.logger()
+}
+
+// checkBeforeAttach refuses, before anything is attached, a fleet
+// password_file or store that cannot be used, and a drop signal that
+// cannot be read; it returns the adaptive max's signal (nil without
+// max: auto), which the caller closes unless the controller takes it.
+func checkBeforeAttach(ctx context.Context, p tiers.Policy) (automax.DropSource, error) {
+	if err := checkFleetFiles(p); err != nil {
+		return nil, err
+	}
+	if err := checkFleetStore(ctx, p); err != nil {
+		return nil, err
+	}
+	return openAutoSignal(p)
+}
+
+// startRooms starts the adaptive max on src (which it owns from then on),
+// the fleet controller and the shed record, before the metrics are
+// served, so that the first scrape already has their series and the log
+// the adaptive max's signal. A fleet store that refuses the credentials
+// stops run (exit 2); one out of reach starts it in fallback, with a
+// warning; a shed record that cannot start is logged.
+func startRooms(ctx context.Context, log *slog.Logger, a *agent.Agent, p tiers.Policy, f runFlags, src automax.DropSource) error {
+	startAutoMax(ctx, log, a, p, src)
 	if err := startFleet(a, p, f.fleetMember); err != nil {
 		return err
 	}
@@ -248,7 +273,13 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	if _, err := a.StartRecord(ctx, p, f.stateFile); err != nil {
 		log.Error("shed record: not started; shedding goes on unrecorded", "error", err)
 	}
+	return nil
+}
 
+// serveAndRun serves the metrics on ln (none when nil), watches the
+// attachments and the sources, and runs the reloader until ctx ends; it
+// returns once the server has stopped.
+func serveAndRun(ctx context.Context, log *slog.Logger, a *agent.Agent, r *agent.Reloader, ln net.Listener) {
 	sctx, stopServe := context.WithCancel(ctx)
 	defer stopServe()
 	if ln != nil {
@@ -260,11 +291,10 @@ func runAgent(ctx context.Context, g *globals, f runFlags) error {
 	go a.WatchSources(ctx, time.Second)
 	r.Run(ctx, a, sighup)
 	log.Info("stopping", "reason", context.Cause(ctx))
-	return nil
 }
 
 // logStarted logs what run attached and which policy it runs.
-func logStarted(log *slog.Logger, a *agent.Agent, f runFlags, p tiers.Policy, pin string) {
+func logStarted(log *slog.Logger, a *agent.Agent, f runFlags, p tiers.Policy, pinPath string) {
 	var ifs []string
 	for _, att := range a.Attachments() {
 		ifs = append(ifs, att.Iface+"("+att.Mode+")")
@@ -274,7 +304,7 @@ func logStarted(log *slog.Logger, a *agent.Agent, f runFlags, p tiers.Policy, pi
 		source = f.config
 	}
 	log.Info("started", "interfaces", strings.Join(ifs, ","), "mode", p.Mode.String(), "policy", p.String(),
-		"config", source, "pin", pin, "local_dests", a.LocalPrefixes())
+		"config", source, "pin", pinPath, "local_dests", a.LocalPrefixes())
 }
 
 // dropEPIPE is a log writer that drops, rather than fails, a write to a

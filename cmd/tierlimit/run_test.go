@@ -23,6 +23,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
@@ -270,7 +271,7 @@ func TestRunMissingInterface(t *testing.T) {
 	err := ns.Do(func() error {
 		return run(context.Background(), []string{"run", "--iface", "tlnone0", "--no-pin", "--metrics-addr", ""}, &stdout, &stderr)
 	})
-	if !errors.Is(err, agent.ErrNoInterface) {
+	if !errors.Is(err, pin.ErrNoInterface) {
 		t.Fatalf("run: %v, want ErrNoInterface", err)
 	}
 	if stderr.Len() != 0 {
@@ -307,7 +308,7 @@ func TestRunBadConfig(t *testing.T) {
 			// attach to nothing.
 			args := append([]string{"run", "--iface", "tlnone0", "--no-pin", "--metrics-addr", ""}, c.args...)
 			err := run(context.Background(), args, &stdout, &stderr)
-			if errors.Is(err, agent.ErrNoInterface) || errors.Is(err, agent.ErrNotRoot) {
+			if errors.Is(err, pin.ErrNoInterface) || errors.Is(err, agent.ErrNotRoot) {
 				t.Fatalf("run got past the config check: %v", err)
 			}
 			code := report(&stderr, err)
@@ -391,7 +392,7 @@ func TestRunMetricsAddrFailsFirst(t *testing.T) {
 	defer busy.Close()
 	// With --no-pin there is no pin path: nothing may create a lock file
 	// for the empty one (issue 11 D: "..lock").
-	noPinLock := agent.LockFile("")
+	noPinLock := pin.LockFile("")
 	os.Remove(noPinLock)
 	defer func() {
 		if _, err := os.Stat(noPinLock); err == nil {
@@ -406,7 +407,7 @@ func TestRunMetricsAddrFailsFirst(t *testing.T) {
 	}{{"bogus", exitUsage, "--metrics-addr"}, {busy.Addr().String(), exitFailure, "address already in use"}} {
 		// With --no-pin there is no pin path: no lock file may appear
 		// (it used to be /run/tierlimit/..lock).
-		dotLock := agent.LockDir + "/..lock"
+		dotLock := pin.LockDir + "/..lock"
 		os.Remove(dotLock)
 		defer func() {
 			if _, err := os.Stat(dotLock); err == nil {

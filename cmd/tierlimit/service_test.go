@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
@@ -87,7 +88,7 @@ func TestServiceUnitCapabilities(t *testing.T) {
 		t.Errorf("AmbientCapabilities %q, want the bounding set", amb)
 	}
 	rw := strings.Fields(strings.Join(u["ReadWritePaths"], " "))
-	for _, p := range []string{filepath.Dir(agent.DefaultPinPath), agent.LockDir} {
+	for _, p := range []string{filepath.Dir(agent.DefaultPinPath), pin.LockDir} {
 		if !strings.Contains(" "+strings.Join(rw, " ")+" ", " "+p+" ") {
 			t.Errorf("ReadWritePaths %v lacks %s", rw, p)
 		}
@@ -101,10 +102,10 @@ func TestServiceUnitCapabilities(t *testing.T) {
 		t.Fatal("setpriv (util-linux) not installed")
 	}
 	p := testenv.NewPair(t)
-	pin := testPin(t, p)
+	pinPath := testPin(t, p)
 	setpriv := func(caps []string) []string {
 		c := setprivCaps(caps)
-		return []string{"--no-new-privs", "--bounding-set=" + c, "--inh-caps=" + c, "--ambient-caps=" + c, "--", cli(t), "run", "--iface", p.CollIf, "--pin-path", pin}
+		return []string{"--no-new-privs", "--bounding-set=" + c, "--inh-caps=" + c, "--ambient-caps=" + c, "--", cli(t), "run", "--iface", p.CollIf, "--pin-path", pinPath}
 	}
 
 	// One capability fewer: refused before anything is attached.

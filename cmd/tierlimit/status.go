@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/pin"
+	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -18,7 +20,7 @@ import (
 func init() { subcommands = append(subcommands, newStatusCmd, newDetachCmd) }
 
 func newStatusCmd(g *globals) *cobra.Command {
-	var pin string
+	var pinPath string
 	var asJSON bool
 	var top int
 	var shed bool
@@ -53,19 +55,19 @@ ago the store heard from it. It asks the store, not an agent.`,
 			if fleetOn {
 				return statusFleet(cmd.Context(), g.stdout, config, asJSON)
 			}
-			st, err := agent.ReadStatus(pin)
-			if e := explainLayout(err, "tierlimit detach --iface IF --pin-path "+pin); e != nil {
+			st, err := agent.ReadStatus(pinPath)
+			if e := explainLayout(err, "tierlimit detach --iface IF --pin-path "+pinPath); e != nil {
 				return e
 			}
 			if err != nil {
-				return explainNotPinned(err, pin) // where it looked (bpffs.go)
+				return explainNotPinned(err, pinPath) // where it looked (bpffs.go)
 			}
 			if top < 0 {
 				return usageErrorf("--top %d: want a number of groups, 0 for none", top)
 			}
 			var src *agent.Sources
 			if top > 0 {
-				s, err := agent.ReadPinnedSources(pin, top)
+				s, err := agent.ReadPinnedSources(pinPath, top)
 				if err != nil {
 					return err
 				}
@@ -80,22 +82,22 @@ ago the store heard from it. It asks the store, not an agent.`,
 			return writeSources(g.stdout, src)
 		},
 	}
-	cmd.Flags().StringVar(&pin, "pin-path", agent.DefaultPinPath, "bpffs directory of the pinned links and maps")
+	cmd.Flags().StringVar(&pinPath, "pin-path", agent.DefaultPinPath, "bpffs directory of the pinned links and maps")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().IntVar(&top, "top", 0, "also list the N source groups with the most packets over budget")
 	cmd.Flags().BoolVar(&shed, "shed", false, "print the open or last shedding episode")
 	cmd.Flags().BoolVar(&fleetOn, "fleet", false, "list the members of the --config policy's fleet, from its store")
 	cmd.Flags().StringVar(&config, "config", "", "policy file whose fleet: section names the store, for --fleet")
-	cmd.Flags().StringVar(&stateFile, "state-file", agent.DefaultStatePath(), "the agent's episode state file, for --shed")
+	cmd.Flags().StringVar(&stateFile, "state-file", record.DefaultStatePath(), "the agent's episode state file, for --shed")
 	return cmd
 }
 
 // statusJSON is the --json shape: stable, snake_case, counters as numbers.
 type statusJSON struct {
-	PinPath    string             `json:"pin_path"`
-	Interfaces []agent.PinnedLink `json:"interfaces"`
-	Layout     agent.Layout       `json:"layout"`
-	Unread     []string           `json:"unread_maps,omitempty"`
+	PinPath    string           `json:"pin_path"`
+	Interfaces []pin.PinnedLink `json:"interfaces"`
+	Layout     pin.Layout       `json:"layout"`
+	Unread     []string         `json:"unread_maps,omitempty"`
 	Policy     struct {
 		Mode     string       `json:"mode"`
 		WindowNs int64        `json:"window_ns"`
@@ -141,7 +143,7 @@ func writeStatusJSON(w io.Writer, st agent.Status, src *agent.Sources) error {
 	out.Interfaces = st.Links
 	out.Layout, out.Unread = st.Layout, st.Unread
 	if out.Interfaces == nil {
-		out.Interfaces = []agent.PinnedLink{}
+		out.Interfaces = []pin.PinnedLink{}
 	}
 	pol := st.Policy
 	out.Policy.Mode = pol.Mode.String()
@@ -215,7 +217,7 @@ func writeStatus(w io.Writer, st agent.Status) error {
 }
 
 func newDetachCmd(g *globals) *cobra.Command {
-	var pin, iface string
+	var pinPath, iface string
 	var all bool
 	cmd := &cobra.Command{
 		Use:   "detach --iface IF | --all",
@@ -234,13 +236,13 @@ used since boot (recorded under /run/tierlimit). The package's removal runs it.`
 				if cmd.Flags().Changed("iface") {
 					return usageErrorf("detach: --all and --iface exclude each other")
 				}
-				return detachAll(g, pin)
+				return detachAll(g, pinPath)
 			}
 			if iface == "" {
 				return usageErrorf("detach: --iface or --all is required")
 			}
-			if err := agent.Detach(pin, iface); err != nil {
-				return explainNotPinned(explainAgent(err, pin, []string{iface}), pin)
+			if err := pin.Detach(pinPath, iface); err != nil {
+				return explainNotPinned(explainAgent(err, pinPath, []string{iface}), pinPath)
 			}
 			g.logger().Info("detached", "iface", iface)
 			return nil
@@ -248,14 +250,14 @@ used since boot (recorded under /run/tierlimit). The package's removal runs it.`
 	}
 	cmd.Flags().StringVar(&iface, "iface", "", "interface to detach from")
 	cmd.Flags().BoolVar(&all, "all", false, "detach from every interface and remove every recorded pin directory")
-	cmd.Flags().StringVar(&pin, "pin-path", agent.DefaultPinPath, "bpffs directory of the pinned links and maps")
+	cmd.Flags().StringVar(&pinPath, "pin-path", agent.DefaultPinPath, "bpffs directory of the pinned links and maps")
 	return cmd
 }
 
 // detachAll is detach --all: pin and the recorded pin paths.
-func detachAll(g *globals, pin string) error {
-	pins := append([]string{pin, agent.DefaultPinPath}, agent.RecordedPinPaths()...)
-	rm, err := agent.DetachAll(pins)
+func detachAll(g *globals, pinPath string) error {
+	pins := append([]string{pinPath, agent.DefaultPinPath}, pin.RecordedPinPaths()...)
+	rm, err := pin.DetachAll(pins)
 	log := g.logger()
 	for _, l := range rm.Links {
 		log.Info("detached", "iface", l.Iface, "link_id", l.LinkID, "program_id", l.ProgramID)
@@ -267,7 +269,7 @@ func detachAll(g *globals, pin string) error {
 		log.Info("removed pinned state", "pin_path", d)
 	}
 	if err != nil {
-		return explainAgent(err, pin, nil)
+		return explainAgent(err, pinPath, nil)
 	}
 	if len(rm.Links)+len(rm.Netlink)+len(rm.PinDirs) == 0 {
 		log.Info("nothing to detach: no tierlimit program on this namespace's interfaces, no pinned state")

@@ -11,12 +11,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/record"
 )
 
 // statusShed prints the episode in the agent's state file (docs/design.md §10).
 func statusShed(w io.Writer, path string, asJSON bool) error {
-	ep, err := agent.ReadEpisode(path)
+	ep, err := record.ReadEpisode(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if asJSON {
 			_, err := fmt.Fprintln(w, "null")
@@ -36,7 +36,7 @@ func statusShed(w io.Writer, path string, asJSON bool) error {
 	return writeEpisode(w, ep, time.Now())
 }
 
-func writeEpisode(w io.Writer, ep agent.Episode, now time.Time) error {
+func writeEpisode(w io.Writer, ep record.Episode, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	state := "closed"
 	if ep.Open {

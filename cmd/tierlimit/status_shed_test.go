@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/record"
 )
 
 // TestStatusShed prints the episode an agent left in its state file, in
@@ -21,10 +21,10 @@ func TestStatusShed(t *testing.T) {
 		t.Errorf("no file: exit %d, %q", code, out)
 	}
 	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	ep := agent.Episode{ID: 7, Start: start, End: start.Add(90 * time.Second), Interfaces: []string{"eth1"}, Mode: "enforce",
+	ep := record.Episode{ID: 7, Start: start, End: start.Add(90 * time.Second), Interfaces: []string{"eth1"}, Mode: "enforce",
 		Max: 40000, OfferedRate: 120000, PeakRate: 150000, Shed: 9000000,
 		ByTier: map[string]uint64{"3": 8000000, "2": 500000}, ByReason: map[string]uint64{"tier": 8500000, "over_budget": 500000},
-		Samples: 9000, Top: []agent.GroupShare{{Group: netip.MustParsePrefix("10.1.2.0/24"), Samples: 6000, Share: 6000.0 / 9000},
+		Samples: 9000, Top: []record.GroupShare{{Group: netip.MustParsePrefix("10.1.2.0/24"), Samples: 6000, Share: 6000.0 / 9000},
 			{Group: netip.MustParsePrefix("2001:db8::/64"), Samples: 3000, Share: 3000.0 / 9000}}}
 	b, _ := json.Marshal(ep)
 	if err := os.WriteFile(path, b, 0o600); err != nil {
@@ -39,7 +39,7 @@ func TestStatusShed(t *testing.T) {
 		}
 	}
 	code, out, _ = runCmd(t, "status", "--shed", "--json", "--state-file", path)
-	var got agent.Episode
+	var got record.Episode
 	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || got.ID != 7 || len(got.Top) != 2 || got.Top[0].Group != ep.Top[0].Group {
 		t.Errorf("--json: exit %d, %v: %s", code, err, out)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
-	"github.com/tierlimit/tierlimit/agent"
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/layout0"
 	"github.com/tierlimit/tierlimit/internal/testenv"
@@ -36,13 +36,13 @@ import (
 // other shape), attaches it to the collector veth through a bpf_link
 // pinned at pin/links/<iface>, and pins the program at pin/program: what
 // 90e44a6's agent left behind when it stopped.
-func pinLayout0(t *testing.T, p *testenv.Pair, pin, body string) {
+func pinLayout0(t *testing.T, p *testenv.Pair, pinPath, body string) {
 	t.Helper()
 	pol, err := tiers.ParseYAML([]byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	maps := filepath.Join(pin, "maps")
+	maps := filepath.Join(pinPath, "maps")
 	if err := os.MkdirAll(maps, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func pinLayout0(t *testing.T, p *testenv.Pair, pin, body string) {
 	if prog == nil {
 		t.Fatal("no program tierlimit in the layout-0 object")
 	}
-	if err := os.MkdirAll(filepath.Join(pin, "links"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(pinPath, "links"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	err = p.Coll.Do(func() error {
@@ -64,12 +64,12 @@ func pinLayout0(t *testing.T, p *testenv.Pair, pin, body string) {
 			return err
 		}
 		defer lk.Close()
-		return lk.Pin(filepath.Join(pin, "links", agent.PinName(p.CollIf)))
+		return lk.Pin(filepath.Join(pinPath, "links", pin.PinName(p.CollIf)))
 	})
 	if err != nil {
 		t.Fatalf("attach the layout-0 program: %v", err)
 	}
-	if err := prog.Pin(filepath.Join(pin, "program")); err != nil {
+	if err := prog.Pin(filepath.Join(pinPath, "program")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -94,8 +94,8 @@ func runCLI(t *testing.T, ns *testenv.NS, args ...string) (int, string) {
 }
 
 type statusOut struct {
-	Layout   agent.Layout `json:"layout"`
-	Unread   []string     `json:"unread_maps"`
+	Layout   pin.Layout `json:"layout"`
+	Unread   []string   `json:"unread_maps"`
 	Selected []struct {
 		Verdict string `json:"verdict"`
 		Packets uint64 `json:"packets"`
@@ -108,9 +108,9 @@ type statusOut struct {
 	} `json:"window"`
 }
 
-func readStatusJSON(t *testing.T, ns *testenv.NS, pin string) (statusOut, uint64) {
+func readStatusJSON(t *testing.T, ns *testenv.NS, pinPath string) (statusOut, uint64) {
 	t.Helper()
-	code, out := runCLI(t, ns, "status", "--json", "--pin-path", pin)
+	code, out := runCLI(t, ns, "status", "--json", "--pin-path", pinPath)
 	if code != 0 {
 		t.Fatalf("status: exit %d\n%s", code, out)
 	}
@@ -175,8 +175,8 @@ func (w *windowWatch) close() (most, samples int) {
 // carried, and says so in its log; `status` then reads today's layout.
 func TestUpgradeFromLayout0UnderFlood(t *testing.T) {
 	testenv.Require(t)
-	p, pin, cfg := pinnedSetup(t, strictYAML)
-	pinLayout0(t, p, pin, strictYAML)
+	p, pinPath, cfg := pinnedSetup(t, strictYAML)
+	pinLayout0(t, p, pinPath, strictYAML)
 	recv := testenv.NewReceiver(t, p.Coll, netip.AddrPortFrom(p.CollAddr, 514))
 	watch := watchXDP(t, p)
 	f := startFlood(t, p, 30*time.Second)
@@ -184,7 +184,7 @@ func TestUpgradeFromLayout0UnderFlood(t *testing.T) {
 	t.Cleanup(func() { windows.close() })
 
 	time.Sleep(time.Second)
-	before, n0 := readStatusJSON(t, p.Coll, pin)
+	before, n0 := readStatusJSON(t, p.Coll, pinPath)
 	// Layout 0's malformed_stats (one reason fewer) and source_top (per
 	// CPU then) differ from today's in spec: status names them as unread;
 	// every other map is read.
@@ -195,8 +195,8 @@ func TestUpgradeFromLayout0UnderFlood(t *testing.T) {
 		t.Fatalf("status of the layout-0 state: %+v, %d selected; want layout 0 unrecorded, every map read but malformed_stats and source_top, max 100, packets counted", before, n0)
 	}
 	// The old program's policy: the new agent must not write into it.
-	oldPolicy := policyBytes(t, pin)
-	args := []string{"--iface", p.CollIf, "--config", cfg, "--pin-path", pin}
+	oldPolicy := policyBytes(t, pinPath)
+	args := []string{"--iface", p.CollIf, "--config", cfg, "--pin-path", pinPath}
 	run := startRun(t, p.Coll, args...)
 	if !run.waitLog("migrated pinned state", 5*time.Second) {
 		t.Fatalf("no migration logged:\n%s", run.log)
@@ -244,12 +244,12 @@ func TestUpgradeFromLayout0UnderFlood(t *testing.T) {
 	if without > 0 || ids < 2 {
 		t.Errorf("%d of %d polls found the interface without XDP; %d programs seen, want 2 (replaced in place)", without, polls, ids)
 	}
-	after, n1 := readStatusJSON(t, p.Coll, pin)
+	after, n1 := readStatusJSON(t, p.Coll, pinPath)
 	if after.Layout.Version != bpf.Layout || !after.Layout.Recorded || len(after.Unread) > 0 || n1 < n0 || after.Window.Opened < before.Window.Opened {
 		t.Errorf("status after the migration: %+v, %d selected (%d before)", after, n1, n0)
 	}
 	run.stop(t, syscall.SIGTERM)
-	if code, out := runCLI(t, p.Coll, "status", "--pin-path", pin); code != 0 || strings.Contains(out, "older than") {
+	if code, out := runCLI(t, p.Coll, "status", "--pin-path", pinPath); code != 0 || strings.Contains(out, "older than") {
 		t.Errorf("status after the agent stopped: exit %d\n%s", code, out)
 	}
 	t.Logf("sent %d, passed %v, dropped %v, most per window %d over %d samples; %d polls", f.sent, pass, drop, most, samples, polls)
@@ -257,7 +257,7 @@ func TestUpgradeFromLayout0UnderFlood(t *testing.T) {
 
 // policyBytes holds the settings and active slot pinned under pin open and
 // returns a check that says what changed in them since.
-func policyBytes(t *testing.T, pin string) func() string {
+func policyBytes(t *testing.T, pinPath string) func() string {
 	t.Helper()
 	var maps []*ebpf.Map
 	read := func() [][]byte {
@@ -274,7 +274,7 @@ func policyBytes(t *testing.T, pin string) func() string {
 		return out
 	}
 	for _, name := range []string{"settings", "active_slot"} {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(pin, "maps", name), nil)
+		m, err := ebpf.LoadPinnedMap(filepath.Join(pinPath, "maps", name), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,19 +305,19 @@ func logLine(log, s string) string {
 // status says where it looked once it is gone.
 func TestDetachLayout0(t *testing.T) {
 	testenv.Require(t)
-	p, pin, _ := pinnedSetup(t, strictYAML)
-	pinLayout0(t, p, pin, strictYAML)
-	if code, out := runCLI(t, p.Coll, "status", "--pin-path", pin); code != 0 || !strings.Contains(out, "layout 0") {
+	p, pinPath, _ := pinnedSetup(t, strictYAML)
+	pinLayout0(t, p, pinPath, strictYAML)
+	if code, out := runCLI(t, p.Coll, "status", "--pin-path", pinPath); code != 0 || !strings.Contains(out, "layout 0") {
 		t.Fatalf("status of layout 0: exit %d\n%s", code, out)
 	}
-	if code, out := runCLI(t, p.Coll, "detach", "--iface", p.CollIf, "--pin-path", pin); code != 0 {
+	if code, out := runCLI(t, p.Coll, "detach", "--iface", p.CollIf, "--pin-path", pinPath); code != 0 {
 		t.Fatalf("detach of layout 0: exit %d\n%s", code, out)
 	}
 	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != 0 {
 		t.Errorf("after detach: %+v still attached", x)
 	}
-	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("after detach: %s remains (%v)", pin, err)
+	if _, err := os.Stat(pinPath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after detach: %s remains (%v)", pinPath, err)
 	}
 }
 
@@ -326,25 +326,25 @@ func TestDetachLayout0(t *testing.T) {
 // the layout and the version that wrote it, and nothing is touched.
 func TestNewerLayoutRefused(t *testing.T) {
 	testenv.Require(t)
-	p, pin, cfg := pinnedSetup(t, strictYAML)
-	if err := os.Mkdir(pin, 0o700); err != nil {
+	p, pinPath, cfg := pinnedSetup(t, strictYAML)
+	if err := os.Mkdir(pinPath, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("99 v9.9.9-abcdef", filepath.Join(pin, "layout")); err != nil {
+	if err := os.Symlink("99 v9.9.9-abcdef", filepath.Join(pinPath, "layout")); err != nil {
 		t.Fatal(err)
 	}
-	code, out := runCLI(t, p.Coll, "run", "--iface", p.CollIf, "--config", cfg, "--pin-path", pin)
+	code, out := runCLI(t, p.Coll, "run", "--iface", p.CollIf, "--config", cfg, "--pin-path", pinPath)
 	if code != 2 || !strings.Contains(out, "layout 99") || !strings.Contains(out, "v9.9.9-abcdef") {
 		t.Errorf("run on layout 99: exit %d, want 2 naming the layout and the version\n%s", code, out)
 	}
 	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != 0 {
 		t.Errorf("the refused run attached %+v", x)
 	}
-	code, out = runCLI(t, p.Coll, "status", "--pin-path", pin)
+	code, out = runCLI(t, p.Coll, "status", "--pin-path", pinPath)
 	if code != 2 || !strings.Contains(out, "layout 99") {
 		t.Errorf("status on layout 99: exit %d, want 2\n%s", code, out)
 	}
-	if target, err := os.Readlink(filepath.Join(pin, "layout")); err != nil || target != "99 v9.9.9-abcdef" {
+	if target, err := os.Readlink(filepath.Join(pinPath, "layout")); err != nil || target != "99 v9.9.9-abcdef" {
 		t.Errorf("the layout record changed: %q %v", target, err)
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package attach
 
 import (
 	"net"

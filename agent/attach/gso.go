@@ -1,4 +1,4 @@
-package agent
+package attach
 
 import (
 	"fmt"
@@ -10,12 +10,12 @@ import (
 // counts as the datagrams it carries (bpf.Limiter.SetSKBIfaces). Where the
 // kernel cannot show it the segment count, generic mode is refused
 // (bpf.ErrSuperPackets): it would count a super-packet as one datagram.
-func (a *attacher) countSuperPackets() error {
+func (a *host) countSuperPackets(attached []*Attachment) error {
 	var (
 		generic []int
 		names   []string
 	)
-	for _, att := range a.attached {
+	for _, att := range attached {
 		if att.Mode == string(XDPGeneric) {
 			generic = append(generic, att.Index)
 			names = append(names, att.Iface)

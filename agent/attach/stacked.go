@@ -1,4 +1,4 @@
-package agent
+package attach
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// ErrStacked is returned by New when two of the interfaces are stacked on
+// ErrStacked is returned by Resolve when two of the interfaces are stacked on
 // each other, so that one packet crosses both XDP hooks and would be
 // counted twice (docs/design.md §2: each datagram is counted once).
 var ErrStacked = errors.New("interfaces are stacked")

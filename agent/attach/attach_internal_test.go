@@ -1,12 +1,12 @@
-package agent
+package attach
 
 import (
 	"errors"
 	"log/slog"
 	"testing"
 
+	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/internal/testenv"
-	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // TestAttachRaceIsBusy (issue 11 D): an agent that found the interface free
@@ -15,26 +15,33 @@ import (
 func TestAttachRaceIsBusy(t *testing.T) {
 	testenv.Require(t)
 	p := testenv.NewPair(t)
-	var first *Agent
-	if err := p.Coll.Do(func() (err error) {
-		first, err = New(Config{Interfaces: []string{p.CollIf}}, tiers.Default())
+	first := New(Config{Interfaces: []string{p.CollIf}})
+	if err := p.Coll.Do(func() error {
+		links, err := first.Resolve()
+		if err == nil {
+			_, err = first.Load()
+		}
+		if err == nil {
+			err = first.AttachAll(links)
+		}
 		return err
 	}); err != nil {
+		first.Abort()
 		t.Fatal(err)
 	}
 	defer first.Close()
 	for _, mode := range []XDPMode{XDPAuto, XDPNative, XDPGeneric} {
 		// The loser: same kind of program, past its check for a program
 		// on the interface.
-		loser := &attacher{cfg: Config{XDPMode: mode}, log: slog.New(slog.DiscardHandler), lim: first.lim, nh: first.at.nh}
+		loser := &linker{env: &env{cfg: Config{XDPMode: mode}, log: slog.New(slog.DiscardHandler), lim: first.lim, nh: first.nh}}
 		err := p.Coll.Do(func() error {
-			l, err := first.at.nh.LinkByName(p.CollIf)
+			l, err := first.nh.LinkByName(p.CollIf)
 			if err != nil {
 				return err
 			}
 			return loser.attachMode(&Attachment{Iface: p.CollIf, Index: l.Attrs().Index}, l)
 		})
-		var busy *BusyError
+		var busy *pin.BusyError
 		if !errors.As(err, &busy) || busy.Iface != p.CollIf {
 			t.Errorf("%s: lost attach race: %v, want a BusyError for %s", mode, err, p.CollIf)
 		}

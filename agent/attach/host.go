@@ -1,4 +1,4 @@
-package agent
+package attach
 
 import (
 	"bytes"
@@ -17,26 +17,36 @@ import (
 	"github.com/tierlimit/tierlimit/internal/sysutil"
 )
 
-// describeIfaces tells the program what it may check of the frames on
+// host is the host describer: what the program may check of the frames
+// on each attached interface, and which of them run in generic mode
+// (gso.go). Its methods run with the Attacher's mu held, or before the
+// Attacher is shared.
+type host struct {
+	*env
+	// ifaces is what the program was last told of the attached
+	// interfaces.
+	ifaces []bpf.Iface
+}
+
+// describe tells the program what it may check of the frames on
 // each attached interface (bpf.Iface, bpf/host.h): that a unicast frame
 // not to the interface's MAC is another host's, and which addresses are
 // martians. The MAC check is off wherever another device may take such a
 // frame from this one (macAcceptors), so that it never passes uncounted a
-// frame that Linux delivers. Called with a.mu held, or before the agent
-// is shared; logs what changed.
-func (a *attacher) describeIfaces() error {
+// frame that Linux delivers. Logs what changed.
+func (a *host) describe(attached []*Attachment) error {
 	all, err := a.nh.LinkList()
 	if err != nil {
 		return fmt.Errorf("list links: %w", err)
 	}
 	var ifs []bpf.Iface
 	var why []string
-	for _, att := range a.attached {
+	for _, att := range attached {
 		i := slices.IndexFunc(all, func(l netlink.Link) bool { return l.Attrs().Index == att.Index })
 		if i < 0 {
 			continue // deleted: Watch re-attaches, and describes it then
 		}
-		ifc, off := a.describe(all[i], all)
+		ifc, off := a.iface(all[i], all)
 		ifs = append(ifs, ifc)
 		why = append(why, off)
 	}
@@ -66,9 +76,9 @@ func sameIface(x, y bpf.Iface) bool {
 		x.Martians == y.Martians && x.LocalnetMartian == y.LocalnetMartian
 }
 
-// describe is l's bpf.Iface among all the namespace's links, and why its
+// iface is l's bpf.Iface among all the namespace's links, and why its
 // MAC check is off ("" when on).
-func (a *attacher) describe(l netlink.Link, all []netlink.Link) (bpf.Iface, string) {
+func (a *host) iface(l netlink.Link, all []netlink.Link) (bpf.Iface, string) {
 	at := l.Attrs()
 	ifc := bpf.Iface{Index: at.Index, MAC: slices.Clone(at.HardwareAddr)}
 	why := a.macAcceptors(l, all)
@@ -87,7 +97,7 @@ func (a *attacher) describe(l netlink.Link, all []netlink.Link) (bpf.Iface, stri
 // macvlan in passthru mode, an hsr port, a capture), l is a master (a
 // bridge passes up frames to its ports' MACs), or l sits on another
 // device (a VLAN device takes frames to its lower's MAC, vlan_do_receive).
-func (a *attacher) macAcceptors(l netlink.Link, all []netlink.Link) string {
+func (a *host) macAcceptors(l netlink.Link, all []netlink.Link) string {
 	if why := linkAcceptors(l, all); why != "" {
 		return why
 	}
@@ -144,9 +154,9 @@ func otherUnicast(fdb []netlink.Neigh, idx int, own net.HardwareAddr) string {
 // routeLocalnet reports whether net.ipv4.conf.{all,name}.route_localnet
 // is set in the agent's namespace, or cannot be read: then 127.0.0.0/8 is
 // routed (ip_route_input_slow), not a martian.
-func (a *attacher) routeLocalnet(name string) bool {
+func (a *host) routeLocalnet(name string) bool {
 	on := true
-	_ = a.inNS(func() error {
+	_ = inNS(a.ns, func() error {
 		on = false
 		for _, dev := range []string{"all", name} {
 			b, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + dev + "/route_localnet")
@@ -159,15 +169,15 @@ func (a *attacher) routeLocalnet(name string) bool {
 	return on
 }
 
-// followIfaces describes the interfaces again whenever a link of the
+// FollowIfaces describes the interfaces again whenever a link of the
 // agent's namespace changes (a MAC, a master, promiscuity, a child
 // device), until done is closed; events in a burst are read as one, after
 // a quiet 50 ms. What sends no event (a child in another namespace coming
 // up, a sysctl) is read again on each Watch round.
 //
-// ns is the agent's namespace, a handle of followIfaces' own (dupNS),
-// which it closes.
-func (a *attacher) followIfaces(done <-chan struct{}, ns netns.NsHandle) {
+// ns is the agent's namespace (NS), a handle of FollowIfaces' own, which
+// it closes.
+func (a *Attacher) FollowIfaces(done <-chan struct{}, ns netns.NsHandle) {
 	defer ns.Close()
 	links := make(chan netlink.LinkUpdate, 64)
 	errf := subscriptionErrors(a.log, done, "following links")
@@ -184,10 +194,10 @@ func (a *attacher) followIfaces(done <-chan struct{}, ns netns.NsHandle) {
 	ev.Settle(done, 50*time.Millisecond, func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		if a.closed.Load() {
+		if a.closed() {
 			return
 		}
-		if err := a.describeIfaces(); err != nil {
+		if err := a.host.describe(a.attached); err != nil {
 			a.log.Error("describe interfaces to the program", "err", err)
 		}
 	})
@@ -195,8 +205,8 @@ func (a *attacher) followIfaces(done <-chan struct{}, ns netns.NsHandle) {
 
 // Ifaces returns what the program was last told of the attached
 // interfaces.
-func (a *attacher) Ifaces() []bpf.Iface {
+func (a *Attacher) Ifaces() []bpf.Iface {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return slices.Clone(a.ifaces)
+	return slices.Clone(a.host.ifaces)
 }

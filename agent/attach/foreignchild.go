@@ -1,4 +1,4 @@
-package agent
+package attach
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 // (CAP_SYS_ADMIN), so dests: local does not count datagrams to them: the
 // collector is unprotected unless dests lists its addresses. An ipvlan
 // child shares the NIC's MAC and leaves no such trace: the README says so.
-func (a *attacher) warnForeignChild(ifc bpf.Iface) {
+func (a *host) warnForeignChild(ifc bpf.Iface) {
 	fdb, err := a.nh.NeighList(ifc.Index, unix.AF_BRIDGE)
 	if err != nil {
 		return

@@ -1,9 +1,8 @@
-package agent
+package attach
 
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -26,9 +25,15 @@ func checkEthernet(l netlink.Link) error {
 	}
 }
 
+// linker attaches the program to one interface at a time.
+type linker struct {
+	*env
+	pins *pins
+}
+
 // attach attaches the program to l, or adopts the link pinned for it and
 // updates its program in place, so the interface is never without XDP.
-func (a *attacher) attach(l netlink.Link) (*Attachment, error) {
+func (a *linker) attach(l netlink.Link) (*Attachment, error) {
 	name, idx := l.Attrs().Name, l.Attrs().Index
 	if err := checkEthernet(l); err != nil {
 		return nil, err
@@ -47,7 +52,7 @@ func (a *attacher) attach(l netlink.Link) (*Attachment, error) {
 		}
 		restore = r
 		if l, err = a.nh.LinkByIndex(idx); err != nil {
-			return nil, fmt.Errorf("interface %q: %w", name, ErrNoInterface)
+			return nil, fmt.Errorf("interface %q: %w", name, pin.ErrNoInterface)
 		}
 	}
 	if err := a.clearForeign(l); err != nil {
@@ -57,14 +62,14 @@ func (a *attacher) attach(l netlink.Link) (*Attachment, error) {
 		return nil, a.restore(att, restore, err)
 	}
 	att.Mode = pin.XDPModeOf(a.nh, idx)
-	return att, a.pinLink(att)
+	return att, a.pins.pinLink(att)
 }
 
 // adopt takes over the link pinned for att's interface and runs this
 // agent's program on it. With an explicit mode other than the link's, it
 // removes the link instead (a link cannot change mode) and returns the old
 // mode, so that attach can put it back if the new one is refused.
-func (a *attacher) adopt(att *Attachment) (adopted bool, restore XDPMode, err error) {
+func (a *linker) adopt(att *Attachment) (adopted bool, restore XDPMode, err error) {
 	path := a.pd.LinkPin(att.Iface)
 	lk, err := pin.AdoptLink(path, att.Index)
 	if err != nil || lk == nil {
@@ -89,7 +94,7 @@ func (a *attacher) adopt(att *Attachment) (adopted bool, restore XDPMode, err er
 
 // clearForeign checks that l runs no XDP program, or removes a foreign one
 // when the config allows it (only a netlink attachment can be removed).
-func (a *attacher) clearForeign(l netlink.Link) error {
+func (a *linker) clearForeign(l netlink.Link) error {
 	x := l.Attrs().Xdp
 	if x == nil || !x.Attached {
 		return nil
@@ -97,17 +102,17 @@ func (a *attacher) clearForeign(l netlink.Link) error {
 	name, idx := l.Attrs().Name, l.Attrs().Index
 	owner, pname := pin.DescribeProgram(x.ProgId), pin.ProgramNameOf(x.ProgId)
 	if pname == pin.ProgramName {
-		return &BusyError{Iface: name, Program: owner}
+		return &pin.BusyError{Iface: name, Program: owner}
 	}
 	if !a.cfg.Replace {
-		return &ForeignProgramError{Iface: name, Program: owner, Unnamed: pname == ""}
+		return &pin.ForeignProgramError{Iface: name, Program: owner, Unnamed: pname == ""}
 	}
 	a.log.Warn("replacing XDP program", "iface", name, "program", owner)
 	for _, f := range []int{nl.XDP_FLAGS_DRV_MODE, nl.XDP_FLAGS_SKB_MODE} {
 		_ = netlink.LinkSetXdpFdWithFlags(l, -1, f)
 	}
 	if l, err := a.nh.LinkByIndex(idx); err == nil && l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached {
-		return &ForeignProgramError{Iface: name, Program: owner, HeldByLink: true}
+		return &pin.ForeignProgramError{Iface: name, Program: owner, HeldByLink: true}
 	}
 	return nil
 }
@@ -115,7 +120,7 @@ func (a *attacher) clearForeign(l netlink.Link) error {
 // attachMode attaches in the configured mode; auto tries native, then
 // generic. A program that appeared meanwhile (another agent won the race)
 // is a *BusyError.
-func (a *attacher) attachMode(att *Attachment, l netlink.Link) error {
+func (a *linker) attachMode(att *Attachment, l netlink.Link) error {
 	var err error
 	switch a.cfg.XDPMode {
 	case XDPAuto:
@@ -135,7 +140,7 @@ func (a *attacher) attachMode(att *Attachment, l netlink.Link) error {
 		if cur, e := a.nh.LinkByIndex(att.Index); e == nil && cur.Attrs().Xdp != nil {
 			prog = pin.DescribeProgram(cur.Attrs().Xdp.ProgId)
 		}
-		return &BusyError{Iface: att.Iface, Program: prog}
+		return &pin.BusyError{Iface: att.Iface, Program: prog}
 	case a.cfg.XDPMode == XDPNative:
 		// bpf_link creation carries no extack: the errno is all the
 		// kernel says. EOPNOTSUPP means the driver has no native XDP.
@@ -152,7 +157,7 @@ func taken(err error) bool { return errors.Is(err, unix.EEXIST) || errors.Is(err
 
 // try attaches in mode through a bpf_link, or through netlink where the
 // kernel has no XDP links.
-func (a *attacher) try(att *Attachment, l netlink.Link, mode XDPMode) error {
+func (a *linker) try(att *Attachment, l netlink.Link, mode XDPMode) error {
 	flags, lflags := nl.XDP_FLAGS_DRV_MODE, link.XDPDriverMode
 	if mode == XDPGeneric {
 		flags, lflags = nl.XDP_FLAGS_SKB_MODE, link.XDPGenericMode
@@ -176,7 +181,7 @@ func (a *attacher) try(att *Attachment, l netlink.Link, mode XDPMode) error {
 
 // restore puts the limiter back in mode prev after a refused mode switch,
 // and returns the error to report.
-func (a *attacher) restore(att *Attachment, prev XDPMode, err error) error {
+func (a *linker) restore(att *Attachment, prev XDPMode, err error) error {
 	if prev != XDPNative && prev != XDPGeneric {
 		return err
 	}
@@ -187,43 +192,13 @@ func (a *attacher) restore(att *Attachment, prev XDPMode, err error) error {
 	if rerr := a.try(att, l, prev); rerr != nil {
 		return fmt.Errorf("%w; putting the limiter back in %s mode failed too: %v", err, prev, rerr)
 	}
-	if perr := a.pinLink(att); perr != nil {
+	if perr := a.pins.pinLink(att); perr != nil {
 		return fmt.Errorf("%w; the limiter is back in %s mode but could not be pinned: %v", err, prev, perr)
 	}
 	if att.link != nil {
 		att.link.Close() // pinned: it stays attached
 	}
 	return fmt.Errorf("%w; the limiter stays attached in %s mode", err, prev)
-}
-
-// pinLink pins att's link under the pin directory, when pinning.
-func (a *attacher) pinLink(att *Attachment) error {
-	if a.pd == nil || att.link == nil {
-		return nil
-	}
-	if err := att.link.Pin(a.pd.LinkPin(att.Iface)); err != nil {
-		att.link.Close()
-		att.link = nil
-		return fmt.Errorf("pin link: %w", err)
-	}
-	return nil
-}
-
-// warnOtherLinks logs the interfaces that a pinned link from an earlier run
-// still limits although this run was not asked to: they share this run's
-// maps and policy, and only detaching them removes them.
-func (a *attacher) warnOtherLinks() {
-	entries, _ := os.ReadDir(a.pd.Links())
-	for _, e := range entries {
-		iface := pin.UnpinName(e.Name())
-		mine := false
-		for _, att := range a.attached {
-			mine = mine || att.Iface == iface
-		}
-		if !mine {
-			a.log.Warn("interface still limited by a pinned link from an earlier run", "iface", iface, "pin", a.pd.Path())
-		}
-	}
 }
 
 func linkID(lk link.Link) uint32 {
@@ -235,14 +210,14 @@ func linkID(lk link.Link) uint32 {
 }
 
 // detachOne removes att's attachment (unpinned agents).
-func (a *attacher) detachOne(att *Attachment) {
+func (a *Attacher) detachOne(att *Attachment) {
 	if att.link != nil {
 		if err := att.link.Close(); err != nil {
 			a.log.Warn("detach", "iface", att.Iface, "error", err)
 		}
 		return
 	}
-	_ = a.inNS(func() error {
+	_ = inNS(a.ns, func() error {
 		l, err := a.nh.LinkByIndex(att.Index)
 		if err == nil {
 			err = netlink.LinkSetXdpFdWithFlags(l, -1, att.flags)
@@ -253,7 +228,7 @@ func (a *attacher) detachOne(att *Attachment) {
 
 // closeOne lets go of att when the agent stops, and logs what is really
 // left on the interface.
-func (a *attacher) closeOne(att *Attachment) {
+func (a *Attacher) closeOne(att *Attachment) {
 	a.followRename(att) // name the interface as it is called now
 	why := a.check(att)
 	if a.pd == nil {
@@ -268,7 +243,7 @@ func (a *attacher) closeOne(att *Attachment) {
 		a.log.Info("detached", "iface", att.Iface)
 		return
 	}
-	pinned := a.linkPinned(att)
+	pinned := a.pins.linkPinned(att)
 	outlives, fsWhy := a.pd.Outlives()
 	if att.link != nil {
 		att.link.Close()
@@ -291,8 +266,8 @@ func (a *attacher) closeOne(att *Attachment) {
 // each one, in the agent's network namespace, runs the agent's own program
 // (by program id) through the agent's link. A program that is not the
 // agent's on a reused ifindex is not attached.
-func (a *attacher) Attached() bool {
-	if a.closed.Load() {
+func (a *Attacher) Attached() bool {
+	if a.closed() {
 		return false
 	}
 	a.mu.Lock()
@@ -308,10 +283,10 @@ func (a *attacher) Attached() bool {
 	return true
 }
 
-// attachedTo reports whether the attachment on ifindex is healthy and the
+// AttachedTo reports whether the attachment on ifindex is healthy and the
 // agent is open (xdp_attached).
-func (a *attacher) attachedTo(ifindex int) bool {
-	if a.closed.Load() {
+func (a *Attacher) AttachedTo(ifindex int) bool {
+	if a.closed() {
 		return false
 	}
 	a.mu.Lock()
@@ -326,7 +301,7 @@ func (a *attacher) attachedTo(ifindex int) bool {
 
 // check returns "" when att's interface runs the agent's program through
 // att's link, else what is wrong.
-func (a *attacher) check(att *Attachment) string {
+func (a *Attacher) check(att *Attachment) string {
 	if att.link != nil {
 		info, err := att.link.Info()
 		if err != nil || info.XDP() == nil {
