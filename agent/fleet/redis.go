@@ -30,6 +30,8 @@ type redisStore struct {
 	client redis.UniversalClient // replaced after a connection failure; see redial
 }
 
+var _ store = (*redisStore)(nil)
+
 // dialRedis returns the store at su (dial). Its errors are newClient's.
 func dialRedis(su storeurl.URL, caFile string, timeout func() time.Duration, creds func() (string, string)) (*redisStore, error) {
 	c, err := newClient(su, caFile, timeout(), creds)
