@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/internal/promdesc"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -20,22 +21,20 @@ import (
 // (fleetCollector, fleet.go), which serve.go registers beside this one.
 
 // descs is every Desc that metric made, for Describe.
-var descs []*prometheus.Desc
+var descs promdesc.Set
 
-// metric makes the Desc of tierlimit_<name>.
+// metric makes the Desc of tierlimit_<name> (promdesc.Set.Metric).
 func metric(name, help string, labels ...string) *prometheus.Desc {
-	d := prometheus.NewDesc(prometheus.BuildFQName("tierlimit", "", name), help, labels, nil)
-	descs = append(descs, d)
-	return d
+	return descs.Metric(name, help, labels...)
 }
 
-// counter and gauge emit one sample of d.
+// counter and gauge emit one sample of d (promdesc.Counter, promdesc.Gauge).
 func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v uint64, labels ...string) {
-	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	promdesc.Counter(ch, d, v, labels...)
 }
 
 func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
-	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	promdesc.Gauge(ch, d, v, labels...)
 }
 
 // The families the agent keeps itself rather than the maps.
@@ -65,11 +64,7 @@ func newCollector(a *Agent, r mapReader) *collector {
 	return &collector{a: a, read: func() (Snapshot, error) { return takeSnapshot(r) }}
 }
 
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range descs {
-		ch <- d
-	}
-}
+func (c *collector) Describe(ch chan<- *prometheus.Desc) { descs.Describe(ch) }
 
 // mapFamilies are the features whose families come from the maps: emitted
 // only when the scrape's snapshot could be read.

@@ -2,6 +2,7 @@ package bpf
 
 import (
 	"fmt"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -82,9 +83,11 @@ func (l *Limiter) FleetOthers() (in, total uint64, err error) {
 // member reports to the fleet. total counts every selected packet, in and
 // over budget; in only the in-budget ones, on the same onset (latched on
 // all selected packets), and is at most total; without per-source budgets
-// the two are equal. Under the tick gate the ticks since the window opened are
-// read from the clock (now − start_ns over the tick), within one tick of
-// the program's jiffies. Returns ErrPolicy when no policy is applied.
+// the two are equal. The window is read through Window and
+// tiers.WindowNow: its expiry, and its ticks as the program counts them;
+// under the tick gate they are read from the clock (now − start_ns over
+// the tick), within one tick of the program's jiffies. Returns ErrPolicy
+// when no policy is applied.
 func (l *Limiter) FleetEstimate() (in, total uint64, err error) {
 	slot, err := l.activeSlot()
 	if err != nil {
@@ -97,54 +100,30 @@ func (l *Limiter) FleetEstimate() (in, total uint64, err error) {
 	if set.TableLen == 0 {
 		return 0, 0, fmt.Errorf("%w: no policy applied", ErrPolicy)
 	}
-	var w LimiterTlWindow
-	if err := l.objs.Window.Lookup(uint32(0), &w); err != nil {
-		return 0, 0, fmt.Errorf("read window: %w", err)
+	w, err := l.Window()
+	if err != nil {
+		return 0, 0, err
 	}
 	if w.Opened == 0 {
 		return 0, 0, nil
-	}
-	ov, err := l.overflowSlots()
-	if err != nil {
-		return 0, 0, err
 	}
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return 0, 0, fmt.Errorf("read the clock: %w", err)
 	}
-	now := uint64(ts.Nano())
-	var cur, curEx, prev, prevEx uint64
-	for _, o := range ov {
-		if i := w.Opened & 1; o.Window[i] == w.Opened {
-			cur, curEx = cur+o.Packets[i], curEx+o.Ex[i]
-		}
-		if i := (w.Opened - 1) & 1; o.Window[i] == w.Opened-1 {
-			prev, prevEx = prev+o.Packets[i], prevEx+o.Ex[i]
-		}
-	}
 	ticks := max(set.SmTicks, 1)
-	// Since the window opened, ns: signed, as window.h window_expired
-	// compares (a window backdated past the clock's zero wraps).
-	since := max(int64(now-w.StartNs), 0)
-	var elapsed uint64
-	if set.WindowJiffies == 0 {
-		tick := now >> tiers.SmoothTickShift
-		elapsed = tick - min(tick, w.StartTick)
-	} else {
-		elapsed = uint64(since) / l.TickNs()
-	}
-	st := tiers.SmoothState{Elapsed: elapsed, Ticks: ticks, Gap: w.Gap,
-		Prev: w.LastCount + prev + w.PrevEx + prevEx}
-	n := w.Count + cur + w.ExCount + curEx
-	prevIn, nIn := w.LastCount+prev, w.Count+cur
+	ws := tiers.WindowNow(uint64(ts.Nano()), w.Counts(), tiers.WindowPolicy{
+		Window: time.Duration(set.WindowNs), Ticks: ticks, TickNs: l.TickNs(), Gate: set.WindowJiffies != 0})
+	st := tiers.SmoothState{Elapsed: ws.ElapsedTicks, Ticks: ticks, Gap: w.Gap, Prev: w.LastCount + w.LastEx}
+	n := w.Count + w.Ex
+	prevIn, nIn := w.LastCount, w.Count
 	var prof tiers.Profiles
 	if set.SrcBudget == 0 {
 		prevIn, nIn = st.Prev, n // every selected packet is in budget
 	} else if prof, err = l.profiles(w.Opened); err != nil {
 		return 0, 0, err
 	}
-	expired := since > int64(set.WindowNs)
-	in, total = tiers.LiveEstimates(st, n, prevIn, nIn, w.Onset == w.Opened+1, expired, elapsed-min(elapsed, ticks), prof)
+	in, total = tiers.LiveEstimates(st, n, prevIn, nIn, w.Onset, ws.Expired, ws.ElapsedTicks-min(ws.ElapsedTicks, ticks), prof)
 	return in, total, nil
 }
 

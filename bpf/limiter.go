@@ -404,6 +404,14 @@ type Window struct {
 	// onset (docs/design.md §9). Read only.
 	Gap   uint64
 	Onset bool
+	// StartTick is the tick the window opened at as the smooth estimate
+	// counts it (tiers.StartTick). Read only.
+	StartTick uint64
+	// Ex and LastEx are the selected packets over their source's budget
+	// in this window and in the previous one, which Count and LastCount
+	// leave out: the shared counts plus every CPU's overflow slot. Read
+	// only.
+	Ex, LastEx uint64
 }
 
 // Window reads the window state. Count and LastCount are exact: the shared
@@ -418,10 +426,10 @@ func (l *Limiter) Window() (Window, error) {
 	if err != nil {
 		return Window{}, err
 	}
-	cur := overflowOf(ov, w.Opened)
-	var prev uint64
+	cur, curEx := overflowOf(ov, w.Opened)
+	var prev, prevEx uint64
 	if w.Opened > 0 {
-		prev = overflowOf(ov, w.Opened-1)
+		prev, prevEx = overflowOf(ov, w.Opened-1)
 	}
 	debt := w.Debt
 	if int64(debt) < 0 { // an add and its undo in flight
@@ -431,6 +439,7 @@ func (l *Limiter) Window() (Window, error) {
 		StartNs: w.StartNs, Count: w.Count + cur, LastCount: w.LastCount + prev,
 		Opened: w.Opened, StartJiffies: w.StartJiffies, Overflow: cur, Debt: debt,
 		Gap: w.Gap, Onset: w.Opened > 0 && w.Onset == w.Opened+1,
+		StartTick: w.StartTick, Ex: w.ExCount + curEx, LastEx: w.PrevEx + prevEx,
 	}, nil
 }
 
@@ -449,15 +458,15 @@ func (l *Limiter) overflowSlots() ([]LimiterTlOverflow, error) {
 	return ov, nil
 }
 
-// overflowOf sums the packets the CPUs counted for the window with this id.
-func overflowOf(ov []LimiterTlOverflow, id uint64) uint64 {
-	var n uint64
+// overflowOf sums the packets the CPUs counted for the window with this
+// id: in budget (n) and over (ex).
+func overflowOf(ov []LimiterTlOverflow, id uint64) (n, ex uint64) {
 	for _, o := range ov {
 		if o.Window[id&1] == id {
-			n += o.Packets[id&1]
+			n, ex = n+o.Packets[id&1], ex+o.Ex[id&1]
 		}
 	}
-	return n
+	return n, ex
 }
 
 // put writes w's settable fields into the map's value v: the one
@@ -470,7 +479,7 @@ func (w Window) put(v *LimiterTlWindow) {
 
 // Counts is w for tiers.WindowNow.
 func (w Window) Counts() tiers.WindowCounts {
-	return tiers.WindowCounts{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, Debt: w.Debt, Gap: w.Gap, Onset: w.Onset}
+	return tiers.WindowCounts{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, Debt: w.Debt, Gap: w.Gap, Onset: w.Onset, StartTick: w.StartTick}
 }
 
 // SetWindow overwrites the window state, for tests and tools that preload

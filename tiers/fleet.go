@@ -3,14 +3,14 @@ package tiers
 import (
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tierlimit/tierlimit/tiers/storeurl"
 )
 
 // ErrFleet: a fleet setting (docs/design.md §12) that is out of range or
@@ -66,14 +66,14 @@ type Fleet struct {
 	// budget. 1-64 of [A-Za-z0-9._-], so that it can be part of a store
 	// key and of a Redis Cluster hash tag.
 	Name string
-	// Store is the store's URL as written (ParseStore reads it):
+	// Store is the store's URL as written (storeurl.Parse reads it):
 	// redis://, rediss://, redis+sentinel://h1,h2/master or
 	// redis+cluster://h1,h2,h3, and rediss+sentinel:// and rediss+cluster://
 	// over TLS.
 	Store string
 	// PasswordFile is the absolute path of the file that holds the store's
 	// password, or "". The agent reads it at start and on reload
-	// (ReadPasswordFile); tiers never opens it.
+	// (storeurl.ReadPassword); tiers never opens it.
 	PasswordFile string
 	// CAFile is the absolute path of the CA bundle that verifies a TLS
 	// store (rediss...), or "" for the system's roots.
@@ -89,164 +89,7 @@ type Fleet struct {
 	Fallback FleetFallback
 }
 
-// Store schemes (docs/design.md §12); the rediss ones speak TLS.
-const (
-	StoreRedis       = "redis"
-	StoreRedisTLS    = "rediss"
-	StoreSentinel    = "redis+sentinel"
-	StoreSentinelTLS = "rediss+sentinel"
-	StoreCluster     = "redis+cluster"
-	StoreClusterTLS  = "rediss+cluster"
-)
-
-// StoreURL is a fleet store URL, read by ParseStore.
-type StoreURL struct {
-	// Scheme is one of StoreRedis, StoreRedisTLS, StoreSentinel,
-	// StoreSentinelTLS, StoreCluster, StoreClusterTLS.
-	Scheme string
-	// Addrs are HOST:PORT, with the scheme's default port where the URL
-	// gave none (6379; 26379 for Sentinel): one for redis:// and rediss://,
-	// the Sentinels or the Cluster's seed nodes otherwise.
-	Addrs []string
-	// Username is the ACL user written before an @, or "" for default.
-	Username string
-	// DB is the database number (redis://, rediss://, Sentinel); always 0
-	// for a Cluster.
-	DB int
-	// Master is the Sentinel master's name.
-	Master string
-}
-
-// TLS reports whether the store is reached over TLS (rediss://,
-// rediss+sentinel://, rediss+cluster://).
-func (s StoreURL) TLS() bool { return strings.HasPrefix(s.Scheme, "rediss") }
-
-// Sentinel reports whether the store is found through Sentinels.
-func (s StoreURL) Sentinel() bool { return strings.HasSuffix(s.Scheme, "+sentinel") }
-
-// Cluster reports whether the store is a Redis Cluster.
-func (s StoreURL) Cluster() bool { return strings.HasSuffix(s.Scheme, "+cluster") }
-
 var fleetNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
-
-// storeForms is what a store error says is wanted.
-const storeForms = "want redis://HOST[:PORT][/DB], redis+sentinel://H1,H2/MASTER[/DB] or redis+cluster://H1,H2,H3 (rediss for TLS)"
-
-// ParseStore reads a fleet store URL: redis://[USER@]HOST[:PORT][/DB],
-// redis+sentinel://[USER@]H1[:PORT],H2.../MASTER[/DB] or
-// redis+cluster://[USER@]H1[:PORT],H2,H3; rediss, rediss+sentinel and
-// rediss+cluster are the same over TLS. A URL with a password, a
-// query or a fragment is refused: the secret goes in password_file. The
-// error never repeats the URL (it may hold a secret).
-func ParseStore(s string) (StoreURL, error) {
-	scheme, rest, ok := strings.Cut(s, "://")
-	var u StoreURL
-	switch scheme {
-	case StoreRedis, StoreRedisTLS, StoreSentinel, StoreSentinelTLS, StoreCluster, StoreClusterTLS:
-		u.Scheme = scheme
-	default:
-		if !ok {
-			return StoreURL{}, errors.New(storeForms)
-		}
-		return StoreURL{}, fmt.Errorf("unknown scheme %q: %s", scheme, storeForms)
-	}
-	if strings.ContainsAny(rest, "?#") {
-		return StoreURL{}, fmt.Errorf("a query or fragment: %s", storeForms)
-	}
-	hosts, path, _ := strings.Cut(rest, "/")
-	if at := strings.LastIndexByte(hosts, '@'); at >= 0 {
-		user := hosts[:at]
-		hosts = hosts[at+1:]
-		if strings.Contains(user, ":") {
-			return StoreURL{}, errors.New("the URL holds a password: put it in password_file, never in the policy")
-		}
-		u.Username = user
-	}
-	port := "6379"
-	if u.Sentinel() {
-		port = "26379"
-	}
-	for _, h := range strings.Split(hosts, ",") {
-		addr, err := storeAddr(h, port)
-		if err != nil {
-			return StoreURL{}, err
-		}
-		u.Addrs = append(u.Addrs, addr)
-	}
-	if len(u.Addrs) > 1 && !u.Sentinel() && !u.Cluster() {
-		return StoreURL{}, fmt.Errorf("%s:// takes one host; for several use redis+sentinel:// or redis+cluster://", scheme)
-	}
-	parts := strings.Split(path, "/")
-	if path == "" {
-		parts = nil
-	}
-	switch {
-	case u.Sentinel():
-		if len(parts) == 0 || parts[0] == "" {
-			return StoreURL{}, errors.New("redis+sentinel:// needs the master's name: redis+sentinel://H1,H2/MASTER")
-		}
-		u.Master, parts = parts[0], parts[1:]
-	case u.Cluster():
-		if len(parts) > 0 {
-			return StoreURL{}, errors.New("redis+cluster:// takes no path: a Cluster has database 0 only")
-		}
-	}
-	if len(parts) > 1 {
-		return StoreURL{}, fmt.Errorf("a path of more than a database number: %s", storeForms)
-	}
-	if len(parts) == 1 {
-		db, err := strconv.Atoi(parts[0])
-		if err != nil || db < 0 || db > 1<<20 || parts[0] != strconv.Itoa(db) {
-			return StoreURL{}, fmt.Errorf("database %q: want a number from 0", parts[0])
-		}
-		u.DB = db
-	}
-	return u, nil
-}
-
-// storeAddr is HOST:PORT of one host of a store URL, with port as the
-// default.
-func storeAddr(h, port string) (string, error) {
-	if h == "" {
-		return "", fmt.Errorf("a host is empty: %s", storeForms)
-	}
-	host, p := h, port
-	if strings.HasPrefix(h, "[") || strings.Count(h, ":") == 1 {
-		var err error
-		if strings.HasPrefix(h, "[") && !strings.Contains(h, "]:") {
-			h += ":" + port
-		}
-		if host, p, err = net.SplitHostPort(h); err != nil {
-			return "", fmt.Errorf("host %q: %v", h, err)
-		}
-	} else if strings.Contains(h, ":") {
-		return "", fmt.Errorf("host %q: write an IPv6 address in brackets, [::1]:6379", h)
-	}
-	if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-		return "", fmt.Errorf("host %q: want a port from 1 to 65535", h)
-	}
-	if host == "" {
-		return "", fmt.Errorf("host %q: no host name", h)
-	}
-	return net.JoinHostPort(host, p), nil
-}
-
-// redactStore is a store URL as a log may show it: with anything between
-// :// and @ (a user and a password) replaced. Errors never show the URL.
-func redactStore(s string) string {
-	scheme, rest, ok := strings.Cut(s, "://")
-	if !ok {
-		return s
-	}
-	hosts, path, hasPath := strings.Cut(rest, "/")
-	if at := strings.LastIndexByte(hosts, '@'); at >= 0 {
-		hosts = "REDACTED@" + hosts[at+1:]
-	}
-	if hasPath {
-		hosts += "/" + path
-	}
-	return scheme + "://" + hosts
-}
 
 // TableMax is the max the policy's tier table is compiled for: Fleet.Max
 // when fleet is on, else Max (docs/design.md §12: the tiers apply to
@@ -302,9 +145,9 @@ func (f *Fleet) validate(p Policy) error {
 	case !fleetNameRE.MatchString(f.Name):
 		return configErr("fleet.name", f.Name, ErrFleet, "want 1 to 64 of A-Z a-z 0-9 . _ -")
 	case f.Store == "":
-		return configErr("fleet.store", "", ErrMissingKey, "a fleet needs a store: %s", storeForms)
+		return configErr("fleet.store", "", ErrMissingKey, "a fleet needs a store: %s", storeurl.Forms)
 	}
-	u, err := ParseStore(f.Store)
+	u, err := storeurl.Parse(f.Store)
 	if err != nil {
 		return configErr("fleet.store", "", ErrFleet, "%v", err) // never repeated: it may hold a password
 	}
@@ -330,21 +173,6 @@ func (f *Fleet) validate(p Policy) error {
 		return configErr("shape", p.Shape.String(), ErrFleet, "fleet needs shape: smooth (the fleet rule is the smooth shape's)")
 	}
 	return nil
-}
-
-// ReadPasswordFile reads the store's password from path, as the agent does
-// at start and on reload: the file's content less one trailing line break.
-// An empty file is an error. The error names the path, never the content.
-func ReadPasswordFile(path string, read func(string) ([]byte, error)) (string, error) {
-	b, err := read(path)
-	if err != nil {
-		return "", &ConfigError{Key: "fleet.password_file", Value: path, Err: fmt.Errorf("%w: %v", ErrFleet, err)}
-	}
-	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-	if s == "" {
-		return "", &ConfigError{Key: "fleet.password_file", Value: path, Err: fmt.Errorf("%w: the file is empty", ErrFleet)}
-	}
-	return s, nil
 }
 
 // fleet parses the fleet mapping; a null fleet is off:
@@ -394,7 +222,7 @@ func (ps *yamlParser) fleet(key string, v *yaml.Node) (*Fleet, error) {
 			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
 				return typeErr(key, v, "a store URL")
 			}
-			if _, err := ParseStore(v.Value); err != nil {
+			if _, err := storeurl.Parse(v.Value); err != nil {
 				ce := valueErr(key, v, ErrFleet, "%v", err)
 				ce.Value = "" // never repeated: it may hold a password
 				return ce
@@ -432,9 +260,9 @@ func (ps *yamlParser) fleet(key string, v *yaml.Node) (*Fleet, error) {
 }
 
 // String returns the block on one line for logs, such as
-// "name=syslog-eu store=redis://10.0.0.5:6379/0 max=200000 report=100ms
+// "name=syslog-eu store=redis://10.0.0.5:6379 max=200000 report=100ms
 // ttl=3s fallback=share".
 func (f Fleet) String() string {
 	return fmt.Sprintf("name=%s store=%s max=%d report=%s ttl=%s fallback=%s",
-		f.Name, redactStore(f.Store), f.Max, f.Report, f.TTL, f.Fallback)
+		f.Name, storeurl.Redact(f.Store), f.Max, f.Report, f.TTL, f.Fallback)
 }

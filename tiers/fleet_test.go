@@ -1,8 +1,6 @@
 package tiers
 
 import (
-	"errors"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -148,31 +146,6 @@ func TestValidateFleet(t *testing.T) {
 	}
 }
 
-func TestParseStore(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want StoreURL
-	}{
-		{"redis://10.0.0.5", StoreURL{Scheme: StoreRedis, Addrs: []string{"10.0.0.5:6379"}}},
-		{"redis://10.0.0.5:6380/3", StoreURL{Scheme: StoreRedis, Addrs: []string{"10.0.0.5:6380"}, DB: 3}},
-		{"rediss://tl@store.example:6390", StoreURL{Scheme: StoreRedisTLS, Addrs: []string{"store.example:6390"}, Username: "tl"}},
-		{"redis://[2001:db8::1]/0", StoreURL{Scheme: StoreRedis, Addrs: []string{"[2001:db8::1]:6379"}}},
-		{"redis://[2001:db8::1]:7000", StoreURL{Scheme: StoreRedis, Addrs: []string{"[2001:db8::1]:7000"}}},
-		{"redis+sentinel://s1,s2:26380/mymaster/2", StoreURL{Scheme: StoreSentinel, Addrs: []string{"s1:26379", "s2:26380"}, Master: "mymaster", DB: 2}},
-		{"redis+cluster://h1,h2:7001,h3", StoreURL{Scheme: StoreCluster, Addrs: []string{"h1:6379", "h2:7001", "h3:6379"}}},
-		{"rediss+sentinel://s1/m", StoreURL{Scheme: StoreSentinelTLS, Addrs: []string{"s1:26379"}, Master: "m"}},
-		{"rediss+cluster://h1,h2", StoreURL{Scheme: StoreClusterTLS, Addrs: []string{"h1:6379", "h2:6379"}}},
-	} {
-		got, err := ParseStore(c.in)
-		if err != nil || !reflect.DeepEqual(got, c.want) {
-			t.Errorf("ParseStore(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
-		}
-	}
-	if _, err := ParseStore("redis://user:hunter2@h"); err == nil || strings.Contains(err.Error(), "hunter2") {
-		t.Errorf("a password in the URL: %v", err)
-	}
-}
-
 // With fleet on, the table is compiled for fleet.max: the same as the
 // policy's tiers at max = fleet.max; the fallback policies are the share
 // and the local max.
@@ -218,29 +191,5 @@ func TestCompileFleet(t *testing.T) {
 		if fb := p.FleetFallbackPolicy(members); fb.Max != want || fb.Auto == nil || fb.Validate() != nil {
 			t.Errorf("auto, share of %d: max %d, want %d (%v)", members, fb.Max, want, fb.Validate())
 		}
-	}
-}
-
-func TestReadPasswordFile(t *testing.T) {
-	dir := t.TempDir()
-	path := dir + "/secret"
-	if err := os.WriteFile(path, []byte("s3cret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if pw, err := ReadPasswordFile(path, os.ReadFile); err != nil || pw != "s3cret" {
-		t.Errorf("ReadPasswordFile = %q, %v", pw, err)
-	}
-	for _, bad := range []string{dir + "/none", dir} {
-		_, err := ReadPasswordFile(bad, os.ReadFile)
-		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.Key != "fleet.password_file" || !errors.Is(err, ErrFleet) {
-			t.Errorf("%s: %v", bad, err)
-		}
-	}
-	if err := os.WriteFile(path, []byte("\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ReadPasswordFile(path, os.ReadFile); err == nil {
-		t.Error("an empty password file is accepted")
 	}
 }

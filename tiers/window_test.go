@@ -32,3 +32,29 @@ func TestWindowNow(t *testing.T) {
 		t.Errorf("smooth: %+v, want estimate %d in tier 2", s, want)
 	}
 }
+
+// TestWindowNowTicks: with the program's tick (WindowPolicy.TickNs) the
+// ticks since the window opened are the program's: under the tick gate
+// the ns since the start over the tick, else now's tick less the start's.
+func TestWindowNowTicks(t *testing.T) {
+	const tick = 1 << SmoothTickShift
+	w := WindowCounts{StartNs: 10*tick + 5, Count: 1, Opened: 1, StartTick: 10}
+	p := WindowPolicy{Window: time.Second, Ticks: 250, TickNs: 4e6, Gate: true}
+	if s := WindowNow(w.StartNs+9e6, w, p); s.ElapsedTicks != 2 {
+		t.Errorf("gate: %d ticks, want 2", s.ElapsedTicks)
+	}
+	if s := WindowNow(w.StartNs-1, w, p); s.ElapsedTicks != 0 {
+		t.Errorf("gate, before the start: %d ticks, want 0", s.ElapsedTicks)
+	}
+	p.Gate = false
+	if s := WindowNow(13*tick, w, p); s.ElapsedTicks != 3 {
+		t.Errorf("no gate: %d ticks, want 3 (now's tick 13 less the start's 10)", s.ElapsedTicks)
+	}
+	if s := WindowNow(9*tick, w, p); s.ElapsedTicks != 0 {
+		t.Errorf("no gate, before the start: %d ticks, want 0", s.ElapsedTicks)
+	}
+	p.TickNs = 0
+	if s := WindowNow(w.StartNs+9e6, w, p); s.ElapsedTicks != 2 {
+		t.Errorf("no tick given: %d ticks, want 9 ms over 1 s ÷ 250", s.ElapsedTicks)
+	}
+}

@@ -7,13 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/storeurl"
 )
 
 // Controller is one member's fleet controller. Start it with Start; it
@@ -23,10 +21,7 @@ type Controller struct {
 	lim   Limiter
 	fb    Fallback
 	store string // the redacted store URL, for logs
-	su    tiers.StoreURL
-
-	mu     sync.Mutex
-	client redis.UniversalClient // replaced after a connection failure; see redial
+	st    store
 
 	cfg   atomic.Pointer[Config]
 	creds atomic.Pointer[[2]string] // ACL user, password
@@ -71,7 +66,7 @@ func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller,
 		log:   log.With("fleet", cfg.Name, "member", cfg.Member),
 		lim:   lim,
 		fb:    fb,
-		store: redact(cfg.Store),
+		store: storeurl.Redact(cfg.Store),
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
@@ -79,20 +74,18 @@ func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller,
 		return nil, err
 	}
 	c.cfg.Store(&cfg)
-	c.su = su
-	c.client, err = newClient(su, cfg.CAFile, cfg.Report, c.credentials)
+	c.st, err = dial(su, cfg.CAFile, func() time.Duration { return c.cfg.Load().Report }, c.credentials)
 	if err != nil {
 		return nil, err
 	}
 	est := c.estimate()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.TTL)
-	v, err := report(ctx, c.client, cfg.Name, cfg.Member, est, cfg.TTL)
+	v, err := c.st.report(ctx, cfg.Name, cfg.Member, est, cfg.TTL)
 	cancel()
 	if err != nil && isAuth(err) {
-		c.client.Close()
+		c.st.close()
 		return nil, fmt.Errorf("%w: %s: %v", ErrAuth, c.store, err)
 	}
-	c.redial(err)
 	if err != nil {
 		c.m.reports(resultOf(err, false)).Add(1)
 		c.log.Warn("fleet store out of reach at start: starting in fallback", "store", c.store, "fallback", cfg.Fallback, "err", err)
@@ -163,46 +156,12 @@ func (c *Controller) Close() error {
 		cfg := c.cfg.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.Report)
 		defer cancel()
-		client := c.getClient()
-		if e := leave(ctx, client, cfg.Name, cfg.Member); e != nil {
+		if e := c.st.leave(ctx, cfg.Name, cfg.Member); e != nil {
 			err = fmt.Errorf("leave fleet %s: %w", cfg.Name, e)
 		}
-		client.Close()
+		c.st.close()
 	})
 	return err
-}
-
-func (c *Controller) getClient() redis.UniversalClient {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.client
-}
-
-// redial replaces the client after a report whose connection failed (a
-// dial refused or timed out, a TLS handshake, a reset). go-redis stops
-// dialing a node whose dials keep failing and probes it once a second; a
-// fresh client dials at the next report, so that a member rejoins within
-// a report or two of the store's return. Nothing is replaced after a reply,
-// even an error reply, nor after a report that timed out on a connection
-// that was up: go-redis drops that connection itself, and a new client
-// for each slow report would add to the load of a store that is slow.
-func (c *Controller) redial(err error) {
-	var reply redis.Error
-	var op *net.OpError
-	dial := errors.As(err, &op) && op.Op == "dial"
-	if err == nil || errors.As(err, &reply) || (isTimeout(err) && !dial) {
-		return
-	}
-	cfg := c.cfg.Load()
-	fresh, e := newClient(c.su, cfg.CAFile, cfg.Report, c.credentials)
-	if e != nil {
-		return // ca_file went away: keep the old client; Reload says why
-	}
-	c.mu.Lock()
-	old := c.client
-	c.client = fresh
-	c.mu.Unlock()
-	go old.Close() // may wait for a hung connection: never the loop
 }
 
 // run reports every report interval until Close.
@@ -232,9 +191,8 @@ func (c *Controller) tick() {
 	est := c.estimate()
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Report)
-	v, err := report(ctx, c.getClient(), cfg.Name, cfg.Member, est, cfg.TTL)
+	v, err := c.st.report(ctx, cfg.Name, cfg.Member, est, cfg.TTL)
 	cancel()
-	c.redial(err)
 	now := time.Now()
 	slow := now.Sub(start) > cfg.Report
 	c.m.reports(resultOf(err, slow)).Add(1)
@@ -343,16 +301,4 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
 		(errors.As(err, &ne) && ne.Timeout())
-}
-
-// isAuth reports whether err is the store refusing the credentials or the
-// ACL user's rights.
-func isAuth(err error) bool {
-	msg := err.Error()
-	for _, s := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "invalid password", "invalid username-password"} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
 }

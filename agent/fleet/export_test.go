@@ -6,6 +6,6 @@ func (c *Controller) Halt() {
 	c.closeOnce.Do(func() {
 		close(c.stop)
 		<-c.done
-		c.getClient().Close()
+		c.st.close()
 	})
 }

@@ -15,7 +15,7 @@
 // answers again.
 //
 // A fleet's state is three keys with the hash tag {tierlimit:fleet:NAME}
-// (script.go), so one ACL limits a member to its fleet (docs/design.md §12,
+// (redis.go), so one ACL limits a member to its fleet (docs/design.md §12,
 // Trust); TestFleetACL runs members under this one:
 //
 //	ACL SETUSER member on >PASSWORD resetkeys ~{tierlimit:fleet:NAME}:* resetchannels -@all
@@ -50,7 +50,7 @@ type Config struct {
 	// redis+cluster://h1,h2,h3 (and rediss+sentinel://, rediss+cluster://).
 	Store string
 	// PasswordFile holds the store's password (less one trailing line
-	// break, as tiers.ReadPasswordFile reads it), read at start and on
+	// break, as storeurl.ReadPassword reads it), read at start and on
 	// Reload; empty for a store without one.
 	PasswordFile string
 	// CAFile is the CA bundle for rediss:// stores; empty for the system roots.
@@ -128,7 +128,7 @@ var (
 	// ErrCAFile: ca_file cannot be read, holds no certificate, or is set
 	// for a store that is not rediss://.
 	ErrCAFile = errors.New("fleet ca_file")
-	// ErrStoreURL: the store URL is one tiers.ParseStore refuses
+	// ErrStoreURL: the store URL is one storeurl.Parse refuses
 	// (malformed, an unknown scheme, a password in it).
 	ErrStoreURL = errors.New("fleet store")
 	// ErrConfig: another key of Config is out of range; the message names it.

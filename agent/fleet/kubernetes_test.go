@@ -16,6 +16,7 @@ import (
 	"github.com/tierlimit/tierlimit/agent/fleet"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/storeurl"
 )
 
 // overlay is deploy/kubernetes-fleet, the Kubernetes overlay of a fleet.
@@ -54,7 +55,7 @@ func TestFleetKubernetesStore(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the overlay's policy: %v", err)
 	}
-	su, err := tiers.ParseStore(pol.Fleet.Store)
+	su, err := storeurl.Parse(pol.Fleet.Store)
 	if err != nil || su.Username == "" {
 		t.Fatalf("the overlay's fleet.store %q: %v; want an ACL user", pol.Fleet.Store, err)
 	}

@@ -46,11 +46,11 @@ func TestFleetPerfStore(t *testing.T) {
 	var errs, lastCount int
 	measuring := false
 	for w := range clients {
-		c, err := newClient(su, "", every, func() (string, string) { return "", "" })
+		c, err := dialRedis(su, "", func() time.Duration { return every }, func() (string, string) { return "", "" })
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { c.Close() })
+		t.Cleanup(func() { c.close() })
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -65,7 +65,7 @@ func TestFleetPerfStore(t *testing.T) {
 				for m := w; m < members; m += clients {
 					start := time.Now()
 					ctx, cancel := context.WithTimeout(context.Background(), every)
-					v, err := report(ctx, c, "perf1k", fmt.Sprintf("m%04d", m), Sums{In: uint64(m) / 2, Total: uint64(m)}, ttl)
+					v, err := c.report(ctx, "perf1k", fmt.Sprintf("m%04d", m), Sums{In: uint64(m) / 2, Total: uint64(m)}, ttl)
 					cancel()
 					d := time.Since(start)
 					mu.Lock()

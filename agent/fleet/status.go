@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit/tiers/storeurl"
 )
 
 // Member is one member of a fleet as the store holds it.
@@ -27,7 +25,7 @@ type Member struct {
 
 // Members lists the fleet's members, busiest first (for status --fleet).
 func (c *Controller) Members(ctx context.Context) ([]Member, error) {
-	return members(ctx, c.getClient(), c.cfg.Load().Name)
+	return busiestFirst(c.st.members(ctx, c.cfg.Load().Name))
 }
 
 // Status lists the members of cfg's fleet without joining it: it opens
@@ -58,72 +56,25 @@ func Status(ctx context.Context, cfg Config) ([]Member, error) {
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
-	client, err := newClient(su, cfg.CAFile, timeout, func() (string, string) { return su.Username, pw })
+	st, err := dial(su, cfg.CAFile, func() time.Duration { return timeout }, func() (string, string) { return su.Username, pw })
 	if err != nil {
 		return nil, err
 	}
-	defer client.Close()
-	ms, err := members(ctx, client, cfg.Name)
+	defer st.close()
+	ms, err := busiestFirst(st.members(ctx, cfg.Name))
 	if err != nil && isAuth(err) {
-		return nil, fmt.Errorf("%w: %s: %v", ErrAuth, redact(cfg.Store), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrAuth, storeurl.Redact(cfg.Store), err)
 	}
 	return ms, err
 }
 
-// parsePair reads a value of :est2, "IN TOTAL", or a single value as
-// IN = TOTAL (script.go pairLua).
-func parsePair(v string) (in, total uint64) {
-	a, b, ok := strings.Cut(v, " ")
-	in, _ = strconv.ParseUint(a, 10, 64)
-	if !ok {
-		return in, in
-	}
-	total, _ = strconv.ParseUint(b, 10, 64)
-	return min(in, total), total
-}
-
-func members(ctx context.Context, c redis.UniversalClient, name string) ([]Member, error) {
-	res, err := statusScript.Run(ctx, c, keys(name)).Slice()
-	if err != nil {
-		return nil, fmt.Errorf("fleet %s status: %w", name, err)
-	}
-	if len(res) != 3 {
-		return nil, fmt.Errorf("fleet %s status: the script returned %d values, want 3", name, len(res))
-	}
-	nowS, _ := res[0].(string)
-	now, err := strconv.ParseInt(nowS, 10, 64)
-	if err != nil {
-		return nil, fmt.Errorf("fleet %s status: server time %q: %v", name, nowS, err)
-	}
-	est, _ := res[1].([]any)
-	seen, _ := res[2].([]any)
-	byName := map[string]*Member{}
-	for i := 0; i+1 < len(est); i += 2 {
-		n, _ := est[i].(string)
-		v, _ := est[i+1].(string)
-		in, tot := parsePair(v)
-		byName[n] = &Member{Name: n, Estimate: tot, In: in}
-	}
-	for i := 0; i+1 < len(seen); i += 2 {
-		n, _ := seen[i].(string)
-		s, _ := seen[i+1].(string)
-		at, err := strconv.ParseFloat(s, 64)
-		m := byName[n]
-		if m == nil || err != nil {
-			continue
+// busiestFirst sorts ms by estimate, highest first, then by name.
+func busiestFirst(ms []Member, err error) ([]Member, error) {
+	sort.Slice(ms, func(i, j int) bool {
+		if ms[i].Estimate != ms[j].Estimate {
+			return ms[i].Estimate > ms[j].Estimate
 		}
-		m.Heard = time.UnixMicro(int64(at))
-		m.Age = time.Duration(now-int64(at)) * time.Microsecond
-	}
-	out := make([]Member, 0, len(byName))
-	for _, m := range byName {
-		out = append(out, *m)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Estimate != out[j].Estimate {
-			return out[i].Estimate > out[j].Estimate
-		}
-		return out[i].Name < out[j].Name
+		return ms[i].Name < ms[j].Name
 	})
-	return out, nil
+	return ms, err
 }

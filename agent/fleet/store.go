@@ -4,52 +4,91 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
-	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/storeurl"
 )
 
-// parseStore reads a store URL with tiers.ParseStore (docs/design.md §12:
+// store is the fleet's shared state as the controller and Status reach it
+// (docs/design.md §12): each call is one round trip, bounded by ctx.
+// redis.go holds the one backend, Redis or Valkey; a second backend is
+// one file with a type that satisfies store, and a case in dial.
+//
+// A call that hits ctx's deadline returns an error that isTimeout
+// recognises (context.DeadlineExceeded, os.ErrDeadlineExceeded or a
+// net.Error timeout); a store that refuses the credentials or the ACL
+// user's rights returns a refusedError (isAuth). A backend reconnects on
+// its own after a failed connection, by the next report at the latest.
+type store interface {
+	// report publishes member's estimates est (packets per window) in
+	// fleet name, drops the members not heard from for ttl, and returns
+	// the others' sums and the member count, this one included.
+	report(ctx context.Context, name, member string, est Sums, ttl time.Duration) (view, error)
+	// leave removes member and its estimates from fleet name.
+	leave(ctx context.Context, name, member string) error
+	// members lists fleet name's members as the store holds them, in no
+	// order, each with its age on the store's clock.
+	members(ctx context.Context, name string) ([]Member, error)
+	// close releases the connections; it may wait for a hung one.
+	close() error
+}
+
+// view is what one report returns.
+type view struct {
+	others  Sums
+	members int
+}
+
+// dial opens the store su names. timeout returns a new connection's dial
+// and command timeout (the report in force; it is read again at each
+// reconnection), creds the current user and password (password_file, read
+// at start and on reload). Errors wrap ErrCAFile. Every scheme storeurl
+// reads is Redis's (redis.go).
+func dial(su storeurl.URL, caFile string, timeout func() time.Duration, creds func() (user, password string)) (store, error) {
+	s, err := dialRedis(su, caFile, timeout, creds)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// refusedError is a store's error when it refuses the credentials or the
+// ACL user's rights: the backend's error, unchanged.
+type refusedError struct{ err error }
+
+func (e refusedError) Error() string { return e.err.Error() }
+func (e refusedError) Unwrap() error { return e.err }
+
+// isAuth reports whether err is the store refusing the credentials or the
+// ACL user's rights (a refusedError).
+func isAuth(err error) bool {
+	var r refusedError
+	return errors.As(err, &r)
+}
+
+// parseStore reads a store URL with storeurl.Parse (docs/design.md §12:
 // redis://, rediss://, redis+sentinel://h1,h2/master, redis+cluster://h1,h2,h3
 // and the rediss+ forms; an ACL user but never a password). Errors wrap
 // ErrStoreURL and never repeat the URL.
-func parseStore(raw string) (tiers.StoreURL, error) {
-	u, err := tiers.ParseStore(raw)
+func parseStore(raw string) (storeurl.URL, error) {
+	u, err := storeurl.Parse(raw)
 	if err != nil {
 		return u, fmt.Errorf("%w: %v", ErrStoreURL, err)
 	}
 	return u, nil
 }
 
-// redact drops anything between "://" and "@" (a user, or a password that
-// has no business in the URL) so that errors and logs never carry it.
-func redact(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
-	}
-	hosts, path, slash := strings.Cut(rest, "/")
-	if at := strings.LastIndexByte(hosts, '@'); at >= 0 {
-		hosts = "xxx@" + hosts[at+1:]
-	}
-	if slash {
-		return scheme + "://" + hosts + "/" + path
-	}
-	return scheme + "://" + hosts
-}
-
-// readPassword reads password_file as the agent does (tiers.ReadPasswordFile:
-// the content less one trailing line break). Errors wrap ErrPasswordFile
-// and never quote the content.
+// readPassword reads password_file as the agent does (storeurl.ReadPassword:
+// the content less one trailing line break). Errors wrap ErrPasswordFile,
+// name the file and never quote the content.
 func readPassword(file string) (string, error) {
-	pw, err := tiers.ReadPasswordFile(file, os.ReadFile)
+	pw, err := storeurl.ReadPassword(file, os.ReadFile)
+	if errors.Is(err, storeurl.ErrEmptyPassword) {
+		err = fmt.Errorf("%s: %w", file, err)
+	}
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrPasswordFile, err)
 	}
@@ -75,53 +114,4 @@ func tlsConfig(caFile string) (*tls.Config, error) {
 	}
 	cfg.RootCAs = pool
 	return cfg, nil
-}
-
-// goRedisLog sends go-redis's own messages (dial failures, at every
-// report while the store is down) to slog's default logger at debug level.
-type goRedisLog struct{}
-
-func (goRedisLog) Printf(ctx context.Context, format string, v ...any) {
-	slog.Default().DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
-}
-
-var quietOnce sync.Once
-
-// newClient returns the go-redis client for s. creds returns the current
-// user and password (password_file, read at start and on reload). Every
-// command is bounded by its context's deadline (the report), with no
-// retries: the next report is the retry.
-func newClient(s tiers.StoreURL, caFile string, timeout time.Duration, creds func() (string, string)) (redis.UniversalClient, error) {
-	opts := &redis.UniversalOptions{
-		Addrs:                 s.Addrs,
-		DB:                    s.DB,
-		MasterName:            s.Master,
-		IsClusterMode:         s.Cluster(),
-		ClientName:            "tierlimit-fleet",
-		CredentialsProvider:   creds,
-		MaxRetries:            -1,
-		DialerRetries:         1,
-		DialTimeout:           timeout,
-		ReadTimeout:           timeout,
-		WriteTimeout:          timeout,
-		ContextTimeoutEnabled: true,
-		PoolSize:              2,
-		MinIdleConns:          0,
-		DisableIdentity:       true,
-		MaintNotificationsConfig: &maintnotifications.Config{
-			Mode: maintnotifications.ModeDisabled,
-		},
-	}
-	if caFile != "" && !s.TLS() {
-		return nil, fmt.Errorf("%w: ca_file is set but the store URL is not rediss://", ErrCAFile)
-	}
-	if s.TLS() {
-		cfg, err := tlsConfig(caFile)
-		if err != nil {
-			return nil, err
-		}
-		opts.TLSConfig = cfg
-	}
-	quietOnce.Do(func() { redis.SetLogger(goRedisLog{}) })
-	return redis.NewUniversalClient(opts), nil
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/tierlimit/tierlimit/agent/fleet"
 )
 
-// TestStartRefusesStore: Start refuses a store URL that tiers.ParseStore
+// TestStartRefusesStore: Start refuses a store URL that storeurl.Parse
 // refuses, wrapping ErrStoreURL, and never repeats a password.
 func TestStartRefusesStore(t *testing.T) {
 	for _, url := range []string{"10.0.0.5:6379", "http://h", "redis+ring://h", "redis://user:s3cret@h",

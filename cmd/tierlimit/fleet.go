@@ -8,13 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/agent/fleet"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/storeurl"
 )
 
 // checkFleetFiles reads the fleet's password_file, when p has a fleet,
@@ -25,8 +25,8 @@ func checkFleetFiles(p tiers.Policy) error {
 	if p.Fleet == nil || p.Fleet.PasswordFile == "" {
 		return nil
 	}
-	if _, err := tiers.ReadPasswordFile(p.Fleet.PasswordFile, os.ReadFile); err != nil {
-		return configError{err}
+	if _, err := storeurl.ReadPassword(p.Fleet.PasswordFile, os.ReadFile); err != nil {
+		return configError{&tiers.ConfigError{Key: "fleet.password_file", Value: p.Fleet.PasswordFile, Err: fmt.Errorf("%w: %v", tiers.ErrFleet, err)}}
 	}
 	return nil
 }
@@ -82,7 +82,7 @@ func explainFleet(err error, f *tiers.Fleet) error {
 		return configError{err}
 	case errors.Is(err, fleet.ErrAuth):
 		return configError{fmt.Errorf("fleet.password_file %s: the store %s refused the credentials: check the password in fleet.password_file (and the ACL user in fleet.store): %w",
-			orNone(f.PasswordFile), shownStore(f.Store), err)}
+			orNone(f.PasswordFile), storeurl.Redact(f.Store), err)}
 	case errors.Is(err, fleet.ErrPasswordFile):
 		return configError{fmt.Errorf("fleet.password_file %s: %w", orNone(f.PasswordFile), err)}
 	case errors.Is(err, fleet.ErrCAFile):
@@ -93,16 +93,6 @@ func explainFleet(err error, f *tiers.Fleet) error {
 		return configError{err}
 	}
 	return err
-}
-
-// shownStore is the store URL as run and status show it: the scheme and
-// the hosts, never a user or anything else the URL may hold.
-func shownStore(s string) string {
-	u, err := tiers.ParseStore(s)
-	if err != nil {
-		return "(the fleet.store URL)"
-	}
-	return u.Scheme + "://" + strings.Join(u.Addrs, ",")
 }
 
 func orNone(path string) string {
@@ -146,7 +136,7 @@ func statusFleet(ctx context.Context, w io.Writer, config string, asJSON bool) e
 		if e := explainFleet(err, f); e != err {
 			return e
 		}
-		return fmt.Errorf("fleet %s: the store %s: %w", f.Name, shownStore(f.Store), err)
+		return fmt.Errorf("fleet %s: the store %s: %w", f.Name, storeurl.Redact(f.Store), err)
 	}
 	if asJSON {
 		return writeFleetJSON(w, f, ms)
@@ -174,7 +164,7 @@ type fleetMemberOut struct {
 }
 
 func writeFleetJSON(w io.Writer, f *tiers.Fleet, ms []fleet.Member) error {
-	out := fleetJSON{Name: f.Name, Store: shownStore(f.Store), Max: f.Max, TTLNs: f.TTL.Nanoseconds(), Members: []fleetMemberOut{}}
+	out := fleetJSON{Name: f.Name, Store: storeurl.Redact(f.Store), Max: f.Max, TTLNs: f.TTL.Nanoseconds(), Members: []fleetMemberOut{}}
 	for _, m := range ms {
 		stale := m.Age > f.TTL
 		if !stale {
@@ -197,7 +187,7 @@ func writeFleet(w io.Writer, f *tiers.Fleet, ms []fleet.Member) error {
 		}
 	}
 	fmt.Fprintf(w, "fleet %s at %s: %d members heard from within ttl %s, R̂_fleet %d of fleet.max %d per window\n",
-		f.Name, shownStore(f.Store), live, f.TTL, sum, f.Max)
+		f.Name, storeurl.Redact(f.Store), live, f.TTL, sum, f.Max)
 	if len(ms) == 0 {
 		_, err := fmt.Fprintln(w, "no members: none has reported within ttl")
 		return err
