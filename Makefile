@@ -31,7 +31,7 @@ check-generate: generate
 # end-to-end tests send real traffic through veths and judge it by rate and
 # by window, and two of them at once on a small machine disturb each other.
 test: deps
-	$(GO) test -count=1 -p 1 $(TEST_FLAGS) ./...
+	$(GO) test -count=1 -p 1 -timeout 30m $(TEST_FLAGS) ./...
 
 # The same suite with the soak-style tests at their long lengths
 # (TIERLIMIT_SOAK=1, internal/testenv/soak.go): a nightly target, not CI's.
