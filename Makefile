@@ -12,7 +12,7 @@ export BPF2GO_CC := $(CLANG)
 export BPF2GO_STRIP := $(STRIP)
 export BPF2GO_CFLAGS
 
-.PHONY: all build generate check-generate test lint bench clean bench-quick vagrant-validate vagrant-box vagrant-e2e provision-check
+.PHONY: all build generate check-generate test test-soak lint bench clean bench-quick vagrant-validate vagrant-box vagrant-e2e provision-check
 
 all: build
 
@@ -31,7 +31,12 @@ check-generate: generate
 # end-to-end tests send real traffic through veths and judge it by rate and
 # by window, and two of them at once on a small machine disturb each other.
 test: deps
-	$(GO) test -count=1 -p 1 $(TEST_FLAGS) ./...
+	$(GO) test -count=1 -p 1 -timeout 30m $(TEST_FLAGS) ./...
+
+# The same suite with the soak-style tests at their long lengths
+# (TIERLIMIT_SOAK=1, internal/testenv/soak.go): a nightly target, not CI's.
+test-soak: deps
+	TIERLIMIT_SOAK=1 $(GO) test -count=1 -p 1 -timeout 60m $(TEST_FLAGS) ./...
 
 # The stage and perf builds (gen.go's second and third lines) are behind the
 # tags tlstages and tlperf: vet them too.

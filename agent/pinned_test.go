@@ -138,7 +138,10 @@ func TestForeignProgramUntouched(t *testing.T) {
 		name   string
 		attach func(*testing.T, *testenv.Pair) uint32
 	}{{"netlink", attachForeign}, {"ip link obj", attachForeignObj}} {
-		t.Run(c.name, func(t *testing.T) { testForeignProgramUntouched(t, c.attach) })
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // a veth pair each, no traffic judged
+			testForeignProgramUntouched(t, c.attach)
+		})
 	}
 }
 

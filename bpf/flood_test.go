@@ -162,6 +162,7 @@ func TestSaturationBoundary(t *testing.T) {
 		max  uint64
 	}{{"step1", ordinalDefault(), 40000}, {"coarse", ordinalDefault(), 100_000_003}, {"last50", half, 40000}} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // a program each, an hour-long window
 			p := c.p
 			p.Window, p.Max = time.Hour, c.max
 			h := newHarness(t, p)

@@ -61,6 +61,7 @@ func TestKernelDiscards(t *testing.T) {
 	bcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 	mc6 := net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}
 	hbh, dst := layers.IPProtocolIPv6HopByHop, layers.IPProtocolIPv6Destination
+	h := newHarness(t, ordinalDefault())
 	for _, c := range []struct {
 		name     string
 		ifc      tiers.Iface
@@ -121,7 +122,9 @@ func TestKernelDiscards(t *testing.T) {
 		{"hop-by-hop seventh", none, hostFrame(t, DstMAC, "2001:db8::1", "2001:db8::2", false, dst, dst, dst, dst, dst, dst, hbh), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t, ordinalDefault())
+			// One program for every case (each load costs the verifier
+			// a few seconds): SetIfaces rewrites every slot, and the
+			// counts are read as differences, far below the window's max.
 			if _, err := h.l.SetIfaces(describe(c.ifc)); err != nil {
 				t.Fatal(err)
 			}

@@ -135,6 +135,7 @@ func TestRecordReasons(t *testing.T) {
 			Group: netip.MustParsePrefix("192.0.2.1/32")}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // a program each, no clock: the cases run two at a time
 			p := recordPolicy(t, 1000)
 			p.Record.Snaplen = 40
 			if c.policy != nil {

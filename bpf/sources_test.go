@@ -193,6 +193,7 @@ func TestSourcesGrouping(t *testing.T) {
 		}, netip.MustParseAddr("2001:db8:1:3::1")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // a program each
 			const budget = 100
 			h := newHarness(t, sourcesPolicy(t, 1000, tiers.Sources{BudgetPackets: budget, PrefixV4: 24, PrefixV6: 64}))
 			h.expire()
@@ -241,6 +242,7 @@ func TestSourcesGrouping(t *testing.T) {
 func TestSourcesModes(t *testing.T) {
 	for _, mode := range []tiers.Mode{tiers.ModeEnforce, tiers.ModeDryRun, tiers.ModeOff} {
 		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel() // a program each
 			p := sourcesPolicy(t, 1000, tiers.Sources{BudgetPackets: 10, PrefixV4: 32, PrefixV6: 64})
 			p.Mode = mode
 			h := newHarness(t, p)
