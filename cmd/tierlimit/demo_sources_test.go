@@ -70,10 +70,20 @@ func TestDemoNoisySource(t *testing.T) {
 			if light[alone][sent] != 0 || noisy[alone][passed] < 0.6*noisy[alone][expect] || noisy[alone][passed] > 2*noisy[alone][expect] {
 				t.Errorf("%s window %d, noisy alone: passed %v, want near P(R) = %v, far over its budget %d", shape, w, noisy[alone][passed], noisy[alone][expect], budget)
 			}
+			// Each case offers the same load; a case whose sender the
+			// scheduler delayed (sent short of the most any case sent by
+			// more than 5 %) started its windows late, so its second
+			// window straddles two of the limiter's: it is not the steady
+			// window the bound is about, and is left out, said in the log.
+			offered := max(total[none][sent], total[budgets][sent], noisy[alone][sent])
 			for c, name := range []string{"no budgets", "budgets", "noisy alone"} {
 				r := total
 				if c == alone {
 					r = noisy
+				}
+				if w == 2 && r[c][sent] < 0.95*offered {
+					t.Logf("%s window %d, %s: the sender fell behind (sent %v of %v): not judged as a steady window", shape, w, name, r[c][sent], offered)
+					continue
 				}
 				q := r[c][expect] / r[c][sent]
 				if sigma := math.Sqrt(r[c][sent] * q * (1 - q)); w == 2 && math.Abs(r[c][passed]-r[c][expect]) > 5*sigma {
