@@ -83,7 +83,7 @@ func (a *Agent) StartFleet(p tiers.Policy, member string) (*fleet.Controller, er
 		return nil, errors.New("fleet: a controller runs already")
 	}
 	a.fleet.member, a.fleet.started = member, true
-	a.fleet.boundFor(a.state(p).Learnt(p), a.local, true)
+	a.fleet.boundFor(tiers.State{LearntMax: a.auto.Load().Learnt(p)}.Learnt(p), a.local, true)
 	a.applyMu.Unlock()
 	c, err := fleet.Start(a.fleet.config(p), a.lim, (*fleetSide)(a), a.log)
 	if err != nil {

@@ -78,8 +78,8 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 // New's or a reload's, or the policy in force again (a.given) once a
 // follower changed what it follows. In turn apply
 //   - resolves the policy compiled for given (tiers.Effective) in the
-//     state the rooms know (state): the learnt max, the fleet's fallback,
-//     the host's destinations;
+//     state the rooms know: the adaptive max's learnt max, the fleet's
+//     fallback, the host's destinations;
 //   - compiles it, which validates it;
 //   - has the rooms prepare for it (r: a new policy's signal and shed
 //     record are opened here), refusing it with nothing changed when one
@@ -89,7 +89,7 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 //   - records given as the policy in force, and hands the rooms their
 //     part (r.commit).
 func (a *Agent) apply(ctx context.Context, given tiers.Policy, r rooms) error {
-	st := a.state(given)
+	st := tiers.State{LearntMax: a.auto.Load().Learnt(given), Fallback: a.fleet.in, Members: a.fleet.members, Local: a.local}
 	p, fit := tiers.Effective(given, st)
 	tab, err := tiers.Compile(p, a.lim.Tick())
 	if err != nil {
@@ -104,24 +104,18 @@ func (a *Agent) apply(ctx context.Context, given tiers.Policy, r rooms) error {
 	}
 	a.given = given
 	a.follow.count(fit, a.log)
-	r.commit(given, p)
+	r.commit(given, p, st)
 	return nil
-}
-
-// state is what the rooms know that decides the policy compiled for
-// given (tiers.Effective; applyMu held).
-func (a *Agent) state(given tiers.Policy) tiers.State {
-	return tiers.State{LearntMax: a.auto.Load().Learnt(given), Fallback: a.fleet.in, Members: a.fleet.members, Local: a.local}
 }
 
 // rooms is the rooms' part of one apply (applyMu held): prepare opens
 // what p, the policy compiled, needs before it is written, and abort
-// closes it again when it is not; commit hands the rooms given and p
-// once p is written.
+// closes it again when it is not; commit hands the rooms given, p and
+// st, the state p was resolved in, once p is written.
 type rooms interface {
 	prepare(p tiers.Policy) error
 	abort()
-	commit(given, p tiers.Policy)
+	commit(given, p tiers.Policy, st tiers.State)
 }
 
 // newPolicy is the rooms' part of applying a new given policy (New, a
@@ -155,10 +149,10 @@ func (r *newPolicy) abort() {
 	r.rc.Abort()
 }
 
-func (r *newPolicy) commit(given, p tiers.Policy) {
+func (r *newPolicy) commit(given, p tiers.Policy, st tiers.State) {
 	a := r.a
 	a.auto.Load().Reloaded(given, r.src) // the fleet's policy, not its fallback
-	a.fleet.reloaded(a.state(given).Learnt(given), a.local)
+	a.fleet.reloaded(st.Learnt(given), st.Local)
 	r.rc.Commit()
 }
 
@@ -171,12 +165,12 @@ func (inForce) prepare(tiers.Policy) error { return nil }
 
 func (inForce) abort() {}
 
-func (r inForce) commit(given, p tiers.Policy) {
+func (r inForce) commit(given, p tiers.Policy, st tiers.State) {
 	a := r.a
 	if ep := a.record.Load(); ep != nil {
 		ep.SetMax(p.Max)
 	}
-	a.fleet.follow(a.state(given).Learnt(given), a.local)
+	a.fleet.follow(st.Learnt(given), st.Local)
 }
 
 // ReloaderConfig configures a Reloader.
