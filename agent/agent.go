@@ -110,11 +110,13 @@ type Agent struct {
 	record atomic.Pointer[record.Episodes]    // the shed record, once started
 	fleet  fleetState                         // the fleet controller, once started (fleet.go)
 
-	// current is the policy in force as given (its dests local
-	// unresolved), and local the host's destinations it was resolved
-	// with (local.go); both guarded by applyMu. stopLocal ends
-	// follow.follow and at.FollowIfaces.
-	current   tiers.Policy
+	// given is the policy in force as given (New's or the last
+	// reload's): what the rooms learnt or follow (the learnt max, the
+	// fleet's fallback, local) resolves it at each apply
+	// (tiers.Effective). local is the host's destinations (local.go).
+	// Both guarded by applyMu. stopLocal ends follow.follow and
+	// followIfaces.
+	given     tiers.Policy
 	local     []tiers.LocalDest
 	stopLocal chan struct{}
 	follow    localFollow // what following local counts (localfollow.go)
@@ -166,7 +168,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	a := &Agent{cfg: cfg, log: cfg.Logger, stopLocal: make(chan struct{})}
 	a.at = attach.New(attach.Config{Interfaces: cfg.Interfaces, XDPMode: cfg.XDPMode, PinPath: cfg.PinPath,
 		Replace: cfg.Replace, Logger: cfg.Logger, Version: cfg.Version, Closed: a.closed.Load, AfterRound: a.refreshLocal})
-	a.fleet.log, a.fleet.local = cfg.Logger, func() []tiers.LocalDest { return a.local }
+	a.fleet.log = cfg.Logger
 	defer func() {
 		if err != nil {
 			a.abort()
@@ -190,9 +192,8 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if a.local, err = a.groups.dests(a.at.Handle(), a.log); err != nil {
 		return nil, fmt.Errorf("read local addresses: %w", err)
 	}
-	a.follow.dests.Store(int64(len(a.local)))
 	a.log.Debug("dests local: the host's destinations", "local", a.local)
-	if err := a.apply(context.Background(), p, false); err != nil {
+	if err := a.apply(context.Background(), p, &newPolicy{a: a}); err != nil {
 		return nil, fmt.Errorf("apply policy: %w", err)
 	}
 	if err := a.at.StartMigration(); err != nil {

@@ -15,31 +15,28 @@ import (
 // fleetState is the agent's side of the fleet controller (docs/design.md
 // §12); guarded by applyMu, except c, which StartFleet sets once (a
 // scrape reads it without waiting for a reload), and bound, which the
-// controller's loop reads.
+// controller's reports read.
 type fleetState struct {
 	log *slog.Logger
-	// local is the host's destinations the fold's tables are compiled
-	// with (the Agent's, applyMu held).
-	local func() []tiers.LocalDest
 
-	c      atomic.Pointer[fleet.Controller]
-	member string // as StartFleet was given it
-	// given is the policy with its fleet as last given (New, a reload;
-	// with max: auto, Max is the learnt max as last applied); in and
-	// members say whether the controller put the agent in fallback, and
-	// with which member count.
-	given   tiers.Policy
+	c       atomic.Pointer[fleet.Controller]
+	member  string // as StartFleet was given it
+	started bool   // StartFleet ran: the fold follows the policy in force
+	// in and members say whether the controller put the agent in
+	// fallback, and with which member count (tiers.State).
 	in      bool
 	members int
-	// bound holds the tables of the fold for max: auto (fleetBound); nil
+	// bound is the fold for max: auto that the controller's reports
+	// read (fleet.Config.Bound); tables what it was last set to, nil
 	// without auto.
-	bound atomic.Pointer[fleetBound]
+	bound  fleet.AutoBound
+	tables *fleetTables
 }
 
-// fleetBound is what a member with max: auto folds into the others' sums at
+// fleetTables is what a member with max: auto folds into the others' sums at
 // each report (tiers.FleetOthersWithAuto): the table for fleet.max and the
 // one for its learnt max.
-type fleetBound struct {
+type fleetTables struct {
 	max          uint64 // the learnt max local was compiled for
 	fleet, local tiers.Table
 }
@@ -85,8 +82,8 @@ func (a *Agent) StartFleet(p tiers.Policy, member string) (*fleet.Controller, er
 		a.applyMu.Unlock()
 		return nil, errors.New("fleet: a controller runs already")
 	}
-	a.fleet.given, a.fleet.member = p, member
-	a.fleet.boundFor(p, true)
+	a.fleet.member, a.fleet.started = member, true
+	a.fleet.boundFor(tiers.State{LearntMax: a.auto.Load().Learnt(p)}.Learnt(p), a.local, true)
 	a.applyMu.Unlock()
 	c, err := fleet.Start(a.fleet.config(p), a.lim, (*fleetSide)(a), a.log)
 	if err != nil {
@@ -100,50 +97,49 @@ func (a *Agent) StartFleet(p tiers.Policy, member string) (*fleet.Controller, er
 // max: auto as its Bound.
 func (f *fleetState) config(p tiers.Policy) fleet.Config {
 	cfg := FleetConfig(p.Fleet, f.member)
-	cfg.Bound = f.fold
+	cfg.Bound = f.bound.Fold
 	return cfg
 }
 
-// boundFor sets the fold's tables for p, the fleet's policy as given
-// or as the auto controller applies it, its Max the learnt max (applyMu
-// held): none without max: auto; the learnt max's table compiled again
-// when the max changed, the fleet's too when fleetChanged (a new policy).
-// A table that does not compile leaves the last in place, logged.
-func (f *fleetState) boundFor(p tiers.Policy, fleetChanged bool) {
+// boundFor sets the fold's tables for p, the fleet's policy at the
+// learnt max (tiers.State.Learnt), with the host's destinations local
+// (applyMu held): none without max: auto; the learnt max's table compiled
+// again when the max changed, the fleet's too when fleetChanged (a new
+// policy). A table that does not compile leaves the last in place,
+// logged.
+func (f *fleetState) boundFor(p tiers.Policy, local []tiers.LocalDest, fleetChanged bool) {
 	if p.Fleet == nil || p.Auto == nil {
-		f.bound.Store(nil)
+		f.tables = nil
+		f.bound.Clear()
 		return
 	}
-	old := f.bound.Load()
+	old := f.tables
 	if old != nil && !fleetChanged && old.max == p.Max {
 		return
 	}
-	b := &fleetBound{max: p.Max}
+	b := &fleetTables{max: p.Max}
 	var err error
 	if old != nil && !fleetChanged {
 		b.fleet = old.fleet
-	} else if b.fleet, err = tiers.Compile(p.WithLocal(f.local()), 0); err != nil {
+	} else if b.fleet, err = tiers.Compile(p.WithLocal(local), 0); err != nil {
 		f.log.Error("fleet: compile the fleet's table for max: auto; the last stays", "err", err)
 		return
 	}
-	if b.local, err = tiers.Compile(p.Local().WithLocal(f.local()), 0); err != nil {
+	if b.local, err = tiers.Compile(p.Local().WithLocal(local), 0); err != nil {
 		f.log.Error("fleet: compile the learnt max's table; the last stays", "max", p.Max, "err", err)
 		return
 	}
-	f.bound.Store(b)
+	f.tables = b
+	f.bound.Set(b.fleet, b.local)
 }
 
-// applying is what apply writes in place of p outside a reload (applyMu
-// held). A fleet's policy with max: auto, as the auto controller applies
-// it with a new learnt max, sets the fold's table for that max and is
-// remembered as the fleet's given policy; while in fallback the fallback
-// policy is applied in its place (policy).
-func (f *fleetState) applying(p tiers.Policy) tiers.Policy {
-	if p.Fleet != nil && p.Auto != nil && f.given.Fleet != nil {
-		f.given = f.given.WithMax(p.Max)
-		f.boundFor(p, false)
+// follow takes p, the fleet's policy in force at the learnt max, once
+// applied again (applyMu held): with max: auto and a new learnt max, the
+// fold's table for that max.
+func (f *fleetState) follow(p tiers.Policy, local []tiers.LocalDest) {
+	if f.started && p.Fleet != nil {
+		f.boundFor(p, local, false)
 	}
-	return f.policy(p)
 }
 
 // Fleet returns the fleet controller, or nil when none runs.
@@ -161,7 +157,7 @@ func (s *fleetSide) EnterFallback(members int) error {
 	if a.closed.Load() {
 		return errClosed
 	}
-	return a.apply(context.Background(), a.fleet.given, false) // in fallback: fleet.policy of it
+	return a.apply(context.Background(), a.given, inForce{a}) // in fallback: tiers.Effective's
 }
 
 // LeaveFallback applies the fleet's policy again.
@@ -173,29 +169,15 @@ func (s *fleetSide) LeaveFallback() error {
 	if a.closed.Load() {
 		return errClosed
 	}
-	return a.apply(context.Background(), a.fleet.given, false)
+	return a.apply(context.Background(), a.given, inForce{a})
 }
 
-// policy is what a reload applies in place of p (applyMu held):
-// p's fallback policy while the controller holds the agent in fallback.
-// With max: auto its max is the smaller of the fallback's and the learnt
-// one, p.Max: a member never passes more than its collector takes.
-func (f *fleetState) policy(p tiers.Policy) tiers.Policy {
-	if !f.in {
-		return p
-	}
-	q := p.FleetFallbackPolicy(f.members)
-	if p.Fleet != nil && p.Auto != nil {
-		q.Max = min(q.Max, p.Max)
-	}
-	return q
-}
-
-// applied tells the controller that a reload applied p as given
-// (applyMu held): it reads password_file again and takes the new
-// report, ttl and fallback. A fleet removed, or one that names another
-// store or fleet, takes a restart of the agent; the log says so.
-func (f *fleetState) applied(p tiers.Policy) {
+// reloaded tells the controller that a reload applied a new policy, p
+// at the learnt max (applyMu held): it reads password_file again and
+// takes the new report, ttl and fallback, and the fold its tables. A
+// fleet removed, or one that names another store or fleet, takes a
+// restart of the agent; the log says so.
+func (f *fleetState) reloaded(p tiers.Policy, local []tiers.LocalDest) {
 	c := f.c.Load()
 	if c == nil {
 		return
@@ -204,8 +186,7 @@ func (f *fleetState) applied(p tiers.Policy) {
 		f.log.Warn("fleet: the reloaded policy has no fleet block; the controller goes on until the agent restarts")
 		return
 	}
-	f.given = p
-	f.boundFor(p, true)
+	f.boundFor(p, local, true)
 	if err := c.Reload(f.config(p)); errors.Is(err, fleet.ErrRestart) {
 		f.log.Warn("fleet: the reloaded policy names another fleet or store; restart the agent to join it", "fleet", p.Fleet.Name)
 	} else if err != nil {
@@ -223,20 +204,6 @@ func (f *fleetState) stop() {
 	if err := c.Close(); err != nil {
 		f.log.Warn("fleet: leave", "err", err)
 	}
-}
-
-// fold is the controller's fleet.Config.Bound: with max: auto, the
-// others' sums that hold this member to its learnt max on its own R̂_in
-// and R̂_tot (tiers.FleetOthersWithAuto); the sums as they are otherwise.
-// It reads the tables boundFor set, without a lock: a report never waits
-// for a reload.
-func (f *fleetState) fold(own, sum fleet.Sums) fleet.Sums {
-	b := f.bound.Load()
-	if b == nil {
-		return sum
-	}
-	in, total := tiers.FleetOthersWithAuto(b.fleet, b.local, own.In, own.Total, sum.In, sum.Total)
-	return fleet.Sums{In: in, Total: total}
 }
 
 // fleetCollector exports the fleet controller's metrics while one runs.

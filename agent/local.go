@@ -130,11 +130,10 @@ func (a *Agent) refreshLocal() {
 	}
 	old := a.local
 	a.local = local
-	if err := a.apply(context.Background(), a.current, false); err != nil {
+	if err := a.apply(context.Background(), a.given, inForce{a}); err != nil {
 		a.local = old
 		a.log.Error("apply the policy to new local addresses", "err", err, "local", local)
 		return
 	}
-	a.follow.dests.Store(int64(len(local)))
 	a.log.Info("local addresses changed: dests local follows them", "local", localaddr.Prefixes(local))
 }

@@ -3,8 +3,6 @@ package agent
 import (
 	"fmt"
 	"log/slog"
-	"net/netip"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -85,65 +83,24 @@ func subscribeLocal(ns netns.NsHandle, stop <-chan struct{}, errf func(error)) (
 var localUncountedDesc = metric("local_dests_uncounted", "The host's own destinations that dests: local rules do not count, "+
 	"because the policy's dests and the host's destinations together would take more than the destination trie holds (one entry per destination, however many rules name it).")
 
-// fit returns the host's destinations, host, that policy p's
-// dests: local rules can count together: all of them, unless they would
-// take more than tiers.LocalBudget entries (one per destination that some
-// rule names, however many do: a UDP rule names each, a TCP rule each
-// unicast one, tiers.Policy.WithLocal; none for one of p's own dests).
-// Then it keeps the unicast ones first (the host's addresses, which every
-// rule counts), in order, and leaves the rest uncounted: a host over the
-// limit is a condition of the running agent, logged as an error and shown
-// in tierlimit_local_dests_uncounted, never a policy refused (applyMu
-// held).
-func (f *localFollow) fit(p tiers.Policy, host []tiers.LocalDest, log *slog.Logger) []tiers.LocalDest {
-	local, udp := false, false // some rule names unicast ones; all
-	own := map[netip.Prefix]bool{}
-	for _, r := range p.Select {
-		local = local || r.Local
-		udp = udp || (r.Local && r.Proto != tiers.ProtoTCP)
-		for _, d := range r.Dests {
-			own[d.Masked()] = true
-		}
-	}
-	// cost is the entries d takes beside those in taken: 1, or 0 when
-	// no rule names it or it has one already.
-	cost := func(taken map[netip.Prefix]bool, d tiers.LocalDest) int {
-		if own[d.Prefix.Masked()] || taken[d.Prefix.Masked()] || !(udp || (local && d.Unicast)) {
-			return 0
-		}
-		return 1
-	}
-	budget, total := tiers.LocalBudget(p), 0
-	seen := make(map[netip.Prefix]bool, len(host))
-	for _, d := range host {
-		total += cost(seen, d)
-		seen[d.Prefix.Masked()] = true
-	}
-	kept := host
-	if total > budget {
-		keep := make(map[netip.Prefix]bool, len(host))
-		n := 0
-		for _, unicast := range []bool{true, false} {
-			for _, d := range host {
-				if c := cost(keep, d); d.Unicast == unicast && n+c <= budget {
-					n += c
-					keep[d.Prefix.Masked()] = true
-				}
-			}
-		}
-		kept = slices.DeleteFunc(slices.Clone(host), func(d tiers.LocalDest) bool { return !keep[d.Prefix.Masked()] })
-	}
-	left := int64(len(host) - len(kept))
+// count takes how the host's destinations fit the policy in force
+// (tiers.FitLocal), for /metrics: how many it was resolved with, and how
+// many it leaves out. A host over the limit is a condition of the running
+// agent, logged as an error and shown in tierlimit_local_dests_uncounted,
+// never a policy refused (applyMu held).
+func (f *localFollow) count(fit tiers.LocalFit, log *slog.Logger) {
+	host := len(fit.Kept) + fit.Uncounted
+	f.dests.Store(int64(host))
+	left := int64(fit.Uncounted)
 	if old := f.uncounted.Swap(left); old != left {
 		switch {
 		case left > 0:
 			log.Error("the host has more destinations than dests: local rules can count: the rest are uncounted", "uncounted", left,
-				"destinations", len(host), "entries", total, "at_most", budget)
+				"destinations", host, "entries", fit.Entries, "at_most", fit.Budget)
 		case old > 0:
-			log.Info("dests local counts all of the host's destinations again", "destinations", len(host))
+			log.Info("dests local counts all of the host's destinations again", "destinations", host)
 		}
 	}
-	return kept
 }
 
 // dupNS is a handle of its own on the namespace h, for a goroutine that

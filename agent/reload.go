@@ -68,61 +68,110 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 	if a.closed.Load() {
 		return errClosed
 	}
-	return a.apply(ctx, p, true)
+	// A reload is a new given policy: on error the old one stays in
+	// force, and ReloadContext counts it.
+	return a.apply(ctx, p, &newPolicy{a: a})
 }
 
 // apply is the one path from a policy to the settings map: New, Reload,
-// the local addresses' follower and the adaptive max all take it, with
-// a.applyMu held. It compiles p, its dests local resolved (WithLocal),
-// writes it (bpf.Limiter.Apply) and records it as the policy in
-// force. A reload (reload set) also keeps a learnt adaptive max, opens the
-// drop signal of a new auto.netns and prepares the shed record's change
-// before writing, refusing p with nothing changed when one fails, and
-// hands the rooms their part once p is written.
-func (a *Agent) apply(ctx context.Context, p tiers.Policy, reload bool) error {
-	m, ep := a.auto.Load(), a.record.Load()
-	given := p
-	if reload {
-		p = m.ReloadPolicy(p) // keeps a learnt adaptive max
-		given = p
-		p = a.fleet.policy(p) // the fleet's fallback while the store is out of reach
-	} else {
-		p = a.fleet.applying(p)
-	}
-	rp := p.WithLocal(a.follow.fit(p, a.local, a.log))
-	tab, err := tiers.Compile(rp, a.lim.Tick()) // validates p
+// the local addresses' follower, the fleet's fallback and the adaptive
+// max all take it, with a.applyMu held. given is the policy as given:
+// New's or a reload's, or the policy in force again (a.given) once a
+// follower changed what it follows. In turn apply
+//   - resolves the policy compiled for given (tiers.Effective) in the
+//     state the rooms know: the adaptive max's learnt max, the fleet's
+//     fallback, the host's destinations;
+//   - compiles it, which validates it;
+//   - has the rooms prepare for it (r: a new policy's signal and shed
+//     record are opened here), refusing it with nothing changed when one
+//     cannot;
+//   - writes it (bpf.Limiter.Apply), the rooms' preparation undone on
+//     error;
+//   - records given as the policy in force, and hands the rooms their
+//     part (r.commit).
+func (a *Agent) apply(ctx context.Context, given tiers.Policy, r rooms) error {
+	st := tiers.State{LearntMax: a.auto.Load().Learnt(given), Fallback: a.fleet.in, Members: a.fleet.members, Local: a.local}
+	p, fit := tiers.Effective(given, st)
+	tab, err := tiers.Compile(p, a.lim.Tick())
 	if err != nil {
 		return err
 	}
-	var src automax.DropSource
-	var rc *record.Change
-	if reload {
-		if src, err = m.SourceFor(p, a.at.NS()); err != nil { // a new auto.netns: its signal, or refused
-			return err
-		}
-		if rc, err = ep.Prepare(p); err != nil { // a new record dir or reader: opened, or refused
-			if src != nil {
-				src.Close()
-			}
-			return err
-		}
-	}
-	if err := a.lim.Apply(ctx, tab); err != nil {
-		if src != nil {
-			src.Close()
-		}
-		rc.Abort()
+	if err := r.prepare(p); err != nil {
 		return err
 	}
-	a.current = p
-	if reload {
-		m.Reloaded(given, src) // the fleet's policy, not its fallback
-		a.fleet.applied(given)
-		rc.Commit()
-	} else if ep != nil {
-		ep.SetMax(p.Max)
+	if err := a.lim.Apply(ctx, tab); err != nil {
+		r.abort()
+		return err
+	}
+	a.given = given
+	a.follow.count(fit, a.log)
+	r.commit(given, p, st)
+	return nil
+}
+
+// rooms is the rooms' part of one apply (applyMu held): prepare opens
+// what p, the policy compiled, needs before it is written, and abort
+// closes it again when it is not; commit hands the rooms given, p and
+// st, the state p was resolved in, once p is written.
+type rooms interface {
+	prepare(p tiers.Policy) error
+	abort()
+	commit(given, p tiers.Policy, st tiers.State)
+}
+
+// newPolicy is the rooms' part of applying a new given policy (New, a
+// reload): before the write the adaptive max opens the signal of a new
+// auto.netns and the shed record what its new settings need, each
+// refusing the policy when it cannot; after it the adaptive max (keeping
+// its learnt max for the same auto bounds), the fleet controller and the
+// shed record take the new policy.
+type newPolicy struct {
+	a   *Agent
+	src automax.DropSource
+	rc  *record.Change
+}
+
+func (r *newPolicy) prepare(p tiers.Policy) (err error) {
+	a := r.a
+	if r.src, err = a.auto.Load().SourceFor(p, a.at.NS()); err != nil { // a new auto.netns: its signal, or refused
+		return err
+	}
+	if r.rc, err = a.record.Load().Prepare(p); err != nil { // a new record dir or reader: opened, or refused
+		r.abort()
+		return err
 	}
 	return nil
+}
+
+func (r *newPolicy) abort() {
+	if r.src != nil {
+		r.src.Close()
+	}
+	r.rc.Abort()
+}
+
+func (r *newPolicy) commit(given, p tiers.Policy, st tiers.State) {
+	a := r.a
+	a.auto.Load().Reloaded(given, r.src) // the fleet's policy, not its fallback
+	a.fleet.reloaded(st.Learnt(given), st.Local)
+	r.rc.Commit()
+}
+
+// inForce is the rooms' part of applying the policy in force again, with
+// a new learnt max, new local addresses or the fleet's fallback: the
+// shed record takes the max written, the fleet's fold the learnt max.
+type inForce struct{ a *Agent }
+
+func (inForce) prepare(tiers.Policy) error { return nil }
+
+func (inForce) abort() {}
+
+func (r inForce) commit(given, p tiers.Policy, st tiers.State) {
+	a := r.a
+	if ep := a.record.Load(); ep != nil {
+		ep.SetMax(p.Max)
+	}
+	a.fleet.follow(st.Learnt(given), st.Local)
 }
 
 // ReloaderConfig configures a Reloader.

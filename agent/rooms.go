@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,11 +22,11 @@ import (
 // where it cannot be read refuses the reload). Returns an error when a
 // controller runs already.
 func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src automax.DropSource) (*automax.Controller, error) {
-	apply := func(p tiers.Policy) error {
+	apply := func() error { // the learnt max changed: the policy in force again
 		if a.closed.Load() {
-			return errors.New("agent closed")
+			return errClosed
 		}
-		return a.apply(context.Background(), p, false)
+		return a.apply(context.Background(), a.given, inForce{a})
 	}
 	m := automax.New(a.log, a.lim, src, sysutil.RealClock{}, &a.applyMu, apply, p)
 	if !a.auto.CompareAndSwap(nil, m) {

@@ -50,15 +50,16 @@ type Controller struct {
 	lim   Limiter
 	clock sysutil.Clock
 	// mu serialises judgements with reloads (the Agent's mu); apply
-	// compiles and applies a policy with mu held.
+	// applies the policy in force again, with mu held, at the law's max
+	// (Learnt).
 	mu    sync.Locker
-	apply func(tiers.Policy) error
+	apply func() error
 
 	// Guarded by mu.
-	src     DropSource   // the signal, read in the namespace netns names
-	netns   string       // auto.netns that src was opened for: "" is the agent's own
-	closed  bool         // run has ended and closed src
-	base    tiers.Policy // the policy in force; Max is the learnt max when Auto != nil
+	src     DropSource // the signal, read in the namespace netns names
+	netns   string     // auto.netns that src was opened for: "" is the agent's own
+	closed  bool       // run has ended and closed src
+	policy  policyPart // what it takes of the policy in force (New, Reloaded)
 	law     tiers.AutoLaw
 	primed  bool      // the baselines below are set
 	opened  uint64    // windows_opened_total at the last judgement
@@ -70,14 +71,34 @@ type Controller struct {
 	up, down, socketDrops atomic.Uint64
 }
 
+// policyPart is what the controller takes of the policy in force: the
+// agent holds the policy, and hands it over at New and Reloaded.
+type policyPart struct {
+	auto   *tiers.AutoMax    // the auto bounds; nil without max: auto
+	max    uint64            // the policy's max (under max: auto, the law's start)
+	window time.Duration     // the window length
+	ports  []tiers.PortRange // the selected UDP ports, whose sockets' drops are read
+}
+
+// partOf is what the controller takes of p.
+func partOf(p tiers.Policy) policyPart {
+	var auto *tiers.AutoMax
+	if p.Auto != nil {
+		a := *p.Auto
+		auto = &a
+	}
+	return policyPart{auto: auto, max: p.Max, window: p.Window, ports: udpPorts(p)}
+}
+
 // autoHistory is how many judged windows History keeps.
 const autoHistory = 512
 
-// New makes the controller of policy p, reading lim and the collector
-// socket drops from src, on clock c. mu serialises its judgements with
-// the agent's reloads; apply applies a policy with mu held.
-func New(log *slog.Logger, lim Limiter, src DropSource, c sysutil.Clock, mu sync.Locker, apply func(tiers.Policy) error, p tiers.Policy) *Controller {
-	m := &Controller{log: log, lim: lim, src: src, clock: c, mu: mu, apply: apply, base: p.Clone()}
+// New makes the controller of policy p, the policy in force, reading lim
+// and the collector socket drops from src, on clock c. mu serialises its
+// judgements with the agent's reloads; apply applies the policy in force
+// again, with mu held, at the max the law learnt (Learnt).
+func New(log *slog.Logger, lim Limiter, src DropSource, c sysutil.Clock, mu sync.Locker, apply func() error, p tiers.Policy) *Controller {
+	m := &Controller{log: log, lim: lim, src: src, clock: c, mu: mu, apply: apply, policy: partOf(p)}
 	if p.Auto != nil {
 		m.law = tiers.NewAutoLaw(*p.Auto, p.Max)
 		m.netns = p.Auto.NetNS
@@ -90,7 +111,7 @@ func New(log *slog.Logger, lim Limiter, src DropSource, c sysutil.Clock, mu sync
 // when one turns `max: auto` on), and runs it until ctx ends or stop says
 // so, then closes its signal.
 func (m *Controller) Start(ctx context.Context, stop func() bool) {
-	if m.base.Auto != nil {
+	if m.policy.auto != nil {
 		m.logSignal()
 	}
 	go func() {
@@ -101,7 +122,7 @@ func (m *Controller) Start(ctx context.Context, stop func() bool) {
 
 // logSignal logs the signal the controller reads and its law.
 func (m *Controller) logSignal() {
-	m.log.Info("adaptive max: collector socket drops", "signal", m.src.Signal(), "netns", netnsName(m.netns), "ports", portsString(udpPorts(m.base)),
+	m.log.Info("adaptive max: collector socket drops", "signal", m.src.Signal(), "netns", netnsName(m.netns), "ports", portsString(m.policy.ports),
 		"law", tiers.AutoLawSummary())
 	if s, ok := m.src.(*snmp); ok && s.why != nil {
 		m.log.Warn("adaptive max: no per-socket drops, using the namespace's UDP RcvbufErrors", "reason", s.why)
@@ -148,21 +169,27 @@ func (m *Controller) closeSource() {
 	m.src.Close()
 }
 
-// ReloadPolicy is the policy a reload applies in place of p (the agent's
-// mu held): with the learnt max when p's auto bounds equal those in force.
-// p itself when no controller runs (m nil).
-func (m *Controller) ReloadPolicy(p tiers.Policy) tiers.Policy {
-	if m == nil {
-		return p
+// Learnt is the max the law learnt for policy p, packets per window
+// (tiers.State.LearntMax; the agent's mu held): 0 when p has no max: auto,
+// when its auto bounds are not those in force (a reload that changes
+// them starts again from p's max, Reloaded), and when no controller runs
+// (m nil). So a reload with the same auto bounds keeps the learnt max.
+func (m *Controller) Learnt(p tiers.Policy) uint64 {
+	if m == nil || !m.sameAuto(p) {
+		return 0
 	}
-	if p.Auto != nil && m.base.Auto != nil && *p.Auto == *m.base.Auto {
-		return p.WithMax(m.law.Max())
-	}
-	return p
+	return m.law.Max()
 }
 
-// Reloaded tells the controller that a reload applied p (the agent's mu
-// held), with src, the signal SourceFor opened for it, or nil. With no
+// sameAuto reports whether p has max: auto with the bounds in force.
+func (m *Controller) sameAuto(p tiers.Policy) bool {
+	return p.Auto != nil && m.policy.auto != nil && *p.Auto == *m.policy.auto
+}
+
+// Reloaded tells the controller that a reload applied p, the new policy
+// in force as given (the agent's mu held), with src, the signal SourceFor
+// opened for it, or nil: with the same auto bounds the law goes on from
+// its learnt max (Learnt), with others it starts again at p.Max. With no
 // controller (m nil) it closes src.
 func (m *Controller) Reloaded(p tiers.Policy, src DropSource) {
 	if m == nil {
@@ -171,9 +198,9 @@ func (m *Controller) Reloaded(p tiers.Policy, src DropSource) {
 		}
 		return
 	}
-	keep := p.Auto != nil && m.base.Auto != nil && *p.Auto == *m.base.Auto
-	turnedOn := p.Auto != nil && m.base.Auto == nil
-	m.base = p.Clone()
+	keep := m.sameAuto(p)
+	turnedOn := p.Auto != nil && m.policy.auto == nil
+	m.policy = partOf(p)
 	if src != nil {
 		if m.closed {
 			src.Close()
@@ -187,7 +214,7 @@ func (m *Controller) Reloaded(p tiers.Policy, src DropSource) {
 	}
 	switch {
 	case keep:
-		m.log.Info("adaptive max: reload keeps the learnt max", "max", p.Max, "auto", p.Auto.String())
+		m.log.Info("adaptive max: reload keeps the learnt max", "max", m.law.Max(), "auto", p.Auto.String())
 	case p.Auto != nil:
 		m.law, m.primed = tiers.NewAutoLaw(*p.Auto, p.Max), false
 		m.log.Info("adaptive max: new auto settings, max starts again", "max", p.Max, "auto", p.Auto.String())
@@ -196,11 +223,15 @@ func (m *Controller) Reloaded(p tiers.Policy, src DropSource) {
 	}
 }
 
-// Max returns the max in force, packets per window.
+// Max returns the max in force, packets per window: the learnt one under
+// max: auto, the policy's otherwise (not a fleet fallback's).
 func (m *Controller) Max() uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.base.Max
+	if m.policy.auto != nil {
+		return m.law.Max()
+	}
+	return m.policy.max
 }
 
 // Signal names the drop signal: SignalSockDiag or SignalSNMP.
@@ -227,7 +258,7 @@ const autoPolls = 32
 func (m *Controller) run(ctx context.Context, stop func() bool) {
 	for {
 		m.mu.Lock()
-		w := m.base.Window
+		w := m.policy.window
 		m.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -250,14 +281,14 @@ func (m *Controller) tick() {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.base.Auto == nil || m.primed && w.Opened == m.opened {
+	if m.policy.auto == nil || m.primed && w.Opened == m.opened {
 		return
 	}
 	// Judge in the middle of the new window: the first tier passes its
 	// packets, and the socket overflows, at a window's start, so a sample
 	// from middle to middle holds each window's burst whole, however late
 	// the scheduler runs this tick.
-	if st := tiers.WindowNow(m.clock.Now(), w.Counts(), tiers.WindowPolicy{Window: m.base.Window}); st.Elapsed > 0 && st.Elapsed < m.base.Window/2 {
+	if st := tiers.WindowNow(m.clock.Now(), w.Counts(), tiers.WindowPolicy{Window: m.policy.window}); st.Elapsed > 0 && st.Elapsed < m.policy.window/2 {
 		return
 	}
 	st, err := m.lim.Stats()
@@ -265,7 +296,7 @@ func (m *Controller) tick() {
 		m.readError(err)
 		return
 	}
-	ds, err := m.src.Read(udpPorts(m.base))
+	ds, err := m.src.Read(m.policy.ports)
 	if err != nil {
 		m.readError(err)
 		return
@@ -286,7 +317,7 @@ func (m *Controller) tick() {
 	if ds.Sockets == 0 {
 		if !m.missing {
 			m.log.Warn("adaptive max: no collector socket on the selected UDP ports; max held until one appears",
-				"ports", portsString(udpPorts(m.base)), "max", m.law.Max())
+				"ports", portsString(m.policy.ports), "max", m.law.Max())
 		}
 		m.missing = true
 		m.law.Hold()
@@ -301,12 +332,12 @@ func (m *Controller) tick() {
 	if cause == "" {
 		return
 	}
-	if err := m.apply(m.base.WithMax(nm)); err != nil {
+	if err := m.apply(); err != nil {
 		m.law = old
 		m.log.Error("adaptive max: applying the new max failed; the old one stays", "max", nm, "error", err)
 		return
 	}
-	m.base.Max, rec.Max = nm, nm
+	rec.Max = nm
 	rec.Change = "up"
 	if nm < old.Max() {
 		rec.Change = "down"

@@ -67,14 +67,14 @@ func (c *fakeClock) After(d time.Duration) <-chan time.Time {
 
 func (c *fakeClock) Now() uint64 { return c.now.Load() }
 
-// rig is a controller on fakes; applied records each policy applied.
+// rig is a controller on fakes; applied records each max applied.
 type rig struct {
 	t       *testing.T
 	lim     *fakeLimiter
 	src     *fakeDrops
 	mu      sync.Mutex
 	m       *Controller
-	applied []tiers.Policy
+	applied []uint64
 	logs    *testenv.SyncBuffer
 }
 
@@ -92,11 +92,12 @@ const autoYAML = "max: auto\nauto: {start: 40000, floor: 1000, ceiling: 200000}\
 func newRig(t *testing.T, p tiers.Policy) *rig {
 	r := &rig{t: t, lim: &fakeLimiter{}, src: &fakeDrops{sockets: 1}, logs: &testenv.SyncBuffer{}}
 	log := slog.New(slog.NewTextHandler(r.logs, nil))
-	r.m = New(log, r.lim, r.src, sysutil.RealClock{}, &r.mu, func(p tiers.Policy) error {
-		if err := p.Validate(); err != nil {
+	r.m = New(log, r.lim, r.src, sysutil.RealClock{}, &r.mu, func() error {
+		q := p.WithMax(r.m.Learnt(p)) // the agent's tiers.State.Learnt
+		if err := q.Validate(); err != nil {
 			return err
 		}
-		r.applied = append(r.applied, p)
+		r.applied = append(r.applied, q.Max)
 		return nil
 	}, p)
 	r.m.tick() // the baseline
@@ -173,8 +174,8 @@ func TestAutoAppliesWithinBounds(t *testing.T) {
 		t.Fatalf("max after many clean windows = %d, want ceiling 1100", got)
 	}
 	for _, ap := range r.applied {
-		if ap.Max < 900 || ap.Max > 1100 || ap.Validate() != nil {
-			t.Errorf("applied max %d outside [900, 1100]", ap.Max)
+		if ap < 900 || ap > 1100 {
+			t.Errorf("applied max %d outside [900, 1100]", ap)
 		}
 	}
 }
@@ -186,7 +187,7 @@ func TestAutoAppliesWithinBounds(t *testing.T) {
 // each cut is counted and logged with its cause.
 func TestAutoCutsGrowingBacklog(t *testing.T) {
 	r := newRig(t, autoPolicy(t, autoYAML))
-	law := tiers.NewAutoLaw(*r.m.base.Auto, r.m.Max())
+	law := tiers.NewAutoLaw(*r.m.policy.auto, r.m.Max())
 	for i, full := range []float64{0.8, 0.85, 0.95, 0.9, 0.9, 0.91, 0.99, 0.2, 0.45, 0.55, 0, 0} {
 		shed := uint64(100)
 		if i == 6 {
@@ -242,16 +243,19 @@ func TestAutoReloadKeepsLearntMax(t *testing.T) {
 	reload := func(p tiers.Policy) uint64 {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		q := r.m.ReloadPolicy(p)
-		r.m.Reloaded(q, nil)
-		return q.Max
+		learnt := r.m.Learnt(p)
+		r.m.Reloaded(p, nil)
+		if learnt == 0 {
+			return p.Max
+		}
+		return learnt
 	}
 	// The same file, or another change than the auto block: max stays.
 	same := autoPolicy(t, autoYAML+"window: 2s\n")
 	if got := reload(same); got != learnt {
 		t.Errorf("reload with unchanged auto: max %d, want the learnt %d", got, learnt)
 	}
-	if r.m.base.Window != 2*time.Second {
+	if r.m.policy.window != 2*time.Second {
 		t.Error("reload did not take the rest of the policy")
 	}
 	// The law goes on from there: the window count carried on.
@@ -462,7 +466,7 @@ func TestAutoStartLog(t *testing.T) {
 			}
 			r.mu.Lock()
 			p := autoPolicy(t, c.reload)
-			r.m.Reloaded(r.m.ReloadPolicy(p), nil)
+			r.m.Reloaded(p, nil)
 			r.mu.Unlock()
 			if n := strings.Count(r.logs.String(), line); n != c.wantReload {
 				t.Errorf("after the reload: %d lines %q, want %d:\n%s", n, line, c.wantReload, r.logs)

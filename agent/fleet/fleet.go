@@ -70,9 +70,11 @@ type Config struct {
 	// Bound, when set, is what the controller writes into the program in
 	// place of the store's others' sums: Bound(own, others), own the
 	// estimates this member reported and others the sums the store
-	// returned. The agent sets it for a member with max: auto, to hold the
-	// member to the pass probability of its learnt max on its own R̂
-	// (tiers.FleetOthersWithAuto; docs/design.md §12, "With max: auto").
+	// returned. The agent sets it to an AutoBound's Fold, which holds a
+	// member with max: auto to the pass probability of its learnt max on
+	// its own R̂ (tiers.FleetOthersWithAuto; docs/design.md §12, "With
+	// max: auto") from the tables the agent hands it, and is the
+	// identity otherwise.
 	// It is called from the report loop once per answered report and must
 	// not block; each sum it returns below the store's is raised to it.
 	// The fleet_others metric stays the store's total. Nil writes the sums

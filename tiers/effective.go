@@ -1,0 +1,55 @@
+package tiers
+
+// State is what the running agent knows, beside the policy it was given,
+// that decides the policy it compiles (Effective): what its rooms learnt
+// or follow.
+type State struct {
+	// LearntMax is the adaptive max's learnt max, packets per window
+	// (docs/design.md §8); 0 when none is learnt for the given policy's
+	// auto bounds. It is taken only under max: auto.
+	LearntMax uint64
+	// Fallback is set while the fleet controller holds the member in
+	// fallback (docs/design.md §12); Members is the member count the
+	// store last returned, 0 when it has not answered since start.
+	Fallback bool
+	Members  int
+	// Local is the host's destinations, for dests: local rules, as the
+	// agent last read them.
+	Local []LocalDest
+}
+
+// Learnt returns given as the fleet and the adaptive max know it: with
+// max: auto, at the learnt max (when one is learnt); never the fallback,
+// with no local destinations resolved. Its table and that of its Local
+// policy are the fold of a member with max: auto (FleetOthersWithAuto).
+func (s State) Learnt(given Policy) Policy {
+	if given.Auto == nil || s.LearntMax == 0 {
+		return given
+	}
+	return given.WithMax(s.LearntMax)
+}
+
+// Effective returns the policy that is compiled for the given policy in
+// state s (docs/design.md §8, §12, §2):
+//   - with max: auto, its max is the learnt one (Learnt);
+//   - in fleet fallback, it is the fallback policy (FleetFallbackPolicy),
+//     fleet off; with max: auto its max is the smaller of the fallback's
+//     and the learnt one, so that a member never passes more than its
+//     collector takes;
+//   - its dests: local rules hold the host's destinations of s.Local that
+//     fit (FitLocal), the rest left uncounted, as fit says.
+//
+// given is not changed. Effective is pure and never fails: given is a
+// valid policy, and Compile validates what it returns.
+func Effective(given Policy, s State) (Policy, LocalFit) {
+	p := s.Learnt(given)
+	if s.Fallback {
+		q := p.FleetFallbackPolicy(s.Members)
+		if p.Fleet != nil && p.Auto != nil {
+			q.Max = min(q.Max, p.Max)
+		}
+		p = q
+	}
+	fit := FitLocal(p, s.Local)
+	return p.WithLocal(fit.Kept), fit
+}
