@@ -13,6 +13,7 @@ import (
 	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // PRIs of the severity case: user.crit, user.info, user.debug.
@@ -61,7 +62,7 @@ func (f severityFlood) expected(p tiers.Policy, sent []int) (mean, sd map[int]fl
 	const runs = 400
 	sum, sumSq := map[int]float64{}, map[int]float64{}
 	for r := range runs {
-		m := tiers.NewModel(p, tab, rand.New(rand.NewPCG(uint64(r), 9)).Uint32)
+		m := model.NewModel(p, tab, rand.New(rand.NewPCG(uint64(r), 9)).Uint32)
 		passed := map[int]float64{}
 		var now uint64
 		for b, n := range sent {

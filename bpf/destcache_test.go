@@ -10,6 +10,7 @@ import (
 
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // TestDestCacheAcrossReloads: a destination the trie held is not counted
@@ -39,7 +40,7 @@ func TestDestCacheAcrossReloads(t *testing.T) {
 	h.apply(with)
 	h.apply(with)
 	count("destination back", 3)
-	if c := tiers.Classify(h.p, frame); c.Class != tiers.ClassSelected {
+	if c := model.Classify(h.p, frame); c.Class != model.ClassSelected {
 		t.Errorf("classifier: %v", c.Class)
 	}
 }
@@ -57,14 +58,14 @@ func TestLocalTCPUnicast(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		frame []byte
-		want  tiers.Class
+		want  model.Class
 	}{
-		{"udp/514 to the host", UDP4(t, 514), tiers.ClassSelected},
-		{"udp/514 to the subnet broadcast", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, bcast, layers.IPProtocolUDP), UDP(514), Syslog()), tiers.ClassSelected},
-		{"udp/514 to a multicast group", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, mcast, layers.IPProtocolUDP), UDP(514), Syslog()), tiers.ClassSelected},
-		{"tcp/601 SYN to the host", TCP4(t, 601, true, false), tiers.ClassSelected},
-		{"tcp/601 SYN to the subnet broadcast", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, bcast, layers.IPProtocolTCP), TCP(601, true, false)), tiers.ClassUnselected},
-		{"tcp/601 SYN to a multicast group", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, mcast, layers.IPProtocolTCP), TCP(601, true, false)), tiers.ClassUnselected},
+		{"udp/514 to the host", UDP4(t, 514), model.ClassSelected},
+		{"udp/514 to the subnet broadcast", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, bcast, layers.IPProtocolUDP), UDP(514), Syslog()), model.ClassSelected},
+		{"udp/514 to a multicast group", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, mcast, layers.IPProtocolUDP), UDP(514), Syslog()), model.ClassSelected},
+		{"tcp/601 SYN to the host", TCP4(t, 601, true, false), model.ClassSelected},
+		{"tcp/601 SYN to the subnet broadcast", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, bcast, layers.IPProtocolTCP), TCP(601, true, false)), model.ClassUnselected},
+		{"tcp/601 SYN to a multicast group", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, mcast, layers.IPProtocolTCP), TCP(601, true, false)), model.ClassUnselected},
 	} {
 		s0 := h.stats()
 		for range 3 {
@@ -72,10 +73,10 @@ func TestLocalTCPUnicast(t *testing.T) {
 		}
 		s1 := h.stats()
 		sel, unsel := s1.SelectedPackets()-s0.SelectedPackets(), s1.Unselected.Packets-s0.Unselected.Packets
-		if want := c.want == tiers.ClassSelected; (sel == 3) != want || (unsel == 3) == want {
+		if want := c.want == model.ClassSelected; (sel == 3) != want || (unsel == 3) == want {
 			t.Errorf("%s: %d of 3 counted, %d unselected; want counted %v", c.name, sel, unsel, want)
 		}
-		if got := tiers.Classify(h.p, c.frame).Class; got != c.want {
+		if got := model.Classify(h.p, c.frame).Class; got != c.want {
 			t.Errorf("%s: model says %v, want %v", c.name, got, c.want)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // destEntries counts the entries of select_dests, over both slots.
@@ -63,12 +64,12 @@ func TestDestsOncePerDestination(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		frame []byte
-		want  tiers.Class
+		want  model.Class
 	}{
-		{"udp/514 to the 5,000th address", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, last, layers.IPProtocolUDP), UDP(514), Syslog()), tiers.ClassSelected},
-		{"tcp/6514 SYN to the 5,000th address", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, last, layers.IPProtocolTCP), TCP(6514, true, false)), tiers.ClassSelected},
-		{"udp/514 to a broadcast", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, bcast, layers.IPProtocolUDP), UDP(514), Syslog()), tiers.ClassSelected},
-		{"tcp/601 SYN to a broadcast", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, bcast, layers.IPProtocolTCP), TCP(601, true, false)), tiers.ClassUnselected},
+		{"udp/514 to the 5,000th address", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, last, layers.IPProtocolUDP), UDP(514), Syslog()), model.ClassSelected},
+		{"tcp/6514 SYN to the 5,000th address", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, last, layers.IPProtocolTCP), TCP(6514, true, false)), model.ClassSelected},
+		{"udp/514 to a broadcast", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, bcast, layers.IPProtocolUDP), UDP(514), Syslog()), model.ClassSelected},
+		{"tcp/601 SYN to a broadcast", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, bcast, layers.IPProtocolTCP), TCP(601, true, false)), model.ClassUnselected},
 	} {
 		checkClass(t, h, c.name, c.frame, c.want)
 	}
@@ -78,7 +79,7 @@ func TestDestsOncePerDestination(t *testing.T) {
 	if n := destEntries(t, h); n != 5011+5000 {
 		t.Errorf("both slots: select_dests holds %d entries, want 10011", n)
 	}
-	checkClass(t, h, "udp/514 to a broadcast, reloaded away", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, bcast, layers.IPProtocolUDP), UDP(514), Syslog()), tiers.ClassUnselected)
+	checkClass(t, h, "udp/514 to a broadcast, reloaded away", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, bcast, layers.IPProtocolUDP), UDP(514), Syslog()), model.ClassUnselected)
 }
 
 // TestDestsNested: one trie entry per prefix answers for every rule,
@@ -114,17 +115,17 @@ func TestDestsNested(t *testing.T) {
 			} else {
 				frame = Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, a.AsSlice(), layers.IPProtocolUDP), UDP(port), Syslog())
 			}
-			checkClass(t, h, fmt.Sprintf("udp/%d to %s", port, dst), frame, tiers.Classify(h.p, frame).Class)
+			checkClass(t, h, fmt.Sprintf("udp/%d to %s", port, dst), frame, model.Classify(h.p, frame).Class)
 		}
 	}
 	// The model itself, on the cases the nesting decides.
 	for _, c := range []struct {
 		dst  string
 		port uint16
-		want tiers.Class
-	}{{"10.1.2.3", 1001, tiers.ClassSelected}, {"10.1.2.3", 1002, tiers.ClassSelected}, {"10.1.3.3", 1004, tiers.ClassUnselected}, {"10.2.0.1", 1002, tiers.ClassUnselected}, {"10.2.0.1", 1003, tiers.ClassSelected}} {
+		want model.Class
+	}{{"10.1.2.3", 1001, model.ClassSelected}, {"10.1.2.3", 1002, model.ClassSelected}, {"10.1.3.3", 1004, model.ClassUnselected}, {"10.2.0.1", 1002, model.ClassUnselected}, {"10.2.0.1", 1003, model.ClassSelected}} {
 		frame := Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(Src4, netip.MustParseAddr(c.dst).AsSlice(), layers.IPProtocolUDP), UDP(c.port), Syslog())
-		if got := tiers.Classify(h.p, frame).Class; got != c.want {
+		if got := model.Classify(h.p, frame).Class; got != c.want {
 			t.Errorf("model: udp/%d to %s %v, want %v", c.port, c.dst, got, c.want)
 		}
 	}
@@ -132,7 +133,7 @@ func TestDestsNested(t *testing.T) {
 
 // checkClass runs frame 3 times and checks that the program counts it
 // as want says.
-func checkClass(t *testing.T, h *harness, name string, frame []byte, want tiers.Class) {
+func checkClass(t *testing.T, h *harness, name string, frame []byte, want model.Class) {
 	t.Helper()
 	s0 := h.stats()
 	for range 3 {
@@ -140,10 +141,10 @@ func checkClass(t *testing.T, h *harness, name string, frame []byte, want tiers.
 	}
 	s1 := h.stats()
 	sel, unsel := s1.SelectedPackets()-s0.SelectedPackets(), s1.Unselected.Packets-s0.Unselected.Packets
-	if w := want == tiers.ClassSelected; (sel == 3) != w || (unsel == 3) == w {
+	if w := want == model.ClassSelected; (sel == 3) != w || (unsel == 3) == w {
 		t.Errorf("%s: %d of 3 counted, %d unselected; want counted %v", name, sel, unsel, w)
 	}
-	if got := tiers.Classify(h.p, frame).Class; got != want {
+	if got := model.Classify(h.p, frame).Class; got != want {
 		t.Errorf("%s: model says %v, want %v", name, got, want)
 	}
 }

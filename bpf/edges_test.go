@@ -8,6 +8,7 @@ import (
 
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // hopByHopOpt is a hop-by-hop header holding one option of type typ with
@@ -49,47 +50,47 @@ func edgeCases(t testing.TB) []verdictCase {
 	trailer := func(f []byte, n int) []byte { return append(append([]byte(nil), f...), make([]byte, n)...) }
 	udpMal := malformedAs(tiers.MalformedUDPLength)
 	return []verdictCase{
-		{"udp6/514 UDP length 0: the rest of the payload", with16(udp6, l4Off6+udpLen, 0), selected, tiers.ClassSelected},
-		{"udp6/514 UDP length 0 with a trailer past the payload length", trailer(with16(udp6, l4Off6+udpLen, 0), 20), selected, tiers.ClassSelected},
-		{"udp6/514 UDP length 7", with16(udp6, l4Off6+udpLen, 7), udpMal, tiers.ClassMalformed},
-		{"udp6/514 UDP length 1", with16(udp6, l4Off6+udpLen, 1), udpMal, tiers.ClassMalformed},
-		{"udp4/514 UDP length 0: IPv4 discards it", with16(udp4, l4Off4+udpLen, 0), udpMal, tiers.ClassMalformed},
-		{"ipv6 payload length 0, hop-by-hop (PadN) first, udp/514", with16(hbhUDP, ipv6Pay, 0), selected, tiers.ClassSelected},
-		{"ipv6 payload length 0, hop-by-hop first, udp/514, trailer", trailer(with16(hbhUDP, ipv6Pay, 0), 30), selected, tiers.ClassSelected},
-		{"ipv6 payload length 0, hop-by-hop first, UDP length 0", with16(with16(hbhUDP, ipv6Pay, 0), l4Off6+8+udpLen, 0), selected, tiers.ClassSelected},
-		{"ipv6 payload length 0, hop-by-hop (PadN) first, tcp/601 syn", with16(hbhSYN, ipv6Pay, 0), selected, tiers.ClassSelected},
-		{"ipv6 payload length 0, hop-by-hop with a Jumbo Payload of 70000", with16(jumbo, ipv6Pay, 0), unselected, tiers.ClassUnselected},
-		{"ipv6 hop-by-hop with a Jumbo Payload and a payload length", jumbo, unselected, tiers.ClassUnselected},
-		{"ipv6 payload length 0, hop-by-hop then an atomic fragment", with16(hbhFrag, ipv6Pay, 0), unselected, tiers.ClassUnselected},
-		{"ipv6 payload length 0, dest-opts first: no jumbogram path", with16(dstUDP, ipv6Pay, 0), malformedAs(tiers.MalformedIPv6Length), tiers.ClassMalformed},
-		{"ipv6 hop-by-hop option 0x1e (skip)", hbhOpt(0x1e, []byte{0, 0, 0, 0}), selected, tiers.ClassSelected},
-		{"ipv6 hop-by-hop option 0x5e (discard)", hbhOpt(0x5e, []byte{0, 0, 0, 0}), unselected, tiers.ClassUnselected},
-		{"ipv6 hop-by-hop option 0x9e (discard, icmp)", hbhOpt(0x9e, []byte{0, 0, 0, 0}), unselected, tiers.ClassUnselected},
-		{"ipv6 hop-by-hop option 0xde (discard, icmp unless multicast)", hbhOpt(0xde, []byte{0, 0, 0, 0}), unselected, tiers.ClassUnselected},
-		{"ipv6 non-first fragment naming dest-opts follows its first", fragExt6(t, layers.IPProtocolIPv6Destination, 0x3301, 20, false, gopacket.Payload(make([]byte, 32))), fragPass, tiers.ClassFragment},
-		{"ipv6 non-first fragment naming routing follows its first", fragExt6(t, layers.IPProtocolIPv6Routing, 0x3302, 20, false, gopacket.Payload(make([]byte, 32))), fragPass, tiers.ClassFragment},
-		{"ipv6 dest-opts option 0x5e (discard)", dstOpt(0x5e, []byte{0, 0, 0, 0}), unselected, tiers.ClassUnselected},
-		{"ipv6 dest-opts Jumbo Payload: unknown there, discard", dstOpt(0xc2, []byte{0, 1, 0x11, 0x70}), unselected, tiers.ClassUnselected},
-		{"ipv6 dest-opts option 0x1e (skip)", dstOpt(0x1e, []byte{0, 0, 0, 0}), selected, tiers.ClassSelected},
-		{"ipv6 dest-opts Home Address (0xc9): counted, not certain", dstOpt(0xc9, make([]byte, 16)), selected, tiers.ClassSelected},
+		{"udp6/514 UDP length 0: the rest of the payload", with16(udp6, l4Off6+udpLen, 0), selected, model.ClassSelected},
+		{"udp6/514 UDP length 0 with a trailer past the payload length", trailer(with16(udp6, l4Off6+udpLen, 0), 20), selected, model.ClassSelected},
+		{"udp6/514 UDP length 7", with16(udp6, l4Off6+udpLen, 7), udpMal, model.ClassMalformed},
+		{"udp6/514 UDP length 1", with16(udp6, l4Off6+udpLen, 1), udpMal, model.ClassMalformed},
+		{"udp4/514 UDP length 0: IPv4 discards it", with16(udp4, l4Off4+udpLen, 0), udpMal, model.ClassMalformed},
+		{"ipv6 payload length 0, hop-by-hop (PadN) first, udp/514", with16(hbhUDP, ipv6Pay, 0), selected, model.ClassSelected},
+		{"ipv6 payload length 0, hop-by-hop first, udp/514, trailer", trailer(with16(hbhUDP, ipv6Pay, 0), 30), selected, model.ClassSelected},
+		{"ipv6 payload length 0, hop-by-hop first, UDP length 0", with16(with16(hbhUDP, ipv6Pay, 0), l4Off6+8+udpLen, 0), selected, model.ClassSelected},
+		{"ipv6 payload length 0, hop-by-hop (PadN) first, tcp/601 syn", with16(hbhSYN, ipv6Pay, 0), selected, model.ClassSelected},
+		{"ipv6 payload length 0, hop-by-hop with a Jumbo Payload of 70000", with16(jumbo, ipv6Pay, 0), unselected, model.ClassUnselected},
+		{"ipv6 hop-by-hop with a Jumbo Payload and a payload length", jumbo, unselected, model.ClassUnselected},
+		{"ipv6 payload length 0, hop-by-hop then an atomic fragment", with16(hbhFrag, ipv6Pay, 0), unselected, model.ClassUnselected},
+		{"ipv6 payload length 0, dest-opts first: no jumbogram path", with16(dstUDP, ipv6Pay, 0), malformedAs(tiers.MalformedIPv6Length), model.ClassMalformed},
+		{"ipv6 hop-by-hop option 0x1e (skip)", hbhOpt(0x1e, []byte{0, 0, 0, 0}), selected, model.ClassSelected},
+		{"ipv6 hop-by-hop option 0x5e (discard)", hbhOpt(0x5e, []byte{0, 0, 0, 0}), unselected, model.ClassUnselected},
+		{"ipv6 hop-by-hop option 0x9e (discard, icmp)", hbhOpt(0x9e, []byte{0, 0, 0, 0}), unselected, model.ClassUnselected},
+		{"ipv6 hop-by-hop option 0xde (discard, icmp unless multicast)", hbhOpt(0xde, []byte{0, 0, 0, 0}), unselected, model.ClassUnselected},
+		{"ipv6 non-first fragment naming dest-opts follows its first", fragExt6(t, layers.IPProtocolIPv6Destination, 0x3301, 20, false, gopacket.Payload(make([]byte, 32))), fragPass, model.ClassFragment},
+		{"ipv6 non-first fragment naming routing follows its first", fragExt6(t, layers.IPProtocolIPv6Routing, 0x3302, 20, false, gopacket.Payload(make([]byte, 32))), fragPass, model.ClassFragment},
+		{"ipv6 dest-opts option 0x5e (discard)", dstOpt(0x5e, []byte{0, 0, 0, 0}), unselected, model.ClassUnselected},
+		{"ipv6 dest-opts Jumbo Payload: unknown there, discard", dstOpt(0xc2, []byte{0, 1, 0x11, 0x70}), unselected, model.ClassUnselected},
+		{"ipv6 dest-opts option 0x1e (skip)", dstOpt(0x1e, []byte{0, 0, 0, 0}), selected, model.ClassSelected},
+		{"ipv6 dest-opts Home Address (0xc9): counted, not certain", dstOpt(0xc9, make([]byte, 16)), selected, model.ClassSelected},
 		{"ipv6 routing then dest-opts option 0x9e (discard)", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Routing), &ExtHeader{NextHeader: layers.IPProtocolIPv6Destination},
 			func() *layers.IPv6Destination {
 				d := &layers.IPv6Destination{}
 				d.NextHeader = layers.IPProtocolUDP
 				d.Options = []*layers.IPv6DestinationOption{{OptionType: 0x9e, OptionLength: 4, OptionData: make([]byte, 4)}}
 				return d
-			}(), UDP(514), Syslog()), unselected, tiers.ClassUnselected},
+			}(), UDP(514), Syslog()), unselected, model.ClassUnselected},
 		{"ipv6 two atomic fragment headers", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Fragment),
 			&IPv6Fragment{NextHeader: layers.IPProtocolIPv6Fragment, Identification: 34},
-			&IPv6Fragment{NextHeader: layers.IPProtocolUDP, Identification: 35}, UDP(514), Syslog()), unselected, tiers.ClassUnselected},
+			&IPv6Fragment{NextHeader: layers.IPProtocolUDP, Identification: 35}, UDP(514), Syslog()), unselected, model.ClassUnselected},
 		{"ipv6 first fragment, then an atomic fragment header", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Fragment),
 			&IPv6Fragment{NextHeader: layers.IPProtocolIPv6Destination, MoreFragments: true, Identification: 36}, destOpts(layers.IPProtocolIPv6Fragment),
-			&IPv6Fragment{NextHeader: layers.IPProtocolUDP, Identification: 37}, UDP(514), Syslog()), unselected, tiers.ClassUnselected},
+			&IPv6Fragment{NextHeader: layers.IPProtocolUDP, Identification: 37}, UDP(514), Syslog()), unselected, model.ClassUnselected},
 		{"ipv6 hop-by-hop option past the header", func() []byte {
 			f := hbhOpt(0x1e, []byte{0, 0, 0, 0})
 			f[l4Off6+3] = 5 // 7 bytes where 6 are left
 			return f
-		}(), unselected, tiers.ClassUnselected},
+		}(), unselected, model.ClassUnselected},
 	}
 }
 

@@ -78,7 +78,7 @@ func (l *Limiter) FleetOthers() (in, total uint64, err error) {
 // FleetEstimate returns this member's own live R̂ (docs/design.md §12),
 // packets per window, in budget and in all: the estimates that the
 // program would judge a selected packet arriving now on, the packet itself
-// and the others' sums left out (tiers.LiveEstimates, tiers.Model.EstimateAt),
+// and the others' sums left out (tiers.LiveEstimates, model.Model.EstimateAt),
 // read from the window and the per-CPU overflow counts. It is what a
 // member reports to the fleet. total counts every selected packet, in and
 // over budget; in only the in-budget ones, on the same onset (latched on

@@ -8,6 +8,7 @@ import (
 
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // fleetPolicyBPF is the default tiers, smooth, with a local max of 40000
@@ -51,7 +52,7 @@ func TestFleetOthersProgram(t *testing.T) {
 		if in, tot, err := h.l.FleetOthers(); err != nil || in != x || tot != total {
 			t.Fatalf("FleetOthers %d, %d, %v; want %d, %d", in, tot, err, x, total)
 		}
-		m := tiers.NewModel(p, h.tab, nil)
+		m := model.NewModel(p, h.tab, nil)
 		m.SetTick(h.l.TickNs())
 		if x != 0 {
 			m.SetFleetOthers(x, total)
@@ -180,7 +181,7 @@ func TestFleetProgramsSharing(t *testing.T) {
 	}
 	frac := fleetPass / fleetOff
 	// The fleet model, on the same rates, evenly spaced.
-	f := tiers.NewFleetModel(p, tab, len(rates), report, rand.New(rand.NewPCG(34, 12)).Uint32)
+	f := model.NewFleetModel(p, tab, len(rates), report, rand.New(rand.NewPCG(34, 12)).Uint32)
 	modelPass := make([]int, len(rates))
 	next := []float64{0, 0, 0}
 	W := float64(window)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // Per-source budgets in a fleet (docs/design.md §12, §6): the others'
@@ -16,7 +17,7 @@ import (
 // deterministic: the onset's 32 n from about the 20th packet on), a third
 // from ten light groups, the rest from one noisy group over its budget of
 // 20 after its 20th: the program drops the in-budget and the over-budget
-// packets in the numbers the model (tiers.Model with SetFleetOthers, the
+// packets in the numbers the model (model.Model with SetFleetOthers, the
 // program's sketch seeds) drops them, within 5σ of the model's spread over
 // 100 runs, for (X, Y) = (0, 0) (no fleet), (4,000, 4,000), (4,000,
 // 8,000) and (8,000, 8,000) with fleet.max 10,000; and the member reports
@@ -82,7 +83,7 @@ func TestFleetBudgetsProgram(t *testing.T) {
 		// The model, runs times over the same sequence.
 		var sumIn, sumEx, sqIn, sqEx float64
 		for r := range uint64(runs) {
-			m := tiers.NewModel(p, h.tab, rand.New(rand.NewPCG(r, x+y)).Uint32)
+			m := model.NewModel(p, h.tab, rand.New(rand.NewPCG(r, x+y)).Uint32)
 			m.SetTick(h.l.TickNs())
 			m.SetSketchSeeds(h.l.SketchSeeds())
 			m.SetFleetOthers(x, y)
@@ -136,7 +137,7 @@ type budgetStream struct {
 // stream i offers its rate per window to its member's program, due by the
 // clock so that a slow loop catches up, its frames[i] in turn; every
 // report each member reports FleetEstimate and takes the others' sums
-// (tiers.OthersOf), as the agent's loop does without a store; check, when
+// (model.OthersOf), as the agent's loop does without a store; check, when
 // set, sees each report. It returns each stream's offered and passed
 // packets by window, and the last reports (in budget, total).
 func fleetRealTime(t *testing.T, hs []*harness, streams []budgetStream, frames [][][]byte, window, report time.Duration, windows int,
@@ -171,7 +172,7 @@ func fleetRealTime(t *testing.T, hs []*harness, streams []budgetStream, frames [
 					check(i, in, est)
 				}
 				reported[i] = [2]uint64{in, est}
-				if err := h.l.SetFleetOthers(tiers.OthersOf(reported, i)); err != nil {
+				if err := h.l.SetFleetOthers(model.OthersOf(reported, i)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -192,7 +193,7 @@ func fleetRealTime(t *testing.T, hs []*harness, streams []budgetStream, frames [
 //   - the fleet passes P(R_fleet), what one limiter passes without
 //     budgets, window by window and over the windows together (there
 //     within 5σ plus 5 %), and no less than the fleet model
-//     (tiers.FleetModel, the programs' sketch seeds) passes of the same
+//     (model.FleetModel, the programs' sketch seeds) passes of the same
 //     streams. With one sum of all traffic, judged as in budget, members
 //     1 and 2 would pass P(R)/R alone and the fleet, by the tables, about
 //     a third less;
@@ -259,7 +260,7 @@ func TestFleetBudgetsProgramsSharing(t *testing.T) {
 		}
 	}
 	// The fleet model, on the same streams, evenly spaced.
-	f := tiers.NewFleetModel(p, tab, len(hs), report, rand.New(rand.NewPCG(34, 13)).Uint32)
+	f := model.NewFleetModel(p, tab, len(hs), report, rand.New(rand.NewPCG(34, 13)).Uint32)
 	for i, h := range hs {
 		f.Member(i).SetTick(h.l.TickNs())
 		f.Member(i).SetSketchSeeds(h.l.SketchSeeds())

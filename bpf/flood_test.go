@@ -14,6 +14,7 @@ import (
 
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // concurrently runs h's program on frame counts[i] times on cpus[i], all
@@ -67,12 +68,12 @@ func pinnedRuns(prog *ebpf.Program, frame []byte, cpus []int, counts []uint32) (
 	return last.Sub(t0), errors.Join(errs...)
 }
 
-// modelCounts runs tiers.Model over n packets of one window and returns,
+// modelCounts runs model.Model over n packets of one window and returns,
 // per tier, the packets and the expected drops and their variance.
 func modelCounts(h *harness, n uint64) (packets []uint64, drops, variance []float64) {
 	k := len(h.tab.Drops)
 	packets, drops, variance = make([]uint64, k), make([]float64, k), make([]float64, k)
-	m := tiers.NewModel(h.p, h.tab, func() uint32 { return 0 })
+	m := model.NewModel(h.p, h.tab, func() uint32 { return 0 })
 	for range n {
 		d := m.Packet(1)
 		packets[d.Tier]++
@@ -89,7 +90,7 @@ func modelCounts(h *harness, n uint64) (packets []uint64, drops, variance []floa
 // pinned CPUs at once, with max 10^6, so that both CPUs cross every
 // threshold, T_last included, mid-run: below T_last every packet takes the
 // shared count, past it the per-CPU overflow. Every packet is counted once
-// (stats and window), each tier holds exactly the packets tiers.Model puts
+// (stats and window), each tier holds exactly the packets model.Model puts
 // there, the 0% and 100% tiers' verdicts are exact and the random tiers'
 // drops are within 5σ of the model's; the window's count, and then its
 // final count as last_window_packets, are exact; and the shared count

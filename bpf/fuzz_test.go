@@ -6,10 +6,11 @@ import (
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // FuzzProgram runs random and mutated frames through the program and the
-// Go reference classifier (tiers.ClassifyOn, on an interface with every
+// Go reference classifier (model.ClassifyOn, on an interface with every
 // host check on). The program must never drop or count a frame the
 // classifier calls unselected, and must count every frame exactly once, in
 // the class (and malformed reason) the classifier gives. A selected frame
@@ -24,7 +25,7 @@ func FuzzProgram(f *testing.F) {
 	h := newHarness(f, testPolicy(f))
 	// The frames arrive on lo (BPF_PROG_TEST_RUN's), described with every
 	// check of frames Linux discards on (bpf/host.h).
-	ifc := tiers.Iface{MAC: [6]byte(testenv.DstMAC), CheckMAC: true, Martians: true, LocalnetMartian: true}
+	ifc := model.Iface{MAC: [6]byte(testenv.DstMAC), CheckMAC: true, Martians: true, LocalnetMartian: true}
 	if _, err := h.l.SetIfaces(describe(ifc)); err != nil {
 		f.Fatal(err)
 	}
@@ -37,31 +38,31 @@ func FuzzProgram(f *testing.F) {
 			return // BPF_PROG_TEST_RUN refuses XDP frames shorter than ETH_HLEN
 		}
 		h.tb = t
-		c := tiers.ClassifyOn(h.p, ifc, frame)
+		c := model.ClassifyOn(h.p, ifc, frame)
 		h.preload(loads[len(frame)%len(loads)])
 		s0, w0 := h.stats(), h.window()
 		ret := h.run(frame)
 		s1, w1 := h.stats(), h.window()
 		d := diff(s0, s1, w0, w1)
 		switch c.Class {
-		case tiers.ClassUnselected:
+		case model.ClassUnselected:
 			if ret != xdpPass || d != unselected {
 				t.Fatalf("unselected frame: action %d, counters %+v\n% x", ret, d, frame)
 			}
-		case tiers.ClassSelected:
+		case model.ClassSelected:
 			if d != wantDelta(c) {
 				t.Fatalf("selected frame: counters %+v\n% x", d, frame)
 			}
 			checkTableVerdict(t, h, s0, s1, w1.Count, ret, frame)
-		case tiers.ClassExempt:
+		case model.ClassExempt:
 			if ret != xdpPass || d != exempt {
 				t.Fatalf("exempt frame: action %d, counters %+v\n% x", ret, d, frame)
 			}
-		case tiers.ClassFragment:
+		case model.ClassFragment:
 			if !(d == fragPass && ret == xdpPass) && !(d == fragDrop && ret == xdpDrop) {
 				t.Fatalf("non-first fragment: action %d, counters %+v\n% x", ret, d, frame)
 			}
-		case tiers.ClassMalformed:
+		case model.ClassMalformed:
 			want := uint32(xdpPass)
 			if c.Drops(h.p) {
 				want = xdpDrop

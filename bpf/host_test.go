@@ -9,7 +9,7 @@ import (
 
 	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
-	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // hostFrame is a UDP/514 datagram, or a TCP SYN to 601, from src to dst,
@@ -49,13 +49,13 @@ func hostFrame(tb testing.TB, dmac net.HardwareAddr, src, dst string, tcp bool, 
 // TestKernelDiscards runs crafted frames through the program
 // (BPF_PROG_TEST_RUN, on the test namespace's lo, which SetIfaces
 // describes as the agent would an Ethernet interface) beside the
-// reference model tiers.ClassifyOn: a frame Linux certainly discards
+// reference model model.ClassifyOn: a frame Linux certainly discards
 // (bpf/host.h: another host's MAC, martians; a hop-by-hop header that is
 // not the first) passes uncounted as unselected; its neighbours that
 // Linux delivers are counted.
 func TestKernelDiscards(t *testing.T) {
-	all := tiers.Iface{MAC: [6]byte(DstMAC), CheckMAC: true, Martians: true, LocalnetMartian: true}
-	noMAC, noLocalnet, none := all, all, tiers.Iface{}
+	all := model.Iface{MAC: [6]byte(DstMAC), CheckMAC: true, Martians: true, LocalnetMartian: true}
+	noMAC, noLocalnet, none := all, all, model.Iface{}
 	noMAC.CheckMAC, noLocalnet.LocalnetMartian = false, false
 	other := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x99}
 	bcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
@@ -64,7 +64,7 @@ func TestKernelDiscards(t *testing.T) {
 	h := newHarness(t, ordinalDefault())
 	for _, c := range []struct {
 		name     string
-		ifc      tiers.Iface
+		ifc      model.Iface
 		frame    []byte
 		selected bool
 	}{
@@ -128,7 +128,7 @@ func TestKernelDiscards(t *testing.T) {
 			if _, err := h.l.SetIfaces(describe(c.ifc)); err != nil {
 				t.Fatal(err)
 			}
-			model := tiers.ClassifyOn(h.p, c.ifc, c.frame).Class == tiers.ClassSelected
+			modelSel := model.ClassifyOn(h.p, c.ifc, c.frame).Class == model.ClassSelected
 			s0 := h.stats()
 			if act := h.run(c.frame); act != xdpPass {
 				t.Errorf("action %d, want XDP_PASS", act)
@@ -136,8 +136,8 @@ func TestKernelDiscards(t *testing.T) {
 			s1 := h.stats()
 			got := s1.SelectedPackets() != s0.SelectedPackets()
 			unsel := s1.Unselected.Packets - s0.Unselected.Packets
-			if got != c.selected || model != c.selected || got == (unsel == 1) {
-				t.Errorf("counted %v, unselected +%d, model selects %v; want counted %v", got, unsel, model, c.selected)
+			if got != c.selected || modelSel != c.selected || got == (unsel == 1) {
+				t.Errorf("counted %v, unselected +%d, model selects %v; want counted %v", got, unsel, modelSel, c.selected)
 			}
 		})
 	}
@@ -145,8 +145,8 @@ func TestKernelDiscards(t *testing.T) {
 
 // describe is what SetIfaces takes for the test namespace's lo (ifindex
 // 1, where BPF_PROG_TEST_RUN runs the program) described as ifc.
-func describe(ifc tiers.Iface) []bpf.Iface {
-	if ifc == (tiers.Iface{}) {
+func describe(ifc model.Iface) []bpf.Iface {
+	if ifc == (model.Iface{}) {
 		return nil
 	}
 	return []bpf.Iface{{Index: 1, MAC: ifc.MAC[:], CheckMAC: ifc.CheckMAC, Martians: ifc.Martians, LocalnetMartian: ifc.LocalnetMartian}}

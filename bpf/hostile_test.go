@@ -13,6 +13,7 @@ import (
 	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // Header offsets in an untagged Ethernet frame.
@@ -77,39 +78,39 @@ func hostileCases(t testing.TB) []verdictCase {
 
 	cases := []verdictCase{
 		// 2. The L4 header split across fragments (RFC 1858).
-		{"tcp4/6514 syn: first fragment with 8 bytes of TCP header", Serialize(t, eth4(), fragIPv4(layers.IPProtocolTCP, 0x7001, 0, true), gopacket.Payload(syn[:8])), tiny, tiers.ClassMalformed},
-		{"tcp4: fragment at offset 8 bytes (rewrites the flags)", Serialize(t, eth4(), fragIPv4(layers.IPProtocolTCP, 0x7001, 1, false), gopacket.Payload(syn[8:])), tiny, tiers.ClassMalformed},
-		{"tcp4/6514 syn: first fragment with the whole TCP header", Serialize(t, eth4(), fragIPv4(layers.IPProtocolTCP, 0x7002, 0, true), gopacket.Payload(syn), gopacket.Payload(make([]byte, 16))), selected, tiers.ClassSelected},
-		{"tcp4/22 syn: tiny first fragment, unselected port", Serialize(t, eth4(), fragIPv4(layers.IPProtocolTCP, 0x7003, 0, true), gopacket.Payload(synHeader(t, 22)[:8])), tiny, tiers.ClassMalformed},
-		{"udp4/514: first fragment with 4 bytes of UDP header", Serialize(t, eth4(), fragIPv4(layers.IPProtocolUDP, 0x7004, 0, true), gopacket.Payload(udpHdr[:4])), tiny, tiers.ClassMalformed},
-		{"udp6/514: first fragment with 4 bytes of UDP header", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Fragment), &IPv6Fragment{NextHeader: layers.IPProtocolUDP, MoreFragments: true, Identification: 0x7005}, gopacket.Payload(udpHdr[:4])), tiny, tiers.ClassMalformed},
-		{"tcp6: fragment at offset 8 bytes", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Fragment), &IPv6Fragment{NextHeader: layers.IPProtocolTCP, FragmentOffset: 1, Identification: 0x7006}, gopacket.Payload(syn[8:])), tiny, tiers.ClassMalformed},
-		{"udp4: fragment at offset 8 bytes follows its first", Serialize(t, eth4(), fragIPv4(layers.IPProtocolUDP, 0x7007, 1, false), gopacket.Payload(make([]byte, 32))), fragPass, tiers.ClassFragment},
+		{"tcp4/6514 syn: first fragment with 8 bytes of TCP header", Serialize(t, eth4(), fragIPv4(layers.IPProtocolTCP, 0x7001, 0, true), gopacket.Payload(syn[:8])), tiny, model.ClassMalformed},
+		{"tcp4: fragment at offset 8 bytes (rewrites the flags)", Serialize(t, eth4(), fragIPv4(layers.IPProtocolTCP, 0x7001, 1, false), gopacket.Payload(syn[8:])), tiny, model.ClassMalformed},
+		{"tcp4/6514 syn: first fragment with the whole TCP header", Serialize(t, eth4(), fragIPv4(layers.IPProtocolTCP, 0x7002, 0, true), gopacket.Payload(syn), gopacket.Payload(make([]byte, 16))), selected, model.ClassSelected},
+		{"tcp4/22 syn: tiny first fragment, unselected port", Serialize(t, eth4(), fragIPv4(layers.IPProtocolTCP, 0x7003, 0, true), gopacket.Payload(synHeader(t, 22)[:8])), tiny, model.ClassMalformed},
+		{"udp4/514: first fragment with 4 bytes of UDP header", Serialize(t, eth4(), fragIPv4(layers.IPProtocolUDP, 0x7004, 0, true), gopacket.Payload(udpHdr[:4])), tiny, model.ClassMalformed},
+		{"udp6/514: first fragment with 4 bytes of UDP header", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Fragment), &IPv6Fragment{NextHeader: layers.IPProtocolUDP, MoreFragments: true, Identification: 0x7005}, gopacket.Payload(udpHdr[:4])), tiny, model.ClassMalformed},
+		{"tcp6: fragment at offset 8 bytes", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Fragment), &IPv6Fragment{NextHeader: layers.IPProtocolTCP, FragmentOffset: 1, Identification: 0x7006}, gopacket.Payload(syn[8:])), tiny, model.ClassMalformed},
+		{"udp4: fragment at offset 8 bytes follows its first", Serialize(t, eth4(), fragIPv4(layers.IPProtocolUDP, 0x7007, 1, false), gopacket.Payload(make([]byte, 32))), fragPass, model.ClassFragment},
 
 		// 3. Every IPv6 next-header value before L4: walked or passed uncounted.
-		{"ipv6 AH (24 bytes) udp/514", Serialize(t, eth6(), ip6(layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), selected, tiers.ClassSelected},
-		{"ipv6 AH tcp/6514 syn", Serialize(t, eth6(), ip6(layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolTCP, ICVLen: 12}, TCP(6514, true, false)), selected, tiers.ClassSelected},
-		{"ipv6 hop-by-hop+AH+dest-opts udp/514", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolIPv6Destination, ICVLen: 12}, destOpts(layers.IPProtocolUDP), UDP(514), Syslog()), selected, tiers.ClassSelected},
-		{"ipv6 fragment(first)+AH udp/514", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Fragment), &IPv6Fragment{NextHeader: layers.IPProtocolAH, MoreFragments: true, Identification: 0x7010}, &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), selected, tiers.ClassSelected},
-		{"ipv6 non-first fragment of AH", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Fragment), &IPv6Fragment{NextHeader: layers.IPProtocolAH, FragmentOffset: 20, Identification: 0x7011}, gopacket.Payload(make([]byte, 32))), fragPass, tiers.ClassFragment},
-		{"ipv6 routing (43) udp/514", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Routing), &ExtHeader{NextHeader: layers.IPProtocolUDP}, UDP(514), Syslog()), selected, tiers.ClassSelected},
-		{"ipv6 AH udp/53", Serialize(t, eth6(), ip6(layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(53), Syslog()), unselected, tiers.ClassUnselected},
-		{"ipv6 AH past the payload length", with16(Serialize(t, eth6(), ip6(layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), ipv6Pay, 16), malformedAs(tiers.MalformedIPv6Length), tiers.ClassMalformed},
-		{"ipv4 AH udp/514", Serialize(t, eth4(), IPv4(Src4, Dst4, layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), selected, tiers.ClassSelected},
-		{"ipv4 AH past the total length", with16(Serialize(t, eth4(), IPv4(Src4, Dst4, layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), ipv4Tot, 20+16), malformedAs(tiers.MalformedIPv4Length), tiers.ClassMalformed},
+		{"ipv6 AH (24 bytes) udp/514", Serialize(t, eth6(), ip6(layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), selected, model.ClassSelected},
+		{"ipv6 AH tcp/6514 syn", Serialize(t, eth6(), ip6(layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolTCP, ICVLen: 12}, TCP(6514, true, false)), selected, model.ClassSelected},
+		{"ipv6 hop-by-hop+AH+dest-opts udp/514", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolIPv6Destination, ICVLen: 12}, destOpts(layers.IPProtocolUDP), UDP(514), Syslog()), selected, model.ClassSelected},
+		{"ipv6 fragment(first)+AH udp/514", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Fragment), &IPv6Fragment{NextHeader: layers.IPProtocolAH, MoreFragments: true, Identification: 0x7010}, &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), selected, model.ClassSelected},
+		{"ipv6 non-first fragment of AH", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Fragment), &IPv6Fragment{NextHeader: layers.IPProtocolAH, FragmentOffset: 20, Identification: 0x7011}, gopacket.Payload(make([]byte, 32))), fragPass, model.ClassFragment},
+		{"ipv6 routing (43) udp/514", Serialize(t, eth6(), ip6(layers.IPProtocolIPv6Routing), &ExtHeader{NextHeader: layers.IPProtocolUDP}, UDP(514), Syslog()), selected, model.ClassSelected},
+		{"ipv6 AH udp/53", Serialize(t, eth6(), ip6(layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(53), Syslog()), unselected, model.ClassUnselected},
+		{"ipv6 AH past the payload length", with16(Serialize(t, eth6(), ip6(layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), ipv6Pay, 16), malformedAs(tiers.MalformedIPv6Length), model.ClassMalformed},
+		{"ipv4 AH udp/514", Serialize(t, eth4(), IPv4(Src4, Dst4, layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), selected, model.ClassSelected},
+		{"ipv4 AH past the total length", with16(Serialize(t, eth4(), IPv4(Src4, Dst4, layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), ipv4Tot, 20+16), malformedAs(tiers.MalformedIPv4Length), model.ClassMalformed},
 		// An AH whose length field says 8 bytes and whose IP length ends
 		// there, with the frame going on: the fixed 12 bytes are past the
 		// payload (ah6_input and ah_input pull them from the trimmed skb).
-		{"ipv6 AH fixed part past the payload length, frame longer", with16(with16(Serialize(t, eth6(), ip6(layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), l4Off6, uint16(layers.IPProtocolUDP)<<8), ipv6Pay, 8), malformedAs(tiers.MalformedIPv6Length), tiers.ClassMalformed},
-		{"ipv4 AH fixed part past the total length, frame longer", with16(with16(Serialize(t, eth4(), IPv4(Src4, Dst4, layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), l4Off4, uint16(layers.IPProtocolUDP)<<8), ipv4Tot, 20+8), malformedAs(tiers.MalformedIPv4Length), tiers.ClassMalformed},
-		{"ipv6 ESP (50): encrypted", Serialize(t, eth6(), ip6(layers.IPProtocolESP), gopacket.Payload(make([]byte, 64))), unselected, tiers.ClassUnselected},
+		{"ipv6 AH fixed part past the payload length, frame longer", with16(with16(Serialize(t, eth6(), ip6(layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), l4Off6, uint16(layers.IPProtocolUDP)<<8), ipv6Pay, 8), malformedAs(tiers.MalformedIPv6Length), model.ClassMalformed},
+		{"ipv4 AH fixed part past the total length, frame longer", with16(with16(Serialize(t, eth4(), IPv4(Src4, Dst4, layers.IPProtocolAH), &AH{NextHeader: layers.IPProtocolUDP, ICVLen: 12}, UDP(514), Syslog()), l4Off4, uint16(layers.IPProtocolUDP)<<8), ipv4Tot, 20+8), malformedAs(tiers.MalformedIPv4Length), model.ClassMalformed},
+		{"ipv6 ESP (50): encrypted", Serialize(t, eth6(), ip6(layers.IPProtocolESP), gopacket.Payload(make([]byte, 64))), unselected, model.ClassUnselected},
 	}
 	// Not walked: the kernel delivers no UDP behind them (parse.h
 	// ipv6_is_ext). Each is followed by what would be a UDP/514 header.
 	for _, nh := range []layers.IPProtocol{135, 139, 140, 253, 254, layers.IPProtocolNoNextHeader} {
 		cases = append(cases, verdictCase{
 			"ipv6 next header " + nh.String() + " then udp/514: passed uncounted",
-			Serialize(t, eth6(), ip6(nh), &ExtHeader{NextHeader: layers.IPProtocolUDP}, UDP(514), Syslog()), unselected, tiers.ClassUnselected})
+			Serialize(t, eth6(), ip6(nh), &ExtHeader{NextHeader: layers.IPProtocolUDP}, UDP(514), Syslog()), unselected, model.ClassUnselected})
 	}
 
 	// 4. Address families: an IPv4 prefix never matches an IPv6 packet.
@@ -117,8 +118,8 @@ func hostileCases(t testing.TB) []verdictCase {
 		return net.IP(append([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff}, a.To4()...))
 	}
 	cases = append(cases,
-		verdictCase{"ipv6 from ::ffff:203.0.113.7 (exempt 203.0.113.0/24 is IPv4)", Serialize(t, eth6(), IPv6(mapped(net.IPv4(203, 0, 113, 7)), Dst6, layers.IPProtocolUDP), UDP(514), Syslog()), selected, tiers.ClassSelected},
-		verdictCase{"ipv6 to ::ffff:198.51.100.1 (dests 198.51.100.0/24 is IPv4)", Serialize(t, eth6(), IPv6(Src6, mapped(Dst4), layers.IPProtocolUDP), UDP(5514), Syslog()), unselected, tiers.ClassUnselected},
+		verdictCase{"ipv6 from ::ffff:203.0.113.7 (exempt 203.0.113.0/24 is IPv4)", Serialize(t, eth6(), IPv6(mapped(net.IPv4(203, 0, 113, 7)), Dst6, layers.IPProtocolUDP), UDP(514), Syslog()), selected, model.ClassSelected},
+		verdictCase{"ipv6 to ::ffff:198.51.100.1 (dests 198.51.100.0/24 is IPv4)", Serialize(t, eth6(), IPv6(Src6, mapped(Dst4), layers.IPProtocolUDP), UDP(5514), Syslog()), unselected, model.ClassUnselected},
 	)
 
 	// 5. Length fields that disagree with the frame.
@@ -127,19 +128,19 @@ func hostileCases(t testing.TB) []verdictCase {
 	tcpOpts := Serialize(t, eth4(), IPv4(Src4, Dst4, layers.IPProtocolTCP), TCP(6514, true, false))
 	hbh := Serialize(t, eth6(), ip6(layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolUDP), UDP(514), Syslog())
 	cases = append(cases,
-		verdictCase{"udp4/514 UDP length 4", with16(udp4, l4Off4+udpLen, 4), malformedAs(tiers.MalformedUDPLength), tiers.ClassMalformed},
-		verdictCase{"udp4/514 UDP length past the IP payload", with16(udp4, l4Off4+udpLen, uint16(len(udp4)-l4Off4+1)), malformedAs(tiers.MalformedUDPLength), tiers.ClassMalformed},
-		verdictCase{"udp4/514 UDP length short of the IP payload (the kernel trims)", with16(udp4, l4Off4+udpLen, 8), selected, tiers.ClassSelected},
-		verdictCase{"udp6/514 UDP length 4", with16(udp6, l4Off6+udpLen, 4), malformedAs(tiers.MalformedUDPLength), tiers.ClassMalformed},
-		verdictCase{"udp4/514 IP payload of 4 bytes", with16(udp4, ipv4Tot, 24), malformedAs(tiers.MalformedUDPLength), tiers.ClassMalformed},
-		verdictCase{"ipv4 total length below IHL", with16(udp4, ipv4Tot, 19), malformedAs(tiers.MalformedIPv4Length), tiers.ClassMalformed},
-		verdictCase{"ipv4 total length past the frame", with16(udp4, ipv4Tot, uint16(len(udp4)-l3Off+1)), malformedAs(tiers.MalformedIPv4Length), tiers.ClassMalformed},
-		verdictCase{"udp4/514 with 20 bytes of trailer after the total length", append(append([]byte(nil), udp4...), make([]byte, 20)...), selected, tiers.ClassSelected},
-		verdictCase{"ipv6 payload length past the frame", with16(udp6, ipv6Pay, uint16(len(udp6)-l4Off6+1)), malformedAs(tiers.MalformedIPv6Length), tiers.ClassMalformed},
-		verdictCase{"ipv6 hop-by-hop past the payload length", with16(hbh, ipv6Pay, 4), malformedAs(tiers.MalformedIPv6Length), tiers.ClassMalformed},
-		verdictCase{"tcp4/6514 syn data offset 4", withDoff(tcpOpts, l4Off4, 4), malformedAs(tiers.MalformedTCPLength), tiers.ClassMalformed},
-		verdictCase{"tcp4/6514 syn data offset past the IP payload", withDoff(tcpOpts, l4Off4, 15), malformedAs(tiers.MalformedTCPLength), tiers.ClassMalformed},
-		verdictCase{"tcp4/6514 syn IP payload of 12 bytes", with16(tcpOpts, ipv4Tot, 32), malformedAs(tiers.MalformedTCPLength), tiers.ClassMalformed},
+		verdictCase{"udp4/514 UDP length 4", with16(udp4, l4Off4+udpLen, 4), malformedAs(tiers.MalformedUDPLength), model.ClassMalformed},
+		verdictCase{"udp4/514 UDP length past the IP payload", with16(udp4, l4Off4+udpLen, uint16(len(udp4)-l4Off4+1)), malformedAs(tiers.MalformedUDPLength), model.ClassMalformed},
+		verdictCase{"udp4/514 UDP length short of the IP payload (the kernel trims)", with16(udp4, l4Off4+udpLen, 8), selected, model.ClassSelected},
+		verdictCase{"udp6/514 UDP length 4", with16(udp6, l4Off6+udpLen, 4), malformedAs(tiers.MalformedUDPLength), model.ClassMalformed},
+		verdictCase{"udp4/514 IP payload of 4 bytes", with16(udp4, ipv4Tot, 24), malformedAs(tiers.MalformedUDPLength), model.ClassMalformed},
+		verdictCase{"ipv4 total length below IHL", with16(udp4, ipv4Tot, 19), malformedAs(tiers.MalformedIPv4Length), model.ClassMalformed},
+		verdictCase{"ipv4 total length past the frame", with16(udp4, ipv4Tot, uint16(len(udp4)-l3Off+1)), malformedAs(tiers.MalformedIPv4Length), model.ClassMalformed},
+		verdictCase{"udp4/514 with 20 bytes of trailer after the total length", append(append([]byte(nil), udp4...), make([]byte, 20)...), selected, model.ClassSelected},
+		verdictCase{"ipv6 payload length past the frame", with16(udp6, ipv6Pay, uint16(len(udp6)-l4Off6+1)), malformedAs(tiers.MalformedIPv6Length), model.ClassMalformed},
+		verdictCase{"ipv6 hop-by-hop past the payload length", with16(hbh, ipv6Pay, 4), malformedAs(tiers.MalformedIPv6Length), model.ClassMalformed},
+		verdictCase{"tcp4/6514 syn data offset 4", withDoff(tcpOpts, l4Off4, 4), malformedAs(tiers.MalformedTCPLength), model.ClassMalformed},
+		verdictCase{"tcp4/6514 syn data offset past the IP payload", withDoff(tcpOpts, l4Off4, 15), malformedAs(tiers.MalformedTCPLength), model.ClassMalformed},
+		verdictCase{"tcp4/6514 syn IP payload of 12 bytes", with16(tcpOpts, ipv4Tot, 32), malformedAs(tiers.MalformedTCPLength), model.ClassMalformed},
 	)
 	return cases
 }
@@ -251,7 +252,7 @@ func TestAddressFamilies(t *testing.T) {
 		{"ipv4 udp/5514, dests ::/0", Serialize(t, Eth(layers.EthernetTypeIPv4), IPv4(net.IPv4(192, 0, 2, 9).To4(), Dst4, layers.IPProtocolUDP), UDP(5514), Syslog()), unselected},
 		{"ipv6 udp/5515, dests 0.0.0.0/0", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolUDP), UDP(5515), Syslog()), unselected},
 	} {
-		if c := tiers.Classify(h.p, tc.frame); wantDelta(c) != tc.want {
+		if c := model.Classify(h.p, tc.frame); wantDelta(c) != tc.want {
 			t.Errorf("%s: classifier says %v, want %+v", tc.name, c.Class, tc.want)
 		}
 		// Five of each, as in the issue.

@@ -316,7 +316,7 @@ func setShape(set *LimiterTlSettings, t tiers.Table) {
 func (l *Limiter) Tick() uint64 { return l.tickNs }
 
 // TickNs returns the tick of the smooth estimate in ns (tiers.SmoothTick,
-// tiers.Model.SetTick).
+// model.Model.SetTick).
 func (l *Limiter) TickNs() uint64 { return tiers.SmoothTick(l.tickNs) }
 
 // fits refuses a table the program cannot hold, or compiled for another

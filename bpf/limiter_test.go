@@ -16,6 +16,7 @@ import (
 	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // accuracyPolicy has wide tiers, so 10^5 packets fit inside each, and both
@@ -201,14 +202,14 @@ func TestWindowEdge(t *testing.T) {
 }
 
 // TestDifferential runs a mixed stream through the program and through the
-// reference classifier and tiers.Model: every selected packet has the same
+// reference classifier and model.Model: every selected packet has the same
 // n and tier, and the drop counts agree within 5 sigma.
 func TestDifferential(t *testing.T) {
 	p := testPolicy(t)
 	p.Max = 2000
 	p.Window = time.Hour
 	h := newHarness(t, p)
-	model := tiers.NewModel(p, h.tab, nil)
+	ref := model.NewModel(p, h.tab, nil)
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	frames := [][]byte{
@@ -231,11 +232,11 @@ func TestDifferential(t *testing.T) {
 			modelNow += uint64(p.Window) + 1
 		}
 		f := frames[rng.IntN(len(frames))]
-		class := tiers.Classify(p, f).Class
+		class := model.Classify(p, f).Class
 		before := h.stats()
 		ret := h.run(f)
 		after := h.stats()
-		if class != tiers.ClassSelected {
+		if class != model.ClassSelected {
 			if after.SelectedTotal(tiers.VerdictPass).Packets+after.SelectedTotal(tiers.VerdictDrop).Packets !=
 				before.SelectedTotal(tiers.VerdictPass).Packets+before.SelectedTotal(tiers.VerdictDrop).Packets {
 				t.Fatalf("packet %d (%v) was counted as selected", i, class)
@@ -244,7 +245,7 @@ func TestDifferential(t *testing.T) {
 		}
 		selected++
 		modelNow++
-		d := model.Packet(modelNow)
+		d := ref.Packet(modelNow)
 		if n := h.window().Count; n != d.N {
 			t.Fatalf("packet %d: program n=%d, model n=%d", i, n, d.N)
 		}

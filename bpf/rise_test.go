@@ -10,6 +10,7 @@ import (
 
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // riseRun paces frames (in turn, with their sources srcs) through the
@@ -40,7 +41,7 @@ func riseRun(t *testing.T, h *harness, frames [][]byte, window time.Duration, lo
 	return ts, pass
 }
 
-// TestSmoothRiseProgram: the program against tiers.Model on rising loads
+// TestSmoothRiseProgram: the program against model.Model on rising loads
 // (docs/design.md §9, properties 1 and 3), on the same packets at the same
 // clock. The load steps from lo to hi × max after three windows. Each
 // window's passes are held to the model's mean over 200 seeds within 5 of
@@ -102,7 +103,7 @@ func TestSmoothRiseProgram(t *testing.T) {
 			const seeds = 200
 			var got, sum, sq []float64
 			for seed := range uint64(seeds) {
-				m := tiers.NewModel(p, tab, rand.New(rand.NewPCG(seed, seed+1)).Uint32)
+				m := model.NewModel(p, tab, rand.New(rand.NewPCG(seed, seed+1)).Uint32)
 				m.SetTick(h.l.TickNs())
 				m.SetSketchSeeds(h.l.SketchSeeds())
 				var per []float64
@@ -195,7 +196,7 @@ func TestFleetEstimateProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := monotonicNow(t)
-	m := tiers.NewModel(p, h.tab, nil)
+	m := model.NewModel(p, h.tab, nil)
 	m.SetTick(h.l.TickNs())
 	m.SetSketchSeeds(h.l.SketchSeeds())
 	for i, at := range ts {

@@ -13,6 +13,7 @@ import (
 	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // severityPolicy is the policy: the seed's tiers with max, protect
@@ -118,7 +119,7 @@ func TestSeverityDeterministic(t *testing.T) {
 	// it off; shed-first in tier 1 takes tier 2's 0%), tier 3 all.
 	p.Tiers = []tiers.Tier{{At: tiers.Pct(50), Drop: tiers.Pct(100)}, {At: tiers.Pct(80), Drop: tiers.Pct(0)}, {At: tiers.Pct(120), Drop: tiers.Pct(100)}}
 	h := newHarness(t, p)
-	m := tiers.NewModel(p, h.tab, func() uint32 { t.Fatal("model drew a random number"); return 0 })
+	m := model.NewModel(p, h.tab, func() uint32 { t.Fatal("model drew a random number"); return 0 })
 	rng := rand.New(rand.NewPCG(3, 4))
 	payloads := []string{"<10>crit", "<14>info", "<15>debug", "<3>err", "no pri", "<192>"}
 	var now uint64 = 1
@@ -190,9 +191,9 @@ func TestSeverityDifferential(t *testing.T) {
 	// The model's distribution of total drops on this sequence.
 	const runs = 200
 	var sum, sumSq float64
-	var first []tiers.Decision
+	var first []model.Decision
 	for r := range runs {
-		m := tiers.NewModel(p, h.tab, rand.New(rand.NewPCG(uint64(r), 7)).Uint32)
+		m := model.NewModel(p, h.tab, rand.New(rand.NewPCG(uint64(r), 7)).Uint32)
 		drops := 0
 		var now uint64
 		for i, pl := range seq {

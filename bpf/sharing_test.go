@@ -222,7 +222,7 @@ func (h *harness) exCount() uint64 {
 // Issue 32 row 9: after a saturated window and a gap, the ordinal
 // over-budget position max(n, expect_in) + rank takes the previous
 // window's true count, the CPUs' overflow included, as the model does
-// (tiers.Model.overBudget). 3,000 in-budget packets (max 1,000, so 2,000
+// (model.Model.overBudget). 3,000 in-budget packets (max 1,000, so 2,000
 // past T_last, counted per CPU), half a window's gap, then one source over
 // its budget: the model expects 1,500 in-budget packets, so every
 // over-budget position is in the last tier (drop 100 %) and none passes.

@@ -4,7 +4,7 @@
  *
  * Smooth drops each selected packet with probability q(R̂) = 1 − P(R̂)/R̂,
  * where R̂ estimates the window's offered count. tiers.SmoothCoef is the
- * same estimator in Go, and tiers.Model the reference the tests compare
+ * same estimator in Go, and model.Model the reference the tests compare
  * against:
  *   S = n + base: the count over the last window's span (n, plus the
  *       previous window's count times the part of the span it covers);
@@ -83,7 +83,7 @@ static __always_inline int sm_near(__u64 a, __u64 b)
 }
 
 /* This CPU's estimate of window id at tick, refreshed when either changed
- * (tiers.Model.refresh). in is the window's shared in-budget count as the
+ * (model.Model.refresh). in is the window's shared in-budget count as the
  * caller read it. Returns NULL only if the per-CPU map cannot be read. */
 static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, const struct tl_settings *s,
 				  __u64 in);
@@ -97,7 +97,7 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 		return c;
 	if (c->id != id + 1) {
 		/* This CPU's first refresh in the window: the in-budget rate
-		 * is measured from the window's start (tiers.Model.refresh). */
+		 * is measured from the window's start (model.Model.refresh). */
 		c->ref_tick = c->cand_tick = READ_ONCE(w->start_tick);
 		c->ref_n = c->cand_n = 0;
 	}
@@ -175,7 +175,7 @@ static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, 
 	}
 }
 
-/* R̂ of the in-budget count n with budgets on (tiers.Model.inEstimate): S,
+/* R̂ of the in-budget count n with budgets on (model.Model.inEstimate): S,
  * and in an onset the count extrapolated by its recent rate, when that is
  * more. Only the packets of groups still within their budget are
  * extrapolated, m = n − exh_in: a group that has spent its budget adds no
@@ -197,7 +197,7 @@ static __always_inline __u64 sm_in_estimate(struct tl_window *w, const struct tl
 		x = n;
 	__u64 m = n - x;
 	/* In the window's first ticks, the rate since it opened, from the
-	 * clock, as without budgets (tiers.Model.inEstimate). */
+	 * clock, as without budgets (model.Model.inEstimate). */
 	if (c->clock)
 		return sm_onset_f(w, st, m, x, s);
 	__u64 f = n + sm_mul(m > c->ref_n ? m - c->ref_n : 0, c->k_in);
@@ -228,7 +228,7 @@ static __always_inline int sm_drop(struct tl_smooth_cpu *c, __u32 thr)
 }
 
 /* R̂ of an in-budget packet whose count is n: the one place the program
- * forms the estimate an in-budget packet is judged by (tiers.Model.smooth).
+ * forms the estimate an in-budget packet is judged by (model.Model.smooth).
  * With budgets, S or the in-budget count's recent rate (sm_in_estimate);
  * without, S, or in an onset max(S, F), F from the clock in the window's
  * first TL_SMOOTH_CLOCK_TICKS ticks (sm_onset_f).
@@ -247,7 +247,7 @@ static __always_inline __u64 sm_rhat(struct tl_window *w, const struct tl_settin
 }
 
 /* The smooth judgement of an in-budget packet whose window_count is pos:
- * its tier and q(R̂) (tiers.Model.smooth). Past saturation n is the shared
+ * its tier and q(R̂) (model.Model.smooth). Past saturation n is the shared
  * count, and the per-CPU counts summed at this CPU's tick are added. R̂ is
  * sm_rhat's; the onset is latched on all selected packets. The latch is a
  * plain store of one value by any CPU that sees the onset first. Returns
@@ -275,13 +275,13 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
  *
  * Ordinal: position max(n, expect_in) + its rank among the window's
  * over-budget packets, where expect_in is the previous window's in-budget
- * count less the gap's share (tiers.Model.overBudget). The rank is a shared
+ * count less the gap's share (model.Model.overBudget). The rank is a shared
  * add until the position reaches last_n; from there on every position is in
  * the table's last entry, so the packet is judged there without counting
  * its rank, and a one-source flood makes no shared write.
  *
  * Smooth: the packet counts itself in its CPU's overflow slot and is
- * judged on the live counts, per packet (tiers.Model.overSmooth): the
+ * judged on the live counts, per packet (model.Model.overSmooth): the
  * share of P(R̂_tot) − P(R̂_in), memoised per CPU (sm_share_memo).
  *
  * A super-packet of segs datagrams counts as segs over-budget packets and
@@ -321,7 +321,7 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 			__u64 f = sm_in_estimate(w, s, c, n, 1);
 			rin = f > rin ? f : rin;
 		}
-		/* The fleet's sums (docs/design.md §12, tiers.Model.overSmooth):
+		/* The fleet's sums (docs/design.md §12, model.Model.overSmooth):
 		 * the others' in-budget R̂ joins R̂_in, their total R̂_tot, so
 		 * the fleet's over-budget packets share P(R_fleet) −
 		 * P(R_fleet,in). */

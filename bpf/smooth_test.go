@@ -10,6 +10,7 @@ import (
 	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // smoothRun paces frames through the program at rate packets per window
@@ -317,7 +318,7 @@ func TestSmoothFirstTickProgram(t *testing.T) {
 	// The model, the same 2,000 packets within one tick.
 	var mean float64
 	for seed := range uint64(100) {
-		m := tiers.NewModel(p, h.tab, rand.New(rand.NewPCG(seed, seed+1)).Uint32)
+		m := model.NewModel(p, h.tab, rand.New(rand.NewPCG(seed, seed+1)).Uint32)
 		m.SetTick(h.l.TickNs())
 		m.SetSketchSeeds(h.l.SketchSeeds())
 		src := netip.MustParseAddr("192.0.2.77")

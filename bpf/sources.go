@@ -45,7 +45,7 @@ func (l *Limiter) initSeeds() error {
 }
 
 // SketchSeeds returns the seeds of the sketch rows, for the reference model
-// (tiers.Model.SetSketchSeeds). They are drawn at Load, or taken over from
+// (model.Model.SetSketchSeeds). They are drawn at Load, or taken over from
 // pinned maps, and never change while the Limiter lives.
 func (l *Limiter) SketchSeeds() tiers.SketchSeeds {
 	var s tiers.SketchSeeds

@@ -18,6 +18,7 @@ import (
 	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // udpFrom is a syslog datagram to udp/514 from src (IPv4 or IPv6).
@@ -54,12 +55,12 @@ func overBudget(st bpf.Stats) (n uint64) {
 
 // TestSourcesDifferential runs one packet sequence, from heavy and light
 // groups of both families over three windows, through the program and the
-// reference model (tiers.Model with the program's sketch seeds): every
+// reference model (model.Model with the program's sketch seeds): every
 // over-budget decision and every window count must agree.
 func TestSourcesDifferential(t *testing.T) {
 	p := sourcesPolicy(t, 1000, tiers.Sources{Budget: tiers.Pct(5), PrefixV4: 24, PrefixV6: 64})
 	h := newHarness(t, p)
-	m := tiers.NewModel(p, h.tab, nil)
+	m := model.NewModel(p, h.tab, nil)
 	m.SetSketchSeeds(h.l.SketchSeeds())
 	r := rand.New(rand.NewPCG(12, 34))
 

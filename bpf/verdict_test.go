@@ -10,6 +10,7 @@ import (
 	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // delta is how one frame moved the program's counters.
@@ -63,18 +64,18 @@ func selectedAs(u tiers.Unclassified) delta {
 }
 
 // wantDelta is how the classification c of one frame moves the counters.
-func wantDelta(c tiers.Classification) delta {
+func wantDelta(c model.Classification) delta {
 	switch c.Class {
-	case tiers.ClassSelected:
+	case model.ClassSelected:
 		if c.Deep {
 			return selectedAs(c.Unclassified)
 		}
 		return selected
-	case tiers.ClassExempt:
+	case model.ClassExempt:
 		return exempt
-	case tiers.ClassMalformed:
+	case model.ClassMalformed:
 		return malformedAs(c.Malformed)
-	case tiers.ClassFragment:
+	case model.ClassFragment:
 		return fragPass // when its first was not dropped
 	}
 	return unselected
@@ -117,7 +118,7 @@ type verdictCase struct {
 	frame []byte
 	want  delta
 	// wantClass is what the Go reference classifier must say.
-	wantClass tiers.Class
+	wantClass model.Class
 }
 
 func verdictCases(t testing.TB) []verdictCase {
@@ -152,7 +153,7 @@ func parseVerdictCases(t testing.TB) []verdictCase {
 	threeTags := Serialize(t, Eth(layers.EthernetTypeQinQ), vlan(layers.EthernetTypeDot1Q), vlan(layers.EthernetTypeDot1Q), vlan(layers.EthernetTypeIPv4), ip4(), UDP(514), Syslog())
 
 	tooDeep := []gopacket.SerializableLayer{Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolIPv6Destination)}
-	for range tiers.MaxIPv6ExtHeaders - 1 {
+	for range model.MaxIPv6ExtHeaders - 1 {
 		tooDeep = append(tooDeep, destOpts(layers.IPProtocolIPv6Destination))
 	}
 	tooDeep = append(tooDeep, destOpts(layers.IPProtocolUDP), UDP(514), Syslog())
@@ -162,27 +163,27 @@ func parseVerdictCases(t testing.TB) []verdictCase {
 		&IPv6Fragment{NextHeader: layers.IPProtocolIPv6Destination, MoreFragments: true, Identification: 11},
 		gopacket.Payload([]byte{17, 2, 1, 18, 0, 0, 0, 0}))
 	deepest := []gopacket.SerializableLayer{Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolIPv6Destination)}
-	for range tiers.MaxIPv6ExtHeaders - 2 {
+	for range model.MaxIPv6ExtHeaders - 2 {
 		deepest = append(deepest, destOpts(layers.IPProtocolIPv6Destination))
 	}
 	deepest = append(deepest, destOpts(layers.IPProtocolUDP), UDP(514), Syslog())
 
 	return []verdictCase{
-		{"udp4/514", UDP4(t, 514), selected, tiers.ClassSelected},
-		{"udp6/514", UDP6(t, 514), selected, tiers.ClassSelected},
-		{"ipv4 IHL=6 udp/514", ihl6(514), selected, tiers.ClassSelected},
-		{"ipv4 IHL=6 udp/53, options read as 514 at a fixed offset", ihl6(53), unselected, tiers.ClassUnselected},
-		{"vlan udp/514", Serialize(t, Eth(layers.EthernetTypeDot1Q), vlan(layers.EthernetTypeIPv4), ip4(), UDP(514), Syslog()), selected, tiers.ClassSelected},
-		{"qinq udp/514", qinq, selected, tiers.ClassSelected},
-		{"three vlan tags: too deep, judged as selected", threeTags, selectedAs(tiers.UnclassifiedVLANDepth), tiers.ClassSelected},
-		{"ipv6 hop-by-hop udp/514", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolUDP), UDP(514), Syslog()), selected, tiers.ClassSelected},
-		{"ipv6 dest-opts udp/514", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6Destination), destOpts(layers.IPProtocolUDP), UDP(514), Syslog()), selected, tiers.ClassSelected},
-		{"ipv6 hop-by-hop+dest-opts+fragment(atomic) udp/514", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolIPv6Destination), destOpts(layers.IPProtocolIPv6Fragment), &IPv6Fragment{NextHeader: layers.IPProtocolUDP, Identification: 9}, UDP(514), Syslog()), selected, tiers.ClassSelected},
-		{"ipv6 deepest walked chain udp/514", Serialize(t, deepest...), selected, tiers.ClassSelected},
-		{"ipv6 chain one too deep, judged as selected", Serialize(t, tooDeep...), selectedAs(tiers.UnclassifiedIPv6Chain), tiers.ClassSelected},
-		{"ipv6 chain one too deep to port 53, judged as selected", Serialize(t, append(tooDeep[:len(tooDeep)-2:len(tooDeep)-2], UDP(53), Syslog())...), selectedAs(tiers.UnclassifiedIPv6Chain), tiers.ClassSelected},
-		{"ipv6 first fragment whose chain goes on in the next (RFC 7112)", chainCut, selectedAs(tiers.UnclassifiedFragmentChain), tiers.ClassSelected},
-		{"ipv6 first fragment whose chain ends without room for udp", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6Fragment), &IPv6Fragment{NextHeader: layers.IPProtocolIPv6Destination, MoreFragments: true, Identification: 12}, destOpts(layers.IPProtocolUDP)), malformedAs(tiers.MalformedTinyFragment), tiers.ClassMalformed},
+		{"udp4/514", UDP4(t, 514), selected, model.ClassSelected},
+		{"udp6/514", UDP6(t, 514), selected, model.ClassSelected},
+		{"ipv4 IHL=6 udp/514", ihl6(514), selected, model.ClassSelected},
+		{"ipv4 IHL=6 udp/53, options read as 514 at a fixed offset", ihl6(53), unselected, model.ClassUnselected},
+		{"vlan udp/514", Serialize(t, Eth(layers.EthernetTypeDot1Q), vlan(layers.EthernetTypeIPv4), ip4(), UDP(514), Syslog()), selected, model.ClassSelected},
+		{"qinq udp/514", qinq, selected, model.ClassSelected},
+		{"three vlan tags: too deep, judged as selected", threeTags, selectedAs(tiers.UnclassifiedVLANDepth), model.ClassSelected},
+		{"ipv6 hop-by-hop udp/514", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolUDP), UDP(514), Syslog()), selected, model.ClassSelected},
+		{"ipv6 dest-opts udp/514", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6Destination), destOpts(layers.IPProtocolUDP), UDP(514), Syslog()), selected, model.ClassSelected},
+		{"ipv6 hop-by-hop+dest-opts+fragment(atomic) udp/514", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6HopByHop), hopByHop(layers.IPProtocolIPv6Destination), destOpts(layers.IPProtocolIPv6Fragment), &IPv6Fragment{NextHeader: layers.IPProtocolUDP, Identification: 9}, UDP(514), Syslog()), selected, model.ClassSelected},
+		{"ipv6 deepest walked chain udp/514", Serialize(t, deepest...), selected, model.ClassSelected},
+		{"ipv6 chain one too deep, judged as selected", Serialize(t, tooDeep...), selectedAs(tiers.UnclassifiedIPv6Chain), model.ClassSelected},
+		{"ipv6 chain one too deep to port 53, judged as selected", Serialize(t, append(tooDeep[:len(tooDeep)-2:len(tooDeep)-2], UDP(53), Syslog())...), selectedAs(tiers.UnclassifiedIPv6Chain), model.ClassSelected},
+		{"ipv6 first fragment whose chain goes on in the next (RFC 7112)", chainCut, selectedAs(tiers.UnclassifiedFragmentChain), model.ClassSelected},
+		{"ipv6 first fragment whose chain ends without room for udp", Serialize(t, Eth(layers.EthernetTypeIPv6), IPv6(Src6, Dst6, layers.IPProtocolIPv6Fragment), &IPv6Fragment{NextHeader: layers.IPProtocolIPv6Destination, MoreFragments: true, Identification: 12}, destOpts(layers.IPProtocolUDP)), malformedAs(tiers.MalformedTinyFragment), model.ClassMalformed},
 	}
 }
 
@@ -198,26 +199,26 @@ func kernelCheckCases(t testing.TB) []verdictCase {
 		return f
 	}
 	return []verdictCase{
-		{"ipv4 bad header checksum", badSum, malformedAs(tiers.MalformedIPv4Checksum), tiers.ClassMalformed},
-		{"tcp/601 syn+rst: a listener discards it", synFlags(0x06), unselected, tiers.ClassUnselected},
-		{"tcp/601 syn+fin: a listener discards it", synFlags(0x03), unselected, tiers.ClassUnselected},
+		{"ipv4 bad header checksum", badSum, malformedAs(tiers.MalformedIPv4Checksum), model.ClassMalformed},
+		{"tcp/601 syn+rst: a listener discards it", synFlags(0x06), unselected, model.ClassUnselected},
+		{"tcp/601 syn+fin: a listener discards it", synFlags(0x03), unselected, model.ClassUnselected},
 		{"tcp/601 syn to the broadcast MAC: tcp discards it", func() []byte {
 			f := TCP4(t, 601, true, false)
 			copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 			return f
-		}(), unselected, tiers.ClassUnselected},
+		}(), unselected, model.ClassUnselected},
 		{"udp/514 to the broadcast MAC", func() []byte {
 			f := UDP4(t, 514)
 			copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 			return f
-		}(), selected, tiers.ClassSelected},
-		{"ipv4 non-first fragment before its first", frag4(t, 77, 185, false, gopacket.Payload(make([]byte, 64))), fragPass, tiers.ClassFragment},
-		{"ipv6 non-first fragment before its first", frag6(t, 77, 185, false, gopacket.Payload(make([]byte, 64))), fragPass, tiers.ClassFragment},
+		}(), selected, model.ClassSelected},
+		{"ipv4 non-first fragment before its first", frag4(t, 77, 185, false, gopacket.Payload(make([]byte, 64))), fragPass, model.ClassFragment},
+		{"ipv6 non-first fragment before its first", frag6(t, 77, 185, false, gopacket.Payload(make([]byte, 64))), fragPass, model.ClassFragment},
 		{"ipv4 non-first fragment of icmp", Serialize(t, eth4(), func() *layers.IPv4 {
 			ip := IPv4(Src4, Dst4, layers.IPProtocolICMPv4)
 			ip.FragOffset = 10
 			return ip
-		}(), gopacket.Payload(make([]byte, 32))), unselected, tiers.ClassUnselected},
+		}(), gopacket.Payload(make([]byte, 32))), unselected, model.ClassUnselected},
 	}
 }
 
@@ -248,33 +249,33 @@ func selectVerdictCases(t testing.TB) []verdictCase {
 		})
 
 	return []verdictCase{
-		{"arp", arp, unselected, tiers.ClassUnselected},
-		{"icmpv6 neighbour solicitation", ns, unselected, tiers.ClassUnselected},
-		{"icmp echo", echo, unselected, tiers.ClassUnselected},
-		{"tcp/22 syn", TCP4(t, 22, true, false), unselected, tiers.ClassUnselected},
-		{"udp/53", UDP4(t, 53), unselected, tiers.ClassUnselected},
-		{"lldp", lldp, unselected, tiers.ClassUnselected},
-		{"tcp/601 syn", TCP4(t, 601, true, false), selected, tiers.ClassSelected},
-		{"tcp/6514 syn", TCP4(t, 6514, true, false), selected, tiers.ClassSelected},
-		{"tcp/601 syn-ack", TCP4(t, 601, true, true), unselected, tiers.ClassUnselected},
-		{"tcp/601 ack", TCP4(t, 601, false, true), unselected, tiers.ClassUnselected},
-		{"tcp/514 syn: udp rule only", TCP4(t, 514, true, false), unselected, tiers.ClassUnselected},
-		{"udp/601: tcp rule only", UDP4(t, 601), unselected, tiers.ClassUnselected},
-		{"exempt source ipv4", Serialize(t, eth4(), exemptIP(), UDP(514), Syslog()), exempt, tiers.ClassExempt},
-		{"exempt source ipv6", Serialize(t, Eth(layers.EthernetTypeIPv6), exempt6, UDP(514), Syslog()), exempt, tiers.ClassExempt},
-		{"exempt source, unselected port", Serialize(t, eth4(), exemptIP(), UDP(53), Syslog()), unselected, tiers.ClassUnselected},
-		{"dests rule, matching ipv4 dest", UDP4(t, 5514), selected, tiers.ClassSelected},
-		{"dests rule, matching ipv6 dest", UDP6(t, 5515), selected, tiers.ClassSelected},
-		{"dests rule, other dest", Serialize(t, eth4(), otherDst(), UDP(5514), Syslog()), unselected, tiers.ClassUnselected},
-		{"dests syn rule, syn", TCP4(t, 7000, true, false), selected, tiers.ClassSelected},
-		{"dests syn rule, ack", TCP4(t, 7000, false, true), unselected, tiers.ClassUnselected},
+		{"arp", arp, unselected, model.ClassUnselected},
+		{"icmpv6 neighbour solicitation", ns, unselected, model.ClassUnselected},
+		{"icmp echo", echo, unselected, model.ClassUnselected},
+		{"tcp/22 syn", TCP4(t, 22, true, false), unselected, model.ClassUnselected},
+		{"udp/53", UDP4(t, 53), unselected, model.ClassUnselected},
+		{"lldp", lldp, unselected, model.ClassUnselected},
+		{"tcp/601 syn", TCP4(t, 601, true, false), selected, model.ClassSelected},
+		{"tcp/6514 syn", TCP4(t, 6514, true, false), selected, model.ClassSelected},
+		{"tcp/601 syn-ack", TCP4(t, 601, true, true), unselected, model.ClassUnselected},
+		{"tcp/601 ack", TCP4(t, 601, false, true), unselected, model.ClassUnselected},
+		{"tcp/514 syn: udp rule only", TCP4(t, 514, true, false), unselected, model.ClassUnselected},
+		{"udp/601: tcp rule only", UDP4(t, 601), unselected, model.ClassUnselected},
+		{"exempt source ipv4", Serialize(t, eth4(), exemptIP(), UDP(514), Syslog()), exempt, model.ClassExempt},
+		{"exempt source ipv6", Serialize(t, Eth(layers.EthernetTypeIPv6), exempt6, UDP(514), Syslog()), exempt, model.ClassExempt},
+		{"exempt source, unselected port", Serialize(t, eth4(), exemptIP(), UDP(53), Syslog()), unselected, model.ClassUnselected},
+		{"dests rule, matching ipv4 dest", UDP4(t, 5514), selected, model.ClassSelected},
+		{"dests rule, matching ipv6 dest", UDP6(t, 5515), selected, model.ClassSelected},
+		{"dests rule, other dest", Serialize(t, eth4(), otherDst(), UDP(5514), Syslog()), unselected, model.ClassUnselected},
+		{"dests syn rule, syn", TCP4(t, 7000, true, false), selected, model.ClassSelected},
+		{"dests syn rule, ack", TCP4(t, 7000, false, true), unselected, model.ClassUnselected},
 	}
 }
 
 func TestVerdictTable(t *testing.T) {
 	h := newHarness(t, testPolicy(t))
 	for _, tc := range verdictCases(t) {
-		c := tiers.Classify(h.p, tc.frame)
+		c := model.Classify(h.p, tc.frame)
 		if c.Class != tc.wantClass {
 			t.Errorf("%s: reference classifier says %v, want %v", tc.name, c.Class, tc.wantClass)
 		}
@@ -344,7 +345,7 @@ func TestFragmentsFollowFirst(t *testing.T) {
 				t.Errorf("%s %s: action %d counters %+v, want %d %+v", fam.name, what, ret, d, wantRet, want)
 			}
 		}
-		if c := tiers.Classify(h.p, fam.first(1)); c.Class != tiers.ClassSelected || !c.FirstFragment {
+		if c := model.Classify(h.p, fam.first(1)); c.Class != model.ClassSelected || !c.FirstFragment {
 			t.Errorf("%s: classifier says first fragment is %+v", fam.name, c)
 		}
 		h.preload(1_000_000_000)
@@ -381,8 +382,8 @@ func TestTruncated(t *testing.T) {
 		full := f.frame
 		for cut := 14; cut < f.headers; cut++ {
 			frame := full[:cut]
-			c := tiers.Classify(h.p, frame)
-			if c.Class != tiers.ClassUnselected && c.Class != tiers.ClassMalformed {
+			c := model.Classify(h.p, frame)
+			if c.Class != model.ClassUnselected && c.Class != model.ClassMalformed {
 				t.Errorf("%s cut at %d: classifier says %v, want unselected or malformed", name, cut, c.Class)
 			}
 			s0, w0 := h.stats(), h.window()
@@ -394,7 +395,7 @@ func TestTruncated(t *testing.T) {
 		if ret := h.run(full[:f.headers]); ret != xdpDrop {
 			t.Errorf("%s headers only: action %d, want drop", name, ret)
 		}
-		if c := tiers.Classify(h.p, full); c.Class != tiers.ClassSelected {
+		if c := model.Classify(h.p, full); c.Class != model.ClassSelected {
 			t.Errorf("%s whole: classifier says %v", name, c.Class)
 		}
 		if ret := h.run(full); ret != xdpDrop {

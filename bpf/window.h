@@ -232,7 +232,7 @@ static __always_inline void window_open(struct tl_window *w, const struct tl_set
 	__u64 prev = __sync_lock_test_and_set(&w->count, 1);
 	w->last_count = prev;
 	/* The ordinal budgets' expectation takes the window's true count, its
-	 * CPUs' overflow included, as tiers.Model does (once per window). */
+	 * CPUs' overflow included, as model.Model does (once per window). */
 	__u64 all = prev;
 	if (ov == id + 1)
 		all += overflow_sum(id, s->nr_cpus);

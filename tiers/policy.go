@@ -1,6 +1,7 @@
-// Package tiers parses, validates and compiles a tierlimit policy, and holds
-// the pure-Go reference model of the XDP limiter that the BPF tests compare
-// against. It needs no kernel support and touches nothing outside memory.
+// Package tiers parses, validates and compiles a tierlimit policy. The
+// pure-Go reference model of the XDP limiter that the BPF tests compare
+// against is its subpackage tiers/model. It needs no kernel support and
+// touches nothing outside memory.
 //
 // The semantics are those of the seed's Java tiered limiter (count requests
 // per window, look the count up in a precompiled table, drop at random at the

@@ -77,7 +77,7 @@ type Selectors struct {
 	SynRules uint32
 	// DestRules has bit i set when rule i has dests; AnyDest is set when
 	// some rule has none. They decide which unclassified frames, whose
-	// port is unknown, are counted (Classification.Deep).
+	// port is unknown, are counted (model.Classification.Deep).
 	DestRules uint32
 	AnyDest   bool
 	// Dests holds the destination prefixes of the rules that have dests,

@@ -41,7 +41,7 @@ type Settings struct {
 
 // SmoothTick is the tick of the smooth estimate in ns for the kernel's
 // tick tickNs (Settings.TickNs): the jiffy under the tick gate, else
-// 1 << SmoothTickShift (tiers.Model.SetTick, bpf.Limiter.TickNs).
+// 1 << SmoothTickShift (model.Model.SetTick, bpf.Limiter.TickNs).
 func SmoothTick(tickNs uint64) uint64 {
 	if tickNs == 0 {
 		return 1 << SmoothTickShift

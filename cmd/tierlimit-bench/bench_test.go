@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 func TestParseBench(t *testing.T) {
@@ -197,7 +198,7 @@ func TestTimelineModel(t *testing.T) {
 	}
 }
 
-// TestAppLimiterIsTheModel runs the in-app limiter and tiers.Model on the
+// TestAppLimiterIsTheModel runs the in-app limiter and model.Model on the
 // same arrivals and the same random draws: they must agree on every
 // message, windows included.
 func TestAppLimiterIsTheModel(t *testing.T) {
@@ -209,7 +210,7 @@ func TestAppLimiterIsTheModel(t *testing.T) {
 	seed := [2]uint64{1, 2}
 	lim := &appLimiter{tab: tab, window: int64(time.Second), rng: rand.NewPCG(seed[0], seed[1])}
 	draws := rand.NewPCG(seed[0], seed[1])
-	model := tiers.NewModel(p, tab, func() uint32 { return uint32(draws.Uint64()) })
+	ref := model.NewModel(p, tab, func() uint32 { return uint32(draws.Uint64()) })
 	now := int64(1)
 	for i := 0; i < 20_000; i++ {
 		now += int64(rand.IntN(200_000)) // up to 0.2 ms apart
@@ -217,7 +218,7 @@ func TestAppLimiterIsTheModel(t *testing.T) {
 			now += int64(2 * time.Second) // a gap: the next message opens a window
 		}
 		pass := lim.admit(now)
-		d := model.Packet(uint64(now))
+		d := ref.Packet(uint64(now))
 		if want := d.Verdict == tiers.VerdictPass; pass != want {
 			t.Fatalf("message %d (n=%d, tier %d): in-app pass=%v, model %v", i, d.N, d.Tier, pass, d.Verdict)
 		}

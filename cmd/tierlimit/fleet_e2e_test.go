@@ -17,6 +17,7 @@ import (
 
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 const (
@@ -51,7 +52,7 @@ select: [{proto: udp, ports: [514]}]
 //   - Sharing: 3 × fleet.max per window split 60/30/10; from the third
 //     window on, the members' passes per window sum to P(R_fleet) (the
 //     table compiled for fleet.max), each member passes the same fraction
-//     of its offered load, and what the fleet model (tiers.FleetModel)
+//     of its offered load, and what the fleet model (model.FleetModel)
 //     passes of the same rates; within 5σ plus the pacing's 10 % (as
 //     bpf's TestFleetProgramsSharing). The same flood with fleet off and a
 //     static max of fleet.max ÷ 3 is logged beside it.
@@ -204,7 +205,7 @@ func checkSharing(t *testing.T, lab *fleetLab, sent [][]int, first int, tab tier
 	}
 	frac := fleetPass / fleetOff
 	// The fleet model on the same rates, evenly spaced.
-	f := tiers.NewFleetModel(pol, tab, len(rates), e2eReport, rand.New(rand.NewPCG(34, 3)).Uint32)
+	f := model.NewFleetModel(pol, tab, len(rates), e2eReport, rand.New(rand.NewPCG(34, 3)).Uint32)
 	modelPass := make([]int, len(rates))
 	next := make([]float64, len(rates))
 	W := float64(e2eWindow)

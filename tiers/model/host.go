@@ -1,9 +1,11 @@
-package tiers
+package model
 
 import (
 	"bytes"
 	"encoding/binary"
 	"net/netip"
+
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // Iface describes the interface a frame arrives on, as the agent describes
@@ -27,9 +29,9 @@ type Iface struct {
 // ClassifyOn is Classify for a frame arriving on an interface described by
 // ifc: a frame the policy selects but Linux certainly discards there is
 // unselected.
-func ClassifyOn(p Policy, ifc Iface, frame []byte) Classification {
+func ClassifyOn(p tiers.Policy, ifc Iface, frame []byte) Classification {
 	pk := packet{frame: frame}
-	c := p.classify(&pk)
+	c := classify(p, &pk)
 	if (c.Class == ClassSelected || c.Class == ClassExempt) && ifc.discards(&pk, c) {
 		return Classification{FirstFragment: c.FirstFragment}
 	}
@@ -46,7 +48,7 @@ func (ifc Iface) discards(pk *packet, c Classification) bool {
 	if ifc.CheckMAC && vlanOtherHost(f) {
 		return true
 	}
-	if !ifc.Martians || (c.Deep && c.Unclassified == UnclassifiedVLANDepth) || !pk.src.IsValid() {
+	if !ifc.Martians || (c.Deep && c.Unclassified == tiers.UnclassifiedVLANDepth) || !pk.src.IsValid() {
 		return false
 	}
 	tcp := pk.isTCP && !c.Deep

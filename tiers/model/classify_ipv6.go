@@ -1,8 +1,10 @@
-package tiers
+package model
 
 import (
 	"encoding/binary"
 	"net/netip"
+
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // The IPv6 layers of the reference classifier (classify.go): the fixed
@@ -41,7 +43,7 @@ func (pk *packet) ipv6() (int, *Classification) {
 	if pk.jumbo {
 		pk.l4len = len(pk.frame) - pk.off
 	} else if !pk.has(pk.l4len) {
-		return -1, malformed(MalformedIPv6Length)
+		return -1, malformed(tiers.MalformedIPv6Length)
 	}
 	for i := range MaxIPv6ExtHeaders {
 		// Hop-by-hop options only right after the fixed header: Linux
@@ -56,7 +58,7 @@ func (pk *packet) ipv6() (int, *Classification) {
 				return nh, stop
 			}
 		case protoAH:
-			if nh, stop = pk.authHeader(MalformedIPv6Length); stop != nil {
+			if nh, stop = pk.authHeader(tiers.MalformedIPv6Length); stop != nil {
 				return -1, stop
 			}
 		case protoHopByHop, protoRouting, protoDestOpts:
@@ -71,7 +73,7 @@ func (pk *packet) ipv6() (int, *Classification) {
 		return -1, &unselected
 	}
 	if isIPv6Ext(nh) {
-		return -1, deep(UnclassifiedIPv6Chain)
+		return -1, deep(tiers.UnclassifiedIPv6Chain)
 	}
 	return nh, nil
 }
@@ -84,7 +86,7 @@ func (pk *packet) ipv6() (int, *Classification) {
 // header; pk.next is set for a non-first fragment.
 func (pk *packet) fragment() (int, *Classification) {
 	if pk.l4len < 8 {
-		return -1, pk.pastPayload(MalformedIPv6Length)
+		return -1, pk.pastPayload(tiers.MalformedIPv6Length)
 	}
 	if pk.jumbo || pk.fragSeen {
 		return -1, &unselected
@@ -111,11 +113,11 @@ func (pk *packet) fragment() (int, *Classification) {
 // header.
 func (pk *packet) extHeader(nh int) (int, *Classification) {
 	if pk.l4len < 2 {
-		return -1, pk.pastPayload(MalformedIPv6Length)
+		return -1, pk.pastPayload(tiers.MalformedIPv6Length)
 	}
 	size := (int(pk.frame[pk.off+1]) + 1) * 8
 	if size > pk.l4len {
-		return -1, pk.pastPayload(MalformedIPv6Length)
+		return -1, pk.pastPayload(tiers.MalformedIPv6Length)
 	}
 	if nh != protoRouting {
 		jumbo, discard := pk.options(size, nh == protoDestOpts)
@@ -188,9 +190,9 @@ func (pk *packet) options(size int, dst bool) (jumbo int, discard bool) {
 // pastPayload is an extension header that does not fit in the IP payload:
 // in an IPv6 first fragment the chain goes on in a later one (deep),
 // anywhere else it is malformed for reason.
-func (pk *packet) pastPayload(reason Malformed) *Classification {
+func (pk *packet) pastPayload(reason tiers.Malformed) *Classification {
 	if pk.first && pk.v6 {
-		return deep(UnclassifiedFragmentChain)
+		return deep(tiers.UnclassifiedFragmentChain)
 	}
 	return malformed(reason)
 }
@@ -198,7 +200,7 @@ func (pk *packet) pastPayload(reason Malformed) *Classification {
 // authHeader walks an Authentication Header (RFC 4302): 12 bytes in the
 // frame, its length ((len + 2) × 4) within the IP payload or malformed for
 // reason. Returns its next header.
-func (pk *packet) authHeader(reason Malformed) (int, *Classification) {
+func (pk *packet) authHeader(reason tiers.Malformed) (int, *Classification) {
 	if pk.l4len < 12 {
 		return -1, pk.pastPayload(reason)
 	}

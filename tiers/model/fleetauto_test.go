@@ -1,4 +1,4 @@
-package tiers
+package model
 
 import (
 	"math"
@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // A fleet of two on the model (docs/design.md §12, "With max: auto"):
@@ -23,7 +25,7 @@ func TestFleetModelAuto(t *testing.T) {
 		windows = 8
 	)
 	p := fleetPolicy(t, 3000, 300)
-	p.Auto = &AutoMax{Start: 300, Floor: 100, Ceiling: 2000}
+	p.Auto = &tiers.AutoMax{Start: 300, Floor: 100, Ceiling: 2000}
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +48,7 @@ func TestFleetModelAuto(t *testing.T) {
 			for ; nextReport <= now; nextReport += uint64(report) {
 				in0, e0 := ms[0].EstimateAt(nextReport)
 				in1, e1 := ms[1].EstimateAt(nextReport)
-				ms[0].SetFleetOthers(FleetOthersWithAuto(fleet, local, in0, e0, in1, e1))
+				ms[0].SetFleetOthers(tiers.FleetOthersWithAuto(fleet, local, in0, e0, in1, e1))
 				ms[1].SetFleetOthers(in0, e0)
 			}
 			k := int(next[i] / W)
@@ -54,7 +56,7 @@ func TestFleetModelAuto(t *testing.T) {
 				break
 			}
 			offered[i][k]++
-			if ms[i].Packet(now).Verdict == VerdictPass {
+			if ms[i].Packet(now).Verdict == tiers.VerdictPass {
 				passed[i][k]++
 			}
 			next[i] += W / rates[i]
@@ -95,8 +97,8 @@ func TestFleetModelAutoBudgets(t *testing.T) {
 		seeds   = 4
 	)
 	p := fleetPolicy(t, 3000, 300)
-	p.Auto = &AutoMax{Start: 300, Floor: 100, Ceiling: 2000}
-	p.Sources = Sources{Budget: Pct(5), PrefixV4: 32, PrefixV6: 64}
+	p.Auto = &tiers.AutoMax{Start: 300, Floor: 100, Ceiling: 2000}
+	p.Sources = tiers.Sources{Budget: tiers.Pct(5), PrefixV4: 32, PrefixV6: 64}
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +155,7 @@ func TestFleetModelAutoBudgets(t *testing.T) {
 				in0, e0 := ms[0].EstimateAt(nextReport)
 				in1, e1 := ms[1].EstimateAt(nextReport)
 				if !alone {
-					ms[0].SetFleetOthers(FleetOthersWithAuto(fleet, local, in0, e0, in1, e1))
+					ms[0].SetFleetOthers(tiers.FleetOthersWithAuto(fleet, local, in0, e0, in1, e1))
 				}
 				ms[1].SetFleetOthers(in0, e0)
 			}
@@ -166,7 +168,7 @@ func TestFleetModelAutoBudgets(t *testing.T) {
 			turn[i]++
 			if k >= from && s.member == 0 {
 				pass := 0
-				if d.Verdict == VerdictPass {
+				if d.Verdict == tiers.VerdictPass {
 					pass = 1
 				}
 				if i == 0 {

@@ -1,8 +1,10 @@
-package tiers
+package model
 
 import (
 	"encoding/binary"
 	"net/netip"
+
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // Class is how the XDP program treats a frame before any window or tier:
@@ -45,98 +47,6 @@ func (c Class) String() string {
 	return "unknown"
 }
 
-// Malformed is why a frame is ClassMalformed. The values mirror
-// bpf/types.h enum tl_malformed (bpf's TestContract checks them) and index
-// the program's malformed_stats map.
-type Malformed uint8
-
-const (
-	// MalformedIPv4Length: IPv4 total length below IHL × 4 or past the frame.
-	MalformedIPv4Length Malformed = iota
-	// MalformedIPv6Length: IPv6 payload length past the frame, or shorter
-	// than the extension headers it holds.
-	MalformedIPv6Length
-	// MalformedUDPLength: UDP length below 8 or (except in a first
-	// fragment) past the IP payload, or an IP payload shorter than 8.
-	MalformedUDPLength
-	// MalformedTCPLength: TCP data offset below 5 or past the IP payload,
-	// or an IP payload shorter than 20.
-	MalformedTCPLength
-	// MalformedTinyFragment: RFC 1858. A first fragment too short for its
-	// UDP or TCP header, or a TCP fragment at offset 8 bytes. Dropped in
-	// enforce mode whatever its port; passed in dry-run and off.
-	MalformedTinyFragment
-	// MalformedIPv4Checksum: the IPv4 header checksum fails (Linux's
-	// ip_rcv_core discards it before it reads the total length).
-	MalformedIPv4Checksum
-	// NumMalformed is the number of reasons.
-	NumMalformed
-)
-
-// MalformedReasons lists every reason, in order.
-var MalformedReasons = []Malformed{MalformedIPv4Length, MalformedIPv6Length, MalformedUDPLength, MalformedTCPLength, MalformedTinyFragment, MalformedIPv4Checksum}
-
-// String is the reason's metric label: ipv4_length, ipv6_length,
-// udp_length, tcp_length, tiny_fragment or ipv4_checksum.
-func (m Malformed) String() string {
-	switch m {
-	case MalformedIPv4Length:
-		return "ipv4_length"
-	case MalformedIPv6Length:
-		return "ipv6_length"
-	case MalformedUDPLength:
-		return "udp_length"
-	case MalformedTCPLength:
-		return "tcp_length"
-	case MalformedTinyFragment:
-		return "tiny_fragment"
-	case MalformedIPv4Checksum:
-		return "ipv4_checksum"
-	}
-	return "unknown"
-}
-
-// Unclassified is why the program cannot tell the destination port of a
-// frame that Linux may deliver (docs/design.md §2, "The kernel is the oracle"):
-// such a frame is judged as selected, and counted under its reason as
-// well. The values mirror bpf/types.h enum tl_unclassified (bpf's
-// TestContract checks them) and index the program's unclassified_stats.
-type Unclassified uint8
-
-const (
-	// UnclassifiedVLANDepth: more VLAN tags than MaxVLANTags. Linux strips
-	// priority tags (VLAN 0) however many there are.
-	UnclassifiedVLANDepth Unclassified = iota
-	// UnclassifiedIPv6Chain: more IPv6 extension headers than
-	// MaxIPv6ExtHeaders; Linux walks any number.
-	UnclassifiedIPv6Chain
-	// UnclassifiedFragmentChain: an IPv6 first fragment whose header chain
-	// goes on in a later fragment. Linux discards a first fragment whose
-	// chain ends in it without room for the L4 header (RFC 7112), but
-	// reassembles and delivers one whose chain it cannot follow to its
-	// end.
-	UnclassifiedFragmentChain
-	// NumUnclassified is the number of reasons.
-	NumUnclassified
-)
-
-// UnclassifiedReasons lists every reason, in order.
-var UnclassifiedReasons = []Unclassified{UnclassifiedVLANDepth, UnclassifiedIPv6Chain, UnclassifiedFragmentChain}
-
-// String is the reason's metric label: vlan_depth, ipv6_chain or
-// fragment_chain.
-func (u Unclassified) String() string {
-	switch u {
-	case UnclassifiedVLANDepth:
-		return "vlan_depth"
-	case UnclassifiedIPv6Chain:
-		return "ipv6_chain"
-	case UnclassifiedFragmentChain:
-		return "fragment_chain"
-	}
-	return "unknown"
-}
-
 // Parser limits, the same as the XDP program's (bpf/consts.h).
 const (
 	// MaxVLANTags is the most 802.1Q/802.1ad tags parsed (QinQ).
@@ -166,27 +76,27 @@ type Classification struct {
 	// SYN is set for a TCP segment with SYN and without ACK.
 	SYN bool
 	// Malformed is the reason of a ClassMalformed frame.
-	Malformed Malformed
+	Malformed tiers.Malformed
 	// Deep is set for a frame whose port the program cannot tell
 	// (Unclassified says why): when a rule counts it, it is ClassSelected
 	// (or ClassExempt) whatever its port.
 	Deep         bool
-	Unclassified Unclassified
+	Unclassified tiers.Unclassified
 }
 
 // Drops reports whether the program drops the frame whatever the window:
 // a tiny fragment under an enforce policy.
-func (c Classification) Drops(p Policy) bool {
-	return c.Class == ClassMalformed && c.Malformed == MalformedTinyFragment && p.Mode == ModeEnforce
+func (c Classification) Drops(p tiers.Policy) bool {
+	return c.Class == ClassMalformed && c.Malformed == tiers.MalformedTinyFragment && p.Mode == tiers.ModeEnforce
 }
 
 var unselected = Classification{}
 
-func malformed(m Malformed) *Classification {
+func malformed(m tiers.Malformed) *Classification {
 	return &Classification{Class: ClassMalformed, Malformed: m}
 }
 
-func deep(u Unclassified) *Classification {
+func deep(u tiers.Unclassified) *Classification {
 	return &Classification{Deep: true, Unclassified: u}
 }
 
@@ -226,21 +136,21 @@ func (pk *packet) has(n int) bool { return len(pk.frame) >= pk.off+n }
 // a tiny fragment at TCP offset 8; UDP (udp) and TCP (tcp) with their
 // length fields; then the select rules and exempt sources (selection).
 // A prefix matches addresses of its own family only.
-func Classify(p Policy, frame []byte) Classification {
+func Classify(p tiers.Policy, frame []byte) Classification {
 	return ClassifyOn(p, Iface{}, frame)
 }
 
-func (p Policy) classify(pk *packet) Classification {
+func classify(p tiers.Policy, pk *packet) Classification {
 	etype, stop := pk.ethernet()
 	if stop != nil {
-		return p.judgeDeep(pk, *stop)
+		return judgeDeep(p, pk, *stop)
 	}
 	var l4 int
 	switch etype {
 	case 0x0800:
 		l4, stop = pk.ipv4()
 		if stop == nil && l4 == protoAH && !pk.next {
-			l4, stop = pk.authHeader(MalformedIPv4Length)
+			l4, stop = pk.authHeader(tiers.MalformedIPv4Length)
 		}
 	case 0x86dd:
 		l4, stop = pk.ipv6()
@@ -249,27 +159,27 @@ func (p Policy) classify(pk *packet) Classification {
 	}
 	if stop != nil {
 		if stop.Deep {
-			return p.judgeDeep(pk, *stop)
+			return judgeDeep(p, pk, *stop)
 		}
 		return *stop
 	}
 	if pk.next && pk.followsFirst() {
 		if l4 == protoTCP && pk.fragOff == 1 {
-			return *malformed(MalformedTinyFragment)
+			return *malformed(tiers.MalformedTinyFragment)
 		}
 		return Classification{Class: ClassFragment}
 	}
 	var (
 		dport uint16
 		syn   bool
-		proto Proto
+		proto tiers.Proto
 	)
 	switch l4 {
 	case protoUDP:
-		proto = ProtoUDP
+		proto = tiers.ProtoUDP
 		dport, stop = pk.udp()
 	case protoTCP:
-		proto = ProtoTCP
+		proto = tiers.ProtoTCP
 		dport, syn, stop = pk.tcp()
 	default:
 		return unselected
@@ -277,8 +187,8 @@ func (p Policy) classify(pk *packet) Classification {
 	if stop != nil {
 		return *stop
 	}
-	pk.isTCP, pk.tcpSYN = proto == ProtoTCP, proto == ProtoTCP && syn
-	return p.selection(proto, dport, pk.src, pk.dst, syn, pk.first)
+	pk.isTCP, pk.tcpSYN = proto == tiers.ProtoTCP, proto == tiers.ProtoTCP && syn
+	return selection(p, proto, dport, pk.src, pk.dst, syn, pk.first)
 }
 
 // followsFirst reports whether a non-first fragment follows its first:
@@ -297,14 +207,14 @@ func (pk *packet) followsFirst() bool {
 // judgeDeep is the class of an unclassified frame c: selected when some
 // rule has no dests, or its dests hold the destination, or the frame has
 // no L3 header we know (too many VLAN tags); then exempt by its source.
-func (p Policy) judgeDeep(pk *packet, c Classification) Classification {
+func judgeDeep(p tiers.Policy, pk *packet, c Classification) Classification {
 	if !c.Deep {
 		return c
 	}
-	hasL3 := c.Unclassified != UnclassifiedVLANDepth
+	hasL3 := c.Unclassified != tiers.UnclassifiedVLANDepth
 	sel := !hasL3
 	for _, r := range p.Select {
-		if !r.hasDests() {
+		if !hasDests(r) {
 			sel = true
 		}
 		for _, d := range append(r.Dests[:len(r.Dests):len(r.Dests)], r.LocalDests...) {
@@ -343,7 +253,7 @@ func (pk *packet) ethernet() (uint16, *Classification) {
 		pk.off += 4
 	}
 	if etype == 0x8100 || etype == 0x88a8 {
-		return 0, deep(UnclassifiedVLANDepth)
+		return 0, deep(tiers.UnclassifiedVLANDepth)
 	}
 	return etype, nil
 }
@@ -377,11 +287,11 @@ func (pk *packet) ipv4() (int, *Classification) {
 		return -1, &unselected
 	}
 	if !ipv4HeaderSumOK(ip[:ihl]) {
-		return -1, malformed(MalformedIPv4Checksum)
+		return -1, malformed(tiers.MalformedIPv4Checksum)
 	}
 	tot := int(binary.BigEndian.Uint16(ip[2:]))
 	if tot < ihl || !pk.has(tot) {
-		return -1, malformed(MalformedIPv4Length)
+		return -1, malformed(tiers.MalformedIPv4Length)
 	}
 	frag := binary.BigEndian.Uint16(ip[6:])
 	pk.fragOff = frag & 0x1fff
@@ -397,9 +307,9 @@ func (pk *packet) ipv4() (int, *Classification) {
 
 // shortL4 is an L4 header cut by the IP length: a tiny fragment in a first
 // fragment, else malformed for reason.
-func (pk *packet) shortL4(reason Malformed) *Classification {
+func (pk *packet) shortL4(reason tiers.Malformed) *Classification {
 	if pk.first {
-		return malformed(MalformedTinyFragment)
+		return malformed(tiers.MalformedTinyFragment)
 	}
 	return malformed(reason)
 }
@@ -409,7 +319,7 @@ func (pk *packet) shortL4(reason Malformed) *Classification {
 // payload. Returns the destination port.
 func (pk *packet) udp() (uint16, *Classification) {
 	if pk.l4len < 8 {
-		return 0, pk.shortL4(MalformedUDPLength)
+		return 0, pk.shortL4(tiers.MalformedUDPLength)
 	}
 	if !pk.has(8) {
 		return 0, &unselected
@@ -422,7 +332,7 @@ func (pk *packet) udp() (uint16, *Classification) {
 		ulen = pk.l4len
 	}
 	if ulen < 8 || (ulen > pk.l4len && !pk.first) {
-		return 0, malformed(MalformedUDPLength)
+		return 0, malformed(tiers.MalformedUDPLength)
 	}
 	return binary.BigEndian.Uint16(h[2:]), nil
 }
@@ -437,7 +347,7 @@ func (pk *packet) tcp() (uint16, bool, *Classification) {
 		return 0, false, &unselected
 	}
 	if pk.l4len < 20 {
-		return 0, false, pk.shortL4(MalformedTCPLength)
+		return 0, false, pk.shortL4(tiers.MalformedTCPLength)
 	}
 	if !pk.has(20) {
 		return 0, false, &unselected
@@ -445,10 +355,10 @@ func (pk *packet) tcp() (uint16, bool, *Classification) {
 	h := pk.frame[pk.off:]
 	doff := int(h[12]>>4) * 4
 	if doff < 20 {
-		return 0, false, malformed(MalformedTCPLength)
+		return 0, false, malformed(tiers.MalformedTCPLength)
 	}
 	if doff > pk.l4len {
-		return 0, false, pk.shortL4(MalformedTCPLength)
+		return 0, false, pk.shortL4(tiers.MalformedTCPLength)
 	}
 	if !pk.has(doff) {
 		return 0, false, &unselected
@@ -462,8 +372,8 @@ func (pk *packet) tcp() (uint16, bool, *Classification) {
 // selection applies the select rules and exempt sources to a parsed
 // packet: a rule matches protocol, destination port and, when it has
 // dests, destination address; count: syn rules match only SYN without ACK.
-func (p Policy) selection(proto Proto, dport uint16, src, dst netip.Addr, syn, first bool) Classification {
-	if !p.selects(proto, dport, dst, syn) {
+func selection(p tiers.Policy, proto tiers.Proto, dport uint16, src, dst netip.Addr, syn, first bool) Classification {
+	if !selects(p, proto, dport, dst, syn) {
 		return Classification{FirstFragment: first}
 	}
 	c := Classification{Class: ClassSelected, FirstFragment: first, SYN: syn}
@@ -477,9 +387,9 @@ func (p Policy) selection(proto Proto, dport uint16, src, dst netip.Addr, syn, f
 }
 
 // selects reports whether any rule counts a packet to (proto, dport, dst).
-func (p Policy) selects(proto Proto, dport uint16, dst netip.Addr, syn bool) bool {
+func selects(p tiers.Policy, proto tiers.Proto, dport uint16, dst netip.Addr, syn bool) bool {
 	for _, r := range p.Select {
-		if r.Proto != proto || (r.Count == CountSYN && !syn) {
+		if r.Proto != proto || (r.Count == tiers.CountSYN && !syn) {
 			continue
 		}
 		inPorts := false
@@ -492,7 +402,7 @@ func (p Policy) selects(proto Proto, dport uint16, dst netip.Addr, syn bool) boo
 		if !inPorts {
 			continue
 		}
-		if !r.hasDests() {
+		if !hasDests(r) {
 			return true
 		}
 		for _, d := range append(r.Dests[:len(r.Dests):len(r.Dests)], r.LocalDests...) {
@@ -503,6 +413,10 @@ func (p Policy) selects(proto Proto, dport uint16, dst netip.Addr, syn bool) boo
 	}
 	return false
 }
+
+// hasDests reports whether rule r matches some destinations only (Dests
+// or LocalDests).
+func hasDests(r tiers.Rule) bool { return len(r.Dests) > 0 || len(r.LocalDests) > 0 }
 
 // prefixContains matches the way the program's LPM tries do: an IPv4
 // prefix only IPv4 addresses, an IPv6 prefix only IPv6 ones, including

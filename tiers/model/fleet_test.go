@@ -1,19 +1,21 @@
-package tiers
+package model
 
 import (
 	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // fleetPolicy is the default policy's tiers, smooth, with a fleet of
 // fleet.max fleetMax and a local max of localMax.
-func fleetPolicy(t *testing.T, fleetMax, localMax uint64) Policy {
+func fleetPolicy(t *testing.T, fleetMax, localMax uint64) tiers.Policy {
 	t.Helper()
-	p := Default()
-	p.Shape, p.Max = ShapeSmooth, localMax
-	p.Fleet = &Fleet{Name: "t", Store: "redis://h", Max: fleetMax, Report: 100 * time.Millisecond, TTL: 3 * time.Second}
+	p := tiers.Default()
+	p.Shape, p.Max = tiers.ShapeSmooth, localMax
+	p.Fleet = &tiers.Fleet{Name: "t", Store: "redis://h", Max: fleetMax, Report: 100 * time.Millisecond, TTL: 3 * time.Second}
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +48,7 @@ func fleetRun(f *FleetModel, window time.Duration, rates []float64, windows int,
 		}
 		d := f.Packet(i, uint64(next[i]))
 		offered[i][k]++
-		if d.Verdict == VerdictPass {
+		if d.Verdict == tiers.VerdictPass {
 			passed[i][k]++
 		}
 		next[i] += W / rates[i]
@@ -177,7 +179,7 @@ func TestFleetOthersWithAuto(t *testing.T) {
 	for _, c := range []struct{ own, others uint64 }{
 		{1000, 500}, {1000, 8000}, {200, 100}, {3000, 0}, {600, 2400},
 	} {
-		o, tot := FleetOthersWithAuto(fleet, local, c.own, c.own, c.others, c.others)
+		o, tot := tiers.FleetOthersWithAuto(fleet, local, c.own, c.own, c.others, c.others)
 		if tot != o {
 			t.Errorf("own %d others %d, no budgets: folded %d, %d; want the two sums equal", c.own, c.others, o, tot)
 		}
@@ -202,7 +204,7 @@ func TestFleetOthersWithAuto(t *testing.T) {
 	for _, c := range []struct{ ownIn, ownTot, othersIn, othersTot uint64 }{
 		{1000, 1500, 500, 900}, {200, 1200, 100, 100}, {300, 3000, 2000, 2500}, {100, 400, 8000, 9000},
 	} {
-		in, tot := FleetOthersWithAuto(fleet, local, c.ownIn, c.ownTot, c.othersIn, c.othersTot)
+		in, tot := tiers.FleetOthersWithAuto(fleet, local, c.ownIn, c.ownTot, c.othersIn, c.othersTot)
 		if in < c.othersIn || tot < c.othersTot || in > tot || tot-in < c.othersTot-c.othersIn {
 			t.Errorf("%+v: folded %d, %d; want at least the sums, in ≤ total, the others' %d over budget kept", c, in, tot, c.othersTot-c.othersIn)
 			continue
@@ -224,12 +226,12 @@ func TestFleetOthersWithAuto(t *testing.T) {
 	// On the model: a member offered 1000 per window whose learnt max is
 	// 500 passes about P_local(1000), not the fleet's larger share.
 	m := NewModel(p, fleet, rand.New(rand.NewPCG(3, 4)).Uint32)
-	m.SetFleetOthers(FleetOthersWithAuto(fleet, local, 1000, 1000, 500, 500))
+	m.SetFleetOthers(tiers.FleetOthersWithAuto(fleet, local, 1000, 1000, 500, 500))
 	passed := 0
 	const windows, rate = 5, 1000
 	for n := range uint64(windows * rate) {
 		now := n * uint64(time.Second) / rate
-		if m.Packet(now).Verdict == VerdictPass && n >= rate {
+		if m.Packet(now).Verdict == tiers.VerdictPass && n >= rate {
 			passed++
 		}
 	}

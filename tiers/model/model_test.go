@@ -1,15 +1,16 @@
-package tiers
+package model
 
 import (
 	"math"
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
+
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 func TestModelWindowRule(t *testing.T) {
-	p := Default()
+	p := tiers.Default()
 	p.Window = time.Second
 	tab := mustCompile(t, p)
 	m := NewModel(p, tab, func() uint32 { return 0 })
@@ -49,40 +50,40 @@ func TestModelWindowRule(t *testing.T) {
 
 func TestModelCountsDropped(t *testing.T) {
 	// Every packet from n = 1 on is in a tier that drops all.
-	p := Default()
+	p := tiers.Default()
 	p.Max = 10
-	p.Tiers = []Tier{{Pct(10), Pct(100)}}
+	p.Tiers = []tiers.Tier{{At: tiers.Pct(10), Drop: tiers.Pct(100)}}
 	tab := mustCompile(t, p)
 	m := NewModel(p, tab, func() uint32 { t.Fatal("rand drawn for drop 100%"); return 0 })
 	for i := uint64(1); i <= 20; i++ {
 		d := m.Packet(i)
-		if d.N != i || d.Tier != 1 || d.Verdict != VerdictDrop {
+		if d.N != i || d.Tier != 1 || d.Verdict != tiers.VerdictDrop {
 			t.Fatalf("packet %d: %+v, want N %d, tier 1, dropped", i, d, i)
 		}
 	}
 }
 
 func TestModelModes(t *testing.T) {
-	p := Default()
-	p.Shape = ShapeOrdinal
+	p := tiers.Default()
+	p.Shape = tiers.ShapeOrdinal
 	p.Max = 100
-	p.Tiers = []Tier{{Pct(10), Pct(0)}, {Pct(20), Pct(50)}, {Pct(30), Pct(100)}} // T = 10, 20, 30
+	p.Tiers = []tiers.Tier{{At: tiers.Pct(10), Drop: tiers.Pct(0)}, {At: tiers.Pct(20), Drop: tiers.Pct(50)}, {At: tiers.Pct(30), Drop: tiers.Pct(100)}} // T = 10, 20, 30
 	tab := mustCompile(t, p)
 	type want struct {
 		n       uint64
 		rnd     uint32 // the draw, if drawn
 		drawn   bool
-		verdict [3]Verdict // enforce, dry-run, off
+		verdict [3]tiers.Verdict // enforce, dry-run, off
 	}
-	P, D, W := VerdictPass, VerdictDrop, VerdictWouldDrop
+	P, D, W := tiers.VerdictPass, tiers.VerdictDrop, tiers.VerdictWouldDrop
 	cases := []want{
-		{1, 0, false, [3]Verdict{P, P, P}},               // tier 0
-		{10, 0, false, [3]Verdict{P, P, P}},              // tier 1, drop 0%: no draw
-		{20, 1<<31 - 1, true, [3]Verdict{D, W, P}},       // tier 2, drawn below 2^31
-		{21, 1 << 31, true, [3]Verdict{P, P, P}},         // drawn at 2^31: spared
-		{30, math.MaxUint32, false, [3]Verdict{D, W, P}}, // tier 3, drop 100%: no draw
+		{1, 0, false, [3]tiers.Verdict{P, P, P}},               // tier 0
+		{10, 0, false, [3]tiers.Verdict{P, P, P}},              // tier 1, drop 0%: no draw
+		{20, 1<<31 - 1, true, [3]tiers.Verdict{D, W, P}},       // tier 2, drawn below 2^31
+		{21, 1 << 31, true, [3]tiers.Verdict{P, P, P}},         // drawn at 2^31: spared
+		{30, math.MaxUint32, false, [3]tiers.Verdict{D, W, P}}, // tier 3, drop 100%: no draw
 	}
-	for mi, mode := range []Mode{ModeEnforce, ModeDryRun, ModeOff} {
+	for mi, mode := range []tiers.Mode{tiers.ModeEnforce, tiers.ModeDryRun, tiers.ModeOff} {
 		p.Mode = mode
 		for _, c := range cases {
 			draws := 0
@@ -90,7 +91,7 @@ func TestModelModes(t *testing.T) {
 			m.SetWindow(0, c.n-1)
 			d := m.Packet(1)
 			wantDraws := 0
-			if c.drawn && mode != ModeOff {
+			if c.drawn && mode != tiers.ModeOff {
 				wantDraws = 1
 			}
 			if d.N != c.n || d.Verdict != c.verdict[mi] || draws != wantDraws {
@@ -108,18 +109,18 @@ func TestModelModes(t *testing.T) {
 func TestModelAgreesWithExpected(t *testing.T) {
 	for _, c := range []struct {
 		name   string
-		mode   Mode
-		counts Verdict // the verdict Expected's Dropped stands for
-	}{{"enforce", ModeEnforce, VerdictDrop}, {"dry-run", ModeDryRun, VerdictWouldDrop}} {
+		mode   tiers.Mode
+		counts tiers.Verdict // the verdict Expected's Dropped stands for
+	}{{"enforce", tiers.ModeEnforce, tiers.VerdictDrop}, {"dry-run", tiers.ModeDryRun, tiers.VerdictWouldDrop}} {
 		t.Run(c.name, func(t *testing.T) {
-			p := Default()
-			p.Shape = ShapeOrdinal
+			p := tiers.Default()
+			p.Shape = tiers.ShapeOrdinal
 			p.Mode = c.mode
 			p.Max = 1000
-			p.Tiers = []Tier{{Pct(50), Pct(10)}, {Pct(70), Pct(20)}, {Pct(80), Pct(50)}, {Pct(100), Pct(90)}, {Pct(150), Pct(100)}}
+			p.Tiers = []tiers.Tier{{At: tiers.Pct(50), Drop: tiers.Pct(10)}, {At: tiers.Pct(70), Drop: tiers.Pct(20)}, {At: tiers.Pct(80), Drop: tiers.Pct(50)}, {At: tiers.Pct(100), Drop: tiers.Pct(90)}, {At: tiers.Pct(150), Drop: tiers.Pct(100)}}
 			const windows, perWindow = 400, 2500
 			tab := mustCompile(t, p)
-			e, err := Expected(p, perWindow)
+			e, err := tiers.Expected(p, perWindow)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,7 +140,7 @@ func TestModelAgreesWithExpected(t *testing.T) {
 					}
 					perTier[d.Tier]++
 					switch d.Verdict {
-					case VerdictPass:
+					case tiers.VerdictPass:
 						passed++
 					case c.counts:
 						dropped++
@@ -166,18 +167,12 @@ func TestModelAgreesWithExpected(t *testing.T) {
 	}
 }
 
-func TestEmptyTiers(t *testing.T) {
-	for _, c := range []struct {
-		bounds []uint64
-		want   []int
-	}{
-		{[]uint64{28000, 32000, 40000}, nil},
-		{[]uint64{1, 1, 3}, []int{0, 1}},
-		{[]uint64{0, 2, 2}, []int{0, 2}},
-		{[]uint64{5, 5, 5}, []int{1, 2}},
-	} {
-		if got := EmptyTiers(Table{Bounds: c.bounds}); !slices.Equal(got, c.want) {
-			t.Errorf("EmptyTiers(%v) = %v, want %v", c.bounds, got, c.want)
-		}
+// mustCompile compiles p; tiers' own tests check the Table invariants.
+func mustCompile(t *testing.T, p tiers.Policy) tiers.Table {
+	t.Helper()
+	tab, err := tiers.Compile(p, 0)
+	if err != nil {
+		t.Fatalf("Compile(%v): %v", p, err)
 	}
+	return tab
 }

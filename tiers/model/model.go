@@ -1,8 +1,17 @@
-package tiers
+// Package model is the pure-Go reference model of the XDP limiter that the
+// BPF tests compare against: the frame classifier (Classify, ClassifyOn),
+// one limiter judging a stream of selected packets (Model) and a fleet of
+// them (FleetModel), each on a policy as package tiers compiles it. Only
+// tests import it. It needs no kernel support and touches nothing outside
+// memory.
+package model
 
 import (
+	"math/bits"
 	"math/rand/v2"
 	"net/netip"
+
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // Decision is the Model's account of one selected packet.
@@ -13,12 +22,12 @@ type Decision struct {
 	// Tier is the packet's tier from the Table, 0 below the first threshold.
 	Tier int
 	// Verdict is what the limiter does with the packet under the Mode.
-	Verdict Verdict
+	Verdict tiers.Verdict
 	// WindowOpened is true when this packet opened a new window (N is 1).
 	WindowOpened bool
 	// Class is the packet's severity class (PacketSeverity), SevNormal
 	// otherwise.
-	Class SeverityClass
+	Class tiers.SeverityClass
 	// Protected is true when protection passed the packet although its
 	// tier said drop; Paid when the packet was dropped (or would_drop)
 	// although its tier said pass, to pay off the window's drop debt.
@@ -34,8 +43,8 @@ type Decision struct {
 // selected packets: the behaviour the BPF program must match, sequentially.
 // It is not safe for concurrent use.
 type Model struct {
-	table  Table
-	mode   Mode
+	table  tiers.Table
+	mode   tiers.Mode
 	window uint64 // ns
 	rand   func() uint32
 
@@ -44,9 +53,9 @@ type Model struct {
 	count uint64 // selected packets in the window so far
 	debt  uint64 // the window's drop debt (severity)
 
-	sources SourceBudget
-	sketch  *Sketch // nil while sources are off
-	opened  uint64  // windows opened: the sketch's window id
+	sources tiers.SourceBudget
+	sketch  *tiers.Sketch // nil while sources are off
+	opened  uint64        // windows opened: the sketch's window id
 
 	ex       uint64 // over-budget packets in the window (docs/design.md §6)
 	exhIn    uint64 // the budgets of groups that spent theirs in the window (smooth: inEstimate)
@@ -62,14 +71,14 @@ type Model struct {
 	onset     bool
 	coefID    uint64 // window id (opened) and tick of coef; coefID 0: none
 	coefTick  uint64
-	coef      SmoothCoef // of the in-budget count
-	coefTot   SmoothCoef // of all selected packets
-	exThr     uint32     // the over-budget threshold, memo of (exR, exRin)
-	exR       uint64     // R̂ of all selected packets exThr was computed for; 0: none
-	exRin     uint64     // and the in-budget expectation
-	lastEstim uint64     // R̂ of the latest in-budget packet (smooth), the others' sum left out
-	othersIn  uint64     // the fleet's others' in-budget sum (SetFleetOthers)
-	others    uint64     // and their total, in and over budget
+	coef      tiers.SmoothCoef // of the in-budget count
+	coefTot   tiers.SmoothCoef // of all selected packets
+	exThr     uint32           // the over-budget threshold, memo of (exR, exRin)
+	exR       uint64           // R̂ of all selected packets exThr was computed for; 0: none
+	exRin     uint64           // and the in-budget expectation
+	lastEstim uint64           // R̂ of the latest in-budget packet (smooth), the others' sum left out
+	othersIn  uint64           // the fleet's others' in-budget sum (SetFleetOthers)
+	others    uint64           // and their total, in and over budget
 
 	// The in-budget count's recent rate, with budgets on (SmoothRate):
 	// the reference sample (tick, count) it is measured from, the next
@@ -78,22 +87,22 @@ type Model struct {
 	kIn                            uint64
 
 	// The profiles of the in-budget count, with budgets on
-	// (SmoothProfile): the window's own, taken at refreshes, and the
+	// (tiers.SmoothProfile): the window's own, taken at refreshes, and the
 	// previous window's, which the sliding count reads.
-	prof, profPrev SmoothProfile
+	prof, profPrev tiers.SmoothProfile
 }
 
 // NewModel returns a model of policy p compiled as t, with no window open.
 // It takes Mode and Window from p and the tiers from t. rand stands for
 // bpf_get_prandom_u32; nil uses math/rand/v2.
-func NewModel(p Policy, t Table, rand func() uint32) *Model {
+func NewModel(p tiers.Policy, t tiers.Table, rand func() uint32) *Model {
 	if rand == nil {
 		rand = randUint32
 	}
 	m := &Model{table: t, mode: p.Mode, window: uint64(p.Window), rand: rand, sources: t.Sources,
-		tickNs: 1 << SmoothTickShift}
+		tickNs: 1 << tiers.SmoothTickShift}
 	if t.Sources.Budget != 0 {
-		m.sketch = NewSketch(SketchSeeds{})
+		m.sketch = tiers.NewSketch(tiers.SketchSeeds{})
 	}
 	return m
 }
@@ -101,9 +110,9 @@ func NewModel(p Policy, t Table, rand func() uint32) *Model {
 // SetSketchSeeds sets the seeds of the sketch rows, which the program
 // draws at load (bpf.Limiter.SketchSeeds), and empties the sketch. It does
 // nothing while sources are off.
-func (m *Model) SetSketchSeeds(seeds SketchSeeds) {
+func (m *Model) SetSketchSeeds(seeds tiers.SketchSeeds) {
 	if m.sketch != nil {
-		m.sketch = NewSketch(seeds)
+		m.sketch = tiers.NewSketch(seeds)
 	}
 }
 
@@ -120,10 +129,10 @@ func randUint32() uint32 { return rand.Uint32() }
 // packet has N = count + 1. Dropped packets count too. A clock earlier than
 // the window's start stays in the window.
 //
-// The tier and threshold come from Table.Lookup(N). Under ModeEnforce the
-// verdict is VerdictDrop when Dropped(thr, rand()); under ModeDryRun it is
-// VerdictWouldDrop in that case; otherwise, and always under ModeOff, it is
-// VerdictPass. rand is drawn only when the outcome depends on it, that is
+// The tier and threshold come from tiers.Table.Lookup(N). Under ModeEnforce
+// the verdict is VerdictDrop when tiers.Dropped(thr, rand()); under ModeDryRun
+// it is VerdictWouldDrop in that case; otherwise, and always under ModeOff, it
+// is VerdictPass. rand is drawn only when the outcome depends on it, that is
 // when thr is neither 0 nor AlwaysDrop, and never under ModeOff.
 func (m *Model) Packet(nowNs uint64) Decision {
 	return m.judge(nowNs, netip.Addr{}, notUDP)
@@ -146,15 +155,15 @@ func (m *Model) PacketFrom(nowNs uint64, src netip.Addr) Decision {
 }
 
 // PacketSeverity accounts for a selected UDP datagram whose <PRI> has
-// syslog severity sev (SyslogSeverity; -1 when it has none) under the
+// syslog severity sev (tiers.SyslogSeverity; -1 when it has none) under the
 // policy's severity block (docs/design.md §7), as the program does; without one
 // it is Packet. The tier comes from N as in Packet, then:
 //
-//   - a SevShedFirst packet is judged at SeverityTable.ShedDrops[tier]
+//   - a SevShedFirst packet is judged at tiers.SeverityTable.ShedDrops[tier]
 //     instead of its tier's threshold;
 //   - unless the mode is ModeOff, a SevProtected packet whose verdict is a
 //     drop passes instead (Protected) while the window's drop debt is under
-//     SeverityTable.ProtectBudget, and adds one to the debt;
+//     tiers.SeverityTable.ProtectBudget, and adds one to the debt;
 //   - unless the mode is ModeOff, any other packet whose verdict is pass is
 //     dropped instead (Paid) while the debt is positive, and takes one off.
 //
@@ -181,7 +190,7 @@ func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
 	}
 	if m.sketch != nil && src.IsValid() {
 		over, spent := m.sketch.OverSpent(m.sources.Group(src), m.opened, m.sources.Budget)
-		if spent && m.table.Shape == ShapeSmooth {
+		if spent && m.table.Shape == tiers.ShapeSmooth {
 			m.exhIn += uint64(m.sources.Budget)
 		}
 		if over {
@@ -192,20 +201,20 @@ func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
 	d.N = m.count
 	var tier int
 	var thr uint32
-	if m.table.Shape == ShapeSmooth {
+	if m.table.Shape == tiers.ShapeSmooth {
 		tier, thr = m.smooth(nowNs)
 	} else {
 		tier, thr = m.table.Lookup(d.N)
 	}
 	d.Tier = tier
-	if m.mode == ModeOff {
+	if m.mode == tiers.ModeOff {
 		return d
 	}
 	if severity && sev >= 0 && sev <= 7 {
 		d.Class = m.table.Severity.Class[sev]
-		if d.Class == SevShedFirst {
+		if d.Class == tiers.SevShedFirst {
 			thr = m.table.Severity.ShedDrops[tier]
-			if m.table.Shape == ShapeSmooth {
+			if m.table.Shape == tiers.ShapeSmooth {
 				thr = m.table.Smoothed.ShedDrops[tier]
 			}
 		}
@@ -213,16 +222,16 @@ func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
 	drop := m.draw(thr)
 	if severity {
 		switch {
-		case drop && d.Class == SevProtected && m.debt < m.table.Severity.ProtectBudget:
+		case drop && d.Class == tiers.SevProtected && m.debt < m.table.Severity.ProtectBudget:
 			drop, d.Protected = false, true
 			m.debt++
-		case !drop && d.Class != SevProtected && m.debt > 0:
+		case !drop && d.Class != tiers.SevProtected && m.debt > 0:
 			drop, d.Paid = true, true
 			m.debt--
 		}
 	}
 	if drop {
-		d.Verdict = m.mode.dropVerdict()
+		d.Verdict = dropVerdict(m.mode)
 	}
 	return d
 }
@@ -230,14 +239,14 @@ func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
 // dropVerdict is the verdict of a packet whose judgement is drop under
 // mode m: VerdictDrop under ModeEnforce, VerdictWouldDrop under ModeDryRun,
 // VerdictPass under ModeOff.
-func (m Mode) dropVerdict() Verdict {
-	return [...]Verdict{ModeEnforce: VerdictDrop, ModeDryRun: VerdictWouldDrop, ModeOff: VerdictPass}[m]
+func dropVerdict(m tiers.Mode) tiers.Verdict {
+	return [...]tiers.Verdict{tiers.ModeEnforce: tiers.VerdictDrop, tiers.ModeDryRun: tiers.VerdictWouldDrop, tiers.ModeOff: tiers.VerdictPass}[m]
 }
 
 // draw is the program's drop decision at threshold thr: 0 never drops and
 // AlwaysDrop always does, without a draw; otherwise rand is drawn.
 func (m *Model) draw(thr uint32) bool {
-	return thr == AlwaysDrop || thr != 0 && Dropped(thr, m.rand())
+	return thr == tiers.AlwaysDrop || thr != 0 && tiers.Dropped(thr, m.rand())
 }
 
 // openWindow opens a window at nowNs: the count, the debt and the
@@ -252,10 +261,10 @@ func (m *Model) openWindow(nowNs uint64) {
 			m.gap = tick - end
 		}
 	}
-	m.profPrev, m.prof = m.prof, SmoothProfile{}
+	m.profPrev, m.prof = m.prof, tiers.SmoothProfile{}
 	m.open, m.start, m.count, m.debt, m.ex, m.exhIn = true, nowNs, 0, 0, 0, 0
 	m.startTick, m.onset = tick, false
-	m.expectIn = SmoothState{Ticks: m.ticks(), Gap: m.gap, Prev: m.prev}.Coef().Prev
+	m.expectIn = tiers.SmoothState{Ticks: m.ticks(), Gap: m.gap, Prev: m.prev}.Coef().Prev
 	m.opened++
 }
 
@@ -264,7 +273,7 @@ func (m *Model) openWindow(nowNs uint64) {
 func (m *Model) ticks() uint64 { return max(m.window/m.tickNs, 1) }
 
 // SetTick sets the tick of the smooth estimate, ns: the kernel's jiffy
-// (1e9/HZ) where the program has its tick gate, 1 << SmoothTickShift (the
+// (1e9/HZ) where the program has its tick gate, 1 << tiers.SmoothTickShift (the
 // default) where it reads the clock.
 func (m *Model) SetTick(ns uint64) { m.tickNs = max(ns, 1) }
 
@@ -284,7 +293,7 @@ func (m *Model) refresh(nowNs uint64) {
 		m.refTick, m.refN, m.candTick, m.candN = m.startTick, 0, m.startTick, 0
 	}
 	m.coefID, m.coefTick = m.opened, tick
-	st := SmoothState{Elapsed: tick - min(tick, m.startTick), Ticks: m.ticks(), Gap: m.gap, Prev: m.prev}
+	st := tiers.SmoothState{Elapsed: tick - min(tick, m.startTick), Ticks: m.ticks(), Gap: m.gap, Prev: m.prev}
 	m.coef = st.Coef()
 	if m.sketch != nil {
 		// Budgets front-load the in-budget packets: S takes the previous
@@ -295,27 +304,27 @@ func (m *Model) refresh(nowNs uint64) {
 	st.Prev += m.prevEx
 	m.coefTot = st.Coef()
 	live := m.count - min(m.count, m.exhIn) // the groups within their budget (inEstimate)
-	m.refTick, m.refN, m.candTick, m.candN = SmoothRateRef(st.Ticks, tick, live, m.refTick, m.refN, m.candTick, m.candN)
+	m.refTick, m.refN, m.candTick, m.candN = tiers.SmoothRateRef(st.Ticks, tick, live, m.refTick, m.refN, m.candTick, m.candN)
 	m.kIn = st.RateMult(tick-min(tick, m.refTick), m.coefTot.Mult)
 	m.exR = 0
 }
 
 // inEstimate is R̂ of the in-budget count n with budgets on: the sliding
 // count S, and in an onset the count extrapolated by its recent rate
-// (SmoothState.RateMult) when that is more. A relay whose budget is spent
+// (tiers.SmoothState.RateMult) when that is more. A relay whose budget is spent
 // adds nothing to its in-budget count, so its rate falls to 0 within
 // two reference spans; a surge from many groups, each within its budget,
 // keeps its rate, and is judged on it as a surge without budgets is.
 //
 // Only the packets of groups still within their budget are extrapolated:
-// a group that spent its budget (Sketch.OverSpent) adds no in-budget
+// a group that spent its budget (tiers.Sketch.OverSpent) adds no in-budget
 // packet in this window any more, so its budget counts once, as it is
 // (x = min(exhIn, n) of n, the rest m = n − x extrapolated). A flood's
 // budget, spent in its first milliseconds, is thus not read as a rate
 // that sheds the light groups (docs/design.md §6).
 //
-// In an onset window's first SmoothClockTicks ticks the rate is the rate
-// since the window opened, read from the clock (SmoothOnsetF), as without
+// In an onset window's first tiers.SmoothClockTicks ticks the rate is the rate
+// since the window opened, read from the clock (tiers.SmoothOnsetF), as without
 // budgets: there the reference is the window's start or a tick or two
 // after it, and the ticks' error is largest.
 func (m *Model) inEstimate(nowNs, n uint64) uint64 {
@@ -327,21 +336,21 @@ func (m *Model) inEstimate(nowNs, n uint64) uint64 {
 	live := n - x
 	f := n + mulShift(live-min(live, m.refN), m.kIn)
 	if m.clockTicks() {
-		f = x + SmoothOnsetF(live, nowNs-min(nowNs, m.start), m.window)
+		f = x + tiers.SmoothOnsetF(live, nowNs-min(nowNs, m.start), m.window)
 	}
 	return max(f, s)
 }
 
 // clockTicks reports whether the latest refresh is in its window's first
-// SmoothClockTicks ticks, where an onset reads F from the clock.
+// tiers.SmoothClockTicks ticks, where an onset reads F from the clock.
 func (m *Model) clockTicks() bool {
-	return min(m.coefTick-min(m.coefTick, m.startTick), m.ticks()) < SmoothClockTicks
+	return min(m.coefTick-min(m.coefTick, m.startTick), m.ticks()) < tiers.SmoothClockTicks
 }
 
 // smooth judges an in-budget packet of the smooth shape: R̂ and its tier
 // and q(R̂). Without budgets R̂ is the estimate of the window (Estimate),
-// whose F in an onset's first SmoothClockTicks ticks is read from the
-// clock (SmoothOnsetF);
+// whose F in an onset's first tiers.SmoothClockTicks ticks is read from the
+// clock (tiers.SmoothOnsetF);
 // with budgets it is inEstimate: in-budget counts come front-loaded (a
 // group's first budget packets arrive at its rate, then none), which the
 // extrapolation since the window opened would read as a flood, so the
@@ -358,7 +367,7 @@ func (m *Model) smooth(nowNs uint64) (int, uint32) {
 	case m.sketch != nil:
 		rhat = m.inEstimate(nowNs, m.count)
 	case m.onset && m.clockTicks():
-		rhat = max(m.coefTot.Sliding(m.count), SmoothOnsetF(m.count, nowNs-min(nowNs, m.start), m.window))
+		rhat = max(m.coefTot.Sliding(m.count), tiers.SmoothOnsetF(m.count, nowNs-min(nowNs, m.start), m.window))
 	default:
 		rhat = m.coefTot.Estimate(m.count, m.onset)
 	}
@@ -368,14 +377,14 @@ func (m *Model) smooth(nowNs uint64) (int, uint32) {
 
 // SetFleetOthers sets the sums of the other fleet members' last reported
 // R̂ (docs/design.md §12), packets per window, each at most
-// MaxFleetOthers: in, their in-budget R̂, and total, their R̂ of all
+// tiers.MaxFleetOthers: in, their in-budget R̂, and total, their R̂ of all
 // selected packets (in at most total). The smooth shape judges each
 // in-budget packet on R̂_in + in, and with budgets each over-budget packet
 // on the share of P(R̂_tot + total) − P(R̂_in + in) (overSmooth), as the
 // program does with bpf.Limiter.SetFleetOthers. 0, 0 (the default) is
 // the plain smooth shape.
 func (m *Model) SetFleetOthers(in, total uint64) {
-	m.others = min(total, MaxFleetOthers)
+	m.others = min(total, tiers.MaxFleetOthers)
 	m.othersIn = min(in, m.others)
 }
 
@@ -383,22 +392,22 @@ func (m *Model) SetFleetOthers(in, total uint64) {
 // the capacity in-budget traffic leaves. Ordinal: at position max(n,
 // expected in-budget count) + its rank among the window's over-budget
 // packets, where the expected in-budget count is the previous window's,
-// weighed down by the gap between the two (SmoothCoef.Prev): in a steady
+// weighed down by the gap between the two (tiers.SmoothCoef.Prev): in a steady
 // state the over-budget packets take the positions after the in-budget
 // ones, wherever they arrive in the window; smooth: at the share of the
 // passes P(R̂_in + R̂_ex) − P(R̂_in) per over-budget packet
-// (Table.ShareThreshold), computed per tick.
+// (tiers.Table.ShareThreshold), computed per tick.
 func (m *Model) overBudget(nowNs uint64) Decision {
 	d := Decision{OverBudget: true}
 	m.ex++
 	var thr uint32
-	if m.table.Shape == ShapeSmooth {
+	if m.table.Shape == tiers.ShapeSmooth {
 		thr = m.overSmooth(nowNs)
 	} else {
 		_, thr = m.table.Lookup(max(m.count, m.expectIn) + m.ex)
 	}
-	if m.mode != ModeOff && m.draw(thr) {
-		d.Verdict = m.mode.dropVerdict()
+	if m.mode != tiers.ModeOff && m.draw(thr) {
+		d.Verdict = dropVerdict(m.mode)
 	}
 	return d
 }
@@ -407,7 +416,7 @@ func (m *Model) overBudget(nowNs uint64) Decision {
 // judged per packet on the live counts (this one included): the onset
 // latched on all selected packets, R̂ of all of them, the in-budget
 // expectation max(n, the previous window's, R̂_in in an onset), and the
-// share of the passes the in-budget ones leave (Table.ShareThreshold),
+// share of the passes the in-budget ones leave (tiers.Table.ShareThreshold),
 // reused while both estimates stay within 1/1024 of those it was computed
 // for.
 func (m *Model) overSmooth(nowNs uint64) uint32 {
@@ -435,6 +444,13 @@ func (m *Model) overSmooth(nowNs uint64) uint32 {
 func near(a, b uint64) bool {
 	d := max(a, b) - min(a, b)
 	return d <= b>>10
+}
+
+// mulShift is x × y >> tiers.SmoothFracBits without overflow for any x
+// below 2^48, as tiers computes it.
+func mulShift(x, y uint64) uint64 {
+	hi, lo := bits.Mul64(x, y)
+	return hi<<(64-tiers.SmoothFracBits) | lo>>tiers.SmoothFracBits
 }
 
 // Estimate returns R̂ of the latest in-budget packet under ShapeSmooth,

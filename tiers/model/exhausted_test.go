@@ -1,4 +1,4 @@
-package tiers
+package model
 
 import (
 	"math/rand/v2"
@@ -6,19 +6,21 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // noisyPolicy is the policy of agent's TestFairShedding, smooth: max 500
 // per 1 s window, tiers at 70 % (drop 20 %), 80 % (50 %) and 100 % (all),
 // a budget of 10 % (50 packets) per source.
-func noisyPolicy() Policy {
-	p := Default()
-	p.Shape = ShapeSmooth
-	p.Mode = ModeEnforce
+func noisyPolicy() tiers.Policy {
+	p := tiers.Default()
+	p.Shape = tiers.ShapeSmooth
+	p.Mode = tiers.ModeEnforce
 	p.Window = time.Second
 	p.Max = 500
-	p.Tiers = []Tier{{At: Pct(70), Drop: Pct(20)}, {At: Pct(80), Drop: Pct(50)}, {At: Pct(100), Drop: Pct(100)}}
-	p.Sources = Sources{Budget: Pct(10), PrefixV4: 32, PrefixV6: 64}
+	p.Tiers = []tiers.Tier{{At: tiers.Pct(70), Drop: tiers.Pct(20)}, {At: tiers.Pct(80), Drop: tiers.Pct(50)}, {At: tiers.Pct(100), Drop: tiers.Pct(100)}}
+	p.Sources = tiers.Sources{Budget: tiers.Pct(10), PrefixV4: 32, PrefixV6: 64}
 	return p
 }
 
@@ -28,7 +30,7 @@ func noisyPolicy() Policy {
 // light source from its own phase (ns, below its interval). It returns
 // the light sources' losses in the window: judged before A spent its
 // budget (early) and after (late).
-func noisyRun(t *testing.T, tab Table, seed, tick uint64, flood, lightN int, phases []uint64) (early, late int) {
+func noisyRun(t *testing.T, tab tiers.Table, seed, tick uint64, flood, lightN int, phases []uint64) (early, late int) {
 	t.Helper()
 	p := noisyPolicy()
 	r := rand.New(rand.NewPCG(seed, seed^0x5eed))
@@ -56,7 +58,7 @@ func noisyRun(t *testing.T, tab Table, seed, tick uint64, flood, lightN int, pha
 		spent := m.exhIn > 0
 		d := m.PacketFrom(k.at, src)
 		switch {
-		case k.src == 0 || d.Verdict == VerdictPass:
+		case k.src == 0 || d.Verdict == tiers.VerdictPass:
 		case spent:
 			late++
 		default:
@@ -95,7 +97,7 @@ func noisyRun(t *testing.T, tab Table, seed, tick uint64, flood, lightN int, pha
 func TestSmoothNoisyGroupLightLoseNothing(t *testing.T) {
 	tab := mustCompile(t, noisyPolicy())
 	const runs = 100
-	for _, tick := range []uint64{hz250, 1_000_000, 1 << SmoothTickShift} {
+	for _, tick := range []uint64{hz250, 1_000_000, 1 << tiers.SmoothTickShift} {
 		for _, inStep := range []bool{true, false} {
 			early, late := 0, 0
 			for seed := range uint64(runs) {
