@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,10 +243,27 @@ select:
 	var offered, passed [windows]int
 	lo, hi := [windows]uint64{}, [windows]uint64{}
 	var sent float64
+	// The controller holds its lock while it judges a window and applies
+	// the new max (tens of ms): the max is read beside the paced loop,
+	// never in it, so that the loop offers its packets on schedule.
+	var learnt atomic.Uint64
+	learnt.Store(am.Max())
+	readMax, readDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(readDone)
+		for {
+			select {
+			case <-readMax:
+				return
+			case <-time.After(time.Millisecond):
+				learnt.Store(am.Max())
+			}
+		}
+	}()
 	pc := testenv.NewPacer(window, windows)
 	for el := pc.Now(); el < pc.Span(); el = pc.Now() {
 		k := int(el / window)
-		m := am.Max()
+		m := learnt.Load()
 		if lo[k] == 0 || m < lo[k] {
 			lo[k] = m
 		}
@@ -262,6 +280,8 @@ select:
 		}
 		pc.Sleep()
 	}
+	close(readMax)
+	<-readDone
 	if hi[windows-1] < 2*start {
 		t.Fatalf("the learnt max reached %d; want it to climb past %d for the test to mean anything (history %+v)", hi[windows-1], 2*start, am.History())
 	}
