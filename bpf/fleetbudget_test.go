@@ -26,6 +26,7 @@ import (
 // packets' R̂ the program dropped 84 of the 3,600 over-budget packets at
 // X = 8,000, as at X = 0, where the model drops 3,250.
 func TestFleetBudgetsProgram(t *testing.T) {
+	t.Parallel() // hour-long windows, expired by hand: no clock judged
 	const (
 		fleetMax = 10000
 		perWin   = 300

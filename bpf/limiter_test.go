@@ -205,6 +205,7 @@ func TestWindowEdge(t *testing.T) {
 // reference classifier and model.Model: every selected packet has the same
 // n and tier, and the drop counts agree within 5 sigma.
 func TestDifferential(t *testing.T) {
+	t.Parallel() // an hour-long window, expired by hand: no clock judged
 	p := testPolicy(t)
 	p.Max = 2000
 	p.Window = time.Hour
