@@ -45,7 +45,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -53,7 +52,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/rlimit"
-	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/agent/automax"
@@ -178,7 +176,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	}
 	// bpf(2) refused here, with the capabilities checked, is a filter:
 	// say so before the memlock probe words it as a limit.
-	if err := probeBPF(); errors.Is(err, unix.EPERM) {
+	if err := probeBPF(); isDenied(err) {
 		return nil, classifyBPFError(err, seccompMode())
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
