@@ -120,7 +120,7 @@ func (a *Agent) apply(ctx context.Context, p tiers.Policy, reload bool) error {
 		a.fleet.applied(given)
 		rc.Commit()
 	} else if ep != nil {
-		ep.SetMax(p.Max)
+		ep.SetMax(p)
 	}
 	return nil
 }

@@ -52,7 +52,11 @@ type Episode struct {
 	End        time.Time `json:"end,omitzero"`
 	Interfaces []string  `json:"interfaces"`
 	Mode       string    `json:"mode"`
-	Max        uint64    `json:"max"`
+	// Max is the max the limiter sheds against (packets per window);
+	// MaxOf says whose it is: "fleet.max" under a fleet, "" for the
+	// policy's own max (learnt, with max: auto).
+	Max   uint64 `json:"max"`
+	MaxOf string `json:"max_of,omitempty"`
 	// OfferedRate is the selected packets per second in the window that
 	// opened it; PeakRate the most of any window since.
 	OfferedRate float64 `json:"offered_rate"`
@@ -102,6 +106,7 @@ type Episodes struct {
 	every  time.Duration
 	mode   tiers.Mode
 	max    uint64
+	maxOf  string // Episode.MaxOf
 	// samples is record.samples; share the eligible share set last.
 	samples uint32
 	share   float64
@@ -142,15 +147,26 @@ func (e *Episodes) setPolicy(p tiers.Policy) {
 	if e.every <= 0 {
 		e.every = tiers.DefaultSummaryEvery
 	}
-	e.mode, e.max, e.samples = p.Mode, p.Max, p.Record.Samples
+	e.mode, e.samples = p.Mode, p.Record.Samples
+	e.max, e.maxOf = maxOf(p)
 }
 
-// setMax takes the max that `max: auto` applied (packets per window): the
-// next episode's reports say it. An open episode keeps the max it opened
-// with.
-func (e *Episodes) SetMax(m uint64) {
+// maxOf is the max p's limiter sheds against and whose it is:
+// fleet.max under a fleet (its table is compiled for it, tiers
+// TableMax), else the policy's max.
+func maxOf(p tiers.Policy) (uint64, string) {
+	if p.Fleet != nil {
+		return p.Fleet.Max, "fleet.max"
+	}
+	return p.Max, ""
+}
+
+// SetMax takes the max of p, the policy the agent applied between
+// reloads (the max that `max: auto` learnt, a fleet's fallback): the next
+// episode's reports say it. An open episode keeps the max it opened with.
+func (e *Episodes) SetMax(p tiers.Policy) {
 	e.mu.Lock()
-	e.max = m
+	e.max, e.maxOf = maxOf(p)
 	e.mu.Unlock()
 }
 
@@ -277,7 +293,7 @@ func (e *Episodes) setShare(shedRate float64) {
 func (e *Episodes) open(now time.Time, start bpf.Stats, rate float64) {
 	id := e.episodes.Add(1)
 	e.cur = Episode{ID: id, Open: true, Start: now, Interfaces: e.ifaces(), Mode: e.mode.String(), Max: e.max,
-		OfferedRate: rate}
+		MaxOf: e.maxOf, OfferedRate: rate}
 	e.start, e.quiet = start, 0
 	e.carry = Episode{}
 	e.nextSummary = now.Add(e.every)
@@ -356,8 +372,13 @@ func reportParams(kind string, c Episode, now time.Time) ([]sdParam, string) {
 	case "open":
 		p = append(p, sdParam{"interfaces", strings.Join(c.Interfaces, ",")},
 			sdParam{"offered_pps", fmt.Sprintf("%.0f", c.OfferedRate)}, sdParam{"max", strconv.FormatUint(c.Max, 10)})
-		return p, fmt.Sprintf("shedding began on %s: %.0f selected packets/s offered, max %d per window",
-			strings.Join(c.Interfaces, ","), c.OfferedRate, c.Max)
+		of := ""
+		if c.MaxOf != "" {
+			p = append(p, sdParam{"max_of", c.MaxOf})
+			of = " (" + c.MaxOf + ")"
+		}
+		return p, fmt.Sprintf("shedding began on %s: %.0f selected packets/s offered, max %d per window%s",
+			strings.Join(c.Interfaces, ","), c.OfferedRate, c.Max, of)
 	case "close":
 		d := c.Duration(now).Round(time.Millisecond)
 		p = append(p, sdParam{"duration", d.String()}, sdParam{"shed", strconv.FormatUint(c.Shed, 10)},

@@ -38,6 +38,17 @@ func TestStatusShed(t *testing.T) {
 			t.Errorf("exit %d, output lacks %q:\n%s", code, want, out)
 		}
 	}
+	// Under a fleet (issue 43 B78): the max the limiter sheds against,
+	// fleet.max, named so.
+	fl := ep
+	fl.Max, fl.MaxOf = 1000, "fleet.max"
+	fpath := filepath.Join(t.TempDir(), "episode.json")
+	if b, _ := json.Marshal(fl); os.WriteFile(fpath, b, 0o600) != nil {
+		t.Fatal("write")
+	}
+	if code, out, _ := runCmd(t, "status", "--shed", "--state-file", fpath); code != 0 || !strings.Contains(out, "(max 1000 per window: fleet.max)") {
+		t.Errorf("fleet episode: exit %d, output lacks the fleet's max:\n%s", code, out)
+	}
 	code, out, _ = runCmd(t, "status", "--shed", "--json", "--state-file", path)
 	var got record.Episode
 	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || got.ID != 7 || len(got.Top) != 2 || got.Top[0].Group != ep.Top[0].Group {
