@@ -117,6 +117,10 @@ type Agent struct {
 	stopLocal chan struct{}
 	follow    localFollow // what following local counts (localfollow.go)
 
+	// pinsFound: a link was pinned under cfg.PinPath when New began, so
+	// the limiter outlived the last agent (the shed record's resume).
+	pinsFound bool
+
 	reloadOK, reloadErr atomic.Uint64
 	configWatch         atomic.Int32 // a WatchMode, from the Reloader
 	scrapeErrors        atomic.Uint64
@@ -174,6 +178,7 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
+	a.pinsFound = cfg.PinPath != "" && hasPinnedLinks(cfg.PinPath)
 	// bpf(2) refused here, with the capabilities checked, is a filter:
 	// say so before the memlock probe words it as a limit.
 	if err := probeBPF(); isDenied(err) {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/agent/pin"
-	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -50,6 +49,9 @@ ago the store heard from it. It asks the store, not an agent.`,
 				return usageErrorf("--shed and --fleet: give one")
 			}
 			if shed {
+				if !cmd.Flags().Changed("state-file") { // the one run keeps for --pin-path
+					stateFile = agent.DefaultStatePath(pinPath)
+				}
 				return statusShed(g.stdout, stateFile, asJSON)
 			}
 			if fleetOn {
@@ -88,7 +90,7 @@ ago the store heard from it. It asks the store, not an agent.`,
 	cmd.Flags().BoolVar(&shed, "shed", false, "print the open or last shedding episode")
 	cmd.Flags().BoolVar(&fleetOn, "fleet", false, "list the members of the --config policy's fleet, from its store")
 	cmd.Flags().StringVar(&config, "config", "", "policy file whose fleet: section names the store, for --fleet")
-	cmd.Flags().StringVar(&stateFile, "state-file", record.DefaultStatePath(), "the agent's episode state file, for --shed")
+	cmd.Flags().StringVar(&stateFile, "state-file", agent.DefaultStatePath(agent.DefaultPinPath), "the agent's episode state file, for --shed (default: the one run keeps for --pin-path)")
 	return cmd
 }
 
