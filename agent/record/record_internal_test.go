@@ -308,6 +308,8 @@ func TestEpisodeTicks(t *testing.T) {
 	if fmt.Sprint(kinds) != "[open summary summary close]" {
 		t.Errorf("reports %v, want open, 2 summaries, close", kinds)
 	}
+	// A UDP report counts once no ICMP unreachable came for eventICMPWait.
+	waitUntil(t, func() bool { return e.send.sent.Load()+e.send.errs.Load() >= 4 })
 	if e.send.sent.Load() != 4 || e.send.errs.Load() != 0 {
 		t.Errorf("sent %d errors %d", e.send.sent.Load(), e.send.errs.Load())
 	}
