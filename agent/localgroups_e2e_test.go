@@ -3,9 +3,9 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
-	"net/netip"
 	"testing"
 	"time"
 
