@@ -45,7 +45,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -53,7 +52,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/rlimit"
-	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/agent/automax"
@@ -121,6 +119,10 @@ type Agent struct {
 	stopLocal chan struct{}
 	follow    localFollow // what following local counts (localfollow.go)
 
+	// pinsFound: a link was pinned under cfg.PinPath when New began, so
+	// the limiter outlived the last agent (the shed record's resume).
+	pinsFound bool
+
 	reloadOK, reloadErr atomic.Uint64
 	configWatch         atomic.Int32 // a WatchMode, from the Reloader
 	scrapeErrors        atomic.Uint64
@@ -178,9 +180,10 @@ func New(cfg Config, p tiers.Policy) (_ *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
+	a.pinsFound = cfg.PinPath != "" && hasPinnedLinks(cfg.PinPath)
 	// bpf(2) refused here, with the capabilities checked, is a filter:
 	// say so before the memlock probe words it as a limit.
-	if err := probeBPF(); errors.Is(err, unix.EPERM) {
+	if err := probeBPF(); isDenied(err) {
 		return nil, classifyBPFError(err, seccompMode())
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {

@@ -38,6 +38,12 @@ func TestClassifyBPFError(t *testing.T) {
 	if err := classifyBPFError(fmt.Errorf("x: %w", unix.EINVAL), 2); errors.Is(err, ErrBPFDenied) || !errors.Is(err, unix.EINVAL) {
 		t.Errorf("EINVAL classified as %v", err)
 	}
+	// EACCES (issue 43 B62): SELinux's refusal, named as an LSM's.
+	eacces := classifyBPFError(&probeDenied{Cmd: "BPF_PROG_LOAD", Errno: unix.EACCES}, 0)
+	want := "the kernel refused to load a BPF program: an LSM such as SELinux denied it (EACCES)"
+	if !errors.Is(eacces, ErrBPFDenied) || !errors.Is(eacces, unix.EACCES) || !strings.Contains(eacces.Error(), want) {
+		t.Errorf("EACCES classified as %v, want %q", eacces, want)
+	}
 	if m := seccompMode(); m < 0 || m > 2 {
 		t.Errorf("seccompMode() = %d on Linux", m)
 	}

@@ -139,3 +139,47 @@ func addVeth(t *testing.T, ns *testenv.NS, name, peer string) {
 // xdpPassAction is XDP_PASS, what the foreign programs of these tests
 // return.
 const xdpPassAction = 2
+
+// TestDetachPinPath (issue 43): detach --all without --everything removes
+// only what one pin path's agent recorded: the links pinned under it (and
+// any other attachment of its pinned program) and its pin directory. The
+// limiter of another pin path (a second agent, a test suite's) keeps its
+// link and its pins, and Left names both, as do the interfaces that still
+// run tierlimit.
+func TestDetachPinPath(t *testing.T) {
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	mine, other := testenv.PinPath(t, pin.LockFile), testenv.PinPath(t, pin.LockFile)
+	addVeth(t, p.Coll, "dpa0", "dpa1")
+	closeAgent(t, startPinned(t, p, mine, defaultPolicy()))
+	b, err := newAgent(p, agent.Config{PinPath: other, Interfaces: []string{"dpa0"}, XDPMode: attach.XDPGeneric}, defaultPolicy())
+	if err != nil {
+		t.Fatalf("agent on dpa0: %v", err)
+	}
+	closeAgent(t, b)
+	t.Cleanup(func() { p.Coll.Do(func() error { return pin.Detach(other, "dpa0") }) })
+	var rm pin.Removed
+	var left pin.Left
+	if err := p.Coll.Do(func() (err error) { rm, left, err = pin.DetachPinPath(mine, []string{other}); return err }); err != nil {
+		t.Fatalf("DetachPinPath: %v (removed %+v)", err, rm)
+	}
+	t.Logf("removed %+v, left %+v", rm, left)
+	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != 0 {
+		t.Errorf("%s still runs program %d", p.CollIf, x.ID)
+	}
+	if _, err := os.Stat(mine); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s: %v, want it removed", mine, err)
+	}
+	if x := testenv.XDP(t, p.Coll, "dpa0"); x.Name != pin.ProgramName {
+		t.Errorf("dpa0 runs %d %q, want the other pin path's limiter left", x.ID, x.Name)
+	}
+	if _, err := os.Stat(filepath.Join(other, "links", "dpa0")); err != nil {
+		t.Errorf("the other pin path's link pin: %v, want it left", err)
+	}
+	if !slices.Contains(left.Ifaces, "dpa0") || !slices.Contains(left.PinDirs, other) {
+		t.Errorf("left %+v, want dpa0 and %s named", left, other)
+	}
+	if len(rm.Links) != 1 || len(rm.PinDirs) != 1 {
+		t.Errorf("removed %+v, want one link and one pin dir", rm)
+	}
+}

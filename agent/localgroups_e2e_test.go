@@ -2,7 +2,10 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,4 +52,55 @@ func TestDestsLocalFollowsGroups(t *testing.T) {
 	waitLocalPrefix(t, a, group, true)
 	unix.Close(fd)
 	waitLocalPrefix(t, a, group, false)
+}
+
+// TestDestsLocalDocMulticast (issue 43): what docs/policy.md says of
+// dests: local and multicast, read against the agent on this kernel. The
+// doc says the joined groups are followed and 224.0.0.0/4 is held whole
+// only before Linux 6.13; the agent holds IPv4 all-hosts (224.0.0.1, a
+// group every interface joins) and, from 6.13, not 224.0.0.0/4 whole.
+func TestDestsLocalDocMulticast(t *testing.T) {
+	doc, err := os.ReadFile("../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := string(doc)
+	i := strings.Index(sec, "### dests")
+	if i < 0 {
+		t.Fatal("docs/policy.md has no ### dests section")
+	}
+	sec = sec[i:]
+	if j := strings.Index(sec[len("### dests"):], "\n#"); j >= 0 {
+		sec = sec[:len("### dests")+j]
+	}
+	flat := strings.Join(strings.Fields(sec), " ")
+	if !strings.Contains(flat, "multicast groups joined") {
+		t.Errorf("docs/policy.md's dests section does not say that local follows the joined multicast groups")
+	}
+	for k := 0; ; {
+		n := strings.Index(flat[k:], "224.0.0.0/4")
+		if n < 0 {
+			break
+		}
+		k += n
+		if ctx := flat[max(0, k-80):k]; !strings.Contains(ctx, "before") || !strings.Contains(ctx, "6.13") {
+			t.Errorf("docs/policy.md says 224.0.0.0/4 without \"before Linux 6.13\": %q", flat[max(0, k-80):min(len(flat), k+40)])
+		}
+		k++
+	}
+	testenv.Require(t)
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		t.Fatal(err)
+	}
+	var major, minor int
+	fmt.Sscanf(unix.ByteSliceToString(uts.Release[:]), "%d.%d", &major, &minor)
+	p := newPair(t)
+	a := startAgent(t, p, attach.XDPAuto, policy(t, 100000))
+	if major > 6 || major == 6 && minor >= 13 {
+		waitLocalPrefix(t, a, netip.MustParsePrefix("224.0.0.1/32"), true)
+		waitLocalPrefix(t, a, netip.MustParsePrefix("224.0.0.0/4"), false)
+	} else {
+		waitLocalPrefix(t, a, netip.MustParsePrefix("224.0.0.0/4"), true)
+	}
 }

@@ -169,7 +169,7 @@ func (inForce) abort() {}
 func (r inForce) commit(given, p tiers.Policy, st tiers.State) {
 	a := r.a
 	if ep := a.record.Load(); ep != nil {
-		ep.SetMax(p.Max)
+		ep.SetMax(p)
 	}
 	a.fleet.follow(st.Learnt(given), st.Local)
 }

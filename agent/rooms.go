@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -36,13 +38,33 @@ func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src automax.Dr
 	return m, nil
 }
 
+// DefaultStatePath is the episode state file of the agent of pinPath
+// (docs/design.md §10): record.DefaultStatePath for DefaultPinPath, else
+// record.StatePathFor(pinPath), so that agents with their own pin paths
+// never share one.
+func DefaultStatePath(pinPath string) string {
+	if filepath.Clean(pinPath) == DefaultPinPath {
+		return record.DefaultStatePath()
+	}
+	return record.StatePathFor(pinPath)
+}
+
+// hasPinnedLinks says whether pin path p holds a pinned link (P/links/*).
+func hasPinnedLinks(p string) bool {
+	ents, err := os.ReadDir(filepath.Join(p, "links"))
+	return err == nil && len(ents) > 0
+}
+
 // AutoMax returns the adaptive-max controller, or nil when none runs.
 func (a *Agent) AutoMax() *automax.Controller { return a.auto.Load() }
 
 // StartRecord starts the shed record (docs/design.md §10) of policy p: the
 // sample reader (with p.Record.Samples > 0), the pcapng files (with
 // p.Record.Dir) and the episode tracker, which reports to p.Events and
-// keeps the open or last episode in statePath ("" for none). Cancelling
+// keeps the open or last episode in statePath ("" for none; the default
+// is DefaultStatePath of the pin path). An open episode there is taken up
+// only when this agent found its pinned links at start and the episode is
+// recent (record.StaleAfter); otherwise it is closed. Cancelling
 // ctx stops them. A reload changes them all in place (record.Change).
 func (a *Agent) StartRecord(ctx context.Context, p tiers.Policy, statePath string) (*record.Episodes, error) {
 	a.applyMu.Lock()
@@ -50,7 +72,8 @@ func (a *Agent) StartRecord(ctx context.Context, p tiers.Policy, statePath strin
 	if a.record.Load() != nil {
 		return nil, fmt.Errorf("shed record: started already")
 	}
-	ep, err := record.Start(ctx, a.log, a.lim, p, a.at.IfName, a.at.IfaceNames, statePath)
+	ep, err := record.Start(ctx, a.log, a.lim, p, a.at.IfName, a.at.IfaceNames, statePath,
+		record.Owner{PinPath: a.cfg.PinPath, PinsGone: !a.pinsFound})
 	if err != nil {
 		return nil, err
 	}

@@ -87,7 +87,53 @@ func recordedPin(path string) string {
 // namespace or a container's never loses its limiter to the host's
 // removal. Returns *AgentRunningError, touching nothing, when an agent
 // runs with one of pins. It goes on past a failure and returns the first.
-func DetachAll(pins []string) (Removed, error) {
+func DetachAll(pins []string) (Removed, error) { return detachAll(pins, true) }
+
+// Left is what DetachPinPath left in place.
+type Left struct {
+	// Ifaces are the interfaces of this namespace that still run a
+	// tierlimit program: another pin path's, or one nobody recorded.
+	Ifaces []string
+	// PinDirs are the pin directories, of the others given, that still
+	// hold pinned state.
+	PinDirs []string
+}
+
+// DetachPinPath is `detach --all` of one pin path: it removes only what
+// the agent of pinPath recorded there, from every interface of the
+// caller's network namespace: the links pinned under pinPath and every
+// other attachment (a link, netlink) of the program pinned there or run
+// by those links, then the pin directory. Another pin path's limiter is
+// left alone; Left names the interfaces that still run tierlimit and
+// which of others still hold pinned state. Returns *AgentRunningError,
+// touching nothing, when an agent runs with pinPath.
+func DetachPinPath(pinPath string, others []string) (Removed, Left, error) {
+	rm, err := detachAll([]string{pinPath}, false)
+	var left Left
+	if nh, nerr := netlink.NewHandle(); nerr == nil {
+		if links, lerr := nh.LinkList(); lerr == nil {
+			for _, l := range links {
+				if x := l.Attrs().Xdp; x != nil && x.Attached && x.ProgId != 0 && ProgramNameOf(x.ProgId) == ProgramName {
+					left.Ifaces = append(left.Ifaces, l.Attrs().Name)
+				}
+			}
+		}
+		nh.Close()
+	}
+	mine, _ := CanonicalPinPath(pinPath)
+	for _, o := range others {
+		c, cerr := CanonicalPinPath(o)
+		if cerr != nil || c == mine || slices.Contains(left.PinDirs, c) || !isPinDir(c) {
+			continue
+		}
+		left.PinDirs = append(left.PinDirs, c)
+	}
+	return rm, left, err
+}
+
+// detachAll is DetachAll; without everything, only the programs of pins
+// count as ours, not every program named tierlimit's.
+func detachAll(pins []string, everything bool) (Removed, error) {
 	var rm Removed
 	dirs, err := lockPinDirs(pins)
 	defer func() {
@@ -103,9 +149,13 @@ func DetachAll(pins []string) (Removed, error) {
 		return rm, fmt.Errorf("netlink: %w", err)
 	}
 	defer nh.Close()
+	var progs []uint32 // the programs pinned in dirs, and run by their pinned links
+	for _, d := range dirs {
+		progs = append(progs, d.pinnedProgram())
+		progs = append(progs, d.linkPrograms()...)
+	}
 	ours := func(id uint32) bool {
-		return slices.ContainsFunc(dirs, func(d *Dir) bool { return d.pinnedProgram() == id }) ||
-			ProgramNameOf(id) == ProgramName
+		return id != 0 && slices.Contains(progs, id) || everything && ProgramNameOf(id) == ProgramName
 	}
 	var errs []error
 	rm.Links, errs = detachLinks(nh, ours)
@@ -169,6 +219,26 @@ func (d *Dir) pinnedProgram() uint32 {
 	}
 	id, _ := info.ID()
 	return uint32(id)
+}
+
+// linkPrograms are the ids of the programs the links pinned in d run.
+func (d *Dir) linkPrograms() []uint32 {
+	ents, err := os.ReadDir(d.Links())
+	if err != nil {
+		return nil
+	}
+	var ids []uint32
+	for _, e := range ents {
+		l, err := link.LoadPinnedLink(filepath.Join(d.Links(), e.Name()), nil)
+		if err != nil {
+			continue
+		}
+		if info, err := l.Info(); err == nil {
+			ids = append(ids, uint32(info.Program))
+		}
+		l.Close()
+	}
+	return ids
 }
 
 // detachLinks detaches every XDP link of this namespace whose program is

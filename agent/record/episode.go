@@ -34,14 +34,25 @@ const (
 	TopGroups = 5
 )
 
-// DefaultStatePath is the episode state file: episode.json in
-// $STATE_DIRECTORY (which systemd sets for StateDirectory=, the first of
-// them), else DefaultStateFile.
+// DefaultStatePath is the episode state file of the agent of the default
+// pin path: episode.json in $STATE_DIRECTORY (which systemd sets for
+// StateDirectory=, the first of them), else DefaultStateFile.
 func DefaultStatePath() string {
 	if d, _, _ := strings.Cut(os.Getenv("STATE_DIRECTORY"), ":"); d != "" {
 		return filepath.Join(d, "episode.json")
 	}
 	return DefaultStateFile
+}
+
+// StatePathFor is the episode state file of the agent of pin path
+// pinPath, beside DefaultStatePath: episode@<pin path>.json, the pin
+// path's slashes written %2F (and % as %25), so that two agents with
+// their own pin paths never share one (docs/design.md §10). The agent of
+// the default pin path uses DefaultStatePath itself.
+func StatePathFor(pinPath string) string {
+	name := strings.TrimPrefix(filepath.Clean(pinPath), "/")
+	name = strings.ReplaceAll(strings.ReplaceAll(name, "%", "%25"), "/", "%2F")
+	return filepath.Join(filepath.Dir(DefaultStatePath()), "episode@"+name+".json")
 }
 
 // Episode is one shedding episode, as reports and the state file give it.
@@ -52,7 +63,16 @@ type Episode struct {
 	End        time.Time `json:"end,omitzero"`
 	Interfaces []string  `json:"interfaces"`
 	Mode       string    `json:"mode"`
-	Max        uint64    `json:"max"`
+	// PinPath is the pin path of the agent that keeps it ("" unpinned
+	// or unknown); Saved when that agent last wrote it (docs/design.md
+	// §10: an open episode older than StaleAfter is not taken up).
+	PinPath string    `json:"pin_path,omitempty"`
+	Saved   time.Time `json:"saved,omitzero"`
+	// Max is the max the limiter sheds against (packets per window);
+	// MaxOf says whose it is: "fleet.max" under a fleet, "" for the
+	// policy's own max (learnt, with max: auto).
+	Max   uint64 `json:"max"`
+	MaxOf string `json:"max_of,omitempty"`
 	// OfferedRate is the selected packets per second in the window that
 	// opened it; PeakRate the most of any window since.
 	OfferedRate float64 `json:"offered_rate"`
@@ -88,6 +108,7 @@ type Episodes struct {
 	// ifname names an interface by ifindex, for a reload's new dir.
 	ifname func(int) string
 	state  string // the state file; "" for none
+	owner  Owner  // the agent's pin path, and whether its pins outlived the last agent
 	host   string
 	// ctx is run's: the readers and senders a reload starts end with it.
 	ctx context.Context
@@ -102,6 +123,7 @@ type Episodes struct {
 	every  time.Duration
 	mode   tiers.Mode
 	max    uint64
+	maxOf  string // Episode.MaxOf
 	// samples is record.samples; share the eligible share set last.
 	samples uint32
 	share   float64
@@ -122,15 +144,19 @@ type Episodes struct {
 }
 
 func newEpisodes(log *slog.Logger, lim Limiter, rec *Recorder, p tiers.Policy, ifaces func() []string, state string) *Episodes {
+	return newEpisodesOf(Owner{}, log, lim, rec, p, ifaces, state)
+}
+
+func newEpisodesOf(o Owner, log *slog.Logger, lim Limiter, rec *Recorder, p tiers.Policy, ifaces func() []string, state string) *Episodes {
 	host, _ := os.Hostname()
-	e := &Episodes{log: log, lim: lim, rec: rec, ifaces: ifaces, state: state, host: host, share: 1,
+	e := &Episodes{log: log, lim: lim, rec: rec, ifaces: ifaces, state: state, owner: o, host: host, share: 1,
 		retick: make(chan struct{}, 1), record: p.Record, evcfg: p.Events}
 	e.setPolicy(p)
-	e.resume(time.Now())
-	if p.Events.Network != "" {
+	if p.Events.Network != "" { // before resume: a stale episode's close is reported
 		e.send = newEventSender(log, p.Events.Network, p.Events.Addr, &e.events)
 		e.send.framing = p.Events.Framing
 	}
+	e.resume(time.Now())
 	return e
 }
 
@@ -142,15 +168,26 @@ func (e *Episodes) setPolicy(p tiers.Policy) {
 	if e.every <= 0 {
 		e.every = tiers.DefaultSummaryEvery
 	}
-	e.mode, e.max, e.samples = p.Mode, p.Max, p.Record.Samples
+	e.mode, e.samples = p.Mode, p.Record.Samples
+	e.max, e.maxOf = maxOf(p)
 }
 
-// setMax takes the max that `max: auto` applied (packets per window): the
-// next episode's reports say it. An open episode keeps the max it opened
-// with.
-func (e *Episodes) SetMax(m uint64) {
+// maxOf is the max p's limiter sheds against and whose it is:
+// fleet.max under a fleet (its table is compiled for it, tiers
+// TableMax), else the policy's max.
+func maxOf(p tiers.Policy) (uint64, string) {
+	if p.Fleet != nil {
+		return p.Fleet.Max, "fleet.max"
+	}
+	return p.Max, ""
+}
+
+// SetMax takes the max of p, the policy the agent applied between
+// reloads (the max that `max: auto` learnt, a fleet's fallback): the next
+// episode's reports say it. An open episode keeps the max it opened with.
+func (e *Episodes) SetMax(p tiers.Policy) {
 	e.mu.Lock()
-	e.max = m
+	e.max, e.maxOf = maxOf(p)
 	e.mu.Unlock()
 }
 
@@ -276,8 +313,8 @@ func (e *Episodes) setShare(shedRate float64) {
 
 func (e *Episodes) open(now time.Time, start bpf.Stats, rate float64) {
 	id := e.episodes.Add(1)
-	e.cur = Episode{ID: id, Open: true, Start: now, Interfaces: e.ifaces(), Mode: e.mode.String(), Max: e.max,
-		OfferedRate: rate}
+	e.cur = Episode{ID: id, Open: true, Start: now, Interfaces: e.ifaces(), Mode: e.mode.String(), PinPath: e.owner.PinPath, Max: e.max,
+		MaxOf: e.maxOf, OfferedRate: rate}
 	e.start, e.quiet = start, 0
 	e.carry = Episode{}
 	e.nextSummary = now.Add(e.every)
@@ -356,8 +393,13 @@ func reportParams(kind string, c Episode, now time.Time) ([]sdParam, string) {
 	case "open":
 		p = append(p, sdParam{"interfaces", strings.Join(c.Interfaces, ",")},
 			sdParam{"offered_pps", fmt.Sprintf("%.0f", c.OfferedRate)}, sdParam{"max", strconv.FormatUint(c.Max, 10)})
-		return p, fmt.Sprintf("shedding began on %s: %.0f selected packets/s offered, max %d per window",
-			strings.Join(c.Interfaces, ","), c.OfferedRate, c.Max)
+		of := ""
+		if c.MaxOf != "" {
+			p = append(p, sdParam{"max_of", c.MaxOf})
+			of = " (" + c.MaxOf + ")"
+		}
+		return p, fmt.Sprintf("shedding began on %s: %.0f selected packets/s offered, max %d per window%s",
+			strings.Join(c.Interfaces, ","), c.OfferedRate, c.Max, of)
 	case "close":
 		d := c.Duration(now).Round(time.Millisecond)
 		p = append(p, sdParam{"duration", d.String()}, sdParam{"shed", strconv.FormatUint(c.Shed, 10)},
@@ -414,23 +456,52 @@ func sortShares(g []GroupShare) {
 	})
 }
 
-// save writes the episode to the state file, whole (rename into place).
+// save writes the episode to the state file, stamped Saved now.
 func (e *Episodes) save() error {
 	if e.state == "" {
 		return nil
 	}
+	e.cur.Saved = time.Now()
 	b, err := json.MarshalIndent(e.cur, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(e.state), 0o750); err != nil {
+	return writeAtomic(e.state, append(b, '\n'))
+}
+
+// writeAtomic writes b to path whole or not at all, across a crash or a
+// power cut: a temporary file, fsynced, renamed over path, and the
+// directory fsynced, so that the rename itself is durable and IDs never
+// go back (docs/design.md §10).
+func writeAtomic(path string, b []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
-	tmp := e.state + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o640); err != nil {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, e.state)
+	if _, err = f.Write(b); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // Current returns the open episode, or the last one (ID 0: none yet).
@@ -448,17 +519,11 @@ func (e *Episodes) Recorder() *Recorder {
 	return e.rec
 }
 
-// ReadEpisode reads the state file an agent wrote.
+// ReadEpisode reads the state file an agent wrote; one that does not
+// parse is a *StateError.
 func ReadEpisode(path string) (Episode, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Episode{}, err
-	}
-	var ep Episode
-	if err := json.Unmarshal(b, &ep); err != nil {
-		return Episode{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return ep, nil
+	ep, _, err := readState(path)
+	return ep, err
 }
 
 // counts are the record's metrics.

@@ -1,11 +1,17 @@
 package record
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,5 +88,41 @@ func TestEpisodeSurvivesRestart(t *testing.T) {
 	}
 	if want := []string{"open 1 ", "close 1 250", "open 2 "}; !slices.Equal(got, want) {
 		t.Errorf("the SIEM got %q, want %q", got, want)
+	}
+}
+
+// TestEpisodeStateCut (issue 43 B77): a state file cut short (a crash
+// mid-write on a file system without the atomic write) is refused with a
+// warning naming the last ID it still holds, kept as .bad, and the next
+// episode takes the ID after it: IDs never restart at 1. The file the
+// agent then writes is whole, with no temporary file left.
+func TestEpisodeStateCut(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "episode.json")
+	b, _ := json.MarshalIndent(Episode{ID: 41, Start: time.Now().Add(-time.Hour), End: time.Now().Add(-50 * time.Minute),
+		Interfaces: []string{"veth0"}, Mode: "enforce", Max: 100, ByTier: map[string]uint64{"3": 5}}, "", "  ")
+	if err := os.WriteFile(state, b[:len(b)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	e := newEpisodes(slog.New(slog.NewTextHandler(&logs, nil)), nil, nil, tiers.Default(), func() []string { return []string{"veth0"} }, state)
+	if !strings.Contains(logs.String(), "cut or garbled") || !strings.Contains(logs.String(), "last_id=41") {
+		t.Errorf("no warning naming the last ID:\n%s", logs.String())
+	}
+	if _, err := os.Stat(state + ".bad"); err != nil {
+		t.Errorf("the cut file was not kept: %v", err)
+	}
+	var st bpf.Stats
+	now := time.Now()
+	e.tick(now, st)
+	st.Selected[3][tiers.VerdictDrop].Packets += 10
+	e.tick(now.Add(time.Second), st)
+	if c := e.Current(); !c.Open || c.ID != 42 {
+		t.Errorf("next episode %d (open %v), want 42", c.ID, c.Open)
+	}
+	if got, err := ReadEpisode(state); err != nil || got.ID != 42 || got.Saved.IsZero() {
+		t.Errorf("state file after the save: %+v, %v", got, err)
+	}
+	if _, err := os.Stat(state + ".tmp"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("temporary file left: %v", err)
 	}
 }

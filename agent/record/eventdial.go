@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -29,8 +31,23 @@ func lookupHost(ctx context.Context, host string) ([]netip.Addr, error) {
 	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 }
 
-// dial resolves e.addr's host anew and connects to the first of its
-// addresses that answers.
+// eventICMPWait is how long a UDP report waits, after its write, for an
+// ICMP unreachable from its destination (a host with no receiver on the
+// port, or none at all): one that comes moves the sender to the name's
+// next address.
+const eventICMPWait = 200 * time.Millisecond
+
+// eventFallbackDelay is how long a TCP dial waits on the first address
+// family before it dials the other in parallel (RFC 8305, Happy Eyeballs;
+// net.Dialer's default FallbackDelay).
+const eventFallbackDelay = 300 * time.Millisecond
+
+// dial resolves e.addr's host anew and connects to one of its addresses,
+// IPv6 and IPv4 in the resolver's order (RFC 6724): over TCP the first
+// that answers, the other family dialled in parallel after
+// eventFallbackDelay (Happy Eyeballs); over UDP the first that has not
+// answered ICMP unreachable (e.refused). The log says which address is
+// used when it changes.
 func (e *eventSender) dial(ctx context.Context) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(e.addr)
 	if err != nil {
@@ -49,16 +66,220 @@ func (e *eventSender) dial(ctx context.Context) (net.Conn, error) {
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("%s: no address", host)
 	}
+	aps := make([]netip.AddrPort, len(addrs))
+	for i, a := range addrs {
+		aps[i] = netip.AddrPortFrom(a.Unmap(), uint16(pn))
+	}
+	var c net.Conn
+	if e.network == "tcp" {
+		c, err = dialHappy(ctx, aps)
+	} else {
+		c, err = e.dialUDP(ctx, aps)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if e.network == "tcp" {
+		e.noteUsed(c)
+	}
+	return c, nil
+}
+
+// noteUsed logs the address reports go to when it is another than the
+// last: a TCP connection made, a UDP report no ICMP refused.
+func (e *eventSender) noteUsed(c net.Conn) {
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil && ap != e.used {
+		e.used = ap
+		e.log.Info("events: reports go to "+ap.String(), "syslog", e.network+"://"+e.addr)
+	}
+}
+
+// dialUDP connects to the first of aps not known to refuse; when all
+// have refused, it tries them all again.
+func (e *eventSender) dialUDP(ctx context.Context, aps []netip.AddrPort) (net.Conn, error) {
+	if e.refused == nil {
+		e.refused = map[netip.Addr]bool{}
+	}
+	if !slices.ContainsFunc(aps, func(ap netip.AddrPort) bool { return !e.refused[ap.Addr()] }) {
+		clear(e.refused)
+	}
 	d := net.Dialer{Timeout: eventTimeout}
 	var errs []error
-	for _, a := range addrs {
-		c, err := d.DialContext(ctx, e.network, netip.AddrPortFrom(a.Unmap(), uint16(pn)).String())
+	for _, ap := range aps {
+		if e.refused[ap.Addr()] {
+			continue
+		}
+		c, err := d.DialContext(ctx, e.network, ap.String())
 		if err == nil {
 			return c, nil
 		}
 		errs = append(errs, err)
 	}
 	return nil, errors.Join(errs...)
+}
+
+// dialHappy connects over TCP to the first of aps that answers: the
+// addresses of the first one's family in turn, and after
+// eventFallbackDelay (or once those have all failed) the other family's
+// in parallel (RFC 8305). A connection that loses the race is closed.
+func dialHappy(ctx context.Context, aps []netip.AddrPort) (net.Conn, error) {
+	var primary, fallback []netip.AddrPort
+	for _, ap := range aps {
+		if ap.Addr().Is4() == aps[0].Addr().Is4() {
+			primary = append(primary, ap)
+		} else {
+			fallback = append(fallback, ap)
+		}
+	}
+	if len(fallback) == 0 { // one family: dialled in turn, on this goroutine
+		var errs []error
+		for _, ap := range primary {
+			c, err := tcpDialer().DialContext(ctx, "tcp", ap.String())
+			if err == nil {
+				return c, nil
+			}
+			errs = append(errs, err)
+		}
+		return nil, errors.Join(errs...)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	results := make(chan result, 2)
+	serial := func(list []netip.AddrPort) {
+		var errs []error
+		d := tcpDialer()
+		for _, ap := range list {
+			c, err := d.DialContext(ctx, "tcp", ap.String())
+			if err == nil {
+				results <- result{c: c}
+				return
+			}
+			errs = append(errs, err)
+		}
+		results <- result{err: errors.Join(errs...)}
+	}
+	go serial(primary)
+	racing := 1
+	var timer <-chan time.Time
+	if len(fallback) > 0 {
+		t := time.NewTimer(eventFallbackDelay)
+		defer t.Stop()
+		timer = t.C
+	}
+	var errs []error
+	startFallback := func() {
+		timer, fallback = nil, nil
+		racing++
+	}
+	for {
+		select {
+		case <-timer:
+			go serial(fallback)
+			startFallback()
+		case r := <-results:
+			racing--
+			if r.err == nil {
+				if racing > 0 { // the other one's connection, if any, is closed
+					go func() {
+						if l := <-results; l.c != nil {
+							l.c.Close()
+						}
+					}()
+				}
+				return r.c, nil
+			}
+			errs = append(errs, r.err)
+			if fallback != nil {
+				go serial(fallback)
+				startFallback()
+				continue
+			}
+			if racing == 0 {
+				return nil, errors.Join(errs...)
+			}
+		}
+	}
+}
+
+// writeUDP writes msg as one datagram and waits eventICMPWait for an ICMP
+// unreachable from the destination: one that comes moves the sender to
+// the name's next address (e.refused), which takes the report in turn,
+// until every address has refused it.
+func (e *eventSender) writeUDP(ctx context.Context, conn *net.Conn, msg []byte) error {
+	if *conn != nil && e.stale(ctx, *conn) {
+		(*conn).Close()
+		*conn = nil
+	}
+	var errs []error
+	for range 16 { // bounds the addresses tried for one report
+		if *conn == nil {
+			c, err := e.dial(ctx)
+			if err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+			*conn, e.dialed = c, time.Now()
+		}
+		c := *conn
+		c.SetWriteDeadline(time.Now().Add(eventTimeout))
+		_, err := c.Write(msg)
+		if err == nil {
+			c.SetReadDeadline(time.Now().Add(eventICMPWait))
+			var buf [1]byte
+			_, err = c.Read(buf[:])
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				e.noteUsed(c)
+				return nil // no word of a refusal: taken as sent
+			}
+		}
+		if err == nil || !unreachable(err) {
+			return err
+		}
+		ap, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+		e.log.Info("events: "+ap.String()+" is unreachable for reports: trying the name's next address", "syslog", e.network+"://"+e.addr, "error", err)
+		e.refused[ap.Addr()] = true
+		errs = append(errs, err)
+		c.Close()
+		*conn = nil
+		if len(e.refused) >= 16 {
+			break
+		}
+		if e.allRefused(ctx) {
+			clear(e.refused)
+			return errors.Join(errs...)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// allRefused reports whether every address the name resolves to now has
+// refused.
+func (e *eventSender) allRefused(ctx context.Context) bool {
+	host, _, err := net.SplitHostPort(e.addr)
+	if err != nil {
+		return true
+	}
+	rctx, cancel := context.WithTimeout(ctx, eventTimeout)
+	addrs, err := e.resolve(rctx, host)
+	cancel()
+	if err != nil {
+		return true
+	}
+	for _, a := range addrs {
+		if !e.refused[a.Unmap()] {
+			return false
+		}
+	}
+	return true
+}
+
+// unreachable: an ICMP unreachable or a refusal, for a UDP socket.
+func unreachable(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH)
 }
 
 // stale reports whether conn should be dialled again before the next

@@ -110,6 +110,7 @@ func TestEventSenderLF(t *testing.T) {
 			t.Errorf("line %d %q: %+v %v", i, l, m, err)
 		}
 	}
+	waitUntil(t, func() bool { return e.sent.Load() == 3 }) // counted once acknowledged
 	if e.sent.Load() != 3 || e.errs.Load() != 0 {
 		t.Errorf("sent %d, errors %d", e.sent.Load(), e.errs.Load())
 	}

@@ -297,8 +297,8 @@ type Counts struct {
 // episode tracker, which reports to p.Events, names the interfaces ifaces
 // gives and keeps the open or last episode in statePath ("" for none).
 // Cancelling ctx stops them. A reload changes them all in place
-// (Episodes.Prepare).
-func Start(ctx context.Context, log *slog.Logger, lim Limiter, p tiers.Policy, ifname func(int) string, ifaces func() []string, statePath string) (*Episodes, error) {
+// (Episodes.Prepare). o says whose state file it is (resume).
+func Start(ctx context.Context, log *slog.Logger, lim Limiter, p tiers.Policy, ifname func(int) string, ifaces func() []string, statePath string, o Owner) (*Episodes, error) {
 	var rec *Recorder
 	if p.Record.Samples > 0 {
 		rd, err := lim.Samples()
@@ -313,7 +313,7 @@ func Start(ctx context.Context, log *slog.Logger, lim Limiter, p tiers.Policy, i
 		go rec.run()
 		context.AfterFunc(ctx, rec.close)
 	}
-	ep := newEpisodes(log, lim, rec, p, ifaces, statePath)
+	ep := newEpisodesOf(o, log, lim, rec, p, ifaces, statePath)
 	ep.ctx, ep.ifname = ctx, ifname
 	go ep.run(ctx)
 	return ep, nil

@@ -308,6 +308,8 @@ func TestEpisodeTicks(t *testing.T) {
 	if fmt.Sprint(kinds) != "[open summary summary close]" {
 		t.Errorf("reports %v, want open, 2 summaries, close", kinds)
 	}
+	// A UDP report counts once no ICMP unreachable came for eventICMPWait.
+	waitUntil(t, func() bool { return e.send.sent.Load()+e.send.errs.Load() >= 4 })
 	if e.send.sent.Load() != 4 || e.send.errs.Load() != 0 {
 		t.Errorf("sent %d errors %d", e.send.sent.Load(), e.send.errs.Load())
 	}
@@ -490,9 +492,9 @@ func TestEpisodeMaxFollowsAuto(t *testing.T) {
 		e.tick(now, st)
 	}
 	step(0) // first read
-	e.SetMax(1260)
+	e.SetMax(p.WithMax(1260))
 	step(10) // opens at the applied max
-	e.SetMax(882)
+	e.SetMax(p.WithMax(882))
 	if got := e.Current().Max; got != 1260 {
 		t.Errorf("open episode's max %d, want 1260 (the max it opened with)", got)
 	}
@@ -502,5 +504,53 @@ func TestEpisodeMaxFollowsAuto(t *testing.T) {
 	step(10) // the next episode
 	if c := e.Current(); !c.Open || c.Max != 882 {
 		t.Errorf("next episode %+v, want open at max 882", c)
+	}
+}
+
+// TestEpisodeMaxFleet (issue 43 B78): under a fleet the limiter sheds
+// against fleet.max, and the episode's reports and state file give that
+// max, named "fleet.max", not the policy's local max; in the fallback
+// (fleet off) they give the local max again, unnamed.
+func TestEpisodeMaxFleet(t *testing.T) {
+	p := tiers.Default()
+	p.Max = 100000
+	p.Fleet = &tiers.Fleet{Name: "f", Store: "redis://127.0.0.1:6379", Max: 1000, Report: 100 * time.Millisecond, TTL: 3 * time.Second}
+	e := newEpisodes(slog.New(slog.DiscardHandler), nil, nil, p, func() []string { return []string{"veth0"} }, filepath.Join(t.TempDir(), "episode.json"))
+	var st bpf.Stats
+	now := time.Now()
+	step := func(drops uint64) {
+		st.Selected[3][tiers.VerdictDrop].Packets += drops
+		now = now.Add(time.Second)
+		e.tick(now, st)
+	}
+	step(0)
+	step(10)
+	c := e.Current()
+	if !c.Open || c.Max != 1000 || c.MaxOf != "fleet.max" {
+		t.Fatalf("episode under a fleet: max %d of %q, want 1000 of fleet.max", c.Max, c.MaxOf)
+	}
+	params, msg := reportParams("open", c, now)
+	if !strings.Contains(msg, "max 1000 per window (fleet.max)") {
+		t.Errorf("open report %q lacks the fleet's max", msg)
+	}
+	var sawMax, sawOf bool
+	for _, q := range params {
+		sawMax = sawMax || q.name == "max" && q.value == "1000"
+		sawOf = sawOf || q.name == "max_of" && q.value == "fleet.max"
+	}
+	if !sawMax || !sawOf {
+		t.Errorf("open report's structured data %v lacks max=1000 max_of=fleet.max", params)
+	}
+	saved, err := ReadEpisode(e.state)
+	if err != nil || saved.Max != 1000 || saved.MaxOf != "fleet.max" {
+		t.Errorf("state file: %+v, %v; want max 1000 of fleet.max", saved, err)
+	}
+	e.SetMax(p.FleetFallbackPolicy(4)) // the fallback's share: 250, the local max
+	for range QuietWindows {
+		step(0)
+	}
+	step(10)
+	if c := e.Current(); c.Max != 250 || c.MaxOf != "" {
+		t.Errorf("episode in the fallback: max %d of %q, want 250, the local max", c.Max, c.MaxOf)
 	}
 }

@@ -87,6 +87,15 @@ type eventSender struct {
 	resolve   func(ctx context.Context, host string) ([]netip.Addr, error)
 	reresolve time.Duration
 	dialed    time.Time
+	// pending are the TCP reports written and not yet acknowledged,
+	// written the bytes written on the connection (eventlive.go).
+	pending []pendingReport
+	written uint64
+	// used is the address reports go to, logged when it changes;
+	// refused the UDP addresses that answered ICMP unreachable
+	// (eventdial.go). run's own.
+	used    netip.AddrPort
+	refused map[netip.Addr]bool
 }
 
 // eventCounts are the reports sent and not sent (event_reports_total):
@@ -124,71 +133,87 @@ func (e *eventSender) run(ctx context.Context) {
 		}
 	}()
 	for {
+		var poll <-chan time.Time
+		if len(e.pending) > 0 {
+			poll = time.After(eventAckPoll)
+		}
 		select {
 		case <-ctx.Done():
+			e.settle(ctx, &conn)
 			return
+		case <-poll:
+			e.settle(ctx, &conn)
 		case <-e.done:
 			for {
 				select {
 				case msg := <-e.q:
 					e.deliver(ctx, &conn, msg)
+					continue
 				default:
-					return
 				}
+				break
 			}
+			// What is written waits for its acknowledgement as long as
+			// a dead peer takes to be found, and is then resent once.
+			deadline := time.Now().Add(2*eventUserTimeout + 2*eventTimeout)
+			for len(e.pending) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+				time.Sleep(eventAckPoll)
+				e.settle(ctx, &conn)
+			}
+			e.drop(&conn)
+			return
 		case msg := <-e.q:
 			e.deliver(ctx, &conn, msg)
 		}
 	}
 }
 
-// deliver writes one report, and counts it sent or an error. A TCP
-// connection that breaks under the write (the receiver restarted since
-// the last report) is dialled again and the report written once more:
-// only a report that the new connection refuses too is lost.
+// deliver writes one report, and counts it sent or an error. Over TCP it
+// counts as sent once acknowledged (settle); a connection that breaks
+// under the write is dialled again and the report, with those not yet
+// acknowledged, written once more: only a report that the new
+// connection refuses too is lost. Over UDP a destination that answers
+// ICMP unreachable gives way to the name's next address (writeUDP).
 func (e *eventSender) deliver(ctx context.Context, conn *net.Conn, msg []byte) {
-	err := e.write(ctx, conn, msg)
-	if err != nil && e.network == "tcp" && *conn != nil {
-		(*conn).Close()
-		*conn = nil
-		err = e.write(ctx, conn, msg)
-	}
-	if err != nil {
-		e.errs.Add(1)
-		if *conn != nil {
-			(*conn).Close()
-			*conn = nil
+	if e.network != "tcp" {
+		if err := e.writeUDP(ctx, conn, msg); err != nil {
+			e.errs.Add(1)
+			if *conn != nil {
+				(*conn).Close()
+				*conn = nil
+			}
+			e.fail(err)
+			return
 		}
-		if !e.failing {
-			e.log.Warn("events: report not sent; counting errors until the destination takes them", "syslog", e.network+"://"+e.addr, "error", err,
-				"hint", sendHint(err))
-		}
-		e.failing = true
+		e.sent.Add(1)
+		e.ok()
 		return
 	}
+	e.settle(ctx, conn)
+	if err := e.writeTCP(ctx, conn, pendingReport{msg: msg}); err != nil {
+		if *conn == nil { // no connection to be had: this one is lost
+			e.errs.Add(1)
+			e.fail(err)
+			return
+		}
+		e.pending = append(e.pending, pendingReport{msg: msg})
+		e.reconnect(ctx, conn)
+	}
+}
+
+// fail logs the first report not sent of a run of them.
+func (e *eventSender) fail(err error) {
+	if !e.failing {
+		e.log.Warn("events: report not sent; counting errors until the destination takes them", "syslog", e.network+"://"+e.addr, "error", err,
+			"hint", sendHint(err))
+	}
+	e.failing = true
+}
+
+// ok logs the first report sent after a run of failures.
+func (e *eventSender) ok() {
 	if e.failing {
 		e.log.Info("events: reports sent again", "syslog", e.network+"://"+e.addr)
 	}
 	e.failing = false
-	e.sent.Add(1)
-}
-
-func (e *eventSender) write(ctx context.Context, conn *net.Conn, msg []byte) error {
-	if *conn != nil && e.stale(ctx, *conn) {
-		(*conn).Close()
-		*conn = nil
-	}
-	if *conn == nil {
-		c, err := e.dial(ctx)
-		if err != nil {
-			return err
-		}
-		*conn, e.dialed = c, time.Now()
-	}
-	if e.network == "tcp" {
-		msg = frame(e.framing, msg)
-	}
-	(*conn).SetWriteDeadline(time.Now().Add(eventTimeout))
-	_, err := (*conn).Write(msg)
-	return err
 }

@@ -172,7 +172,7 @@ func TestRunDuplicateIface(t *testing.T) {
 // TestDetachUsage: detach needs --iface or --all, not both (exit 2, before
 // anything is touched).
 func TestDetachUsage(t *testing.T) {
-	for _, args := range [][]string{{"detach"}, {"detach", "--all", "--iface", "eth0"}} {
+	for _, args := range [][]string{{"detach"}, {"detach", "--all", "--iface", "eth0"}, {"detach", "--everything"}} {
 		code, _, errs := runCmd(t, args...)
 		if code != 2 || !strings.Contains(errs, "--all") {
 			t.Errorf("%v: exit %d, stderr %q; want 2, naming --all", args, code, errs)

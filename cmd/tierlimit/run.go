@@ -21,7 +21,6 @@ import (
 	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/agent/automax"
 	"github.com/tierlimit/tierlimit/agent/pin"
-	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/tiers"
 )
 
@@ -70,6 +69,9 @@ until it answers. A reload reads password_file again and takes the new
 report, ttl and fallback; another fleet name or store takes a restart.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("state-file") { // the pin path's own (docs/design.md §10)
+				f.stateFile = agent.DefaultStatePath(f.pinPath)
+			}
 			return runAgent(cmd.Context(), g, f)
 		},
 	}
@@ -83,7 +85,7 @@ report, ttl and fallback; another fleet name or store takes a restart.`,
 	fl.StringVar(&f.pinPath, "pin-path", agent.DefaultPinPath, "bpffs directory for the pinned links and maps")
 	fl.BoolVar(&f.replace, "replace", false, "replace another XDP program already attached to an interface")
 	fl.StringVar(&f.fleetMember, "fleet-member", "", "this member's name in the policy's fleet (default: the host name)")
-	fl.StringVar(&f.stateFile, "state-file", record.DefaultStatePath(), "where the open or last shedding episode is kept, for 'tierlimit status --shed'; empty disables")
+	fl.StringVar(&f.stateFile, "state-file", agent.DefaultStatePath(agent.DefaultPinPath), "where the open or last shedding episode is kept, for 'tierlimit status --shed'; empty disables (default: the --pin-path's own, episode@<pin path>.json beside this one for another pin path)")
 	return cmd
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/agent/pin"
-	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -50,6 +50,9 @@ ago the store heard from it. It asks the store, not an agent.`,
 				return usageErrorf("--shed and --fleet: give one")
 			}
 			if shed {
+				if !cmd.Flags().Changed("state-file") { // the one run keeps for --pin-path
+					stateFile = agent.DefaultStatePath(pinPath)
+				}
 				return statusShed(g.stdout, stateFile, asJSON)
 			}
 			if fleetOn {
@@ -88,7 +91,7 @@ ago the store heard from it. It asks the store, not an agent.`,
 	cmd.Flags().BoolVar(&shed, "shed", false, "print the open or last shedding episode")
 	cmd.Flags().BoolVar(&fleetOn, "fleet", false, "list the members of the --config policy's fleet, from its store")
 	cmd.Flags().StringVar(&config, "config", "", "policy file whose fleet: section names the store, for --fleet")
-	cmd.Flags().StringVar(&stateFile, "state-file", record.DefaultStatePath(), "the agent's episode state file, for --shed")
+	cmd.Flags().StringVar(&stateFile, "state-file", agent.DefaultStatePath(agent.DefaultPinPath), "the agent's episode state file, for --shed (default: the one run keeps for --pin-path)")
 	return cmd
 }
 
@@ -218,25 +221,37 @@ func writeStatus(w io.Writer, st agent.Status) error {
 
 func newDetachCmd(g *globals) *cobra.Command {
 	var pinPath, iface string
-	var all bool
+	var all, everything bool
 	cmd := &cobra.Command{
-		Use:   "detach --iface IF | --all",
+		Use:   "detach --iface IF | --all [--everything]",
 		Short: "Remove the pinned limiter from an interface (and the maps after the last)",
 		Long: `detach removes tierlimit's pinned link from the interface, which detaches the
 program. Once no interface is left, it removes the pinned maps too. It refuses
 to touch an XDP program that is not tierlimit's.
 
-detach --all removes tierlimit from every interface of this network namespace,
-whatever holds it (a link pinned under any path, or netlink), and removes the
-pin directories of --pin-path, the default, and every pin path an agent has
-used since boot (recorded under /run/tierlimit). The package's removal runs it.`,
+detach --all removes what the agent of --pin-path recorded (the default pin
+path unless given): its pinned links and any other attachment of its program,
+on every interface of this network namespace, and its pin directory. Another
+pin path's limiter (a second agent's, a test suite's) is left, and named.
+
+detach --all --everything removes tierlimit from every interface of this
+network namespace, whatever holds it (a link pinned under any path, or
+netlink), and removes the pin directories of --pin-path, the default, and
+every pin path an agent has used since boot (recorded under /run/tierlimit).
+The package's removal runs it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all {
 				if cmd.Flags().Changed("iface") {
 					return usageErrorf("detach: --all and --iface exclude each other")
 				}
-				return detachAll(g, pinPath)
+				if everything {
+					return detachAll(g, pinPath)
+				}
+				return detachPinPath(g, pinPath)
+			}
+			if everything {
+				return usageErrorf("detach: --everything goes with --all")
 			}
 			if iface == "" {
 				return usageErrorf("detach: --iface or --all is required")
@@ -249,16 +264,37 @@ used since boot (recorded under /run/tierlimit). The package's removal runs it.`
 		},
 	}
 	cmd.Flags().StringVar(&iface, "iface", "", "interface to detach from")
-	cmd.Flags().BoolVar(&all, "all", false, "detach from every interface and remove every recorded pin directory")
+	cmd.Flags().BoolVar(&all, "all", false, "detach what --pin-path's agent recorded, from every interface, and remove its pin directory")
+	cmd.Flags().BoolVar(&everything, "everything", false, "with --all: every tierlimit program of this namespace and every recorded pin directory, whoever's")
 	cmd.Flags().StringVar(&pinPath, "pin-path", agent.DefaultPinPath, "bpffs directory of the pinned links and maps")
 	return cmd
 }
 
-// detachAll is detach --all: pin and the recorded pin paths.
-func detachAll(g *globals, pinPath string) error {
-	pins := append([]string{pinPath, agent.DefaultPinPath}, pin.RecordedPinPaths()...)
-	rm, err := pin.DetachAll(pins)
+// detachPinPath is detach --all: what pinPath's agent recorded. It says
+// what it left: the interfaces that still run tierlimit and the other
+// recorded pin directories.
+func detachPinPath(g *globals, pinPath string) error {
+	others := append([]string{agent.DefaultPinPath}, pin.RecordedPinPaths()...)
+	rm, left, err := pin.DetachPinPath(pinPath, others)
 	log := g.logger()
+	logRemoved(log, rm)
+	if err != nil {
+		return explainAgent(err, pinPath, nil)
+	}
+	if len(rm.Links)+len(rm.Netlink)+len(rm.PinDirs) == 0 {
+		log.Info("nothing to detach under this pin path", "pin_path", pinPath)
+	}
+	for _, i := range left.Ifaces {
+		log.Info("left: the interface runs another pin path's tierlimit (detach --all --pin-path P, or --everything)", "iface", i)
+	}
+	for _, d := range left.PinDirs {
+		log.Info("left: another agent's pinned state (detach --all --pin-path P, or --everything)", "pin_path", d)
+	}
+	return nil
+}
+
+// logRemoved logs what a detach --all removed.
+func logRemoved(log *slog.Logger, rm pin.Removed) {
 	for _, l := range rm.Links {
 		log.Info("detached", "iface", l.Iface, "link_id", l.LinkID, "program_id", l.ProgramID)
 	}
@@ -268,6 +304,14 @@ func detachAll(g *globals, pinPath string) error {
 	for _, d := range rm.PinDirs {
 		log.Info("removed pinned state", "pin_path", d)
 	}
+}
+
+// detachAll is detach --all --everything: pin and the recorded pin paths.
+func detachAll(g *globals, pinPath string) error {
+	pins := append([]string{pinPath, agent.DefaultPinPath}, pin.RecordedPinPaths()...)
+	rm, err := pin.DetachAll(pins)
+	log := g.logger()
+	logRemoved(log, rm)
 	if err != nil {
 		return explainAgent(err, pinPath, nil)
 	}

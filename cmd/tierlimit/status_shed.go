@@ -49,7 +49,11 @@ func writeEpisode(w io.Writer, ep record.Episode, now time.Time) error {
 	}
 	fmt.Fprintf(tw, "duration\t%s\n", ep.Duration(now).Round(time.Second))
 	fmt.Fprintf(tw, "interfaces\t%v\n", ep.Interfaces)
-	fmt.Fprintf(tw, "mode\t%s (max %d per window)\n", ep.Mode, ep.Max)
+	of := ""
+	if ep.MaxOf != "" {
+		of = ": " + ep.MaxOf // the fleet's, not the policy's own
+	}
+	fmt.Fprintf(tw, "mode\t%s (max %d per window%s)\n", ep.Mode, ep.Max, of)
 	fmt.Fprintf(tw, "offered\t%.0f selected packets/s at the start, peak %.0f\n", ep.OfferedRate, ep.PeakRate)
 	fmt.Fprintf(tw, "shed\t%d packets\n", ep.Shed)
 	for _, c := range []struct {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/agent/record"
 )
 
@@ -38,6 +39,17 @@ func TestStatusShed(t *testing.T) {
 			t.Errorf("exit %d, output lacks %q:\n%s", code, want, out)
 		}
 	}
+	// Under a fleet (issue 43 B78): the max the limiter sheds against,
+	// fleet.max, named so.
+	fl := ep
+	fl.Max, fl.MaxOf = 1000, "fleet.max"
+	fpath := filepath.Join(t.TempDir(), "episode.json")
+	if b, _ := json.Marshal(fl); os.WriteFile(fpath, b, 0o600) != nil {
+		t.Fatal("write")
+	}
+	if code, out, _ := runCmd(t, "status", "--shed", "--state-file", fpath); code != 0 || !strings.Contains(out, "(max 1000 per window: fleet.max)") {
+		t.Errorf("fleet episode: exit %d, output lacks the fleet's max:\n%s", code, out)
+	}
 	code, out, _ = runCmd(t, "status", "--shed", "--json", "--state-file", path)
 	var got record.Episode
 	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || got.ID != 7 || len(got.Top) != 2 || got.Top[0].Group != ep.Top[0].Group {
@@ -56,5 +68,27 @@ func TestCheckRecord(t *testing.T) {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("exit %d, check lacks %q:\n%s", code, want, out)
 		}
+	}
+}
+
+// TestStatusShedPinPath (issue 43 B76): without --state-file, status
+// --shed reads the state file of --pin-path's agent, which run derives
+// from the pin path the same way: two agents with their own pin paths
+// keep two files.
+func TestStatusShedPinPath(t *testing.T) {
+	t.Setenv("STATE_DIRECTORY", t.TempDir())
+	other := "/sys/fs/bpf/tierlimit-b"
+	if agent.DefaultStatePath(other) == agent.DefaultStatePath(agent.DefaultPinPath) {
+		t.Fatalf("pin paths %s and %s share %s", other, agent.DefaultPinPath, agent.DefaultStatePath(other))
+	}
+	b, _ := json.Marshal(record.Episode{ID: 3, Start: time.Now(), Interfaces: []string{"eth1"}, Mode: "enforce", Max: 5})
+	if err := os.WriteFile(agent.DefaultStatePath(other), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := runCmd(t, "status", "--shed", "--pin-path", other); code != 0 || !strings.Contains(out, "episode     3 (closed)") {
+		t.Errorf("status --shed --pin-path %s: exit %d:\n%s", other, code, out)
+	}
+	if code, out, _ := runCmd(t, "status", "--shed"); code != 0 || !strings.Contains(out, "no shedding episode recorded") {
+		t.Errorf("status --shed of the default pin path: exit %d:\n%s", code, out)
 	}
 }

@@ -372,6 +372,43 @@ func TestUnitProgLoadDenied(t *testing.T) {
 	}
 }
 
+// TestUnitProgLoadDeniedEACCES (issue 43 B62): under the unit's
+// capabilities, with BPF_PROG_LOAD refused with EACCES, what SELinux and
+// other LSMs return, run names the LSM refusal and exits 2, which the
+// unit's RestartPreventExitStatus keeps from a restart loop; it does not
+// print the library's "verifier log" wording; nothing is attached.
+func TestUnitProgLoadDeniedEACCES(t *testing.T) {
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	args := append(testenv.DenyBPFCommandErrno(t, testenv.BPFProgLoad, unix.EACCES), cli(t), "run", "--iface", p.CollIf, "--no-pin", "--metrics-addr", "")
+	cmd := testenv.AsUnit(t, ctx, p.Coll, args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), "STATE_DIRECTORY="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("run with BPF_PROG_LOAD denied (EACCES): %v, want exit 2\n%s", err, out)
+	}
+	want := "the kernel refused to load a BPF program: an LSM such as SELinux denied it (EACCES)"
+	if !strings.Contains(string(out), want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+	if strings.Contains(string(out), "verifier log") {
+		t.Errorf("output blames the verifier:\n%s", out)
+	}
+	if x := testenv.XDP(t, p.Coll, p.CollIf); x.ID != 0 {
+		t.Errorf("attached after a refused start: %+v", x)
+	}
+	unit, err := os.ReadFile("../../deploy/systemd/tierlimit.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(unit), "\nRestartPreventExitStatus=2\n") {
+		t.Errorf("the unit restarts on exit 2")
+	}
+}
+
 // TestUnitAutoNetNSProc (issue 35 B48): under the unit's capabilities,
 // which cannot enter another network namespace (CAP_SYS_ADMIN) nor open
 // /proc/PID/ns/net of a more privileged process (EACCES), auto.netns:

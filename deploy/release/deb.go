@@ -44,7 +44,7 @@ func docPages(s spec) ([]string, error) {
 // needs TIERLIMIT_IFACES first. An upgrade restarts a running service, which
 // adopts the pinned limiter with no attach gap; a removal stops it and
 // detaches the limiter, which would otherwise keep shedding with no binary
-// left to remove it: detach --all, from every interface whatever holds it
+// left to remove it: detach --all --everything, from every interface whatever holds it
 // (a link pinned under another --pin-path, an interface dropped from
 // TIERLIMIT_IFACES since), and every pin path an agent recorded.
 //
@@ -85,7 +85,7 @@ if [ "$1" = remove ]; then
 		fi
 		systemctl stop tierlimit.service || true
 	fi
-	/usr/bin/tierlimit detach --all || true
+	/usr/bin/tierlimit detach --all --everything || true
 fi
 `
 	postrm = `#!/bin/sh

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -24,6 +25,13 @@ var seccompExec struct {
 // a host whose seccomp profile or BPF LSM refuses that command alone.
 func DenyBPFCommand(tb testing.TB, cmd int) []string {
 	tb.Helper()
+	return DenyBPFCommandErrno(tb, cmd, syscall.EPERM)
+}
+
+// DenyBPFCommandErrno is DenyBPFCommand with the errno the filter returns:
+// EACCES is what SELinux and other LSMs give.
+func DenyBPFCommandErrno(tb testing.TB, cmd int, errno syscall.Errno) []string {
+	tb.Helper()
 	s := &seccompExec
 	s.once.Do(func() {
 		dir, err := os.MkdirTemp("", "tierlimit-seccompexec-")
@@ -41,7 +49,7 @@ func DenyBPFCommand(tb testing.TB, cmd int) []string {
 	if s.err != nil {
 		tb.Fatal(s.err)
 	}
-	return []string{s.path, strconv.Itoa(cmd)}
+	return []string{s.path, strconv.Itoa(cmd) + ":" + strconv.Itoa(int(errno))}
 }
 
 type errorString string

@@ -1,9 +1,10 @@
 // Command seccompexec runs a program under a seccomp filter that refuses
-// one bpf(2) command with EPERM and allows every other system call: what a
+// one bpf(2) command with EPERM (or the errno after the colon: 13 is
+// EACCES, what SELinux returns) and allows every other system call: what a
 // seccomp profile or a BPF LSM that denies only BPF_PROG_LOAD does. Tests
 // use it (testenv.DenyBPFCommand); it is no part of tierlimit.
 //
-//	seccompexec BPF_CMD PROGRAM [ARG...]
+//	seccompexec BPF_CMD[:ERRNO] PROGRAM [ARG...]
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -28,7 +30,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: seccompexec BPF_CMD PROGRAM [ARG...]")
 		os.Exit(2)
 	}
-	cmd, err := strconv.ParseUint(os.Args[1], 10, 32)
+	cmdArg, errnoArg, _ := strings.Cut(os.Args[1], ":")
+	errno := uint64(unix.EPERM)
+	cmd, err := strconv.ParseUint(cmdArg, 10, 32)
+	if err == nil && errnoArg != "" {
+		errno, err = strconv.ParseUint(errnoArg, 10, 16)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "seccompexec: BPF_CMD:", err)
 		os.Exit(2)
@@ -51,7 +58,7 @@ func main() {
 		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: 3, K: unix.SYS_BPF},
 		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 16}, // args[0], low word (little endian)
 		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: 1, K: uint32(cmd)},
-		{Code: unix.BPF_RET | unix.BPF_K, K: retErrno | uint32(unix.EPERM)},
+		{Code: unix.BPF_RET | unix.BPF_K, K: retErrno | uint32(errno)},
 		{Code: unix.BPF_RET | unix.BPF_K, K: retAllow},
 	}
 	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
