@@ -34,6 +34,20 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 /* SKB_DATA_ALIGN's cache line (SMP_CACHE_BYTES on x86-64 and arm64). */
 #define TL_CACHE_BYTES 64
 
+/* The segments of a super-packet whose gso_segs is 0: one from an
+ * untrusted source (SKB_GSO_DODGY), a tap or virtio device's vnet header
+ * (virtio_net_hdr_to_skb sets gso_segs 0), which the kernel counts when it
+ * segments it as __udp_gso_segment and tcp_gso_segment do: the bytes after
+ * the L4 header (at off from data, the UDP or TCP payload), in gso_size
+ * pieces, rounded up; at least 1. Generic XDP hands the program the whole
+ * skb, linear (docs/design.md §8). */
+static __always_inline __u32 dodgy_segments(struct xdp_md *ctx, __u32 gso_size, __u32 off)
+{
+	__u64 len = ctx->data_end - ctx->data;
+	__u64 segs = len > off ? (len - off + gso_size - 1) / gso_size : 1;
+	return segs > 0xffff ? 0xffff : segs ? segs : 1;
+}
+
 /* The datagrams a UDP frame (tcp 0) carries, or the segments a TCP frame
  * (tcp 1) carries: gso_segs of a GSO/GRO super-packet (UDP_SEGMENT
  * senders, UDP GRO; TSO over a veth, TCP GRO) on an interface in generic
@@ -43,7 +57,7 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
  * the end of skb_shared_info (bpf_prog_run_generic_xdp), so the shared info
  * sits where xdp_get_shared_info_from_buff finds it. Native buffers carry
  * no GSO state and may hold anything there, hence the skb_ifaces check. */
-static __always_inline __u32 super_segments(struct xdp_md *ctx, int tcp)
+static __always_inline __u32 super_segments(struct xdp_md *ctx, int tcp, __u32 off)
 {
 	__u32 ifindex = ctx->ingress_ifindex;
 	if (!bpf_cast_to_kern_ctx || !bpf_rdonly_cast)
@@ -60,9 +74,22 @@ static __always_inline __u32 super_segments(struct xdp_md *ctx, int tcp)
 	__u32 gso_size = si->gso_size;
 	__u32 segs = si->gso_segs;
 	__u32 want = tcp ? SKB_GSO_TCPV4 | SKB_GSO_TCPV6 : SKB_GSO_UDP_L4;
-	if (!gso_size || !(gso_type & want) || !segs)
+	if (!gso_size || !(gso_type & want))
 		return 1;
-	return segs;
+	if (segs)
+		return segs;
+	return dodgy_segments(ctx, gso_size, off);
+}
+
+/* super_segments as a global function, so that the verifier checks it
+ * once, with its arguments unknown, not on every path to tl_judge's call
+ * (whose cost doubled with the branch of dodgy_segments). Called in
+ * generic mode only (tl_skb_ifaces). Returns 1..0xffff. */
+__noinline __u32 tl_segments(struct xdp_md *ctx, __u32 tcp, __u32 off)
+{
+	if (!ctx)
+		return 1;
+	return super_segments(ctx, tcp, off);
 }
 
 /* Is the frame a TCP GSO/GRO super-packet of several segments (generic
@@ -74,7 +101,7 @@ __noinline int tl_gso_tcp(struct xdp_md *ctx)
 {
 	if (!ctx)
 		return 0;
-	return super_segments(ctx, 1) > 1;
+	return super_segments(ctx, 1, 0) > 1;
 }
 
 #endif /* __TL_SEGMENTS_H */

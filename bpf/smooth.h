@@ -97,7 +97,9 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 		return c;
 	if (c->id != id + 1) {
 		/* This CPU's first refresh in the window: the in-budget rate
-		 * is measured from the window's start (tiers.Model.refresh). */
+		 * is measured from the window's start (tiers.Model.refresh;
+		 * sm_refresh reads it again after a switch of the tick
+		 * source). */
 		c->ref_tick = c->cand_tick = READ_ONCE(w->start_tick);
 		c->ref_n = c->cand_n = 0;
 	}
@@ -110,6 +112,21 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 	return c;
 }
 
+/* Starts c's in-budget rate reference again at start, the window's
+ * start tick, when its ticks are of the other tick source: a restart
+ * switched it (window.h window_start_tick), and the memo is pinned or
+ * took the window's start tick as stored (sm_coef). The start re-derived
+ * may move by a tick, hence the 1. A global function, so that the
+ * verifier checks the branch once. */
+__noinline int tl_sm_reref(struct tl_smooth_cpu *c, __u64 tick, __u64 start)
+{
+	if (!c || (c->cand_tick <= tick && c->ref_tick + 1 >= start))
+		return 0;
+	c->ref_tick = c->cand_tick = start;
+	c->ref_n = c->cand_n = 0;
+	return 1;
+}
+
 /* The refresh of sm_coef, once per tick and CPU: a function of its own
  * (a BPF-to-BPF call), so that its locals (the bpf_loop sums) take no room
  * in the callers' stack frame, whose chain the verifier bounds at 512
@@ -119,7 +136,7 @@ static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, 
 {
 	__u64 id = c->id - 1, tick = c->tick;
 	__u64 j = s->sm_ticks ? s->sm_ticks : 1;
-	__u64 start = READ_ONCE(w->start_tick);
+	__u64 start = window_start_tick(w, s, tick);
 	__u64 e = tick > start ? tick - start : 0;
 	if (e > j)
 		e = j;
@@ -158,6 +175,7 @@ static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, 
 		 * (smooth_prof.h sm_prof_refresh). */
 		c->prev_in_all = prev_in;
 		n = n > xh ? n - xh : 0;
+		tl_sm_reref(c, tick, start);
 		__u64 d = j >> 4;
 		if (tick >= c->cand_tick + (d ? d : 1)) {
 			c->ref_tick = c->cand_tick;

@@ -10,6 +10,7 @@
 
 #include "maps.h"
 #include "smooth_q.h"
+#include "window.h"
 
 /* The ticks between two samples of a window of j ticks: ⌈j/N⌉, at least 1
  * (tiers.SmoothProfStep). */
@@ -132,7 +133,7 @@ static __always_inline void sm_prof_refresh(struct tl_smooth_cpu *c, struct tl_w
 					    __u64 id, __u64 tick, __u64 in)
 {
 	__u64 j = s->sm_ticks ? s->sm_ticks : 1;
-	__u64 start = READ_ONCE(w->start_tick);
+	__u64 start = window_start_tick(w, s, tick);
 	__u64 e = tick > start ? tick - start : 0;
 	if (e > j)
 		e = j;
