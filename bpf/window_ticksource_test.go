@@ -73,6 +73,11 @@ func tickSourceSwitch(t *testing.T, from, to uint64) {
 	if w2.Opened != w.Opened || w2.StartNs != w.StartNs || w2.Count != 2 {
 		t.Fatalf("the reload did not keep the window in progress: opened %d→%d, start %d→%d, count %d", w.Opened, w2.Opened, w.StartNs, w2.StartNs, w2.Count)
 	}
+	if win, err := second.l.Window(); err != nil {
+		t.Fatal(err)
+	} else if to == 0 && win.StartTick != w.StartNs>>tiers.SmoothTickShift {
+		t.Errorf("Limiter.Window reads the start tick as %d, want the clock's %d", win.StartTick, w.StartNs>>tiers.SmoothTickShift)
+	}
 	c := second.smoothCPU()
 	j := second.tab.Settings.SmoothTicks
 	// The elapsed ticks the refresh may read, in the new source's ticks.
