@@ -10,7 +10,6 @@
 
 #include "maps.h"
 #include "smooth_q.h"
-#include "window.h"
 
 /* The ticks between two samples of a window of j ticks: ⌈j/N⌉, at least 1
  * (tiers.SmoothProfStep). */
@@ -130,10 +129,9 @@ __noinline __u64 sm_prof_share(__u64 id, __u64 prev, __u64 j, __u64 eg)
  * Linux 6.1 counts them in it, and main, tl_judge and sm_refresh fill its
  * 512 bytes. */
 static __always_inline void sm_prof_refresh(struct tl_smooth_cpu *c, struct tl_window *w, const struct tl_settings *s,
-					    __u64 id, __u64 tick, __u64 in)
+					    __u64 id, __u64 tick, __u64 in, __u64 start)
 {
 	__u64 j = s->sm_ticks ? s->sm_ticks : 1;
-	__u64 start = window_start_tick(w, s, tick);
 	__u64 e = tick > start ? tick - start : 0;
 	if (e > j)
 		e = j;
