@@ -171,7 +171,7 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	 * the counters. */
 	__u32 segs = 1;
 	if (tl_skb_ifaces && !p.uncl)
-		segs = tl_segments(ctx, p.l4proto == IPPROTO_TCP, pri_off);
+		segs = super_segments(ctx, p.l4proto == IPPROTO_TCP, pri_off, 1);
 	if (s->src_budget && has_l3) {
 		int act = source_budget(ctx, &p, s, slot, w, bytes, sev, segs);
 		if (act >= 0)

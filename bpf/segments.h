@@ -5,6 +5,7 @@
 #define __TL_SEGMENTS_H
 
 #include "maps.h"
+#include "parse_ip.h"
 
 /* Kernel-internal layouts, read with CO-RE (relocated against the running
  * kernel's BTF at load): only the fields used. */
@@ -40,9 +41,12 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
  * segments it as __udp_gso_segment and tcp_gso_segment do: the bytes after
  * the L4 header (at off from data, the UDP or TCP payload), in gso_size
  * pieces, rounded up; at least 1. Generic XDP hands the program the whole
- * skb, linear (docs/design.md §8). */
-static __always_inline __u32 dodgy_segments(struct xdp_md *ctx, __u32 gso_size, __u32 off)
+ * skb, linear (docs/design.md §2). A global function, so that the
+ * verifier checks it once: inlined, it cost +17k instructions. */
+__noinline __u32 tl_dodgy_segments(struct xdp_md *ctx, __u32 gso_size, __u32 off)
 {
+	if (!ctx || !gso_size)
+		return 1;
 	__u64 len = ctx->data_end - ctx->data;
 	__u64 segs = len > off ? (len - off + gso_size - 1) / gso_size : 1;
 	return segs > 0xffff ? 0xffff : segs ? segs : 1;
@@ -51,13 +55,14 @@ static __always_inline __u32 dodgy_segments(struct xdp_md *ctx, __u32 gso_size, 
 /* The datagrams a UDP frame (tcp 0) carries, or the segments a TCP frame
  * (tcp 1) carries: gso_segs of a GSO/GRO super-packet (UDP_SEGMENT
  * senders, UDP GRO; TSO over a veth, TCP GRO) on an interface in generic
- * mode, else 1. A TCP super-packet is never a SYN (tcp_gro_receive
+ * mode, or, when it is 0, tl_dodgy_segments with off the L4 payload's
+ * offset (count 1, a constant); else 1. A TCP super-packet is never a SYN (tcp_gro_receive
  * flushes on SYN), so it counts only under count: packets.
  * Generic XDP builds its xdp_buff on the skb's head, with frame_sz reaching
  * the end of skb_shared_info (bpf_prog_run_generic_xdp), so the shared info
  * sits where xdp_get_shared_info_from_buff finds it. Native buffers carry
  * no GSO state and may hold anything there, hence the skb_ifaces check. */
-static __always_inline __u32 super_segments(struct xdp_md *ctx, int tcp, __u32 off)
+static __always_inline __u32 super_segments(struct xdp_md *ctx, int tcp, __u32 off, const int count)
 {
 	__u32 ifindex = ctx->ingress_ifindex;
 	if (!bpf_cast_to_kern_ctx || !bpf_rdonly_cast)
@@ -76,20 +81,13 @@ static __always_inline __u32 super_segments(struct xdp_md *ctx, int tcp, __u32 o
 	__u32 want = tcp ? SKB_GSO_TCPV4 | SKB_GSO_TCPV6 : SKB_GSO_UDP_L4;
 	if (!gso_size || !(gso_type & want))
 		return 1;
-	if (segs)
-		return segs;
-	return dodgy_segments(ctx, gso_size, off);
-}
-
-/* super_segments as a global function, so that the verifier checks it
- * once, with its arguments unknown, not on every path to tl_judge's call
- * (whose cost doubled with the branch of dodgy_segments). Called in
- * generic mode only (tl_skb_ifaces). Returns 1..0xffff. */
-__noinline __u32 tl_segments(struct xdp_md *ctx, __u32 tcp, __u32 off)
-{
-	if (!ctx)
+	/* count 0 (tl_gso_tcp) asks only whether there are several: a vnet
+	 * header marks a packet GSO only then (virtio_net_hdr_to_skb). */
+	if (!segs)
+		segs = count ? bounded16(tl_dodgy_segments(ctx, gso_size, off)) : 2;
+	if (!segs)
 		return 1;
-	return super_segments(ctx, tcp, off);
+	return segs;
 }
 
 /* Is the frame a TCP GSO/GRO super-packet of several segments (generic
@@ -101,7 +99,7 @@ __noinline int tl_gso_tcp(struct xdp_md *ctx)
 {
 	if (!ctx)
 		return 0;
-	return super_segments(ctx, 1, 0) > 1;
+	return super_segments(ctx, 1, 0, 0) > 1;
 }
 
 #endif /* __TL_SEGMENTS_H */
