@@ -51,14 +51,14 @@ const struct tl_contract *tl_contract_btf __attribute__((unused));
  * unclassified), -1 for one with no <PRI>. The payload is at pri_off from
  * data, bounded so that the verifier can range-check a pointer at it
  * (TL_PRI_OFF_MAX: a payload further in is read as having no <PRI>). */
-static __always_inline int judge_sev(const struct tl_settings *s, const struct pkt *p, void *data, void *data_end,
-				     __u32 pri_off)
+static __always_inline int judge_sev(struct xdp_md *ctx, const struct tl_settings *s, const struct pkt *p,
+				     void *data, void *data_end, __u32 pri_off)
 {
 	struct cursor c = { .pos = data + (pri_off & TL_PRI_OFF_MAX), .end = data_end };
 
 	if (!s->sev_on || p->l4proto != IPPROTO_UDP || p->uncl)
 		return TL_SEV_NONE;
-	return pri_off <= TL_PRI_OFF_MAX ? parse_pri(&c, udp_payload(data, data_end, pri_off)) : -1;
+	return pri_off <= TL_PRI_OFF_MAX ? parse_pri(&c, udp_payload(ctx, p, data, data_end, pri_off)) : -1;
 }
 
 /* Whether p is selected (policy.h), and for this host: one Linux discards
@@ -149,7 +149,7 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 		goto unselected;
 	/* Read the <PRI> now, so that the cursor is dead from here on: the
 	 * verifier then need not tell apart the parser's paths below. */
-	int sev = judge_sev(s, &p, data, data_end, pri_off);
+	int sev = judge_sev(ctx, s, &p, data, data_end, pri_off);
 	if (!judge_selected(ctx, a1, &p, slot, s))
 		goto unselected;
 	/* A frame with more VLAN tags than we walk has no header we know:
@@ -171,7 +171,7 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	 * the counters. */
 	__u32 segs = 1;
 	if (tl_skb_ifaces && !p.uncl)
-		segs = super_segments(ctx, p.l4proto == IPPROTO_TCP);
+		segs = super_segments(ctx, p.l4proto == IPPROTO_TCP, pri_off, 1);
 	if (s->src_budget && has_l3) {
 		int act = source_budget(ctx, &p, s, slot, w, bytes, sev, segs);
 		if (act >= 0)

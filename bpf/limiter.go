@@ -435,11 +435,17 @@ func (l *Limiter) Window() (Window, error) {
 	if int64(debt) < 0 { // an add and its undo in flight
 		debt = 0
 	}
+	start := w.StartTick
+	if l.tickNs == 0 && w.StartJiffies != 0 {
+		// Opened under the tick gate before a restart switched to the
+		// clock: the program reads it so (window.h window_start_tick).
+		start = tiers.StartTick(w.StartNs, w.StartJiffies, false)
+	}
 	return Window{
 		StartNs: w.StartNs, Count: w.Count + cur, LastCount: w.LastCount + prev,
 		Opened: w.Opened, StartJiffies: w.StartJiffies, Overflow: cur, Debt: debt,
 		Gap: w.Gap, Onset: w.Opened > 0 && w.Onset == w.Opened+1,
-		StartTick: w.StartTick, Ex: w.ExCount + curEx, LastEx: w.PrevEx + prevEx,
+		StartTick: start, Ex: w.ExCount + curEx, LastEx: w.PrevEx + prevEx,
 	}, nil
 }
 

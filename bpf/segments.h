@@ -5,6 +5,7 @@
 #define __TL_SEGMENTS_H
 
 #include "maps.h"
+#include "parse_ip.h"
 
 /* Kernel-internal layouts, read with CO-RE (relocated against the running
  * kernel's BTF at load): only the fields used. */
@@ -34,16 +35,34 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 /* SKB_DATA_ALIGN's cache line (SMP_CACHE_BYTES on x86-64 and arm64). */
 #define TL_CACHE_BYTES 64
 
+/* The segments of a super-packet whose gso_segs is 0: one from an
+ * untrusted source (SKB_GSO_DODGY), a tap or virtio device's vnet header
+ * (virtio_net_hdr_to_skb sets gso_segs 0), which the kernel counts when it
+ * segments it as __udp_gso_segment and tcp_gso_segment do: the bytes after
+ * the L4 header (at off from data, the UDP or TCP payload), in gso_size
+ * pieces, rounded up; at least 1. Generic XDP hands the program the whole
+ * skb, linear (docs/design.md §2). A global function, so that the
+ * verifier checks it once: inlined, it cost +17k instructions. */
+__noinline __u32 tl_dodgy_segments(struct xdp_md *ctx, __u32 gso_size, __u32 off)
+{
+	if (!ctx || !gso_size)
+		return 1;
+	__u64 len = ctx->data_end - ctx->data;
+	__u64 segs = len > off ? (len - off + gso_size - 1) / gso_size : 1;
+	return segs > 0xffff ? 0xffff : segs ? segs : 1;
+}
+
 /* The datagrams a UDP frame (tcp 0) carries, or the segments a TCP frame
  * (tcp 1) carries: gso_segs of a GSO/GRO super-packet (UDP_SEGMENT
  * senders, UDP GRO; TSO over a veth, TCP GRO) on an interface in generic
- * mode, else 1. A TCP super-packet is never a SYN (tcp_gro_receive
+ * mode, or, when it is 0, tl_dodgy_segments with off the L4 payload's
+ * offset (count 1, a constant); else 1. A TCP super-packet is never a SYN (tcp_gro_receive
  * flushes on SYN), so it counts only under count: packets.
  * Generic XDP builds its xdp_buff on the skb's head, with frame_sz reaching
  * the end of skb_shared_info (bpf_prog_run_generic_xdp), so the shared info
  * sits where xdp_get_shared_info_from_buff finds it. Native buffers carry
  * no GSO state and may hold anything there, hence the skb_ifaces check. */
-static __always_inline __u32 super_segments(struct xdp_md *ctx, int tcp)
+static __always_inline __u32 super_segments(struct xdp_md *ctx, int tcp, __u32 off, const int count)
 {
 	__u32 ifindex = ctx->ingress_ifindex;
 	if (!bpf_cast_to_kern_ctx || !bpf_rdonly_cast)
@@ -60,7 +79,13 @@ static __always_inline __u32 super_segments(struct xdp_md *ctx, int tcp)
 	__u32 gso_size = si->gso_size;
 	__u32 segs = si->gso_segs;
 	__u32 want = tcp ? SKB_GSO_TCPV4 | SKB_GSO_TCPV6 : SKB_GSO_UDP_L4;
-	if (!gso_size || !(gso_type & want) || !segs)
+	if (!gso_size || !(gso_type & want))
+		return 1;
+	/* count 0 (tl_gso_tcp) asks only whether there are several: a vnet
+	 * header marks a packet GSO only then (virtio_net_hdr_to_skb). */
+	if (!segs)
+		segs = count ? bounded16(tl_dodgy_segments(ctx, gso_size, off)) : 2;
+	if (!segs)
 		return 1;
 	return segs;
 }
@@ -74,7 +99,7 @@ __noinline int tl_gso_tcp(struct xdp_md *ctx)
 {
 	if (!ctx)
 		return 0;
-	return super_segments(ctx, 1) > 1;
+	return super_segments(ctx, 1, 0, 0) > 1;
 }
 
 #endif /* __TL_SEGMENTS_H */

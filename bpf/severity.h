@@ -39,18 +39,48 @@ static __always_inline int parse_pri(const struct cursor *c, __u32 len)
 	return -1;
 }
 
+/* The bytes of the IPv6 payload whose header is at l3 from data, from
+ * offset off of data on (udp_payload's rare path): the payload length
+ * counts from the end of the fixed header; a jumbogram's (0) is the rest
+ * of the frame. At most 0xffff: past a <PRI>'s 5 bytes, only whether the
+ * payload holds them matters. A global function, so that the verifier
+ * checks it once, not on every path to judge_sev. */
+__noinline __u32 tl_udp_rest6(struct xdp_md *ctx, __u32 l3, __u32 off)
+{
+	if (!ctx)
+		return 0;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	const struct ipv6hdr *ip6 = data + (l3 & 0xff);
+	if ((void *)(ip6 + 1) > data_end)
+		return 0;
+	__u64 end = (l3 & 0xff) + sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
+	if (!ip6->payload_len)
+		end = data_end - data;
+	/* The UDP length that would say as much: the header and the rest. */
+	__u64 rest = end > off ? end - off + sizeof(struct udphdr) : 0;
+	return rest > 0xffff ? 0xffff : rest;
+}
+
 /* The UDP payload's length as its header declares it, for the payload at
- * offset off from data (the UDP header is the 8 bytes before it); 0 when
- * the header cannot be read. In a first fragment it is the whole
- * datagram's, and the frame's end bounds the read. */
-static __always_inline __u32 udp_payload(void *data, void *data_end, __u32 off)
+ * offset off from data (the UDP header is the 8 bytes before it) of p; 0
+ * when the header cannot be read. In a first fragment it is the whole
+ * datagram's, and the frame's end bounds the read. An IPv6 UDP length of
+ * 0 is the rest of the IPv6 payload, as __udp6_lib_rcv reads it (and
+ * parse_udp): from the payload length, or, in a jumbogram (payload length
+ * 0), the rest of the frame, which then holds far more than a <PRI>
+ * (docs/design.md §7). A branch on the rare path only. */
+static __always_inline __u32 udp_payload(struct xdp_md *ctx, const struct pkt *p, void *data, void *data_end,
+					 __u32 off)
 {
 	if (off < sizeof(struct udphdr))
 		return 0;
 	const struct udphdr *uh = data + ((off - sizeof(struct udphdr)) & TL_PRI_OFF_MAX);
 	if ((void *)(uh + 1) > data_end)
 		return 0;
-	__u32 ulen = bpf_ntohs(uh->len);
+	__u32 ulen = bounded16(bpf_ntohs(uh->len));
+	if (!ulen && p->l3proto == ETH_P_IPV6)
+		ulen = bounded16(tl_udp_rest6(ctx, p->l3 - data, off));
 	return ulen > sizeof(*uh) ? ulen - sizeof(*uh) : 0;
 }
 

@@ -82,11 +82,26 @@ static __always_inline int sm_near(__u64 a, __u64 b)
 	return (a > b ? a - b : b - a) <= b >> 10;
 }
 
+/* Starts c's in-budget rate reference again at start, the window's
+ * start tick, when its ticks are of the other tick source: a restart
+ * switched it (window.h window_start_tick), and the memo, pinned, is of
+ * the same window from before the restart. Called from sm_coef with
+ * budgets on. The start re-derived may move by a tick, hence the 1. A
+ * global function, so that the verifier checks the branch once. */
+__noinline int tl_sm_reref(struct tl_smooth_cpu *c, __u64 tick, __u64 start)
+{
+	if (!c || (c->cand_tick <= tick && c->ref_tick + 1 >= start))
+		return 0;
+	c->ref_tick = c->cand_tick = start;
+	c->ref_n = c->cand_n = 0;
+	return 1;
+}
+
 /* This CPU's estimate of window id at tick, refreshed when either changed
  * (model.Model.refresh). in is the window's shared in-budget count as the
  * caller read it. Returns NULL only if the per-CPU map cannot be read. */
 static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, const struct tl_settings *s,
-				  __u64 in);
+				  __u64 in, __u64 start);
 
 static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const struct tl_settings *s, __u32 slot,
 						     __u64 id, __u64 tick, __u64 in)
@@ -95,18 +110,25 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 	struct tl_smooth_cpu *c = bpf_map_lookup_elem(&smooth_cpu, &zero);
 	if (!c || (c->id == id + 1 && c->tick == tick && c->slot == slot))
 		return c;
+	/* Read here, not in sm_refresh, as are the global functions below:
+	 * their frames then add to this caller's chain of stack frames, not
+	 * to sm_refresh's (smooth_prof.h sm_prof_refresh says why). */
+	__u64 start = window_start_tick(w, s, tick);
 	if (c->id != id + 1) {
 		/* This CPU's first refresh in the window: the in-budget rate
-		 * is measured from the window's start (model.Model.refresh). */
-		c->ref_tick = c->cand_tick = READ_ONCE(w->start_tick);
+		 * is measured from the window's start (model.Model.refresh;
+		 * tl_sm_reref, below, for a memo of the other tick source). */
+		c->ref_tick = c->cand_tick = start;
 		c->ref_n = c->cand_n = 0;
 	}
 	c->id = id + 1;
 	c->tick = tick;
 	c->slot = slot;
-	sm_refresh(c, w, s, in);
 	if (s->src_budget)
-		sm_prof_refresh(c, w, s, id, tick, in);
+		tl_sm_reref(c, tick, start);
+	sm_refresh(c, w, s, in, start);
+	if (s->src_budget)
+		sm_prof_refresh(c, w, s, id, tick, in, start);
 	return c;
 }
 
@@ -115,11 +137,10 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
  * in the callers' stack frame, whose chain the verifier bounds at 512
  * bytes. */
 static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, const struct tl_settings *s,
-				  __u64 in)
+				  __u64 in, __u64 start)
 {
 	__u64 id = c->id - 1, tick = c->tick;
 	__u64 j = s->sm_ticks ? s->sm_ticks : 1;
-	__u64 start = READ_ONCE(w->start_tick);
 	__u64 e = tick > start ? tick - start : 0;
 	if (e > j)
 		e = j;

@@ -129,10 +129,9 @@ __noinline __u64 sm_prof_share(__u64 id, __u64 prev, __u64 j, __u64 eg)
  * Linux 6.1 counts them in it, and main, tl_judge and sm_refresh fill its
  * 512 bytes. */
 static __always_inline void sm_prof_refresh(struct tl_smooth_cpu *c, struct tl_window *w, const struct tl_settings *s,
-					    __u64 id, __u64 tick, __u64 in)
+					    __u64 id, __u64 tick, __u64 in, __u64 start)
 {
 	__u64 j = s->sm_ticks ? s->sm_ticks : 1;
-	__u64 start = READ_ONCE(w->start_tick);
 	__u64 e = tick > start ? tick - start : 0;
 	if (e > j)
 		e = j;

@@ -169,7 +169,7 @@ struct tl_window {
 	__u64 count;      /* selected packets in this window so far */
 	__u64 last_count; /* final count of the previous window */
 	__u64 opened;     /* windows opened since the maps were created */
-	__u64 start_jiffies; /* bpf_jiffies64() read just before start_ns; 0: unknown */
+	__u64 start_jiffies; /* bpf_jiffies64() read just before start_ns; 0: opened under the clock (window.h window_start_tick) */
 	__u64 debt;          /* severity: protected passes not yet paid off */
 	__u64 overflowed;    /* opened + 1 once a CPU counted in the overflow map in this window; else less */
 	/* The shape and the budgets that share (docs/design.md §6, §9), written by

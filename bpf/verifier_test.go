@@ -22,7 +22,13 @@ import (
 // 195,772 (smooth_prof.h: two global functions the verifier checks once;
 // inlined into sm_refresh, checked at each of its callers' states, they
 // cost +112k); tl_judge cut into named parts (issue 38) took it to 188,602
-// (the same logic; clang allocates registers and spills anew). The
+// (the same logic; clang allocates registers and spills anew); issue 43
+// (super-packets whose gso_segs is 0, an IPv6 UDP length of 0, the tick
+// source across a restart) to 191,054: its rare paths are four global
+// functions the verifier checks once (tl_dodgy_segments, tl_udp_rest6,
+// tl_tick_switched, tl_sm_reref; inlined, they cost +138k), called on
+// those paths only (super_segments as a whole global function, called on
+// every generic-mode packet, took it to 177,347). The
 // parser's cost grows ~1.2x
 // per IPv6 extension header walked (TL_IPV6_EXT_MAX 4: 151k, 6: 180k, 8:
 // 243k, 12: 490k, measured before tl_dest_in took 20k off tl_judge), where

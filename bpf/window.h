@@ -116,6 +116,42 @@ struct window_clock {
 	__u64 start;   /* tl_window.start_ns as read before now's comparison */
 };
 
+/* The tick of start_ns (a window's start, on the clock) in the tick
+ * source of settings whose window_ns and window_jiffies these are, where
+ * the window recorded its start tick in the other source
+ * (window_start_tick): start_ns >> TL_SMOOTH_TICK_SHIFT under the clock;
+ * under the gate, tick (jiffies at clock now; now 0: read it here) less
+ * the whole ticks since start_ns, of window_ns / window_jiffies each (the
+ * tick, rounded up to divide a window). A global function, so that the
+ * verifier checks it once: it runs only in the window in progress at a
+ * restart that switched the source. */
+__noinline __u64 tl_tick_switched(__u64 window_ns, __u64 window_jiffies, __u64 tick, __u64 now, __u64 start_ns)
+{
+	if (!window_jiffies)
+		return start_ns >> TL_SMOOTH_TICK_SHIFT;
+	if (!now)
+		now = bpf_ktime_get_ns();
+	__u64 per = window_ns / window_jiffies;
+	__u64 e = now > start_ns ? (now - start_ns) / (per ? per : 1) : 0;
+	return tick > e ? tick - e : 0;
+}
+
+/* The window's start tick in the tick source s reads (window_tick), which
+ * a restart may have switched (the agent measured the tick this time and
+ * not the last, or the reverse: bpf.Options.TickNs). The window records
+ * its start tick's source: start_jiffies is 0 exactly when it opened under
+ * the clock, as bpf_jiffies64 never reads 0 (it starts at INITIAL_JIFFIES,
+ * 2^32 less 300 s of ticks). A start tick of the other source is
+ * re-derived (tl_tick_switched, docs/design.md §9): a branch on the rare
+ * path, as the start tick is read once per tick and CPU. */
+static __always_inline __u64 window_start_tick(const struct tl_window *w, const struct tl_settings *s, __u64 tick)
+{
+	__u64 start = READ_ONCE(w->start_tick);
+	if (!READ_ONCE(w->start_jiffies) != !s->window_jiffies)
+		start = tl_tick_switched(s->window_ns, s->window_jiffies, tick, 0, READ_ONCE(w->start_ns));
+	return start;
+}
+
 /* The window rule, the one place it is written in C (tiers' model is the
  * Go one): the window has expired when more than window_ns passed since it
  * opened, on bpf_ktime_get_ns. The tick gate comes first (window_count
@@ -222,11 +258,15 @@ static __always_inline int window_expired(struct tl_window *w, const struct tl_s
  * other CPUs without order: a CPU that reads one stale for the few ns after
  * the opening judges one packet on the old window's values. */
 static __always_inline void window_open(struct tl_window *w, const struct tl_settings *s, __u64 tick,
-					__u64 jiffies)
+					const struct window_clock *t)
 {
 	__u64 old_tick = w->start_tick;
+	/* The old window opened under the other tick source (a restart
+	 * switched it: window_start_tick). */
+	if (!w->start_jiffies != !s->window_jiffies)
+		old_tick = tl_tick_switched(s->window_ns, s->window_jiffies, tick, t->now, t->start);
 	__u64 id = w->opened;
-	w->start_jiffies = jiffies;
+	w->start_jiffies = t->jiffies;
 	w->start_tick = tick;
 	__u64 ov = __sync_lock_test_and_set(&w->overflowed, TL_OVF_CLOSED | (id + 1));
 	__u64 prev = __sync_lock_test_and_set(&w->count, 1);
@@ -282,7 +322,7 @@ static __always_inline void window_count(struct tl_window *w, const struct tl_se
 	int expired = window_expired(w, s, &t);
 	pos->tick = window_tick(s, &t);
 	if (expired && __sync_bool_compare_and_swap(&w->start_ns, t.start, t.now)) {
-		window_open(w, s, pos->tick, t.jiffies);
+		window_open(w, s, pos->tick, &t);
 		/* The rest of a super-packet's datagrams join the new window
 		 * behind its first. */
 		pos->n = segs > 1 ? __sync_fetch_and_add(&w->count, segs - 1) + segs : 1;

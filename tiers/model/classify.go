@@ -121,6 +121,9 @@ type packet struct {
 	// isTCP: a TCP segment; tcpSYN: one with SYN and without ACK, RST or
 	// FIN.
 	isTCP, tcpSYN bool
+	// payload: a UDP datagram's payload as the <PRI> is read from it
+	// (UDPPayload).
+	payload []byte
 }
 
 func (pk *packet) has(n int) bool { return len(pk.frame) >= pk.off+n }
@@ -138,6 +141,18 @@ func (pk *packet) has(n int) bool { return len(pk.frame) >= pk.off+n }
 // A prefix matches addresses of its own family only.
 func Classify(p tiers.Policy, frame []byte) Classification {
 	return ClassifyOn(p, Iface{}, frame)
+}
+
+// UDPPayload returns the payload of frame's UDP datagram as the program
+// reads its <PRI> (bpf/severity.h udp_payload; tiers.SyslogSeverity reads
+// it): the UDP length less the header, where an IPv6 UDP length of 0 is
+// the rest of the IP payload, as __udp6_lib_rcv reads it (docs/design.md
+// §7); cut at the frame's end. nil when Classify does not read frame as a
+// UDP datagram (not UDP, malformed, or a fragment that follows its first).
+func UDPPayload(frame []byte) []byte {
+	pk := packet{frame: frame}
+	classify(tiers.Policy{}, &pk)
+	return pk.payload
 }
 
 func classify(p tiers.Policy, pk *packet) Classification {
@@ -334,6 +349,7 @@ func (pk *packet) udp() (uint16, *Classification) {
 	if ulen < 8 || (ulen > pk.l4len && !pk.first) {
 		return 0, malformed(tiers.MalformedUDPLength)
 	}
+	pk.payload = h[8:min(ulen, len(h))]
 	return binary.BigEndian.Uint16(h[2:]), nil
 }
 
