@@ -57,9 +57,7 @@ func (e *eventSender) dial(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("port %q: %w", port, err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, eventTimeout)
-	addrs, err := e.resolve(rctx, host)
-	cancel()
+	addrs, err := e.lookup(ctx, host)
 	if err != nil {
 		return nil, err
 	}
@@ -255,6 +253,14 @@ func (e *eventSender) writeUDP(ctx context.Context, conn *net.Conn, msg []byte) 
 	return errors.Join(errs...)
 }
 
+// lookup resolves host (e.addr's) within eventTimeout: the one look-up
+// that dial, allRefused and stale share.
+func (e *eventSender) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
+	rctx, cancel := context.WithTimeout(ctx, eventTimeout)
+	defer cancel()
+	return e.resolve(rctx, host)
+}
+
 // allRefused reports whether every address the name resolves to now has
 // refused.
 func (e *eventSender) allRefused(ctx context.Context) bool {
@@ -262,9 +268,7 @@ func (e *eventSender) allRefused(ctx context.Context) bool {
 	if err != nil {
 		return true
 	}
-	rctx, cancel := context.WithTimeout(ctx, eventTimeout)
-	addrs, err := e.resolve(rctx, host)
-	cancel()
+	addrs, err := e.lookup(ctx, host)
 	if err != nil {
 		return true
 	}
@@ -297,9 +301,7 @@ func (e *eventSender) stale(ctx context.Context, conn net.Conn) bool {
 	if err != nil {
 		return false
 	}
-	rctx, cancel := context.WithTimeout(ctx, eventTimeout)
-	addrs, err := e.resolve(rctx, host)
-	cancel()
+	addrs, err := e.lookup(ctx, host)
 	if err != nil {
 		return false // keep what works while the resolver does not
 	}
