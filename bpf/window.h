@@ -64,6 +64,19 @@ static __always_inline int overflow_add(struct tl_window *w, __u64 id, int ex, _
 	return 1;
 }
 
+/* This CPU's own in-budget packets of window id past saturation: its
+ * overflow slot's, which only this CPU writes (overflow_add). A global
+ * function, so that the verifier checks it once: inlined at the smooth
+ * judgement's call sites (smooth.h sm_ovf, sm_coef), it cost +76k
+ * instructions. Its frame (the key) is smaller than sm_refresh's, beside
+ * which it is called. */
+__noinline __u64 tl_overflow_own(__u64 id)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct tl_overflow *o = bpf_map_lookup_elem(&overflow, &cpu);
+	return o && o->window[id & 1] == id ? o->packets[id & 1] : 0;
+}
+
 /* bpf_loop's state for overflow_sum: the sums of window id's slots, and
  * of window id - 1's (the other slot) when prev is set. */
 struct overflow_sum_ctx {
