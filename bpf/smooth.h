@@ -76,6 +76,20 @@ static __always_inline __u64 sm_own_ex(__u64 id)
 	return o && o->window[id & 1] == id ? o->ex[id & 1] : 0;
 }
 
+/* The in-budget packets of window id counted per CPU past saturation, as
+ * c counts them: the other CPUs' as summed at c's refresh (c->ovf), and
+ * this CPU's own, live. So within a tick the count of a saturated window
+ * grows with every packet of this CPU, as the model's does (issue 39: it
+ * was frozen at the tick's first packet, and 10,000 packets in one tick
+ * passed 1.7 to 4 × what the model passed:
+ * TestSmoothSaturatedTickProgram);
+ * the other CPUs' packets since c's refresh are not seen, a tick's worth
+ * at most. */
+static __always_inline __u64 sm_ovf(const struct tl_smooth_cpu *c, __u64 id)
+{
+	return c->ovf + tl_overflow_own(id);
+}
+
 /* Whether a is within b/1024 of b (tiers.near). */
 static __always_inline int sm_near(__u64 a, __u64 b)
 {
@@ -129,6 +143,9 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 	sm_refresh(c, w, s, in, start);
 	if (s->src_budget)
 		sm_prof_refresh(c, w, s, id, tick, in, start);
+	/* From here on c->ovf is the other CPUs' (sm_ovf); the profile took all. */
+	__u64 own = tl_overflow_own(id);
+	c->ovf = c->ovf > own ? c->ovf - own : 0;
 	return c;
 }
 
@@ -280,7 +297,7 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 	struct tl_smooth_cpu *c = sm_coef(w, s, slot, pos->id, pos->tick, pos->n);
 	if (!c)
 		return NULL;
-	__u64 n = pos->n >= s->last_n ? pos->n + c->ovf : pos->n;
+	__u64 n = pos->n >= s->last_n ? pos->n - 1 + sm_ovf(c, pos->id) : pos->n;
 	int onset = READ_ONCE(w->onset) == pos->id + 1;
 	if (!onset && sm_onset(n + c->ex, c->base_tot, c->mult)) {
 		w->onset = pos->id + 1;
@@ -328,7 +345,7 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		 * packets on last_n - 1 in-budget packets, R̂_tot fell below
 		 * R̂_in, and they passed at q(R̂_in) where the share is none
 		 * (1.45 × P(R) passed, TestSmoothRiseProgram). */
-		__u64 n = in + 1 >= s->last_n ? in + c->ovf : in;
+		__u64 n = in + 1 >= s->last_n ? in + sm_ovf(c, id) : in;
 		__u64 own = sm_own_ex(id);
 		__u64 all = n + c->ex + (own > c->ex_own ? own - c->ex_own : 0);
 		int onset = READ_ONCE(w->onset) == id + 1;
