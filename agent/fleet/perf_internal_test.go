@@ -3,11 +3,13 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,7 +48,9 @@ func TestFleetPerfStore(t *testing.T) {
 	var errs, lastCount int
 	measuring := false
 	for w := range clients {
-		c, err := dialRedis(su, "", func() time.Duration { return every }, func() (string, string) { return "", "" })
+		c, err := dialRedis(&connOptions{su: su, dials: new(atomic.Uint64), log: slog.New(slog.DiscardHandler),
+			creds:  func(context.Context) (string, string, error) { return "", "", nil },
+			report: func() time.Duration { return every }, ttl: func() time.Duration { return ttl }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -59,10 +59,12 @@ type fleetStarter interface {
 
 // startFleet starts the fleet controller when p has a fleet block
 // (docs/design.md §12). A store out of reach is no error: the controller
-// warns and the agent starts in fallback. The errors that refuse to start
-// are words for a person, exit 2: the store refusing the credentials or an
-// unreadable password_file (naming fleet.password_file), a bad ca_file,
-// store or other key, and a fleet with max: auto.
+// warns and the agent starts in fallback; so is a store that refuses the
+// credentials (an ERROR, fleet_auth_failed, and fallback until it takes
+// them). The errors that refuse to start are words for a person, exit 2:
+// an unreadable password_file (naming fleet.password_file) or
+// sentinel_password_file, a bad ca_file, cert_file or key_file, store or
+// other key, and a fleet with max: auto.
 func startFleet(a fleetStarter, p tiers.Policy, member string) error {
 	if p.Fleet == nil {
 		return nil
@@ -87,6 +89,10 @@ func explainFleet(err error, f *tiers.Fleet) error {
 		return configError{fmt.Errorf("fleet.password_file %s: %w", orNone(f.PasswordFile), err)}
 	case errors.Is(err, fleet.ErrCAFile):
 		return configError{fmt.Errorf("fleet.ca_file %s: %w", orNone(f.CAFile), err)}
+	case errors.Is(err, fleet.ErrCertFile):
+		return configError{fmt.Errorf("fleet.cert_file %s, fleet.key_file %s: %w", orNone(f.CertFile), orNone(f.KeyFile), err)}
+	case errors.Is(err, fleet.ErrSentinelPasswordFile):
+		return configError{fmt.Errorf("fleet.sentinel_password_file %s: %w", orNone(f.SentinelPasswordFile), err)}
 	case errors.Is(err, fleet.ErrStoreURL):
 		return configError{fmt.Errorf("fleet.store: %w", err)}
 	case errors.Is(err, fleet.ErrConfig):
