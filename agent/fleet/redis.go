@@ -366,4 +366,3 @@ func (goRedisLog) Printf(ctx context.Context, format string, v ...any) {
 }
 
 var quietOnce sync.Once
-
