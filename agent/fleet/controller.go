@@ -2,11 +2,13 @@ package fleet
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,8 +145,13 @@ func (c *Controller) refused(err error, doing string) {
 		return
 	}
 	c.authFailed = true
-	c.log.Error("fleet store refuses the credentials: "+doing+"; retrying, reading password_file, cert_file and key_file again at each attempt",
-		"store", c.store, "err", err)
+	attrs := []any{"store", c.store, "err", err}
+	var host x509.HostnameError
+	if errors.As(err, &host) && host.Certificate != nil {
+		// A store announced by IP with a certificate for names: say which.
+		attrs = append(attrs, "certificate_names", strings.Join(host.Certificate.DNSNames, ","), "hint", "set fleet.server_name to one of them")
+	}
+	c.log.Error("fleet store refuses the credentials: "+doing+"; retrying, reading password_file, cert_file and key_file again at each attempt", attrs...)
 }
 
 // Reload applies a reloaded policy's fleet section: it reads password_file

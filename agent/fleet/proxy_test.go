@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -107,7 +108,9 @@ func (p *delayProxy) cut() {
 }
 
 // hangUp listens on addr (a store that went away) and closes every
-// connection it accepts at once, counting them: what a member meets when a
+// connection it accepts after its first bytes, counting those that a
+// member opened (its HELLO names the client tierlimit-fleet; a Sentinel's
+// own reconnections to the master do not): what a member meets when a
 // master's address still takes connections but no server answers (a
 // proxy or a Service in front of a dead master).
 func hangUp(t *testing.T, addr string) *atomic.Int64 {
@@ -131,8 +134,15 @@ func hangUp(t *testing.T, addr string) *atomic.Int64 {
 			if err != nil {
 				return
 			}
-			n.Add(1)
-			c.Close()
+			go func() {
+				defer c.Close()
+				c.SetReadDeadline(time.Now().Add(time.Second))
+				b := make([]byte, 4096)
+				k, _ := c.Read(b)
+				if bytes.Contains(b[:k], []byte("tierlimit-fleet")) {
+					n.Add(1)
+				}
+			}()
 		}
 	}()
 	return &n

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -344,7 +345,10 @@ func refusal(err error) error {
 		return nil
 	}
 	var verify *tls.CertificateVerificationError
-	if errors.As(err, &verify) {
+	var host x509.HostnameError
+	var ca x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	if errors.As(err, &verify) || errors.As(err, &host) || errors.As(err, &ca) || errors.As(err, &invalid) {
 		return refusedError{err}
 	}
 	msg := err.Error()
