@@ -92,9 +92,12 @@ func checkConn(su storeurl.URL, cfg Config) error {
 // readSentinelPassword reads sentinel_password_file as password_file is
 // read. Errors wrap ErrSentinelPasswordFile and never quote the content.
 func readSentinelPassword(file string) (string, error) {
-	pw, err := readPassword(file)
+	pw, err := storeurl.ReadPassword(file, os.ReadFile)
+	if errors.Is(err, storeurl.ErrEmptyPassword) {
+		err = fmt.Errorf("%s: %w", file, err)
+	}
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrSentinelPasswordFile, errors.Unwrap(err))
+		return "", fmt.Errorf("%w: %v", ErrSentinelPasswordFile, err)
 	}
 	return pw, nil
 }
