@@ -31,11 +31,15 @@ func checkFleetFiles(p tiers.Policy) error {
 	return nil
 }
 
-// checkFleetStore asks the store of p's fleet, when p has one, whether it
-// takes the credentials, before anything is attached, within one
-// fleet.report: a refusal is explainFleet's exit 2, naming
-// fleet.password_file. Any other answer, or none, leaves it to the
-// controller's start: a store out of reach starts run in fallback.
+// checkFleetStore checks the connection settings of p's fleet, when p has
+// one, before anything is attached, and asks its store once within one
+// fleet.report: a ca_file, cert_file, key_file or sentinel_password_file
+// that cannot be read is explainFleet's exit 2, naming the key. A store
+// that refuses the credentials is not (issue 40: no node is left
+// unprotected because of its store): the controller starts in fallback
+// with an ERROR and fleet_auth_failed, and keeps retrying. Any other
+// answer, or none, leaves it to the controller's start: a store out of
+// reach starts run in fallback.
 func checkFleetStore(ctx context.Context, p tiers.Policy) error {
 	if p.Fleet == nil {
 		return nil
@@ -43,7 +47,7 @@ func checkFleetStore(ctx context.Context, p tiers.Policy) error {
 	ctx, cancel := context.WithTimeout(ctx, p.Fleet.Report)
 	defer cancel()
 	_, err := fleet.Status(ctx, agent.FleetConfig(p.Fleet, "preflight"))
-	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, fleet.ErrAuth) {
 		return nil
 	}
 	if e := explainFleet(err, p.Fleet); isConfig(e) {
