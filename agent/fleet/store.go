@@ -18,8 +18,10 @@ import (
 // A call that hits ctx's deadline returns an error that isTimeout
 // recognises (context.DeadlineExceeded, os.ErrDeadlineExceeded or a
 // net.Error timeout); a store that refuses the credentials or the ACL
-// user's rights returns a refusedError (isAuth). A backend reconnects on
-// its own after a failed connection, by the next report at the latest.
+// user's rights, or a TLS certificate either way, returns a refusedError
+// (isAuth). A backend reconnects on its own after a failed connection,
+// backing off (backoff.go): while it backs off, report returns a
+// backingOffError that wraps the last failure.
 type store interface {
 	// report publishes member's estimates est (packets per window) in
 	// fleet name, drops the members not heard from for ttl, and returns
