@@ -26,12 +26,33 @@ type answer struct {
 // the wait: a timeout (isTimeout), counted slow.
 var errNoAnswer = fmt.Errorf("the fleet store has not answered within report: %w", context.DeadlineExceeded)
 
-// inflight is the report in flight, the loop's alone.
+// inflight is the report in flight, the loop's alone, and the worker that
+// makes it: one goroutine for the controller's life, whose stack has grown
+// to go-redis's depth once (a goroutine per report would grow one each
+// time: most of the CPU of a report's handoff).
 type inflight struct {
-	answers chan answer // capacity 1: the report in flight answers here
+	reqs    chan request // capacity 1: the worker takes the report to make
+	answers chan answer  // capacity 1: the report in flight answers here
 	pending bool
 	cancel  context.CancelFunc
 	timer   *time.Timer
+}
+
+// request is one report for the worker.
+type request struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	cfg    *Config
+	est    Sums
+}
+
+// worker makes the reports of reqs until it is closed.
+func (c *Controller) worker(reqs <-chan request, answers chan<- answer) {
+	for r := range reqs {
+		v, err := c.st.report(r.ctx, r.cfg.Name, r.cfg.Member, r.est, r.cfg.TTL)
+		r.cancel()
+		answers <- answer{v, err}
+	}
 }
 
 // reportWithin sends est in a report unless one is in flight, and waits at
@@ -39,8 +60,11 @@ type inflight struct {
 // or errNoAnswer. A report's own deadline is cfg.TTL.
 func (c *Controller) reportWithin(cfg *Config, est Sums, wait time.Duration) (view, error) {
 	f := &c.fl
-	if f.answers == nil {
-		f.answers = make(chan answer, 1)
+	if f.reqs == nil {
+		f.reqs, f.answers = make(chan request, 1), make(chan answer, 1)
+		go c.worker(f.reqs, f.answers)
+	}
+	if f.timer == nil {
 		f.timer = time.NewTimer(wait)
 	} else {
 		f.timer.Reset(wait)
@@ -48,12 +72,7 @@ func (c *Controller) reportWithin(cfg *Config, est Sums, wait time.Duration) (vi
 	if !f.pending {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.TTL)
 		f.pending, f.cancel = true, cancel
-		name, member, ttl := cfg.Name, cfg.Member, cfg.TTL
-		go func() {
-			v, err := c.st.report(ctx, name, member, est, ttl)
-			cancel()
-			f.answers <- answer{v, err}
-		}()
+		f.reqs <- request{ctx, cancel, cfg, est}
 	}
 	select {
 	case a := <-f.answers:
@@ -65,13 +84,17 @@ func (c *Controller) reportWithin(cfg *Config, est Sums, wait time.Duration) (vi
 	}
 }
 
-// abandon cancels the report in flight, if any, and waits for it.
+// abandon cancels the report in flight, if any, waits for it, and stops
+// the worker.
 func (c *Controller) abandon() {
 	f := &c.fl
-	if !f.pending {
-		return
+	if f.pending {
+		f.cancel()
+		<-f.answers
+		f.pending = false
 	}
-	f.cancel()
-	<-f.answers
-	f.pending = false
+	if f.reqs != nil {
+		close(f.reqs)
+		f.reqs = nil
+	}
 }
