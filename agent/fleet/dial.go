@@ -109,8 +109,8 @@ func readSentinelPassword(file string) (string, error) {
 type dialer struct {
 	o *connOptions
 
-	mu       sync.Mutex
-	resolved map[string][]string // host name -> its addresses at the last dial, sorted
+	mu   sync.Mutex
+	used map[string]string // host name -> the address its last dial connected to
 }
 
 func (d *dialer) resolver() *net.Resolver {
@@ -137,19 +137,21 @@ func (d *dialer) dial(ctx context.Context, network, addr string) (net.Conn, erro
 	ctx, cancel := context.WithTimeout(ctx, d.timeout())
 	defer cancel()
 	ips := []string{host}
-	if net.ParseIP(host) == nil {
+	name := net.ParseIP(host) == nil
+	if name {
 		if ips, err = d.resolver().LookupHost(ctx, host); err != nil {
 			return nil, err
 		}
-		slices.Sort(ips)
-		d.mu.Lock()
-		d.resolved[host] = ips
-		d.mu.Unlock()
 	}
 	var nd net.Dialer
 	var conn net.Conn
 	for _, ip := range ips {
 		if conn, err = nd.DialContext(ctx, network, net.JoinHostPort(ip, port)); err == nil {
+			if name {
+				d.mu.Lock()
+				d.used[host] = ip
+				d.mu.Unlock()
+			}
 			break
 		}
 	}
@@ -168,21 +170,22 @@ func (d *dialer) dial(ctx context.Context, network, addr string) (net.Conn, erro
 }
 
 // moved resolves every host name the dialer has dialled and reports
-// whether one resolves to other addresses than at its last dial.
+// whether one no longer resolves to the address its last dial connected
+// to (a name with several addresses may list them in any order, or some
+// of them: only the one in use matters).
 func (d *dialer) moved(ctx context.Context) (string, bool) {
 	d.mu.Lock()
-	hosts := make(map[string][]string, len(d.resolved))
-	for h, a := range d.resolved {
-		hosts[h] = a
+	used := make(map[string]string, len(d.used))
+	for h, a := range d.used {
+		used[h] = a
 	}
 	d.mu.Unlock()
-	for h, was := range hosts {
+	for h, ip := range used {
 		now, err := d.resolver().LookupHost(ctx, h)
-		if err != nil {
+		if err != nil || len(now) == 0 {
 			continue // a name that does not resolve now: the connections stay
 		}
-		slices.Sort(now)
-		if !slices.Equal(now, was) {
+		if !slices.Contains(now, ip) {
 			return h, true
 		}
 	}

@@ -37,7 +37,7 @@ var _ store = (*redisStore)(nil)
 
 // dialRedis returns the store o names (dial). Its errors are newClient's.
 func dialRedis(o *connOptions) (*redisStore, error) {
-	d := &dialer{o: o, resolved: map[string][]string{}}
+	d := &dialer{o: o, used: map[string]string{}}
 	c, err := newClient(o, d)
 	if err != nil {
 		return nil, err
