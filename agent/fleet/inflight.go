@@ -84,13 +84,13 @@ func (c *Controller) reportWithin(cfg *Config, est Sums, wait time.Duration) (vi
 	}
 }
 
-// abandon cancels the report in flight, if any, waits for it, and stops
-// the worker.
+// abandon cancels the report in flight, if any, without waiting for it (a
+// hung store would hold a Close for ttl), and stops the worker once that
+// report has answered into its buffer.
 func (c *Controller) abandon() {
 	f := &c.fl
 	if f.pending {
 		f.cancel()
-		<-f.answers
 		f.pending = false
 	}
 	if f.reqs != nil {
