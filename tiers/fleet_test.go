@@ -151,6 +151,12 @@ func TestValidateFleet(t *testing.T) {
 		{"report = ttl", func(p *Policy) { p.Fleet.Report = p.Fleet.TTL }, ErrFleet, "fleet.report"},
 		{"fallback", func(p *Policy) { p.Fleet.Fallback = 7 }, ErrFleet, "fleet.fallback"},
 		{"ordinal", func(p *Policy) { p.Shape = ShapeOrdinal }, ErrFleet, "shape"},
+		{"cert without tls", func(p *Policy) { p.Fleet.CertFile, p.Fleet.KeyFile = "/c", "/k" }, ErrFleet, "fleet.cert_file"},
+		{"key without cert", func(p *Policy) { p.Fleet.Store, p.Fleet.KeyFile = "rediss://h", "/k" }, ErrFleet, "fleet.key_file"},
+		{"relative key", func(p *Policy) { p.Fleet.Store, p.Fleet.CertFile, p.Fleet.KeyFile = "rediss://h", "/c", "k" }, ErrFleet, "fleet.key_file"},
+		{"server_name", func(p *Policy) { p.Fleet.Store, p.Fleet.ServerName = "rediss://h", "-bad-" }, ErrFleet, "fleet.server_name"},
+		{"sentinel user", func(p *Policy) { p.Fleet.SentinelUser = "u" }, ErrFleet, "fleet.sentinel_user"},
+		{"sentinel password", func(p *Policy) { p.Fleet.Store, p.Fleet.SentinelPasswordFile = "redis+sentinel://s/m", "s.pw" }, ErrFleet, "fleet.sentinel_password_file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := Default()
