@@ -23,10 +23,18 @@ type secretVolume struct {
 
 func newSecretVolume(t *testing.T, content string) *secretVolume {
 	t.Helper()
+	return newSecretFiles(t, map[string][]byte{"password": []byte(content + "\n")})
+}
+
+// newSecretFiles is a Secret volume holding files (name -> content).
+func newSecretFiles(t *testing.T, files map[string][]byte) *secretVolume {
+	t.Helper()
 	v := &secretVolume{dir: t.TempDir()}
-	v.update(t, content)
-	if err := os.Symlink(filepath.Join("..data", "password"), filepath.Join(v.dir, "password")); err != nil {
-		t.Fatal(err)
+	v.updateFiles(t, files)
+	for name := range files {
+		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(v.dir, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return v
 }
@@ -34,16 +42,27 @@ func newSecretVolume(t *testing.T, content string) *secretVolume {
 // file is the path a member reads: DIR/password.
 func (v *secretVolume) file() string { return filepath.Join(v.dir, "password") }
 
-// update swaps the content in as the kubelet does.
+// path is the path a member reads for the volume's file name.
+func (v *secretVolume) path(name string) string { return filepath.Join(v.dir, name) }
+
+// update swaps the password in as the kubelet does.
 func (v *secretVolume) update(t *testing.T, content string) {
+	t.Helper()
+	v.updateFiles(t, map[string][]byte{"password": []byte(content + "\n")})
+}
+
+// updateFiles swaps every file in at once, as the kubelet does.
+func (v *secretVolume) updateFiles(t *testing.T, files map[string][]byte) {
 	t.Helper()
 	v.gen++
 	ts := fmt.Sprintf("..2026_12_02_15_00_%02d.%d", v.gen, v.gen)
 	if err := os.Mkdir(filepath.Join(v.dir, ts), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(v.dir, ts, "password"), []byte(content+"\n"), 0o600); err != nil {
-		t.Fatal(err)
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(v.dir, ts, name), content, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	old, _ := os.Readlink(filepath.Join(v.dir, "..data"))
 	tmp := filepath.Join(v.dir, "..data_tmp")
@@ -142,4 +161,32 @@ func TestFleetRotation(t *testing.T) {
 func cfg2(cfg fleetConfig, member string) fleetConfig {
 	cfg.Member = member
 	return cfg
+}
+
+// TestFleetCertificateRotation (issue 40, item 6): a member whose client
+// certificate the store refuses (signed by another CA) starts in fallback
+// with fleet_auth_failed 1, and joins within 2 reports of cert_file and
+// key_file being swapped for good ones as a Secret volume swaps them, with
+// no reload.
+func TestFleetCertificateRotation(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{TLS: true, ClientAuth: true})
+	other := testenv.StartRedis(t, testenv.RedisOptions{TLS: true, ClientAuth: true}) // another CA
+	read := func(f string) []byte {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	vol := newSecretFiles(t, map[string][]byte{"tls.crt": read(other.ClientCert), "tls.key": read(other.ClientKey)})
+	cfg := testConfig(r.URL(), "certrot", "a")
+	cfg.CAFile, cfg.CertFile, cfg.KeyFile = r.CAFile, vol.path("tls.crt"), vol.path("tls.key")
+	a := join(t, cfg, 100)
+	refusedAndWaiting(t, a, 20, "a certificate of another CA")
+	vol.updateFiles(t, map[string][]byte{"tls.crt": read(r.ClientCert), "tls.key": read(r.ClientKey)})
+	if n, ok := reportsUntil(a, 20, func() bool {
+		return metric(t, a.c, "tierlimit_fleet_store_up") == 1 && metric(t, a.c, "tierlimit_fleet_auth_failed") == 0
+	}); !ok || n > 2 {
+		t.Errorf("a joined after %d reports (%v) of its certificate being swapped; want within 2:\n%s", n, ok, a.log)
+	}
 }
