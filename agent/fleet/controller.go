@@ -2,11 +2,13 @@ package fleet
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +28,8 @@ type Controller struct {
 	cfg   atomic.Pointer[Config]
 	creds atomic.Pointer[[2]string] // ACL user, password
 	m     metrics
+	cm    connMetrics
+	fl    inflight
 
 	// Loop state: the loop goroutine's alone once Start has returned.
 	lastOK     time.Time // when the store last answered
@@ -47,10 +51,14 @@ type Controller struct {
 //
 // A store out of reach at start is no error: the controller logs a
 // warning, enters fallback (fb.EnterFallback(0)) and joins when the store
-// answers. Start returns an error, and starts nothing, when cfg is out of
-// range (ErrConfig), the store URL is bad (ErrStoreURL), password_file or
-// ca_file cannot be read (ErrPasswordFile, ErrCAFile), or the store
-// refuses the credentials (ErrAuth).
+// answers. Nor is a store that refuses the credentials: the controller
+// logs an ERROR, sets fleet_auth_failed, enters fallback and keeps trying,
+// reading the files again at each new connection (a rotation). Start
+// returns an error, and starts nothing, when cfg is out of range
+// (ErrConfig), the store URL is bad (ErrStoreURL), or password_file,
+// sentinel_password_file, ca_file, cert_file or key_file cannot be read or
+// do not fit the store (ErrPasswordFile, ErrSentinelPasswordFile,
+// ErrCAFile, ErrCertFile).
 func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -74,21 +82,21 @@ func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller,
 		return nil, err
 	}
 	c.cfg.Store(&cfg)
-	c.st, err = dial(su, cfg.CAFile, func() time.Duration { return c.cfg.Load().Report }, c.credentials)
+	c.st, err = dial(&connOptions{su: su, cfg: cfg, dials: &c.cm.dials, log: c.log, creds: c.credentials,
+		report: func() time.Duration { return c.cfg.Load().Report },
+		ttl:    func() time.Duration { return c.cfg.Load().TTL }})
 	if err != nil {
 		return nil, err
 	}
 	est := c.estimate()
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.TTL)
-	v, err := c.st.report(ctx, cfg.Name, cfg.Member, est, cfg.TTL)
-	cancel()
-	if err != nil && isAuth(err) {
-		c.st.close()
-		return nil, fmt.Errorf("%w: %s: %v", ErrAuth, c.store, err)
-	}
+	v, err := c.reportWithin(&cfg, est, cfg.TTL)
 	if err != nil {
 		c.m.reports(resultOf(err, false)).Add(1)
-		c.log.Warn("fleet store out of reach at start: starting in fallback", "store", c.store, "fallback", cfg.Fallback, "err", err)
+		if isAuth(err) {
+			c.refused(err, "starting in fallback")
+		} else {
+			c.log.Warn("fleet store out of reach at start: starting in fallback", "store", c.store, "fallback", cfg.Fallback, "err", err)
+		}
 		c.enterFallback(0)
 	} else {
 		c.m.reports(resultOK).Add(1)
@@ -112,11 +120,38 @@ func (c *Controller) loadCreds(cfg Config, user string) error {
 	return nil
 }
 
-// credentials is go-redis's CredentialsProvider: the secret is read on
-// each new connection, so a Reload's password applies to the next one.
-func (c *Controller) credentials() (string, string) {
+// credentials is go-redis's CredentialsProviderContext: password_file is
+// read again at each new connection, so that a password rotated in the
+// file (a Kubernetes Secret's volume, an atomic swap) applies at the next
+// one without a reload; a file that cannot be read then leaves the last
+// password read in use.
+func (c *Controller) credentials(context.Context) (string, string, error) {
+	if f := c.cfg.Load().PasswordFile; f != "" {
+		if pw, err := readPassword(f); err == nil {
+			c.creds.Store(&[2]string{c.creds.Load()[0], pw})
+		} else {
+			c.log.Debug("fleet password_file unreadable at a new connection: the last password read is used", "err", err)
+		}
+	}
 	cr := c.creds.Load()
-	return cr[0], cr[1]
+	return cr[0], cr[1], nil
+}
+
+// refused says once, as an ERROR, that the store refuses the credentials,
+// and sets fleet_auth_failed until the store answers.
+func (c *Controller) refused(err error, doing string) {
+	c.cm.authFailed.Store(1)
+	if c.authFailed {
+		return
+	}
+	c.authFailed = true
+	attrs := []any{"store", c.store, "err", err}
+	var host x509.HostnameError
+	if errors.As(err, &host) && host.Certificate != nil {
+		// A store announced by IP with a certificate for names: say which.
+		attrs = append(attrs, "certificate_names", strings.Join(host.Certificate.DNSNames, ","), "hint", "set fleet.server_name to one of them")
+	}
+	c.log.Error("fleet store refuses the credentials: "+doing+"; retrying, reading password_file, cert_file and key_file again at each attempt", attrs...)
 }
 
 // Reload applies a reloaded policy's fleet section: it reads password_file
@@ -129,7 +164,9 @@ func (c *Controller) Reload(cfg Config) error {
 		return err
 	}
 	old := c.cfg.Load()
-	if cfg.Name != old.Name || cfg.Member != old.Member || cfg.Store != old.Store || cfg.CAFile != old.CAFile {
+	if cfg.Name != old.Name || cfg.Member != old.Member || cfg.Store != old.Store || cfg.CAFile != old.CAFile ||
+		cfg.CertFile != old.CertFile || cfg.KeyFile != old.KeyFile || cfg.ServerName != old.ServerName ||
+		cfg.SentinelPasswordFile != old.SentinelPasswordFile || cfg.SentinelUser != old.SentinelUser {
 		return ErrRestart
 	}
 	su, err := parseStore(cfg.Store)
@@ -153,6 +190,7 @@ func (c *Controller) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.stop)
 		<-c.done
+		c.abandon()
 		cfg := c.cfg.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.Report)
 		defer cancel()
@@ -190,9 +228,7 @@ func (c *Controller) tick() {
 	cfg := c.cfg.Load()
 	est := c.estimate()
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Report)
-	v, err := c.st.report(ctx, cfg.Name, cfg.Member, est, cfg.TTL)
-	cancel()
+	v, err := c.reportWithin(cfg, est, cfg.Report)
 	now := time.Now()
 	slow := now.Sub(start) > cfg.Report
 	c.m.reports(resultOf(err, slow)).Add(1)
@@ -203,11 +239,10 @@ func (c *Controller) tick() {
 	c.m.storeUp.Store(0)
 	c.m.offered.Store(est.Total + c.m.others.Load())
 	c.log.Debug("fleet report failed", "err", err)
-	if isAuth(err) && !c.authFailed {
-		// A password changed on the store but not in password_file: say
-		// so once, not at every report.
-		c.log.Error("fleet store refuses the credentials: check password_file", "store", c.store, "err", err)
-		c.authFailed = true
+	if isAuth(err) {
+		// A password changed on the store but not (yet) in password_file:
+		// said once, not at every report.
+		c.refused(err, "check password_file")
 	}
 	if !c.inFallback && now.Sub(c.lastOK) > cfg.TTL {
 		c.log.Warn("fleet store not answering for ttl: in fallback", "store", c.store, "ttl", cfg.TTL,
@@ -221,6 +256,7 @@ func (c *Controller) tick() {
 func (c *Controller) joined(now time.Time, est Sums, v view) {
 	c.lastOK = now
 	c.authFailed = false
+	c.cm.authFailed.Store(0)
 	c.members = v.members
 	if c.inFallback {
 		if err := c.fb.LeaveFallback(); err != nil {

@@ -74,4 +74,5 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range []string{resultOK, resultError, resultSlow} {
 		promdesc.Counter(ch, descReports, m.reports(r).Load(), r)
 	}
+	c.collectConn(ch)
 }
