@@ -406,8 +406,11 @@ const (
 	LimiterMapWindow            = "window"
 	LimiterProgTierlimit        = "tierlimit"
 	LimiterVarTlContractBtf     = "tl_contract_btf"
+	LimiterVarTlFleetExpiry     = "tl_fleet_expiry"
+	LimiterVarTlFleetFbMult     = "tl_fleet_fb_mult"
 	LimiterVarTlFleetOthers     = "tl_fleet_others"
 	LimiterVarTlFleetOthersIn   = "tl_fleet_others_in"
+	LimiterVarTlFleetStale      = "tl_fleet_stale"
 	LimiterVarTlIfCount         = "tl_if_count"
 	LimiterVarTlIfIndex         = "tl_if_index"
 	LimiterVarTlIfWord          = "tl_if_word"
@@ -497,8 +500,11 @@ type LimiterMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterVariableSpecs struct {
 	TlContractBtf   *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlFleetExpiry   *ebpf.VariableSpec `ebpf:"tl_fleet_expiry"`
+	TlFleetFbMult   *ebpf.VariableSpec `ebpf:"tl_fleet_fb_mult"`
 	TlFleetOthers   *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.VariableSpec `ebpf:"tl_fleet_others_in"`
+	TlFleetStale    *ebpf.VariableSpec `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.VariableSpec `ebpf:"tl_if_word"`
@@ -589,8 +595,11 @@ func (m *LimiterMaps) Close() error {
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterVariables struct {
 	TlContractBtf   *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlFleetExpiry   *ebpf.Variable `ebpf:"tl_fleet_expiry"`
+	TlFleetFbMult   *ebpf.Variable `ebpf:"tl_fleet_fb_mult"`
 	TlFleetOthers   *ebpf.Variable `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.Variable `ebpf:"tl_fleet_others_in"`
+	TlFleetStale    *ebpf.Variable `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.Variable `ebpf:"tl_if_word"`

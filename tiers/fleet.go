@@ -16,7 +16,7 @@ import (
 // that is not one of the four forms (or holds a password), a report or
 // ttl that is not positive or a report not under ttl, a relative
 // password_file or ca_file, a ca_file for a store without TLS, a fallback other
-// than share or local, or fleet with the ordinal shape.
+// than share, local or last, or fleet with the ordinal shape.
 var ErrFleet = errors.New("bad fleet setting")
 
 // Defaults of the fleet block.
@@ -40,6 +40,10 @@ const (
 	FallbackShare FleetFallback = iota
 	// FallbackLocal judges on the policy's own max.
 	FallbackLocal
+	// FallbackLast keeps the member's last share, own R̂ ÷ R̂_fleet ×
+	// fleet.max at the last report answered, for FleetLastHold ttls,
+	// then judges as FallbackShare (docs/design.md §12, Partitions).
+	FallbackLast
 )
 
 // String returns "share" or "local".
@@ -49,6 +53,8 @@ func (f FleetFallback) String() string {
 		return "share"
 	case FallbackLocal:
 		return "local"
+	case FallbackLast:
+		return "last"
 	}
 	return "fallback(" + strconv.Itoa(int(f)) + ")"
 }
@@ -108,12 +114,28 @@ func (p Policy) TableMax() uint64 {
 // into the auto bounds (Auto is kept, and the agent's auto controller
 // moves Max from there). Without a fleet it returns p unchanged. The
 // agent writes others 0 (bpf.Limiter.SetFleetOthers) with it.
+//
+// FallbackLast without a last share (FleetFallbackLast's) is
+// FallbackShare.
 func (p Policy) FleetFallbackPolicy(members int) Policy {
+	return p.FleetFallbackLast(members, 0)
+}
+
+// FleetFallbackLast is FleetFallbackPolicy with, for FallbackLast, the
+// member's last share: last, packets per window (FleetLastShare), 0 once
+// it has decayed or when none was seen, which is FallbackShare's max.
+func (p Policy) FleetFallbackLast(members int, last uint64) Policy {
 	if p.Fleet == nil {
 		return p
 	}
 	q := p.Local()
-	if p.Fleet.Fallback == FallbackShare && members > 0 {
+	share := p.Fleet.Fallback == FallbackShare || p.Fleet.Fallback == FallbackLast
+	if p.Fleet.Fallback == FallbackLast && last > 0 {
+		q.Max = min(last, p.Fleet.Max)
+		if q.Auto != nil {
+			q.Max = min(max(q.Max, q.Auto.Floor), q.Auto.Ceiling)
+		}
+	} else if share && members > 0 {
 		q.Max = max(p.Fleet.Max/uint64(members), 1)
 		if q.Auto != nil {
 			q.Max = min(max(q.Max, q.Auto.Floor), q.Auto.Ceiling)
@@ -165,8 +187,8 @@ func (f *Fleet) validate(p Policy) error {
 		return configErr("fleet.ca_file", f.CAFile, ErrFleet, "want an absolute path")
 	case f.CAFile != "" && !u.TLS():
 		return configErr("fleet.ca_file", f.CAFile, ErrFleet, "a CA file is for a TLS store only (rediss://, rediss+sentinel://, rediss+cluster://)")
-	case f.Fallback != FallbackShare && f.Fallback != FallbackLocal:
-		return configErr("fleet.fallback", f.Fallback.String(), ErrFleet, "want share or local")
+	case f.Fallback != FallbackShare && f.Fallback != FallbackLocal && f.Fallback != FallbackLast:
+		return configErr("fleet.fallback", f.Fallback.String(), ErrFleet, "want share, local or last")
 	case p.Shape != ShapeSmooth:
 		return configErr("shape", p.Shape.String(), ErrFleet, "fleet needs shape: smooth (the fleet rule is the smooth shape's)")
 	}

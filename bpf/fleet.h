@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* The fleet's view and its expiry (docs/design.md §12, "A view that
+ * expires"): the others' sums the agent writes (maps.h tl_fleet_others_in,
+ * tl_fleet_others) hold until tl_fleet_expiry; past it the program judges
+ * alone on the fallback, with no agent running: the others' sums are 0
+ * and R̂ is judged at tl_fleet_fb_mult times itself.
+ *
+ * Why a multiplier: the tiers are percents of max, so the table for a
+ * max M/k judged at R̂ is the table for M judged at k·R̂, scaled:
+ * P_{M/k}(R) = P_M(k·R)/k, q_{M/k}(R) = q_M(k·R), up to each threshold's
+ * rounding to a whole packet (tiers.FleetFallbackMult, checked against
+ * tiers.Compile in tiers/fleetview_test.go). So the fallback's max is one
+ * number the agent writes with each policy, k = table max ÷ fallback max
+ * on 2^16, and the program needs no second table. An over-budget packet's
+ * share (P(k·R̂_tot) − P(k·R̂_in)) / (k·R̂_tot − k·R̂_in) is the fallback
+ * max's share too.
+ *
+ * Whether the view expired is decided once per tick and CPU, at the
+ * smooth refresh (fleet_refresh, from sm_coef), not per packet: it reads
+ * the clock there, and writes tl_fleet_stale only when it changes, so a
+ * packet pays one load of a line no CPU writes in the steady state. The
+ * fallback so starts within one tick of the expiry. The agent writes the
+ * sums, then the expiry, then clears tl_fleet_stale; a CPU that read the
+ * old expiry just before may set it again, until its next tick's refresh:
+ * such packets are judged on the fallback for at most a tick after a
+ * report (a race accepted: it sheds more, never less). */
+#ifndef __TL_FLEET_H
+#define __TL_FLEET_H
+
+#include "maps.h"
+
+/* The bpf_ktime_get_ns (CLOCK_MONOTONIC) until which the sums hold,
+ * written by the agent at each report answered (bpf.Limiter.SetFleetView):
+ * its answer's time + ttl. 0, the value at load, has expired: a program
+ * loaded by a new agent judges on the fallback until its first report,
+ * never on a view it has not read (docs/design.md §12). */
+volatile __u64 tl_fleet_expiry;
+
+/* The fallback's multiplier on R̂, on 2^16 (TL_SMOOTH_ONE: none): the
+ * table max over the fallback's max, which the agent writes with each
+ * policy it applies (bpf.Limiter.SetFleetFallback). TL_SMOOTH_ONE without
+ * a fleet, where the sums are 0 and an expired view changes nothing. At
+ * most TL_FLEET_MULT_MAX. */
+volatile __u64 tl_fleet_fb_mult = TL_SMOOTH_ONE;
+
+/* 1 while the view has expired, as the last refresh of any CPU saw it:
+ * written by the program (fleet_refresh) and cleared by the agent with a
+ * new view. */
+volatile __u32 tl_fleet_stale = 1;
+
+/* At a CPU's refresh (once per tick): whether the view has expired,
+ * written only when that changed. */
+static __always_inline void fleet_refresh(void)
+{
+	__u32 stale = bpf_ktime_get_ns() >= tl_fleet_expiry;
+	if (stale != tl_fleet_stale)
+		tl_fleet_stale = stale;
+}
+
+/* r × tl_fleet_fb_mult on 2^16, at most TL_FLEET_RHAT_MAX (below the
+ * 2^48 that sm_beyond's product allows). */
+static __always_inline __u64 fleet_scale(__u64 r)
+{
+	__u64 k = tl_fleet_fb_mult;
+	if (k > TL_FLEET_MULT_MAX)
+		k = TL_FLEET_MULT_MAX;
+	if (r > TL_FLEET_RHAT_MAX)
+		r = TL_FLEET_RHAT_MAX;
+	/* r < 2^47 and k ≤ 2^32: (r >> 16) × k < 2^63 */
+	__u64 x = (r >> TL_SMOOTH_FRAC_BITS) * k + (((r & (TL_SMOOTH_ONE - 1)) * k) >> TL_SMOOTH_FRAC_BITS);
+	return x > TL_FLEET_RHAT_MAX ? TL_FLEET_RHAT_MAX : x;
+}
+
+/* The fleet's R̂ of this member's own R̂_in (rin) and R̂_tot (rtot): with
+ * the view, each plus the others' sum; past its expiry, each at the
+ * fallback's multiplier, alone. tot may be NULL (an in-budget packet). */
+static __always_inline __u64 fleet_rhat(__u64 rin, __u64 *rtot)
+{
+	if (!tl_fleet_stale) {
+		if (rtot)
+			*rtot += tl_fleet_others;
+		return rin + tl_fleet_others_in;
+	}
+	if (tl_fleet_fb_mult == TL_SMOOTH_ONE)
+		return rin;
+	if (rtot)
+		*rtot = fleet_scale(*rtot);
+	return fleet_scale(rin);
+}
+
+#endif /* __TL_FLEET_H */
