@@ -30,23 +30,24 @@
 #include "maps.h"
 
 /* The bpf_ktime_get_ns (CLOCK_MONOTONIC) until which the sums hold,
- * written by the agent at each report answered (bpf.Limiter.SetFleetView):
- * its answer's time + ttl. 0, the value at load, has expired: a program
- * loaded by a new agent judges on the fallback until its first report,
- * never on a view it has not read (docs/design.md §12). */
-volatile __u64 tl_fleet_expiry;
+ * written by the agent (bpf.Limiter.SetFleetView): at each report
+ * answered, its answer's time + ttl; 0 (expired) when it applies a fleet
+ * policy before its first report, so that a program a new agent loads
+ * judges on the fallback until that report, never on a view it has not
+ * read, and when it leaves the fleet. ~0 (the value at load, and without a
+ * fleet) never expires. */
+volatile __u64 tl_fleet_expiry = ~0ULL;
 
 /* The fallback's multiplier on R̂, on 2^16 (TL_SMOOTH_ONE: none): the
  * table max over the fallback's max, which the agent writes with each
- * policy it applies (bpf.Limiter.SetFleetFallback). TL_SMOOTH_ONE without
- * a fleet, where the sums are 0 and an expired view changes nothing. At
- * most TL_FLEET_MULT_MAX. */
+ * policy it applies (bpf.Limiter.SetFleetFallback). At most
+ * TL_FLEET_MULT_MAX. */
 volatile __u64 tl_fleet_fb_mult = TL_SMOOTH_ONE;
 
 /* 1 while the view has expired, as the last refresh of any CPU saw it:
- * written by the program (fleet_refresh) and cleared by the agent with a
- * new view. */
-volatile __u32 tl_fleet_stale = 1;
+ * written by the program (fleet_refresh) and by the agent with a new
+ * view. */
+volatile __u32 tl_fleet_stale;
 
 /* At a CPU's refresh (once per tick): whether the view has expired,
  * written only when that changed. */
@@ -57,35 +58,25 @@ static __always_inline void fleet_refresh(void)
 		tl_fleet_stale = stale;
 }
 
-/* r × tl_fleet_fb_mult on 2^16, at most TL_FLEET_RHAT_MAX (below the
- * 2^48 that sm_beyond's product allows). */
-static __always_inline __u64 fleet_scale(__u64 r)
+/* The fleet's R̂ of this member's own estimate r, R̂_in (tot 0) or
+ * R̂_tot (tot 1): with the view, r plus the others' sum of the same kind;
+ * past its expiry r × tl_fleet_fb_mult on 2^16, alone, at most
+ * TL_FLEET_RHAT_MAX (below the 2^48 that sm_beyond's product allows).
+ * A global function: the verifier checks its branches once, and the
+ * caller's paths after it do not split (inline, the branch added 28,000
+ * instructions to the verifier's count); a packet pays one call. */
+__noinline __u64 tl_fleet_rhat(__u64 r, __u32 tot)
 {
+	if (!tl_fleet_stale)
+		return r + (tot ? tl_fleet_others : tl_fleet_others_in);
 	__u64 k = tl_fleet_fb_mult;
 	if (k > TL_FLEET_MULT_MAX)
 		k = TL_FLEET_MULT_MAX;
 	if (r > TL_FLEET_RHAT_MAX)
 		r = TL_FLEET_RHAT_MAX;
-	/* r < 2^47 and k ≤ 2^32: (r >> 16) × k < 2^63 */
+	/* r ≤ 2^47 and k ≤ 2^32: (r >> 16) × k < 2^64 */
 	__u64 x = (r >> TL_SMOOTH_FRAC_BITS) * k + (((r & (TL_SMOOTH_ONE - 1)) * k) >> TL_SMOOTH_FRAC_BITS);
 	return x > TL_FLEET_RHAT_MAX ? TL_FLEET_RHAT_MAX : x;
-}
-
-/* The fleet's R̂ of this member's own R̂_in (rin) and R̂_tot (rtot): with
- * the view, each plus the others' sum; past its expiry, each at the
- * fallback's multiplier, alone. tot may be NULL (an in-budget packet). */
-static __always_inline __u64 fleet_rhat(__u64 rin, __u64 *rtot)
-{
-	if (!tl_fleet_stale) {
-		if (rtot)
-			*rtot += tl_fleet_others;
-		return rin + tl_fleet_others_in;
-	}
-	if (tl_fleet_fb_mult == TL_SMOOTH_ONE)
-		return rin;
-	if (rtot)
-		*rtot = fleet_scale(*rtot);
-	return fleet_scale(rin);
 }
 
 #endif /* __TL_FLEET_H */

@@ -289,7 +289,7 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 		onset = 1;
 	}
 	__u64 rhat = sm_rhat(w, s, c, n, onset);
-	rhat = fleet_rhat(rhat, NULL); /* the fleet's R̂_in (docs/design.md §12): the others' in-budget sum joins it, or the fallback (fleet.h) */
+	rhat = tl_fleet_rhat(rhat, 0); /* the fleet's R̂_in (docs/design.md §12): the others' in-budget sum joins it, or the fallback (fleet.h) */
 	return sm_entry(s, slot, c, rhat, tier, thr) ? c : NULL;
 }
 
@@ -349,7 +349,8 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		 * the fleet's over-budget packets share P(R_fleet) −
 		 * P(R_fleet,in); past the view's expiry both at the
 		 * fallback's multiplier (fleet.h). */
-		rin = fleet_rhat(rin, &rtot);
+		rin = tl_fleet_rhat(rin, 0);
+		rtot = tl_fleet_rhat(rtot, 1);
 		if (!c->ex_r || !sm_near(rtot, c->ex_r) || !sm_near(rin, c->ex_rin))
 			sm_share_memo(c, s, slot, rin, rtot);
 		*thr = c->ex_thr;
