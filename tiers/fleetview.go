@@ -71,3 +71,43 @@ func FleetAlone(given Policy, s State) uint64 {
 	fb, _ := Effective(given, fs)
 	return FleetFallbackMult(p.TableMax(), fb.Max)
 }
+
+// FleetPartitionBound is the most the fleet of n members of policy p
+// passes per window once ttl has gone by with the members whose shares
+// are cut cut off from the store, the others reaching it
+// (docs/design.md §12, Partitions): C_M for those that reach it, plus,
+// per cut member, C_{M÷n} (share), C_local (local, the policy's own max)
+// or s × C_M (last, while its share s = R̂_i ÷ R̂_fleet holds). C_X is
+// what a table of max X passes at offered, packets per window (the table's
+// most, P_X(∞), for a last tier that drops 100 %). Returns Compile's
+// errors; ErrFleet without a fleet or with n < 1.
+func FleetPartitionBound(p Policy, n int, cut []float64, offered uint64) (float64, error) {
+	if p.Fleet == nil || n < 1 {
+		return 0, ErrFleet
+	}
+	most := func(q Policy) (float64, error) {
+		t, err := Compile(q, 0)
+		if err != nil {
+			return 0, err
+		}
+		return t.Expected(offered).Passed, nil
+	}
+	cm, err := most(p)
+	if err != nil {
+		return 0, err
+	}
+	total := cm
+	for _, s := range cut {
+		switch p.Fleet.Fallback {
+		case FallbackLast:
+			total += s * cm
+		default:
+			c, err := most(p.FleetFallbackPolicy(n))
+			if err != nil {
+				return 0, err
+			}
+			total += c
+		}
+	}
+	return total, nil
+}

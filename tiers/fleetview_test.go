@@ -108,3 +108,26 @@ func TestFleetFallbackLast(t *testing.T) {
 	_, err := ParseYAML([]byte("max: 1000\nshape: smooth\nfleet:\n  name: f\n  store: redis://h\n  max: 5000\n  fallback: first\n"))
 	checkConfigError(t, err, ErrFleet, "fleet.fallback", 7)
 }
+
+// The partition bounds of docs/design.md §12 for the default tiers (C_X
+// = 0.88 X): share (1 + k/N) C_M, local C_M + k C_local, last (1 + Σ s) C_M.
+func TestFleetPartitionBound(t *testing.T) {
+	p := fleetPolicy(t, 600, 400)
+	for _, c := range []struct {
+		fb   FleetFallback
+		cut  []float64
+		want float64
+	}{
+		{FallbackShare, []float64{0.6}, 528 * 4 / 3.0},
+		{FallbackShare, []float64{0.6, 0.3}, 528 * 5 / 3.0},
+		{FallbackLocal, []float64{0.6}, 528 + 352},
+		{FallbackLast, []float64{0.6}, 528 * 1.6},
+		{FallbackLast, nil, 528},
+	} {
+		p.Fleet.Fallback = c.fb
+		got, err := FleetPartitionBound(p, 3, c.cut, 1<<20)
+		if err != nil || math.Abs(got-c.want) > 4 { // thresholds round to a packet at max 200
+			t.Errorf("%s, cut %v: %.1f, %v; want %.1f", c.fb, c.cut, got, err, c.want)
+		}
+	}
+}

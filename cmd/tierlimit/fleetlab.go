@@ -357,3 +357,23 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// cut cuts member i off from the store, or joins it again (on false): an
+// nftables table in its collector namespace drops every packet to and
+// from the store's address, as a partition does (no refusal: the
+// member's connections hang until their deadlines). It needs nft.
+func (l *fleetLab) cut(i int, on bool) error {
+	script := "delete table inet tlchaos\n"
+	if on {
+		a := l.net.StoreAddr.String()
+		script = "table inet tlchaos {\n" +
+			"  chain out { type filter hook output priority 0; ip daddr " + a + " drop; }\n" +
+			"  chain in { type filter hook input priority 0; ip saddr " + a + " drop; }\n}\n"
+	}
+	cmd := l.members[i].pair.Coll.Command(context.Background(), "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft in member %d's namespace: %v: %s", i, err, out)
+	}
+	return nil
+}
