@@ -135,8 +135,10 @@
  * FleetRhatMax): the largest multiplier on R̂, on 2^16 (a fallback max at
  * least table max ÷ 65536), and the largest R̂ it makes (2^47, below the
  * 2^48 that sm_beyond's product allows). */
-#define TL_FLEET_MULT_MAX (1ULL << 32)
-#define TL_FLEET_RHAT_MAX (1ULL << 47)
+#define TL_FLEET_MULT_SHIFT 32
+#define TL_FLEET_RHAT_SHIFT 47
+#define TL_FLEET_MULT_MAX (1ULL << TL_FLEET_MULT_SHIFT)
+#define TL_FLEET_RHAT_MAX (1ULL << TL_FLEET_RHAT_SHIFT)
 /* Samples of a window's in-budget count the smooth shape keeps with
  * budgets on (smooth_prof.h; tiers.SmoothProfN). */
 #define TL_SMOOTH_PROF_N 16

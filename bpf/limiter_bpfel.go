@@ -45,6 +45,8 @@ const (
 	LimiterTlConstTL_C_SMOOTH_ONSET_MIN  LimiterTlConst = 16
 	LimiterTlConstTL_C_SMOOTH_TICK_SHIFT LimiterTlConst = 22
 	LimiterTlConstTL_C_SMOOTH_PROF_N     LimiterTlConst = 16
+	LimiterTlConstTL_C_FLEET_MULT_SHIFT  LimiterTlConst = 32
+	LimiterTlConstTL_C_FLEET_RHAT_SHIFT  LimiterTlConst = 47
 	LimiterTlConstTL_C_RECORD_SNAP_MAX   LimiterTlConst = 256
 	LimiterTlConstTL_RECORD_NONE         LimiterTlConst = 255
 )
