@@ -26,6 +26,9 @@ type fleetState struct {
 	// fallback, and with which member count (tiers.State).
 	in      bool
 	members int
+	// last is fallback last's share as the controller last told it
+	// (fleet.Viewer), 0 once decayed or for the other fallbacks.
+	last uint64
 	// bound is the fold for max: auto that the controller's reports
 	// read (fleet.Config.Bound); tables what it was last set to, nil
 	// without auto.

@@ -19,7 +19,9 @@ import (
 // which the contract bounds at 1.05. "pass" stays in tier 0 (no draw) on
 // both; "drop" is far past the table on both (q from the memoised closed
 // form, a draw per packet), the others' sum putting the fleet there
-// where the smooth path's own flood puts it.
+// where the smooth path's own flood puts it; "alone-drop" is the fleet
+// path past the view's expiry (fleet.h), the fallback's multiplier
+// putting it there.
 func BenchmarkFleet(b *testing.B) {
 	policy := func(max uint64) tiers.Policy {
 		p := ordinalDefault()
@@ -36,9 +38,11 @@ func BenchmarkFleet(b *testing.B) {
 		name   string
 		max    uint64
 		others uint64
+		alone  bool // the view expired: judged at the fallback's multiplier (fleet.h)
 	}{
-		{"pass", 100_000_000, 1_000_000},
-		{"drop", 100, 1_000_000},
+		{"pass", 100_000_000, 1_000_000, false},
+		{"drop", 100, 1_000_000, false},
+		{"alone-drop", 100, 1_000_000, true},
 	} {
 		b.Run(path.name, func(b *testing.B) {
 			opts := bpf.Options{TickNs: kernelTick(b)}
@@ -46,6 +50,14 @@ func BenchmarkFleet(b *testing.B) {
 			fl := newHarnessOpts(b, fleet(path.max), opts)
 			if err := fl.l.SetFleetOthers(path.others, path.others); err != nil {
 				b.Fatal(err)
+			}
+			if path.alone {
+				if err := fl.l.SetFleetFallback(tiers.FleetFallbackMult(path.max, 1)); err != nil {
+					b.Fatal(err)
+				}
+				if err := fl.l.SetFleetView(path.others, path.others, 0); err != nil {
+					b.Fatal(err)
+				}
 			}
 			sm.expire()
 			fl.expire()

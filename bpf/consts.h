@@ -131,6 +131,14 @@
 /* Ticks from a window's start in which an onset reads F from the clock
  * (tiers.SmoothClockTicks). */
 #define TL_SMOOTH_CLOCK_TICKS 16
+/* The fleet's fallback with no agent (fleet.h; tiers.FleetMultMax,
+ * FleetRhatMax): the largest multiplier on R̂, on 2^16 (a fallback max at
+ * least table max ÷ 65536), and the largest R̂ it makes (2^47, below the
+ * 2^48 that sm_beyond's product allows). */
+#define TL_FLEET_MULT_SHIFT 32
+#define TL_FLEET_RHAT_SHIFT 47
+#define TL_FLEET_MULT_MAX (1ULL << TL_FLEET_MULT_SHIFT)
+#define TL_FLEET_RHAT_MAX (1ULL << TL_FLEET_RHAT_SHIFT)
 /* Samples of a window's in-budget count the smooth shape keeps with
  * budgets on (smooth_prof.h; tiers.SmoothProfN). */
 #define TL_SMOOTH_PROF_N 16

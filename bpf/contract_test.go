@@ -185,6 +185,8 @@ func contractMapSizes(t *testing.T, eq eqFunc) {
 	eq("tiers.SmoothMinFrac / TL_SMOOTH_MIN_FRAC", tiers.SmoothMinFrac, uint64(bpf.LimiterTlConstTL_C_SMOOTH_MIN_FRAC))
 	eq("tiers.SmoothOnsetMin / TL_SMOOTH_ONSET_MIN", tiers.SmoothOnsetMin, uint64(bpf.LimiterTlConstTL_C_SMOOTH_ONSET_MIN))
 	eq("tiers.SmoothTickShift / TL_SMOOTH_TICK_SHIFT", tiers.SmoothTickShift, uint64(bpf.LimiterTlConstTL_C_SMOOTH_TICK_SHIFT))
+	eq("tiers.FleetMultMax / TL_FLEET_MULT_MAX", tiers.FleetMultMax, uint64(1)<<uint64(bpf.LimiterTlConstTL_C_FLEET_MULT_SHIFT))
+	eq("tiers.FleetRhatMax / TL_FLEET_RHAT_MAX", tiers.FleetRhatMax, uint64(1)<<uint64(bpf.LimiterTlConstTL_C_FLEET_RHAT_SHIFT))
 	eq("tiers.ShapeOrdinal / TL_SHAPE_ORDINAL", uint64(tiers.ShapeOrdinal), uint64(bpf.LimiterTlShapeTL_SHAPE_ORDINAL))
 	eq("tiers.ShapeSmooth / TL_SHAPE_SMOOTH", uint64(tiers.ShapeSmooth), uint64(bpf.LimiterTlShapeTL_SHAPE_SMOOTH))
 	eq("bpf.SketchRows", uint64(bpf.SketchRows), tiers.SketchRows)

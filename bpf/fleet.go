@@ -20,7 +20,9 @@ import (
 // is written as that, and in as at most total. 0, 0 is the plain smooth
 // shape, and what a loaded program starts with: the agent writes the sums
 // at each report, and 0, 0 when it leaves the fleet or applies a fallback
-// policy.
+// policy. The sums hold until the next write (SetFleetView with
+// ViewForever); the agent writes them with SetFleetView, whose view
+// expires.
 //
 // The two are two aligned 8-byte stores, not one: a packet judged
 // between them reads one new sum and one old. They are written in the
@@ -29,6 +31,17 @@ import (
 // packet is judged as at a report between the two, for the time between
 // the stores; the race is accepted (maps.h).
 func (l *Limiter) SetFleetOthers(in, total uint64) error {
+	if err := l.setSums(in, total); err != nil {
+		return err
+	}
+	if l.objs.TlFleetExpiry == nil || l.objs.TlFleetStale == nil {
+		return nil // an earlier build: its sums never expire
+	}
+	return l.setExpiry(ViewForever)
+}
+
+// setSums writes the two sums in SetFleetOthers's order.
+func (l *Limiter) setSums(in, total uint64) error {
 	if l.objs.TlFleetOthers == nil || l.objs.TlFleetOthersIn == nil {
 		return fmt.Errorf("%w: the loaded object has no fleet sums", ErrPolicy)
 	}

@@ -45,6 +45,8 @@ const (
 	LimiterTlConstTL_C_SMOOTH_ONSET_MIN  LimiterTlConst = 16
 	LimiterTlConstTL_C_SMOOTH_TICK_SHIFT LimiterTlConst = 22
 	LimiterTlConstTL_C_SMOOTH_PROF_N     LimiterTlConst = 16
+	LimiterTlConstTL_C_FLEET_MULT_SHIFT  LimiterTlConst = 32
+	LimiterTlConstTL_C_FLEET_RHAT_SHIFT  LimiterTlConst = 47
 	LimiterTlConstTL_C_RECORD_SNAP_MAX   LimiterTlConst = 256
 	LimiterTlConstTL_RECORD_NONE         LimiterTlConst = 255
 )
@@ -406,8 +408,11 @@ const (
 	LimiterMapWindow            = "window"
 	LimiterProgTierlimit        = "tierlimit"
 	LimiterVarTlContractBtf     = "tl_contract_btf"
+	LimiterVarTlFleetExpiry     = "tl_fleet_expiry"
+	LimiterVarTlFleetFbMult     = "tl_fleet_fb_mult"
 	LimiterVarTlFleetOthers     = "tl_fleet_others"
 	LimiterVarTlFleetOthersIn   = "tl_fleet_others_in"
+	LimiterVarTlFleetStale      = "tl_fleet_stale"
 	LimiterVarTlIfCount         = "tl_if_count"
 	LimiterVarTlIfIndex         = "tl_if_index"
 	LimiterVarTlIfWord          = "tl_if_word"
@@ -497,8 +502,11 @@ type LimiterMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterVariableSpecs struct {
 	TlContractBtf   *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlFleetExpiry   *ebpf.VariableSpec `ebpf:"tl_fleet_expiry"`
+	TlFleetFbMult   *ebpf.VariableSpec `ebpf:"tl_fleet_fb_mult"`
 	TlFleetOthers   *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.VariableSpec `ebpf:"tl_fleet_others_in"`
+	TlFleetStale    *ebpf.VariableSpec `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.VariableSpec `ebpf:"tl_if_word"`
@@ -589,8 +597,11 @@ func (m *LimiterMaps) Close() error {
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterVariables struct {
 	TlContractBtf   *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlFleetExpiry   *ebpf.Variable `ebpf:"tl_fleet_expiry"`
+	TlFleetFbMult   *ebpf.Variable `ebpf:"tl_fleet_fb_mult"`
 	TlFleetOthers   *ebpf.Variable `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.Variable `ebpf:"tl_fleet_others_in"`
+	TlFleetStale    *ebpf.Variable `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.Variable `ebpf:"tl_if_word"`

@@ -44,8 +44,11 @@ const (
 	limiterPerfMapWindow            = "window"
 	limiterPerfProgTierlimit        = "tierlimit"
 	limiterPerfVarTlContractBtf     = "tl_contract_btf"
+	limiterPerfVarTlFleetExpiry     = "tl_fleet_expiry"
+	limiterPerfVarTlFleetFbMult     = "tl_fleet_fb_mult"
 	limiterPerfVarTlFleetOthers     = "tl_fleet_others"
 	limiterPerfVarTlFleetOthersIn   = "tl_fleet_others_in"
+	limiterPerfVarTlFleetStale      = "tl_fleet_stale"
 	limiterPerfVarTlIfCount         = "tl_if_count"
 	limiterPerfVarTlIfIndex         = "tl_if_index"
 	limiterPerfVarTlIfWord          = "tl_if_word"
@@ -136,8 +139,11 @@ type limiterPerfMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type limiterPerfVariableSpecs struct {
 	TlContractBtf   *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlFleetExpiry   *ebpf.VariableSpec `ebpf:"tl_fleet_expiry"`
+	TlFleetFbMult   *ebpf.VariableSpec `ebpf:"tl_fleet_fb_mult"`
 	TlFleetOthers   *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.VariableSpec `ebpf:"tl_fleet_others_in"`
+	TlFleetStale    *ebpf.VariableSpec `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.VariableSpec `ebpf:"tl_if_word"`
@@ -230,8 +236,11 @@ func (m *limiterPerfMaps) Close() error {
 // It can be passed to loadLimiterPerfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type limiterPerfVariables struct {
 	TlContractBtf   *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlFleetExpiry   *ebpf.Variable `ebpf:"tl_fleet_expiry"`
+	TlFleetFbMult   *ebpf.Variable `ebpf:"tl_fleet_fb_mult"`
 	TlFleetOthers   *ebpf.Variable `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.Variable `ebpf:"tl_fleet_others_in"`
+	TlFleetStale    *ebpf.Variable `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.Variable `ebpf:"tl_if_word"`

@@ -44,8 +44,11 @@ const (
 	limiterStagesProgTierlimit        = "tierlimit"
 	limiterStagesVarTlBenchStage      = "tl_bench_stage"
 	limiterStagesVarTlContractBtf     = "tl_contract_btf"
+	limiterStagesVarTlFleetExpiry     = "tl_fleet_expiry"
+	limiterStagesVarTlFleetFbMult     = "tl_fleet_fb_mult"
 	limiterStagesVarTlFleetOthers     = "tl_fleet_others"
 	limiterStagesVarTlFleetOthersIn   = "tl_fleet_others_in"
+	limiterStagesVarTlFleetStale      = "tl_fleet_stale"
 	limiterStagesVarTlIfCount         = "tl_if_count"
 	limiterStagesVarTlIfIndex         = "tl_if_index"
 	limiterStagesVarTlIfWord          = "tl_if_word"
@@ -136,8 +139,11 @@ type limiterStagesMapSpecs struct {
 type limiterStagesVariableSpecs struct {
 	TlBenchStage    *ebpf.VariableSpec `ebpf:"tl_bench_stage"`
 	TlContractBtf   *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlFleetExpiry   *ebpf.VariableSpec `ebpf:"tl_fleet_expiry"`
+	TlFleetFbMult   *ebpf.VariableSpec `ebpf:"tl_fleet_fb_mult"`
 	TlFleetOthers   *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.VariableSpec `ebpf:"tl_fleet_others_in"`
+	TlFleetStale    *ebpf.VariableSpec `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.VariableSpec `ebpf:"tl_if_word"`
@@ -229,8 +235,11 @@ func (m *limiterStagesMaps) Close() error {
 type limiterStagesVariables struct {
 	TlBenchStage    *ebpf.Variable `ebpf:"tl_bench_stage"`
 	TlContractBtf   *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlFleetExpiry   *ebpf.Variable `ebpf:"tl_fleet_expiry"`
+	TlFleetFbMult   *ebpf.Variable `ebpf:"tl_fleet_fb_mult"`
 	TlFleetOthers   *ebpf.Variable `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.Variable `ebpf:"tl_fleet_others_in"`
+	TlFleetStale    *ebpf.Variable `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.Variable `ebpf:"tl_if_word"`

@@ -33,6 +33,7 @@
 
 #include "smooth_q.h"
 #include "smooth_prof.h"
+#include "fleet.h"
 
 /* R̂ of count n under c: S, or max(S, F) in an onset (tiers.SmoothCoef.Estimate). */
 static __always_inline __u64 sm_estimate(__u64 n, __u64 base, __u64 mult, int onset)
@@ -141,6 +142,7 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 	if (s->src_budget)
 		tl_sm_reref(c, tick, start);
 	sm_refresh(c, w, s, in, start);
+	fleet_refresh(); /* whether the fleet's view expired (fleet.h) */
 	if (s->src_budget)
 		sm_prof_refresh(c, w, s, id, tick, in, start);
 	/* From here on c->ovf is the other CPUs' (sm_ovf); the profile took all. */
@@ -304,7 +306,7 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 		onset = 1;
 	}
 	__u64 rhat = sm_rhat(w, s, c, n, onset);
-	rhat += tl_fleet_others_in; /* the fleet's R̂_in (docs/design.md §12): the others' in-budget sum joins it */
+	rhat = tl_fleet_rhat(rhat, 0); /* the fleet's R̂_in (docs/design.md §12): the others' in-budget sum joins it, or the fallback (fleet.h) */
 	return sm_entry(s, slot, c, rhat, tier, thr) ? c : NULL;
 }
 
@@ -362,9 +364,10 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		/* The fleet's sums (docs/design.md §12, model.Model.overSmooth):
 		 * the others' in-budget R̂ joins R̂_in, their total R̂_tot, so
 		 * the fleet's over-budget packets share P(R_fleet) −
-		 * P(R_fleet,in). */
-		rin += tl_fleet_others_in;
-		rtot += tl_fleet_others;
+		 * P(R_fleet,in); past the view's expiry both at the
+		 * fallback's multiplier (fleet.h). */
+		rin = tl_fleet_rhat(rin, 0);
+		rtot = tl_fleet_rhat(rtot, 1);
 		if (!c->ex_r || !sm_near(rtot, c->ex_r) || !sm_near(rin, c->ex_rin))
 			sm_share_memo(c, s, slot, rin, rtot);
 		*thr = c->ex_thr;

@@ -19,8 +19,8 @@ import (
 // ca_file, cert_file, key_file or server_name for a store without TLS, a
 // cert_file without key_file or the reverse, a server_name that is not a
 // DNS name, a sentinel_password_file or sentinel_user for a store that is
-// not a Sentinel's, a fallback other than share or local, or fleet with
-// the ordinal shape.
+// not a Sentinel's, a fallback other than share, local or last, or fleet
+// with the ordinal shape.
 var ErrFleet = errors.New("bad fleet setting")
 
 // Defaults of the fleet block.
@@ -44,6 +44,10 @@ const (
 	FallbackShare FleetFallback = iota
 	// FallbackLocal judges on the policy's own max.
 	FallbackLocal
+	// FallbackLast keeps the member's last share, own R̂ ÷ R̂_fleet ×
+	// fleet.max at the last report answered, for FleetLastHold ttls,
+	// then judges as FallbackShare (docs/design.md §12, Partitions).
+	FallbackLast
 )
 
 // String returns "share" or "local".
@@ -53,6 +57,8 @@ func (f FleetFallback) String() string {
 		return "share"
 	case FallbackLocal:
 		return "local"
+	case FallbackLast:
+		return "last"
 	}
 	return "fallback(" + strconv.Itoa(int(f)) + ")"
 }
@@ -130,12 +136,28 @@ func (p Policy) TableMax() uint64 {
 // into the auto bounds (Auto is kept, and the agent's auto controller
 // moves Max from there). Without a fleet it returns p unchanged. The
 // agent writes others 0 (bpf.Limiter.SetFleetOthers) with it.
+//
+// FallbackLast without a last share (FleetFallbackLast's) is
+// FallbackShare.
 func (p Policy) FleetFallbackPolicy(members int) Policy {
+	return p.FleetFallbackLast(members, 0)
+}
+
+// FleetFallbackLast is FleetFallbackPolicy with, for FallbackLast, the
+// member's last share: last, packets per window (FleetLastShare), 0 once
+// it has decayed or when none was seen, which is FallbackShare's max.
+func (p Policy) FleetFallbackLast(members int, last uint64) Policy {
 	if p.Fleet == nil {
 		return p
 	}
 	q := p.Local()
-	if p.Fleet.Fallback == FallbackShare && members > 0 {
+	share := p.Fleet.Fallback == FallbackShare || p.Fleet.Fallback == FallbackLast
+	if p.Fleet.Fallback == FallbackLast && last > 0 {
+		q.Max = min(last, p.Fleet.Max)
+		if q.Auto != nil {
+			q.Max = min(max(q.Max, q.Auto.Floor), q.Auto.Ceiling)
+		}
+	} else if share && members > 0 {
 		q.Max = max(p.Fleet.Max/uint64(members), 1)
 		if q.Auto != nil {
 			q.Max = min(max(q.Max, q.Auto.Floor), q.Auto.Ceiling)
@@ -220,8 +242,8 @@ func (f *Fleet) validateConn(u storeurl.URL, p Policy) error {
 		return configErr("fleet.sentinel_user", f.SentinelUser, ErrFleet, "a Sentinel user is "+sentinelOnly)
 	case f.SentinelUser != "" && !sentinelUserRE.MatchString(f.SentinelUser):
 		return configErr("fleet.sentinel_user", f.SentinelUser, ErrFleet, "want an ACL user name: 1 to 128 characters, no space, no control character")
-	case f.Fallback != FallbackShare && f.Fallback != FallbackLocal:
-		return configErr("fleet.fallback", f.Fallback.String(), ErrFleet, "want share or local")
+	case f.Fallback != FallbackShare && f.Fallback != FallbackLocal && f.Fallback != FallbackLast:
+		return configErr("fleet.fallback", f.Fallback.String(), ErrFleet, "want share, local or last")
 	case p.Shape != ShapeSmooth:
 		return configErr("shape", p.Shape.String(), ErrFleet, "fleet needs shape: smooth (the fleet rule is the smooth shape's)")
 	}

@@ -81,8 +81,8 @@ func (ps *yamlParser) fleet(key string, v *yaml.Node) (*Fleet, error) {
 		{"report", duration(&f.Report)},
 		{"ttl", duration(&f.TTL)},
 		{"fallback", func(key string, v *yaml.Node) (err error) {
-			f.Fallback, err = choice(key, v, "share or local",
-				map[string]FleetFallback{"share": FallbackShare, "local": FallbackLocal}, ErrFleet)
+			f.Fallback, err = choice(key, v, "share, local or last",
+				map[string]FleetFallback{"share": FallbackShare, "local": FallbackLocal, "last": FallbackLast}, ErrFleet)
 			return err
 		}},
 	})

@@ -39,6 +39,12 @@ type Controller struct {
 	estFailed  bool // a FleetEstimate error was logged and not yet cleared
 	setFailed  bool // a SetFleetOthers error was logged and not yet cleared
 	authFailed bool // a refusal of the credentials was logged since the last answer
+	// What the agent (a Viewer) was last told (view.go), and when the
+	// member last entered fallback.
+	told          bool
+	toldMembers   int
+	toldLast      uint64
+	fallbackSince time.Time
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -78,6 +84,7 @@ func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller,
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
+	c.m.viewAt.Store(time.Now().UnixNano())
 	if err := c.loadCreds(cfg, su.Username); err != nil {
 		return nil, err
 	}
@@ -197,6 +204,10 @@ func (c *Controller) Close() error {
 		if e := c.st.leave(ctx, cfg.Name, cfg.Member); e != nil {
 			err = fmt.Errorf("leave fleet %s: %w", cfg.Name, e)
 		}
+		// The member left: its view has expired, so that a pinned
+		// program judges alone on the fallback from now on, with no
+		// agent (docs/design.md §12, "A view that expires").
+		c.writeView(Sums{}, 0)
 		c.st.close()
 	})
 	return err
@@ -249,15 +260,26 @@ func (c *Controller) tick() {
 			"fallback", cfg.Fallback, "members_last_seen", c.members, "err", err)
 		c.enterFallback(c.members)
 	}
+	c.decay(now, cfg)
 }
 
 // joined applies an answer of the store: rejoin if in fallback, then hand
 // the others' sums to the program (through Config.Bound when set).
 func (c *Controller) joined(now time.Time, est Sums, v view) {
+	expiry := monoNow() + uint64(c.cfg.Load().TTL)
 	c.lastOK = now
+	c.m.viewAt.Store(now.UnixNano())
 	c.authFailed = false
 	c.cm.authFailed.Store(0)
 	c.members = v.members
+	others := v.others
+	if b := c.cfg.Load().Bound; b != nil {
+		o := b(est, others)
+		others = Sums{In: max(o.In, others.In), Total: max(o.Total, others.Total)}
+	}
+	// The view first: leaving fallback with the fallback's view (0)
+	// would judge the fleet's table alone until it came.
+	c.writeView(others, expiry)
 	if c.inFallback {
 		if err := c.fb.LeaveFallback(); err != nil {
 			c.log.Error("leave fleet fallback", "err", err)
@@ -266,12 +288,7 @@ func (c *Controller) joined(now time.Time, est Sums, v view) {
 		c.m.fallback.Store(0)
 		c.log.Info("fleet store answers again: rejoined the fleet", "store", c.store, "members", v.members)
 	}
-	others := v.others
-	if b := c.cfg.Load().Bound; b != nil {
-		o := b(est, others)
-		others = Sums{In: max(o.In, others.In), Total: max(o.Total, others.Total)}
-	}
-	c.setOthers(others)
+	c.viewed(v.members, lastShare(c.cfg.Load(), est, v.others))
 	c.m.storeUp.Store(1)
 	c.m.members.Store(int64(v.members))
 	c.m.others.Store(v.others.Total)
@@ -281,11 +298,12 @@ func (c *Controller) joined(now time.Time, est Sums, v view) {
 // enterFallback switches the agent to its fallback and the program to
 // judging on its own estimate.
 func (c *Controller) enterFallback(members int) {
+	c.fallbackSince = time.Now()
 	if err := c.fb.EnterFallback(members); err != nil {
 		c.log.Error("enter fleet fallback", "err", err)
 	}
 	c.inFallback = true
-	c.setOthers(Sums{})
+	c.writeView(Sums{}, c.fallbackExpiry(monoNow(), c.cfg.Load()))
 	c.m.fallback.Store(1)
 	c.m.others.Store(0)
 	c.m.offered.Store(c.lastEst.Total)
@@ -306,18 +324,6 @@ func (c *Controller) estimate() Sums {
 	c.estFailed = false
 	c.lastEst = est
 	return est
-}
-
-// setOthers hands the others' sums to the program, logging a failure once.
-func (c *Controller) setOthers(others Sums) {
-	if err := c.lim.SetFleetOthers(others.In, others.Total); err != nil {
-		if !c.setFailed {
-			c.log.Error("write the others' sum to the program", "err", err)
-			c.setFailed = true
-		}
-		return
-	}
-	c.setFailed = false
 }
 
 // resultOf classifies a report: slow when it hit its deadline or took

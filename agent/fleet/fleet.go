@@ -85,7 +85,7 @@ type Config struct {
 	// long a member keeps its last view when the store does not answer.
 	TTL time.Duration
 	// Fallback is what the agent applies once the store has not answered
-	// for TTL: FallbackShare or FallbackLocal. The controller passes it on
+	// for TTL: FallbackShare, FallbackLocal or FallbackLast. The controller passes it on
 	// untouched (see Fallback).
 	Fallback string
 	// Bound, when set, is what the controller writes into the program in
@@ -107,6 +107,7 @@ type Config struct {
 const (
 	FallbackShare = "share" // fleet.max ÷ the members last seen
 	FallbackLocal = "local" // the policy's own max
+	FallbackLast  = "last"  // the last share, own R̂ ÷ R̂_fleet × fleet.max, for tiers.FleetLastHold × ttl; then share
 )
 
 // Sums is a pair of estimates, packets per window: of the in-budget
@@ -185,11 +186,11 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: ttl %v must be longer than report %v", ErrConfig, c.TTL, c.Report)
 	}
 	switch c.Fallback {
-	case FallbackShare, FallbackLocal:
+	case FallbackShare, FallbackLocal, FallbackLast:
 	case "":
 		c.Fallback = FallbackShare
 	default:
-		return fmt.Errorf("%w: fallback %q (share, local)", ErrConfig, c.Fallback)
+		return fmt.Errorf("%w: fallback %q (share, local, last)", ErrConfig, c.Fallback)
 	}
 	if (c.CertFile == "") != (c.KeyFile == "") {
 		return fmt.Errorf("%w: cert_file %q and key_file %q: set both or neither", ErrCertFile, c.CertFile, c.KeyFile)

@@ -41,6 +41,9 @@ type demoFlags struct {
 	// fleetBin the tierlimit binary they run (default: this one).
 	fleet    int
 	fleetBin string
+	// chaos is --chaos: with --fleet, member 0 is cut off from the
+	// store for a few windows (demo_fleet_chaos.go).
+	chaos bool
 }
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -98,7 +101,11 @@ fleet.max of --max per --window, joined to the store's namespace. Each
 window's load (a multiple of fleet.max, --loads) is split across the members
 unevenly (60/30/10 for three); per window it prints each member's offered and
 passed, the fleet's total beside the model's P(R_fleet), and what a static
-max of --max ÷ N on each member would pass.`,
+max of --max ÷ N on each member would pass. With --chaos the busiest member
+is cut off from the store (a firewall rule in its namespace; nft must be
+installed) from the second window to the last but one, and each window's
+total is printed beside the bound docs/design.md §12 states for the fleet's
+fallback.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.parse(loads, shape); err != nil {
@@ -115,6 +122,7 @@ max of --max ÷ N on each member would pass.`,
 	cmd.Flags().BoolVar(&f.noisy, "noisy-source", false, "show fair shedding: one heavy sender, five light ones, with and without per-source budgets")
 	cmd.Flags().BoolVar(&f.record, "record", false, "show the shed record: two noisy senders, the episode's syslog reports and tshark-style samples")
 	cmd.Flags().IntVar(&f.fleet, "fleet", 0, "run N members sharing one budget of --max through a redis-server the demo starts (2..8)")
+	cmd.Flags().BoolVar(&f.chaos, "chaos", false, "with --fleet: cut the busiest member off from the store for a few windows and print the fleet's total against the partition bound")
 	cmd.Flags().StringVar(&f.fleetBin, "fleet-bin", "", "the tierlimit binary the --fleet members run (default: this one)")
 	cmd.Flags().MarkHidden("fleet-bin")
 	cmd.Flags().BoolVar(&f.auto, "auto", false, "max: auto starting at --max, flooded at 2 × max into a collector that reads max/4 per window: watch max settle")
@@ -150,6 +158,9 @@ func (f *demoFlags) parse(loads, shape string) error {
 	}
 	if f.window < 100*time.Millisecond || f.window > 10*time.Second {
 		return usageErrorf("--window %v: want 100ms..10s", f.window)
+	}
+	if f.chaos && f.fleet == 0 {
+		return usageErrorf("--chaos: with --fleet N only")
 	}
 	if f.fleet != 0 && (f.fleet < 2 || f.fleet > 8) {
 		return usageErrorf("--fleet %d: want 2..8 members", f.fleet)
