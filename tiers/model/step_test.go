@@ -207,3 +207,65 @@ func TestSmoothNoFalseOnset(t *testing.T) {
 		}
 	}
 }
+
+// hugeOnset offers rate packets per window, evenly spaced, from idle into a
+// fresh model (from one group with budgets on) for the part frac of the
+// first window, starting tickPhase ns into a tick, and returns the
+// expected passes: the sum of each packet's pass probability as judged.
+func hugeOnset(t *testing.T, p tiers.Policy, tab tiers.Table, sm stepMode, tickPhase uint64, rate, frac float64) float64 {
+	t.Helper()
+	m := NewModel(p, tab, weyl(tickPhase))
+	m.SetTick(hz250)
+	if sm != stepNoBudgets {
+		m.SetSketchSeeds(randomSeeds(rand.New(rand.NewPCG(tickPhase, 3))))
+	}
+	flood := netip.AddrFrom4([4]byte{10, 255, 255, 255})
+	w := float64(p.Window)
+	start := 1e9 + float64(tickPhase)
+	var passes float64
+	n := int(rate * frac)
+	for k := range n {
+		at := uint64(start + float64(k)*w/rate)
+		if sm == stepNoBudgets {
+			m.Packet(at)
+		} else {
+			m.PacketFrom(at, flood)
+		}
+		passes += 1 - tiers.DropRatio(m.lastThr)
+	}
+	return passes
+}
+
+// Property 5 for property 3 (docs/design.md §9): a flood from idle of 10³
+// × max passes at most 1.1 × P(R) in its first window (in expectation:
+// the sum of the pass probabilities it was judged at), without budgets
+// and from one group with budgets; at 10⁶ × max (10⁹ packets a window)
+// its first 1/1024 of a window, where the estimate catches up with the
+// rate, passes at most 1/1024 + 0.05 of P(R) (the 16 packets before the
+// latch are 0.018), and the rest is judged on its rate from the clock.
+// Before issue 39 the elapsed fraction was held to 1/32: 1.24 × P(R) at
+// 10³ × max.
+func TestSmoothHugeOnset(t *testing.T) {
+	t.Parallel()
+	for _, sm := range []stepMode{stepNoBudgets, stepOneGroup} {
+		p := stepPolicy(sm)
+		tab := mustCompile(t, p)
+		for _, c := range []struct {
+			mult, frac, bound float64
+		}{
+			{1e3, 1, 1.1},
+			{1e6, 1.0 / 1024, 1.0/1024 + 0.05},
+		} {
+			R := c.mult * float64(p.Max)
+			P := tab.Expected(uint64(R)).Passed
+			var worst float64
+			for _, phase := range []uint64{0, hz250 / 2} {
+				worst = max(worst, hugeOnset(t, p, tab, sm, phase, R, c.frac)/P)
+			}
+			t.Logf("%s: %.0e × max from idle, the first %.4f of the window passes %.4f × P(R) at most (bound %.4f)", sm, c.mult, c.frac, worst, c.bound)
+			if worst > c.bound {
+				t.Errorf("%s: %.0e × max from idle: the first %.4f of the window passes %.4f × P(R), want ≤ %.4f", sm, c.mult, c.frac, worst, c.bound)
+			}
+		}
+	}
+}
