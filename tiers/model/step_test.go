@@ -13,9 +13,9 @@ import (
 type stepMode int
 
 const (
-	stepNoBudgets stepMode = iota // budgets off
-	stepOneGroup                  // budgets on: the base from 1,000 light groups, the step's excess from one group
-	stepManyGroups                // budgets on: every packet from 10^4 groups in turn, each within its budget
+	stepNoBudgets  stepMode = iota // budgets off
+	stepOneGroup                   // budgets on: the base from 1,000 light groups, the step's excess from one group
+	stepManyGroups                 // budgets on: every packet from 10^4 groups in turn, each within its budget
 )
 
 func (sm stepMode) String() string {
