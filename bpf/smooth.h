@@ -60,8 +60,8 @@ static __always_inline int sm_near(__u64 a, __u64 b)
  * less the budgets spent at this CPU's last refresh), so that the rate is
  * measured across the boundary; a reference of an older window, another
  * tick source's (a restart: window.h window_start_tick), or a candidate
- * not refreshed for two spans (idle) starts again at this tick, before
- * this packet. */
+ * not refreshed for two spans (idle, or the CPU took no packet) starts
+ * again at this tick, before this packet, and unlatched. */
 static __always_inline void sm_rate_ref(struct tl_smooth_cpu *c, struct tl_window *w, const struct tl_settings *s,
 					__u64 n, __u64 prev_in, __u64 prev_tot)
 {
@@ -83,6 +83,7 @@ static __always_inline void sm_rate_ref(struct tl_smooth_cpu *c, struct tl_windo
 		c->ref_tick = c->cand_tick = tick;
 		c->ref_a = c->cand_a = a ? a - 1 : 0;
 		c->ref_n = c->cand_n = l ? l - 1 : 0;
+		c->lat = 0; /* a latch of this CPU's older traffic: the rate starts again */
 	} else if (tick >= c->cand_tick + d) {
 		c->ref_tick = c->cand_tick;
 		c->ref_n = c->cand_n;

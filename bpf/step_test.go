@@ -5,14 +5,33 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/bpf"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 	"github.com/tierlimit/tierlimit/tiers/model"
 )
+
+// pinCPU runs the calling goroutine on CPU cpu (modulo the CPUs) until
+// the test ends: the smooth shape's onset is latched per CPU (smooth.h
+// sm_latch), and model.Model is one CPU's, so a paced comparison of the
+// two runs its packets on one CPU; a thread that moves finds the other
+// CPU's memo stale, and that CPU starts its rate again.
+func pinCPU(t *testing.T, cpu int) {
+	t.Helper()
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+	var set unix.CPUSet
+	set.Set(cpu % runtime.NumCPU())
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // stepPaced paces frames (in turn) through the program in real time
 // (BPF_PROG_TEST_RUN, 1 ms steps of a testenv.Pacer) at lo packets per
@@ -70,14 +89,17 @@ func TestSmoothStepProgram(t *testing.T) {
 	for i := range srcs {
 		srcs[i] = netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)})
 	}
+	cpu := 0
 	for _, budgets := range []bool{false, true} {
 		for _, phi := range []float64{0.3, 0.6, 0.9} {
+			cpu++
 			name := fmt.Sprintf("phi%.1f", phi)
 			if budgets {
 				name += "-budgets"
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
+				pinCPU(t, cpu)
 				p := tiers.Default()
 				p.Window, p.Max = window, 300
 				if budgets {

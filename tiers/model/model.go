@@ -302,7 +302,7 @@ func (m *Model) SetTick(ns uint64) { m.tickNs = max(ns, 1) }
 // last refresh), so that the rate is measured across the boundary as
 // within a window. A reference of an older window, or a candidate not
 // refreshed for two spans (idle), starts again at this tick, before this
-// packet.
+// packet, and unlatched.
 func (m *Model) refresh(nowNs uint64) {
 	tick := nowNs / m.tickNs
 	if m.coefID == m.opened && m.coefTick == tick {
@@ -331,6 +331,7 @@ func (m *Model) refresh(nowNs uint64) {
 	case stale || tick >= m.candTick+2*d || tick < m.candTick:
 		m.refTick, m.refA, m.refN = tick, a-min(a, 1), l-min(l, 1)
 		m.candTick, m.candA, m.candN = m.refTick, m.refA, m.refN
+		m.latched, m.lat = false, 0
 	case tick >= m.candTick+d:
 		m.refTick, m.refN, m.refA = m.candTick, m.candN, m.candA
 		m.candTick, m.candN, m.candA = tick, l, a
@@ -377,7 +378,9 @@ func (m *Model) recent(nowNs, a, l uint64) (ca, ea, el uint64) {
 // it latches, and the origin moves to this packet, so that the rate after
 // the step is read from the clock, unmixed with the ticks before it.
 // Latched, it releases when E falls to S (tiers.SmoothReleases). The
-// latch outlives the window.
+// latch outlives the window; onset, the window's flag the agent reads
+// (tiers.Window), is set at a latch in the window, as the program sets
+// tl_window.onset.
 func (m *Model) latch(nowNs, a uint64) (ea, el uint64) {
 	l := m.live(m.count)
 	ca, ea, el := m.recent(nowNs, a, l)
@@ -393,7 +396,6 @@ func (m *Model) latch(nowNs, a uint64) (ea, el uint64) {
 	case m.latched && tiers.SmoothReleases(ca, ea, s):
 		m.latched, m.lat = false, 0
 	}
-	m.onset = m.onset || m.latched
 	return ea, el
 }
 
