@@ -134,6 +134,9 @@
 /* An onset's margin: the recent rate must pass S + S >> 2 (5/4 of S) to
  * latch (tiers.SmoothLatchShift). */
 #define TL_SMOOTH_LATCH_SHIFT 2
+/* The fractional bits of the part of a window the clock reads after a
+ * latch (tiers.SmoothClockBits): el < 2^38 ns there (16 ticks). */
+#define TL_SMOOTH_CLOCK_BITS 24
 /* Samples of a window's in-budget count the smooth shape keeps with
  * budgets on (smooth_prof.h; tiers.SmoothProfN). */
 #define TL_SMOOTH_PROF_N 16

@@ -46,6 +46,7 @@ const (
 	LimiterTlConstTL_C_SMOOTH_TICK_SHIFT  LimiterTlConst = 22
 	LimiterTlConstTL_C_SMOOTH_PROF_N      LimiterTlConst = 16
 	LimiterTlConstTL_C_SMOOTH_LATCH_SHIFT LimiterTlConst = 2
+	LimiterTlConstTL_C_SMOOTH_CLOCK_BITS  LimiterTlConst = 24
 	LimiterTlConstTL_C_RECORD_SNAP_MAX    LimiterTlConst = 256
 	LimiterTlConstTL_RECORD_NONE          LimiterTlConst = 255
 )

@@ -13,8 +13,9 @@
  *       in the TL_SMOOTH_CLOCK_TICKS ticks after a latch, the count
  *       since the latch over the part of a window since it, from the
  *       clock (sm_recent);
- *   an onset is a step in E: E past 5/4 of max(S, the E it latched at),
- *   with TL_SMOOTH_ONSET_MIN packets since the reference. It latches per
+ *   an onset is a step in E: E past 5/4 of S and, latched, past twice
+ *   the E it latched at, with TL_SMOOTH_ONSET_MIN packets since the
+ *   reference. It latches per
  *   CPU (sm_latch), outlives the window, and releases once E falls to S;
  *   R̂ = max(S, E) while latched, else S (with budgets, the in-budget
  *   packets' S and the spent budgets plus the live groups' E).
@@ -186,7 +187,8 @@ static __always_inline __u64 sm_since(__u64 x, __u64 ref)
  * projected over a window, and the count of all since the reference
  * (model.Model.recent): in the TL_SMOOTH_CLOCK_TICKS ticks after a latch
  * from the clock since it (tiers.SmoothClockRate: the elapsed part of a
- * window at least 2^-16), else per tick since the reference
+ * window on TL_SMOOTH_CLOCK_BITS bits, at least 2^-24 of it: 215 µs of an
+ * hour's window, where 2^-16 was 55 ms), else per tick since the reference
  * (tiers.SmoothRecentMult). */
 static __always_inline __u64 sm_recent(const struct tl_smooth_cpu *c, const struct tl_settings *s, __u64 a,
 				       __u64 l, __u64 *ea, __u64 *el)
@@ -195,12 +197,12 @@ static __always_inline __u64 sm_recent(const struct tl_smooth_cpu *c, const stru
 	if (c->clock) {
 		__u64 now = bpf_ktime_get_ns();
 		__u64 el_ns = now > c->o_ns ? now - c->o_ns : 0;
-		__u64 f = (el_ns << TL_SMOOTH_FRAC_BITS) / (s->window_ns ? s->window_ns : 1);
+		__u64 f = (el_ns << TL_SMOOTH_CLOCK_BITS) / (s->window_ns ? s->window_ns : 1);
 		f = f ? f : 1;
 		ca = sm_since(a, c->o_a);
-		*ea = (ca << TL_SMOOTH_FRAC_BITS) / f;
+		*ea = (ca << TL_SMOOTH_CLOCK_BITS) / f;
 		if (s->src_budget)
-			*el = (sm_since(l, c->o_m) << TL_SMOOTH_FRAC_BITS) / f;
+			*el = (sm_since(l, c->o_m) << TL_SMOOTH_CLOCK_BITS) / f;
 		return ca;
 	}
 	ca = sm_since(a, c->ref_a);
@@ -214,8 +216,9 @@ static __always_inline __u64 sm_recent(const struct tl_smooth_cpu *c, const stru
  * packet's included) of window id at tick, with the live in-budget count
  * l, and returns E, the rate of all selected packets over a window (*el
  * the live in-budget one) (model.Model.latch, docs/design.md §9): an
- * onset is E past 5/4 of S, or, latched, past 5/4 of the E it latched
- * at; it latches, and the origin moves to this packet, so that the rate
+ * onset is E past 5/4 of S and, latched, past twice the E it latched at
+ * (a step on a step, or on a latch of noise; not the noise of a flood's
+ * rate, which would keep it reading the clock); it latches, and the origin moves to this packet, so that the rate
  * after the step is read from the clock unmixed with the ticks before it.
  * Latched, E falling to S releases it. The window's onset is set for the
  * agent's estimate (tiers.Window), a plain store by any CPU that latches. */
@@ -226,8 +229,10 @@ static __always_inline __u64 sm_latch(struct tl_smooth_cpu *c, struct tl_window 
 	*el = 0;
 	__u64 ca = sm_recent(c, s, a, l, &ea, el);
 	__u64 st = a + c->base_tot;
-	__u64 th = st > c->lat ? st : c->lat;
-	if (ca >= TL_SMOOTH_ONSET_MIN && ea > th + (th >> TL_SMOOTH_LATCH_SHIFT)) {
+	__u64 th = st + (st >> TL_SMOOTH_LATCH_SHIFT);
+	if (th < 2 * c->lat)
+		th = 2 * c->lat;
+	if (ca >= TL_SMOOTH_ONSET_MIN && ea > th) {
 		c->lat = ea;
 		c->o_tick = c->ref_tick = c->cand_tick = c->tick;
 		c->o_ns = bpf_ktime_get_ns();

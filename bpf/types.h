@@ -53,6 +53,7 @@ enum tl_const {
 	TL_C_SMOOTH_TICK_SHIFT = TL_SMOOTH_TICK_SHIFT,
 	TL_C_SMOOTH_PROF_N = TL_SMOOTH_PROF_N,
 	TL_C_SMOOTH_LATCH_SHIFT = TL_SMOOTH_LATCH_SHIFT,
+	TL_C_SMOOTH_CLOCK_BITS = TL_SMOOTH_CLOCK_BITS,
 	TL_C_RECORD_SNAP_MAX = TL_RECORD_SNAP_MAX,
 	/* tl_sample.tier and .sev when unknown (over budget, fragments; no <PRI>) */
 	TL_RECORD_NONE = 0xff,

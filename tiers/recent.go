@@ -14,6 +14,10 @@ const (
 	// on S alone passes at most (θ/(θ−1))·ln θ = 1.116 × P(R_after) over
 	// its first window with θ = 5/4, where P is flat.
 	SmoothLatchShift = 2
+	// SmoothClockBits is the fixed-point scale of the part of a window
+	// SmoothClockRate reads from the clock: 2^-24 of a window (215 µs of
+	// an hour's), where SmoothFracBits' 2^-16 would be 55 ms.
+	SmoothClockBits = 24
 )
 
 // SmoothRecentMult is the multiplier that projects the count since the
@@ -30,11 +34,12 @@ func SmoothRecentMult(ticks, dt uint64) uint64 {
 // window's start, or the latch) over the part of a window elapsed since
 // it, elNs of windowNs, read per packet in the first SmoothClockTicks
 // ticks after the origin, where whole ticks are furthest off. The part
-// is at least 2^-SmoothFracBits of the window: no floor of 1/32 (which
-// passed 1.24 × P(R) in a flood's first window at 10³ × max).
+// has SmoothClockBits fractional bits and is at least 2^-SmoothClockBits
+// of the window: no floor of 1/32 (which passed 1.24 × P(R) in a flood's
+// first window at 10³ × max). elNs is below 2^38 (16 ticks).
 func SmoothClockRate(count, elNs, windowNs uint64) uint64 {
-	f := max(elNs<<SmoothFracBits/max(windowNs, 1), 1)
-	return count << SmoothFracBits / f
+	f := max(elNs<<SmoothClockBits/max(windowNs, 1), 1)
+	return count << SmoothClockBits / f
 }
 
 // SmoothLatches reports whether a CPU not latched latches an onset: at

@@ -373,8 +373,9 @@ func (m *Model) recent(nowNs, a, l uint64) (ca, ea, el uint64) {
 // latch updates the onset on the count of all selected packets a (this
 // packet's included) and returns E, the rate of all selected packets, and
 // the live in-budget rate, both over a window (docs/design.md §9). An
-// onset is a step in the recent rate: E past 5/4 of S, or, latched, past
-// 5/4 of the E it latched at (a step on a step, or on a latch of noise);
+// onset is a step in the recent rate: E past 5/4 of S and, latched, past
+// twice the E it latched at (a step on a step, or on a latch of noise;
+// not a flood's noise, which would keep the rate on the clock);
 // it latches, and the origin moves to this packet, so that the rate after
 // the step is read from the clock, unmixed with the ticks before it.
 // Latched, it releases when E falls to S (tiers.SmoothReleases). The
@@ -386,7 +387,7 @@ func (m *Model) latch(nowNs, a uint64) (ea, el uint64) {
 	ca, ea, el := m.recent(nowNs, a, l)
 	s := m.coefTot.Sliding(a)
 	switch {
-	case tiers.SmoothLatches(ca, ea, max(s, m.lat)):
+	case tiers.SmoothLatches(ca, ea, s) && ea > 2*m.lat:
 		m.latched, m.onset, m.lat = true, true, ea
 		tick := nowNs / m.tickNs
 		m.oTick, m.oNs, m.oA, m.oM = tick, nowNs, a, l
