@@ -4,8 +4,9 @@ package tiers
 // 39): each CPU measures the rate of the window's count over its last
 // ticks, projects it over a whole window (E, the rate × the window, never
 // the count so far plus the rate over the rest), latches an onset once E
-// passes 5/4 of the sliding count S, judges at max(S, E) while latched,
-// and releases once E falls to S. The program holds the same rule
+// passes 5/4 of the sliding count S (and, latched already, twice the E it
+// latched at), judges at max(S, E) while latched, and releases once E
+// falls to S. The program holds the same rule
 // (bpf/smooth.h sm_recent, sm_latch); model.Model is the reference.
 const (
 	// SmoothLatchShift sets the onset's margin: E must pass S + S >>
