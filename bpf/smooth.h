@@ -313,8 +313,9 @@ static __always_inline __u64 sm_rhat(struct tl_window *w, const struct tl_settin
 /* The smooth judgement of an in-budget packet whose window_count is pos:
  * its tier and q(R̂) (model.Model.smooth). Past saturation n is the shared
  * count, and the per-CPU counts summed at this CPU's tick are added. R̂ is
- * sm_rhat's; the onset is latched on all selected packets. The latch is a
- * plain store of one value by any CPU that sees the onset first. Returns
+ * sm_rhat's; the onset is latched, per CPU, on the rate of all selected
+ * packets (sm_latch), the live in-budget ones being the count less the
+ * spent budgets (exh_in). Returns
  * this CPU's estimate (for sm_drop), or NULL when a map cannot be read. */
 static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const struct tl_settings *s,
 						      __u32 slot, const struct window_pos *pos, __u32 *tier,
