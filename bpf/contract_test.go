@@ -145,6 +145,8 @@ func contractSmooth(eq eqFunc) {
 	eq("tiers.SmoothOnsetMin / TL_SMOOTH_ONSET_MIN", tiers.SmoothOnsetMin, uint64(bpf.LimiterTlConstTL_C_SMOOTH_ONSET_MIN))
 	eq("tiers.SmoothTickShift / TL_SMOOTH_TICK_SHIFT", tiers.SmoothTickShift, uint64(bpf.LimiterTlConstTL_C_SMOOTH_TICK_SHIFT))
 	eq("tiers.SmoothProfN / TL_SMOOTH_PROF_N", tiers.SmoothProfN, uint64(bpf.LimiterTlConstTL_C_SMOOTH_PROF_N))
+	eq("tiers.SmoothLatchShift / TL_SMOOTH_LATCH_SHIFT", tiers.SmoothLatchShift, uint64(bpf.LimiterTlConstTL_C_SMOOTH_LATCH_SHIFT))
+	eq("tiers.SmoothClockBits / TL_SMOOTH_CLOCK_BITS", tiers.SmoothClockBits, uint64(bpf.LimiterTlConstTL_C_SMOOTH_CLOCK_BITS))
 	eq("tl_smooth_prof.at / 2 × tiers.SmoothProfN", 2*tiers.SmoothProfN, uint64(len(bpf.LimiterTlSmoothProf{}.At)*len(bpf.LimiterTlSmoothProf{}.At[0])))
 }
 

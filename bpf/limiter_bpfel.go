@@ -16,39 +16,41 @@ import (
 type LimiterTlConst uint32
 
 const (
-	LimiterTlConstTL_C_MAX_TIERS         LimiterTlConst = 16
-	LimiterTlConstTL_C_MAX_RULES         LimiterTlConst = 32
-	LimiterTlConstTL_C_TABLE_MAX         LimiterTlConst = 1048576
-	LimiterTlConstTL_C_SLOTS             LimiterTlConst = 2
-	LimiterTlConstTL_C_LPM_ENTRIES       LimiterTlConst = 131072
-	LimiterTlConstTL_C_LOCAL_PREFIXES    LimiterTlConst = 4096
-	LimiterTlConstTL_C_FRAG_ENTRIES      LimiterTlConst = 16384
-	LimiterTlConstTL_PORT_KEYS           LimiterTlConst = 65536
-	LimiterTlConstTL_LPM_TAG_BITS        LimiterTlConst = 32
-	LimiterTlConstTL_LPM_ADDR_BITS       LimiterTlConst = 128
-	LimiterTlConstTL_DEST_RULE_BITS      LimiterTlConst = 8
-	LimiterTlConstTL_SHIFT_MASK          LimiterTlConst = 63
-	LimiterTlConstTL_C_SKETCH_ROWS       LimiterTlConst = 2
-	LimiterTlConstTL_C_SKETCH_COLS       LimiterTlConst = 131072
-	LimiterTlConstTL_C_SRC_TOP_ENTRIES   LimiterTlConst = 1024
-	LimiterTlConstTL_C_LRU_LOCAL_FREE    LimiterTlConst = 128
-	LimiterTlConstTL_CELL_COUNT_BITS     LimiterTlConst = 32
-	LimiterTlConstTL_C_SKETCH_COL_BITS   LimiterTlConst = 17
-	LimiterTlConstTL_SEED_WORDS          LimiterTlConst = 6
-	LimiterTlConstTL_C_FRAG_TTL_MS       LimiterTlConst = 1000
-	LimiterTlConstTL_C_SKB_IFACES        LimiterTlConst = 64
-	LimiterTlConstTL_C_IFACES            LimiterTlConst = 64
-	LimiterTlConstTL_LPM_TAG_IPV6        LimiterTlConst = 1073741824
-	LimiterTlConstTL_C_MAX_CPUS          LimiterTlConst = 1024
-	LimiterTlConstTL_C_SMOOTH_FRAC_BITS  LimiterTlConst = 16
-	LimiterTlConstTL_C_SMOOTH_MIN_FRAC   LimiterTlConst = 2048
-	LimiterTlConstTL_C_SMOOTH_ONSET_MIN  LimiterTlConst = 16
-	LimiterTlConstTL_C_SMOOTH_TICK_SHIFT LimiterTlConst = 22
-	LimiterTlConstTL_C_SMOOTH_PROF_N     LimiterTlConst = 16
-	LimiterTlConstTL_C_FLEET_MULT_SHIFT  LimiterTlConst = 32
-	LimiterTlConstTL_C_FLEET_RHAT_SHIFT  LimiterTlConst = 47
-	LimiterTlConstTL_C_RECORD_SNAP_MAX   LimiterTlConst = 256
-	LimiterTlConstTL_RECORD_NONE         LimiterTlConst = 255
+	LimiterTlConstTL_C_MAX_TIERS          LimiterTlConst = 16
+	LimiterTlConstTL_C_MAX_RULES          LimiterTlConst = 32
+	LimiterTlConstTL_C_TABLE_MAX          LimiterTlConst = 1048576
+	LimiterTlConstTL_C_SLOTS              LimiterTlConst = 2
+	LimiterTlConstTL_C_LPM_ENTRIES        LimiterTlConst = 131072
+	LimiterTlConstTL_C_LOCAL_PREFIXES     LimiterTlConst = 4096
+	LimiterTlConstTL_C_FRAG_ENTRIES       LimiterTlConst = 16384
+	LimiterTlConstTL_PORT_KEYS            LimiterTlConst = 65536
+	LimiterTlConstTL_LPM_TAG_BITS         LimiterTlConst = 32
+	LimiterTlConstTL_LPM_ADDR_BITS        LimiterTlConst = 128
+	LimiterTlConstTL_DEST_RULE_BITS       LimiterTlConst = 8
+	LimiterTlConstTL_SHIFT_MASK           LimiterTlConst = 63
+	LimiterTlConstTL_C_SKETCH_ROWS        LimiterTlConst = 2
+	LimiterTlConstTL_C_SKETCH_COLS        LimiterTlConst = 131072
+	LimiterTlConstTL_C_SRC_TOP_ENTRIES    LimiterTlConst = 1024
+	LimiterTlConstTL_C_LRU_LOCAL_FREE     LimiterTlConst = 128
+	LimiterTlConstTL_CELL_COUNT_BITS      LimiterTlConst = 32
+	LimiterTlConstTL_C_SKETCH_COL_BITS    LimiterTlConst = 17
+	LimiterTlConstTL_SEED_WORDS           LimiterTlConst = 6
+	LimiterTlConstTL_C_FRAG_TTL_MS        LimiterTlConst = 1000
+	LimiterTlConstTL_C_SKB_IFACES         LimiterTlConst = 64
+	LimiterTlConstTL_C_IFACES             LimiterTlConst = 64
+	LimiterTlConstTL_LPM_TAG_IPV6         LimiterTlConst = 1073741824
+	LimiterTlConstTL_C_MAX_CPUS           LimiterTlConst = 1024
+	LimiterTlConstTL_C_SMOOTH_FRAC_BITS   LimiterTlConst = 16
+	LimiterTlConstTL_C_SMOOTH_MIN_FRAC    LimiterTlConst = 2048
+	LimiterTlConstTL_C_SMOOTH_ONSET_MIN   LimiterTlConst = 16
+	LimiterTlConstTL_C_SMOOTH_TICK_SHIFT  LimiterTlConst = 22
+	LimiterTlConstTL_C_SMOOTH_PROF_N      LimiterTlConst = 16
+	LimiterTlConstTL_C_FLEET_MULT_SHIFT   LimiterTlConst = 32
+	LimiterTlConstTL_C_FLEET_RHAT_SHIFT   LimiterTlConst = 47
+	LimiterTlConstTL_C_SMOOTH_LATCH_SHIFT LimiterTlConst = 2
+	LimiterTlConstTL_C_SMOOTH_CLOCK_BITS  LimiterTlConst = 24
+	LimiterTlConstTL_C_RECORD_SNAP_MAX    LimiterTlConst = 256
+	LimiterTlConstTL_RECORD_NONE          LimiterTlConst = 255
 )
 
 type LimiterTlDestCache struct {
@@ -282,7 +284,16 @@ type LimiterTlSmoothCpu struct {
 	RefN      uint64
 	CandTick  uint64
 	CandN     uint64
-	K_in      uint64
+	K_rate    uint64
+	RefA      uint64
+	CandA     uint64
+	Lat       uint64
+	O_tick    uint64
+	O_ns      uint64
+	O_a       uint64
+	O_m       uint64
+	Xh        uint64
+	Turn      uint64
 	ExOwn     uint64
 	ExR       uint64
 	ExRin     uint64
