@@ -23,6 +23,7 @@ type Controller struct {
 	store string // the redacted store URL, for logs
 	st    store
 
+	inst  string // this start's instance id (newInstance)
 	cfg   atomic.Pointer[Config]
 	creds atomic.Pointer[[2]string] // ACL user, password
 	m     metrics
@@ -35,6 +36,9 @@ type Controller struct {
 	estFailed  bool // a FleetEstimate error was logged and not yet cleared
 	setFailed  bool // a SetFleetOthers error was logged and not yet cleared
 	authFailed bool // a refusal of the credentials was logged since the last answer
+	replaces   string // the earlier instance on this host, until a report is answered
+	conflicted bool   // another instance under this name was logged and not yet cleared
+	differed   bool   // this member's settings differing was logged and not yet cleared
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -67,12 +71,19 @@ func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller,
 		lim:   lim,
 		fb:    fb,
 		store: storeurl.Redact(cfg.Store),
+		inst:  newInstance(),
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
+	c.log = c.log.With("instance", c.inst)
 	if err := c.loadCreds(cfg, su.Username); err != nil {
 		return nil, err
 	}
+	prev, err := swapInstance(cfg.InstanceFile, c.inst)
+	if err != nil {
+		c.log.Warn("fleet: cannot keep the instance id: after a restart the earlier instance ages out in ttl instead of at once", "err", err)
+	}
+	c.replaces = prev
 	c.cfg.Store(&cfg)
 	c.st, err = dial(su, cfg.CAFile, func() time.Duration { return c.cfg.Load().Report }, c.credentials)
 	if err != nil {
@@ -80,7 +91,7 @@ func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller,
 	}
 	est := c.estimate()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.TTL)
-	v, err := c.st.report(ctx, cfg.Name, cfg.Member, est, cfg.TTL)
+	v, err := c.st.report(ctx, cfg.Name, c.entry(&cfg, est))
 	cancel()
 	if err != nil && isAuth(err) {
 		c.st.close()
@@ -156,7 +167,7 @@ func (c *Controller) Close() error {
 		cfg := c.cfg.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.Report)
 		defer cancel()
-		if e := c.st.leave(ctx, cfg.Name, cfg.Member); e != nil {
+		if e := c.st.leave(ctx, cfg.Name, c.entry(cfg, Sums{})); e != nil {
 			err = fmt.Errorf("leave fleet %s: %w", cfg.Name, e)
 		}
 		c.st.close()
@@ -191,7 +202,7 @@ func (c *Controller) tick() {
 	est := c.estimate()
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Report)
-	v, err := c.st.report(ctx, cfg.Name, cfg.Member, est, cfg.TTL)
+	v, err := c.st.report(ctx, cfg.Name, c.entry(cfg, est))
 	cancel()
 	now := time.Now()
 	slow := now.Sub(start) > cfg.Report
@@ -221,7 +232,9 @@ func (c *Controller) tick() {
 func (c *Controller) joined(now time.Time, est Sums, v view) {
 	c.lastOK = now
 	c.authFailed = false
+	c.replaces = ""
 	c.members = v.members
+	c.judge(v)
 	if c.inFallback {
 		if err := c.fb.LeaveFallback(); err != nil {
 			c.log.Error("leave fleet fallback", "err", err)
