@@ -23,9 +23,6 @@ type fleetState struct {
 
 	c       atomic.Pointer[fleet.Controller]
 	member  string // as StartFleet was given it
-	// instanceFile is where the controller keeps its instance id across
-	// restarts (SetFleetInstanceFile); "" for none.
-	instanceFile string
 	started bool   // StartFleet ran: the fold follows the policy in force
 	// in and members say whether the controller put the agent in
 	// fallback, and with which member count (tiers.State).
@@ -36,6 +33,10 @@ type fleetState struct {
 	// without auto.
 	bound  fleet.AutoBound
 	tables *fleetTables
+
+	// instanceFile is where the controller keeps its instance id across
+	// restarts (SetFleetInstanceFile); "" for none.
+	instanceFile string
 }
 
 // fleetTables is what a member with max: auto folds into the others' sums at

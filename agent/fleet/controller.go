@@ -36,6 +36,8 @@ type Controller struct {
 	estFailed  bool // a FleetEstimate error was logged and not yet cleared
 	setFailed  bool // a SetFleetOthers error was logged and not yet cleared
 	authFailed bool // a refusal of the credentials was logged since the last answer
+
+	// Identity and agreement (identity.go), the loop's too.
 	replaces   string // the earlier instance on this host, until a report is answered
 	conflicted bool   // another instance under this name was logged and not yet cleared
 	differed   bool   // this member's settings differing was logged and not yet cleared

@@ -22,14 +22,15 @@ type metrics struct {
 	others   atomic.Uint64
 	storeUp  atomic.Int64
 	fallback atomic.Int64
+	ok       atomic.Uint64
+	errs     atomic.Uint64
+	slow     atomic.Uint64
+
 	// conflicts, groups and differs are what the last answered report
 	// saw of this member's name and settings (identity.go, judge).
 	conflicts atomic.Int64
 	groups    atomic.Int64
 	differs   atomic.Int64
-	ok       atomic.Uint64
-	errs     atomic.Uint64
-	slow     atomic.Uint64
 }
 
 func (m *metrics) reports(result string) *atomic.Uint64 {
