@@ -20,7 +20,7 @@
 //
 //	ACL SETUSER member on >PASSWORD resetkeys ~{tierlimit:fleet:NAME}:* resetchannels -@all
 //	  +hello +auth +ping +client|setname +evalsha +eval +time +get +set +del +pttl
-//	  +pexpire +hget +hset +hdel +hlen +hexists +hgetall +zadd +zrem +zcard +zrangebyscore
+//	  +pexpire +hget +hset +hdel +hlen +hgetall +zadd +zrem +zcard +zrangebyscore
 //
 // The package never imports the agent: the agent passes it a Limiter (the
 // BPF side, *bpf.Limiter), a Fallback (its own policy switch) and, for a
@@ -35,6 +35,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Config is the `fleet:` section of a policy (docs/design.md §12), already
@@ -182,6 +183,9 @@ func (c *Config) check() error {
 			return fmt.Errorf("%w: member name from the host name: %v", ErrConfig, err)
 		}
 		c.Member = h
+	}
+	if strings.IndexFunc(c.Member, unicode.IsControl) >= 0 || len(c.Member) > 200 {
+		return fmt.Errorf("%w: member name %q: at most 200 characters, no control characters", ErrConfig, c.Member)
 	}
 	return nil
 }

@@ -397,7 +397,7 @@ func TestFleetSentinel(t *testing.T) {
 // (docs/design.md §12, Trust): the scripts' commands on the keys of one
 // hash tag, and nothing else.
 const fleetACL = "on >member-pw resetkeys ~{tierlimit:fleet:acl}:* resetchannels -@all +hello +auth +ping +client|setname +evalsha +eval " +
-	"+time +get +set +del +pttl +pexpire +hget +hset +hdel +hlen +hexists +hgetall +zadd +zrem +zcard +zrangebyscore"
+	"+time +get +set +del +pttl +pexpire +hget +hset +hdel +hlen +hgetall +zadd +zrem +zcard +zrangebyscore"
 
 // TestFleetACL: members that log in as an ACL user limited to the fleet's
 // keys share as any member does, and the same user refused another

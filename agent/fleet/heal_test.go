@@ -70,9 +70,6 @@ func TestFleetSumHeals(t *testing.T) {
 		{"garbage sum", 0, func() error {
 			return evil.Set(ctx, tag+":sum3", "NaN -1e308 garbage", 0).Err()
 		}},
-		{"garbage names", 0, func() error {
-			return evil.HSet(ctx, tag+":names3", "b", "zz yy xx").Err()
-		}},
 		{"the keys deleted", 0, func() error {
 			return evil.Del(ctx, tag+":sum3", tag+":exp3").Err()
 		}},

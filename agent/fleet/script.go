@@ -10,20 +10,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// One fleet's state is four keys in one hash slot, so that one script
+// One fleet's state is three keys in one hash slot, so that one script
 // reaches them on one node of a Redis Cluster (docs/design.md §12, Store):
 //
-//	{tierlimit:fleet:NAME}:est3    hash   NAME#INSTANCE -> "IN TOTAL HEARD TTL WINDOW MAX DIGEST"
-//	{tierlimit:fleet:NAME}:exp3    zset   NAME#INSTANCE -> when the entry ages out: HEARD + TTL (µs)
-//	{tierlimit:fleet:NAME}:sum3    string "IN TOTAL AT GROUPS SETTINGS": the sums of :est3, when they
-//	                                      were last rebuilt (µs), and the census of the settings then
-//	{tierlimit:fleet:NAME}:names3  hash   NAME -> the instances that hold an entry under NAME
+//	{tierlimit:fleet:NAME}:est3  hash   NAME#INSTANCE -> "IN TOTAL HEARD TTL WINDOW MAX DIGEST"
+//	{tierlimit:fleet:NAME}:exp3  zset   NAME#INSTANCE -> when the entry ages out: HEARD + TTL (µs)
+//	{tierlimit:fleet:NAME}:sum3  string "IN TOTAL AT GROUPS|TTL WINDOW MAX DIGEST" and a line
+//	                                    "\nNAME\tN" for each name that N > 1 instances share
 //
 // An entry is one instance of a member (one start of an agent): its
 // estimates R̂_in and R̂_tot (packets per window), when the store heard it
 // (HEARD, the server's µs) and the ttl it wrote (µs, so that it ages out on
 // its own ttl, never the reporter's), and its settings: the window (ns),
-// fleet.max and the digest of its table (tiers.Policy.FleetDigest).
+// fleet.max and the digest of its table (tiers.Policy.FleetDigest). :sum3
+// holds the sums of the entries, when they were last rebuilt (AT, µs),
+// and what that rebuild found: the number of distinct settings, those of
+// the most entries, and the names under which more than one instance
+// reports.
 //
 // Every value is read as untrusted (a member's ACL user may write any of
 // these keys, docs/design.md §12, Trust): the script refuses estimates
@@ -31,17 +34,18 @@ import (
 // or one whose HEARD and TTL are out of range, is dropped; the sums are
 // rebuilt from the entries at the first report after they are one report
 // old (about ten times a second for the fleet at report 100 ms, whatever
-// its size) and at once when they cannot be read, have lost their expiry
-// (a plain SET), disagree with the entries (a count, a value that cannot
-// be subtracted, a sum below the reporter's own estimate) or are missing.
-// Between rebuilds they are kept by the reports, O(log members) each.
+// its size), and at once when they cannot be read, have lost their expiry
+// (a plain SET), disagree with the entries (a value that cannot be
+// subtracted, a sum below the reporter's own estimate) or are missing,
+// and when an instance joins. Between rebuilds the reports keep them,
+// O(log members) each.
 //
 // The names end in 3: version 3 carries the instance and the settings;
 // the pairs of :est2 (no instance) are not read, so a fleet upgrades as
 // one (docs/operations.md, Fleet).
 func keys(name string) []string {
 	tag := "{tierlimit:fleet:" + name + "}"
-	return []string{tag + ":est3", tag + ":exp3", tag + ":sum3", tag + ":names3"}
+	return []string{tag + ":est3", tag + ":exp3", tag + ":sum3"}
 }
 
 // maxEstimate bounds what a member reports: Lua numbers are doubles, and a
@@ -54,28 +58,24 @@ const maxEstimate = 1 << 44
 const maxEntryTTL = time.Hour
 
 // commonLua is the helpers of the scripts: entry reads a value of :est3
-// into its estimates, HEARD, TTL and settings (nil when it cannot);
-// unname removes an instance's field from :names3.
+// into its estimates, HEARD, its settings "TTL WINDOW MAX DIGEST" and TTL
+// (nil when it cannot); sub reads only the estimates of a value of the
+// same form, for a report that subtracts it.
 var commonLua = fmt.Sprintf(`
 local CAP, MAXTTL = %d, %d
 local function entry(v)
-  if type(v) ~= 'string' then return nil end
-  local a, b, h, l, w, m, d = string.match(v, '^(%%d+) (%%d+) (%%d+) (%%d+) (%%d+) (%%d+) (%%x+)$')
-  if not a or #a > 15 or #b > 15 or #h > 17 or #l > 12 or #w > 15 or #m > 15 or #d > 64 then return nil end
-  local ai, bi, hi, li = tonumber(a), tonumber(b), tonumber(h), tonumber(l)
+  local a, b, h, tail, l = string.match(v, '^(%%d+) (%%d+) (%%d+) ((%%d+) %%d+ %%d+ %%x+)$')
+  if not a or #a > 15 or #b > 15 or #h > 17 or #l > 10 then return nil end
+  local ai, bi, li = tonumber(a), tonumber(b), tonumber(l)
   if ai > CAP or bi > CAP or ai > bi or li <= 0 or li > MAXTTL then return nil end
-  return ai, bi, hi, li, w .. ':' .. m .. ':' .. l .. ':' .. d
+  return ai, bi, tonumber(h), tail, li
 end
-local function unname(f)
-  local nm, it = string.match(f, '^(.*)#(%%x+)$')
-  if not nm then return end
-  local list = redis.call('HGET', KEYS[4], nm)
-  if not list then return end
-  local keep = {}
-  for tok in string.gmatch(list, '%%S+') do
-    if tok ~= it and #keep < 64 then keep[#keep + 1] = tok end
-  end
-  if #keep == 0 then redis.call('HDEL', KEYS[4], nm) else redis.call('HSET', KEYS[4], nm, table.concat(keep, ' ')) end
+local function sub(v)
+  local a, b = string.match(v, '^(%%d+) (%%d+) %%d+ %%d+ %%d+ %%d+ %%x+$')
+  if not a or #a > 15 or #b > 15 then return nil end
+  a, b = tonumber(a), tonumber(b)
+  if a > CAP or b > CAP or a > b then return nil end
+  return a, b
 end
 `, maxEstimate, maxEntryTTL.Microseconds())
 
@@ -83,60 +83,64 @@ end
 // in-budget sum, their total, the entries (instances) in the fleet, the
 // other live instances under this member's name, the settings groups
 // among the entries, 1 when this entry's settings are not the most
-// members'}. ARGV: 1 field NAME#INSTANCE, 2 name, 3 instance, 4 R̂_in,
-// 5 R̂_tot, 6 ttl µs, 7 window ns, 8 fleet.max, 9 digest, 10 report µs (how
-// old the sums may grow before a rebuild), 11 the keys' expiry ms (so that
-// a fleet with no member left vanishes), 12 the field of an earlier
-// instance this one replaces ("" for none): it is dropped at once.
-// Integers go out through string.format('%d'): Lua numbers are doubles,
-// exact below 2^53.
+// members'}. ARGV: 1 field NAME#INSTANCE, 2 name, 3 R̂_in, 4 R̂_tot, 5 the
+// settings "TTL WINDOW MAX DIGEST" (ttl µs, window ns, fleet.max, the
+// table's digest in hex), 6 report µs (how old the sums may grow before
+// a rebuild), 7 the keys' expiry ms (so that a fleet with no member left
+// vanishes), 8 the field of an earlier instance this one replaces (""
+// for none): it is dropped at once. Numbers leave as Lua numbers
+// (doubles, exact below 2^53; the reply truncates them to integers) or
+// through string.format('%d').
 var reportScript = redis.NewScript(commonLua + `
-local function whole(s, most)
-  return type(s) == 'string' and #s <= 17 and string.match(s, '^%d+$') ~= nil and tonumber(s) <= most
-end
-if not whole(ARGV[4], CAP) or not whole(ARGV[5], CAP) or tonumber(ARGV[4]) > tonumber(ARGV[5]) then
+local ein, etot = ARGV[3], ARGV[4]
+if #ein > 15 or #etot > 15 or not string.find(ein, '^%d+$') or not string.find(etot, '^%d+$') then
   return redis.error_reply('ERR tierlimit: estimates must be whole numbers with in <= total <= ' .. CAP)
 end
-if not whole(ARGV[6], MAXTTL) or tonumber(ARGV[6]) == 0 or not whole(ARGV[7], 1e15) or not whole(ARGV[8], CAP)
-  or not whole(ARGV[10], MAXTTL) or not string.match(ARGV[9], '^%x+$') or #ARGV[9] > 64 then
-  return redis.error_reply('ERR tierlimit: bad ttl, window, max, digest or report')
+ein, etot = tonumber(ein), tonumber(etot)
+if ein > CAP or etot > CAP or ein > etot then
+  return redis.error_reply('ERR tierlimit: estimates must be whole numbers with in <= total <= ' .. CAP)
 end
+local mine = ARGV[5]
+local ttl = string.match(mine, '^(%d+) %d+ %d+ %x+$')
+if not ttl or #ttl > 10 or #mine > 100 or tonumber(ttl) <= 0 or tonumber(ttl) > MAXTTL or not string.find(ARGV[6], '^%d+$') then
+  return redis.error_reply('ERR tierlimit: bad settings (ttl in (0, 1h], window, max, digest) or report')
+end
+ttl = tonumber(ttl)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local field, name, inst = ARGV[1], ARGV[2], ARGV[3]
-local ein, etot, ttl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local mine = ARGV[7] .. ':' .. ARGV[8] .. ':' .. ARGV[6] .. ':' .. ARGV[9]
+local nowS = t[1] .. string.sub('00000' .. t[2], -6)
+local field, name = ARGV[1], ARGV[2]
 
-local sin, stot, at, groups, best
+local sin, stot, atS, groups, rest
 local s = redis.call('GET', KEYS[3])
 if s and redis.call('PTTL', KEYS[3]) > 0 then
-  local a, b, c, g, f = string.match(s, '^(%d+) (%d+) (%d+) (%d+) (%S+)$')
-  if a then sin, stot, at, groups, best = tonumber(a), tonumber(b), tonumber(c), tonumber(g), f end
+  local a, b, c, g, r = string.match(s, '^(%d+) (%d+) (%d+) (%d+)|(.*)$')
+  if a then sin, stot, atS, groups, rest = tonumber(a), tonumber(b), c, g, r end
 end
-local dirty = not sin or at > now or now - at >= tonumber(ARGV[10]) or
-  redis.call('HLEN', KEYS[1]) ~= redis.call('ZCARD', KEYS[2])
+local dirty = not sin or tonumber(atS) > now or now - tonumber(atS) >= tonumber(ARGV[6])
 
 local din, dtot = 0, 0
 local function drop(f)
   local v = redis.call('HGET', KEYS[1], f)
   redis.call('ZREM', KEYS[2], f)
   if not v then return end
-  local a, b = entry(v)
+  local a, b = sub(v)
   if a then din, dtot = din - a, dtot - b else dirty = true end
   redis.call('HDEL', KEYS[1], f)
-  unname(f)
 end
-if ARGV[12] ~= '' and ARGV[12] ~= field then drop(ARGV[12]) end
-local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now))
+if ARGV[8] ~= '' and ARGV[8] ~= field then drop(ARGV[8]) end
+local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', nowS)
 for i = 1, #stale do
   if stale[i] ~= field then drop(stale[i]) end
 end
 local old = redis.call('HGET', KEYS[1], field)
 if old then
-  local a, b = entry(old)
+  local a, b = sub(old)
   if a then din, dtot = din - a, dtot - b else dirty = true end
+else
+  dirty = true -- an instance joins: the census and the names change
 end
-redis.call('HSET', KEYS[1], field, string.format('%d %d %d %d %s %s %s', ein, etot, now, ttl, ARGV[7], ARGV[8], ARGV[9]))
+redis.call('HSET', KEYS[1], field, ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. nowS .. ' ' .. mine)
 redis.call('ZADD', KEYS[2], string.format('%d', now + ttl), field)
 din, dtot = din + ein, dtot + etot
 
@@ -145,77 +149,65 @@ if not dirty then
   dirty = sin < ein or stot < etot or sin > stot
 end
 if dirty then
-  -- Rebuild: the sums and the census of the settings from the entries,
-  -- dropping each that cannot be read or has aged out on its own ttl.
+  -- Rebuild: the sums, the census of the settings and the names from the
+  -- entries, dropping each that cannot be read or has aged out on its
+  -- own ttl.
   sin, stot = 0, 0
-  local census, exp, n = {}, {}, 0
+  local census, names, exp, n = {}, {}, {}, 0
   local all = redis.call('HGETALL', KEYS[1])
   for i = 1, #all, 2 do
-    local a, b, h, l, fp = entry(all[i + 1])
-    if a and h + l > now and h <= now + MAXTTL then
+    local a, b, h, fp, l = entry(all[i + 1])
+    local sep = string.find(all[i], '#%x+$')
+    if a and sep and h + l > now and h <= now + MAXTTL then
       sin, stot, n = sin + a, stot + b, n + 1
       census[fp] = (census[fp] or 0) + 1
+      local nm = string.sub(all[i], 1, sep - 1)
+      names[nm] = (names[nm] or 0) + 1
       exp[all[i]] = h + l
     else
       redis.call('HDEL', KEYS[1], all[i])
       redis.call('ZREM', KEYS[2], all[i])
-      unname(all[i])
     end
   end
   if redis.call('ZCARD', KEYS[2]) ~= n then
     redis.call('DEL', KEYS[2])
     for f, e in pairs(exp) do redis.call('ZADD', KEYS[2], string.format('%d', e), f) end
   end
-  groups, best = 0, '-'
-  local most = 0
+  local best, most, g = '-', 0, 0
   for fp, c in pairs(census) do
-    groups = groups + 1
+    g = g + 1
     if c > most or (c == most and fp < best) then best, most = fp, c end
   end
-  at = now
-  redis.call('SET', KEYS[3], string.format('%d %d %d %d %s', sin, stot, at, groups, best), 'PX', ARGV[11])
-  redis.call('PEXPIRE', KEYS[1], ARGV[11])
-  redis.call('PEXPIRE', KEYS[2], ARGV[11])
-  redis.call('PEXPIRE', KEYS[4], ARGV[11])
-else
-  redis.call('SET', KEYS[3], string.format('%d %d %d %d %s', sin, stot, at, groups, best), 'KEEPTTL')
-end
-
--- The instances under this member's name: each one listed that still
--- holds an entry, this one added.
-local list = redis.call('HGET', KEYS[4], name)
-local toks, me, changed = {}, false, false
-if list and #list <= 4096 then
-  for tok in string.gmatch(list, '%S+') do
-    if tok == inst then
-      if not me then toks[#toks + 1] = tok end
-      me = true
-    elseif #toks < 64 and redis.call('HEXISTS', KEYS[1], name .. '#' .. tok) == 1 then
-      toks[#toks + 1] = tok
-    else
-      changed = true
-    end
+  local shared = {best}
+  for nm, c in pairs(names) do
+    if c > 1 then shared[#shared + 1] = nm .. '\t' .. c end
   end
-elseif list then
-  changed = true
+  atS, groups, rest = nowS, tostring(g), table.concat(shared, '\n')
+  redis.call('SET', KEYS[3], string.format('%d %d ', sin, stot) .. atS .. ' ' .. groups .. '|' .. rest, 'PX', ARGV[7])
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  redis.call('PEXPIRE', KEYS[2], ARGV[7])
+else
+  redis.call('SET', KEYS[3], string.format('%d %d ', sin, stot) .. atS .. ' ' .. groups .. '|' .. rest, 'KEEPTTL')
 end
-if not me then toks[#toks + 1] = inst; changed = true end
-if changed then redis.call('HSET', KEYS[4], name, table.concat(toks, ' ')) end
 
+-- Other instances under this name, as the last rebuild found them.
+local others = 0
+local _, e = string.find(rest, '\n' .. name .. '\t', 1, true)
+if e then others = tonumber(string.match(rest, '^%d+', e + 1) or '1') - 1 end
+groups = tonumber(groups)
 local differs = 0
-if mine ~= best then
+if string.find(rest, mine, 1, true) ~= 1 or (#rest > #mine and string.sub(rest, #mine + 1, #mine + 1) ~= '\n') then
   differs = 1
   if groups < 2 then groups = 2 end
 end
-return {string.format('%d', sin - ein), string.format('%d', stot - etot), redis.call('ZCARD', KEYS[2]), #toks - 1, groups, differs}
+return {sin - ein, stot - etot, redis.call('ZCARD', KEYS[2]), others, groups, differs}
 `)
 
 // leaveScript removes the entry ARGV[1] (NAME#INSTANCE) and drops the sums,
 // which the next report rebuilds from the entries.
-var leaveScript = redis.NewScript(commonLua + `
+var leaveScript = redis.NewScript(`
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
 redis.call('ZREM', KEYS[2], ARGV[1])
-unname(ARGV[1])
 redis.call('DEL', KEYS[3])
 return 1
 `)
@@ -245,6 +237,12 @@ type entry struct {
 	Digest string
 }
 
+// settings is the entry's settings as the script compares them: "TTL
+// WINDOW MAX DIGEST", the ttl in µs and the window in ns (Member.settings).
+func (e entry) settings(digest string) string {
+	return fmt.Sprintf("%d %d %d %s", e.TTL.Microseconds(), e.Window.Nanoseconds(), e.Max, digest)
+}
+
 // field is the entry's field in :est3.
 func (e entry) field() string { return e.Member + "#" + e.Instance }
 
@@ -267,10 +265,9 @@ func report(ctx context.Context, c redis.UniversalClient, name string, e entry) 
 	if digest == "" {
 		digest = "0"
 	}
-	res, err := reportScript.Run(ctx, c, keys(name), e.field(), e.Member, e.Instance,
-		strconv.FormatUint(est.In, 10), strconv.FormatUint(est.Total, 10), e.TTL.Microseconds(),
-		e.Window.Nanoseconds(), e.Max, digest, max(e.Report.Microseconds(), 1), expireMS,
-		fieldOf(e.Member, e.Replaces)).Slice()
+	res, err := reportScript.Run(ctx, c, keys(name), e.field(), e.Member,
+		strconv.FormatUint(est.In, 10), strconv.FormatUint(est.Total, 10), e.settings(digest),
+		max(e.Report.Microseconds(), 1), expireMS, fieldOf(e.Member, e.Replaces)).Slice()
 	if err != nil {
 		return view{}, err
 	}

@@ -20,12 +20,12 @@ func TestReportScriptRefuses(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	args := func(in, total, ttl string) []any {
-		return []any{"m#0000000000000000", "m", "0000000000000000", in, total, ttl, "1000000000", "1000", "ab", "100000", "2000", ""}
+		return []any{"m#0000000000000000", "m", in, total, ttl + " 1000000000 1000 ab", "100000", "2000", ""}
 	}
 	for _, tc := range []struct{ in, total, ttl string }{
 		{"nan", "nan", "1000000"}, {"inf", "inf", "1000000"}, {"-5", "10", "1000000"}, {"1e3", "1e3", "1000000"},
-		{"17592186044417", "17592186044417", "1000000"}, {"10", "5", "1000000"}, {"", "", "1000000"},
-		{"1", "1", "0"}, {"1", "1", "-1"}, {"1", "1", "3600000001"},
+		{"17592186044417", "17592186044417", "1000000"}, {"10", "5", "1000000"}, {"", "", "1000000"}, {"0x10", "0x10", "1000000"},
+		{"1", "1", "0"}, {"1", "1", "-1"}, {"1", "1", "3600000001"}, {"1", "1", "1e6"},
 	} {
 		err := reportScript.Run(ctx, c, keys("refuse"), args(tc.in, tc.total, tc.ttl)...).Err()
 		if err == nil || !strings.Contains(err.Error(), "tierlimit:") {

@@ -40,9 +40,10 @@ type Member struct {
 func (m Member) Live() bool { return m.Age <= m.TTL }
 
 // settings is the key the script compares settings by:
-// "WINDOW:MAX:TTL:DIGEST", the window in ns and the ttl in µs.
+// "TTL WINDOW MAX DIGEST", the ttl in µs and the window in ns
+// (entry.settings).
 func (m Member) settings() string {
-	return fmt.Sprintf("%d:%d:%d:%s", m.Window.Nanoseconds(), m.Max, m.TTL.Microseconds(), m.Digest)
+	return fmt.Sprintf("%d %d %d %s", m.TTL.Microseconds(), m.Window.Nanoseconds(), m.Max, m.Digest)
 }
 
 // judgeMembers sets Conflict and Differs on ms as the report script
