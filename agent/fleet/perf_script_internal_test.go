@@ -34,12 +34,12 @@ func TestFleetPerfScript(t *testing.T) {
 	tag := "{tierlimit:fleet:p2}"
 	v2 := func(m int) error {
 		return v2ReportScript.Run(ctx, c, []string{tag + ":est2", tag + ":seen2", tag + ":sum2"}, fmt.Sprintf("m%04d", m),
-			m/2, m, (3 * time.Second).Microseconds(), 6000).Err()
+			m/2, m, (time.Minute).Microseconds(), 120000).Err()
 	}
 	v3 := func(every time.Duration) func(m int) error {
 		return func(m int) error {
 			_, err := report(ctx, c, "p3", entry{Member: fmt.Sprintf("m%04d", m), Instance: fmt.Sprintf("%016x", m),
-				Est: Sums{In: uint64(m) / 2, Total: uint64(m)}, TTL: 3 * time.Second, Report: every,
+				Est: Sums{In: uint64(m) / 2, Total: uint64(m)}, TTL: time.Minute, Report: every,
 				Window: time.Second, Max: 200000, Digest: "0123456789abcdef"})
 			return err
 		}

@@ -36,9 +36,11 @@ import (
 // old (about ten times a second for the fleet at report 100 ms, whatever
 // its size), and at once when they cannot be read, have lost their expiry
 // (a plain SET), disagree with the entries (a value that cannot be
-// subtracted, a sum below the reporter's own estimate) or are missing,
-// and when an instance joins. Between rebuilds the reports keep them,
-// O(log members) each.
+// subtracted, a sum below the reporter's own estimate) or are missing.
+// Between rebuilds the reports keep them, O(log members) each; a join is
+// counted at once, and in the census and the names at the next rebuild
+// (a rebuild per join would cost O(members²) when a whole fleet joins a
+// store that restarted).
 //
 // The names end in 3: version 3 carries the instance and the settings;
 // the pairs of :est2 (no instance) are not read, so a fleet upgrades as
@@ -137,8 +139,6 @@ local old = redis.call('HGET', KEYS[1], field)
 if old then
   local a, b = sub(old)
   if a then din, dtot = din - a, dtot - b else dirty = true end
-else
-  dirty = true -- an instance joins: the census and the names change
 end
 redis.call('HSET', KEYS[1], field, ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. nowS .. ' ' .. mine)
 redis.call('ZADD', KEYS[2], string.format('%d', now + ttl), field)
