@@ -38,6 +38,7 @@ type Controller struct {
 	authFailed bool // a refusal of the credentials was logged since the last answer
 
 	// Identity and agreement (identity.go), the loop's too.
+	wrote      *Sums  // the estimates of the last answered report; nil before one
 	replaces   string // the earlier instance on this host, until a report is answered
 	conflicted bool   // another instance under this name was logged and not yet cleared
 	differed   bool   // this member's settings differing was logged and not yet cleared
@@ -235,6 +236,7 @@ func (c *Controller) joined(now time.Time, est Sums, v view) {
 	c.lastOK = now
 	c.authFailed = false
 	c.replaces = ""
+	c.wrote = &est
 	c.members = v.members
 	c.judge(v)
 	if c.inFallback {

@@ -65,7 +65,7 @@ func swapInstance(file, inst string) (string, error) {
 
 // entry is this instance's entry for a report of est under cfg.
 func (c *Controller) entry(cfg *Config, est Sums) entry {
-	return entry{Member: cfg.Member, Instance: c.inst, Replaces: c.replaces, Est: est,
+	return entry{Member: cfg.Member, Instance: c.inst, Replaces: c.replaces, Est: est, Prev: c.wrote,
 		TTL: cfg.TTL, Report: cfg.Report, Window: cfg.Window, Max: cfg.Max, Digest: cfg.Digest}
 }
 

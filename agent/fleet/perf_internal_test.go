@@ -56,7 +56,7 @@ func TestFleetPerfStore(t *testing.T) {
 	}
 	v3 := func(ctx context.Context, c *redisStore, m int) (int, error) {
 		v, err := c.report(ctx, "perf3", entry{Member: fmt.Sprintf("m%04d", m), Instance: fmt.Sprintf("%016x", m),
-			Est: Sums{In: uint64(m) / 2, Total: uint64(m)}, TTL: 3 * time.Second, Report: perfEvery,
+			Est: Sums{In: uint64(m) / 2, Total: uint64(m)}, Prev: &Sums{In: uint64(m) / 2, Total: uint64(m)}, TTL: 3 * time.Second, Report: perfEvery,
 			Window: time.Second, Max: 200000, Digest: "0123456789abcdef"})
 		return v.members, err
 	}

@@ -39,7 +39,7 @@ func TestFleetPerfScript(t *testing.T) {
 	v3 := func(every time.Duration) func(m int) error {
 		return func(m int) error {
 			_, err := report(ctx, c, "p3", entry{Member: fmt.Sprintf("m%04d", m), Instance: fmt.Sprintf("%016x", m),
-				Est: Sums{In: uint64(m) / 2, Total: uint64(m)}, TTL: time.Minute, Report: every,
+				Est: Sums{In: uint64(m) / 2, Total: uint64(m)}, Prev: &Sums{In: uint64(m) / 2, Total: uint64(m)}, TTL: time.Minute, Report: every,
 				Window: time.Second, Max: 200000, Digest: "0123456789abcdef"})
 			return err
 		}
