@@ -15,8 +15,9 @@ import (
 //
 //	{tierlimit:fleet:NAME}:est3  hash   NAME#INSTANCE -> "IN TOTAL HEARD TTL WINDOW MAX DIGEST"
 //	{tierlimit:fleet:NAME}:exp3  zset   NAME#INSTANCE -> when the entry ages out: HEARD + TTL (µs)
-//	{tierlimit:fleet:NAME}:sum3  string "IN TOTAL AT GROUPS|TTL WINDOW MAX DIGEST" and a line
-//	                                    "\nNAME\tN" for each name that N > 1 instances share
+//	{tierlimit:fleet:NAME}:sum3  string "IN TOTAL AT GROUPS SHARED|TTL WINDOW MAX DIGEST" and a
+//	                                    line "\nNAME\tN" for each of the SHARED names that N > 1
+//	                                    instances share
 //
 // An entry is one instance of a member (one start of an agent): its
 // estimates R̂_in and R̂_tot (packets per window), when the store heard it
@@ -89,8 +90,8 @@ end
 // members'}. ARGV: 1 field NAME#INSTANCE, 2 name, 3 R̂_in, 4 R̂_tot, 5 the
 // settings "TTL WINDOW MAX DIGEST" (ttl µs, window ns, fleet.max, the
 // table's digest in hex), 6 report µs (how old the sums may grow before
-// a rebuild), 7 the keys' expiry ms (so that a fleet with no member left
-// vanishes), 8 the field of an earlier instance this one replaces (""
+// a rebuild), 7 the keys' least expiry ms, set at each rebuild (so that
+// a fleet with no member left vanishes; never before its last entry), 8 the field of an earlier instance this one replaces (""
 // for none): it is dropped at once, 9 "IN TOTAL" as this instance last
 // wrote them, answered ("" before its first answer): an entry that holds
 // other estimates, or none, was written by someone else, and the sums
@@ -117,11 +118,11 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local nowS = t[1] .. string.sub('00000' .. t[2], -6)
 local field, name = ARGV[1], ARGV[2]
 
-local sin, stot, atS, groups, rest
+local sin, stot, atS, groups, nconf, tail
 local s = redis.call('GET', KEYS[3])
 if s and redis.call('PTTL', KEYS[3]) > 0 then
-  local a, b, c, g, r = string.match(s, '^(%d+) (%d+) (%d+) (%d+)|(.*)$')
-  if a then sin, stot, atS, groups, rest = tonumber(a), tonumber(b), c, g, r end
+  local _, j, a, b, c, g, nc = string.find(s, '^(%d+) (%d+) (%d+) (%d+) (%d+)|')
+  if a then sin, stot, atS, groups, nconf, tail = tonumber(a), tonumber(b), c, g, nc, string.sub(s, j) end
 end
 local dirty = not sin or tonumber(atS) > now or now - tonumber(atS) >= tonumber(ARGV[6])
 
@@ -162,7 +163,7 @@ if dirty then
   -- entries, dropping each that cannot be read or has aged out on its
   -- own ttl.
   sin, stot = 0, 0
-  local census, names, exp, n = {}, {}, {}, 0
+  local census, names, exp, n, last = {}, {}, {}, 0, now
   local all = redis.call('HGETALL', KEYS[1])
   for i = 1, #all, 2 do
     local a, b, h, fp, l = entry(all[i + 1])
@@ -173,6 +174,7 @@ if dirty then
       local nm = string.sub(all[i], 1, sep - 1)
       names[nm] = (names[nm] or 0) + 1
       exp[all[i]] = h + l
+      if h + l > last then last = h + l end
     else
       redis.call('HDEL', KEYS[1], all[i])
       redis.call('ZREM', KEYS[2], all[i])
@@ -187,25 +189,32 @@ if dirty then
     g = g + 1
     if c > most or (c == most and fp < best) then best, most = fp, c end
   end
-  local shared = {best}
+  local shared, nc = {'|' .. best}, 0
   for nm, c in pairs(names) do
-    if c > 1 then shared[#shared + 1] = nm .. '\t' .. c end
+    if c > 1 then shared[#shared + 1] = nm .. '\t' .. c; nc = nc + 1 end
   end
-  atS, groups, rest = nowS, tostring(g), table.concat(shared, '\n')
-  redis.call('SET', KEYS[3], string.format('%d %d ', sin, stot) .. atS .. ' ' .. groups .. '|' .. rest, 'PX', ARGV[7])
-  redis.call('PEXPIRE', KEYS[1], ARGV[7])
-  redis.call('PEXPIRE', KEYS[2], ARGV[7])
+  atS, groups, nconf, tail = nowS, tostring(g), tostring(nc), table.concat(shared, '\n')
+  -- The keys outlive the last entry and the next rebuild.
+  local px = string.format('%d', math.max(tonumber(ARGV[7]), math.floor((last - now) / 1000) + 1000))
+  redis.call('SET', KEYS[3], string.format('%d %d ', sin, stot) .. atS .. ' ' .. groups .. ' ' .. nconf .. tail, 'PX', px)
+  redis.call('PEXPIRE', KEYS[1], px)
+  redis.call('PEXPIRE', KEYS[2], px)
 else
-  redis.call('SET', KEYS[3], string.format('%d %d ', sin, stot) .. atS .. ' ' .. groups .. '|' .. rest, 'KEEPTTL')
+  redis.call('SET', KEYS[3], string.format('%d %d ', sin, stot) .. atS .. ' ' .. groups .. ' ' .. nconf .. tail, 'KEEPTTL')
 end
 
--- Other instances under this name, as the last rebuild found them.
+-- Other instances under this name, as the last rebuild found them, and
+-- whether this entry's settings are those of the most entries: tail is
+-- "|BEST" and a line "\nNAME\tN" per shared name.
 local others = 0
-local _, e = string.find(rest, '\n' .. name .. '\t', 1, true)
-if e then others = tonumber(string.match(rest, '^%d+', e + 1) or '1') - 1 end
+if nconf ~= '0' then
+  local _, e = string.find(tail, '\n' .. name .. '\t', 1, true)
+  if e then others = tonumber(string.match(tail, '^%d+', e + 1) or '1') - 1 end
+end
 groups = tonumber(groups)
 local differs = 0
-if string.find(rest, mine, 1, true) ~= 1 or (#rest > #mine and string.sub(rest, #mine + 1, #mine + 1) ~= '\n') then
+local k = #mine + 1
+if string.find(tail, mine, 2, true) ~= 2 or (#tail > k and string.byte(tail, k + 1) ~= 10) then
   differs = 1
   if groups < 2 then groups = 2 end
 end
@@ -286,7 +295,9 @@ func clampSums(s Sums) Sums {
 // when the server does not hold the script yet).
 func report(ctx context.Context, c redis.UniversalClient, name string, e entry) (view, error) {
 	est := clampSums(e.Est)
-	expireMS := max(2*e.TTL.Milliseconds(), 1000)
+	// The keys' expiry, set at each rebuild: past the next rebuild and
+	// every entry's ttl, so that only a fleet with no member left vanishes.
+	expireMS := max(2*e.TTL, 3*max(e.Report, rebuildEvery)).Milliseconds()
 	digest := e.Digest
 	if digest == "" {
 		digest = "0"
