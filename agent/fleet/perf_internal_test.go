@@ -153,6 +153,18 @@ func perfStore(t *testing.T, r *testenv.Redis, cs []*redisStore, what string, re
 	return res
 }
 
+// evalUsec returns the server's time spent in EVALSHA calls, µs.
+func evalUsec(t *testing.T, r *testenv.Redis) int64 {
+	for _, line := range strings.Split(r.CLI(t, 0, "info", "commandstats"), "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			_, us, _ := strings.Cut(rest, "usec=")
+			v, _ := strconv.ParseInt(strings.SplitN(us, ",", 2)[0], 10, 64)
+			return v
+		}
+	}
+	return 0
+}
+
 // evalCalls returns the server's count of EVALSHA calls.
 func evalCalls(t *testing.T, r *testenv.Redis) int64 {
 	for _, line := range strings.Split(r.CLI(t, 0, "info", "commandstats"), "\n") {
