@@ -66,7 +66,7 @@ func TestFleetSumHeals(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			return evil.Set(ctx, tag+":sum3", fmt.Sprintf("100000 100000 %d 1 0|x", now.UnixMicro()), 0).Err()
+			return evil.Set(ctx, tag+":sum3", fmt.Sprintf("100000 100000 %d 1 0 3|x", now.UnixMicro()), 0).Err()
 		}},
 		{"garbage sum", 0, func() error {
 			return evil.Set(ctx, tag+":sum3", "NaN -1e308 garbage", 0).Err()
@@ -92,7 +92,7 @@ func TestFleetSumHeals(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			return evil.Set(ctx, tag+":sum3", fmt.Sprintf("100000 100000 %d 1 0|x", now.UnixMicro()), 5*time.Second).Err()
+			return evil.Set(ctx, tag+":sum3", fmt.Sprintf("100000 100000 %d 1 0 3|x", now.UnixMicro()), 5*time.Second).Err()
 		}},
 	} {
 		n0 := make([]int, len(ms))

@@ -15,9 +15,9 @@ import (
 //
 //	{tierlimit:fleet:NAME}:est3  hash   NAME#INSTANCE -> "IN TOTAL HEARD TTL WINDOW MAX DIGEST"
 //	{tierlimit:fleet:NAME}:exp3  zset   NAME#INSTANCE -> when the entry ages out: HEARD + TTL (µs)
-//	{tierlimit:fleet:NAME}:sum3  string "IN TOTAL AT GROUPS SHARED|TTL WINDOW MAX DIGEST" and a
-//	                                    line "\nNAME\tN" for each of the SHARED names that N > 1
-//	                                    instances share
+//	{tierlimit:fleet:NAME}:sum3  string "IN TOTAL AT GROUPS SHARED ENTRIES|TTL WINDOW MAX DIGEST"
+//	                                    and a line "\nNAME\tN" for each of the SHARED names that
+//	                                    N > 1 instances share
 //
 // An entry is one instance of a member (one start of an agent): its
 // estimates R̂_in and R̂_tot (packets per window), when the store heard it
@@ -25,9 +25,9 @@ import (
 // its own ttl, never the reporter's), and its settings: the window (ns),
 // fleet.max and the digest of its table (tiers.Policy.FleetDigest). :sum3
 // holds the sums of the entries, when they were last rebuilt (AT, µs),
-// and what that rebuild found: the number of distinct settings, those of
-// the most entries, and the names under which more than one instance
-// reports.
+// what that rebuild found (the number of distinct settings, those of the
+// most entries, and the names under which more than one instance
+// reports) and the entry count, kept as the sums are.
 //
 // Every value is read as untrusted (a member's ACL user may write any of
 // these keys, docs/design.md §12, Trust): the script refuses estimates
@@ -118,11 +118,11 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local nowS = t[1] .. string.sub('00000' .. t[2], -6)
 local field, name = ARGV[1], ARGV[2]
 
-local sin, stot, atS, groups, nconf, tail
+local sin, stot, atS, groups, nconf, count, tail
 local s = redis.call('GET', KEYS[3])
 if s and redis.call('PTTL', KEYS[3]) > 0 then
-  local _, j, a, b, c, g, nc = string.find(s, '^(%d+) (%d+) (%d+) (%d+) (%d+)|')
-  if a then sin, stot, atS, groups, nconf, tail = tonumber(a), tonumber(b), c, g, nc, string.sub(s, j) end
+  local _, j, a, b, c, g, nc, n = string.find(s, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)|')
+  if a then sin, stot, atS, groups, nconf, count, tail = tonumber(a), tonumber(b), c, g, nc, tonumber(n), string.sub(s, j) end
 end
 local dirty = not sin or tonumber(atS) > now or now - tonumber(atS) >= tonumber(ARGV[6])
 
@@ -134,6 +134,7 @@ local function drop(f)
   local a, b = sub(v)
   if a then din, dtot = din - a, dtot - b else dirty = true end
   redis.call('HDEL', KEYS[1], f)
+  if count then count = count - 1 end
 end
 if ARGV[8] ~= '' and ARGV[8] ~= field then drop(ARGV[8]) end
 local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', nowS)
@@ -147,8 +148,9 @@ if old then
   -- Not what this instance wrote last: someone else wrote it, and the
   -- sums do not hold it.
   if ARGV[9] ~= '' and string.find(old, ARGV[9] .. ' ', 1, true) ~= 1 then dirty = true end
-elseif ARGV[9] ~= '' then
-  dirty = true -- this instance's entry went away (deleted, or pruned while the store was slow)
+else
+  if count then count = count + 1 end
+  if ARGV[9] ~= '' then dirty = true end -- this instance's entry went away (deleted, or pruned while the store was slow)
 end
 redis.call('HSET', KEYS[1], field, ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. nowS .. ' ' .. mine)
 redis.call('ZADD', KEYS[2], string.format('%d', now + ttl), field)
@@ -156,7 +158,7 @@ din, dtot = din + ein, dtot + etot
 
 if not dirty then
   sin, stot = sin + din, stot + dtot
-  dirty = sin < ein or stot < etot or sin > stot
+  dirty = sin < ein or stot < etot or sin > stot or count < 1
 end
 if dirty then
   -- Rebuild: the sums, the census of the settings and the names from the
@@ -193,14 +195,14 @@ if dirty then
   for nm, c in pairs(names) do
     if c > 1 then shared[#shared + 1] = nm .. '\t' .. c; nc = nc + 1 end
   end
-  atS, groups, nconf, tail = nowS, tostring(g), tostring(nc), table.concat(shared, '\n')
+  atS, groups, nconf, count, tail = nowS, tostring(g), tostring(nc), n, table.concat(shared, '\n')
   -- The keys outlive the last entry and the next rebuild.
   local px = string.format('%d', math.max(tonumber(ARGV[7]), math.floor((last - now) / 1000) + 1000))
-  redis.call('SET', KEYS[3], string.format('%d %d ', sin, stot) .. atS .. ' ' .. groups .. ' ' .. nconf .. tail, 'PX', px)
+  redis.call('SET', KEYS[3], string.format('%d %d ', sin, stot) .. atS .. ' ' .. groups .. ' ' .. nconf .. ' ' .. count .. tail, 'PX', px)
   redis.call('PEXPIRE', KEYS[1], px)
   redis.call('PEXPIRE', KEYS[2], px)
 else
-  redis.call('SET', KEYS[3], string.format('%d %d ', sin, stot) .. atS .. ' ' .. groups .. ' ' .. nconf .. tail, 'KEEPTTL')
+  redis.call('SET', KEYS[3], string.format('%d %d ', sin, stot) .. atS .. ' ' .. groups .. ' ' .. nconf .. ' ' .. count .. tail, 'KEEPTTL')
 end
 
 -- Other instances under this name, as the last rebuild found them, and
@@ -218,7 +220,7 @@ if string.find(tail, mine, 2, true) ~= 2 or (#tail > k and string.byte(tail, k +
   differs = 1
   if groups < 2 then groups = 2 end
 end
-return {sin - ein, stot - etot, redis.call('ZCARD', KEYS[2]), others, groups, differs}
+return {sin - ein, stot - etot, count, others, groups, differs}
 `)
 
 // leaveScript removes the entry ARGV[1] (NAME#INSTANCE) and drops the sums,
