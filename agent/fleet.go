@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +36,10 @@ type fleetState struct {
 	// without auto.
 	bound  fleet.AutoBound
 	tables *fleetTables
+
+	// instanceFile is where the controller keeps its instance id across
+	// restarts (SetFleetInstanceFile); "" for none.
+	instanceFile string
 }
 
 // fleetTables is what a member with max: auto folds into the others' sums at
@@ -100,11 +106,42 @@ func (a *Agent) StartFleet(p tiers.Policy, member string) (*fleet.Controller, er
 }
 
 // config is FleetConfig for the agent's member, with the fold of
-// max: auto as its Bound.
+// max: auto as its Bound, the settings the members compare (the window
+// and the table's digest, docs/design.md §12, Agreement) and the
+// instance file.
 func (f *fleetState) config(p tiers.Policy) fleet.Config {
 	cfg := FleetConfig(p.Fleet, f.member)
 	cfg.Bound = f.bound.Fold
+	cfg.Window, cfg.Digest = p.Window, p.FleetDigest()
+	cfg.InstanceFile = f.instanceFile
 	return cfg
+}
+
+// SetFleetInstanceFile sets where the next StartFleet keeps this host's
+// instance id across restarts (fleet.Config.InstanceFile), so that a
+// restarted agent replaces its earlier instance in the store at once
+// (docs/design.md §12, Identity); "" keeps none. cmd sets
+// FleetInstanceFile of the state file.
+func (a *Agent) SetFleetInstanceFile(path string) {
+	a.applyMu.Lock()
+	a.fleet.instanceFile = path
+	a.applyMu.Unlock()
+}
+
+// FleetInstanceFile is the instance file beside the agent's state file
+// statePath (DefaultStatePath): fleet-instance in its directory for the
+// default episode.json, fleet-instance@<pin path> for an
+// episode@<pin path>.json, else statePath with .fleet-instance added; ""
+// when statePath is "".
+func FleetInstanceFile(statePath string) string {
+	if statePath == "" {
+		return ""
+	}
+	dir, base := filepath.Split(statePath)
+	if rest, ok := strings.CutPrefix(strings.TrimSuffix(base, ".json"), "episode"); ok && (rest == "" || rest[0] == '@') {
+		return filepath.Join(dir, "fleet-instance"+rest)
+	}
+	return statePath + ".fleet-instance"
 }
 
 // boundFor sets the fold's tables for p, the fleet's policy at the

@@ -25,6 +25,7 @@ type Controller struct {
 	store string // the redacted store URL, for logs
 	st    store
 
+	inst  string // this start's instance id (newInstance)
 	cfg   atomic.Pointer[Config]
 	creds atomic.Pointer[[2]string] // ACL user, password
 	m     metrics
@@ -45,6 +46,12 @@ type Controller struct {
 	toldMembers   int
 	toldLast      uint64
 	fallbackSince time.Time
+
+	// Identity and agreement (identity.go), the loop's too.
+	wrote      *Sums  // the estimates of the last answered report; nil before one
+	replaces   string // the earlier instance on this host, until a report is answered
+	conflicted bool   // another instance under this name was logged and not yet cleared
+	differed   bool   // this member's settings differing was logged and not yet cleared
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -81,13 +88,20 @@ func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller,
 		lim:   lim,
 		fb:    fb,
 		store: storeurl.Redact(cfg.Store),
+		inst:  newInstance(),
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
 	c.m.viewAt.Store(time.Now().UnixNano())
+	c.log = c.log.With("instance", c.inst)
 	if err := c.loadCreds(cfg, su.Username); err != nil {
 		return nil, err
 	}
+	prev, err := swapInstance(cfg.InstanceFile, c.inst)
+	if err != nil {
+		c.log.Warn("fleet: cannot keep the instance id: after a restart the earlier instance ages out in ttl instead of at once", "err", err)
+	}
+	c.replaces = prev
 	c.cfg.Store(&cfg)
 	c.st, err = dial(&connOptions{su: su, cfg: cfg, dials: &c.cm.dials, log: c.log, creds: c.credentials,
 		report: func() time.Duration { return c.cfg.Load().Report },
@@ -96,7 +110,7 @@ func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller,
 		return nil, err
 	}
 	est := c.estimate()
-	v, err := c.reportWithin(&cfg, est, cfg.TTL)
+	v, sent, err := c.reportWithin(&cfg, est, cfg.TTL)
 	if err != nil {
 		c.m.reports(resultOf(err, false)).Add(1)
 		if isAuth(err) {
@@ -107,7 +121,7 @@ func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller,
 		c.enterFallback(0)
 	} else {
 		c.m.reports(resultOK).Add(1)
-		c.joined(time.Now(), est, v)
+		c.joined(time.Now(), sent, v)
 		c.log.Info("joined the fleet", "store", c.store, "members", v.members, "others", v.others.Total, "others_in", v.others.In)
 	}
 	go c.run()
@@ -201,7 +215,7 @@ func (c *Controller) Close() error {
 		cfg := c.cfg.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.Report)
 		defer cancel()
-		if e := c.st.leave(ctx, cfg.Name, cfg.Member); e != nil {
+		if e := c.st.leave(ctx, cfg.Name, c.entry(cfg, Sums{})); e != nil {
 			err = fmt.Errorf("leave fleet %s: %w", cfg.Name, e)
 		}
 		// The member left: its view has expired, so that a pinned
@@ -239,12 +253,12 @@ func (c *Controller) tick() {
 	cfg := c.cfg.Load()
 	est := c.estimate()
 	start := time.Now()
-	v, err := c.reportWithin(cfg, est, cfg.Report)
+	v, sent, err := c.reportWithin(cfg, est, cfg.Report)
 	now := time.Now()
 	slow := now.Sub(start) > cfg.Report
 	c.m.reports(resultOf(err, slow)).Add(1)
 	if err == nil {
-		c.joined(now, est, v)
+		c.joined(now, sent, v)
 		return
 	}
 	c.m.storeUp.Store(0)
@@ -271,7 +285,10 @@ func (c *Controller) joined(now time.Time, est Sums, v view) {
 	c.m.viewAt.Store(now.UnixNano())
 	c.authFailed = false
 	c.cm.authFailed.Store(0)
+	c.replaces = ""
+	c.wrote = &est
 	c.members = v.members
+	c.judge(v)
 	others := v.others
 	if b := c.cfg.Load().Bound; b != nil {
 		o := b(est, others)

@@ -19,8 +19,8 @@
 // Trust); TestFleetACL runs members under this one:
 //
 //	ACL SETUSER member on >PASSWORD resetkeys ~{tierlimit:fleet:NAME}:* resetchannels -@all
-//	  +hello +auth +ping +client|setname +evalsha +eval +time +get +set +del +exists +decrby
-//	  +pexpire +hget +hset +hdel +hlen +hvals +hgetall +zadd +zrem +zcard +zrange +zrangebyscore
+//	  +hello +auth +ping +client|setname +evalsha +eval +time +get +set +del +pttl
+//	  +pexpire +hget +hset +hdel +hlen +hgetall +zadd +zrem +zcard +zrangebyscore
 //
 // The package never imports the agent: the agent passes it a Limiter (the
 // BPF side, *bpf.Limiter), a Fallback (its own policy switch) and, for a
@@ -36,6 +36,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Config is the `fleet:` section of a policy (docs/design.md §12), already
@@ -45,8 +46,15 @@ type Config struct {
 	// share one budget.
 	Name string
 	// Member names this member in the store; empty means the host name.
-	// A member that restarts under the same name takes its entry back.
+	// Each start of a controller is an instance of its own (a random id),
+	// with an entry of its own: two processes under one name are both
+	// counted, and each says so (docs/design.md §12, Identity).
 	Member string
+	// InstanceFile, when set, is where this host keeps its instance id
+	// across restarts: a controller that finds an earlier one there
+	// replaces that instance's entry at its first report, instead of
+	// counting it until its ttl. The agent keeps it beside its state file.
+	InstanceFile string
 	// Store is the store URL: redis://, rediss://, redis+sentinel://h1,h2/master,
 	// redis+cluster://h1,h2,h3 (and rediss+sentinel://, rediss+cluster://).
 	Store string
@@ -81,9 +89,16 @@ type Config struct {
 	Max uint64
 	// Report is how often the member reports, and each report's deadline.
 	Report time.Duration
-	// TTL is how long a member not heard from stays in the fleet, and how
-	// long a member keeps its last view when the store does not answer.
+	// TTL is how long a member not heard from stays in the fleet (each
+	// entry ages out on the ttl written with it), and how long a member
+	// keeps its last view when the store does not answer.
 	TTL time.Duration
+	// Window is the policy's window and Digest the digest of its table
+	// (tiers.Policy.FleetDigest): with Max and TTL, the settings every
+	// member writes with its entry and the members compare
+	// (docs/design.md §12, Agreement). Only reported.
+	Window time.Duration
+	Digest string
 	// Fallback is what the agent applies once the store has not answered
 	// for TTL: FallbackShare, FallbackLocal or FallbackLast. The controller passes it on
 	// untouched (see Fallback).
@@ -201,6 +216,9 @@ func (c *Config) check() error {
 			return fmt.Errorf("%w: member name from the host name: %v", ErrConfig, err)
 		}
 		c.Member = h
+	}
+	if strings.IndexFunc(c.Member, unicode.IsControl) >= 0 || len(c.Member) > 200 {
+		return fmt.Errorf("%w: member name %q: at most 200 characters, no control characters", ErrConfig, c.Member)
 	}
 	return nil
 }

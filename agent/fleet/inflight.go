@@ -20,6 +20,7 @@ import (
 type answer struct {
 	v   view
 	err error
+	est Sums // the estimates the answered report wrote
 }
 
 // errNoAnswer is a report's result when its store has not answered within
@@ -43,22 +44,23 @@ type request struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	cfg    *Config
-	est    Sums
+	e      entry // built when the report is sent: its Prev is what the last answered report wrote
 }
 
 // worker makes the reports of reqs until it is closed.
 func (c *Controller) worker(reqs <-chan request, answers chan<- answer) {
 	for r := range reqs {
-		v, err := c.st.report(r.ctx, r.cfg.Name, r.cfg.Member, r.est, r.cfg.TTL)
+		v, err := c.st.report(r.ctx, r.cfg.Name, r.e)
 		r.cancel()
-		answers <- answer{v, err}
+		answers <- answer{v, err, r.e.Est}
 	}
 }
 
 // reportWithin sends est in a report unless one is in flight, and waits at
 // most wait for the answer of the report in flight. It returns that answer,
-// or errNoAnswer. A report's own deadline is cfg.TTL.
-func (c *Controller) reportWithin(cfg *Config, est Sums, wait time.Duration) (view, error) {
+// or errNoAnswer, with the estimates that report wrote (est, or an earlier
+// report's when one was in flight). A report's own deadline is cfg.TTL.
+func (c *Controller) reportWithin(cfg *Config, est Sums, wait time.Duration) (view, Sums, error) {
 	f := &c.fl
 	if f.reqs == nil {
 		f.reqs, f.answers = make(chan request, 1), make(chan answer, 1)
@@ -72,15 +74,15 @@ func (c *Controller) reportWithin(cfg *Config, est Sums, wait time.Duration) (vi
 	if !f.pending {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.TTL)
 		f.pending, f.cancel = true, cancel
-		f.reqs <- request{ctx, cancel, cfg, est}
+		f.reqs <- request{ctx, cancel, cfg, c.entry(cfg, est)}
 	}
 	select {
 	case a := <-f.answers:
 		f.pending = false
 		f.timer.Stop()
-		return a.v, a.err
+		return a.v, a.est, a.err
 	case <-f.timer.C:
-		return view{}, errNoAnswer
+		return view{}, est, errNoAnswer
 	}
 }
 

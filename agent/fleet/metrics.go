@@ -27,6 +27,12 @@ type metrics struct {
 	ok       atomic.Uint64
 	errs     atomic.Uint64
 	slow     atomic.Uint64
+
+	// conflicts, groups and differs are what the last answered report
+	// saw of this member's name and settings (identity.go, judge).
+	conflicts atomic.Int64
+	groups    atomic.Int64
+	differs   atomic.Int64
 }
 
 func (m *metrics) reports(result string) *atomic.Uint64 {
@@ -56,6 +62,12 @@ var (
 		"1 while the member applies its fallback because the store has not answered for ttl.")
 	descViewAge = descs.Metric("fleet_view_age_seconds",
 		"Seconds since the store last answered: the age of the others' sums the program judges with, until ttl (then it judges alone on the fallback); since the controller started when the store never answered.")
+	descConflicts = descs.Metric("fleet_member_conflicts",
+		"Other agents reporting under this member's name at the last report (each is counted as a member; 0 when the name is this agent's alone).")
+	descGroups = descs.Metric("fleet_settings_groups",
+		"Distinct settings (window, fleet.max, ttl, tier table digest) among the fleet's members at the last report: 1 when they agree.")
+	descDiffers = descs.Metric("fleet_settings_differ",
+		"1 when this member's window, fleet.max, ttl or tier table differs from the most members' (docs/design.md §12, Agreement).")
 	descReports = descs.Metric("fleet_reports_total",
 		"Reports to the store by result: ok, error, slow (longer than report).", "result")
 )
@@ -76,6 +88,9 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 	promdesc.Gauge(ch, descStoreUp, float64(m.storeUp.Load()))
 	promdesc.Gauge(ch, descFallback, float64(m.fallback.Load()))
 	promdesc.Gauge(ch, descViewAge, time.Since(time.Unix(0, m.viewAt.Load())).Seconds())
+	promdesc.Gauge(ch, descConflicts, float64(m.conflicts.Load()))
+	promdesc.Gauge(ch, descGroups, float64(m.groups.Load()))
+	promdesc.Gauge(ch, descDiffers, float64(m.differs.Load()))
 	for _, r := range []string{resultOK, resultError, resultSlow} {
 		promdesc.Counter(ch, descReports, m.reports(r).Load(), r)
 	}

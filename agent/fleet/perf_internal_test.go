@@ -26,41 +26,79 @@ import (
 // (the same script, keys and arguments), 1,000 member names driven by 20
 // clients of 50 members each: 1,000 controllers in one test process on a
 // small machine would measure the test's scheduler, not the store (each
-// wakes 10 times a second). Set TIERLIMIT_FLEET_PERF=1 to run it.
+// wakes 10 times a second). The same run measures first the baseline,
+// the version 2 script (v2ReportScript: no instances, no settings, no
+// rebuild), then reportScript, on one server, and states the ratio of
+// the server's CPU per round trip; the issue's bound is 1.10 (issue 40).
+// Set TIERLIMIT_FLEET_PERF=1 to run it.
 func TestFleetPerfStore(t *testing.T) {
 	if os.Getenv("TIERLIMIT_FLEET_PERF") != "1" {
 		t.Skip("a measurement: set TIERLIMIT_FLEET_PERF=1 to run it")
 	}
-	const (
-		members = 1000
-		clients = 20
-		every   = 100 * time.Millisecond
-		ttl     = 3 * time.Second
-		period  = 10 * time.Second
-	)
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	su, err := parseStore(r.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
+	var cs []*redisStore
+	for range perfClients {
+		c, err := dialRedis(&connOptions{su: su, dials: new(atomic.Uint64), log: slog.New(slog.DiscardHandler),
+			creds:  func(context.Context) (string, string, error) { return "", "", nil },
+			report: func() time.Duration { return perfEvery }, ttl: func() time.Duration { return 3 * time.Second }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.close() })
+		cs = append(cs, c)
+	}
+	v2 := func(ctx context.Context, c *redisStore, m int) (int, error) {
+		tag := "{tierlimit:fleet:perf2}"
+		res, err := v2ReportScript.Run(ctx, c.get(), []string{tag + ":est2", tag + ":seen2", tag + ":sum2"}, fmt.Sprintf("m%04d", m),
+			m/2, m, (3 * time.Second).Microseconds(), 6000).Int64Slice()
+		if err != nil || len(res) != 3 {
+			return 0, err
+		}
+		return int(res[2]), nil
+	}
+	v3 := func(ctx context.Context, c *redisStore, m int) (int, error) {
+		v, err := c.report(ctx, "perf3", entry{Member: fmt.Sprintf("m%04d", m), Instance: fmt.Sprintf("%016x", m),
+			Est: Sums{In: uint64(m) / 2, Total: uint64(m)}, Prev: &Sums{In: uint64(m) / 2, Total: uint64(m)}, TTL: 3 * time.Second, Report: perfEvery,
+			Window: time.Second, Max: 200000, Digest: "0123456789abcdef"})
+		return v.members, err
+	}
+	base := perfStore(t, r, cs, "version 2 (baseline)", v2)
+	now := perfStore(t, r, cs, "version 3", v3)
+	t.Logf("server CPU per round trip: version 3 %.1f µs, baseline %.1f µs: ratio %.3f (bound 1.10); CPU share ratio %.3f",
+		now.perTrip, base.perTrip, now.perTrip/base.perTrip, now.cpu/base.cpu)
+}
+
+const (
+	perfMembers = 1000
+	perfClients = 20
+	perfEvery   = 100 * time.Millisecond
+)
+
+// perfResult is one phase of TestFleetPerfStore.
+type perfResult struct {
+	cpu     float64 // the server's share of one CPU
+	perTrip float64 // µs of server CPU per round trip
+}
+
+// perfStore drives the 1,000 members through report for 10 s (after 2 s
+// of warm-up) and logs what the store did.
+func perfStore(t *testing.T, r *testenv.Redis, cs []*redisStore, what string, report func(context.Context, *redisStore, int) (int, error)) perfResult {
+	const period = 10 * time.Second
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var lat []time.Duration
 	var errs, lastCount int
 	measuring := false
-	for w := range clients {
-		c, err := dialRedis(&connOptions{su: su, dials: new(atomic.Uint64), log: slog.New(slog.DiscardHandler),
-			creds:  func(context.Context) (string, string, error) { return "", "", nil },
-			report: func() time.Duration { return every }, ttl: func() time.Duration { return ttl }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.close() })
+	for w, c := range cs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tk := time.NewTicker(every)
+			tk := time.NewTicker(perfEvery)
 			defer tk.Stop()
 			for {
 				select {
@@ -68,12 +106,10 @@ func TestFleetPerfStore(t *testing.T) {
 					return
 				case <-tk.C:
 				}
-				for m := w; m < members; m += clients {
+				for m := w; m < perfMembers; m += perfClients {
 					start := time.Now()
-					// A report's own deadline is ttl (inflight.go); the
-					// controller waits at most every for it.
-					ctx, cancel := context.WithTimeout(context.Background(), ttl)
-					v, err := c.report(ctx, "perf1k", fmt.Sprintf("m%04d", m), Sums{In: uint64(m) / 2, Total: uint64(m)}, ttl)
+					ctx, cancel := context.WithTimeout(context.Background(), perfEvery)
+					n, err := report(ctx, c, m)
 					cancel()
 					d := time.Since(start)
 					mu.Lock()
@@ -83,13 +119,13 @@ func TestFleetPerfStore(t *testing.T) {
 							errs++
 						}
 					}
-					lastCount = v.members
+					lastCount = n
 					mu.Unlock()
 				}
 			}
 		}()
 	}
-	t.Cleanup(func() { close(stop); wg.Wait() })
+	defer func() { close(stop); wg.Wait() }()
 	time.Sleep(2 * time.Second)
 	cpu0, err := testenv.ProcCPU(r.PID(0))
 	if err != nil {
@@ -110,15 +146,29 @@ func TestFleetPerfStore(t *testing.T) {
 	calls1 := evalCalls(t, r)
 	wall := time.Since(w0)
 	sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
-	slow := len(got) - sort.Search(len(got), func(i int) bool { return got[i] > every })
+	slow := len(got) - sort.Search(len(got), func(i int) bool { return got[i] > perfEvery })
 	q := func(p float64) time.Duration { return got[int(p*float64(len(got)-1))] }
 	rate := float64(calls1-calls0) / wall.Seconds()
-	t.Logf("%d members at %v (%d clients): %.0f round trips/s (server's EVALSHA count; ideal %d/s), redis-server CPU %.1f %% of one CPU (%.1f µs per round trip); latency p50 %v p99 %v max %v; slow %d, errors %d of %d; members counted %d",
-		members, every, clients, rate, int(members*time.Second/every), 100*float64(cpu1-cpu0)/float64(wall),
-		float64((cpu1-cpu0).Microseconds())/float64(calls1-calls0), q(0.5), q(0.99), got[len(got)-1], slow, nerr, len(got), count)
-	if count != members {
-		t.Errorf("the last report counted %d members; want %d", count, members)
+	res := perfResult{cpu: float64(cpu1-cpu0) / float64(wall), perTrip: float64((cpu1 - cpu0).Microseconds()) / float64(calls1-calls0)}
+	t.Logf("%s: %d members at %v (%d clients): %.0f round trips/s (server's EVALSHA count; ideal %d/s), redis-server CPU %.1f %% of one CPU (%.1f µs per round trip); latency p50 %v p99 %v max %v; slow %d, errors %d of %d; members counted %d",
+		what, perfMembers, perfEvery, perfClients, rate, int(perfMembers*time.Second/perfEvery), 100*res.cpu,
+		res.perTrip, q(0.5), q(0.99), got[len(got)-1], slow, nerr, len(got), count)
+	if count != perfMembers {
+		t.Errorf("%s: the last report counted %d members; want %d", what, count, perfMembers)
 	}
+	return res
+}
+
+// evalUsec returns the server's time spent in EVALSHA calls, µs.
+func evalUsec(t *testing.T, r *testenv.Redis) int64 {
+	for _, line := range strings.Split(r.CLI(t, 0, "info", "commandstats"), "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			_, us, _ := strings.Cut(rest, "usec=")
+			v, _ := strconv.ParseInt(strings.SplitN(us, ",", 2)[0], 10, 64)
+			return v
+		}
+	}
+	return 0
 }
 
 // evalCalls returns the server's count of EVALSHA calls.
@@ -185,14 +235,14 @@ func BenchmarkFleetReport(b *testing.B) {
 	b.Run("inline", func(b *testing.B) {
 		run(b, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), cfg.Report)
-			_, err := c.st.report(ctx, cfg.Name, cfg.Member, est, cfg.TTL)
+			_, err := c.st.report(ctx, cfg.Name, c.entry(&cfg, est))
 			cancel()
 			return err
 		})
 	})
 	b.Run("inflight", func(b *testing.B) {
 		run(b, func() error {
-			_, err := c.reportWithin(&cfg, est, cfg.Report)
+			_, _, err := c.reportWithin(&cfg, est, cfg.Report)
 			return err
 		})
 	})

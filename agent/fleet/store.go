@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/tierlimit/tierlimit/tiers/storeurl"
 )
@@ -23,13 +22,15 @@ import (
 // backing off (backoff.go): while it backs off, report returns a
 // backingOffError that wraps the last failure.
 type store interface {
-	// report publishes member's estimates est (packets per window) in
-	// fleet name, drops the members not heard from for ttl, and returns
-	// the others' sums and the member count, this one included.
-	report(ctx context.Context, name, member string, est Sums, ttl time.Duration) (view, error)
-	// leave removes member and its estimates from fleet name.
-	leave(ctx context.Context, name, member string) error
-	// members lists fleet name's members as the store holds them, in no
+	// report publishes one instance's entry e (its estimates, packets per
+	// window, its ttl and settings) in fleet name, drops the entries that
+	// aged out on their own ttl and the earlier instance e replaces, and
+	// returns the others' sums, the entry count (this one included) and
+	// what the store saw of e's name and settings (view).
+	report(ctx context.Context, name string, e entry) (view, error)
+	// leave removes e's entry from fleet name.
+	leave(ctx context.Context, name string, e entry) error
+	// members lists fleet name's entries as the store holds them, in no
 	// order, each with its age on the store's clock.
 	members(ctx context.Context, name string) ([]Member, error)
 	// close releases the connections; it may wait for a hung one.
@@ -40,6 +41,13 @@ type store interface {
 type view struct {
 	others  Sums
 	members int
+	// conflicts is the number of other live instances under this
+	// member's name (two processes under one name: docs/design.md §12,
+	// Identity); groups the number of distinct settings (window,
+	// fleet.max, ttl, table digest) among the entries, and differs whether
+	// this member's are not those of the most members (Agreement).
+	conflicts, groups int
+	differs           bool
 }
 
 // dial opens the store o names. Its errors wrap ErrCAFile, ErrCertFile,

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -164,23 +166,33 @@ type fleetJSON struct {
 	Members []fleetMemberOut `json:"members"`
 }
 
+// fleetMemberOut is one entry: one instance of a member (docs/design.md
+// §12, Identity), with the settings it wrote (Agreement).
 type fleetMemberOut struct {
 	Name       string    `json:"name"`
+	Instance   string    `json:"instance"`
 	Estimate   uint64    `json:"estimate_packets"`    // R̂ of all its selected packets
 	EstimateIn uint64    `json:"estimate_in_packets"` // R̂ of its in-budget packets
 	Heard      time.Time `json:"heard"`
 	AgeNs      int64     `json:"age_ns"`
-	Stale      bool      `json:"stale"`
+	Stale      bool      `json:"stale"` // older than its own ttl: out of the fleet
+	WindowNs   int64     `json:"window_ns"`
+	MemberMax  uint64    `json:"fleet_max_packets"`
+	MemberTTL  int64     `json:"member_ttl_ns"`
+	Digest     string    `json:"table_digest"`
+	Conflict   bool      `json:"name_conflict"`   // another live instance under this name
+	Differs    bool      `json:"settings_differ"` // not the most members' settings
 }
 
 func writeFleetJSON(w io.Writer, f *tiers.Fleet, ms []fleet.Member) error {
 	out := fleetJSON{Name: f.Name, Store: storeurl.Redact(f.Store), Max: f.Max, TTLNs: f.TTL.Nanoseconds(), Members: []fleetMemberOut{}}
 	for _, m := range ms {
-		stale := m.Age > f.TTL
-		if !stale {
+		if m.Live() {
 			out.Offered += m.Estimate
 		}
-		out.Members = append(out.Members, fleetMemberOut{Name: m.Name, Estimate: m.Estimate, EstimateIn: m.In, Heard: m.Heard.UTC(), AgeNs: m.Age.Nanoseconds(), Stale: stale})
+		out.Members = append(out.Members, fleetMemberOut{Name: m.Name, Instance: m.Instance, Estimate: m.Estimate, EstimateIn: m.In,
+			Heard: m.Heard.UTC(), AgeNs: m.Age.Nanoseconds(), Stale: !m.Live(), WindowNs: m.Window.Nanoseconds(),
+			MemberMax: m.Max, MemberTTL: m.TTL.Nanoseconds(), Digest: m.Digest, Conflict: m.Conflict, Differs: m.Differs})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -190,26 +202,52 @@ func writeFleetJSON(w io.Writer, f *tiers.Fleet, ms []fleet.Member) error {
 func writeFleet(w io.Writer, f *tiers.Fleet, ms []fleet.Member) error {
 	var sum uint64
 	live := 0
+	var conflicts, differ []string
 	for _, m := range ms {
-		if m.Age <= f.TTL {
+		if m.Live() {
 			sum += m.Estimate
 			live++
 		}
+		if m.Conflict && !slices.Contains(conflicts, m.Name) {
+			conflicts = append(conflicts, m.Name)
+		}
+		if m.Differs {
+			differ = append(differ, m.Name+"/"+m.Instance[:min(4, len(m.Instance))])
+		}
 	}
-	fmt.Fprintf(w, "fleet %s at %s: %d members heard from within ttl %s, R̂_fleet %d of fleet.max %d per window\n",
-		f.Name, storeurl.Redact(f.Store), live, f.TTL, sum, f.Max)
+	fmt.Fprintf(w, "fleet %s at %s: %d members heard from within their ttl, R̂_fleet %d of fleet.max %d per window\n",
+		f.Name, storeurl.Redact(f.Store), live, sum, f.Max)
+	if len(conflicts) > 0 {
+		fmt.Fprintf(w, "CONFLICT: more than one agent reports under the name %s: each is counted as a member; give each host its own name (run --fleet-member)\n",
+			strings.Join(conflicts, ", "))
+	}
+	if len(differ) > 0 {
+		fmt.Fprintf(w, "DIFFERS: %s: window, fleet.max, ttl or tier table not the most members'; each member judges on its own (docs/design.md §12, Agreement)\n",
+			strings.Join(differ, ", "))
+	}
 	if len(ms) == 0 {
 		_, err := fmt.Fprintln(w, "no members: none has reported within ttl")
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEMBER\tESTIMATE\tIN BUDGET\tHEARD")
+	fmt.Fprintln(tw, "MEMBER\tINSTANCE\tESTIMATE\tIN BUDGET\tHEARD\tWINDOW\tFLEET.MAX\tTTL\tTABLE\tFLAGS")
 	for _, m := range ms {
 		heard := fmt.Sprintf("%s ago", m.Age.Round(time.Millisecond))
-		if m.Age > f.TTL {
-			heard += " (over ttl: out of the fleet)"
+		if !m.Live() {
+			heard += " (over its ttl: out of the fleet)"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", m.Name, m.Estimate, m.In, heard)
+		var flags []string
+		if m.Conflict {
+			flags = append(flags, "name-conflict")
+		}
+		if m.Differs {
+			flags = append(flags, "settings-differ")
+		}
+		if len(flags) == 0 {
+			flags = append(flags, "-")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", m.Name, m.Instance, m.Estimate, m.In, heard,
+			m.Window, m.Max, m.TTL, m.Digest, strings.Join(flags, ","))
 	}
 	return tw.Flush()
 }

@@ -95,7 +95,7 @@ func TestRunFleetStart(t *testing.T) {
 
 	t.Run("wrong password", func(t *testing.T) {
 		cfg := writeFile(t, "policy.yaml", fleetPolicy("tlrun", rd.URL(), 600, "  password_file: "+wrong+"\n  report: 100ms\n  ttl: 1s\n"))
-		r, addr := startCLI(t, p.Coll, "run", "--iface", p.CollIf, "--no-pin", "--metrics-addr", "127.0.0.1:0", "--config", cfg)
+		r, addr := startCLI(t, p.Coll, "run", "--iface", p.CollIf, "--no-pin", "--metrics-addr", "127.0.0.1:0", "--config", cfg, "--state-file", "")
 		if !strings.Contains(r.log.String(), "level=ERROR") || !strings.Contains(r.log.String(), "refuses the credentials") ||
 			!strings.Contains(r.log.String(), "password_file") {
 			t.Errorf("log lacks the ERROR on the refused credentials:\n%s", r.log)
@@ -118,7 +118,7 @@ func TestRunFleetStart(t *testing.T) {
 
 	t.Run("store out of reach", func(t *testing.T) {
 		cfg := writeFile(t, "policy.yaml", fleetPolicy("tlrun", "redis://127.0.0.1:1", 600, "  report: 100ms\n  ttl: 1s\n"))
-		r, addr := startCLI(t, p.Coll, "run", "--iface", p.CollIf, "--no-pin", "--metrics-addr", "127.0.0.1:0", "--config", cfg)
+		r, addr := startCLI(t, p.Coll, "run", "--iface", p.CollIf, "--no-pin", "--metrics-addr", "127.0.0.1:0", "--config", cfg, "--state-file", "")
 		if !strings.Contains(r.log.String(), "level=WARN") || !strings.Contains(r.log.String(), "starting in fallback") {
 			t.Errorf("log lacks the fallback warning:\n%s", r.log)
 		}
@@ -145,9 +145,14 @@ func TestRunFleetStart(t *testing.T) {
 		}
 		write("100ms")
 		r, addr := startCLI(t, p.Coll, "run", "--iface", p.CollIf, "--no-pin", "--metrics-addr", "127.0.0.1:0",
-			"--config", cfgPath, "--fleet-member", "tl-member-a")
+			"--config", cfgPath, "--fleet-member", "tl-member-a", "--state-file", filepath.Join(dir, "episode.json"))
 		if !strings.Contains(r.log.String(), "joined the fleet") {
 			t.Errorf("log lacks the join:\n%s", r.log)
+		}
+		// The instance id is kept beside the state file (docs/design.md
+		// §12, Identity).
+		if b, err := os.ReadFile(filepath.Join(dir, "fleet-instance")); err != nil || len(strings.TrimSpace(string(b))) != 16 {
+			t.Errorf("fleet-instance beside the state file: %q, %v; want the instance id", b, err)
 		}
 		var out bytes.Buffer
 		if err := run(context.Background(), []string{"status", "--fleet", "--config", cfgPath}, &out, io.Discard); err != nil {
