@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/tierlimit/tierlimit/agent/fleet"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
@@ -135,17 +136,18 @@ func TestFleetDNSMoves(t *testing.T) {
 }
 
 // entries is the members whose entries the store at addr holds for fleet.
-func entries(t *testing.T, addr, fleet string) map[string]bool {
+func entries(t *testing.T, addr, name string) map[string]bool {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	ks, err := c.HKeys(context.Background(), "{tierlimit:fleet:"+fleet+"}:est2").Result()
+	ks, err := c.HKeys(context.Background(), fleet.StoreKeys(name)[0]).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]bool{}
 	for _, k := range ks {
-		out[k] = true
+		member, _, _ := strings.Cut(k, "#") // NAME#INSTANCE (script.go)
+		out[member] = true
 	}
 	return out
 }

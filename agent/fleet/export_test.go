@@ -10,3 +10,7 @@ func (c *Controller) Halt() {
 		c.st.close()
 	})
 }
+
+// StoreKeys is the fleet's keys in the store (script.go keys): the entries
+// hash first.
+func StoreKeys(name string) []string { return keys(name) }
