@@ -189,7 +189,12 @@ func fairSenders(t *testing.T, p *testenv.Pair, dst netip.AddrPort) []*testenv.S
 // total follows the model. It returns A's packets over its budget.
 func fairWithSources(t *testing.T, shape tiers.Shape, tab tiers.Table, on *fairRun) int {
 	budget := int(tab.Sources.Budget)
-	overA := 0
+	overA, allSent, allLost := 0, 0, 0
+	defer func() {
+		if shape == tiers.ShapeSmooth && float64(allLost) > onsetLightLoss*float64(allSent) {
+			t.Errorf("with sources: B–K lost %d of %d over the run, want at most %.0f%%", allLost, allSent, 100*onsetLightLoss)
+		}
+	}()
 	t1 := tab.TierStart(1)
 	for w := range on.sent {
 		offered, total, lightSent, lightGot := 0, 0, 0, 0
@@ -202,17 +207,24 @@ func fairWithSources(t *testing.T, shape tiers.Shape, tab tiers.Table, on *fairR
 			}
 			lightSent += on.sent[w][s]
 			lightGot += on.got[w][s]
-			if on.got[w][s] != on.sent[w][s] && (shape != tiers.ShapeSmooth || w != 0) {
+			if on.got[w][s] != on.sent[w][s] && shape != tiers.ShapeSmooth {
 				t.Errorf("with sources, window %d: source %c received %d of %d", w, 'A'+s, on.got[w][s], on.sent[w][s])
 			}
 		}
 		// docs/design.md §6: light groups lose nothing once A has spent
-		// its budget; in the smooth shape's onset window A's first budget
+		// its budget; in the smooth shape's onsets A's first budget
 		// packets (its first 1 % of the window here) are a surge within
 		// budget like any other, and light packets judged then may be
-		// shed: at most onsetLightLoss of theirs.
-		if lost := lightSent - lightGot; shape == tiers.ShapeSmooth && w == 0 && float64(lost) > onsetLightLoss*float64(lightSent) {
-			t.Errorf("with sources, window 0 (the onset): B–K received %d of %d, want at most %.0f%% lost", lightGot, lightSent, 100*onsetLightLoss)
+		// shed: at most onsetLightLoss of theirs. Every window here
+		// starts with an onset (§9, the recent rate): A's burst follows a
+		// 0.25 s pause, a step from silence to 5,900 a window where the
+		// count over the last window is about 4,000.
+		// Over the run at most onsetLightLoss, in one window twice that
+		// (200 light packets a window: 10 lost is 1.4σ of a 3 % loss).
+		allSent += lightSent
+		allLost += lightSent - lightGot
+		if lost := lightSent - lightGot; shape == tiers.ShapeSmooth && float64(lost) > 2*onsetLightLoss*float64(lightSent) {
+			t.Errorf("with sources, window %d (an onset): B–K received %d of %d, want at most %.0f%% lost", w, lightGot, lightSent, 200*onsetLightLoss)
 		}
 		if on.got[w][0] <= budget {
 			t.Errorf("with sources, window %d: A received %d of %d: only its budget %d, not what nobody else used", w, on.got[w][0], on.sent[w][0], budget)
