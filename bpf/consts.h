@@ -131,6 +131,13 @@
 /* Ticks from a window's start in which an onset reads F from the clock
  * (tiers.SmoothClockTicks). */
 #define TL_SMOOTH_CLOCK_TICKS 16
+/* The fleet (docs/design.md §12): the most the others' sums are scaled by
+ * in a member's onset (tiers.FleetRiseCap), and the most a sum the
+ * program judges on may be (tiers.MaxFleetOthers). */
+#define TL_FLEET_RISE_CAP 16ULL
+#define TL_FLEET_OTHERS_MAX (1ULL << 46)
+/* The most others the equal-share prior counts (tiers.fleetMembersMax). */
+#define TL_FLEET_MEMBERS_MAX 65535ULL
 /* Samples of a window's in-budget count the smooth shape keeps with
  * budgets on (smooth_prof.h; tiers.SmoothProfN). */
 #define TL_SMOOTH_PROF_N 16

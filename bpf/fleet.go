@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/tiers"
@@ -58,6 +60,41 @@ func (l *Limiter) SetFleetOthers(in, total uint64) error {
 		return err
 	}
 	return second()
+}
+
+// SetFleetOwn writes what the next sums SetFleetOthers writes answer
+// (docs/design.md §12, "The fleet's first second"; maps.h tl_fleet_own):
+// this member's own R̂_in and R̂_tot at the report, packets per window, and
+// the fleet's member count the store returned, this member included.
+// During its own onset the program judges on the others' sums scaled by
+// its rise since the report (tiers.FleetOthersNow), or, with own below
+// tiers.SmoothOnsetMin, on the equal-share prior, and latches an onset on
+// the fleet's count (tiers.SmoothCoef.FleetOnset). The agent calls it
+// before SetFleetOthers at each answer; 0, 0, 0 (what a loaded program
+// starts with, and what it writes in fallback) is the plain fleet. Each
+// estimate is written as at most 2^48 − 1, in as at most total. Returns
+// ErrPolicy when the loaded object has no such variables.
+func (l *Limiter) SetFleetOwn(in, total, members uint64) error {
+	v := l.objs.LimiterVariables
+	if v.TlFleetOwn == nil || v.TlFleetOwnIn == nil || v.TlFleetInv == nil || v.TlFleetInvIn == nil || v.TlFleetMembers == nil {
+		return fmt.Errorf("%w: the loaded object has no fleet rise", ErrPolicy)
+	}
+	total = min(total, 1<<48-1)
+	in = min(in, total)
+	for _, w := range []struct {
+		name string
+		v    *ebpf.Variable
+		x    uint64
+	}{
+		{"tl_fleet_own_in", v.TlFleetOwnIn, in}, {"tl_fleet_inv_in", v.TlFleetInvIn, tiers.FleetRiseInv(in)},
+		{"tl_fleet_own", v.TlFleetOwn, total}, {"tl_fleet_inv", v.TlFleetInv, tiers.FleetRiseInv(total)},
+		{"tl_fleet_members", v.TlFleetMembers, members},
+	} {
+		if err := w.v.Set(w.x); err != nil {
+			return fmt.Errorf("set %s: %w", w.name, err)
+		}
+	}
+	return nil
 }
 
 // FleetOthers reads back the sums SetFleetOthers wrote: the in-budget sum

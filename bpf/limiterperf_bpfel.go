@@ -44,8 +44,13 @@ const (
 	limiterPerfMapWindow            = "window"
 	limiterPerfProgTierlimit        = "tierlimit"
 	limiterPerfVarTlContractBtf     = "tl_contract_btf"
+	limiterPerfVarTlFleetInv        = "tl_fleet_inv"
+	limiterPerfVarTlFleetInvIn      = "tl_fleet_inv_in"
+	limiterPerfVarTlFleetMembers    = "tl_fleet_members"
 	limiterPerfVarTlFleetOthers     = "tl_fleet_others"
 	limiterPerfVarTlFleetOthersIn   = "tl_fleet_others_in"
+	limiterPerfVarTlFleetOwn        = "tl_fleet_own"
+	limiterPerfVarTlFleetOwnIn      = "tl_fleet_own_in"
 	limiterPerfVarTlIfCount         = "tl_if_count"
 	limiterPerfVarTlIfIndex         = "tl_if_index"
 	limiterPerfVarTlIfWord          = "tl_if_word"
@@ -136,8 +141,13 @@ type limiterPerfMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type limiterPerfVariableSpecs struct {
 	TlContractBtf   *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlFleetInv      *ebpf.VariableSpec `ebpf:"tl_fleet_inv"`
+	TlFleetInvIn    *ebpf.VariableSpec `ebpf:"tl_fleet_inv_in"`
+	TlFleetMembers  *ebpf.VariableSpec `ebpf:"tl_fleet_members"`
 	TlFleetOthers   *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.VariableSpec `ebpf:"tl_fleet_others_in"`
+	TlFleetOwn      *ebpf.VariableSpec `ebpf:"tl_fleet_own"`
+	TlFleetOwnIn    *ebpf.VariableSpec `ebpf:"tl_fleet_own_in"`
 	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.VariableSpec `ebpf:"tl_if_word"`
@@ -230,8 +240,13 @@ func (m *limiterPerfMaps) Close() error {
 // It can be passed to loadLimiterPerfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type limiterPerfVariables struct {
 	TlContractBtf   *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlFleetInv      *ebpf.Variable `ebpf:"tl_fleet_inv"`
+	TlFleetInvIn    *ebpf.Variable `ebpf:"tl_fleet_inv_in"`
+	TlFleetMembers  *ebpf.Variable `ebpf:"tl_fleet_members"`
 	TlFleetOthers   *ebpf.Variable `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.Variable `ebpf:"tl_fleet_others_in"`
+	TlFleetOwn      *ebpf.Variable `ebpf:"tl_fleet_own"`
+	TlFleetOwnIn    *ebpf.Variable `ebpf:"tl_fleet_own_in"`
 	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.Variable `ebpf:"tl_if_word"`

@@ -44,8 +44,13 @@ const (
 	limiterStagesProgTierlimit        = "tierlimit"
 	limiterStagesVarTlBenchStage      = "tl_bench_stage"
 	limiterStagesVarTlContractBtf     = "tl_contract_btf"
+	limiterStagesVarTlFleetInv        = "tl_fleet_inv"
+	limiterStagesVarTlFleetInvIn      = "tl_fleet_inv_in"
+	limiterStagesVarTlFleetMembers    = "tl_fleet_members"
 	limiterStagesVarTlFleetOthers     = "tl_fleet_others"
 	limiterStagesVarTlFleetOthersIn   = "tl_fleet_others_in"
+	limiterStagesVarTlFleetOwn        = "tl_fleet_own"
+	limiterStagesVarTlFleetOwnIn      = "tl_fleet_own_in"
 	limiterStagesVarTlIfCount         = "tl_if_count"
 	limiterStagesVarTlIfIndex         = "tl_if_index"
 	limiterStagesVarTlIfWord          = "tl_if_word"
@@ -136,8 +141,13 @@ type limiterStagesMapSpecs struct {
 type limiterStagesVariableSpecs struct {
 	TlBenchStage    *ebpf.VariableSpec `ebpf:"tl_bench_stage"`
 	TlContractBtf   *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlFleetInv      *ebpf.VariableSpec `ebpf:"tl_fleet_inv"`
+	TlFleetInvIn    *ebpf.VariableSpec `ebpf:"tl_fleet_inv_in"`
+	TlFleetMembers  *ebpf.VariableSpec `ebpf:"tl_fleet_members"`
 	TlFleetOthers   *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.VariableSpec `ebpf:"tl_fleet_others_in"`
+	TlFleetOwn      *ebpf.VariableSpec `ebpf:"tl_fleet_own"`
+	TlFleetOwnIn    *ebpf.VariableSpec `ebpf:"tl_fleet_own_in"`
 	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.VariableSpec `ebpf:"tl_if_word"`
@@ -229,8 +239,13 @@ func (m *limiterStagesMaps) Close() error {
 type limiterStagesVariables struct {
 	TlBenchStage    *ebpf.Variable `ebpf:"tl_bench_stage"`
 	TlContractBtf   *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlFleetInv      *ebpf.Variable `ebpf:"tl_fleet_inv"`
+	TlFleetInvIn    *ebpf.Variable `ebpf:"tl_fleet_inv_in"`
+	TlFleetMembers  *ebpf.Variable `ebpf:"tl_fleet_members"`
 	TlFleetOthers   *ebpf.Variable `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.Variable `ebpf:"tl_fleet_others_in"`
+	TlFleetOwn      *ebpf.Variable `ebpf:"tl_fleet_own"`
+	TlFleetOwnIn    *ebpf.Variable `ebpf:"tl_fleet_own_in"`
 	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.Variable `ebpf:"tl_if_word"`

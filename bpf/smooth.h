@@ -248,6 +248,48 @@ static __always_inline int sm_drop(struct tl_smooth_cpu *c, __u32 thr)
 	return thr != TL_THR_NEVER && (thr == TL_THR_ALWAYS || sm_rand(c) < thr);
 }
 
+/* The others' sum o a packet is judged on at own R̂ r (docs/design.md §12,
+ * "The fleet's first second"; tiers.FleetOthersNow): o outside an onset;
+ * in one, while own, this member's R̂ at the report o answers, is below
+ * TL_SMOOTH_ONSET_MIN (it was idle), the equal-share prior
+ * max(o, (members − 1) × r), members − 1 at most TL_FLEET_MEMBERS_MAX; else o scaled by the rise r/own, at most
+ * TL_FLEET_RISE_CAP, with inv = 2^48/own from the agent (no division per
+ * packet): (r − own) × inv >> 32 is the rise less one on 16 fractional
+ * bits, below 2^20, and no product passes 2^64 for o ≤ 2^46 and r < 2^48.
+ * At most TL_FLEET_OTHERS_MAX. 0 members (the agent has not written
+ * them) is the plain fleet: o. */
+static __always_inline __u64 sm_fleet_others(__u64 o, __u64 r, __u64 own, __u64 inv, int onset)
+{
+	__u64 m = tl_fleet_members;
+	if (!onset || !m)
+		return o;
+	if (own < TL_SMOOTH_ONSET_MIN && m > 1) {
+		m = m - 1 < TL_FLEET_MEMBERS_MAX ? m - 1 : TL_FLEET_MEMBERS_MAX;
+		__u64 p = m * (r < TL_FLEET_OTHERS_MAX ? r : TL_FLEET_OTHERS_MAX);
+		if (p > TL_FLEET_OTHERS_MAX)
+			p = TL_FLEET_OTHERS_MAX;
+		return p > o ? p : o;
+	}
+	if (!o || r <= own)
+		return o;
+	__u64 x;
+	if (!own || r - own >= (TL_FLEET_RISE_CAP - 1) * own)
+		x = o * TL_FLEET_RISE_CAP;
+	else
+		x = o + sm_mul_shr(o, ((r - own) * inv) >> 32, 16);
+	return x < TL_FLEET_OTHERS_MAX ? x : TL_FLEET_OTHERS_MAX;
+}
+
+/* Whether count n below TL_SMOOTH_ONSET_MIN latches an onset on the
+ * fleet's count (tiers.SmoothCoef.FleetOnset): n × members at least
+ * TL_SMOOTH_ONSET_MIN, F over 2 S. */
+static __always_inline int sm_fleet_onset(__u64 n, __u64 base, __u64 mult)
+{
+	__u64 m = tl_fleet_members;
+	return m > 1 && n && n < TL_SMOOTH_ONSET_MIN && n * m >= TL_SMOOTH_ONSET_MIN &&
+	       sm_mul(n, mult) > 2 * (n + base);
+}
+
 /* R̂ of an in-budget packet whose count is n: the one place the program
  * forms the estimate an in-budget packet is judged by (model.Model.smooth).
  * With budgets, S or the in-budget count's recent rate (sm_in_estimate);
@@ -282,12 +324,13 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 		return NULL;
 	__u64 n = pos->n >= s->last_n ? pos->n + c->ovf : pos->n;
 	int onset = READ_ONCE(w->onset) == pos->id + 1;
-	if (!onset && sm_onset(n + c->ex, c->base_tot, c->mult)) {
+	if (!onset && (sm_onset(n + c->ex, c->base_tot, c->mult) || sm_fleet_onset(n + c->ex, c->base_tot, c->mult))) {
 		w->onset = pos->id + 1;
 		onset = 1;
 	}
 	__u64 rhat = sm_rhat(w, s, c, n, onset);
-	rhat += tl_fleet_others_in; /* the fleet's R̂_in (docs/design.md §12): the others' in-budget sum joins it */
+	/* the fleet's R̂_in (docs/design.md §12): the others' in-budget sum joins it */
+	rhat += sm_fleet_others(tl_fleet_others_in, rhat, tl_fleet_own_in, tl_fleet_inv_in, onset);
 	return sm_entry(s, slot, c, rhat, tier, thr) ? c : NULL;
 }
 
@@ -332,7 +375,7 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		__u64 own = sm_own_ex(id);
 		__u64 all = n + c->ex + (own > c->ex_own ? own - c->ex_own : 0);
 		int onset = READ_ONCE(w->onset) == id + 1;
-		if (!onset && sm_onset(all, c->base_tot, c->mult)) {
+		if (!onset && (sm_onset(all, c->base_tot, c->mult) || sm_fleet_onset(all, c->base_tot, c->mult))) {
 			w->onset = id + 1;
 			onset = 1;
 		}
@@ -346,8 +389,8 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		 * the others' in-budget R̂ joins R̂_in, their total R̂_tot, so
 		 * the fleet's over-budget packets share P(R_fleet) −
 		 * P(R_fleet,in). */
-		rin += tl_fleet_others_in;
-		rtot += tl_fleet_others;
+		rin += sm_fleet_others(tl_fleet_others_in, rin, tl_fleet_own_in, tl_fleet_inv_in, onset);
+		rtot += sm_fleet_others(tl_fleet_others, rtot, tl_fleet_own, tl_fleet_inv, onset);
 		if (!c->ex_r || !sm_near(rtot, c->ex_r) || !sm_near(rin, c->ex_rin))
 			sm_share_memo(c, s, slot, rin, rtot);
 		*thr = c->ex_thr;

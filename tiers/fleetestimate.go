@@ -94,3 +94,95 @@ func leastFrom(from uint64, ok func(o uint64) bool) uint64 {
 	n := MaxFleetOthers - from
 	return from + uint64(sort.Search(int(n), func(k int) bool { return ok(from + uint64(k)) }))
 }
+
+// The fleet's first second (docs/design.md §12): a flood behind a balancer
+// reaches every member at once, and each learns the others' rise only
+// from their reports. Until then a member judges on the others' sums as
+// FleetOthersNow scales them, reports early (FleetReportNow), and latches
+// its onset on the fleet's count (SmoothCoef.FleetOnset).
+
+// FleetRiseCap is the most a member scales the others' sums by during its
+// own onset: its own R̂ now over its R̂ at its last report, at most 16.
+// Behind a balancer a surge is correlated, and the others' sums, reported
+// before it, stand for what has risen as this member's R̂ has: the scale
+// is its best guess of their rise until the store answers. Where the
+// member surged alone the scale over-sheds it until its next report,
+// which comes within report/10 (FleetReportNow: its R̂ more than doubled),
+// so a larger cap would cost little; 16 covers a step from 0.6 ×
+// fleet.max to 10 × fleet.max at once, and keeps the scaled sum's
+// product within 64 bits (FleetScaled).
+const FleetRiseCap = 16
+
+// FleetRiseInv is 2^48 / own, 0 for own 0: what the agent writes beside
+// own, a member's R̂ at its last report, so that the program scales the
+// others' sums without a division per packet (bpf/smooth.h sm_fleet_others,
+// FleetScaled). own is below 2^48.
+func FleetRiseInv(own uint64) uint64 {
+	if own == 0 {
+		return 0
+	}
+	return (1 << 48) / own
+}
+
+// FleetScaled returns the others' sum a member judges on (docs/design.md
+// §12, "The fleet's first second"): others, the sum of the others' last
+// reports, packets per window, as it is outside an onset, or when own
+// R̂ rhat is no more than own, its R̂ at its last report; during its own
+// onset, others × rhat/own, at most others × FleetRiseCap (others ×
+// FleetRiseCap when own is 0), and at most MaxFleetOthers. inv is
+// FleetRiseInv(own). The rise is computed as the program computes it
+// (bpf/smooth.h sm_fleet_others): (rhat − own) × inv >> 32, the rise less
+// one with 16 fractional bits, exact to 2^-16 of a rise; no product
+// overflows for others ≤ MaxFleetOthers and rhat, own < 2^48.
+func FleetScaled(others, rhat, own, inv uint64, onset bool) uint64 {
+	if !onset || others == 0 || rhat <= own {
+		return others
+	}
+	if own == 0 || rhat-own >= (FleetRiseCap-1)*own {
+		return min(others*FleetRiseCap, MaxFleetOthers)
+	}
+	rise := (rhat - own) * inv >> 32 // < (FleetRiseCap-1) << 16
+	return min(others+mulShr(others, rise, 16), MaxFleetOthers)
+}
+
+// FleetOthersNow returns the others' sum a member judges a packet on at
+// own R̂ rhat (docs/design.md §12, "The fleet's first second"): others,
+// the sum of the others' last reports, outside its own onset; in it,
+// FleetScaled, or, while own, its R̂ at the report the sum answers, is
+// below SmoothOnsetMin (the member was idle: it had no rise to scale by),
+// the equal-share prior max(others, (members − 1) × rhat), members the
+// fleet's count, this member included (members − 1 at most 65,535).
+// members 0 (no answer since the program loaded) is the plain fleet:
+// others, unscaled. inv is
+// FleetRiseInv(own). At most MaxFleetOthers (bpf/smooth.h
+// sm_fleet_others).
+func FleetOthersNow(others, rhat, own, inv, members uint64, onset bool) uint64 {
+	if members == 0 {
+		return others
+	}
+	if onset && own < SmoothOnsetMin && members > 1 {
+		return max(others, min(min(members-1, fleetMembersMax)*min(rhat, MaxFleetOthers), MaxFleetOthers))
+	}
+	return FleetScaled(others, rhat, own, inv, onset)
+}
+
+// fleetMembersMax is the most others the prior counts (bpf/consts.h
+// TL_FLEET_MEMBERS_MAX): its product with a sum of at most MaxFleetOthers
+// stays within 64 bits.
+const fleetMembersMax = 1<<16 - 1
+
+// FleetReportNow reports whether a member polling its own R̂_tot, est,
+// between its reports reports at once (docs/design.md §12): when est is at
+// least SmoothOnsetMin and more than twice last, its R̂_tot at its last
+// report, or, after a report at a poll (again, until its next regular
+// report), more than 5/4 of last: a flood's R̂ rises over its first ticks
+// (the 1/32 floor on the elapsed fraction), and so do the others' reports.
+func FleetReportNow(est, last uint64, again bool) bool {
+	if est < SmoothOnsetMin {
+		return false
+	}
+	if again {
+		return est > last+last/4
+	}
+	return est > 2*last
+}

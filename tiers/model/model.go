@@ -79,6 +79,9 @@ type Model struct {
 	lastEstim uint64           // R̂ of the latest in-budget packet (smooth), the others' sum left out
 	othersIn  uint64           // the fleet's others' in-budget sum (SetFleetOthers)
 	others    uint64           // and their total, in and over budget
+	ownIn     uint64           // own R̂_in at the report the sums answer (SetFleetOwn)
+	ownTot    uint64           // and own R̂_tot
+	members   uint64           // the fleet's member count at the last answer, 0 without one
 
 	// The in-budget count's recent rate, with budgets on (SmoothRate):
 	// the reference sample (tick, count) it is measured from, the next
@@ -358,7 +361,7 @@ func (m *Model) clockTicks() bool {
 // extrapolated by its recent rate only.
 func (m *Model) smooth(nowNs uint64) (int, uint32) {
 	m.refresh(nowNs)
-	m.onset = m.onset || m.coefTot.Onset(m.count+m.ex)
+	m.onset = m.onset || m.coefTot.Onset(m.count+m.ex) || m.fleetOnset(m.count+m.ex)
 	// Without budgets every selected packet is in budget: the previous
 	// window's over-budget packets (under a policy with budgets before a
 	// reload) were offered too, so S takes them (coefTot).
@@ -372,7 +375,7 @@ func (m *Model) smooth(nowNs uint64) (int, uint32) {
 		rhat = m.coefTot.Estimate(m.count, m.onset)
 	}
 	m.lastEstim = rhat
-	return m.table.Smooth(rhat + m.othersIn)
+	return m.table.Smooth(rhat + m.fleetIn(rhat))
 }
 
 // SetFleetOthers sets the sums of the other fleet members' last reported
@@ -422,7 +425,7 @@ func (m *Model) overBudget(nowNs uint64) Decision {
 func (m *Model) overSmooth(nowNs uint64) uint32 {
 	m.refresh(nowNs)
 	all := m.count + m.ex
-	m.onset = m.onset || m.coefTot.Onset(all)
+	m.onset = m.onset || m.coefTot.Onset(all) || m.fleetOnset(all)
 	rtot := m.coefTot.Estimate(all, m.onset)
 	rin := max(m.count, m.coef.Prev)
 	if m.onset {
@@ -432,7 +435,7 @@ func (m *Model) overSmooth(nowNs uint64) uint32 {
 	// joins R̂_in and their total R̂_tot, so that the fleet's
 	// over-budget packets share P(R_fleet) − P(R_fleet,in), each member's
 	// in proportion to its over-budget load.
-	rin, rtot = rin+m.othersIn, rtot+m.others
+	rin, rtot = rin+m.fleetIn(rin), rtot+m.fleetTot(rtot)
 	if m.exR == 0 || !near(rtot, m.exR) || !near(rin, m.exRin) {
 		m.exR, m.exRin = max(rtot, 1), rin
 		m.exThr = m.table.ShareThreshold(rin, rtot)
