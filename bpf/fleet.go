@@ -164,6 +164,15 @@ func (l *Limiter) FleetEstimate() (in, total uint64, err error) {
 	return in, total, nil
 }
 
+// FleetPoll returns this member's own live R̂_tot, as FleetEstimate does:
+// what the fleet controller polls every report/10 between its reports, to
+// report at once when it more than doubled (docs/design.md §12, "The
+// fleet's first second"). A few map reads and a clock read; no write.
+func (l *Limiter) FleetPoll() (uint64, error) {
+	_, total, err := l.FleetEstimate()
+	return total, err
+}
+
 // profiles reads the in-budget profiles of window id (Cur) and of the one
 // before it (Prev) from smooth_prof (smooth_prof.h): each the samples its
 // tag names it by, from the first on, as tiers.SmoothProfile holds them.

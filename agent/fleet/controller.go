@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tierlimit/tierlimit/tiers"
 	"github.com/tierlimit/tierlimit/tiers/storeurl"
 )
 
@@ -31,6 +32,9 @@ type Controller struct {
 	lastOK     time.Time // when the store last answered
 	members    int       // the member count it last returned; 0 before any
 	lastEst    Sums      // the estimates last read from the program
+	lastRep    Sums      // the estimates of the last report answered, as reported
+	ownSet     Sums      // what the program was last given as its own R̂ at the report (SetFleetOwn)
+	again      bool      // a report at a poll was answered since the last regular report
 	inFallback bool
 	estFailed  bool // a FleetEstimate error was logged and not yet cleared
 	setFailed  bool // a SetFleetOthers error was logged and not yet cleared
@@ -92,7 +96,7 @@ func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller,
 		c.enterFallback(0)
 	} else {
 		c.m.reports(resultOK).Add(1)
-		c.joined(time.Now(), est, v)
+		c.joined(time.Now(), est, v, false)
 		c.log.Info("joined the fleet", "store", c.store, "members", v.members, "others", v.others.Total, "others_in", v.others.In)
 	}
 	go c.run()
@@ -164,29 +168,69 @@ func (c *Controller) Close() error {
 	return err
 }
 
-// run reports every report interval until Close.
+// run reports every report interval until Close, and between reports
+// polls the program's estimate every report/10 (at least 1 ms): it
+// reports at once when its R̂_tot more than doubled since the last report,
+// or, after such a report, rose by a quarter (tiers.FleetReportNow;
+// docs/design.md §12, "The fleet's first second"). A poll is one
+// FleetEstimate, a few map reads.
 func (c *Controller) run() {
 	defer close(c.done)
 	every := c.cfg.Load().Report
-	t := time.NewTicker(every)
+	t := time.NewTicker(pollEvery(every))
 	defer t.Stop()
+	next := time.Now().Add(every)
 	for {
 		select {
 		case <-c.stop:
 			return
 		case <-t.C:
 		}
-		c.tick()
+		if now := time.Now(); !now.Before(next) {
+			c.tick(false)
+			c.again = false
+			if next = next.Add(every); next.Before(now) {
+				next = now.Add(every)
+			}
+		} else if c.pollNow() {
+			c.tick(true)
+		}
 		if r := c.cfg.Load().Report; r != every {
 			every = r
-			t.Reset(every)
+			t.Reset(pollEvery(every))
+			next = time.Now().Add(every)
 		}
 	}
 }
 
+// pollEvery is the poll interval of report: report/10, at least 1 ms.
+func pollEvery(report time.Duration) time.Duration {
+	return max(report/10, time.Millisecond)
+}
+
+// poller is a Limiter that can be polled between reports
+// (*bpf.Limiter.FleetPoll): its R̂_tot, as FleetEstimate reads it. A
+// Limiter without it is not polled, and reports at its regular pace only.
+type poller interface {
+	FleetPoll() (total uint64, err error)
+}
+
+// pollNow reads the program's R̂_tot and says whether to report at once
+// (tiers.FleetReportNow); never in fallback, nor when the estimate cannot
+// be read.
+func (c *Controller) pollNow() bool {
+	p, ok := c.lim.(poller)
+	if !ok || c.inFallback {
+		return false
+	}
+	total, err := p.FleetPoll()
+	return err == nil && tiers.FleetReportNow(total, c.lastRep.Total, c.again)
+}
+
 // tick is one report: read R̂, one round trip bounded by report, hand the
-// others' sum to the program. It never waits longer than report.
-func (c *Controller) tick() {
+// others' sum to the program. It never waits longer than report. early
+// says it is a poll's (run).
+func (c *Controller) tick(early bool) {
 	cfg := c.cfg.Load()
 	est := c.estimate()
 	start := time.Now()
@@ -197,7 +241,7 @@ func (c *Controller) tick() {
 	slow := now.Sub(start) > cfg.Report
 	c.m.reports(resultOf(err, slow)).Add(1)
 	if err == nil {
-		c.joined(now, est, v)
+		c.joined(now, est, v, early)
 		return
 	}
 	c.m.storeUp.Store(0)
@@ -217,8 +261,9 @@ func (c *Controller) tick() {
 }
 
 // joined applies an answer of the store: rejoin if in fallback, then hand
-// the others' sums to the program (through Config.Bound when set).
-func (c *Controller) joined(now time.Time, est Sums, v view) {
+// the program what the answer is to (setOwn) and the others' sums
+// (through Config.Bound when set). early says the report was a poll's.
+func (c *Controller) joined(now time.Time, est Sums, v view, early bool) {
 	c.lastOK = now
 	c.authFailed = false
 	c.members = v.members
@@ -235,6 +280,16 @@ func (c *Controller) joined(now time.Time, est Sums, v view) {
 		o := b(est, others)
 		others = Sums{In: max(o.In, others.In), Total: max(o.Total, others.Total)}
 	}
+	own := est
+	if early && !c.again && c.ownSet.Total < tiers.SmoothOnsetMin {
+		// Idle at its last report, the member keeps the equal-share prior
+		// through its first report at a poll: the others' reports of the
+		// same flood come within a poll of it (docs/design.md §12).
+		own = Sums{}
+	}
+	c.again = c.again || early
+	c.lastRep = est
+	c.setOwn(own, v.members)
 	c.setOthers(others)
 	c.m.storeUp.Store(1)
 	c.m.members.Store(int64(v.members))
@@ -249,6 +304,7 @@ func (c *Controller) enterFallback(members int) {
 		c.log.Error("enter fleet fallback", "err", err)
 	}
 	c.inFallback = true
+	c.setOwn(Sums{}, 0)
 	c.setOthers(Sums{})
 	c.m.fallback.Store(1)
 	c.m.others.Store(0)
@@ -270,6 +326,31 @@ func (c *Controller) estimate() Sums {
 	c.estFailed = false
 	c.lastEst = est
 	return est
+}
+
+// ownSetter is a Limiter that takes what the others' sums answer
+// (*bpf.Limiter.SetFleetOwn): this member's R̂ at the report and the
+// member count, for the fleet's first second (docs/design.md §12).
+type ownSetter interface {
+	SetFleetOwn(in, total, members uint64) error
+}
+
+// setOwn hands the program own, this member's estimates at the report
+// the next sums answer, and the member count, when the Limiter takes
+// them; before setOthers, so that a packet between the two scales an old
+// sum from the new report. A failure is logged once, as setOthers's.
+func (c *Controller) setOwn(own Sums, members int) {
+	c.ownSet = own
+	s, ok := c.lim.(ownSetter)
+	if !ok {
+		return
+	}
+	if err := s.SetFleetOwn(own.In, own.Total, uint64(max(members, 0))); err != nil {
+		if !c.setFailed {
+			c.log.Error("write this member's report to the program", "err", err)
+			c.setFailed = true
+		}
+	}
 }
 
 // setOthers hands the others' sums to the program, logging a failure once.

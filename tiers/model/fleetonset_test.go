@@ -5,57 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
-
-	"github.com/tierlimit/tierlimit/tiers"
 )
-
-// fleetStep runs one flood on f's members: each offered base/members
-// packets per window, evenly spaced from a random phase, from 2 windows
-// before stepNs (none when base is 0), then flood/members from stepNs on,
-// again from a random phase; every member reports at a random phase. It
-// returns what the fleet passed in [stepNs, stepNs + window).
-func fleetStep(f *FleetModel, members int, window time.Duration, base, flood float64, stepNs uint64, rng *rand.Rand) int {
-	W := float64(window)
-	for i := range members {
-		f.SetReportPhase(i, rng.Uint64N(f.report))
-	}
-	step, end := float64(stepNs), float64(stepNs)+W
-	next := make([]float64, members)
-	for i := range next {
-		next[i] = step + rng.Float64()*W*float64(members)/flood
-		if base > 0 {
-			next[i] = step - 2*W + rng.Float64()*W*float64(members)/base
-		}
-	}
-	passed := 0
-	for {
-		i := 0
-		for j := range next {
-			if next[j] < next[i] {
-				i = j
-			}
-		}
-		at := next[i]
-		if at >= end {
-			return passed
-		}
-		d := f.Packet(i, uint64(at))
-		rate := flood
-		if at < step {
-			rate = base
-		}
-		if at >= step && d.Verdict == tiers.VerdictPass {
-			passed++
-		}
-		nx := at + W*float64(members)/rate
-		if at < step && nx >= step {
-			// The flood's first packet on this member, at a random phase
-			// of its own spacing from the step.
-			nx = step + rng.Float64()*W*float64(members)/flood
-		}
-		next[i] = nx
-	}
-}
 
 // The fleet's first second (docs/design.md §12): N ∈ {3, 10, 30} members
 // of equal share, flooded at once to 10 × fleet.max from idle and from 0.3
@@ -87,7 +37,7 @@ func TestFleetModelOnset(t *testing.T) {
 					rng := rand.New(rand.NewPCG(seed, uint64(n)*10+uint64(base*10)))
 					f := NewFleetModel(p, tab, n, 0, rng.Uint32)
 					step := uint64(3*window) + rng.Uint64N(uint64(window))
-					r := float64(fleetStep(f, n, window, base*fleetMax, flood, step, rng)) / want
+					r := float64(FleetStep(f, window, base*fleetMax, flood, step, rng)) / want
 					sum += r
 					worst = max(worst, r)
 					if r > 1.25 {

@@ -1,8 +1,9 @@
 // Package model is the pure-Go reference model of the XDP limiter that the
 // BPF tests compare against: the frame classifier (Classify, ClassifyOn),
 // one limiter judging a stream of selected packets (Model) and a fleet of
-// them (FleetModel), each on a policy as package tiers compiles it. Only
-// tests import it. It needs no kernel support and touches nothing outside
+// them (FleetModel), each on a policy as package tiers compiles it. Tests
+// import it, and tierlimit check for the fleet's first window
+// (FleetFirstWindow). It needs no kernel support and touches nothing outside
 // memory.
 package model
 
