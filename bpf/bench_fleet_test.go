@@ -19,7 +19,9 @@ import (
 // which the contract bounds at 1.05. "pass" stays in tier 0 (no draw) on
 // both; "drop" is far past the table on both (q from the memoised closed
 // form, a draw per packet), the others' sum putting the fleet there
-// where the smooth path's own flood puts it.
+// where the smooth path's own flood puts it. Both are onsets (a fresh
+// hour's window), where the fleet scales the others' sums by the member's
+// rise since its report (SetFleetOwn).
 func BenchmarkFleet(b *testing.B) {
 	policy := func(max uint64) tiers.Policy {
 		p := ordinalDefault()
@@ -44,6 +46,13 @@ func BenchmarkFleet(b *testing.B) {
 			opts := bpf.Options{TickNs: kernelTick(b)}
 			sm := newHarnessOpts(b, policy(path.max), opts)
 			fl := newHarnessOpts(b, fleet(path.max), opts)
+			// What the sums answer (the fleet's first second): a member
+			// count and an own R̂ at the report that the flood's R̂ rises
+			// past, so that the onset scales the sums per packet
+			// (smooth.h sm_fleet_others).
+			if err := fl.l.SetFleetOwn(1<<26, 1<<26, 3); err != nil {
+				b.Fatal(err)
+			}
 			if err := fl.l.SetFleetOthers(path.others, path.others); err != nil {
 				b.Fatal(err)
 			}

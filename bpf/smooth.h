@@ -257,8 +257,13 @@ static __always_inline int sm_drop(struct tl_smooth_cpu *c, __u32 thr)
  * packet): (r − own) × inv >> 32 is the rise less one on 16 fractional
  * bits, below 2^20, and no product passes 2^64 for o ≤ 2^46 and r < 2^48.
  * At most TL_FLEET_OTHERS_MAX. 0 members (the agent has not written
- * them) is the plain fleet: o. */
-static __always_inline __u64 sm_fleet_others(__u64 o, __u64 r, __u64 own, __u64 inv, int onset)
+ * them) is the plain fleet: o. A global function, so that the verifier
+ * checks its branches once, not at each state of its three callers: on
+ * Linux 6.18 the program's count went from 191,054 to 245,674 with it
+ * inlined, 216,519 as a global (any one call of the two globals here
+ * costs the 25,000, the rest nothing). Its frame, a few registers, adds
+ * to the caller's chain beside sm_refresh's larger one. */
+__noinline __u64 tl_fleet_others_now(__u64 o, __u64 r, __u64 own, __u64 inv, __u64 onset)
 {
 	__u64 m = tl_fleet_members;
 	if (!onset || !m)
@@ -282,8 +287,9 @@ static __always_inline __u64 sm_fleet_others(__u64 o, __u64 r, __u64 own, __u64 
 
 /* Whether count n below TL_SMOOTH_ONSET_MIN latches an onset on the
  * fleet's count (tiers.SmoothCoef.FleetOnset): n × members at least
- * TL_SMOOTH_ONSET_MIN, F over 2 S. */
-static __always_inline int sm_fleet_onset(__u64 n, __u64 base, __u64 mult)
+ * TL_SMOOTH_ONSET_MIN, F over 2 S. A global function, as
+ * tl_fleet_others_now. */
+__noinline int tl_fleet_onset(__u64 n, __u64 base, __u64 mult)
 {
 	__u64 m = tl_fleet_members;
 	return m > 1 && n && n < TL_SMOOTH_ONSET_MIN && n * m >= TL_SMOOTH_ONSET_MIN &&
@@ -324,13 +330,13 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 		return NULL;
 	__u64 n = pos->n >= s->last_n ? pos->n + c->ovf : pos->n;
 	int onset = READ_ONCE(w->onset) == pos->id + 1;
-	if (!onset && (sm_onset(n + c->ex, c->base_tot, c->mult) || sm_fleet_onset(n + c->ex, c->base_tot, c->mult))) {
+	if (!onset && (sm_onset(n + c->ex, c->base_tot, c->mult) || tl_fleet_onset(n + c->ex, c->base_tot, c->mult))) {
 		w->onset = pos->id + 1;
 		onset = 1;
 	}
 	__u64 rhat = sm_rhat(w, s, c, n, onset);
 	/* the fleet's R̂_in (docs/design.md §12): the others' in-budget sum joins it */
-	rhat += sm_fleet_others(tl_fleet_others_in, rhat, tl_fleet_own_in, tl_fleet_inv_in, onset);
+	rhat += tl_fleet_others_now(tl_fleet_others_in, rhat, tl_fleet_own_in, tl_fleet_inv_in, onset);
 	return sm_entry(s, slot, c, rhat, tier, thr) ? c : NULL;
 }
 
@@ -375,7 +381,7 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		__u64 own = sm_own_ex(id);
 		__u64 all = n + c->ex + (own > c->ex_own ? own - c->ex_own : 0);
 		int onset = READ_ONCE(w->onset) == id + 1;
-		if (!onset && (sm_onset(all, c->base_tot, c->mult) || sm_fleet_onset(all, c->base_tot, c->mult))) {
+		if (!onset && (sm_onset(all, c->base_tot, c->mult) || tl_fleet_onset(all, c->base_tot, c->mult))) {
 			w->onset = id + 1;
 			onset = 1;
 		}
@@ -389,8 +395,8 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		 * the others' in-budget R̂ joins R̂_in, their total R̂_tot, so
 		 * the fleet's over-budget packets share P(R_fleet) −
 		 * P(R_fleet,in). */
-		rin += sm_fleet_others(tl_fleet_others_in, rin, tl_fleet_own_in, tl_fleet_inv_in, onset);
-		rtot += sm_fleet_others(tl_fleet_others, rtot, tl_fleet_own, tl_fleet_inv, onset);
+		rin += tl_fleet_others_now(tl_fleet_others_in, rin, tl_fleet_own_in, tl_fleet_inv_in, onset);
+		rtot += tl_fleet_others_now(tl_fleet_others, rtot, tl_fleet_own, tl_fleet_inv, onset);
 		if (!c->ex_r || !sm_near(rtot, c->ex_r) || !sm_near(rin, c->ex_rin))
 			sm_share_memo(c, s, slot, rin, rtot);
 		*thr = c->ex_thr;

@@ -115,7 +115,7 @@ const FleetRiseCap = 16
 
 // FleetRiseInv is 2^48 / own, 0 for own 0: what the agent writes beside
 // own, a member's R̂ at its last report, so that the program scales the
-// others' sums without a division per packet (bpf/smooth.h sm_fleet_others,
+// others' sums without a division per packet (bpf/smooth.h tl_fleet_others_now,
 // FleetScaled). own is below 2^48.
 func FleetRiseInv(own uint64) uint64 {
 	if own == 0 {
@@ -131,7 +131,7 @@ func FleetRiseInv(own uint64) uint64 {
 // onset, others × rhat/own, at most others × FleetRiseCap (others ×
 // FleetRiseCap when own is 0), and at most MaxFleetOthers. inv is
 // FleetRiseInv(own). The rise is computed as the program computes it
-// (bpf/smooth.h sm_fleet_others): (rhat − own) × inv >> 32, the rise less
+// (bpf/smooth.h tl_fleet_others_now): (rhat − own) × inv >> 32, the rise less
 // one with 16 fractional bits, exact to 2^-16 of a rise; no product
 // overflows for others ≤ MaxFleetOthers and rhat, own < 2^48.
 func FleetScaled(others, rhat, own, inv uint64, onset bool) uint64 {
@@ -155,7 +155,7 @@ func FleetScaled(others, rhat, own, inv uint64, onset bool) uint64 {
 // members 0 (no answer since the program loaded) is the plain fleet:
 // others, unscaled. inv is
 // FleetRiseInv(own). At most MaxFleetOthers (bpf/smooth.h
-// sm_fleet_others).
+// tl_fleet_others_now).
 func FleetOthersNow(others, rhat, own, inv, members uint64, onset bool) uint64 {
 	if members == 0 {
 		return others

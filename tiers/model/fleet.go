@@ -196,7 +196,7 @@ func (m *Model) SetFleetOwn(in, total, members uint64) {
 }
 
 // fleetIn is the others' in-budget sum an in-budget packet is judged on
-// at own R̂_in rhat (tiers.FleetOthersNow; bpf/smooth.h sm_fleet_others).
+// at own R̂_in rhat (tiers.FleetOthersNow; bpf/smooth.h tl_fleet_others_now).
 func (m *Model) fleetIn(rhat uint64) uint64 {
 	return tiers.FleetOthersNow(m.othersIn, rhat, m.ownIn, tiers.FleetRiseInv(m.ownIn), m.members, m.onset)
 }
