@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // The fleet's first second (docs/design.md §12): N ∈ {3, 10, 30} members
@@ -64,3 +66,77 @@ var fleetOnsetNs = []int{3, 10, 30}
 // rules (§12) sit. On the rule that extrapolates from the window's start
 // they pass 1.28, 1.65 and 2.44 × P(R_fleet) for N = 3, 10, 30.
 const fleetMidWindowOnset = false
+
+// A flood on one member alone does not starve the others (docs/design.md
+// §12, "The fleet's first second"): three members at 0.1 × fleet.max each,
+// then member 0 at 10 × fleet.max from a random phase on, from idle and
+// on live traffic (member 0 idle before, or at its 0.1 too): over the
+// first window-long span from the step, members 1 and 2 each pass at least
+// 0.9 × their proportional share, their offered × P(R_fleet)/R_fleet,
+// summed over seeds (the scale and the prior are member 0's own).
+func TestFleetModelOnsetAlone(t *testing.T) {
+	const (
+		fleetMax = 1000
+		window   = time.Second
+		seeds    = 16
+	)
+	p := fleetPolicy(t, fleetMax, fleetMax)
+	tab := mustCompile(t, p)
+	W := float64(window)
+	for _, idle0 := range []bool{true, false} {
+		rates := []float64{100, 100, 100}
+		flood := []float64{10 * fleetMax, 100, 100}
+		var off, pass [3]float64
+		var share float64
+		for seed := range uint64(seeds) {
+			rng := rand.New(rand.NewPCG(seed, 77))
+			f := NewFleetModel(p, tab, 3, 0, rng.Uint32)
+			for i := range 3 {
+				f.SetReportPhase(i, rng.Uint64N(f.report))
+			}
+			step := 3*W + rng.Float64()*W
+			next := make([]float64, 3)
+			for i := range next {
+				next[i] = step - 2*W + rng.Float64()*W/rates[i]
+			}
+			if idle0 {
+				next[0] = step + rng.Float64()*W/flood[0]
+			}
+			for {
+				i := 0
+				for j := range next {
+					if next[j] < next[i] {
+						i = j
+					}
+				}
+				at := next[i]
+				if at >= step+W {
+					break
+				}
+				d := f.Packet(i, uint64(at))
+				r := rates[i]
+				if at >= step {
+					r = flood[i]
+					off[i]++
+					if d.Verdict == tiers.VerdictPass {
+						pass[i]++
+					}
+				}
+				nx := at + W/r
+				if at < step && nx >= step {
+					nx = step + rng.Float64()*W/flood[i]
+				}
+				next[i] = nx
+			}
+		}
+		rf := (off[0] + off[1] + off[2]) / seeds
+		share = tab.Expected(uint64(rf)).Passed / rf
+		for i := 1; i < 3; i++ {
+			want := off[i] * share
+			t.Logf("member 0 idle before %v: member %d offered %.0f, passed %.0f; its proportional share %.0f", idle0, i, off[i], pass[i], want)
+			if pass[i] < 0.9*want {
+				t.Errorf("member 0 idle before %v: member %d passed %.0f in the first window of member 0's flood; want at least 0.9 × its share %.0f", idle0, i, pass[i], want)
+			}
+		}
+	}
+}
