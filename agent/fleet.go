@@ -26,6 +26,9 @@ type fleetState struct {
 	// fallback, and with which member count (tiers.State).
 	in      bool
 	members int
+	// last is fallback last's share as the controller last told it
+	// (fleet.Viewer), 0 once decayed or for the other fallbacks.
+	last uint64
 	// bound is the fold for max: auto that the controller's reports
 	// read (fleet.Config.Bound); tables what it was last set to, nil
 	// without auto.
@@ -46,6 +49,8 @@ type fleetTables struct {
 func FleetConfig(f *tiers.Fleet, member string) fleet.Config {
 	return fleet.Config{
 		Name: f.Name, Member: member, Store: f.Store, PasswordFile: f.PasswordFile, CAFile: f.CAFile,
+		CertFile: f.CertFile, KeyFile: f.KeyFile, ServerName: f.ServerName,
+		SentinelPasswordFile: f.SentinelPasswordFile, SentinelUser: f.SentinelUser,
 		Max: f.Max, Report: f.Report, TTL: f.TTL, Fallback: f.Fallback.String(),
 	}
 }
@@ -65,11 +70,12 @@ func FleetConfig(f *tiers.Fleet, member string) fleet.Config {
 // max; in fallback the max is the smaller of the fallback's and the
 // learnt one.
 //
-// Its errors are fleet.Start's: fleet.ErrAuth when the store refuses the
-// password (cmd maps it to exit 2, naming password_file),
-// fleet.ErrPasswordFile, fleet.ErrCAFile, fleet.ErrStoreURL,
-// fleet.ErrConfig. A store out of reach is no error: the agent starts in
-// fallback.
+// Its errors are fleet.Start's (cmd maps each to exit 2, naming the key):
+// fleet.ErrPasswordFile, fleet.ErrSentinelPasswordFile, fleet.ErrCAFile,
+// fleet.ErrCertFile, fleet.ErrStoreURL, fleet.ErrConfig. A store out of
+// reach, or one that refuses the credentials, is no error: the agent
+// starts in fallback, limiting, and joins once the store answers (a
+// refusal is an ERROR and fleet_auth_failed until then).
 func (a *Agent) StartFleet(p tiers.Policy, member string) (*fleet.Controller, error) {
 	if p.Fleet == nil {
 		return nil, nil

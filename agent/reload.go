@@ -90,7 +90,8 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 //   - records given as the policy in force, and hands the rooms their
 //     part (r.commit).
 func (a *Agent) apply(ctx context.Context, given tiers.Policy, r rooms) error {
-	st := tiers.State{LearntMax: a.auto.Load().Learnt(given), Fallback: a.fleet.in, Members: a.fleet.members, Local: a.local}
+	st := tiers.State{LearntMax: a.auto.Load().Learnt(given), Fallback: a.fleet.in, Members: a.fleet.members,
+		LastShare: a.fleet.last, Local: a.local}
 	p, fit := tiers.Effective(given, st)
 	tab, err := tiers.Compile(p, a.lim.Tick())
 	if err != nil {
@@ -104,6 +105,7 @@ func (a *Agent) apply(ctx context.Context, given tiers.Policy, r rooms) error {
 		return err
 	}
 	a.given = given
+	a.fleet.written(a.lim, given, st)
 	a.follow.count(fit, a.log)
 	r.commit(given, p, st)
 	return nil

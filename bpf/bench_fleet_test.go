@@ -19,9 +19,11 @@ import (
 // which the contract bounds at 1.05. "pass" stays in tier 0 (no draw) on
 // both; "drop" is far past the table on both (q from the memoised closed
 // form, a draw per packet), the others' sum putting the fleet there
-// where the smooth path's own flood puts it. Both are onsets (a fresh
-// hour's window), where the fleet scales the others' sums by the member's
-// rise since its report (SetFleetOwn).
+// where the smooth path's own flood puts it; "alone-drop" is the fleet
+// path past the view's expiry (fleet.h), the fallback's multiplier
+// putting it there. Both are onsets (a fresh hour's window), where the
+// fleet with a view scales the others' sums by the member's rise since
+// its report (SetFleetOwn).
 func BenchmarkFleet(b *testing.B) {
 	policy := func(max uint64) tiers.Policy {
 		p := ordinalDefault()
@@ -38,9 +40,11 @@ func BenchmarkFleet(b *testing.B) {
 		name   string
 		max    uint64
 		others uint64
+		alone  bool // the view expired: judged at the fallback's multiplier (fleet.h)
 	}{
-		{"pass", 100_000_000, 1_000_000},
-		{"drop", 100, 1_000_000},
+		{"pass", 100_000_000, 1_000_000, false},
+		{"drop", 100, 1_000_000, false},
+		{"alone-drop", 100, 1_000_000, true},
 	} {
 		b.Run(path.name, func(b *testing.B) {
 			opts := bpf.Options{TickNs: kernelTick(b)}
@@ -49,12 +53,20 @@ func BenchmarkFleet(b *testing.B) {
 			// What the sums answer (the fleet's first second): a member
 			// count and an own R̂ at the report that the flood's R̂ rises
 			// past, so that the onset scales the sums per packet
-			// (smooth.h sm_fleet_others).
+			// (fleet.h tl_fleet_others_now).
 			if err := fl.l.SetFleetOwn(1<<26, 1<<26, 3); err != nil {
 				b.Fatal(err)
 			}
 			if err := fl.l.SetFleetOthers(path.others, path.others); err != nil {
 				b.Fatal(err)
+			}
+			if path.alone {
+				if err := fl.l.SetFleetFallback(tiers.FleetFallbackMult(path.max, 1)); err != nil {
+					b.Fatal(err)
+				}
+				if err := fl.l.SetFleetView(path.others, path.others, 0); err != nil {
+					b.Fatal(err)
+				}
 			}
 			sm.expire()
 			fl.expire()

@@ -128,7 +128,7 @@
 #define TL_SMOOTH_MIN_FRAC (TL_SMOOTH_ONE / 32)
 #define TL_SMOOTH_ONSET_MIN 16
 #define TL_SMOOTH_TICK_SHIFT 22
-/* Ticks from a window's start in which an onset reads F from the clock
+/* Ticks after a latch in which the recent rate is read from the clock
  * (tiers.SmoothClockTicks). */
 #define TL_SMOOTH_CLOCK_TICKS 16
 /* The fleet (docs/design.md §12): the most the others' sums are scaled by
@@ -138,6 +138,20 @@
 #define TL_FLEET_OTHERS_MAX (1ULL << 46)
 /* The most others the equal-share prior counts (tiers.fleetMembersMax). */
 #define TL_FLEET_MEMBERS_MAX 65535ULL
+/* The fleet's fallback with no agent (fleet.h; tiers.FleetMultMax,
+ * FleetRhatMax): the largest multiplier on R̂, on 2^16 (a fallback max at
+ * least table max ÷ 65536), and the largest R̂ it makes (2^47, below the
+ * 2^48 that sm_beyond's product allows). */
+#define TL_FLEET_MULT_SHIFT 32
+#define TL_FLEET_RHAT_SHIFT 47
+#define TL_FLEET_MULT_MAX (1ULL << TL_FLEET_MULT_SHIFT)
+#define TL_FLEET_RHAT_MAX (1ULL << TL_FLEET_RHAT_SHIFT)
+/* An onset's margin: the recent rate must pass S + S >> 2 (5/4 of S) to
+ * latch (tiers.SmoothLatchShift). */
+#define TL_SMOOTH_LATCH_SHIFT 2
+/* The fractional bits of the part of a window the clock reads after a
+ * latch (tiers.SmoothClockBits): el < 2^38 ns there (16 ticks). */
+#define TL_SMOOTH_CLOCK_BITS 24
 /* Samples of a window's in-budget count the smooth shape keeps with
  * budgets on (smooth_prof.h; tiers.SmoothProfN). */
 #define TL_SMOOTH_PROF_N 16

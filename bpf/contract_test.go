@@ -145,6 +145,8 @@ func contractSmooth(eq eqFunc) {
 	eq("tiers.SmoothOnsetMin / TL_SMOOTH_ONSET_MIN", tiers.SmoothOnsetMin, uint64(bpf.LimiterTlConstTL_C_SMOOTH_ONSET_MIN))
 	eq("tiers.SmoothTickShift / TL_SMOOTH_TICK_SHIFT", tiers.SmoothTickShift, uint64(bpf.LimiterTlConstTL_C_SMOOTH_TICK_SHIFT))
 	eq("tiers.SmoothProfN / TL_SMOOTH_PROF_N", tiers.SmoothProfN, uint64(bpf.LimiterTlConstTL_C_SMOOTH_PROF_N))
+	eq("tiers.SmoothLatchShift / TL_SMOOTH_LATCH_SHIFT", tiers.SmoothLatchShift, uint64(bpf.LimiterTlConstTL_C_SMOOTH_LATCH_SHIFT))
+	eq("tiers.SmoothClockBits / TL_SMOOTH_CLOCK_BITS", tiers.SmoothClockBits, uint64(bpf.LimiterTlConstTL_C_SMOOTH_CLOCK_BITS))
 	eq("tl_smooth_prof.at / 2 × tiers.SmoothProfN", 2*tiers.SmoothProfN, uint64(len(bpf.LimiterTlSmoothProf{}.At)*len(bpf.LimiterTlSmoothProf{}.At[0])))
 }
 
@@ -185,6 +187,8 @@ func contractMapSizes(t *testing.T, eq eqFunc) {
 	eq("tiers.SmoothMinFrac / TL_SMOOTH_MIN_FRAC", tiers.SmoothMinFrac, uint64(bpf.LimiterTlConstTL_C_SMOOTH_MIN_FRAC))
 	eq("tiers.SmoothOnsetMin / TL_SMOOTH_ONSET_MIN", tiers.SmoothOnsetMin, uint64(bpf.LimiterTlConstTL_C_SMOOTH_ONSET_MIN))
 	eq("tiers.SmoothTickShift / TL_SMOOTH_TICK_SHIFT", tiers.SmoothTickShift, uint64(bpf.LimiterTlConstTL_C_SMOOTH_TICK_SHIFT))
+	eq("tiers.FleetMultMax / TL_FLEET_MULT_MAX", tiers.FleetMultMax, uint64(1)<<uint64(bpf.LimiterTlConstTL_C_FLEET_MULT_SHIFT))
+	eq("tiers.FleetRhatMax / TL_FLEET_RHAT_MAX", tiers.FleetRhatMax, uint64(1)<<uint64(bpf.LimiterTlConstTL_C_FLEET_RHAT_SHIFT))
 	eq("tiers.ShapeOrdinal / TL_SHAPE_ORDINAL", uint64(tiers.ShapeOrdinal), uint64(bpf.LimiterTlShapeTL_SHAPE_ORDINAL))
 	eq("tiers.ShapeSmooth / TL_SHAPE_SMOOTH", uint64(tiers.ShapeSmooth), uint64(bpf.LimiterTlShapeTL_SHAPE_SMOOTH))
 	eq("bpf.SketchRows", uint64(bpf.SketchRows), tiers.SketchRows)

@@ -22,7 +22,9 @@ import (
 // is written as that, and in as at most total. 0, 0 is the plain smooth
 // shape, and what a loaded program starts with: the agent writes the sums
 // at each report, and 0, 0 when it leaves the fleet or applies a fallback
-// policy.
+// policy. The sums hold until the next write (SetFleetView with
+// ViewForever); the agent writes them with SetFleetView, whose view
+// expires.
 //
 // The two are two aligned 8-byte stores, not one: a packet judged
 // between them reads one new sum and one old. They are written in the
@@ -31,6 +33,17 @@ import (
 // packet is judged as at a report between the two, for the time between
 // the stores; the race is accepted (maps.h).
 func (l *Limiter) SetFleetOthers(in, total uint64) error {
+	if err := l.setSums(in, total); err != nil {
+		return err
+	}
+	if l.objs.TlFleetExpiry == nil || l.objs.TlFleetStale == nil {
+		return nil // an earlier build: its sums never expire
+	}
+	return l.setExpiry(ViewForever)
+}
+
+// setSums writes the two sums in SetFleetOthers's order.
+func (l *Limiter) setSums(in, total uint64) error {
 	if l.objs.TlFleetOthers == nil || l.objs.TlFleetOthersIn == nil {
 		return fmt.Errorf("%w: the loaded object has no fleet sums", ErrPolicy)
 	}
@@ -69,14 +82,14 @@ func (l *Limiter) SetFleetOthers(in, total uint64) error {
 // During its own onset the program judges on the others' sums scaled by
 // its rise since the report (tiers.FleetOthersNow), or, with own below
 // tiers.SmoothOnsetMin, on the equal-share prior, and latches an onset on
-// the fleet's count (tiers.SmoothCoef.FleetOnset). The agent calls it
+// tiers.FleetLatchMin(members) packets since its rate's reference. The agent calls it
 // before SetFleetOthers at each answer; 0, 0, 0 (what a loaded program
 // starts with, and what it writes in fallback) is the plain fleet. Each
 // estimate is written as at most 2^48 − 1, in as at most total. Returns
 // ErrPolicy when the loaded object has no such variables.
 func (l *Limiter) SetFleetOwn(in, total, members uint64) error {
 	v := l.objs.LimiterVariables
-	if v.TlFleetOwn == nil || v.TlFleetOwnIn == nil || v.TlFleetInv == nil || v.TlFleetInvIn == nil || v.TlFleetMembers == nil {
+	if v.TlFleetOwn == nil || v.TlFleetOwnIn == nil || v.TlFleetInv == nil || v.TlFleetInvIn == nil || v.TlFleetMembers == nil || v.TlFleetLatchMin == nil {
 		return fmt.Errorf("%w: the loaded object has no fleet rise", ErrPolicy)
 	}
 	total = min(total, 1<<48-1)
@@ -89,6 +102,7 @@ func (l *Limiter) SetFleetOwn(in, total, members uint64) error {
 		{"tl_fleet_own_in", v.TlFleetOwnIn, in}, {"tl_fleet_inv_in", v.TlFleetInvIn, tiers.FleetRiseInv(in)},
 		{"tl_fleet_own", v.TlFleetOwn, total}, {"tl_fleet_inv", v.TlFleetInv, tiers.FleetRiseInv(total)},
 		{"tl_fleet_members", v.TlFleetMembers, members},
+		{"tl_fleet_latch_min", v.TlFleetLatchMin, tiers.FleetLatchMin(members)},
 	} {
 		if err := w.v.Set(w.x); err != nil {
 			return fmt.Errorf("set %s: %w", w.name, err)

@@ -31,7 +31,10 @@ import (
 //	   sliding count reads with budgets on) and smooth_cpu grew (the
 //	   previous window's in-budget count, prev_in_all); every other map
 //	   is layout 2's
-const Layout = 3
+//	4  smooth_cpu grew (the recent rate's counts of all selected packets,
+//	   the onset's latch and origin: issue 39); every other map is
+//	   layout 3's
+const Layout = 4
 
 // carriedSince holds, for each counter map a migration carries, the oldest
 // layout whose keys and values mean what they mean now. A counter map of
@@ -54,7 +57,7 @@ var policyMaps = map[string]bool{
 // this layout's (same fields at the same offsets, what follows is new),
 // the size of their value: `status` reads their policy through it.
 // TestSettingsPrefix checks it against the testdata objects' BTF.
-var settingsPrefix = map[int]uint32{0: 488, 1: 576, 2: 576}
+var settingsPrefix = map[int]uint32{0: 488, 1: 576, 2: 576, 3: 576}
 
 // windowPrefix is the part of tl_window every layout so far shares:
 // start_ns, count, last_count, opened, start_jiffies (u64 each, in that

@@ -17,7 +17,8 @@
  * the kernel discards: another host's MAC, martians); segments.h (UDP
  * super-packets); sources.h (per-source budgets); window.h (the shared
  * window); smooth.h (the smooth shape) with smooth_q.h (its pass
- * probability) and smooth_prof.h (its in-budget profile); severity.h
+ * probability), smooth_prof.h (its in-budget profile) and fleet.h (the
+ * fleet's view and the fallback it applies alone); severity.h
  * (<PRI> and severity rules); verdict.h (mode and draw, counters, a
  * first fragment's verdict for the rest, TL_STAGE); record.h (samples of
  * shed packets). maps.h holds every map; consts.h the limits; types.h and

@@ -16,37 +16,41 @@ import (
 type LimiterTlConst uint32
 
 const (
-	LimiterTlConstTL_C_MAX_TIERS         LimiterTlConst = 16
-	LimiterTlConstTL_C_MAX_RULES         LimiterTlConst = 32
-	LimiterTlConstTL_C_TABLE_MAX         LimiterTlConst = 1048576
-	LimiterTlConstTL_C_SLOTS             LimiterTlConst = 2
-	LimiterTlConstTL_C_LPM_ENTRIES       LimiterTlConst = 131072
-	LimiterTlConstTL_C_LOCAL_PREFIXES    LimiterTlConst = 4096
-	LimiterTlConstTL_C_FRAG_ENTRIES      LimiterTlConst = 16384
-	LimiterTlConstTL_PORT_KEYS           LimiterTlConst = 65536
-	LimiterTlConstTL_LPM_TAG_BITS        LimiterTlConst = 32
-	LimiterTlConstTL_LPM_ADDR_BITS       LimiterTlConst = 128
-	LimiterTlConstTL_DEST_RULE_BITS      LimiterTlConst = 8
-	LimiterTlConstTL_SHIFT_MASK          LimiterTlConst = 63
-	LimiterTlConstTL_C_SKETCH_ROWS       LimiterTlConst = 2
-	LimiterTlConstTL_C_SKETCH_COLS       LimiterTlConst = 131072
-	LimiterTlConstTL_C_SRC_TOP_ENTRIES   LimiterTlConst = 1024
-	LimiterTlConstTL_C_LRU_LOCAL_FREE    LimiterTlConst = 128
-	LimiterTlConstTL_CELL_COUNT_BITS     LimiterTlConst = 32
-	LimiterTlConstTL_C_SKETCH_COL_BITS   LimiterTlConst = 17
-	LimiterTlConstTL_SEED_WORDS          LimiterTlConst = 6
-	LimiterTlConstTL_C_FRAG_TTL_MS       LimiterTlConst = 1000
-	LimiterTlConstTL_C_SKB_IFACES        LimiterTlConst = 64
-	LimiterTlConstTL_C_IFACES            LimiterTlConst = 64
-	LimiterTlConstTL_LPM_TAG_IPV6        LimiterTlConst = 1073741824
-	LimiterTlConstTL_C_MAX_CPUS          LimiterTlConst = 1024
-	LimiterTlConstTL_C_SMOOTH_FRAC_BITS  LimiterTlConst = 16
-	LimiterTlConstTL_C_SMOOTH_MIN_FRAC   LimiterTlConst = 2048
-	LimiterTlConstTL_C_SMOOTH_ONSET_MIN  LimiterTlConst = 16
-	LimiterTlConstTL_C_SMOOTH_TICK_SHIFT LimiterTlConst = 22
-	LimiterTlConstTL_C_SMOOTH_PROF_N     LimiterTlConst = 16
-	LimiterTlConstTL_C_RECORD_SNAP_MAX   LimiterTlConst = 256
-	LimiterTlConstTL_RECORD_NONE         LimiterTlConst = 255
+	LimiterTlConstTL_C_MAX_TIERS          LimiterTlConst = 16
+	LimiterTlConstTL_C_MAX_RULES          LimiterTlConst = 32
+	LimiterTlConstTL_C_TABLE_MAX          LimiterTlConst = 1048576
+	LimiterTlConstTL_C_SLOTS              LimiterTlConst = 2
+	LimiterTlConstTL_C_LPM_ENTRIES        LimiterTlConst = 131072
+	LimiterTlConstTL_C_LOCAL_PREFIXES     LimiterTlConst = 4096
+	LimiterTlConstTL_C_FRAG_ENTRIES       LimiterTlConst = 16384
+	LimiterTlConstTL_PORT_KEYS            LimiterTlConst = 65536
+	LimiterTlConstTL_LPM_TAG_BITS         LimiterTlConst = 32
+	LimiterTlConstTL_LPM_ADDR_BITS        LimiterTlConst = 128
+	LimiterTlConstTL_DEST_RULE_BITS       LimiterTlConst = 8
+	LimiterTlConstTL_SHIFT_MASK           LimiterTlConst = 63
+	LimiterTlConstTL_C_SKETCH_ROWS        LimiterTlConst = 2
+	LimiterTlConstTL_C_SKETCH_COLS        LimiterTlConst = 131072
+	LimiterTlConstTL_C_SRC_TOP_ENTRIES    LimiterTlConst = 1024
+	LimiterTlConstTL_C_LRU_LOCAL_FREE     LimiterTlConst = 128
+	LimiterTlConstTL_CELL_COUNT_BITS      LimiterTlConst = 32
+	LimiterTlConstTL_C_SKETCH_COL_BITS    LimiterTlConst = 17
+	LimiterTlConstTL_SEED_WORDS           LimiterTlConst = 6
+	LimiterTlConstTL_C_FRAG_TTL_MS        LimiterTlConst = 1000
+	LimiterTlConstTL_C_SKB_IFACES         LimiterTlConst = 64
+	LimiterTlConstTL_C_IFACES             LimiterTlConst = 64
+	LimiterTlConstTL_LPM_TAG_IPV6         LimiterTlConst = 1073741824
+	LimiterTlConstTL_C_MAX_CPUS           LimiterTlConst = 1024
+	LimiterTlConstTL_C_SMOOTH_FRAC_BITS   LimiterTlConst = 16
+	LimiterTlConstTL_C_SMOOTH_MIN_FRAC    LimiterTlConst = 2048
+	LimiterTlConstTL_C_SMOOTH_ONSET_MIN   LimiterTlConst = 16
+	LimiterTlConstTL_C_SMOOTH_TICK_SHIFT  LimiterTlConst = 22
+	LimiterTlConstTL_C_SMOOTH_PROF_N      LimiterTlConst = 16
+	LimiterTlConstTL_C_FLEET_MULT_SHIFT   LimiterTlConst = 32
+	LimiterTlConstTL_C_FLEET_RHAT_SHIFT   LimiterTlConst = 47
+	LimiterTlConstTL_C_SMOOTH_LATCH_SHIFT LimiterTlConst = 2
+	LimiterTlConstTL_C_SMOOTH_CLOCK_BITS  LimiterTlConst = 24
+	LimiterTlConstTL_C_RECORD_SNAP_MAX    LimiterTlConst = 256
+	LimiterTlConstTL_RECORD_NONE          LimiterTlConst = 255
 )
 
 type LimiterTlDestCache struct {
@@ -280,7 +284,16 @@ type LimiterTlSmoothCpu struct {
 	RefN      uint64
 	CandTick  uint64
 	CandN     uint64
-	K_in      uint64
+	K_rate    uint64
+	RefA      uint64
+	CandA     uint64
+	Lat       uint64
+	O_tick    uint64
+	O_ns      uint64
+	O_a       uint64
+	O_m       uint64
+	Xh        uint64
+	Turn      uint64
 	ExOwn     uint64
 	ExR       uint64
 	ExRin     uint64
@@ -406,13 +419,17 @@ const (
 	LimiterMapWindow            = "window"
 	LimiterProgTierlimit        = "tierlimit"
 	LimiterVarTlContractBtf     = "tl_contract_btf"
+	LimiterVarTlFleetExpiry     = "tl_fleet_expiry"
+	LimiterVarTlFleetFbMult     = "tl_fleet_fb_mult"
 	LimiterVarTlFleetInv        = "tl_fleet_inv"
 	LimiterVarTlFleetInvIn      = "tl_fleet_inv_in"
+	LimiterVarTlFleetLatchMin   = "tl_fleet_latch_min"
 	LimiterVarTlFleetMembers    = "tl_fleet_members"
 	LimiterVarTlFleetOthers     = "tl_fleet_others"
 	LimiterVarTlFleetOthersIn   = "tl_fleet_others_in"
 	LimiterVarTlFleetOwn        = "tl_fleet_own"
 	LimiterVarTlFleetOwnIn      = "tl_fleet_own_in"
+	LimiterVarTlFleetStale      = "tl_fleet_stale"
 	LimiterVarTlIfCount         = "tl_if_count"
 	LimiterVarTlIfIndex         = "tl_if_index"
 	LimiterVarTlIfWord          = "tl_if_word"
@@ -502,13 +519,17 @@ type LimiterMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterVariableSpecs struct {
 	TlContractBtf   *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlFleetExpiry   *ebpf.VariableSpec `ebpf:"tl_fleet_expiry"`
+	TlFleetFbMult   *ebpf.VariableSpec `ebpf:"tl_fleet_fb_mult"`
 	TlFleetInv      *ebpf.VariableSpec `ebpf:"tl_fleet_inv"`
 	TlFleetInvIn    *ebpf.VariableSpec `ebpf:"tl_fleet_inv_in"`
+	TlFleetLatchMin *ebpf.VariableSpec `ebpf:"tl_fleet_latch_min"`
 	TlFleetMembers  *ebpf.VariableSpec `ebpf:"tl_fleet_members"`
 	TlFleetOthers   *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.VariableSpec `ebpf:"tl_fleet_others_in"`
 	TlFleetOwn      *ebpf.VariableSpec `ebpf:"tl_fleet_own"`
 	TlFleetOwnIn    *ebpf.VariableSpec `ebpf:"tl_fleet_own_in"`
+	TlFleetStale    *ebpf.VariableSpec `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.VariableSpec `ebpf:"tl_if_word"`
@@ -599,13 +620,17 @@ func (m *LimiterMaps) Close() error {
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterVariables struct {
 	TlContractBtf   *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlFleetExpiry   *ebpf.Variable `ebpf:"tl_fleet_expiry"`
+	TlFleetFbMult   *ebpf.Variable `ebpf:"tl_fleet_fb_mult"`
 	TlFleetInv      *ebpf.Variable `ebpf:"tl_fleet_inv"`
 	TlFleetInvIn    *ebpf.Variable `ebpf:"tl_fleet_inv_in"`
+	TlFleetLatchMin *ebpf.Variable `ebpf:"tl_fleet_latch_min"`
 	TlFleetMembers  *ebpf.Variable `ebpf:"tl_fleet_members"`
 	TlFleetOthers   *ebpf.Variable `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.Variable `ebpf:"tl_fleet_others_in"`
 	TlFleetOwn      *ebpf.Variable `ebpf:"tl_fleet_own"`
 	TlFleetOwnIn    *ebpf.Variable `ebpf:"tl_fleet_own_in"`
+	TlFleetStale    *ebpf.Variable `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.Variable `ebpf:"tl_if_word"`

@@ -44,13 +44,17 @@ const (
 	limiterPerfMapWindow            = "window"
 	limiterPerfProgTierlimit        = "tierlimit"
 	limiterPerfVarTlContractBtf     = "tl_contract_btf"
+	limiterPerfVarTlFleetExpiry     = "tl_fleet_expiry"
+	limiterPerfVarTlFleetFbMult     = "tl_fleet_fb_mult"
 	limiterPerfVarTlFleetInv        = "tl_fleet_inv"
 	limiterPerfVarTlFleetInvIn      = "tl_fleet_inv_in"
+	limiterPerfVarTlFleetLatchMin   = "tl_fleet_latch_min"
 	limiterPerfVarTlFleetMembers    = "tl_fleet_members"
 	limiterPerfVarTlFleetOthers     = "tl_fleet_others"
 	limiterPerfVarTlFleetOthersIn   = "tl_fleet_others_in"
 	limiterPerfVarTlFleetOwn        = "tl_fleet_own"
 	limiterPerfVarTlFleetOwnIn      = "tl_fleet_own_in"
+	limiterPerfVarTlFleetStale      = "tl_fleet_stale"
 	limiterPerfVarTlIfCount         = "tl_if_count"
 	limiterPerfVarTlIfIndex         = "tl_if_index"
 	limiterPerfVarTlIfWord          = "tl_if_word"
@@ -141,13 +145,17 @@ type limiterPerfMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type limiterPerfVariableSpecs struct {
 	TlContractBtf   *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
+	TlFleetExpiry   *ebpf.VariableSpec `ebpf:"tl_fleet_expiry"`
+	TlFleetFbMult   *ebpf.VariableSpec `ebpf:"tl_fleet_fb_mult"`
 	TlFleetInv      *ebpf.VariableSpec `ebpf:"tl_fleet_inv"`
 	TlFleetInvIn    *ebpf.VariableSpec `ebpf:"tl_fleet_inv_in"`
+	TlFleetLatchMin *ebpf.VariableSpec `ebpf:"tl_fleet_latch_min"`
 	TlFleetMembers  *ebpf.VariableSpec `ebpf:"tl_fleet_members"`
 	TlFleetOthers   *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.VariableSpec `ebpf:"tl_fleet_others_in"`
 	TlFleetOwn      *ebpf.VariableSpec `ebpf:"tl_fleet_own"`
 	TlFleetOwnIn    *ebpf.VariableSpec `ebpf:"tl_fleet_own_in"`
+	TlFleetStale    *ebpf.VariableSpec `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.VariableSpec `ebpf:"tl_if_word"`
@@ -240,13 +248,17 @@ func (m *limiterPerfMaps) Close() error {
 // It can be passed to loadLimiterPerfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type limiterPerfVariables struct {
 	TlContractBtf   *ebpf.Variable `ebpf:"tl_contract_btf"`
+	TlFleetExpiry   *ebpf.Variable `ebpf:"tl_fleet_expiry"`
+	TlFleetFbMult   *ebpf.Variable `ebpf:"tl_fleet_fb_mult"`
 	TlFleetInv      *ebpf.Variable `ebpf:"tl_fleet_inv"`
 	TlFleetInvIn    *ebpf.Variable `ebpf:"tl_fleet_inv_in"`
+	TlFleetLatchMin *ebpf.Variable `ebpf:"tl_fleet_latch_min"`
 	TlFleetMembers  *ebpf.Variable `ebpf:"tl_fleet_members"`
 	TlFleetOthers   *ebpf.Variable `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.Variable `ebpf:"tl_fleet_others_in"`
 	TlFleetOwn      *ebpf.Variable `ebpf:"tl_fleet_own"`
 	TlFleetOwnIn    *ebpf.Variable `ebpf:"tl_fleet_own_in"`
+	TlFleetStale    *ebpf.Variable `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.Variable `ebpf:"tl_if_word"`

@@ -320,7 +320,7 @@ volatile __u32 tl_record_share = TL_THR_ALWAYS;
 volatile __u64 tl_fleet_others_in;
 volatile __u64 tl_fleet_others;
 
-/* The fleet's first second (docs/design.md §12; smooth.h tl_fleet_others_now):
+/* The fleet's first second (docs/design.md §12; fleet.h tl_fleet_others_now):
  * what the sums above answer, written by the agent with them
  * (bpf.Limiter.SetFleetOwn): this member's own R̂_in and R̂_tot at the
  * report, 2^48 over each (tiers.FleetRiseInv, 0 for 0), and the fleet's

@@ -74,6 +74,7 @@ func TestSmoothRiseProgram(t *testing.T) {
 	for i := range srcs {
 		srcs[i] = netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)})
 	}
+	cpu := 0
 	for _, c := range []struct {
 		lo, hi  float64
 		budgets bool
@@ -83,11 +84,14 @@ func TestSmoothRiseProgram(t *testing.T) {
 		if c.budgets {
 			name += "-budgets"
 		}
+		cpu++
 		t.Run(name, func(t *testing.T) {
 			// The cases two at a time: each judges the program against
 			// the model on the same packets at the same clock reads, so
-			// a pacer that falls behind changes both alike.
+			// a pacer that falls behind changes both alike; each on one
+			// CPU, as the model's latch is one CPU's (pinCPU).
 			t.Parallel()
+			pinCPU(t, cpu)
 			p := tiers.Default()
 			p.Window, p.Max = window, 300
 			if c.budgets {

@@ -3,27 +3,33 @@
  * window (docs/design.md §6), in both shapes.
  *
  * Smooth drops each selected packet with probability q(R̂) = 1 − P(R̂)/R̂,
- * where R̂ estimates the window's offered count. tiers.SmoothCoef is the
- * same estimator in Go, and model.Model the reference the tests compare
- * against:
+ * where R̂ estimates the window's offered count. tiers (recent.go,
+ * shape.go) holds the same rule in Go, and model.Model the reference the
+ * tests compare against:
  *   S = n + base: the count over the last window's span (n, plus the
  *       previous window's count times the part of the span it covers);
- *   F = n × mult: n extrapolated to the window's end, mult = 1/max(f, 1/32);
- *   a window is an onset once F > 2 S with at least TL_SMOOTH_ONSET_MIN
- *   packets, latched in tl_window.onset; R̂ = max(S, F) in an onset, else S
- *   (sm_rhat: without budgets F is then read from the clock; with budgets
- *   the in-budget count is extrapolated by its recent rate).
+ *   E = the recent rate over a window: the count since a reference D to
+ *       2D ticks old (D = a sixteenth of the window) × 2j/(2dt + 1), or,
+ *       in the TL_SMOOTH_CLOCK_TICKS ticks after a latch, the count
+ *       since the latch over the part of a window since it, from the
+ *       clock (sm_recent);
+ *   an onset is a step in E: E past 5/4 of S and, latched, past twice
+ *   the E it latched at, with TL_SMOOTH_ONSET_MIN packets since the
+ *   reference. It latches per
+ *   CPU (sm_latch), outlives the window, and releases once E falls to S;
+ *   R̂ = max(S, E) while latched, else S (with budgets, the in-budget
+ *   packets' S and the spent budgets plus the live groups' E).
  *
- * The per-tick parts (base, mult, the summed per-CPU counts, the in-budget
- * rate's reference) are computed by each CPU at its first packet of a tick
- * (jiffies, or the clock >> TL_SMOOTH_TICK_SHIFT), or of a new policy
- * slot, into its own smooth_cpu entry: a few divisions and one bpf_loop
- * over the CPUs per tick, and no write the CPUs share. A packet pays one
- * per-CPU lookup, two multiplications, a table lookup (or the memo of q
- * past the table) and a draw from the CPU's own generator; in an onset
- * window's first TL_SMOOTH_CLOCK_TICKS ticks without budgets, the clock
- * and two divisions more; an over-budget packet, its CPU's count and the
- * memo of its share. */
+ * The per-tick parts (base, the summed per-CPU counts, the rate's
+ * reference and multiplier) are computed by each CPU at its first packet
+ * of a tick (jiffies, or the clock >> TL_SMOOTH_TICK_SHIFT), or of a new
+ * policy slot, into its own smooth_cpu entry: a few divisions and one
+ * bpf_loop over the CPUs per tick, and no write the CPUs share. A packet
+ * pays one per-CPU lookup, two or three multiplications, a table lookup
+ * (or the memo of q past the table) and a draw from the CPU's own
+ * generator; in the first ticks after a latch, the clock and two or three
+ * divisions more; an over-budget packet, its CPU's count and the memo of
+ * its share. */
 #ifndef __TL_SMOOTH_H
 #define __TL_SMOOTH_H
 
@@ -33,40 +39,7 @@
 
 #include "smooth_q.h"
 #include "smooth_prof.h"
-
-/* R̂ of count n under c: S, or max(S, F) in an onset (tiers.SmoothCoef.Estimate). */
-static __always_inline __u64 sm_estimate(__u64 n, __u64 base, __u64 mult, int onset)
-{
-	__u64 s = n + base, f = sm_mul(n, mult);
-	return onset && f > s ? f : s;
-}
-
-/* R̂ in an onset without budgets: max(S, F), F = x + n over the window's
- * elapsed fraction read from the clock (at least TL_SMOOTH_MIN_FRAC; x,
- * the exhausted groups' packets with budgets, is not extrapolated): the
- * per-tick F counts it in whole ticks, which a window of a few ticks
- * reads off by up to half a tick (tiers.SmoothOnsetF). Only the first
- * TL_SMOOTH_CLOCK_TICKS ticks of an onset window pay the clock and two
- * divisions per packet. */
-static __always_inline __u64 sm_onset_f(struct tl_window *w, const struct tl_settings *s, __u64 n, __u64 x,
-					__u64 sl)
-{
-	__u64 now = bpf_ktime_get_ns(), start = READ_ONCE(w->start_ns);
-	__u64 el = now > start ? now - start : 0;
-	__u64 f = (el << TL_SMOOTH_FRAC_BITS) / (s->window_ns ? s->window_ns : 1);
-	if (f < TL_SMOOTH_MIN_FRAC)
-		f = TL_SMOOTH_MIN_FRAC;
-	if (f > TL_SMOOTH_ONE)
-		f = TL_SMOOTH_ONE;
-	__u64 fr = x + (n << TL_SMOOTH_FRAC_BITS) / f;
-	return fr > sl ? fr : sl;
-}
-
-/* Whether count n under (base, mult) is an onset (tiers.SmoothCoef.Onset). */
-static __always_inline int sm_onset(__u64 n, __u64 base, __u64 mult)
-{
-	return n >= TL_SMOOTH_ONSET_MIN && sm_mul(n, mult) > 2 * (n + base);
-}
+#include "fleet.h"
 
 /* This CPU's own over-budget packets of window id (its overflow slot). */
 static __always_inline __u64 sm_own_ex(__u64 id)
@@ -76,25 +49,69 @@ static __always_inline __u64 sm_own_ex(__u64 id)
 	return o && o->window[id & 1] == id ? o->ex[id & 1] : 0;
 }
 
+/* The in-budget packets of window id counted per CPU past saturation, as
+ * c counts them: the other CPUs' as summed at c's refresh (c->ovf), and
+ * this CPU's own, live. So within a tick the count of a saturated window
+ * grows with every packet of this CPU, as the model's does (issue 39: it
+ * was frozen at the tick's first packet, and 10,000 packets in one tick
+ * passed 1.7 to 4 × what the model passed:
+ * TestSmoothSaturatedTickProgram);
+ * the other CPUs' packets since c's refresh are not seen, a tick's worth
+ * at most. */
+static __always_inline __u64 sm_ovf(const struct tl_smooth_cpu *c, __u64 id)
+{
+	return c->ovf + tl_overflow_own(id);
+}
+
 /* Whether a is within b/1024 of b (tiers.near). */
 static __always_inline int sm_near(__u64 a, __u64 b)
 {
 	return (a > b ? a - b : b - a) <= b >> 10;
 }
 
-/* Starts c's in-budget rate reference again at start, the window's
- * start tick, when its ticks are of the other tick source: a restart
- * switched it (window.h window_start_tick), and the memo, pinned, is of
- * the same window from before the restart. Called from sm_coef with
- * budgets on. The start re-derived may move by a tick, hence the 1. A
- * global function, so that the verifier checks the branch once. */
-__noinline int tl_sm_reref(struct tl_smooth_cpu *c, __u64 tick, __u64 start)
+/* The recent rate's reference at a refresh (model.Model.refresh): n is
+ * the in-budget count (the per-CPU counts summed), prev_in and prev_tot
+ * the previous window's final counts. At the window's first refresh the
+ * counts move down by the previous window's (turn 1: in-budget ones
+ * less the budgets spent at this CPU's last refresh), so that the rate is
+ * measured across the boundary; a reference of an older window, another
+ * tick source's (a restart: window.h window_start_tick), or a candidate
+ * not refreshed for two spans (idle, or the CPU took no packet) starts
+ * again at this tick, before this packet, and unlatched. */
+static __always_inline void sm_rate_ref(struct tl_smooth_cpu *c, struct tl_window *w, const struct tl_settings *s,
+					__u64 n, __u64 prev_in, __u64 prev_tot)
 {
-	if (!c || (c->cand_tick <= tick && c->ref_tick + 1 >= start))
-		return 0;
-	c->ref_tick = c->cand_tick = start;
-	c->ref_n = c->cand_n = 0;
-	return 1;
+	__u64 tick = c->tick, j = s->sm_ticks ? s->sm_ticks : 1;
+	__u64 xh = READ_ONCE(w->exh_in);
+	__u64 a = n + c->ex, l = n > xh ? n - xh : 0;
+	if (c->turn == 1) {
+		__u64 dl = prev_in > c->xh ? prev_in - c->xh : 0;
+		c->ref_a -= prev_tot;
+		c->cand_a -= prev_tot;
+		c->o_a -= prev_tot;
+		c->ref_n -= dl;
+		c->cand_n -= dl;
+		c->o_m -= dl;
+	}
+	__u64 d = j >> 4;
+	d = d ? d : 1;
+	if (c->turn == 2 || tick < c->cand_tick || tick >= c->cand_tick + 2 * d) {
+		c->ref_tick = c->cand_tick = tick;
+		c->ref_a = c->cand_a = a ? a - 1 : 0;
+		c->ref_n = c->cand_n = l ? l - 1 : 0;
+		c->lat = 0; /* a latch of this CPU's older traffic: the rate starts again */
+	} else if (tick >= c->cand_tick + d) {
+		c->ref_tick = c->cand_tick;
+		c->ref_n = c->cand_n;
+		c->ref_a = c->cand_a;
+		c->cand_tick = tick;
+		c->cand_n = l;
+		c->cand_a = a;
+	}
+	c->turn = 0;
+	c->xh = xh;
+	c->k_rate = (2 * j << TL_SMOOTH_FRAC_BITS) / (2 * (tick - c->ref_tick) + 1);
+	c->clock = c->lat && tick >= c->o_tick && tick - c->o_tick < TL_SMOOTH_CLOCK_TICKS;
 }
 
 /* This CPU's estimate of window id at tick, refreshed when either changed
@@ -114,21 +131,21 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 	 * their frames then add to this caller's chain of stack frames, not
 	 * to sm_refresh's (smooth_prof.h sm_prof_refresh says why). */
 	__u64 start = window_start_tick(w, s, tick);
-	if (c->id != id + 1) {
-		/* This CPU's first refresh in the window: the in-budget rate
-		 * is measured from the window's start (model.Model.refresh;
-		 * tl_sm_reref, below, for a memo of the other tick source). */
-		c->ref_tick = c->cand_tick = start;
-		c->ref_n = c->cand_n = 0;
-	}
+	/* This CPU's first refresh in the window: the rate's counts move
+	 * down by the previous window's (turn 1), or, of an older window,
+	 * start again (turn 2; sm_refresh). */
+	if (c->id != id + 1)
+		c->turn = c->id == id ? 1 : 2;
 	c->id = id + 1;
 	c->tick = tick;
 	c->slot = slot;
-	if (s->src_budget)
-		tl_sm_reref(c, tick, start);
 	sm_refresh(c, w, s, in, start);
+	fleet_refresh(); /* whether the fleet's view expired (fleet.h) */
 	if (s->src_budget)
 		sm_prof_refresh(c, w, s, id, tick, in, start);
+	/* From here on c->ovf is the other CPUs' (sm_ovf); the profile took all. */
+	__u64 own = tl_overflow_own(id);
+	c->ovf = c->ovf > own ? c->ovf - own : 0;
 	return c;
 }
 
@@ -163,66 +180,113 @@ static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, 
 	c->base_tot = sm_mul(prev_tot, ov);
 	c->prev_in = sm_mul(prev_in, TL_SMOOTH_ONE - g);
 	c->mult = (1ULL << (2 * TL_SMOOTH_FRAC_BITS)) / (f > TL_SMOOTH_MIN_FRAC ? f : TL_SMOOTH_MIN_FRAC);
-	c->clock = e < TL_SMOOTH_CLOCK_TICKS;
 	c->ovf = x.sum;
 	c->ex = x.ex + READ_ONCE(w->ex_count);
 	c->ex_own = sm_own_ex(id);
 	c->ex_r = 0;
 	if (s->src_budget) {
-		/* The in-budget rate's reference (tiers.SmoothRateRef) and
-		 * multiplier (tiers.SmoothState.RateMult). */
-		/* Of the in-budget packets of groups that have not spent their
-		 * budget (sm_in_estimate). */
-		__u64 n = in + x.sum, xh = READ_ONCE(w->exh_in);
 		/* S takes the previous window's share from its profile, and
 		 * the refresh samples the window's own: sm_coef, after this
 		 * (smooth_prof.h sm_prof_refresh). */
 		c->prev_in_all = prev_in;
-		n = n > xh ? n - xh : 0;
-		__u64 d = j >> 4;
-		if (tick >= c->cand_tick + (d ? d : 1)) {
-			c->ref_tick = c->cand_tick;
-			c->ref_n = c->cand_n;
-			c->cand_tick = tick;
-			c->cand_n = n;
-		}
-		__u64 dt = tick > c->ref_tick ? tick - c->ref_tick : 0;
-		if (e >= j)
-			c->k_in = 0;
-		else if (dt >= e)
-			c->k_in = c->mult - TL_SMOOTH_ONE;
-		else
-			c->k_in = ((2 * (j - e) - 1) << TL_SMOOTH_FRAC_BITS) / (2 * dt + 1);
 	}
+	sm_rate_ref(c, w, s, in + x.sum, prev_in, prev_tot);
+}
+
+/* x − ref, or 0 when ref is past x: the rate's counts move down by a
+ * window's at its end (sm_rate_ref), and may wrap (model.since). */
+static __always_inline __u64 sm_since(__u64 x, __u64 ref)
+{
+	__u64 d = x - ref;
+	return (__s64)d > 0 ? d : 0;
+}
+
+/* The rates of all selected packets (count a, *ea) and of the in-budget
+ * packets of groups within their budget (count l, *el, with budgets on)
+ * projected over a window, and the count of all since the reference
+ * (model.Model.recent): in the TL_SMOOTH_CLOCK_TICKS ticks after a latch
+ * from the clock since it (tiers.SmoothClockRate: the elapsed part of a
+ * window on TL_SMOOTH_CLOCK_BITS bits, at least 2^-24 of it: 215 µs of an
+ * hour's window, where 2^-16 was 55 ms), else per tick since the reference
+ * (tiers.SmoothRecentMult). */
+static __always_inline __u64 sm_recent(const struct tl_smooth_cpu *c, const struct tl_settings *s, __u64 a,
+				       __u64 l, __u64 *ea, __u64 *el)
+{
+	__u64 ca;
+	if (c->clock) {
+		__u64 now = bpf_ktime_get_ns();
+		__u64 el_ns = now > c->o_ns ? now - c->o_ns : 0;
+		__u64 f = (el_ns << TL_SMOOTH_CLOCK_BITS) / (s->window_ns ? s->window_ns : 1);
+		f = f ? f : 1;
+		ca = sm_since(a, c->o_a);
+		*ea = (ca << TL_SMOOTH_CLOCK_BITS) / f;
+		if (s->src_budget)
+			*el = (sm_since(l, c->o_m) << TL_SMOOTH_CLOCK_BITS) / f;
+		return ca;
+	}
+	ca = sm_since(a, c->ref_a);
+	*ea = sm_mul(ca, c->k_rate);
+	if (s->src_budget)
+		*el = sm_mul(sm_since(l, c->ref_n), c->k_rate);
+	return ca;
+}
+
+/* Updates this CPU's latch on the count of all selected packets a (this
+ * packet's included) of window id at tick, with the live in-budget count
+ * l, and returns E, the rate of all selected packets over a window (*el
+ * the live in-budget one) (model.Model.latch, docs/design.md §9): an
+ * onset is E past 5/4 of S and, latched, past twice the E it latched at
+ * (a step on a step, or on a latch of noise; not the noise of a flood's
+ * rate, which would keep it reading the clock); it latches, and the origin moves to this packet, so that the rate
+ * after the step is read from the clock unmixed with the ticks before it.
+ * Latched, E falling to S releases it. The window's onset is set for the
+ * agent's estimate (tiers.Window), a plain store by any CPU that latches. */
+static __always_inline __u64 sm_latch(struct tl_smooth_cpu *c, struct tl_window *w, const struct tl_settings *s,
+				      __u64 id, __u64 a, __u64 l, __u64 *el)
+{
+	__u64 ea = 0;
+	*el = 0;
+	__u64 ca = sm_recent(c, s, a, l, &ea, el);
+	__u64 st = a + c->base_tot;
+	__u64 th = st + (st >> TL_SMOOTH_LATCH_SHIFT);
+	if (th < 2 * c->lat)
+		th = 2 * c->lat;
+	if (ca >= tl_fleet_latch_least() && ea > th) {
+		c->lat = ea;
+		c->o_tick = c->ref_tick = c->cand_tick = c->tick;
+		c->o_ns = bpf_ktime_get_ns();
+		c->o_a = c->ref_a = c->cand_a = a;
+		c->o_m = c->ref_n = c->cand_n = l;
+		c->clock = 1;
+		if (READ_ONCE(w->onset) != id + 1)
+			w->onset = id + 1;
+	} else if (c->lat && ca >= TL_SMOOTH_ONSET_MIN && ea <= st) {
+		c->lat = 0;
+	}
+	return ea;
 }
 
 /* R̂ of the in-budget count n with budgets on (model.Model.inEstimate): S,
- * and in an onset the count extrapolated by its recent rate, when that is
- * more. Only the packets of groups still within their budget are
- * extrapolated, m = n − exh_in: a group that has spent its budget adds no
+ * and while latched x + el, when that is more, where el is the rate of the
+ * packets of groups still within their budget over a window (sm_latch)
+ * and x = min(exh_in, n): a group that has spent its budget adds no
  * in-budget packet in this window (sources.h sketch_over), so its budget
- * counts once, as it is: x + m + (m − ref_n) × k_in, x = min(exh_in, n).
- * A flood's budget, spent in its first milliseconds, is thus not read as
- * a rate that sheds the light groups; a surge from many groups, each
- * within its budget, keeps its rate (none is exhausted). The window's
- * exh_in is read as it is (a shared add per exhausted group, no per-CPU
- * sum): a group exhausted on another CPU counts from the next packet. */
-static __always_inline __u64 sm_in_estimate(struct tl_window *w, const struct tl_settings *st,
-					      const struct tl_smooth_cpu *c, __u64 n, int onset)
+ * counts once, as it is. A flood's budget, spent in its first
+ * milliseconds, is thus not read as a rate that sheds the light groups; a
+ * surge from many groups, each within its budget, keeps its rate (none is
+ * exhausted). The window's exh_in is read as it is (a shared add per
+ * exhausted group, no per-CPU sum): a group exhausted on another CPU
+ * counts from the next packet. */
+static __always_inline __u64 sm_in_estimate(struct tl_window *w, const struct tl_smooth_cpu *c, __u64 n, __u64 el)
 {
 	__u64 s = n + c->base_in;
-	if (!onset)
+	if (!c->lat)
 		return s;
 	__u64 x = READ_ONCE(w->exh_in);
 	if (x > n)
 		x = n;
-	__u64 m = n - x;
-	/* In the window's first ticks, the rate since it opened, from the
-	 * clock, as without budgets (model.Model.inEstimate). */
-	if (c->clock)
-		return sm_onset_f(w, st, m, x, s);
-	__u64 f = n + sm_mul(m > c->ref_n ? m - c->ref_n : 0, c->k_in);
-	return f > s ? f : s;
+	x += el;
+	return x > s ? x : s;
 }
 
 /* A uniform 32-bit draw from this CPU's xorshift64* generator (Vigna,
@@ -248,78 +312,29 @@ static __always_inline int sm_drop(struct tl_smooth_cpu *c, __u32 thr)
 	return thr != TL_THR_NEVER && (thr == TL_THR_ALWAYS || sm_rand(c) < thr);
 }
 
-/* The others' sum o a packet is judged on at own R̂ r (docs/design.md §12,
- * "The fleet's first second"; tiers.FleetOthersNow): o outside an onset;
- * in one, while own, this member's R̂ at the report o answers, is below
- * TL_SMOOTH_ONSET_MIN (it was idle), the equal-share prior
- * max(o, (members − 1) × r), members − 1 at most TL_FLEET_MEMBERS_MAX; else o scaled by the rise r/own, at most
- * TL_FLEET_RISE_CAP, with inv = 2^48/own from the agent (no division per
- * packet): (r − own) × inv >> 32 is the rise less one on 16 fractional
- * bits, below 2^20, and no product passes 2^64 for o ≤ 2^46 and r < 2^48.
- * At most TL_FLEET_OTHERS_MAX. 0 members (the agent has not written
- * them) is the plain fleet: o. A global function, so that the verifier
- * checks its branches once, not at each state of its three callers: on
- * Linux 6.18 the program's count went from 191,054 to 245,674 with it
- * inlined, 216,519 as a global (any one call of the two globals here
- * costs the 25,000, the rest nothing). Its frame, a few registers, adds
- * to the caller's chain beside sm_refresh's larger one. */
-__noinline __u64 tl_fleet_others_now(__u64 o, __u64 r, __u64 own, __u64 inv, __u64 onset)
-{
-	__u64 m = tl_fleet_members;
-	if (!onset || !m)
-		return o;
-	if (own < TL_SMOOTH_ONSET_MIN && m > 1) {
-		m = m - 1 < TL_FLEET_MEMBERS_MAX ? m - 1 : TL_FLEET_MEMBERS_MAX;
-		__u64 p = m * (r < TL_FLEET_OTHERS_MAX ? r : TL_FLEET_OTHERS_MAX);
-		if (p > TL_FLEET_OTHERS_MAX)
-			p = TL_FLEET_OTHERS_MAX;
-		return p > o ? p : o;
-	}
-	if (!o || r <= own)
-		return o;
-	__u64 x;
-	if (!own || r - own >= (TL_FLEET_RISE_CAP - 1) * own)
-		x = o * TL_FLEET_RISE_CAP;
-	else
-		x = o + sm_mul_shr(o, ((r - own) * inv) >> 32, 16);
-	return x < TL_FLEET_OTHERS_MAX ? x : TL_FLEET_OTHERS_MAX;
-}
-
-/* Whether count n below TL_SMOOTH_ONSET_MIN latches an onset on the
- * fleet's count (tiers.SmoothCoef.FleetOnset): n × members at least
- * TL_SMOOTH_ONSET_MIN, F over 2 S. A global function, as
- * tl_fleet_others_now. */
-__noinline int tl_fleet_onset(__u64 n, __u64 base, __u64 mult)
-{
-	__u64 m = tl_fleet_members;
-	return m > 1 && n && n < TL_SMOOTH_ONSET_MIN && n * m >= TL_SMOOTH_ONSET_MIN &&
-	       sm_mul(n, mult) > 2 * (n + base);
-}
-
 /* R̂ of an in-budget packet whose count is n: the one place the program
- * forms the estimate an in-budget packet is judged by (model.Model.smooth).
- * With budgets, S or the in-budget count's recent rate (sm_in_estimate);
- * without, S, or in an onset max(S, F), F from the clock in the window's
- * first TL_SMOOTH_CLOCK_TICKS ticks (sm_onset_f).
+ * forms the estimate an in-budget packet is judged by (model.Model.smooth),
+ * given E (ea) and the live in-budget rate (el) of sm_latch. With
+ * budgets, sm_in_estimate; without, S, or max(S, E) while latched.
  * Without budgets every selected packet is in budget: the previous
  * window's over-budget packets (a policy with budgets before a reload)
  * were offered too, so S takes all of them (base_tot). Over-budget
  * packets are judged on the estimates of over_budget_thr. */
 static __always_inline __u64 sm_rhat(struct tl_window *w, const struct tl_settings *s, const struct tl_smooth_cpu *c,
-				     __u64 n, int onset)
+				     __u64 n, __u64 ea, __u64 el)
 {
 	if (s->src_budget)
-		return sm_in_estimate(w, s, c, n, onset);
-	if (onset && c->clock)
-		return sm_onset_f(w, s, n, 0, n + c->base_tot);
-	return sm_estimate(n, c->base_tot, c->mult, onset);
+		return sm_in_estimate(w, c, n, el);
+	__u64 st = n + c->base_tot;
+	return c->lat && ea > st ? ea : st;
 }
 
 /* The smooth judgement of an in-budget packet whose window_count is pos:
  * its tier and q(R̂) (model.Model.smooth). Past saturation n is the shared
  * count, and the per-CPU counts summed at this CPU's tick are added. R̂ is
- * sm_rhat's; the onset is latched on all selected packets. The latch is a
- * plain store of one value by any CPU that sees the onset first. Returns
+ * sm_rhat's; the onset is latched, per CPU, on the rate of all selected
+ * packets (sm_latch), the live in-budget ones being the count less the
+ * spent budgets (exh_in). Returns
  * this CPU's estimate (for sm_drop), or NULL when a map cannot be read. */
 static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const struct tl_settings *s,
 						      __u32 slot, const struct window_pos *pos, __u32 *tier,
@@ -328,15 +343,14 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 	struct tl_smooth_cpu *c = sm_coef(w, s, slot, pos->id, pos->tick, pos->n);
 	if (!c)
 		return NULL;
-	__u64 n = pos->n >= s->last_n ? pos->n + c->ovf : pos->n;
-	int onset = READ_ONCE(w->onset) == pos->id + 1;
-	if (!onset && (sm_onset(n + c->ex, c->base_tot, c->mult) || tl_fleet_onset(n + c->ex, c->base_tot, c->mult))) {
-		w->onset = pos->id + 1;
-		onset = 1;
-	}
-	__u64 rhat = sm_rhat(w, s, c, n, onset);
-	/* the fleet's R̂_in (docs/design.md §12): the others' in-budget sum joins it */
-	rhat += tl_fleet_others_now(tl_fleet_others_in, rhat, tl_fleet_own_in, tl_fleet_inv_in, onset);
+	__u64 n = pos->n >= s->last_n ? pos->n - 1 + sm_ovf(c, pos->id) : pos->n;
+	__u64 xh = READ_ONCE(w->exh_in), el;
+	__u64 ea = sm_latch(c, w, s, pos->id, n + c->ex, n > xh ? n - xh : 0, &el);
+	__u64 rhat = sm_rhat(w, s, c, n, ea, el);
+	/* the fleet's R̂_in (docs/design.md §12): the others' in-budget sum
+	 * joins it, scaled by this member's rise while it is latched, or past
+	 * the view's expiry the fallback (fleet.h) */
+	rhat = tl_fleet_rhat(rhat, 0, c->lat != 0);
 	return sm_entry(s, slot, c, rhat, tier, thr) ? c : NULL;
 }
 
@@ -377,26 +391,26 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		 * packets on last_n - 1 in-budget packets, R̂_tot fell below
 		 * R̂_in, and they passed at q(R̂_in) where the share is none
 		 * (1.45 × P(R) passed, TestSmoothRiseProgram). */
-		__u64 n = in + 1 >= s->last_n ? in + c->ovf : in;
+		__u64 n = in + 1 >= s->last_n ? in + sm_ovf(c, id) : in;
 		__u64 own = sm_own_ex(id);
 		__u64 all = n + c->ex + (own > c->ex_own ? own - c->ex_own : 0);
-		int onset = READ_ONCE(w->onset) == id + 1;
-		if (!onset && (sm_onset(all, c->base_tot, c->mult) || tl_fleet_onset(all, c->base_tot, c->mult))) {
-			w->onset = id + 1;
-			onset = 1;
-		}
-		__u64 rtot = sm_estimate(all, c->base_tot, c->mult, onset);
+		__u64 xh = READ_ONCE(w->exh_in), el;
+		__u64 ea = sm_latch(c, w, s, id, all, n > xh ? n - xh : 0, &el);
+		__u64 rtot = all + c->base_tot;
 		__u64 rin = n > c->prev_in ? n : c->prev_in;
-		if (onset) {
-			__u64 f = sm_in_estimate(w, s, c, n, 1);
+		if (c->lat) {
+			__u64 f = sm_in_estimate(w, c, n, el);
+			rtot = ea > rtot ? ea : rtot;
 			rin = f > rin ? f : rin;
 		}
 		/* The fleet's sums (docs/design.md §12, model.Model.overSmooth):
 		 * the others' in-budget R̂ joins R̂_in, their total R̂_tot, so
 		 * the fleet's over-budget packets share P(R_fleet) −
-		 * P(R_fleet,in). */
-		rin += tl_fleet_others_now(tl_fleet_others_in, rin, tl_fleet_own_in, tl_fleet_inv_in, onset);
-		rtot += tl_fleet_others_now(tl_fleet_others, rtot, tl_fleet_own, tl_fleet_inv, onset);
+		 * P(R_fleet,in), each scaled by this member's rise while it is
+		 * latched (fleet.h tl_fleet_others_now); past the view's expiry
+		 * both at the fallback's multiplier, unscaled. */
+		rin = tl_fleet_rhat(rin, 0, c->lat != 0);
+		rtot = tl_fleet_rhat(rtot, 1, c->lat != 0);
 		if (!c->ex_r || !sm_near(rtot, c->ex_r) || !sm_near(rin, c->ex_rin))
 			sm_share_memo(c, s, slot, rin, rtot);
 		*thr = c->ex_thr;

@@ -162,6 +162,18 @@ func (h *harness) injectEstimate(r uint64) {
 	if err := h.l.WindowMap().Put(uint32(0), &w); err != nil {
 		h.tb.Fatal(err)
 	}
+	// The CPUs' memos start again: the count r appeared at once, which
+	// a rate measured from the memo's reference would read as a step
+	// (docs/design.md §9, the onset from the recent rate).
+	var all []bpf.LimiterTlSmoothCpu
+	sm := h.l.MapNamed(bpf.LimiterMapSmoothCpu)
+	if err := sm.Lookup(uint32(0), &all); err != nil {
+		h.tb.Fatal(err)
+	}
+	clear(all)
+	if err := sm.Put(uint32(0), all); err != nil {
+		h.tb.Fatal(err)
+	}
 }
 
 // smoothCPU returns the per-CPU estimate that refreshed for the current

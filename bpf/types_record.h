@@ -72,17 +72,32 @@ struct tl_smooth_cpu {
 	__u32 ex_thr;   /* the over-budget packets' drop threshold, memo of (ex_r, ex_rin) */
 	__u64 rng;      /* xorshift64* state, reseeded from bpf_get_prandom_u32 each tick */
 	__u32 slot;     /* the policy slot it was computed for: a reload refreshes it */
-	__u32 clock;    /* 1 in the window's first TL_SMOOTH_CLOCK_TICKS ticks: an onset reads F from the clock */
-	/* Budgets on (smooth.h sm_in_estimate): the in-budget count's recent
-	 * rate is measured from the reference sample (tick, count); the
-	 * candidate becomes the reference once it is a sixteenth of a window
-	 * old; k_in extrapolates the count since the reference to the window's
-	 * end (tiers.SmoothState.RateMult). */
+	__u32 clock;    /* 1 in the TL_SMOOTH_CLOCK_TICKS ticks after a latch: E is read from the clock */
+	/* The recent rate (smooth.h sm_recent; docs/design.md §9): measured
+	 * from the reference sample (tick, in-budget count of groups within
+	 * their budget, count of all selected packets); the candidate
+	 * becomes the reference once it is a sixteenth of a window old;
+	 * k_rate projects the count since the reference over a window
+	 * (tiers.SmoothRecentMult). The counts outlive the window: at the
+	 * first refresh of the next window they move down by its final
+	 * counts (turn 1), or start again (turn 2). */
 	__u64 ref_tick;
 	__u64 ref_n;
 	__u64 cand_tick;
 	__u64 cand_n;
-	__u64 k_in;
+	__u64 k_rate;
+	__u64 ref_a;
+	__u64 cand_a;
+	/* The onset's latch (sm_latch): E at the latch (0: not latched), and
+	 * the origin the rate is read from on the clock after it: tick, ns,
+	 * the two counts. xh is the window's exh_in at the latest refresh. */
+	__u64 lat;
+	__u64 o_tick;
+	__u64 o_ns;
+	__u64 o_a;
+	__u64 o_m;
+	__u64 xh;
+	__u64 turn;
 	/* Over-budget packets (smooth.h over_budget_thr): this CPU's own count
 	 * of them when ex was summed, and the estimates ex_thr was computed
 	 * for (all selected packets, in-budget ones; ex_r 0: none). */

@@ -64,6 +64,19 @@ static __always_inline int overflow_add(struct tl_window *w, __u64 id, int ex, _
 	return 1;
 }
 
+/* This CPU's own in-budget packets of window id past saturation: its
+ * overflow slot's, which only this CPU writes (overflow_add). A global
+ * function, so that the verifier checks it once: inlined at the smooth
+ * judgement's call sites (smooth.h sm_ovf, sm_coef), it cost +76k
+ * instructions. Its frame (the key) is smaller than sm_refresh's, beside
+ * which it is called. */
+__noinline __u64 tl_overflow_own(__u64 id)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct tl_overflow *o = bpf_map_lookup_elem(&overflow, &cpu);
+	return o && o->window[id & 1] == id ? o->packets[id & 1] : 0;
+}
+
 /* bpf_loop's state for overflow_sum: the sums of window id's slots, and
  * of window id - 1's (the other slot) when prev is set. */
 struct overflow_sum_ctx {
@@ -223,15 +236,18 @@ static __always_inline int window_expired(struct tl_window *w, const struct tl_s
  * are fully ordered (Documentation/bpf/standardization: BPF_FETCH; the
  * arm64 JIT emits them as acquire-release LSE atomics or LL/SC between
  * barriers). The opener closes the old window's mark (overflowed =
- * TL_OVF_CLOSED | old id + 1, xchg), then exchanges count, then increments
- * opened (fetch_add). An exact-path packet reads opened and overflowed
- * only after its own fetch_add on count, which is ordered after or before
- * the opener's exchange in count's single modification order:
- *  - after: its loads follow the close, so overflowed is the closed mark
- *    or a mark of the new window (overflow_mark never moves it back), and
- *    matches id + 1 only when id is the new window's: it adds the new
- *    window's overflow to the new window's n, or nothing (an id read
- *    before the new one shows, a few ns, undercounts that one packet);
+ * TL_OVF_CLOSED | old id + 1, xchg), then increments opened (fetch_add),
+ * then exchanges count, the last two back to back (issue 39: the id
+ * before the count, so that no packet reads a reset count with the old
+ * id; TestWindowGapModel). An exact-path packet reads opened and
+ * overflowed only after its own fetch_add on count, which is ordered
+ * after or before the opener's exchange in count's single modification
+ * order:
+ *  - after: its loads follow the close and the increment, so it reads
+ *    the new id, and overflowed is the closed mark or a mark of the new
+ *    window (overflow_mark never moves it back), which matches id + 1
+ *    only as the new window's: it adds the new window's overflow to the
+ *    new window's n, or nothing;
  *  - before: its count is the old window's; it adds the old window's
  *    overflow when it reads the old id and mark, or nothing, unless it
  *    reads the new id and the new window is marked by then: a packet of
@@ -239,6 +255,10 @@ static __always_inline int window_expired(struct tl_window *w, const struct tl_s
  *    saturated (last_n - 1 packets) between the opener's exchange and
  *    this packet's next load, which only last_n <= 2 allows; it then adds
  *    what the new window holds: the misfiled packets, one per other CPU.
+ *    A packet whose add falls between the increment and the exchange
+ *    reads the new id with the old window's count: it is judged in the
+ *    new window on a count at least its true one (at most one per other
+ *    CPU, in the few ns between two atomics; TestWindowGapProgram).
  * So no packet adds the old window's overflow to the new window's n, and
  * a packet of the old window adds at most the new window's first few,
  * whatever the loads' order. TestWindowOrderModel enumerates the
@@ -249,14 +269,17 @@ static __always_inline int window_expired(struct tl_window *w, const struct tl_s
  * itself (and marks) under the new window, which then counts it: one
  * packet per other CPU per opening, whose verdict is the last tier's
  * either way, as a reading of the old id with the new count (last_n <= 2)
- * files one under the old window.
+ * files one under the old window. A reset count (below last_n) sends the
+ * packet to the exact path, which reads the id after its add: the new id.
  *
  * The opener also records what the smooth shape and the budgets that share
  * need of the window that ends (window_open): its start tick, the gap after
  * it, its in-budget count less the gap's share (expect_in), and its shared
- * over-budget count; all plain stores by the single opener, read by the
- * other CPUs without order: a CPU that reads one stale for the few ns after
- * the opening judges one packet on the old window's values. */
+ * over-budget count; all plain stores by the single opener before it
+ * increments opened, so that a CPU that reads the new id refreshes on
+ * them (last_count is the count read before the increment, corrected by
+ * the exchange's for the packets counted between the two); a CPU that
+ * reads one early, with the old id, judges one packet on the new values. */
 static __always_inline void window_open(struct tl_window *w, const struct tl_settings *s, __u64 tick,
 					const struct window_clock *t)
 {
@@ -269,11 +292,13 @@ static __always_inline void window_open(struct tl_window *w, const struct tl_set
 	w->start_jiffies = t->jiffies;
 	w->start_tick = tick;
 	__u64 ov = __sync_lock_test_and_set(&w->overflowed, TL_OVF_CLOSED | (id + 1));
-	__u64 prev = __sync_lock_test_and_set(&w->count, 1);
-	w->last_count = prev;
+	/* The old window's count so far: the exchange below, after the id
+	 * moved, takes the last few packets into last_count. */
+	__u64 pre = __sync_fetch_and_add(&w->count, 0);
+	w->last_count = pre;
 	/* The ordinal budgets' expectation takes the window's true count, its
 	 * CPUs' overflow included, as model.Model does (once per window). */
-	__u64 all = prev;
+	__u64 all = pre;
 	if (ov == id + 1)
 		all += overflow_sum(id, s->nr_cpus);
 	w->prev_ex = __sync_lock_test_and_set(&w->ex_count, 0);
@@ -292,7 +317,18 @@ static __always_inline void window_open(struct tl_window *w, const struct tl_set
 		gap = j;
 	w->gap = gap;
 	w->expect_in = !id ? 0 : all * (j - gap) / j;
+	/* The id moves before the count is reset, the two atomics back to
+	 * back (issue 39 item 4, window_open's gap): a packet that reads the
+	 * reset count reads the new id (window_count), so none is judged on
+	 * a reset count with the old id. When the count was reset first and
+	 * the id moved after the overflow sum and the stores above, every
+	 * smooth packet of that gap on another CPU was judged on a count of
+	 * 1 with the old window's estimate, and passed
+	 * (TestWindowGapProgram, TestWindowGapModel). */
 	__sync_fetch_and_add(&w->opened, 1);
+	__u64 prev = __sync_lock_test_and_set(&w->count, 1);
+	if (prev != pre)
+		w->last_count = prev;
 	/* A packet of the old window may still add to or pay the debt
 	 * after this: it then counts in the new window (one per other
 	 * CPU at most, in practice). */

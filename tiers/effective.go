@@ -13,6 +13,10 @@ type State struct {
 	// store last returned, 0 when it has not answered since start.
 	Fallback bool
 	Members  int
+	// LastShare is, with fallback: last, the member's last share of
+	// fleet.max (FleetLastShare), packets per window, while it holds; 0
+	// once it decayed to share, or when none was seen.
+	LastShare uint64
 	// Local is the host's destinations, for dests: local rules, as the
 	// agent last read them.
 	Local []LocalDest
@@ -44,7 +48,7 @@ func (s State) Learnt(given Policy) Policy {
 func Effective(given Policy, s State) (Policy, LocalFit) {
 	p := s.Learnt(given)
 	if s.Fallback {
-		q := p.FleetFallbackPolicy(s.Members)
+		q := p.FleetFallbackLast(s.Members, s.LastShare)
 		if p.Fleet != nil && p.Auto != nil {
 			q.Max = min(q.Max, p.Max)
 		}

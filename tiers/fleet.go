@@ -15,8 +15,12 @@ import (
 // inconsistent: a name that is not 1-64 of [A-Za-z0-9._-], a store URL
 // that is not one of the four forms (or holds a password), a report or
 // ttl that is not positive or a report not under ttl, a relative
-// password_file or ca_file, a ca_file for a store without TLS, a fallback other
-// than share or local, or fleet with the ordinal shape.
+// password_file, ca_file, cert_file, key_file or sentinel_password_file, a
+// ca_file, cert_file, key_file or server_name for a store without TLS, a
+// cert_file without key_file or the reverse, a server_name that is not a
+// DNS name, a sentinel_password_file or sentinel_user for a store that is
+// not a Sentinel's, a fallback other than share, local or last, or fleet
+// with the ordinal shape.
 var ErrFleet = errors.New("bad fleet setting")
 
 // Defaults of the fleet block.
@@ -40,6 +44,10 @@ const (
 	FallbackShare FleetFallback = iota
 	// FallbackLocal judges on the policy's own max.
 	FallbackLocal
+	// FallbackLast keeps the member's last share, own R̂ ÷ R̂_fleet ×
+	// fleet.max at the last report answered, for FleetLastHold ttls,
+	// then judges as FallbackShare (docs/design.md §12, Partitions).
+	FallbackLast
 )
 
 // String returns "share" or "local".
@@ -49,6 +57,8 @@ func (f FleetFallback) String() string {
 		return "share"
 	case FallbackLocal:
 		return "local"
+	case FallbackLast:
+		return "last"
 	}
 	return "fallback(" + strconv.Itoa(int(f)) + ")"
 }
@@ -76,6 +86,20 @@ type Fleet struct {
 	// CAFile is the absolute path of the CA bundle that verifies a TLS
 	// store (rediss...), or "" for the system's roots.
 	CAFile string
+	// CertFile and KeyFile are the absolute paths of the client
+	// certificate and its key (PEM) for a TLS store that asks for one
+	// (tls-auth-clients), both or neither. The agent reads them at each
+	// new connection.
+	CertFile, KeyFile string
+	// ServerName, when set, is the DNS name every TLS server's
+	// certificate is checked against instead of the address dialled
+	// (stores that announce IP addresses: a Sentinel's master, a
+	// Cluster's nodes). TLS stores only.
+	ServerName string
+	// SentinelPasswordFile is the absolute path of the file that holds
+	// the Sentinels' own password (their requirepass), read as
+	// PasswordFile; SentinelUser their ACL user. Sentinel stores only.
+	SentinelPasswordFile, SentinelUser string
 	// Max is the fleet's budget, packets per window: the tiers apply to it
 	// as to a local max.
 	Max uint64
@@ -87,7 +111,11 @@ type Fleet struct {
 	Fallback FleetFallback
 }
 
-var fleetNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+var (
+	fleetNameRE    = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+	serverNameRE   = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+	sentinelUserRE = regexp.MustCompile(`^[^\s\x00-\x1f\x7f]{1,128}$`)
+)
 
 // TableMax is the max the policy's tier table is compiled for: Fleet.Max
 // when fleet is on, else Max (docs/design.md §12: the tiers apply to
@@ -108,12 +136,28 @@ func (p Policy) TableMax() uint64 {
 // into the auto bounds (Auto is kept, and the agent's auto controller
 // moves Max from there). Without a fleet it returns p unchanged. The
 // agent writes others 0 (bpf.Limiter.SetFleetOthers) with it.
+//
+// FallbackLast without a last share (FleetFallbackLast's) is
+// FallbackShare.
 func (p Policy) FleetFallbackPolicy(members int) Policy {
+	return p.FleetFallbackLast(members, 0)
+}
+
+// FleetFallbackLast is FleetFallbackPolicy with, for FallbackLast, the
+// member's last share: last, packets per window (FleetLastShare), 0 once
+// it has decayed or when none was seen, which is FallbackShare's max.
+func (p Policy) FleetFallbackLast(members int, last uint64) Policy {
 	if p.Fleet == nil {
 		return p
 	}
 	q := p.Local()
-	if p.Fleet.Fallback == FallbackShare && members > 0 {
+	share := p.Fleet.Fallback == FallbackShare || p.Fleet.Fallback == FallbackLast
+	if p.Fleet.Fallback == FallbackLast && last > 0 {
+		q.Max = min(last, p.Fleet.Max)
+		if q.Auto != nil {
+			q.Max = min(max(q.Max, q.Auto.Floor), q.Auto.Ceiling)
+		}
+	} else if share && members > 0 {
 		q.Max = max(p.Fleet.Max/uint64(members), 1)
 		if q.Auto != nil {
 			q.Max = min(max(q.Max, q.Auto.Floor), q.Auto.Ceiling)
@@ -165,8 +209,41 @@ func (f *Fleet) validate(p Policy) error {
 		return configErr("fleet.ca_file", f.CAFile, ErrFleet, "want an absolute path")
 	case f.CAFile != "" && !u.TLS():
 		return configErr("fleet.ca_file", f.CAFile, ErrFleet, "a CA file is for a TLS store only (rediss://, rediss+sentinel://, rediss+cluster://)")
-	case f.Fallback != FallbackShare && f.Fallback != FallbackLocal:
-		return configErr("fleet.fallback", f.Fallback.String(), ErrFleet, "want share or local")
+	}
+	return f.validateConn(u, p)
+}
+
+// validateConn checks the keys of the store's connection, after the rest
+// (validate).
+func (f *Fleet) validateConn(u storeurl.URL, p Policy) error {
+	for _, k := range []struct{ key, path string }{
+		{"fleet.cert_file", f.CertFile}, {"fleet.key_file", f.KeyFile}, {"fleet.sentinel_password_file", f.SentinelPasswordFile},
+	} {
+		if k.path != "" && !filepath.IsAbs(k.path) {
+			return configErr(k.key, k.path, ErrFleet, "want an absolute path")
+		}
+	}
+	const tlsOnly = "for a TLS store only (rediss://, rediss+sentinel://, rediss+cluster://)"
+	const sentinelOnly = "for a Sentinel store only (redis+sentinel://, rediss+sentinel://)"
+	switch {
+	case f.CertFile != "" && f.KeyFile == "":
+		return configErr("fleet.cert_file", f.CertFile, ErrFleet, "needs fleet.key_file, the certificate's key")
+	case f.KeyFile != "" && f.CertFile == "":
+		return configErr("fleet.key_file", f.KeyFile, ErrFleet, "needs fleet.cert_file, the certificate it is the key of")
+	case f.CertFile != "" && !u.TLS():
+		return configErr("fleet.cert_file", f.CertFile, ErrFleet, "a client certificate is "+tlsOnly)
+	case f.ServerName != "" && !u.TLS():
+		return configErr("fleet.server_name", f.ServerName, ErrFleet, "a server name is "+tlsOnly)
+	case f.ServerName != "" && !serverNameRE.MatchString(f.ServerName):
+		return configErr("fleet.server_name", f.ServerName, ErrFleet, "want a DNS name such as redis.example.com (letters, digits, - and .)")
+	case f.SentinelPasswordFile != "" && !u.Sentinel():
+		return configErr("fleet.sentinel_password_file", f.SentinelPasswordFile, ErrFleet, "a Sentinel password is "+sentinelOnly)
+	case f.SentinelUser != "" && !u.Sentinel():
+		return configErr("fleet.sentinel_user", f.SentinelUser, ErrFleet, "a Sentinel user is "+sentinelOnly)
+	case f.SentinelUser != "" && !sentinelUserRE.MatchString(f.SentinelUser):
+		return configErr("fleet.sentinel_user", f.SentinelUser, ErrFleet, "want an ACL user name: 1 to 128 characters, no space, no control character")
+	case f.Fallback != FallbackShare && f.Fallback != FallbackLocal && f.Fallback != FallbackLast:
+		return configErr("fleet.fallback", f.Fallback.String(), ErrFleet, "want share, local or last")
 	case p.Shape != ShapeSmooth:
 		return configErr("shape", p.Shape.String(), ErrFleet, "fleet needs shape: smooth (the fleet rule is the smooth shape's)")
 	}

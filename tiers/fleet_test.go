@@ -34,6 +34,13 @@ func TestParseFleet(t *testing.T) {
 		{strings.Replace(fleetYAML, "redis://10.0.0.5:6379/0", "rediss+cluster://h1,h2,h3", 1) + "  ca_file: /etc/ca.pem\n",
 			with(func(f *Fleet) { f.Store, f.CAFile = "rediss+cluster://h1,h2,h3", "/etc/ca.pem" })},
 		{"max: auto\n" + strings.TrimPrefix(fleetYAML, "max: 1000\n"), &base},
+		{strings.Replace(fleetYAML, "redis://10.0.0.5:6379/0", "rediss+sentinel://s1,s2/m", 1) +
+			"  cert_file: /etc/tl/c.pem\n  key_file: /etc/tl/k.pem\n  server_name: redis.example.com\n" +
+			"  sentinel_password_file: /etc/tl/s.pw\n  sentinel_user: sent\n",
+			with(func(f *Fleet) {
+				f.Store, f.CertFile, f.KeyFile, f.ServerName = "rediss+sentinel://s1,s2/m", "/etc/tl/c.pem", "/etc/tl/k.pem", "redis.example.com"
+				f.SentinelPasswordFile, f.SentinelUser = "/etc/tl/s.pw", "sent"
+			})},
 		{fleetYAML + "sources: {budget: 10%}\n", &base},
 	} {
 		p, err := ParseYAML([]byte(c.src))
@@ -95,6 +102,18 @@ func TestParseFleetInvalid(t *testing.T) {
 		{"ca without tls", fleetYAML + "  ca_file: /etc/ca.pem\n", ErrFleet, "fleet.ca_file", 6},
 		{"relative ca", store("rediss://h") + "  ca_file: ca.pem\n", ErrFleet, "fleet.ca_file", 6},
 		{"relative password", fleetYAML + "  password_file: fleet.pw\n", ErrFleet, "fleet.password_file", 6},
+		{"cert without tls", fleetYAML + "  cert_file: /c.pem\n  key_file: /k.pem\n", ErrFleet, "fleet.cert_file", 6},
+		{"cert without key", store("rediss://h") + "  cert_file: /c.pem\n", ErrFleet, "fleet.cert_file", 6},
+		{"key without cert", store("rediss://h") + "  key_file: /k.pem\n", ErrFleet, "fleet.key_file", 6},
+		{"relative cert", store("rediss://h") + "  cert_file: c.pem\n  key_file: /k.pem\n", ErrFleet, "fleet.cert_file", 6},
+		{"relative key", store("rediss://h") + "  cert_file: /c.pem\n  key_file: k.pem\n", ErrFleet, "fleet.key_file", 7},
+		{"server_name without tls", fleetYAML + "  server_name: redis.example.com\n", ErrFleet, "fleet.server_name", 6},
+		{"server_name not a name", store("rediss://h") + "  server_name: 'a b'\n", ErrFleet, "fleet.server_name", 6},
+		{"server_name number", store("rediss://h") + "  server_name: 5\n", ErrType, "fleet.server_name", 6},
+		{"sentinel password without sentinel", fleetYAML + "  sentinel_password_file: /s.pw\n", ErrFleet, "fleet.sentinel_password_file", 6},
+		{"relative sentinel password", store("redis+sentinel://s/m") + "  sentinel_password_file: s.pw\n", ErrFleet, "fleet.sentinel_password_file", 6},
+		{"sentinel user without sentinel", fleetYAML + "  sentinel_user: sent\n", ErrFleet, "fleet.sentinel_user", 6},
+		{"sentinel user with a space", store("redis+sentinel://s/m") + "  sentinel_user: 'a b'\n", ErrFleet, "fleet.sentinel_user", 6},
 		{"ordinal", "shape: ordinal\n" + fleetYAML, ErrFleet, "shape", 1},
 		{"ordinal after", fleetYAML + "shape: ordinal\n", ErrFleet, "shape", 6},
 		// A budget's percent is of the member's own max (docs/design.md §12),
@@ -132,6 +151,12 @@ func TestValidateFleet(t *testing.T) {
 		{"report = ttl", func(p *Policy) { p.Fleet.Report = p.Fleet.TTL }, ErrFleet, "fleet.report"},
 		{"fallback", func(p *Policy) { p.Fleet.Fallback = 7 }, ErrFleet, "fleet.fallback"},
 		{"ordinal", func(p *Policy) { p.Shape = ShapeOrdinal }, ErrFleet, "shape"},
+		{"cert without tls", func(p *Policy) { p.Fleet.CertFile, p.Fleet.KeyFile = "/c", "/k" }, ErrFleet, "fleet.cert_file"},
+		{"key without cert", func(p *Policy) { p.Fleet.Store, p.Fleet.KeyFile = "rediss://h", "/k" }, ErrFleet, "fleet.key_file"},
+		{"relative key", func(p *Policy) { p.Fleet.Store, p.Fleet.CertFile, p.Fleet.KeyFile = "rediss://h", "/c", "k" }, ErrFleet, "fleet.key_file"},
+		{"server_name", func(p *Policy) { p.Fleet.Store, p.Fleet.ServerName = "rediss://h", "-bad-" }, ErrFleet, "fleet.server_name"},
+		{"sentinel user", func(p *Policy) { p.Fleet.SentinelUser = "u" }, ErrFleet, "fleet.sentinel_user"},
+		{"sentinel password", func(p *Policy) { p.Fleet.Store, p.Fleet.SentinelPasswordFile = "redis+sentinel://s/m", "s.pw" }, ErrFleet, "fleet.sentinel_password_file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := Default()

@@ -115,7 +115,7 @@ const FleetRiseCap = 16
 
 // FleetRiseInv is 2^48 / own, 0 for own 0: what the agent writes beside
 // own, a member's R̂ at its last report, so that the program scales the
-// others' sums without a division per packet (bpf/smooth.h tl_fleet_others_now,
+// others' sums without a division per packet (bpf/fleet.h tl_fleet_others_now,
 // FleetScaled). own is below 2^48.
 func FleetRiseInv(own uint64) uint64 {
 	if own == 0 {
@@ -131,7 +131,7 @@ func FleetRiseInv(own uint64) uint64 {
 // onset, others × rhat/own, at most others × FleetRiseCap (others ×
 // FleetRiseCap when own is 0), and at most MaxFleetOthers. inv is
 // FleetRiseInv(own). The rise is computed as the program computes it
-// (bpf/smooth.h tl_fleet_others_now): (rhat − own) × inv >> 32, the rise less
+// (bpf/fleet.h tl_fleet_others_now): (rhat − own) × inv >> 32, the rise less
 // one with 16 fractional bits, exact to 2^-16 of a rise; no product
 // overflows for others ≤ MaxFleetOthers and rhat, own < 2^48.
 func FleetScaled(others, rhat, own, inv uint64, onset bool) uint64 {
@@ -185,4 +185,23 @@ func FleetReportNow(est, last uint64, again bool) bool {
 		return est > last+last/4
 	}
 	return est > 2*last
+}
+
+// FleetLatchMin returns the packets since its rate's reference a fleet
+// member's CPU needs to latch an onset (docs/design.md §12, "The fleet's
+// first second"; SmoothLatchesFrom): SmoothOnsetMin / members rounded up,
+// members the fleet's count at the last answer, this member included;
+// SmoothOnsetMin alone (members below 2). A flood that reaches every
+// member at once reaches each at 1/members of its rate, and the fleet has
+// seen SmoothOnsetMin packets of it when each member has seen
+// SmoothOnsetMin/members: on a single host's 16, 30 members of a 10 ×
+// fleet.max flood latched 48 ms into it and passed 1.50 × P(R_fleet) in
+// its first window (TestFleetModelOnset). The agent writes it with the
+// member count (bpf.Limiter.SetFleetOwn); past the view's expiry the
+// program latches on SmoothOnsetMin.
+func FleetLatchMin(members uint64) uint64 {
+	if members < 2 {
+		return SmoothOnsetMin
+	}
+	return (SmoothOnsetMin + members - 1) / members
 }

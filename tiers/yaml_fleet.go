@@ -66,6 +66,11 @@ func (ps *yamlParser) fleet(key string, v *yaml.Node) (*Fleet, error) {
 		}},
 		{"password_file", text(&f.PasswordFile, "an absolute path")},
 		{"ca_file", text(&f.CAFile, "an absolute path")},
+		{"cert_file", text(&f.CertFile, "an absolute path")},
+		{"key_file", text(&f.KeyFile, "an absolute path")},
+		{"server_name", text(&f.ServerName, "a DNS name")},
+		{"sentinel_password_file", text(&f.SentinelPasswordFile, "an absolute path")},
+		{"sentinel_user", text(&f.SentinelUser, "an ACL user name")},
 		{"max", func(key string, v *yaml.Node) error {
 			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
 				return typeErr(key, v, "a whole number of packets per window")
@@ -76,8 +81,8 @@ func (ps *yamlParser) fleet(key string, v *yaml.Node) (*Fleet, error) {
 		{"report", duration(&f.Report)},
 		{"ttl", duration(&f.TTL)},
 		{"fallback", func(key string, v *yaml.Node) (err error) {
-			f.Fallback, err = choice(key, v, "share or local",
-				map[string]FleetFallback{"share": FallbackShare, "local": FallbackLocal}, ErrFleet)
+			f.Fallback, err = choice(key, v, "share, local or last",
+				map[string]FleetFallback{"share": FallbackShare, "local": FallbackLocal, "last": FallbackLast}, ErrFleet)
 			return err
 		}},
 	})

@@ -2,11 +2,13 @@ package fleet
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +29,8 @@ type Controller struct {
 	cfg   atomic.Pointer[Config]
 	creds atomic.Pointer[[2]string] // ACL user, password
 	m     metrics
+	cm    connMetrics
+	fl    inflight
 
 	// Loop state: the loop goroutine's alone once Start has returned.
 	lastOK     time.Time // when the store last answered
@@ -39,6 +43,12 @@ type Controller struct {
 	estFailed  bool // a FleetEstimate error was logged and not yet cleared
 	setFailed  bool // a SetFleetOthers error was logged and not yet cleared
 	authFailed bool // a refusal of the credentials was logged since the last answer
+	// What the agent (a Viewer) was last told (view.go), and when the
+	// member last entered fallback.
+	told          bool
+	toldMembers   int
+	toldLast      uint64
+	fallbackSince time.Time
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -51,10 +61,14 @@ type Controller struct {
 //
 // A store out of reach at start is no error: the controller logs a
 // warning, enters fallback (fb.EnterFallback(0)) and joins when the store
-// answers. Start returns an error, and starts nothing, when cfg is out of
-// range (ErrConfig), the store URL is bad (ErrStoreURL), password_file or
-// ca_file cannot be read (ErrPasswordFile, ErrCAFile), or the store
-// refuses the credentials (ErrAuth).
+// answers. Nor is a store that refuses the credentials: the controller
+// logs an ERROR, sets fleet_auth_failed, enters fallback and keeps trying,
+// reading the files again at each new connection (a rotation). Start
+// returns an error, and starts nothing, when cfg is out of range
+// (ErrConfig), the store URL is bad (ErrStoreURL), or password_file,
+// sentinel_password_file, ca_file, cert_file or key_file cannot be read or
+// do not fit the store (ErrPasswordFile, ErrSentinelPasswordFile,
+// ErrCAFile, ErrCertFile).
 func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -74,25 +88,26 @@ func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller,
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
+	c.m.viewAt.Store(time.Now().UnixNano())
 	if err := c.loadCreds(cfg, su.Username); err != nil {
 		return nil, err
 	}
 	c.cfg.Store(&cfg)
-	c.st, err = dial(su, cfg.CAFile, func() time.Duration { return c.cfg.Load().Report }, c.credentials)
+	c.st, err = dial(&connOptions{su: su, cfg: cfg, dials: &c.cm.dials, log: c.log, creds: c.credentials,
+		report: func() time.Duration { return c.cfg.Load().Report },
+		ttl:    func() time.Duration { return c.cfg.Load().TTL }})
 	if err != nil {
 		return nil, err
 	}
 	est := c.estimate()
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.TTL)
-	v, err := c.st.report(ctx, cfg.Name, cfg.Member, est, cfg.TTL)
-	cancel()
-	if err != nil && isAuth(err) {
-		c.st.close()
-		return nil, fmt.Errorf("%w: %s: %v", ErrAuth, c.store, err)
-	}
+	v, err := c.reportWithin(&cfg, est, cfg.TTL)
 	if err != nil {
 		c.m.reports(resultOf(err, false)).Add(1)
-		c.log.Warn("fleet store out of reach at start: starting in fallback", "store", c.store, "fallback", cfg.Fallback, "err", err)
+		if isAuth(err) {
+			c.refused(err, "starting in fallback")
+		} else {
+			c.log.Warn("fleet store out of reach at start: starting in fallback", "store", c.store, "fallback", cfg.Fallback, "err", err)
+		}
 		c.enterFallback(0)
 	} else {
 		c.m.reports(resultOK).Add(1)
@@ -116,11 +131,38 @@ func (c *Controller) loadCreds(cfg Config, user string) error {
 	return nil
 }
 
-// credentials is go-redis's CredentialsProvider: the secret is read on
-// each new connection, so a Reload's password applies to the next one.
-func (c *Controller) credentials() (string, string) {
+// credentials is go-redis's CredentialsProviderContext: password_file is
+// read again at each new connection, so that a password rotated in the
+// file (a Kubernetes Secret's volume, an atomic swap) applies at the next
+// one without a reload; a file that cannot be read then leaves the last
+// password read in use.
+func (c *Controller) credentials(context.Context) (string, string, error) {
+	if f := c.cfg.Load().PasswordFile; f != "" {
+		if pw, err := readPassword(f); err == nil {
+			c.creds.Store(&[2]string{c.creds.Load()[0], pw})
+		} else {
+			c.log.Debug("fleet password_file unreadable at a new connection: the last password read is used", "err", err)
+		}
+	}
 	cr := c.creds.Load()
-	return cr[0], cr[1]
+	return cr[0], cr[1], nil
+}
+
+// refused says once, as an ERROR, that the store refuses the credentials,
+// and sets fleet_auth_failed until the store answers.
+func (c *Controller) refused(err error, doing string) {
+	c.cm.authFailed.Store(1)
+	if c.authFailed {
+		return
+	}
+	c.authFailed = true
+	attrs := []any{"store", c.store, "err", err}
+	var host x509.HostnameError
+	if errors.As(err, &host) && host.Certificate != nil {
+		// A store announced by IP with a certificate for names: say which.
+		attrs = append(attrs, "certificate_names", strings.Join(host.Certificate.DNSNames, ","), "hint", "set fleet.server_name to one of them")
+	}
+	c.log.Error("fleet store refuses the credentials: "+doing+"; retrying, reading password_file, cert_file and key_file again at each attempt", attrs...)
 }
 
 // Reload applies a reloaded policy's fleet section: it reads password_file
@@ -133,7 +175,9 @@ func (c *Controller) Reload(cfg Config) error {
 		return err
 	}
 	old := c.cfg.Load()
-	if cfg.Name != old.Name || cfg.Member != old.Member || cfg.Store != old.Store || cfg.CAFile != old.CAFile {
+	if cfg.Name != old.Name || cfg.Member != old.Member || cfg.Store != old.Store || cfg.CAFile != old.CAFile ||
+		cfg.CertFile != old.CertFile || cfg.KeyFile != old.KeyFile || cfg.ServerName != old.ServerName ||
+		cfg.SentinelPasswordFile != old.SentinelPasswordFile || cfg.SentinelUser != old.SentinelUser {
 		return ErrRestart
 	}
 	su, err := parseStore(cfg.Store)
@@ -157,12 +201,17 @@ func (c *Controller) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.stop)
 		<-c.done
+		c.abandon()
 		cfg := c.cfg.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.Report)
 		defer cancel()
 		if e := c.st.leave(ctx, cfg.Name, cfg.Member); e != nil {
 			err = fmt.Errorf("leave fleet %s: %w", cfg.Name, e)
 		}
+		// The member left: its view has expired, so that a pinned
+		// program judges alone on the fallback from now on, with no
+		// agent (docs/design.md §12, "A view that expires").
+		c.writeView(Sums{}, 0)
 		c.st.close()
 	})
 	return err
@@ -192,7 +241,8 @@ func (c *Controller) run() {
 			if next = next.Add(every); next.Before(now) {
 				next = now.Add(every)
 			}
-		} else if c.pollNow() {
+		} else if !c.fl.pending && c.pollNow() {
+			// An early report only when none is in flight (inflight.go).
 			c.tick(true)
 		}
 		if r := c.cfg.Load().Report; r != every {
@@ -234,9 +284,7 @@ func (c *Controller) tick(early bool) {
 	cfg := c.cfg.Load()
 	est := c.estimate()
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Report)
-	v, err := c.st.report(ctx, cfg.Name, cfg.Member, est, cfg.TTL)
-	cancel()
+	v, err := c.reportWithin(cfg, est, cfg.Report)
 	now := time.Now()
 	slow := now.Sub(start) > cfg.Report
 	c.m.reports(resultOf(err, slow)).Add(1)
@@ -247,26 +295,51 @@ func (c *Controller) tick(early bool) {
 	c.m.storeUp.Store(0)
 	c.m.offered.Store(est.Total + c.m.others.Load())
 	c.log.Debug("fleet report failed", "err", err)
-	if isAuth(err) && !c.authFailed {
-		// A password changed on the store but not in password_file: say
-		// so once, not at every report.
-		c.log.Error("fleet store refuses the credentials: check password_file", "store", c.store, "err", err)
-		c.authFailed = true
+	if isAuth(err) {
+		// A password changed on the store but not (yet) in password_file:
+		// said once, not at every report.
+		c.refused(err, "check password_file")
 	}
 	if !c.inFallback && now.Sub(c.lastOK) > cfg.TTL {
 		c.log.Warn("fleet store not answering for ttl: in fallback", "store", c.store, "ttl", cfg.TTL,
 			"fallback", cfg.Fallback, "members_last_seen", c.members, "err", err)
 		c.enterFallback(c.members)
 	}
+	c.decay(now, cfg)
 }
 
 // joined applies an answer of the store: rejoin if in fallback, then hand
-// the program what the answer is to (setOwn) and the others' sums
-// (through Config.Bound when set). early says the report was a poll's.
+// the program the others' sums (through Config.Bound when set) with what
+// they answer (setOwn). early says the report was a poll's.
 func (c *Controller) joined(now time.Time, est Sums, v view, early bool) {
+	expiry := monoNow() + uint64(c.cfg.Load().TTL)
 	c.lastOK = now
+	c.m.viewAt.Store(now.UnixNano())
 	c.authFailed = false
+	c.cm.authFailed.Store(0)
 	c.members = v.members
+	others := v.others
+	if b := c.cfg.Load().Bound; b != nil {
+		o := b(est, others)
+		others = Sums{In: max(o.In, others.In), Total: max(o.Total, others.Total)}
+	}
+	// What the sums answer (the report's own estimates, as sent), then
+	// the view: a packet between the two scales an old sum from the new
+	// report, for the microseconds between them.
+	rep := c.fl.sent
+	own := rep
+	if early && !c.again && c.ownSet.Total < tiers.SmoothOnsetMin {
+		// Idle at its last report, the member keeps the equal-share prior
+		// through its first report at a poll: the others' reports of the
+		// same flood come within a poll of it (docs/design.md §12).
+		own = Sums{}
+	}
+	c.again = c.again || early
+	c.lastRep = rep
+	c.setOwn(own, v.members)
+	// The view first: leaving fallback with the fallback's view (0)
+	// would judge the fleet's table alone until it came.
+	c.writeView(others, expiry)
 	if c.inFallback {
 		if err := c.fb.LeaveFallback(); err != nil {
 			c.log.Error("leave fleet fallback", "err", err)
@@ -275,22 +348,7 @@ func (c *Controller) joined(now time.Time, est Sums, v view, early bool) {
 		c.m.fallback.Store(0)
 		c.log.Info("fleet store answers again: rejoined the fleet", "store", c.store, "members", v.members)
 	}
-	others := v.others
-	if b := c.cfg.Load().Bound; b != nil {
-		o := b(est, others)
-		others = Sums{In: max(o.In, others.In), Total: max(o.Total, others.Total)}
-	}
-	own := est
-	if early && !c.again && c.ownSet.Total < tiers.SmoothOnsetMin {
-		// Idle at its last report, the member keeps the equal-share prior
-		// through its first report at a poll: the others' reports of the
-		// same flood come within a poll of it (docs/design.md §12).
-		own = Sums{}
-	}
-	c.again = c.again || early
-	c.lastRep = est
-	c.setOwn(own, v.members)
-	c.setOthers(others)
+	c.viewed(v.members, lastShare(c.cfg.Load(), est, v.others))
 	c.m.storeUp.Store(1)
 	c.m.members.Store(int64(v.members))
 	c.m.others.Store(v.others.Total)
@@ -300,12 +358,15 @@ func (c *Controller) joined(now time.Time, est Sums, v view, early bool) {
 // enterFallback switches the agent to its fallback and the program to
 // judging on its own estimate.
 func (c *Controller) enterFallback(members int) {
+	c.fallbackSince = time.Now()
 	if err := c.fb.EnterFallback(members); err != nil {
 		c.log.Error("enter fleet fallback", "err", err)
 	}
 	c.inFallback = true
+	// In fallback the own R̂, its inverse and the member count scale
+	// nothing (the program ignores them past the view's expiry too).
 	c.setOwn(Sums{}, 0)
-	c.setOthers(Sums{})
+	c.writeView(Sums{}, c.fallbackExpiry(monoNow(), c.cfg.Load()))
 	c.m.fallback.Store(1)
 	c.m.others.Store(0)
 	c.m.offered.Store(c.lastEst.Total)
@@ -337,7 +398,7 @@ type ownSetter interface {
 
 // setOwn hands the program own, this member's estimates at the report
 // the next sums answer, and the member count, when the Limiter takes
-// them; before setOthers, so that a packet between the two scales an old
+// them; before writeView, so that a packet between the two scales an old
 // sum from the new report. A failure is logged once, as setOthers's.
 func (c *Controller) setOwn(own Sums, members int) {
 	c.ownSet = own
@@ -351,18 +412,6 @@ func (c *Controller) setOwn(own Sums, members int) {
 			c.setFailed = true
 		}
 	}
-}
-
-// setOthers hands the others' sums to the program, logging a failure once.
-func (c *Controller) setOthers(others Sums) {
-	if err := c.lim.SetFleetOthers(others.In, others.Total); err != nil {
-		if !c.setFailed {
-			c.log.Error("write the others' sum to the program", "err", err)
-			c.setFailed = true
-		}
-		return
-	}
-	c.setFailed = false
 }
 
 // resultOf classifies a report: slow when it hit its deadline or took

@@ -6,6 +6,7 @@ func (c *Controller) Halt() {
 	c.closeOnce.Do(func() {
 		close(c.stop)
 		<-c.done
+		c.abandon()
 		c.st.close()
 	})
 }

@@ -37,6 +37,7 @@ package fleet
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -60,6 +61,26 @@ type Config struct {
 	PasswordFile string
 	// CAFile is the CA bundle for rediss:// stores; empty for the system roots.
 	CAFile string
+	// CertFile and KeyFile are the client certificate and its key (PEM)
+	// that a TLS store with tls-auth-clients asks for; both or neither,
+	// TLS only. Like PasswordFile and CAFile they are read again at every
+	// new connection (dial.go), so that a rotated file applies without a
+	// reload.
+	CertFile, KeyFile string
+	// ServerName, when set, is the name each TLS server's certificate is
+	// checked against, in place of the host dialled: for stores that
+	// announce IP addresses (a Sentinel's master, a Cluster's nodes) with
+	// certificates that name DNS names only.
+	ServerName string
+	// SentinelPasswordFile holds the Sentinels' own password (their
+	// requirepass), read as PasswordFile is; SentinelUser their ACL user.
+	// Sentinel stores only; empty for Sentinels without one.
+	SentinelPasswordFile, SentinelUser string
+	// Resolver resolves the store's host names, at each new connection and
+	// at least every 30 s (dial.go); nil is net.DefaultResolver. Not a
+	// policy key: a seam for a program, or a test, that resolves names its
+	// own way.
+	Resolver *net.Resolver
 	// Max is fleet.max, the whole fleet's budget per window. The controller
 	// only reports it; the agent compiles the tiers for it.
 	Max uint64
@@ -69,7 +90,7 @@ type Config struct {
 	// long a member keeps its last view when the store does not answer.
 	TTL time.Duration
 	// Fallback is what the agent applies once the store has not answered
-	// for TTL: FallbackShare or FallbackLocal. The controller passes it on
+	// for TTL: FallbackShare, FallbackLocal or FallbackLast. The controller passes it on
 	// untouched (see Fallback).
 	Fallback string
 	// Bound, when set, is what the controller writes into the program in
@@ -91,6 +112,7 @@ type Config struct {
 const (
 	FallbackShare = "share" // fleet.max ÷ the members last seen
 	FallbackLocal = "local" // the policy's own max
+	FallbackLast  = "last"  // the last share, own R̂ ÷ R̂_fleet × fleet.max, for tiers.FleetLastHold × ttl; then share
 )
 
 // Sums is a pair of estimates, packets per window: of the in-budget
@@ -126,12 +148,19 @@ type Fallback interface {
 
 // Errors of Start and Reload. Each is wrapped with the detail.
 var (
-	// ErrAuth: the store refused the credentials (a wrong password in
-	// password_file, or an unknown ACL user). At start the agent refuses
-	// to run, exit 2, naming password_file.
+	// ErrAuth (Status only): the store refused the credentials (a wrong
+	// password in password_file, an unknown ACL user, a client
+	// certificate refused). Start never returns it: a member whose store
+	// refuses it starts in fallback and keeps retrying (fleet_auth_failed).
 	ErrAuth = errors.New("fleet store refused the credentials (password_file)")
 	// ErrPasswordFile: password_file cannot be read or is empty.
 	ErrPasswordFile = errors.New("fleet password_file")
+	// ErrSentinelPasswordFile: sentinel_password_file cannot be read or
+	// is empty, or is set for a store that is not a Sentinel's.
+	ErrSentinelPasswordFile = errors.New("fleet sentinel_password_file")
+	// ErrCertFile: cert_file or key_file cannot be read, do not make a
+	// pair, only one is set, or they are set for a store without TLS.
+	ErrCertFile = errors.New("fleet cert_file")
 	// ErrCAFile: ca_file cannot be read, holds no certificate, or is set
 	// for a store that is not rediss://.
 	ErrCAFile = errors.New("fleet ca_file")
@@ -141,7 +170,8 @@ var (
 	// ErrConfig: another key of Config is out of range; the message names it.
 	ErrConfig = errors.New("fleet config")
 	// ErrRestart (Reload only): the new Config names another fleet, member,
-	// store or CA; the agent closes this controller and starts a new one.
+	// store, CA, server_name or TLS or Sentinel setting; the agent closes
+	// this controller and starts a new one.
 	ErrRestart = errors.New("fleet store or name changed: restart the controller")
 )
 
@@ -161,11 +191,14 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: ttl %v must be longer than report %v", ErrConfig, c.TTL, c.Report)
 	}
 	switch c.Fallback {
-	case FallbackShare, FallbackLocal:
+	case FallbackShare, FallbackLocal, FallbackLast:
 	case "":
 		c.Fallback = FallbackShare
 	default:
-		return fmt.Errorf("%w: fallback %q (share, local)", ErrConfig, c.Fallback)
+		return fmt.Errorf("%w: fallback %q (share, local, last)", ErrConfig, c.Fallback)
+	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return fmt.Errorf("%w: cert_file %q and key_file %q: set both or neither", ErrCertFile, c.CertFile, c.KeyFile)
 	}
 	if c.Member == "" {
 		h, err := os.Hostname()

@@ -204,3 +204,6 @@ func metric(t *testing.T, c *fleet.Controller, name string, labels ...string) fl
 	t.Fatalf("metric %s not found in:\n%s", want, got)
 	return 0
 }
+
+// fleetConfig is fleet.Config, for helpers that copy one.
+type fleetConfig = fleet.Config

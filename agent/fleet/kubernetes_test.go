@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -124,11 +125,11 @@ func TestFleetKubernetesStore(t *testing.T) {
 	shares(t, 20, ms...)
 	cfg := testConfig(store, pol.Fleet.Name+"-other", "x")
 	cfg.PasswordFile = filepath.Join(dir, "secrets/member")
-	c, err := fleet.Start(cfg, &kernel{}, &agentSide{}, nil)
-	if !errors.Is(err, fleet.ErrAuth) || !strings.Contains(err.Error(), "NOPERM") {
-		t.Errorf("another fleet's keys as the overlay's user: %v; want ErrAuth (NOPERM)", err)
+	x := join(t, cfg, 1)
+	if got := metric(t, x.c, "tierlimit_fleet_auth_failed"); got != 1 || !strings.Contains(x.log.String(), "NOPERM") {
+		t.Errorf("another fleet's keys as the overlay's user: fleet_auth_failed %v, log:\n%s\nwant 1 and NOPERM", got, x.log)
 	}
-	if c != nil {
-		c.Close()
+	if _, err := fleet.Status(context.Background(), cfg); !errors.Is(err, fleet.ErrAuth) {
+		t.Errorf("Status of another fleet as the overlay's user: %v; want ErrAuth", err)
 	}
 }

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,6 +23,7 @@ type metrics struct {
 	others   atomic.Uint64
 	storeUp  atomic.Int64
 	fallback atomic.Int64
+	viewAt   atomic.Int64 // unix ns of the last answer (of Start before any)
 	ok       atomic.Uint64
 	errs     atomic.Uint64
 	slow     atomic.Uint64
@@ -52,6 +54,8 @@ var (
 		"1 when the last report reached the store in time, else 0.")
 	descFallback = descs.Metric("fleet_fallback",
 		"1 while the member applies its fallback because the store has not answered for ttl.")
+	descViewAge = descs.Metric("fleet_view_age_seconds",
+		"Seconds since the store last answered: the age of the others' sums the program judges with, until ttl (then it judges alone on the fallback); since the controller started when the store never answered.")
 	descReports = descs.Metric("fleet_reports_total",
 		"Reports to the store by result: ok, error, slow (longer than report).", "result")
 )
@@ -71,7 +75,9 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 	promdesc.Gauge(ch, descOthers, float64(m.others.Load()))
 	promdesc.Gauge(ch, descStoreUp, float64(m.storeUp.Load()))
 	promdesc.Gauge(ch, descFallback, float64(m.fallback.Load()))
+	promdesc.Gauge(ch, descViewAge, time.Since(time.Unix(0, m.viewAt.Load())).Seconds())
 	for _, r := range []string{resultOK, resultError, resultSlow} {
 		promdesc.Counter(ch, descReports, m.reports(r).Load(), r)
 	}
+	c.collectConn(ch)
 }

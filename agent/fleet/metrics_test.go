@@ -45,6 +45,17 @@ tierlimit_fleet_store_up 1
 		"tierlimit_fleet_others", "tierlimit_fleet_store_up"); err != nil {
 		t.Error(err)
 	}
+	for _, name := range []string{"tierlimit_fleet_auth_failed", "tierlimit_fleet_store_dials_total"} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 1 {
+			t.Errorf("%s has %d series (%v); want 1", name, n, err)
+		}
+	}
+	if got := metric(t, a.c, "tierlimit_fleet_auth_failed"); got != 0 {
+		t.Errorf("fleet_auth_failed %v for a member the store let in; want 0", got)
+	}
+	if got := metric(t, a.c, "tierlimit_fleet_store_dials_total"); got < 1 {
+		t.Errorf("fleet_store_dials_total %v after joining; want >= 1", got)
+	}
 	if n, err := testutil.GatherAndCount(reg, "tierlimit_fleet_reports_total"); err != nil || n != 3 {
 		t.Errorf("fleet_reports_total has %d series (%v); want 3: ok, error, slow", n, err)
 	}

@@ -3,15 +3,19 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tierlimit/tierlimit/internal/testenv"
+	"github.com/tierlimit/tierlimit/tiers/storeurl"
+	"golang.org/x/sys/unix"
 )
 
 // TestFleetPerfStore measures the store's load for a fleet of 1,000
@@ -46,7 +50,9 @@ func TestFleetPerfStore(t *testing.T) {
 	var errs, lastCount int
 	measuring := false
 	for w := range clients {
-		c, err := dialRedis(su, "", func() time.Duration { return every }, func() (string, string) { return "", "" })
+		c, err := dialRedis(&connOptions{su: su, dials: new(atomic.Uint64), log: slog.New(slog.DiscardHandler),
+			creds:  func(context.Context) (string, string, error) { return "", "", nil },
+			report: func() time.Duration { return every }, ttl: func() time.Duration { return ttl }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +70,9 @@ func TestFleetPerfStore(t *testing.T) {
 				}
 				for m := w; m < members; m += clients {
 					start := time.Now()
-					ctx, cancel := context.WithTimeout(context.Background(), every)
+					// A report's own deadline is ttl (inflight.go); the
+					// controller waits at most every for it.
+					ctx, cancel := context.WithTimeout(context.Background(), ttl)
 					v, err := c.report(ctx, "perf1k", fmt.Sprintf("m%04d", m), Sums{In: uint64(m) / 2, Total: uint64(m)}, ttl)
 					cancel()
 					d := time.Since(start)
@@ -122,4 +130,78 @@ func evalCalls(t *testing.T, r *testenv.Redis) int64 {
 		}
 	}
 	return 0
+}
+
+// benchLimiter and benchFallback stand where the program and the agent
+// stand, doing nothing.
+type benchLimiter struct{}
+
+func (benchLimiter) FleetEstimate() (uint64, uint64, error) { return 500, 1000, nil }
+func (benchLimiter) SetFleetOthers(in, total uint64) error  { return nil }
+
+type benchFallback struct{}
+
+func (benchFallback) EnterFallback(int) error { return nil }
+func (benchFallback) LeaveFallback() error    { return nil }
+
+// BenchmarkFleetReport is one report of the loop against a real
+// redis-server: the process's CPU per report (cpu-µs/op, getrusage: the
+// client's side only) of the loop's path (reportWithin: the report on its
+// own goroutine, bounded by ttl, waited for at most report) beside the
+// same round trip made inline with a deadline of report (the loop before
+// issue 40), in the same run: compare the two cpu-µs/op.
+func BenchmarkFleetReport(b *testing.B) {
+	r := testenv.StartRedis(b, testenv.RedisOptions{})
+	cfg := Config{Name: "bench", Member: "m", Store: r.URL(), Max: 1000, Report: 100 * time.Millisecond, TTL: time.Second}
+	c, err := Start(cfg, benchLimiter{}, benchFallback{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	c.Halt() // the loop stops; the benchmark drives the reports
+	c.st, err = dial(&connOptions{su: mustParse(b, cfg.Store), cfg: cfg, dials: &c.cm.dials, log: c.log, creds: c.credentials,
+		report: func() time.Duration { return cfg.Report }, ttl: func() time.Duration { return cfg.TTL }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	est := Sums{In: 500, Total: 1000}
+	run := func(b *testing.B, one func() error) {
+		for range 10 {
+			one()
+		}
+		var ru0, ru1 unix.Rusage
+		unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+		b.ResetTimer()
+		for range b.N {
+			if err := one(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+		cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+	}
+	b.Run("inline", func(b *testing.B) {
+		run(b, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), cfg.Report)
+			_, err := c.st.report(ctx, cfg.Name, cfg.Member, est, cfg.TTL)
+			cancel()
+			return err
+		})
+	})
+	b.Run("inflight", func(b *testing.B) {
+		run(b, func() error {
+			_, err := c.reportWithin(&cfg, est, cfg.Report)
+			return err
+		})
+	})
+}
+
+func mustParse(tb testing.TB, s string) storeurl.URL {
+	u, err := parseStore(s)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return u
 }

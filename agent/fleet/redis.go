@@ -1,44 +1,50 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
-
-	"github.com/tierlimit/tierlimit/tiers/storeurl"
 )
 
 // redisStore is the store on Redis or Valkey (standalone, Sentinel or
 // Cluster; TLS; ACL users): every scheme storeurl reads. Each call is one
-// round trip of one server-side script (the scripts below).
+// round trip of one server-side script (the scripts below). Its client is
+// built once (dial.go); reports that fail back off (backoff.go).
 type redisStore struct {
-	su      storeurl.URL
-	caFile  string
-	timeout func() time.Duration // a new client's dial and command timeout: the report in force
-	creds   func() (user, password string)
+	o    *connOptions
+	d    *dialer
+	gate backoff
 
-	mu     sync.Mutex
-	client redis.UniversalClient // replaced after a connection failure; see redial
+	mu         sync.Mutex
+	client     redis.UniversalClient // replaced only when a name moved or the Sentinels' password changed
+	sentinelPW []byte                // sentinel_password_file's content when client was built
+	resolvedAt time.Time             // when the host names were last resolved (or dialled)
+	resolving  bool
 }
 
 var _ store = (*redisStore)(nil)
 
-// dialRedis returns the store at su (dial). Its errors are newClient's.
-func dialRedis(su storeurl.URL, caFile string, timeout func() time.Duration, creds func() (string, string)) (*redisStore, error) {
-	c, err := newClient(su, caFile, timeout(), creds)
+// dialRedis returns the store o names (dial). Its errors are newClient's.
+func dialRedis(o *connOptions) (*redisStore, error) {
+	d := &dialer{o: o, used: map[string]string{}}
+	c, err := newClient(o, d)
 	if err != nil {
 		return nil, err
 	}
-	return &redisStore{su: su, caFile: caFile, timeout: timeout, creds: creds, client: c}, nil
+	s := &redisStore{o: o, d: d, client: c, resolvedAt: time.Now()}
+	s.sentinelPW = readFile(o.cfg.SentinelPasswordFile)
+	return s, nil
 }
 
 func (s *redisStore) get() redis.UniversalClient {
@@ -47,10 +53,21 @@ func (s *redisStore) get() redis.UniversalClient {
 	return s.client
 }
 
+func (s *redisStore) files() []byte { return fingerprint(s.o.cfg) }
+
 func (s *redisStore) report(ctx context.Context, name, member string, est Sums, ttl time.Duration) (view, error) {
+	now := time.Now()
+	s.follow(now)
+	if err := s.gate.wait(now, s.files); err != nil {
+		return view{}, err
+	}
 	v, err := report(ctx, s.get(), name, member, est, ttl)
-	s.redial(err)
-	return v, refusal(err)
+	err = refusal(err)
+	s.gate.done(time.Now(), s.o.report(), err, s.files)
+	if countsAsFailure(err) {
+		s.sentinelChanged()
+	}
+	return v, err
 }
 
 func (s *redisStore) leave(ctx context.Context, name, member string) error {
@@ -62,6 +79,76 @@ func (s *redisStore) members(ctx context.Context, name string) ([]Member, error)
 }
 
 func (s *redisStore) close() error { return s.get().Close() }
+
+// follow resolves the store's host names again in the background when
+// the last resolution is older than the ttl in force (within
+// [minResolveEvery, resolveEvery]); a name that resolves elsewhere than its
+// connections were dialled to replaces the client, so that the next report
+// dials the new address (docs/design.md §12, "Connections").
+func (s *redisStore) follow(now time.Time) {
+	every := min(max(s.o.ttl(), minResolveEvery), resolveEvery)
+	s.mu.Lock()
+	due := !s.resolving && now.Sub(s.resolvedAt) >= every
+	if due {
+		s.resolving = true
+	}
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.d.timeout())
+		host, moved := s.d.moved(ctx)
+		cancel()
+		if moved {
+			s.o.log.Info("fleet store host name resolves elsewhere: reconnecting", "host", host)
+			s.rebuild()
+		}
+		s.mu.Lock()
+		s.resolving, s.resolvedAt = false, time.Now()
+		s.mu.Unlock()
+	}()
+}
+
+// sentinelChanged replaces the client after a failure when
+// sentinel_password_file changed since it was built: go-redis takes the
+// Sentinels' password once, at the client's construction.
+func (s *redisStore) sentinelChanged() {
+	if s.o.cfg.SentinelPasswordFile == "" {
+		return
+	}
+	pw := readFile(s.o.cfg.SentinelPasswordFile)
+	s.mu.Lock()
+	same := bytes.Equal(pw, s.sentinelPW)
+	s.mu.Unlock()
+	if !same {
+		s.rebuild()
+	}
+}
+
+// rebuild replaces the client with a new one; the old one is closed in
+// the background (it may wait for a hung connection: never the loop).
+func (s *redisStore) rebuild() {
+	fresh, err := newClient(s.o, s.d)
+	if err != nil {
+		return // a file went away: keep the old client; the next failure says why
+	}
+	s.mu.Lock()
+	old := s.client
+	s.client = fresh
+	s.sentinelPW = readFile(s.o.cfg.SentinelPasswordFile)
+	s.mu.Unlock()
+	go old.Close()
+}
+
+// readFile returns file's content, nil when it is "" or unreadable.
+func readFile(file string) []byte {
+	if file == "" {
+		return nil
+	}
+	b, _ := os.ReadFile(file)
+	return b
+}
 
 // One fleet's state is three keys in one hash slot, so that one script
 // reaches them on one node of a Redis Cluster:
@@ -249,40 +336,24 @@ func members(ctx context.Context, c redis.UniversalClient, name string) ([]Membe
 	return out, nil
 }
 
-// redial replaces the client after a report whose connection failed (a
-// dial refused or timed out, a TLS handshake, a reset). go-redis stops
-// dialing a node whose dials keep failing and probes it once a second; a
-// fresh client dials at the next report, so that a member rejoins within
-// a report or two of the store's return. Nothing is replaced after a reply,
-// even an error reply, nor after a report that timed out on a connection
-// that was up: go-redis drops that connection itself, and a new client
-// for each slow report would add to the load of a store that is slow.
-func (s *redisStore) redial(err error) {
-	var reply redis.Error
-	var op *net.OpError
-	dial := errors.As(err, &op) && op.Op == "dial"
-	if err == nil || errors.As(err, &reply) || (isTimeout(err) && !dial) {
-		return
-	}
-	fresh, e := newClient(s.su, s.caFile, s.timeout(), s.creds)
-	if e != nil {
-		return // ca_file went away: keep the old client; Reload says why
-	}
-	s.mu.Lock()
-	old := s.client
-	s.client = fresh
-	s.mu.Unlock()
-	go old.Close() // may wait for a hung connection: never the loop
-}
-
 // refusal returns err as a refusedError when it is the store refusing the
-// credentials or the ACL user's rights, else as it is.
+// credentials or the ACL user's rights, or a TLS certificate refused
+// either way (the server's not verified, or ours refused by the server's
+// alert), else as it is.
 func refusal(err error) error {
 	if err == nil {
 		return nil
 	}
+	var verify *tls.CertificateVerificationError
+	var host x509.HostnameError
+	var ca x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	if errors.As(err, &verify) || errors.As(err, &host) || errors.As(err, &ca) || errors.As(err, &invalid) {
+		return refusedError{err}
+	}
 	msg := err.Error()
-	for _, s := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "invalid password", "invalid username-password"} {
+	for _, s := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "invalid password", "invalid username-password",
+		"remote error: tls: bad certificate", "remote error: tls: certificate required", "remote error: tls: unknown certificate"} {
 		if strings.Contains(msg, s) {
 			return refusedError{err}
 		}
@@ -299,42 +370,3 @@ func (goRedisLog) Printf(ctx context.Context, format string, v ...any) {
 }
 
 var quietOnce sync.Once
-
-// newClient returns the go-redis client for s. creds returns the current
-// user and password (password_file, read at start and on reload). Every
-// command is bounded by its context's deadline (the report), with no
-// retries: the next report is the retry.
-func newClient(s storeurl.URL, caFile string, timeout time.Duration, creds func() (string, string)) (redis.UniversalClient, error) {
-	opts := &redis.UniversalOptions{
-		Addrs:                 s.Addrs,
-		DB:                    s.DB,
-		MasterName:            s.Master,
-		IsClusterMode:         s.Cluster(),
-		ClientName:            "tierlimit-fleet",
-		CredentialsProvider:   creds,
-		MaxRetries:            -1,
-		DialerRetries:         1,
-		DialTimeout:           timeout,
-		ReadTimeout:           timeout,
-		WriteTimeout:          timeout,
-		ContextTimeoutEnabled: true,
-		PoolSize:              2,
-		MinIdleConns:          0,
-		DisableIdentity:       true,
-		MaintNotificationsConfig: &maintnotifications.Config{
-			Mode: maintnotifications.ModeDisabled,
-		},
-	}
-	if caFile != "" && !s.TLS() {
-		return nil, fmt.Errorf("%w: ca_file is set but the store URL is not rediss://", ErrCAFile)
-	}
-	if s.TLS() {
-		cfg, err := tlsConfig(caFile)
-		if err != nil {
-			return nil, err
-		}
-		opts.TLSConfig = cfg
-	}
-	quietOnce.Do(func() { redis.SetLogger(goRedisLog{}) })
-	return redis.NewUniversalClient(opts), nil
-}

@@ -3,7 +3,9 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/tierlimit/tierlimit/tiers/storeurl"
@@ -56,7 +58,10 @@ func Status(ctx context.Context, cfg Config) ([]Member, error) {
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
-	st, err := dial(su, cfg.CAFile, func() time.Duration { return timeout }, func() (string, string) { return su.Username, pw })
+	st, err := dial(&connOptions{su: su, cfg: cfg, dials: new(atomic.Uint64), log: slog.New(slog.DiscardHandler),
+		creds:  func(context.Context) (string, string, error) { return su.Username, pw, nil },
+		report: func() time.Duration { return timeout },
+		ttl:    func() time.Duration { return timeout }})
 	if err != nil {
 		return nil, err
 	}

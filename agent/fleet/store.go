@@ -2,8 +2,6 @@ package fleet
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -20,8 +18,10 @@ import (
 // A call that hits ctx's deadline returns an error that isTimeout
 // recognises (context.DeadlineExceeded, os.ErrDeadlineExceeded or a
 // net.Error timeout); a store that refuses the credentials or the ACL
-// user's rights returns a refusedError (isAuth). A backend reconnects on
-// its own after a failed connection, by the next report at the latest.
+// user's rights, or a TLS certificate either way, returns a refusedError
+// (isAuth). A backend reconnects on its own after a failed connection,
+// backing off (backoff.go): while it backs off, report returns a
+// backingOffError that wraps the last failure.
 type store interface {
 	// report publishes member's estimates est (packets per window) in
 	// fleet name, drops the members not heard from for ttl, and returns
@@ -42,13 +42,11 @@ type view struct {
 	members int
 }
 
-// dial opens the store su names. timeout returns a new connection's dial
-// and command timeout (the report in force; it is read again at each
-// reconnection), creds the current user and password (password_file, read
-// at start and on reload). Errors wrap ErrCAFile. Every scheme storeurl
-// reads is Redis's (redis.go).
-func dial(su storeurl.URL, caFile string, timeout func() time.Duration, creds func() (user, password string)) (store, error) {
-	s, err := dialRedis(su, caFile, timeout, creds)
+// dial opens the store o names. Its errors wrap ErrCAFile, ErrCertFile,
+// ErrSentinelPasswordFile or ErrConfig (checkConn). Every scheme storeurl
+// reads is Redis's (redis.go); dial.go holds the connections' lifecycle.
+func dial(o *connOptions) (store, error) {
+	s, err := dialRedis(o)
 	if err != nil {
 		return nil, err
 	}
@@ -93,25 +91,4 @@ func readPassword(file string) (string, error) {
 		return "", fmt.Errorf("%w: %v", ErrPasswordFile, err)
 	}
 	return pw, nil
-}
-
-// tlsConfig builds the client's TLS settings: the system roots, or the CA
-// in caFile when given; each server's name is checked against the host the
-// client dials (crypto/tls takes it from the address). Errors wrap
-// ErrCAFile.
-func tlsConfig(caFile string) (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caFile == "" {
-		return cfg, nil
-	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCAFile, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%w: %s holds no PEM certificate", ErrCAFile, caFile)
-	}
-	cfg.RootCAs = pool
-	return cfg, nil
 }

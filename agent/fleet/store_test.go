@@ -51,6 +51,16 @@ func TestStartRefusesConfig(t *testing.T) {
 		{"empty password_file", func(c *fleet.Config) { c.PasswordFile = empty }, fleet.ErrPasswordFile},
 		{"ca_file without tls", func(c *fleet.Config) { c.CAFile = empty }, fleet.ErrCAFile},
 		{"ca_file not PEM", func(c *fleet.Config) { c.Store = "rediss://127.0.0.1:1"; c.CAFile = empty }, fleet.ErrCAFile},
+		{"cert_file without key_file", func(c *fleet.Config) { c.Store = "rediss://127.0.0.1:1"; c.CertFile = empty }, fleet.ErrCertFile},
+		{"cert_file without tls", func(c *fleet.Config) { c.CertFile, c.KeyFile = empty, empty }, fleet.ErrCertFile},
+		{"cert_file not PEM", func(c *fleet.Config) { c.Store = "rediss://127.0.0.1:1"; c.CertFile, c.KeyFile = empty, empty }, fleet.ErrCertFile},
+		{"server_name without tls", func(c *fleet.Config) { c.ServerName = "redis.example.com" }, fleet.ErrConfig},
+		{"sentinel_password_file without sentinel", func(c *fleet.Config) { c.SentinelPasswordFile = empty }, fleet.ErrSentinelPasswordFile},
+		{"sentinel_password_file empty", func(c *fleet.Config) { c.Store = "redis+sentinel://127.0.0.1:1/m"; c.SentinelPasswordFile = empty }, fleet.ErrSentinelPasswordFile},
+		{"sentinel_password_file missing", func(c *fleet.Config) {
+			c.Store = "redis+sentinel://127.0.0.1:1/m"
+			c.SentinelPasswordFile = filepath.Join(dir, "none")
+		}, fleet.ErrSentinelPasswordFile},
 	} {
 		cfg := base
 		tc.edit(&cfg)

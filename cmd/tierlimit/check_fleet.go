@@ -38,9 +38,13 @@ func printFleetCheck(out io.Writer, p tiers.Policy, t tiers.Table) error {
 	switch f.Fallback {
 	case tiers.FallbackLocal:
 		fmt.Fprintf(out, "  fallback (the store out of reach for %s): local, this policy's max %d\n", f.TTL, p.Max)
+	case tiers.FallbackLast:
+		fmt.Fprintf(out, "  fallback (the store out of reach for %s): last, this member's last share of fleet.max (own R̂ ÷ R̂_fleet) for %s, then share (%d with 3 members)\n",
+			f.TTL, tiers.FleetLastHold*f.TTL, p.FleetFallbackPolicy(3).Max)
 	default:
 		fmt.Fprintf(out, "  fallback (the store out of reach for %s): share, fleet.max ÷ the members last seen (%d with 3 members)\n", f.TTL, p.FleetFallbackPolicy(3).Max)
 	}
+	fmt.Fprintf(out, "  with no agent running (killed, pinned), the program applies the fallback alone from %s after its last report\n", f.TTL)
 	if p.Auto != nil {
 		fmt.Fprintf(out, "  with max: auto, a member never passes more than its learnt max allows on its own R̂\n")
 	}

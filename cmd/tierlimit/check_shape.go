@@ -48,13 +48,14 @@ func printSmooth(out io.Writer, p tiers.Policy, t tiers.Table) error {
 		return err
 	}
 	fmt.Fprintf(out, "estimator: R̂ is the sliding window count S = n + the previous window's count × the part of its span still inside the last window;\n")
-	fmt.Fprintf(out, "  the window is an onset once n ≥ %d and the count extrapolated to its end, F = n / f (f the elapsed part of the window, at least 1/%d),\n",
-		tiers.SmoothOnsetMin, (1<<tiers.SmoothFracBits)/tiers.SmoothMinFrac)
-	fmt.Fprintf(out, "  exceeds 2 × S; from then to the window's end R̂ = max(S, F) (without budgets, F read from the clock per packet); recomputed once per tick, %s\n", smoothTick())
+	fmt.Fprintf(out, "  E is the recent rate over a window: the count of the last 1/16 to 1/8 of a window (after an onset, for %d ticks, since the onset on the clock) × the window;\n",
+		tiers.SmoothClockTicks)
+	fmt.Fprintf(out, "  an onset is E past 5/4 × S with n ≥ %d since the rate's reference, wherever it falls in a window; then R̂ = max(S, E) until E falls to S,\n", tiers.SmoothOnsetMin)
+	fmt.Fprintf(out, "  across window ends; recomputed once per tick, %s\n", smoothTick())
 	if t.Sources.Budget != 0 {
-		fmt.Fprintf(out, "  with budgets, in an onset in-budget packets are judged on max(S, n extrapolated by its rate over the last 1/16 to 1/8 of the window)\n")
+		fmt.Fprintf(out, "  with budgets, in an onset in-budget packets are judged on max(S, the spent budgets + the rate of the groups within theirs × the window)\n")
 	}
-	fmt.Fprintf(out, "bursts: a burst at more than twice the last window's rate is read as a flood's onset and shed at q(F) while F is past T_1 = %d,\n", p.Thresholds()[0])
+	fmt.Fprintf(out, "bursts: a burst at more than 5/4 of the last window's rate is read as a flood's onset and shed at q(E) while E is past T_1 = %d,\n", p.Thresholds()[0])
 	fmt.Fprintf(out, "  even in a window that ends below it: it cannot be told from a flood's first ticks; where such bursts are the normal load, shape: ordinal passes\n")
 	fmt.Fprintf(out, "  every window below T_1 whole; shape smooth needs a window of at least %v (20 ticks at HZ 100)\n", tiers.SmoothMinWindow)
 	return nil

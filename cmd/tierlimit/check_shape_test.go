@@ -15,8 +15,8 @@ func TestCheckShape(t *testing.T) {
 		// (n = 1..699 in tier 0), 1758 per second in 500 ms windows.
 		"0.5 × max 500 500.0 50.0 1000/s 0.00%", "1 × max 1000 879.0 87.9 1758/s 12.10%",
 		"5 × max 5000 879.0 87.9 1758/s 82.42%", "10 × max 10000 879.0 87.9 1758/s 91.21%",
-		"sliding window count", "n ≥ 16", "at least 1/32", "2 × S", "once per tick",
-		"bursts: a burst at more than twice", "past T_1 = 700", "at least 200ms"}
+		"sliding window count", "n ≥ 16", "recent rate over a window", "5/4 × S", "once per tick",
+		"bursts: a burst at more than 5/4", "past T_1 = 700", "at least 200ms"}
 	ordinal := []string{"shape ordinal", "by its position n"}
 	sharing := []string{"sharing:", "P(R_in + R_ex) − P(R_in)", "window passes P(R_in + R_ex), as without budgets", "light groups lose nothing"}
 	bound := []string{"max(n, expect_in) + its rank", "expect_in = 0", "arrives before its in-budget traffic", "up to T_1 = 700 packets more than P(R_in + R_ex)",

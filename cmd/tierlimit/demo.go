@@ -26,6 +26,10 @@ type demoFlags struct {
 	max    uint64
 	window time.Duration
 	loads  []float64
+	// steps is the phase of each window's step (--loads L@φ): the
+	// window offers the previous window's load until φ of it, then its
+	// own; 0 for a window at its load throughout. Nil without steps.
+	steps []float64
 	// severity floods a mix of syslog severities under a severity block.
 	severity bool
 	noisy    bool // --noisy-source (demo_sources.go)
@@ -37,6 +41,9 @@ type demoFlags struct {
 	// fleetBin the tierlimit binary they run (default: this one).
 	fleet    int
 	fleetBin string
+	// chaos is --chaos: with --fleet, member 0 is cut off from the
+	// store for a few windows (demo_fleet_chaos.go).
+	chaos bool
 }
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -56,6 +63,12 @@ back, so that a window's offered rate is its load: a window whose load is
 the previous one's passes P(R) in both shapes; in the smooth shape a window
 whose load rises passes more while its estimate of the load catches up
 (docs/design.md §9).
+
+A load may step within its window: --loads 0.5,0.5,10@0.6,10 offers 0.5 ×
+max in the third window until 0.6 of it, then 10 × max: a flood arriving
+on live traffic at a phase of the window (docs/design.md §4). With a step
+each row ends with a tenths column, the passes received in each tenth of
+the window.
 
 Each window's row also shows how its passes spread over it, from the times
 the collector's socket received them: the most received in a tenth of the
@@ -88,7 +101,11 @@ fleet.max of --max per --window, joined to the store's namespace. Each
 window's load (a multiple of fleet.max, --loads) is split across the members
 unevenly (60/30/10 for three); per window it prints each member's offered and
 passed, the fleet's total beside the model's P(R_fleet), and what a static
-max of --max ÷ N on each member would pass.`,
+max of --max ÷ N on each member would pass. With --chaos the busiest member
+is cut off from the store (a firewall rule in its namespace; nft must be
+installed) from the second window to the last but one, and each window's
+total is printed beside the bound docs/design.md §12 states for the fleet's
+fallback.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.parse(loads, shape); err != nil {
@@ -99,12 +116,13 @@ max of --max ÷ N on each member would pass.`,
 	}
 	cmd.Flags().Uint64Var(&f.max, "max", 1000, "selected packets per window the sandbox's collector is meant to handle")
 	cmd.Flags().DurationVar(&f.window, "window", 500*time.Millisecond, "window length")
-	cmd.Flags().StringVar(&loads, "loads", "0.5,1,1.5,2,3,5,10", "offered load of each window, as multiples of max")
+	cmd.Flags().StringVar(&loads, "loads", "0.5,1,1.5,2,3,5,10", "offered load of each window, as multiples of max; L@φ steps from the previous load to L at φ (0..1) of the window")
 	cmd.Flags().StringVar(&shape, "shape", "smooth", "the policy's shape: smooth (passes spread over the window) or ordinal (the seed's rule: a burst at the window's start)")
 	cmd.Flags().BoolVar(&f.severity, "severity", false, "flood 1% crit, 49% info, 50% debug under a severity block (protect emerg..err, shed debug first)")
 	cmd.Flags().BoolVar(&f.noisy, "noisy-source", false, "show fair shedding: one heavy sender, five light ones, with and without per-source budgets")
 	cmd.Flags().BoolVar(&f.record, "record", false, "show the shed record: two noisy senders, the episode's syslog reports and tshark-style samples")
 	cmd.Flags().IntVar(&f.fleet, "fleet", 0, "run N members sharing one budget of --max through a redis-server the demo starts (2..8)")
+	cmd.Flags().BoolVar(&f.chaos, "chaos", false, "with --fleet: cut the busiest member off from the store for a few windows and print the fleet's total against the partition bound")
 	cmd.Flags().StringVar(&f.fleetBin, "fleet-bin", "", "the tierlimit binary the --fleet members run (default: this one)")
 	cmd.Flags().MarkHidden("fleet-bin")
 	cmd.Flags().BoolVar(&f.auto, "auto", false, "max: auto starting at --max, flooded at 2 × max into a collector that reads max/4 per window: watch max settle")
@@ -115,11 +133,25 @@ max of --max ÷ N on each member would pass.`,
 // usage error naming the flag.
 func (f *demoFlags) parse(loads, shape string) error {
 	for _, s := range strings.Split(loads, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		l, at, stepped := strings.Cut(strings.TrimSpace(s), "@")
+		v, err := strconv.ParseFloat(l, 64)
 		if err != nil || v <= 0 || v > 50 {
-			return usageErrorf("--loads: %q: want multiples of max in (0, 50]", s)
+			return usageErrorf("--loads: %q: want multiples of max in (0, 50], each optionally @φ", s)
+		}
+		phase := 0.0
+		if stepped {
+			phase, err = strconv.ParseFloat(at, 64)
+			if err != nil || !(phase > 0 && phase < 1) {
+				return usageErrorf("--loads: %q: the step's phase %q: want a fraction of the window in (0, 1)", s, at)
+			}
+			if f.steps == nil {
+				f.steps = make([]float64, len(f.loads), len(f.loads)+1)
+			}
 		}
 		f.loads = append(f.loads, v)
+		if f.steps != nil {
+			f.steps = append(f.steps, phase)
+		}
 	}
 	if f.max == 0 || f.max > 20000 {
 		return usageErrorf("--max %d: want 1..20000 (the sandbox sends max × load packets per window)", f.max)
@@ -127,8 +159,14 @@ func (f *demoFlags) parse(loads, shape string) error {
 	if f.window < 100*time.Millisecond || f.window > 10*time.Second {
 		return usageErrorf("--window %v: want 100ms..10s", f.window)
 	}
+	if f.chaos && f.fleet == 0 {
+		return usageErrorf("--chaos: with --fleet N only")
+	}
 	if f.fleet != 0 && (f.fleet < 2 || f.fleet > 8) {
 		return usageErrorf("--fleet %d: want 2..8 members", f.fleet)
+	}
+	if f.steps != nil && (f.fleet != 0 || f.severity || f.noisy || f.auto || f.record) {
+		return usageErrorf("--loads %q: a step (L@φ) is for the plain demo, not --fleet, --severity, --noisy-source, --auto or --record", loads)
 	}
 	if f.fleet != 0 && (f.severity || f.noisy || f.auto || f.record || shape == "ordinal") {
 		return usageErrorf("--fleet: alone, with the smooth shape (--severity, --noisy-source, --auto, --record and --shape ordinal are other demos)")
@@ -180,6 +218,8 @@ type demoRig struct {
 	recv *demoReceiver
 	send *net.UDPConn
 	dst  netip.AddrPort
+	// steps is demoFlags.steps: windows reads it (nil: no steps).
+	steps []float64
 }
 
 // newDemoRig builds the sandbox and starts the agent. Close it when done.
@@ -242,6 +282,7 @@ func runDemo(ctx context.Context, g *globals, f demoFlags) error {
 		return err
 	}
 	defer r.Close()
+	r.steps = f.steps
 	pair := r.pair
 	fmt.Fprintf(g.stdout, "sandbox: %s (%s, %s) <-veth-> %s (%s, %s)\npolicy: %s\n\n",
 		pair.Send.Name, pair.SendIf, pair.SendAddr, pair.Coll.Name, pair.CollIf, pair.CollAddr, pol.String())
@@ -250,6 +291,9 @@ func runDemo(ctx context.Context, g *globals, f demoFlags) error {
 	fmt.Fprintf(g.stdout, "%6s %8s %6s %8s %9s %8s %8s %8s", "window", "offered", "× max", "passed", "expected", "dropped", "top 1/10", "avg 1/10")
 	for k := 0; k <= len(pol.Tiers); k++ {
 		fmt.Fprintf(g.stdout, "  %14s", fmt.Sprintf("tier %d pass/drop", k))
+	}
+	if f.steps != nil {
+		fmt.Fprintf(g.stdout, "  %s", "tenths")
 	}
 	fmt.Fprintln(g.stdout)
 	return r.windows(ctx, pol, f.loads, func(i int, load float64, w *demoWindow) error {
@@ -262,6 +306,7 @@ func runDemo(ctx context.Context, g *globals, f demoFlags) error {
 // when the first was sent: the window opens at it.
 type demoWindow struct {
 	before, after bpf.Stats
+	offered       int // datagrams sent in the window
 	received      int64
 	origin        time.Time
 }
@@ -272,7 +317,9 @@ type demoWindow struct {
 // (the smooth shape judges by rate). A window the scheduler delays is
 // finished late (within 10 windows) rather than cut, so that every row
 // offers what it says, and the next starts when it ends. Each window's
-// datagrams carry burst tag i. row gets each window a tenth of a window
+// datagrams carry burst tag i. A window with a step (r.steps) offers the
+// previous window's load (none before the first) until the step's phase,
+// then its own, each part spread evenly over its span. row gets each window a tenth of a window
 // after it ended (the next one is being sent meanwhile), with what the
 // collector received of it; it returns nil when ctx ends first.
 func (r *demoRig) windows(ctx context.Context, pol tiers.Policy, loads []float64, row func(i int, load float64, w *demoWindow) error, msg func(i, seq int) []byte) error {
@@ -284,7 +331,15 @@ func (r *demoRig) windows(ctx context.Context, pol tiers.Policy, loads []float64
 		defer close(done)
 		start := time.Now()
 		for i, load := range loads {
-			w, err := r.offer(ctx, pol, start, int(load*float64(pol.Max)), func(seq int) []byte { return msg(i, seq) })
+			var lead demoLead
+			if i < len(r.steps) && r.steps[i] > 0 {
+				lead.frac = r.steps[i]
+				if i > 0 {
+					lead.count = int(loads[i-1] * lead.frac * float64(pol.Max))
+				}
+				load *= 1 - lead.frac
+			}
+			w, err := r.offer(ctx, pol, start, lead, int(load*float64(pol.Max)), func(seq int) []byte { return msg(i, seq) })
 			if err != nil || w == nil {
 				errc <- err
 				return
@@ -310,10 +365,18 @@ func (r *demoRig) windows(ctx context.Context, pol tiers.Policy, loads []float64
 	return <-errc
 }
 
+// demoLead is the part of a window before its step: count datagrams over
+// frac of the window. The zero value is no step.
+type demoLead struct {
+	count int
+	frac  float64
+}
+
 // offer sends count datagrams made by msg in one window, which opens at
-// start or, when that has passed, now, and returns the program's counters
-// before and after it; nil when ctx ended first.
-func (r *demoRig) offer(ctx context.Context, pol tiers.Policy, start time.Time, count int, msg func(seq int) []byte) (*demoWindow, error) {
+// start or, when that has passed, now, after lead's (spread over its
+// fraction of the window, count over the rest), and returns the program's
+// counters before and after it; nil when ctx ended first.
+func (r *demoRig) offer(ctx context.Context, pol tiers.Policy, start time.Time, lead demoLead, count int, msg func(seq int) []byte) (*demoWindow, error) {
 	var w demoWindow
 	var err error
 	select {
@@ -325,12 +388,31 @@ func (r *demoRig) offer(ctx context.Context, pol tiers.Policy, start time.Time, 
 		return nil, err
 	}
 	w.origin = time.Now()
-	if _, err := traffic.Pace(ctx, r.send, r.dst, count, pol.Window, 10*pol.Window, msg); err != nil {
+	rest := pol.Window
+	if lead.frac > 0 {
+		span := time.Duration(lead.frac * float64(pol.Window))
+		rest -= span
+		if lead.count == 0 {
+			// Idle before the step.
+			select {
+			case <-ctx.Done():
+				return nil, nil
+			case <-time.After(span):
+			}
+		} else if _, err := traffic.Pace(ctx, r.send, r.dst, lead.count, span, 10*span, msg); err != nil {
+			if ctx.Err() != nil {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("send: %w", err)
+		}
+	}
+	if _, err := traffic.Pace(ctx, r.send, r.dst, count, rest, 10*pol.Window, func(seq int) []byte { return msg(lead.count + seq) }); err != nil {
 		if ctx.Err() != nil {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("send: %w", err)
 	}
+	w.offered = lead.count + count
 	if w.after, err = r.a.Limiter().Stats(); err != nil {
 		return nil, err
 	}
@@ -340,7 +422,7 @@ func (r *demoRig) offer(ctx context.Context, pol tiers.Policy, start time.Time, 
 // printWindow prints window i, offered load × max: what passed and what
 // dropped, by tier, beside the model's expectation.
 func (r *demoRig) printWindow(g *globals, pol tiers.Policy, i int, load float64, w *demoWindow) error {
-	offered := int(load * float64(pol.Max))
+	offered := w.offered
 	before, after := w.before, w.after
 	e, err := tiers.Expected(pol, uint64(offered))
 	if err != nil {
@@ -354,8 +436,15 @@ func (r *demoRig) printWindow(g *globals, pol tiers.Policy, i int, load float64,
 		dropped += d
 		fmt.Fprintf(&perTier, "  %16s", fmt.Sprintf("%d/%d", p, d))
 	}
-	top := slices.Max(r.recv.Tenths(i, w.origin, pol.Window))
-	fmt.Fprintf(g.stdout, "%6d %8d %6.1f %8d %9.0f %8d %8d %8.1f%s\n", i+1, offered, load, w.received, e.Passed, dropped,
-		top, float64(w.received)/10, perTier.String())
+	tenths := r.recv.Tenths(i, w.origin, pol.Window)
+	if r.steps != nil {
+		s := make([]string, len(tenths))
+		for k, v := range tenths {
+			s[k] = strconv.Itoa(v)
+		}
+		fmt.Fprintf(&perTier, "  %s", strings.Join(s, ","))
+	}
+	fmt.Fprintf(g.stdout, "%6d %8d %6.1f %8d %9.0f %8d %8d %8.1f%s\n", i+1, offered, float64(offered)/float64(pol.Max), w.received, e.Passed, dropped,
+		slices.Max(tenths), float64(w.received)/10, perTier.String())
 	return nil
 }

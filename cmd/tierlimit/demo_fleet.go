@@ -73,6 +73,9 @@ func runFleetDemo(ctx context.Context, g *globals, f demoFlags) error {
 	if err != nil {
 		return err
 	}
+	if _, err := exec.LookPath("nft"); f.chaos && err != nil {
+		return errors.New("demo --fleet --chaos needs nft installed, to cut a member off from the store (apt install nftables)")
+	}
 	bin, err := fleetDemoBin(f)
 	if err != nil {
 		return err
@@ -109,11 +112,31 @@ func runFleetDemo(ctx context.Context, g *globals, f demoFlags) error {
 	fmt.Fprintf(out, "policy: fleet.max %d per %s across the fleet, report %s, ttl %s; each member judges on its own R̂ + the others' last reported sum\n",
 		f.max, f.window, demoFleetReport, demoFleetTTL)
 	fmt.Fprintf(out, "load: each window's offered load, a multiple of fleet.max, split %s across the members\n\n", shareText(w, sumOf(w)))
+	var chaos demoChaos
+	chaosErr := make(chan error, 1)
+	stop := make(chan struct{})
+	if f.chaos {
+		chaos = chaosWindows(len(f.loads))
+		go func() { chaosErr <- chaos.run(lab, time.Now(), f.window, stop) }()
+	}
 	sent, err := lab.flood(ctx, 0, len(f.loads), f.window, fleetDemoRates(f, w))
+	close(stop)
+	if f.chaos {
+		if cerr := <-chaosErr; cerr != nil && err == nil {
+			err = cerr
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("flood: %w", err)
 	}
 	lab.settle(100 * time.Millisecond)
+	if f.chaos {
+		pol, err := tiers.ParseYAML([]byte(text))
+		if err != nil {
+			return configError{err}
+		}
+		return m.printChaos(out, lab, pol, f.loads, sent, chaos, f.window)
+	}
 	return m.print(out, lab, f.loads, sent)
 }
 

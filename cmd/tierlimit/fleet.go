@@ -31,11 +31,15 @@ func checkFleetFiles(p tiers.Policy) error {
 	return nil
 }
 
-// checkFleetStore asks the store of p's fleet, when p has one, whether it
-// takes the credentials, before anything is attached, within one
-// fleet.report: a refusal is explainFleet's exit 2, naming
-// fleet.password_file. Any other answer, or none, leaves it to the
-// controller's start: a store out of reach starts run in fallback.
+// checkFleetStore checks the connection settings of p's fleet, when p has
+// one, before anything is attached, and asks its store once within one
+// fleet.report: a ca_file, cert_file, key_file or sentinel_password_file
+// that cannot be read is explainFleet's exit 2, naming the key. A store
+// that refuses the credentials is not (issue 40: no node is left
+// unprotected because of its store): the controller starts in fallback
+// with an ERROR and fleet_auth_failed, and keeps retrying. Any other
+// answer, or none, leaves it to the controller's start: a store out of
+// reach starts run in fallback.
 func checkFleetStore(ctx context.Context, p tiers.Policy) error {
 	if p.Fleet == nil {
 		return nil
@@ -43,7 +47,7 @@ func checkFleetStore(ctx context.Context, p tiers.Policy) error {
 	ctx, cancel := context.WithTimeout(ctx, p.Fleet.Report)
 	defer cancel()
 	_, err := fleet.Status(ctx, agent.FleetConfig(p.Fleet, "preflight"))
-	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, fleet.ErrAuth) {
 		return nil
 	}
 	if e := explainFleet(err, p.Fleet); isConfig(e) {
@@ -59,10 +63,12 @@ type fleetStarter interface {
 
 // startFleet starts the fleet controller when p has a fleet block
 // (docs/design.md §12). A store out of reach is no error: the controller
-// warns and the agent starts in fallback. The errors that refuse to start
-// are words for a person, exit 2: the store refusing the credentials or an
-// unreadable password_file (naming fleet.password_file), a bad ca_file,
-// store or other key, and a fleet with max: auto.
+// warns and the agent starts in fallback; so is a store that refuses the
+// credentials (an ERROR, fleet_auth_failed, and fallback until it takes
+// them). The errors that refuse to start are words for a person, exit 2:
+// an unreadable password_file (naming fleet.password_file) or
+// sentinel_password_file, a bad ca_file, cert_file or key_file, store or
+// other key, and a fleet with max: auto.
 func startFleet(a fleetStarter, p tiers.Policy, member string) error {
 	if p.Fleet == nil {
 		return nil
@@ -87,6 +93,10 @@ func explainFleet(err error, f *tiers.Fleet) error {
 		return configError{fmt.Errorf("fleet.password_file %s: %w", orNone(f.PasswordFile), err)}
 	case errors.Is(err, fleet.ErrCAFile):
 		return configError{fmt.Errorf("fleet.ca_file %s: %w", orNone(f.CAFile), err)}
+	case errors.Is(err, fleet.ErrCertFile):
+		return configError{fmt.Errorf("fleet.cert_file %s, fleet.key_file %s: %w", orNone(f.CertFile), orNone(f.KeyFile), err)}
+	case errors.Is(err, fleet.ErrSentinelPasswordFile):
+		return configError{fmt.Errorf("fleet.sentinel_password_file %s: %w", orNone(f.SentinelPasswordFile), err)}
 	case errors.Is(err, fleet.ErrStoreURL):
 		return configError{fmt.Errorf("fleet.store: %w", err)}
 	case errors.Is(err, fleet.ErrConfig):

@@ -62,7 +62,8 @@ select: [{proto: udp, ports: [514]}]
 //   - Store: stopped (SIGSTOP) for half the ttl, reports are slow, no
 //     member falls back and the collectors still receive. Killed, every member is in fallback within ttl
 //     (tierlimit_fleet_fallback 1, said once in its log); restarted, every
-//     member rejoins within 2 reports.
+//     member rejoins within 1 s and 2 reports (a refused address is
+//     probed once a second: docs/design.md §12, "Connections").
 //
 // The timing checks allow e2eSlack beyond each bound.
 func TestFleetE2E(t *testing.T) {
@@ -391,10 +392,10 @@ func checkStoreFaults(t *testing.T, lab *fleetLab, rd *testenv.Redis) {
 		}
 	}
 	rd.Restart(t)
-	for i, d := range allWithin(lab, 2*e2eReport+e2eSlack, func(i int) bool { return gauge(t, lab, i, "tierlimit_fleet_fallback") == 0 }) {
+	for i, d := range allWithin(lab, time.Second+2*e2eReport+e2eSlack, func(i int) bool { return gauge(t, lab, i, "tierlimit_fleet_fallback") == 0 }) {
 		t.Logf("store back: member %d rejoined after %v", i, d)
 		if d < 0 {
-			t.Errorf("member %d did not rejoin within 2 reports (%v) of the store's return", i, 2*e2eReport)
+			t.Errorf("member %d did not rejoin within 1 s and 2 reports (%v) of the store's return", i, time.Second+2*e2eReport)
 		}
 	}
 	for i := range lab.members {
@@ -410,9 +411,9 @@ func checkStoreFaults(t *testing.T, lab *fleetLab, rd *testenv.Redis) {
 
 // TestFleetSIGHUP: the tierlimit binary, a member of a fleet whose store
 // (in its own namespace) changes its password and drops its connections,
-// is refused at each report until SIGHUP: the reload reads password_file
-// again, with the policy file unchanged (so only the signal reloads), and
-// the member reports again and is out of fallback.
+// is refused (backing off) until password_file has the new password, and
+// then reports again with no SIGHUP (issue 40: the file is read at every
+// new connection); a SIGHUP after that changes nothing.
 func TestFleetSIGHUP(t *testing.T) {
 	testenv.Require(t)
 	testenv.RequireRedis(t)
@@ -459,19 +460,22 @@ fleet: {name: tlhup, store: %q, max: 600, report: 100ms, ttl: 3s, password_file:
 	if _, err := lab.writePolicy("fleet.secret", "second-one\n"); err != nil {
 		t.Fatal(err)
 	}
-	// Still refused: the file is read at start and on reload only.
-	errs = reports("error")
-	if _, ok := within(time.Second, func() bool { return reports("error") > errs+2 }); !ok {
-		t.Fatalf("reports not refused before the reload")
+	// No SIGHUP: the next connection reads the file.
+	ok0 := reports("ok")
+	if d, ok := within(5*time.Second, func() bool { return reports("ok") > ok0+2 }); !ok {
+		t.Fatalf("no report ok within 5s of the file's new password, with no SIGHUP")
+	} else {
+		t.Logf("reports ok again %v after the file changed, with no SIGHUP", d)
+	}
+	if v := gauge(t, lab, 0, "tierlimit_fleet_auth_failed"); v != 0 {
+		t.Errorf("tierlimit_fleet_auth_failed %v once the file has the password, want 0", v)
 	}
 	if err := lab.signal(0, syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	ok0 := reports("ok")
-	if d, ok := within(5*time.Second, func() bool { return reports("ok") > ok0+2 }); !ok {
-		t.Fatalf("no report ok within 5s of SIGHUP")
-	} else {
-		t.Logf("reports ok again %v after SIGHUP", d)
+	ok0 = reports("ok")
+	if _, ok := within(5*time.Second, func() bool { return reports("ok") > ok0+2 }); !ok {
+		t.Fatalf("no report ok within 5s of a SIGHUP")
 	}
 	if v := gauge(t, lab, 0, "tierlimit_fleet_fallback"); v != 0 {
 		t.Errorf("tierlimit_fleet_fallback %v after the reload, want 0", v)

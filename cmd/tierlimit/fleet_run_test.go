@@ -2,8 +2,9 @@ package main
 
 // Tests of run and status with a fleet: section (docs/design.md §12): the
 // bad sections and an unreadable password_file refuse before anything is
-// attached, a store that refuses the password stops run with exit 2
-// naming fleet.password_file, a store out of reach starts run in
+// attached, a store that refuses the password starts run in fallback
+// with an ERROR and fleet_auth_failed (issue 40: no node is left
+// unprotected because of its store), a store out of reach starts run in
 // fallback, and status --fleet lists the members from the store.
 
 import (
@@ -80,8 +81,9 @@ func TestRunFleetBadConfig(t *testing.T) {
 }
 
 // TestRunFleetStart runs `tierlimit run` with a fleet on a veth: a store
-// that refuses the password stops it with exit 2 and one line naming
-// fleet.password_file; a store out of reach starts it in fallback with a
+// that refuses the password starts it in fallback, limiting, with an
+// ERROR naming password_file and tierlimit_fleet_auth_failed 1; a store
+// out of reach starts it in fallback with a
 // warning (tierlimit_fleet_fallback 1); the right password joins (the
 // store lists the member, under --fleet-member); a reload with a new
 // password_file after the store's password changed rejoins.
@@ -92,21 +94,25 @@ func TestRunFleetStart(t *testing.T) {
 	wrong := writeFile(t, "wrong.secret", "wrong-one\n")
 
 	t.Run("wrong password", func(t *testing.T) {
-		cfg := writeFile(t, "policy.yaml", fleetPolicy("tlrun", rd.URL(), 600, "  password_file: "+wrong+"\n"))
-		var stderr bytes.Buffer
-		err := p.Coll.Do(func() error {
-			return run(context.Background(), []string{"run", "--iface", p.CollIf, "--no-pin", "--metrics-addr", "", "--config", cfg}, io.Discard, &stderr)
-		})
-		errLine := new(bytes.Buffer)
-		if code := report(errLine, err); code != 2 {
-			t.Errorf("exit %d, want 2 (err %v)", code, err)
+		cfg := writeFile(t, "policy.yaml", fleetPolicy("tlrun", rd.URL(), 600, "  password_file: "+wrong+"\n  report: 100ms\n  ttl: 1s\n"))
+		r, addr := startCLI(t, p.Coll, "run", "--iface", p.CollIf, "--no-pin", "--metrics-addr", "127.0.0.1:0", "--config", cfg)
+		if !strings.Contains(r.log.String(), "level=ERROR") || !strings.Contains(r.log.String(), "refuses the credentials") ||
+			!strings.Contains(r.log.String(), "password_file") {
+			t.Errorf("log lacks the ERROR on the refused credentials:\n%s", r.log)
 		}
-		oneLine(t, errLine.String(), "fleet.password_file", wrong)
-		if strings.Contains(stderr.String()+errLine.String(), "wrong-one") {
-			t.Errorf("the secret is in the output:\n%s%s", stderr.String(), errLine)
+		if strings.Contains(r.log.String(), "wrong-one") {
+			t.Errorf("the secret is in the log:\n%s", r.log)
 		}
-		if got := testenv.XDP(t, p.Coll, p.CollIf).Mode; got != "" {
-			t.Errorf("after the refusal, %s still has XDP (%s)", p.CollIf, got)
+		for name, want := range map[string]float64{"tierlimit_fleet_auth_failed": 1, "tierlimit_fleet_fallback": 1} {
+			if v := scrapeLabel(t, p.Coll, addr, name); v != want {
+				t.Errorf("%s %v, want %v", name, v, want)
+			}
+		}
+		if got := testenv.XDP(t, p.Coll, p.CollIf).Mode; got == "" {
+			t.Errorf("with the store refusing, %s has no XDP: the node is unprotected", p.CollIf)
+		}
+		if err := r.stop(t); err != nil {
+			t.Errorf("run: %v", err)
 		}
 	})
 

@@ -35,6 +35,10 @@ type fleetLab struct {
 	dir     string // policies and state files
 	net     *sandbox.Fleet
 	members []*labMember
+	// pinRoot, when set, is a directory on the host's bpffs under which
+	// member i pins its state (pinRoot/i) instead of running --no-pin;
+	// Close removes it.
+	pinRoot string
 }
 
 // labMember is one member's collector, sender and agent process.
@@ -90,7 +94,8 @@ func (l *fleetLab) writePolicy(name, policy string) (string, error) {
 }
 
 // start runs `tierlimit run` for member i under the member name name
-// with the policy file config, detached when it stops (--no-pin), its
+// with the policy file config, detached when it stops (--no-pin; with
+// pinRoot, pinned under pinRoot/i and left attached), its
 // metrics on 127.0.0.1:9713 in its namespace; it waits (bounded) for the
 // started line, and for want in the log when want is not empty.
 func (l *fleetLab) start(i int, name, config, want string) error {
@@ -101,8 +106,13 @@ func (l *fleetLab) start(i int, name, config, want string) error {
 		return fmt.Errorf("member %d runs already", i)
 	}
 	m.log = &lockedBuffer{}
-	cmd := m.pair.Coll.Command(context.Background(), l.bin, "run", "--iface", m.pair.CollIf, "--config", config,
-		"--no-pin", "--metrics-addr", "127.0.0.1:9713", "--fleet-member", name, "--state-file", "")
+	pin := []string{"--no-pin"}
+	if l.pinRoot != "" {
+		pin = []string{"--pin-path", filepath.Join(l.pinRoot, fmt.Sprint(i))}
+	}
+	args := append([]string{"run", "--iface", m.pair.CollIf, "--config", config}, pin...)
+	cmd := m.pair.Coll.Command(context.Background(), l.bin, append(args,
+		"--metrics-addr", "127.0.0.1:9713", "--fleet-member", name, "--state-file", "")...)
 	cmd.Stdout, cmd.Stderr = m.log, m.log
 	// Pdeathsig: the member dies with its parent even when the parent is
 	// killed before Close.
@@ -324,6 +334,9 @@ func (l *fleetLab) Close() error {
 		err = l.net.Close()
 	}
 	os.RemoveAll(l.dir)
+	if l.pinRoot != "" {
+		os.RemoveAll(l.pinRoot) // the links went with the namespaces
+	}
 	return err
 }
 
@@ -343,4 +356,24 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// cut cuts member i off from the store, or joins it again (on false): an
+// nftables table in its collector namespace drops every packet to and
+// from the store's address, as a partition does (no refusal: the
+// member's connections hang until their deadlines). It needs nft.
+func (l *fleetLab) cut(i int, on bool) error {
+	script := "delete table inet tlchaos\n"
+	if on {
+		a := l.net.StoreAddr.String()
+		script = "table inet tlchaos {\n" +
+			"  chain out { type filter hook output priority 0; ip daddr " + a + " drop; }\n" +
+			"  chain in { type filter hook input priority 0; ip saddr " + a + " drop; }\n}\n"
+	}
+	cmd := l.members[i].pair.Coll.Command(context.Background(), "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft in member %d's namespace: %v: %s", i, err, out)
+	}
+	return nil
 }

@@ -289,7 +289,7 @@ func TestMonitoringEndToEnd(t *testing.T) {
 	if n, err := promSeries(p.Coll, `tierlimit_config_watch_live{mode="watch"} == 1`); err != nil || n != 1 {
 		t.Errorf("config watch gauge: %d series live, %v; want 1", n, err)
 	}
-	for _, n := range []string{"TierlimitInterfaceNotAttached", "TierlimitAgentDown", "TierlimitAgentAbsent", "TierlimitConfigWatchNotLive", "TierlimitReloadFailed", "TierlimitScrapeErrors"} {
+	for _, n := range []string{"TierlimitInterfaceNotAttached", "TierlimitAgentDown", "TierlimitAgentAbsent", "TierlimitConfigWatchNotLive", "TierlimitReloadFailed", "TierlimitScrapeErrors", "TierlimitFleetAuthFailed"} {
 		if firing(t, p.Coll)[n] {
 			t.Errorf("%s fires for a healthy agent", n)
 		}

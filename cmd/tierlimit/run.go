@@ -264,8 +264,9 @@ func checkBeforeAttach(ctx context.Context, p tiers.Policy) (automax.DropSource,
 // the fleet controller and the shed record, before the metrics are
 // served, so that the first scrape already has their series and the log
 // the adaptive max's signal. A fleet store that refuses the credentials
-// stops run (exit 2); one out of reach starts it in fallback, with a
-// warning; a shed record that cannot start is logged.
+// starts run in fallback with an ERROR (fleet_auth_failed); one out of
+// reach starts it in fallback, with a warning; a shed record that cannot
+// start is logged.
 func startRooms(ctx context.Context, log *slog.Logger, a *agent.Agent, p tiers.Policy, f runFlags, src automax.DropSource) error {
 	startAutoMax(ctx, log, a, p, src)
 	if err := startFleet(a, p, f.fleetMember); err != nil {

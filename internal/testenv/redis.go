@@ -35,6 +35,21 @@ type RedisOptions struct {
 	// generates a CA and a server certificate for 127.0.0.1 and writes the
 	// CA to Redis.CAFile.
 	TLS bool
+	// ClientAuth (with TLS) makes the servers ask for a client certificate
+	// (tls-auth-clients yes, Redis's default): StartRedis writes one the
+	// CA signs to Redis.ClientCert and Redis.ClientKey.
+	ClientAuth bool
+	// CertDNS (with TLS), when set, is the only name the server
+	// certificate holds (a DNS name, no IP address): a client that checks
+	// it against 127.0.0.1 fails.
+	CertDNS string
+	// SentinelPassword, when set, is the Sentinel's own requirepass.
+	SentinelPassword string
+	// Host and Port, when set, are the address a standalone server listens
+	// on (127.0.0.2, say) and its port, in place of 127.0.0.1 and a free
+	// port.
+	Host string
+	Port int
 	// Cluster, when 3 or more, runs a Redis Cluster of that many masters
 	// (no replicas) made with redis-cli --cluster create.
 	Cluster int
@@ -60,12 +75,15 @@ type Redis struct {
 	Addrs []string
 	// CAFile is the CA that signed the server certificate (TLS only).
 	CAFile string
+	// ClientCert and ClientKey are a client certificate the CA signed and
+	// its key (TLS with ClientAuth only).
+	ClientCert, ClientKey string
 	// SentinelAddr is the Sentinel's host:port (Sentinel only).
 	SentinelAddr string
 	opts         RedisOptions
 	bin, cli     string
 	nodes        []*redisNode
-	tlsFiles     [3]string // cert, key, CA
+	tlsFiles     [5]string // cert, key, CA, client cert, client key
 }
 
 type redisNode struct {
@@ -103,8 +121,11 @@ func StartRedis(tb testing.TB, opts RedisOptions) *Redis {
 	tb.Helper()
 	r := &Redis{opts: opts}
 	r.bin, r.cli = RequireRedis(tb)
-	if opts.Sentinel && (opts.Cluster > 0 || opts.TLS) {
-		tb.Fatalf("StartRedis: a Sentinel with a cluster or TLS is not supported")
+	if opts.Sentinel && opts.Cluster > 0 {
+		tb.Fatalf("StartRedis: a Sentinel with a cluster is not supported")
+	}
+	if (opts.Host != "" || opts.Port != 0) && (opts.Cluster > 0 || opts.NetNS != nil) {
+		tb.Fatalf("StartRedis: Host and Port are for a standalone server")
 	}
 	if opts.NetNS != nil && (opts.Cluster > 0 || opts.Sentinel || opts.TLS || !opts.Addr.IsValid()) {
 		tb.Fatalf("StartRedis: a server in a namespace is a plain standalone one on an address given")
@@ -113,14 +134,20 @@ func StartRedis(tb testing.TB, opts RedisOptions) *Redis {
 		tb.Fatalf("StartRedis: a cluster needs at least 3 masters, not %d", opts.Cluster)
 	}
 	if opts.TLS {
-		r.tlsFiles = writeTLS(tb, tb.TempDir())
+		r.tlsFiles = writeTLS(tb, tb.TempDir(), opts.CertDNS)
 		r.CAFile = r.tlsFiles[2]
+		if opts.ClientAuth {
+			r.ClientCert, r.ClientKey = r.tlsFiles[3], r.tlsFiles[4]
+		}
 	}
 	n := max(1, opts.Cluster)
 	for i := 0; i < n; i++ {
 		node := &redisNode{port: 6379, dir: tb.TempDir()}
 		if opts.NetNS == nil {
-			node.port = freePort(tb, opts.Cluster > 0)
+			node.port = opts.Port
+			if node.port == 0 {
+				node.port = freePort(tb, opts.Cluster > 0)
+			}
 		}
 		r.nodes = append(r.nodes, node)
 		r.Addrs = append(r.Addrs, net.JoinHostPort(r.host(), strconv.Itoa(node.port)))
@@ -149,6 +176,9 @@ func (r *Redis) host() string {
 	if r.opts.NetNS != nil {
 		return r.opts.Addr.String()
 	}
+	if r.opts.Host != "" {
+		return r.opts.Host
+	}
 	return "127.0.0.1"
 }
 
@@ -168,8 +198,16 @@ func (r *Redis) sentinelConfig(tb testing.TB, n *redisNode) string {
 	host, port, _ := net.SplitHostPort(r.Addrs[0])
 	cfg := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 5000\n",
 		n.port, n.dir, RedisMaster, host, port, RedisMaster)
+	if r.opts.TLS {
+		cfg = strings.Replace(cfg, fmt.Sprintf("port %d\n", n.port), fmt.Sprintf("port 0\ntls-port %d\n", n.port), 1)
+		cfg += fmt.Sprintf("tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-replication yes\ntls-auth-clients %s\n",
+			r.tlsFiles[0], r.tlsFiles[1], r.tlsFiles[2], yesNo(r.opts.ClientAuth))
+	}
 	if r.opts.Password != "" {
 		cfg += fmt.Sprintf("sentinel auth-pass %s %s\n", RedisMaster, r.opts.Password)
+	}
+	if r.opts.SentinelPassword != "" {
+		cfg += fmt.Sprintf("requirepass %s\n", r.opts.SentinelPassword)
 	}
 	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
 		tb.Fatal(err)
@@ -202,6 +240,13 @@ func (r *Redis) PID(i int) int {
 		return 0
 	}
 	return n.cmd.Process.Pid
+}
+
+// KillNode kills node i (SIGKILL) and waits for it: with a Sentinel,
+// node 0 is the master and the Sentinel stays.
+func (r *Redis) KillNode(tb testing.TB, i int) {
+	tb.Helper()
+	r.nodes[i].kill()
 }
 
 // Kill kills every node (SIGKILL) and waits for it: the store is gone.
@@ -242,8 +287,15 @@ func (r *Redis) CLI(tb testing.TB, i int, args ...string) string {
 	a := []string{"-h", r.host(), "-p", strconv.Itoa(r.nodes[i].port)}
 	if r.opts.TLS {
 		a = append(a, "--tls", "--cacert", r.CAFile)
+		if r.opts.ClientAuth {
+			a = append(a, "--cert", r.ClientCert, "--key", r.ClientKey)
+		}
 	}
-	if r.opts.Password != "" {
+	if r.nodes[i].sentinel {
+		if r.opts.SentinelPassword != "" {
+			a = append(a, "--no-auth-warning", "-a", r.opts.SentinelPassword)
+		}
+	} else if r.opts.Password != "" {
 		a = append(a, "--no-auth-warning", "-a", r.opts.Password)
 	}
 	out, err := r.command(r.cli, append(a, args...)...).CombinedOutput()
@@ -259,7 +311,7 @@ func (r *Redis) args(n *redisNode) []string {
 	if r.opts.TLS {
 		a = append(a, "--port", "0", "--tls-port", strconv.Itoa(n.port),
 			"--tls-cert-file", r.tlsFiles[0], "--tls-key-file", r.tlsFiles[1],
-			"--tls-ca-cert-file", r.tlsFiles[2], "--tls-auth-clients", "no")
+			"--tls-ca-cert-file", r.tlsFiles[2], "--tls-auth-clients", yesNo(r.opts.ClientAuth))
 		if r.opts.Cluster > 0 {
 			a = append(a, "--tls-cluster", "yes")
 		}
@@ -335,11 +387,22 @@ func (r *Redis) answers(n *redisNode) bool {
 			c, err = d.Dial("tcp", addr)
 			return err
 		})
-	} else if r.opts.TLS && !n.sentinel {
+	} else if r.opts.TLS {
 		pool := x509.NewCertPool()
 		ca, _ := os.ReadFile(r.CAFile)
 		pool.AppendCertsFromPEM(ca)
-		c, err = tls.DialWithDialer(d, "tcp", addr, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+		cfg := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
+		if r.opts.CertDNS != "" {
+			cfg.ServerName = r.opts.CertDNS
+		}
+		if r.opts.ClientAuth {
+			pair, err := tls.LoadX509KeyPair(r.ClientCert, r.ClientKey)
+			if err != nil {
+				return false
+			}
+			cfg.Certificates = []tls.Certificate{pair}
+		}
+		c, err = tls.DialWithDialer(d, "tcp", addr, cfg)
 	} else {
 		c, err = d.Dial("tcp", addr)
 	}
@@ -418,9 +481,18 @@ func freePort(tb testing.TB, cluster bool) int {
 	return 0
 }
 
-// writeTLS writes a CA and a server certificate it signs, for 127.0.0.1
-// and localhost, into dir, and returns the cert, key and CA paths.
-func writeTLS(tb testing.TB, dir string) [3]string {
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// writeTLS writes a CA, a server certificate it signs, for 127.0.0.1 and
+// localhost (for dnsName alone when set), and a client certificate it
+// signs, into dir, and returns the cert, key, CA, client cert and client
+// key paths.
+func writeTLS(tb testing.TB, dir, dnsName string) [5]string {
 	tb.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -455,6 +527,9 @@ func writeTLS(tb testing.TB, dir string) [3]string {
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
 		DNSNames:     []string{"localhost"},
 	}
+	if dnsName != "" {
+		tmpl.Subject.CommonName, tmpl.IPAddresses, tmpl.DNSNames = dnsName, nil, []string{dnsName}
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
 		tb.Fatal(err)
@@ -463,8 +538,30 @@ func writeTLS(tb testing.TB, dir string) [3]string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	files := [3]string{filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key"), filepath.Join(dir, "ca.crt")}
-	for i, b := range []*pem.Block{{Type: "CERTIFICATE", Bytes: der}, {Type: "EC PRIVATE KEY", Bytes: keyDER}, {Type: "CERTIFICATE", Bytes: caDER}} {
+	clientKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	clientTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(3),
+		Subject:      pkix.Name{CommonName: "tierlimit test client"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	clientDER, err := x509.CreateCertificate(rand.Reader, clientTmpl, ca, &clientKey.PublicKey, caKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	clientKeyDER, err := x509.MarshalECPrivateKey(clientKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	files := [5]string{filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key"), filepath.Join(dir, "ca.crt"),
+		filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")}
+	for i, b := range []*pem.Block{{Type: "CERTIFICATE", Bytes: der}, {Type: "EC PRIVATE KEY", Bytes: keyDER}, {Type: "CERTIFICATE", Bytes: caDER},
+		{Type: "CERTIFICATE", Bytes: clientDER}, {Type: "EC PRIVATE KEY", Bytes: clientKeyDER}} {
 		if err := os.WriteFile(files[i], pem.EncodeToMemory(b), 0o600); err != nil {
 			tb.Fatal(err)
 		}

@@ -188,29 +188,26 @@ func (f *FleetModel) PacketFrom(i int, nowNs uint64, src netip.Addr) Decision {
 // member's own R̂_in and R̂_tot at the report, packets per window, and the
 // fleet's member count the store returned, this member included. During
 // its own onset the member judges on the others' sums scaled by its rise
-// since the report (tiers.FleetOthersNow), and the onset is latched on the
-// fleet's count (tiers.FleetOnsetMin), as the program does with
+// since the report (tiers.FleetOthersNow), and latches on
+// tiers.FleetLatchMin(members) packets since its rate's reference, as the
+// program does with
 // bpf.Limiter.SetFleetOwn. 0, 0, 0 (the default) is the plain fleet.
 func (m *Model) SetFleetOwn(in, total, members uint64) {
 	m.ownIn, m.ownTot, m.members = in, total, members
 }
 
 // fleetIn is the others' in-budget sum an in-budget packet is judged on
-// at own R̂_in rhat (tiers.FleetOthersNow; bpf/smooth.h tl_fleet_others_now).
+// at own R̂_in rhat (tiers.FleetOthersNow; bpf/fleet.h tl_fleet_others_now).
 func (m *Model) fleetIn(rhat uint64) uint64 {
-	return tiers.FleetOthersNow(m.othersIn, rhat, m.ownIn, tiers.FleetRiseInv(m.ownIn), m.members, m.onset)
+	return tiers.FleetOthersNow(m.othersIn, rhat, m.ownIn, tiers.FleetRiseInv(m.ownIn), m.members, m.latched)
 }
 
 // fleetTot is the others' total an over-budget packet is judged on at own
 // R̂_tot rtot, as fleetIn.
 func (m *Model) fleetTot(rtot uint64) uint64 {
-	return tiers.FleetOthersNow(m.others, rtot, m.ownTot, tiers.FleetRiseInv(m.ownTot), m.members, m.onset)
+	return tiers.FleetOthersNow(m.others, rtot, m.ownTot, tiers.FleetRiseInv(m.ownTot), m.members, m.latched)
 }
 
-// fleetOnset is whether count n latches an onset on the fleet's count
-// where the member's own is below tiers.SmoothOnsetMin
-// (tiers.SmoothCoef.FleetOnset).
-func (m *Model) fleetOnset(n uint64) bool { return m.coefTot.FleetOnset(n, m.members) }
-
-// Onset reports whether the current window is latched as an onset.
-func (m *Model) Onset() bool { return m.onset }
+// Latched reports whether the model's CPU is latched in an onset
+// (docs/design.md §9): what scales the fleet's sums (tiers.FleetOthersNow).
+func (m *Model) Latched() bool { return m.latched }

@@ -79,16 +79,27 @@ type Model struct {
 	exRin     uint64           // and the in-budget expectation
 	lastEstim uint64           // R̂ of the latest in-budget packet (smooth), the others' sum left out
 	othersIn  uint64           // the fleet's others' in-budget sum (SetFleetOthers)
+	lastThr   uint32           // the latest packet's drop threshold, for tests' expectations
 	others    uint64           // and their total, in and over budget
 	ownIn     uint64           // own R̂_in at the report the sums answer (SetFleetOwn)
 	ownTot    uint64           // and own R̂_tot
 	members   uint64           // the fleet's member count at the last answer, 0 without one
 
-	// The in-budget count's recent rate, with budgets on (SmoothRate):
-	// the reference sample (tick, count) it is measured from, the next
-	// one, and the per-tick multiplier of the count since the reference.
+	// The recent rate (docs/design.md §9, tiers.SmoothRecentMult): the
+	// reference sample (tick, all selected packets, in-budget packets of
+	// groups within their budget) it is measured from, the next one, and
+	// the per-tick multiplier that projects the count since the reference
+	// over a window. The origin is where the rate is measured from the
+	// clock for tiers.SmoothClockTicks ticks (the window's start or the
+	// latch: tick, ns, the two counts); latched is the onset, which
+	// outlives the window until the rate falls to S.
 	refTick, refN, candTick, candN uint64
-	kIn                            uint64
+	refA, candA                    uint64
+	kRate                          uint64
+	oTick, oNs, oA, oM             uint64
+	clock, latched                 bool
+	lat                            uint64 // E at the latch; 0 while not latched
+	xh                             uint64 // exhIn at the latest refresh
 
 	// The profiles of the in-budget count, with budgets on
 	// (tiers.SmoothProfile): the window's own, taken at refreshes, and the
@@ -223,6 +234,7 @@ func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
 			}
 		}
 	}
+	m.lastThr = thr
 	drop := m.draw(thr)
 	if severity {
 		switch {
@@ -284,17 +296,28 @@ func (m *Model) SetTick(ns uint64) { m.tickNs = max(ns, 1) }
 // refresh computes the per-tick estimate when the window or the tick
 // changed since the last one, as the program does per CPU at the first
 // packet of a tick, from the counts so far, this packet's included: the
-// coefficients of the in-budget count and of all selected packets, whether
-// the window is an onset (latched on all selected packets), and the
-// over-budget packets' threshold (ShareThreshold, with the in-budget
-// expectation max(n, previous window's)).
+// coefficients of the in-budget count and of all selected packets, the
+// recent rate's reference, and whether the rate is read from the clock.
+//
+// The reference outlives the window (docs/design.md §9): at the first
+// refresh of a window that follows the one refreshed last, its counts,
+// and the origin's, are moved down by the previous window's final counts
+// (all selected packets; in-budget ones less the budgets spent at the
+// last refresh), so that the rate is measured across the boundary as
+// within a window. A reference of an older window, or a candidate not
+// refreshed for two spans (idle), starts again at this tick, before this
+// packet, and unlatched.
 func (m *Model) refresh(nowNs uint64) {
 	tick := nowNs / m.tickNs
 	if m.coefID == m.opened && m.coefTick == tick {
 		return
 	}
-	if m.coefID != m.opened {
-		m.refTick, m.refN, m.candTick, m.candN = m.startTick, 0, m.startTick, 0
+	a, l := m.count+m.ex, m.live(m.count)
+	stale := m.coefID != m.opened && m.coefID+1 != m.opened
+	if m.coefID != m.opened && !stale {
+		da, dl := m.prev+m.prevEx, m.prev-min(m.prev, m.xh)
+		m.refA, m.candA, m.oA = m.refA-da, m.candA-da, m.oA-da
+		m.refN, m.candN, m.oM = m.refN-dl, m.candN-dl, m.oM-dl
 	}
 	m.coefID, m.coefTick = m.opened, tick
 	st := tiers.SmoothState{Elapsed: tick - min(tick, m.startTick), Ticks: m.ticks(), Gap: m.gap, Prev: m.prev}
@@ -307,73 +330,118 @@ func (m *Model) refresh(nowNs uint64) {
 	}
 	st.Prev += m.prevEx
 	m.coefTot = st.Coef()
-	live := m.count - min(m.count, m.exhIn) // the groups within their budget (inEstimate)
-	m.refTick, m.refN, m.candTick, m.candN = tiers.SmoothRateRef(st.Ticks, tick, live, m.refTick, m.refN, m.candTick, m.candN)
-	m.kIn = st.RateMult(tick-min(tick, m.refTick), m.coefTot.Mult)
+	d := max(st.Ticks/16, 1)
+	switch {
+	case stale || tick >= m.candTick+2*d || tick < m.candTick:
+		m.refTick, m.refA, m.refN = tick, a-min(a, 1), l-min(l, 1)
+		m.candTick, m.candA, m.candN = m.refTick, m.refA, m.refN
+		m.latched, m.lat = false, 0
+	case tick >= m.candTick+d:
+		m.refTick, m.refN, m.refA = m.candTick, m.candN, m.candA
+		m.candTick, m.candN, m.candA = tick, l, a
+	}
+	m.kRate = tiers.SmoothRecentMult(st.Ticks, tick-min(tick, m.refTick))
+	m.clock = m.latched && tick >= m.oTick && tick-m.oTick < tiers.SmoothClockTicks
+	m.xh = m.exhIn
 	m.exR = 0
 }
 
-// inEstimate is R̂ of the in-budget count n with budgets on: the sliding
-// count S, and in an onset the count extrapolated by its recent rate
-// (tiers.SmoothState.RateMult) when that is more. A relay whose budget is spent
-// adds nothing to its in-budget count, so its rate falls to 0 within
-// two reference spans; a surge from many groups, each within its budget,
-// keeps its rate, and is judged on it as a surge without budgets is.
-//
-// Only the packets of groups still within their budget are extrapolated:
-// a group that spent its budget (tiers.Sketch.OverSpent) adds no in-budget
-// packet in this window any more, so its budget counts once, as it is
-// (x = min(exhIn, n) of n, the rest m = n − x extrapolated). A flood's
-// budget, spent in its first milliseconds, is thus not read as a rate
-// that sheds the light groups (docs/design.md §6).
-//
-// In an onset window's first tiers.SmoothClockTicks ticks the rate is the rate
-// since the window opened, read from the clock (tiers.SmoothOnsetF), as without
-// budgets: there the reference is the window's start or a tick or two
-// after it, and the ticks' error is largest.
-func (m *Model) inEstimate(nowNs, n uint64) uint64 {
-	s := m.coef.Sliding(n)
-	if !m.onset {
-		return s
+// live is the in-budget count n less the budgets of the groups that have
+// spent theirs (inEstimate).
+func (m *Model) live(n uint64) uint64 { return n - min(n, m.exhIn) }
+
+// since is x − ref, or 0 when ref is past x: the counts are moved down by
+// a window's at its end (refresh), and may wrap.
+func since(x, ref uint64) uint64 {
+	if d := x - ref; int64(d) > 0 {
+		return d
 	}
-	x := min(m.exhIn, n)
-	live := n - x
-	f := n + mulShift(live-min(live, m.refN), m.kIn)
-	if m.clockTicks() {
-		f = x + tiers.SmoothOnsetF(live, nowNs-min(nowNs, m.start), m.window)
-	}
-	return max(f, s)
+	return 0
 }
 
-// clockTicks reports whether the latest refresh is in its window's first
-// tiers.SmoothClockTicks ticks, where an onset reads F from the clock.
-func (m *Model) clockTicks() bool {
-	return min(m.coefTick-min(m.coefTick, m.startTick), m.ticks()) < tiers.SmoothClockTicks
+// recent returns the count of all selected packets since the reference,
+// and the rates of all selected packets a and of live in-budget packets l
+// projected over a window: from the clock since the origin in the
+// tiers.SmoothClockTicks ticks after a latch, else per tick since the
+// reference (tiers.SmoothRecentMult).
+func (m *Model) recent(nowNs, a, l uint64) (ca, ea, el uint64) {
+	if m.clock {
+		ns := nowNs - min(nowNs, m.oNs)
+		ca = since(a, m.oA)
+		return ca, tiers.SmoothClockRate(ca, ns, m.window), tiers.SmoothClockRate(since(l, m.oM), ns, m.window)
+	}
+	ca = since(a, m.refA)
+	return ca, mulShift(ca, m.kRate), mulShift(since(l, m.refN), m.kRate)
+}
+
+// latch updates the onset on the count of all selected packets a (this
+// packet's included) and returns E, the rate of all selected packets, and
+// the live in-budget rate, both over a window (docs/design.md §9). An
+// onset is a step in the recent rate: E past 5/4 of S and, latched, past
+// twice the E it latched at (a step on a step, or on a latch of noise;
+// not a flood's noise, which would keep the rate on the clock);
+// it latches, and the origin moves to this packet, so that the rate after
+// the step is read from the clock, unmixed with the ticks before it.
+// Latched, it releases when E falls to S (tiers.SmoothReleases). The
+// latch outlives the window; onset, the window's flag the agent reads
+// (tiers.Window), is set at a latch in the window, as the program sets
+// tl_window.onset.
+func (m *Model) latch(nowNs, a uint64) (ea, el uint64) {
+	l := m.live(m.count)
+	ca, ea, el := m.recent(nowNs, a, l)
+	s := m.coefTot.Sliding(a)
+	switch {
+	case tiers.SmoothLatchesFrom(ca, tiers.FleetLatchMin(m.members), ea, s) && ea > 2*m.lat:
+		m.latched, m.onset, m.lat = true, true, ea
+		tick := nowNs / m.tickNs
+		m.oTick, m.oNs, m.oA, m.oM = tick, nowNs, a, l
+		m.refTick, m.refA, m.refN = tick, a, l
+		m.candTick, m.candA, m.candN = tick, a, l
+		m.clock = true
+	case m.latched && tiers.SmoothReleases(ca, ea, s):
+		m.latched, m.lat = false, 0
+	}
+	return ea, el
+}
+
+// inEstimate is R̂ of the in-budget count n with budgets on, given the
+// live in-budget rate el over a window: the sliding count S, and while
+// latched x + el when that is more, x = min(exhIn, n).
+//
+// Only the packets of groups still within their budget are projected: a
+// group that spent its budget (tiers.Sketch.OverSpent) adds no in-budget
+// packet in this window any more, so its budget counts once, as it is.
+// A flood's budget, spent in its first milliseconds, is thus not read as
+// a rate that sheds the light groups (docs/design.md §6); a surge from
+// many groups, each within its budget, keeps its rate, and is judged on
+// it as a surge without budgets is.
+func (m *Model) inEstimate(n, el uint64) uint64 {
+	s := m.coef.Sliding(n)
+	if !m.latched {
+		return s
+	}
+	return max(min(m.exhIn, n)+el, s)
 }
 
 // smooth judges an in-budget packet of the smooth shape: R̂ and its tier
-// and q(R̂). Without budgets R̂ is the estimate of the window (Estimate),
-// whose F in an onset's first tiers.SmoothClockTicks ticks is read from the
-// clock (tiers.SmoothOnsetF);
-// with budgets it is inEstimate: in-budget counts come front-loaded (a
-// group's first budget packets arrive at its rate, then none), which the
-// extrapolation since the window opened would read as a flood, so the
-// onset is judged on all selected packets and the in-budget count is
-// extrapolated by its recent rate only.
+// and q(R̂). The onset is judged on all selected packets (latch); without
+// budgets R̂ is S, or max(S, E) while latched; with budgets it is
+// inEstimate.
 func (m *Model) smooth(nowNs uint64) (int, uint32) {
 	m.refresh(nowNs)
-	m.onset = m.onset || m.coefTot.Onset(m.count+m.ex) || m.fleetOnset(m.count+m.ex)
+	all := m.count + m.ex
+	ea, el := m.latch(nowNs, all)
 	// Without budgets every selected packet is in budget: the previous
 	// window's over-budget packets (under a policy with budgets before a
 	// reload) were offered too, so S takes them (coefTot).
 	var rhat uint64
 	switch {
 	case m.sketch != nil:
-		rhat = m.inEstimate(nowNs, m.count)
-	case m.onset && m.clockTicks():
-		rhat = max(m.coefTot.Sliding(m.count), tiers.SmoothOnsetF(m.count, nowNs-min(nowNs, m.start), m.window))
+		rhat = m.inEstimate(m.count, el)
+	case m.latched:
+		rhat = max(m.coefTot.Sliding(m.count), ea)
 	default:
-		rhat = m.coefTot.Estimate(m.count, m.onset)
+		rhat = m.coefTot.Sliding(m.count)
 	}
 	m.lastEstim = rhat
 	return m.table.Smooth(rhat + m.fleetIn(rhat))
@@ -410,6 +478,7 @@ func (m *Model) overBudget(nowNs uint64) Decision {
 	} else {
 		_, thr = m.table.Lookup(max(m.count, m.expectIn) + m.ex)
 	}
+	m.lastThr = thr
 	if m.mode != tiers.ModeOff && m.draw(thr) {
 		d.Verdict = dropVerdict(m.mode)
 	}
@@ -426,11 +495,12 @@ func (m *Model) overBudget(nowNs uint64) Decision {
 func (m *Model) overSmooth(nowNs uint64) uint32 {
 	m.refresh(nowNs)
 	all := m.count + m.ex
-	m.onset = m.onset || m.coefTot.Onset(all) || m.fleetOnset(all)
-	rtot := m.coefTot.Estimate(all, m.onset)
+	ea, el := m.latch(nowNs, all)
+	rtot := m.coefTot.Sliding(all)
 	rin := max(m.count, m.coef.Prev)
-	if m.onset {
-		rin = max(rin, m.inEstimate(nowNs, m.count))
+	if m.latched {
+		rtot = max(rtot, ea)
+		rin = max(rin, m.inEstimate(m.count, el))
 	}
 	// The fleet's sums (docs/design.md §12): the others' in-budget R̂
 	// joins R̂_in and their total R̂_tot, so that the fleet's

@@ -1,0 +1,107 @@
+package fleet
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// maxBackoff caps the wait between two attempts to reach a store that
+// failed (docs/design.md §12, "Connections"): with the jitter, a member
+// tries at most about twice a second while its store, or a Sentinel's
+// master, is down.
+const maxBackoff = time.Second
+
+// backoff spaces the attempts to reach a store after a failure that was
+// not the store's answer (a connection reset or closed, a TLS handshake, a
+// refusal of the credentials, an operation past its deadline, a dial that
+// timed out): the n-th failure in a row waits a random time in [d/2, d],
+// d = min(maxBackoff, report × 2^(n-1)). A refusal of the credentials is
+// tried again at once when a file the connection reads changed since
+// (fingerprint): a rotation rejoins at the next report. A dial refused
+// outright is left to go-redis, which after two stops dialling that pool
+// and probes it once a second (internal/pool's dial breaker): a second
+// wait on top of that one would only delay the rejoin.
+type backoff struct {
+	mu       sync.Mutex
+	failures int
+	next     time.Time
+	last     error  // the failure that set next
+	files    []byte // fingerprint at a refusal of the credentials
+}
+
+// backingOffError is what a report returns while its store backs off: the
+// last failure, which isAuth and isTimeout see through.
+type backingOffError struct {
+	until time.Time
+	last  error
+}
+
+func (e backingOffError) Error() string {
+	return fmt.Sprintf("backing off until %s after: %v", e.until.Format("15:04:05.000"), e.last)
+}
+func (e backingOffError) Unwrap() error { return e.last }
+
+// wait returns nil when an attempt may go out now, else a backingOffError.
+// files returns the fingerprint of the files, read only after a refusal.
+func (b *backoff) wait(now time.Time, files func() []byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failures == 0 || !now.Before(b.next) {
+		return nil
+	}
+	if b.files != nil && !bytes.Equal(files(), b.files) {
+		return nil // rotated: try the new credentials now
+	}
+	return backingOffError{until: b.next, last: b.last}
+}
+
+// done records the outcome of an attempt made at now with the report
+// interval report in force.
+func (b *backoff) done(now time.Time, report time.Duration, err error, files func() []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !countsAsFailure(err) {
+		b.failures, b.last, b.files = 0, nil, nil
+		return
+	}
+	b.failures++
+	d := maxBackoff
+	if b.failures < 31 {
+		d = min(maxBackoff, report<<(b.failures-1))
+	}
+	d = d/2 + rand.N(d/2+1)
+	b.next, b.last = now.Add(d), err
+	b.files = nil
+	if isAuth(err) {
+		b.files = files()
+	}
+}
+
+// countsAsFailure reports whether err is a failure to reach the store: not
+// nil, not the store's answer (an error reply other than a refusal of the
+// credentials).
+func countsAsFailure(err error) bool {
+	if err == nil {
+		return false
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) && !isAuth(err) {
+		return false
+	}
+	var be backingOffError
+	return !errors.As(err, &be) && !refusedDial(err)
+}
+
+// refusedDial reports whether err is a dial that failed at once (a
+// connection refused, no route): not one that timed out.
+func refusedDial(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" && !op.Timeout()
+}
