@@ -174,8 +174,61 @@ func (l *Limiter) FleetEstimate() (in, total uint64, err error) {
 	} else if prof, err = l.profiles(w.Opened); err != nil {
 		return 0, 0, err
 	}
-	in, total = tiers.LiveEstimates(st, n, prevIn, nIn, w.Onset, ws.Expired, ws.ElapsedTicks-min(ws.ElapsedTicks, ticks), prof)
+	lat, err := l.liveLatch(&set, w, n, nIn, uint64(ts.Nano()))
+	if err != nil {
+		return 0, 0, err
+	}
+	in, total = tiers.LiveEstimates(st, n, prevIn, nIn, lat, ws.Expired, ws.ElapsedTicks-min(ws.ElapsedTicks, ticks), prof)
 	return in, total, nil
+}
+
+// liveLatch reads the CPUs' latches of the onset from the recent rate
+// (smooth.h sm_latch, sm_recent) as a packet now would: of each CPU
+// latched in this window, E of all selected packets a (n, the window's
+// count) since its origin on the clock while the CPU reads it so (in the
+// tiers.SmoothClockTicks ticks after its latch, as of its last tick), else since its reference times its per-tick multiplier;
+// with budgets, the live in-budget rate likewise, plus the spent budgets
+// (exh_in, at most nIn). The most over the CPUs (each reads the host's
+// whole count).
+func (l *Limiter) liveLatch(set *LimiterTlSettings, w Window, n, nIn, now uint64) (tiers.LiveLatch, error) {
+	var cpus []LimiterTlSmoothCpu
+	if err := l.objs.SmoothCpu.Lookup(uint32(0), &cpus); err != nil {
+		return tiers.LiveLatch{}, fmt.Errorf("read smooth_cpu: %w", err)
+	}
+	var raw LimiterTlWindow
+	if err := l.objs.Window.Lookup(uint32(0), &raw); err != nil {
+		return tiers.LiveLatch{}, fmt.Errorf("read window: %w", err)
+	}
+	exh := min(raw.ExhIn, nIn)
+	live := nIn - exh
+	var lat tiers.LiveLatch
+	for _, c := range cpus {
+		if c.Lat == 0 || c.Id != w.Opened+1 {
+			continue
+		}
+		var e, el uint64
+		if c.Clock != 0 && now > c.O_ns {
+			e = tiers.SmoothClockRate(sinceCount(n, c.O_a), now-c.O_ns, set.WindowNs)
+			el = tiers.SmoothClockRate(sinceCount(live, c.O_m), now-c.O_ns, set.WindowNs)
+		} else {
+			e = sinceCount(n, c.RefA) * c.K_rate >> 16
+			el = sinceCount(live, c.RefN) * c.K_rate >> 16
+		}
+		ein := e
+		if set.SrcBudget != 0 {
+			ein = exh + el
+		}
+		lat = tiers.LiveLatch{Latched: true, E: max(lat.E, e), EIn: max(lat.EIn, ein)}
+	}
+	return lat, nil
+}
+
+// sinceCount is x − ref, or 0 when ref is past x (model.since).
+func sinceCount(x, ref uint64) uint64 {
+	if d := x - ref; int64(d) > 0 {
+		return d
+	}
+	return 0
 }
 
 // FleetPoll returns this member's own live R̂_tot, as FleetEstimate does:

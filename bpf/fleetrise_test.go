@@ -94,3 +94,23 @@ func TestFleetRiseProgram(t *testing.T) {
 		})
 	}
 }
+
+// fleetPaced paces perWin packets per window through run for windows
+// windows in real time (1 ms steps of a testenv.Pacer; bounded by the
+// schedule's span), each run's clock (monotonicNow, read just before it)
+// handed to run with its index: the fleet's program-vs-model tests, whose
+// sums must show beside a member's own R̂ (since issue 39 an hour's
+// window judged at full speed is a flood's rate, and drops every packet
+// whatever the sums).
+func fleetPaced(t *testing.T, window time.Duration, windows int, perWin float64, run func(i int, now uint64)) int {
+	t.Helper()
+	pc := testenv.NewPacer(window, windows)
+	sent := 0
+	for el := pc.Now(); el < pc.Span(); el = pc.Now() {
+		for due := perWin * float64(el) / float64(window); float64(sent) < due; sent++ {
+			run(sent, monotonicNow(t))
+		}
+		pc.Sleep()
+	}
+	return sent
+}

@@ -246,12 +246,12 @@ static __always_inline __u64 sm_latch(struct tl_smooth_cpu *c, struct tl_window 
 {
 	__u64 ea = 0;
 	*el = 0;
-	__u64 ca = sm_recent(c, s, a, l, &ea, el);
+	__u64 ca = sm_recent(c, s, a, l, &ea, el), least = tl_fleet_latch_least();
 	__u64 st = a + c->base_tot;
 	__u64 th = st + (st >> TL_SMOOTH_LATCH_SHIFT);
 	if (th < 2 * c->lat)
 		th = 2 * c->lat;
-	if (ca >= tl_fleet_latch_least() && ea > th) {
+	if (ca >= least && ea > th) {
 		c->lat = ea;
 		c->o_tick = c->ref_tick = c->cand_tick = c->tick;
 		c->o_ns = bpf_ktime_get_ns();
@@ -260,7 +260,7 @@ static __always_inline __u64 sm_latch(struct tl_smooth_cpu *c, struct tl_window 
 		c->clock = 1;
 		if (READ_ONCE(w->onset) != id + 1)
 			w->onset = id + 1;
-	} else if (c->lat && ca >= TL_SMOOTH_ONSET_MIN && ea <= st) {
+	} else if (c->lat && ca >= least && ea <= st) {
 		c->lat = 0;
 	}
 	return ea;

@@ -10,38 +10,56 @@ const MaxFleetOthers = 1 << 46
 // LiveEstimates returns a member's own live R̂ (docs/design.md §12), in
 // budget and in all: the estimates that a selected packet arriving now
 // would be judged on, the packet itself and the fleet's others left out,
-// from the window as it stands. st is the window's state with Elapsed
-// counted to now and Prev the previous window's count of all selected
-// packets, n the window's count of them so far; prevIn and nIn are the
-// same counts of in-budget packets (without budgets, st.Prev and n), and
-// onset whether the window is latched as an onset. Both estimates take
-// the onset of all selected packets, so in ≤ total. When the window has
-// expired (a packet now would open a new one), gapNow is the whole ticks
-// from the window's end to now, and each estimate is the new window's at
-// its start: the ending window's count's share of the last window's span.
+// from the window as it stands; a member reports with the estimator it
+// judges with (issue 39). st is the window's state with Elapsed counted
+// to now and Prev the previous window's count of all selected packets, n
+// the window's count of them so far; prevIn and nIn are the same counts
+// of in-budget packets (without budgets, st.Prev and n), and lat the
+// latch of the onset from the recent rate (§9) as it stands now. When the
+// window has expired (a packet now would open a new one), gapNow is the
+// whole ticks from the window's end to now, and each estimate is the new
+// window's at its start: the ending window's count's share of the last
+// window's span.
 //
-// R̂_in is §9's estimate of the in-budget count: in an onset, its count
-// extrapolated since the window opened, where the member judges its own
-// in-budget packets on their recent rate (model.Model.inEstimate). A group
-// whose budget is spent early in the window is then read high, which makes
-// the others pass less, never more. Outside an onset, its sliding count takes
-// the previous window's share from prof.Prev (or, expired, the ending
-// window's from prof.Cur), as the member judges its own in-budget packets
-// (SmoothProfile): zero Profiles spread them evenly, as without budgets.
-func LiveEstimates(st SmoothState, n, prevIn, nIn uint64, onset, expired bool, gapNow uint64, prof Profiles) (in, total uint64) {
+// R̂_tot is S, the sliding count, and latched max(S, E), E the recent
+// rate of all selected packets over a window (model.Model.smooth). R̂_in
+// is the in-budget sliding count, which takes the previous window's share
+// from prof.Prev (or, expired, the ending window's from prof.Cur), as the
+// member judges its own in-budget packets (SmoothProfile; zero Profiles
+// spread them evenly, as without budgets), and latched the most of it and
+// lat.EIn (model.Model.inEstimate). in ≤ total. Before issue 39's rule
+// it reported F = n/f, extrapolated from the window's start with the 1/32
+// floor, while the program judged on E: after a flood mid-window a member
+// reported a tenth of its rate, and another member's light groups lost 28
+// of 500 in an onset window (TestLiveEstimatesJudged).
+func LiveEstimates(st SmoothState, n, prevIn, nIn uint64, lat LiveLatch, expired bool, gapNow uint64, prof Profiles) (in, total uint64) {
 	if expired {
 		total = SmoothState{Ticks: st.Ticks, Gap: gapNow, Prev: n}.Coef().Sliding(0)
 		in = prof.Cur.Base(nIn, 0, st.Ticks, gapNow)
 		return min(in, total), total
 	}
-	c := st.Coef()
-	onset = onset || c.Onset(n)
-	total = c.Estimate(n, onset)
+	total = st.Coef().Sliding(n)
 	st.Prev = prevIn
 	ci := st.Coef()
 	ci.Base = prof.Prev.Base(prevIn, st.Elapsed, st.Ticks, st.Gap)
-	in = ci.Estimate(nIn, onset)
+	in = ci.Sliding(nIn)
+	if lat.Latched {
+		total = max(total, lat.E)
+		in = max(in, lat.EIn)
+	}
 	return min(in, total), total
+}
+
+// LiveLatch is a member's latch of the onset from the recent rate (docs/design.md
+// §9) as LiveEstimates reads it: whether a CPU is latched, and then E, the
+// rate of all selected packets over a window, and EIn, the latched part of
+// the in-budget estimate (without budgets E; with budgets the spent
+// budgets plus the live groups' rate, model.Model.inEstimate), as the
+// program would judge a packet now. The program's CPUs each read the
+// host's whole count; the agent takes the most of the latched ones.
+type LiveLatch struct {
+	Latched bool
+	E, EIn  uint64
 }
 
 // Profiles are the in-budget profiles LiveEstimates reads: of the

@@ -62,5 +62,14 @@ func SmoothLatchesFrom(count, least, e, s uint64) bool {
 // sliding count s (S has caught up with the rate, docs/design.md §9
 // property 4).
 func SmoothReleases(count, e, s uint64) bool {
-	return count >= SmoothOnsetMin && e <= s
+	return SmoothReleasesFrom(count, SmoothOnsetMin, e, s)
+}
+
+// SmoothReleasesFrom is SmoothReleases with least, not SmoothOnsetMin,
+// packets since the reference: a fleet member's FleetLatchMin, so that a
+// latch on the noise of a member's light share (a few packets) releases
+// as soon as it latched, and a flood after it latches afresh, its rate
+// read from the clock from the step (docs/design.md §12).
+func SmoothReleasesFrom(count, least, e, s uint64) bool {
+	return count >= least && e <= s
 }

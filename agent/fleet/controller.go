@@ -328,11 +328,17 @@ func (c *Controller) joined(now time.Time, est Sums, v view, early bool) {
 	// report, for the microseconds between them.
 	rep := c.fl.sent
 	own := rep
-	if early && !c.again && c.ownSet.Total < tiers.SmoothOnsetMin {
-		// Idle at its last report, the member keeps the equal-share prior
-		// through its first report at a poll: the others' reports of the
-		// same flood come within a poll of it (docs/design.md §12).
-		own = Sums{}
+	if early {
+		// At a poll the member keeps the base of its rise, its own R̂ at
+		// its last regular report, until its next one: the others'
+		// sums still stand for the traffic before the flood, and its
+		// rise is their best guess until then (docs/design.md §12;
+		// model.FleetModel.Advance). Idle at its last report, it keeps
+		// the equal-share prior through its first report at a poll.
+		own = c.ownSet
+		if !c.again && c.ownSet.Total < tiers.SmoothOnsetMin {
+			own = Sums{}
+		}
 	}
 	c.again = c.again || early
 	c.lastRep = rep

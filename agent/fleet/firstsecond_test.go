@@ -46,8 +46,9 @@ func (k *risingKernel) owns() [][3]uint64 {
 // than doubles it reports at once, so the other member's sum follows
 // in the store within a few polls, not at the next regular report; with each answer
 // the program is handed the member's own R̂ at the report and the member
-// count, before the sums; idle (R̂ 0) at its last report, its first
-// report at a poll hands it 0 (the equal-share prior), the next its R̂;
+// count, before the sums; idle (R̂ 0) at its last report, its reports
+// at a poll hand it 0 (the equal-share prior; at a poll the base of the
+// rise is kept until the next regular report), the regular report its R̂;
 // a rise by less than double at a regular pace reports nothing early.
 func TestFleetEarlyReport(t *testing.T) {
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
@@ -108,6 +109,20 @@ func TestFleetEarlyReport(t *testing.T) {
 	if !waitFor(4, func() bool { return stored() == 1300 }) {
 		t.Errorf("a's estimate in the store is %d after its R̂ rose by 30 %% after an early report; want a report at a poll", stored())
 	}
+	// At a poll the base of the rise is kept (0 here: the prior) until
+	// the next regular report, which hands the program a's R̂.
+	for i, o := range a.owns()[firstEarly:] {
+		if o[1] != 0 {
+			t.Errorf("SetFleetOwn at the %d-th report at a poll: %v; want the base kept (0, the prior) until the regular report", i+1, o)
+		}
+	}
+	// A rise by less than double after a regular report: no early report.
+	// The regular report is the first after a second with no rise.
+	time.Sleep(1100 * time.Millisecond)
+	_, heard := entry()
+	if !waitFor(12, func() bool { _, h := entry(); return h.After(heard) }) {
+		t.Fatal("no regular report within 1.2 s")
+	}
 	own = a.owns()
 	for i := firstEarly + 1; i < len(own); i++ {
 		if own[i][1] >= 1000 {
@@ -116,14 +131,7 @@ func TestFleetEarlyReport(t *testing.T) {
 		}
 	}
 	if second < 0 {
-		t.Errorf("SetFleetOwn calls %v: want a's own R̂ at the report after the prior's", own)
-	}
-	// A rise by less than double after a regular report: no early report.
-	// The regular report is the first after a second with no rise.
-	time.Sleep(1100 * time.Millisecond)
-	_, heard := entry()
-	if !waitFor(12, func() bool { _, h := entry(); return h.After(heard) }) {
-		t.Fatal("no regular report within 1.2 s")
+		t.Errorf("SetFleetOwn calls %v: want a's own R̂ at the regular report after the prior's", own)
 	}
 	a.set(2000)
 	time.Sleep(500 * time.Millisecond)

@@ -8,7 +8,8 @@ import (
 )
 
 // EstimateAt returns the model's own live R̂_in and R̂_tot at nowNs
-// (tiers.LiveEstimates): what the member reports to the fleet, as
+// (tiers.LiveEstimates): what the member reports to the fleet, the
+// estimator it judges with (latched, max(S, E) at nowNs), as
 // bpf.Limiter.FleetEstimate reads them from the program. 0, 0 before the
 // first packet.
 func (m *Model) EstimateAt(nowNs uint64) (in, total uint64) {
@@ -30,7 +31,15 @@ func (m *Model) EstimateAt(nowNs uint64) (in, total uint64) {
 	if m.sketch != nil {
 		prof = tiers.Profiles{Prev: m.profPrev, Cur: m.prof}
 	}
-	return tiers.LiveEstimates(st, m.count+m.ex, prevIn, nIn, m.onset, expired, gapNow, prof)
+	var lat tiers.LiveLatch
+	if m.latched {
+		_, ea, el := m.recent(nowNs, m.count+m.ex, m.live(m.count))
+		lat = tiers.LiveLatch{Latched: true, E: ea, EIn: ea}
+		if m.sketch != nil {
+			lat.EIn = min(m.exhIn, m.count) + el
+		}
+	}
+	return tiers.LiveEstimates(st, m.count+m.ex, prevIn, nIn, lat, expired, gapNow, prof)
 }
 
 // FleetModel is the reference model of a fleet (docs/design.md §12): its
@@ -146,10 +155,15 @@ func (f *FleetModel) Advance(nowNs uint64) {
 		f.reported[i] = [2]uint64{in, total}
 		oIn, oTot := OthersOf(f.reported, i)
 		ownIn, ownTot := in, total
-		if first && m.ownTot < tiers.SmoothOnsetMin {
-			// Idle at its last report, the member keeps the equal-share
-			// prior through its first report at a poll (fleet.Controller).
-			ownIn, ownTot = 0, 0
+		if !regular {
+			// At a poll the member keeps the base of its rise, its own
+			// R̂ at its last regular report (0 while idle there: the
+			// equal-share prior), until its next regular report
+			// (fleet.Controller).
+			ownIn, ownTot = m.ownIn, m.ownTot
+			if first && m.ownTot < tiers.SmoothOnsetMin {
+				ownIn, ownTot = 0, 0
+			}
 		}
 		m.SetFleetOwn(ownIn, ownTot, uint64(len(f.members)))
 		m.SetFleetOthers(oIn, oTot)

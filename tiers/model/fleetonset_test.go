@@ -65,7 +65,7 @@ var fleetOnsetNs = []int{3, 10, 30}
 // §9, an onset from the recent rate at any phase), on which the fleet's
 // rules (§12) sit. On the rule that extrapolates from the window's start
 // they pass 1.28, 1.65 and 2.44 × P(R_fleet) for N = 3, 10, 30.
-const fleetMidWindowOnset = false
+const fleetMidWindowOnset = true
 
 // A flood on one member alone does not starve the others (docs/design.md
 // §12, "The fleet's first second"): three members at 0.1 × fleet.max each,

@@ -398,7 +398,7 @@ func (m *Model) latch(nowNs, a uint64) (ea, el uint64) {
 		m.refTick, m.refA, m.refN = tick, a, l
 		m.candTick, m.candA, m.candN = tick, a, l
 		m.clock = true
-	case m.latched && tiers.SmoothReleases(ca, ea, s):
+	case m.latched && tiers.SmoothReleasesFrom(ca, tiers.FleetLatchMin(m.members), ea, s):
 		m.latched, m.lat = false, 0
 	}
 	return ea, el
