@@ -77,7 +77,8 @@ func (l *Limiter) setSums(in, total uint64) error {
 
 // SetFleetOwn writes what the next sums SetFleetOthers writes answer
 // (docs/design.md §12, "The fleet's first second"; maps.h tl_fleet_own):
-// this member's own R̂_in and R̂_tot at the report, packets per window, and
+// this member's base, its own R̂_in and R̂_tot at its last regular report
+// (kept through reports at a poll), packets per window, and
 // the fleet's member count the store returned, this member included.
 // During its own onset the program judges on the others' sums scaled by
 // its rise since the report (tiers.FleetOthersNow), or, with own below

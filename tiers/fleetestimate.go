@@ -117,22 +117,23 @@ func leastFrom(from uint64, ok func(o uint64) bool) uint64 {
 // reaches every member at once, and each learns the others' rise only
 // from their reports. Until then a member judges on the others' sums as
 // FleetOthersNow scales them, reports early (FleetReportNow), and latches
-// its onset on the fleet's count (SmoothCoef.FleetOnset).
+// and releases its onset on the fleet's count (FleetLatchMin).
 
 // FleetRiseCap is the most a member scales the others' sums by during its
-// own onset: its own R̂ now over its R̂ at its last report, at most 16.
+// own onset (its CPU latched): its own R̂ now over the base, its R̂ at
+// its last regular report (FleetReportNow's early reports keep it), at
+// most 16.
 // Behind a balancer a surge is correlated, and the others' sums, reported
 // before it, stand for what has risen as this member's R̂ has: the scale
-// is its best guess of their rise until the store answers. Where the
-// member surged alone the scale over-sheds it until its next report,
-// which comes within report/10 (FleetReportNow: its R̂ more than doubled),
-// so a larger cap would cost little; 16 covers a step from 0.6 ×
+// is its best guess of their rise until its next regular report. Where the
+// member surged alone the scale over-sheds it until its next regular
+// report; 16 covers a step from 0.6 ×
 // fleet.max to 10 × fleet.max at once, and keeps the scaled sum's
 // product within 64 bits (FleetScaled).
 const FleetRiseCap = 16
 
 // FleetRiseInv is 2^48 / own, 0 for own 0: what the agent writes beside
-// own, a member's R̂ at its last report, so that the program scales the
+// own, a member's base (its R̂ at its last regular report), so that the program scales the
 // others' sums without a division per packet (bpf/fleet.h tl_fleet_others_now,
 // FleetScaled). own is below 2^48.
 func FleetRiseInv(own uint64) uint64 {
@@ -145,7 +146,8 @@ func FleetRiseInv(own uint64) uint64 {
 // FleetScaled returns the others' sum a member judges on (docs/design.md
 // §12, "The fleet's first second"): others, the sum of the others' last
 // reports, packets per window, as it is outside an onset, or when own
-// R̂ rhat is no more than own, its R̂ at its last report; during its own
+// R̂ rhat is no more than own, the base (its R̂ at its last regular
+// report); during its own
 // onset, others × rhat/own, at most others × FleetRiseCap (others ×
 // FleetRiseCap when own is 0), and at most MaxFleetOthers. inv is
 // FleetRiseInv(own). The rise is computed as the program computes it
@@ -166,7 +168,8 @@ func FleetScaled(others, rhat, own, inv uint64, onset bool) uint64 {
 // FleetOthersNow returns the others' sum a member judges a packet on at
 // own R̂ rhat (docs/design.md §12, "The fleet's first second"): others,
 // the sum of the others' last reports, outside its own onset; in it,
-// FleetScaled, or, while own, its R̂ at the report the sum answers, is
+// FleetScaled, or, while own, the base of its rise (its R̂ at its last
+// regular report), is
 // below SmoothOnsetMin (the member was idle: it had no rise to scale by),
 // the equal-share prior max(others, (members − 1) × rhat), members the
 // fleet's count, this member included (members − 1 at most 65,535).
