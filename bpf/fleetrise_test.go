@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit/internal/testenv"
-	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 	"github.com/tierlimit/tierlimit/tiers/model"
 )
@@ -31,7 +30,7 @@ func TestFleetRiseProgram(t *testing.T) {
 		window   = 500 * time.Millisecond
 	)
 	p := fleetPolicyBPF(t, fleetMax, window)
-	frame := UDP4(t, 514)
+	frame := testenv.UDP4(t, 514)
 	for _, c := range []struct {
 		name                 string
 		others, own, members uint64
