@@ -21,7 +21,9 @@ import (
 // form, a draw per packet), the others' sum putting the fleet there
 // where the smooth path's own flood puts it; "alone-drop" is the fleet
 // path past the view's expiry (fleet.h), the fallback's multiplier
-// putting it there.
+// putting it there. Both are onsets (a fresh hour's window), where the
+// fleet with a view scales the others' sums by the member's rise since
+// its report (SetFleetOwn).
 func BenchmarkFleet(b *testing.B) {
 	policy := func(max uint64) tiers.Policy {
 		p := ordinalDefault()
@@ -48,6 +50,13 @@ func BenchmarkFleet(b *testing.B) {
 			opts := bpf.Options{TickNs: kernelTick(b)}
 			sm := newHarnessOpts(b, policy(path.max), opts)
 			fl := newHarnessOpts(b, fleet(path.max), opts)
+			// What the sums answer (the fleet's first second): a member
+			// count and an own R̂ at the report that the flood's R̂ rises
+			// past, so that the onset scales the sums per packet
+			// (fleet.h tl_fleet_others_now).
+			if err := fl.l.SetFleetOwn(1<<26, 1<<26, 3); err != nil {
+				b.Fatal(err)
+			}
 			if err := fl.l.SetFleetOthers(path.others, path.others); err != nil {
 				b.Fatal(err)
 			}

@@ -131,6 +131,13 @@
 /* Ticks after a latch in which the recent rate is read from the clock
  * (tiers.SmoothClockTicks). */
 #define TL_SMOOTH_CLOCK_TICKS 16
+/* The fleet (docs/design.md §12): the most the others' sums are scaled by
+ * in a member's onset (tiers.FleetRiseCap), and the most a sum the
+ * program judges on may be (tiers.MaxFleetOthers). */
+#define TL_FLEET_RISE_CAP 16ULL
+#define TL_FLEET_OTHERS_MAX (1ULL << 46)
+/* The most others the equal-share prior counts (tiers.fleetMembersMax). */
+#define TL_FLEET_MEMBERS_MAX 65535ULL
 /* The fleet's fallback with no agent (fleet.h; tiers.FleetMultMax,
  * FleetRhatMax): the largest multiplier on R̂, on 2^16 (a fallback max at
  * least table max ÷ 65536), and the largest R̂ it makes (2^47, below the

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/tiers"
@@ -73,6 +75,43 @@ func (l *Limiter) setSums(in, total uint64) error {
 	return second()
 }
 
+// SetFleetOwn writes what the next sums SetFleetOthers writes answer
+// (docs/design.md §12, "The fleet's first second"; maps.h tl_fleet_own):
+// this member's base, its own R̂_in and R̂_tot at its last regular report
+// (kept through reports at a poll), packets per window, and
+// the fleet's member count the store returned, this member included.
+// During its own onset the program judges on the others' sums scaled by
+// its rise since the report (tiers.FleetOthersNow), or, with own below
+// tiers.SmoothOnsetMin, on the equal-share prior, and latches an onset on
+// tiers.FleetLatchMin(members) packets since its rate's reference. The agent calls it
+// before SetFleetOthers at each answer; 0, 0, 0 (what a loaded program
+// starts with, and what it writes in fallback) is the plain fleet. Each
+// estimate is written as at most 2^48 − 1, in as at most total. Returns
+// ErrPolicy when the loaded object has no such variables.
+func (l *Limiter) SetFleetOwn(in, total, members uint64) error {
+	v := l.objs.LimiterVariables
+	if v.TlFleetOwn == nil || v.TlFleetOwnIn == nil || v.TlFleetInv == nil || v.TlFleetInvIn == nil || v.TlFleetMembers == nil || v.TlFleetLatchMin == nil {
+		return fmt.Errorf("%w: the loaded object has no fleet rise", ErrPolicy)
+	}
+	total = min(total, 1<<48-1)
+	in = min(in, total)
+	for _, w := range []struct {
+		name string
+		v    *ebpf.Variable
+		x    uint64
+	}{
+		{"tl_fleet_own_in", v.TlFleetOwnIn, in}, {"tl_fleet_inv_in", v.TlFleetInvIn, tiers.FleetRiseInv(in)},
+		{"tl_fleet_own", v.TlFleetOwn, total}, {"tl_fleet_inv", v.TlFleetInv, tiers.FleetRiseInv(total)},
+		{"tl_fleet_members", v.TlFleetMembers, members},
+		{"tl_fleet_latch_min", v.TlFleetLatchMin, tiers.FleetLatchMin(members)},
+	} {
+		if err := w.v.Set(w.x); err != nil {
+			return fmt.Errorf("set %s: %w", w.name, err)
+		}
+	}
+	return nil
+}
+
 // FleetOthers reads back the sums SetFleetOthers wrote: the in-budget sum
 // and the total.
 func (l *Limiter) FleetOthers() (in, total uint64, err error) {
@@ -136,8 +175,70 @@ func (l *Limiter) FleetEstimate() (in, total uint64, err error) {
 	} else if prof, err = l.profiles(w.Opened); err != nil {
 		return 0, 0, err
 	}
-	in, total = tiers.LiveEstimates(st, n, prevIn, nIn, w.Onset, ws.Expired, ws.ElapsedTicks-min(ws.ElapsedTicks, ticks), prof)
+	lat, err := l.liveLatch(&set, w, n, nIn, uint64(ts.Nano()))
+	if err != nil {
+		return 0, 0, err
+	}
+	in, total = tiers.LiveEstimates(st, n, prevIn, nIn, lat, ws.Expired, ws.ElapsedTicks-min(ws.ElapsedTicks, ticks), prof)
 	return in, total, nil
+}
+
+// liveLatch reads the CPUs' latches of the onset from the recent rate
+// (smooth.h sm_latch, sm_recent) as a packet now would: of each CPU
+// latched in this window, E of all selected packets a (n, the window's
+// count) since its origin on the clock while the CPU reads it so (in the
+// tiers.SmoothClockTicks ticks after its latch, as of its last tick), else since its reference times its per-tick multiplier;
+// with budgets, the live in-budget rate likewise, plus the spent budgets
+// (exh_in, at most nIn). The most over the CPUs (each reads the host's
+// whole count).
+func (l *Limiter) liveLatch(set *LimiterTlSettings, w Window, n, nIn, now uint64) (tiers.LiveLatch, error) {
+	var cpus []LimiterTlSmoothCpu
+	if err := l.objs.SmoothCpu.Lookup(uint32(0), &cpus); err != nil {
+		return tiers.LiveLatch{}, fmt.Errorf("read smooth_cpu: %w", err)
+	}
+	var raw LimiterTlWindow
+	if err := l.objs.Window.Lookup(uint32(0), &raw); err != nil {
+		return tiers.LiveLatch{}, fmt.Errorf("read window: %w", err)
+	}
+	exh := min(raw.ExhIn, nIn)
+	live := nIn - exh
+	var lat tiers.LiveLatch
+	for _, c := range cpus {
+		if c.Lat == 0 || c.Id != w.Opened+1 {
+			continue
+		}
+		var e, el uint64
+		if c.Clock != 0 && now > c.O_ns {
+			e = tiers.SmoothClockRate(sinceCount(n, c.O_a), now-c.O_ns, set.WindowNs)
+			el = tiers.SmoothClockRate(sinceCount(live, c.O_m), now-c.O_ns, set.WindowNs)
+		} else {
+			e = sinceCount(n, c.RefA) * c.K_rate >> 16
+			el = sinceCount(live, c.RefN) * c.K_rate >> 16
+		}
+		ein := e
+		if set.SrcBudget != 0 {
+			ein = exh + el
+		}
+		lat = tiers.LiveLatch{Latched: true, E: max(lat.E, e), EIn: max(lat.EIn, ein)}
+	}
+	return lat, nil
+}
+
+// sinceCount is x − ref, or 0 when ref is past x (model.since).
+func sinceCount(x, ref uint64) uint64 {
+	if d := x - ref; int64(d) > 0 {
+		return d
+	}
+	return 0
+}
+
+// FleetPoll returns this member's own live R̂_tot, as FleetEstimate does:
+// what the fleet controller polls every report/10 between its reports, to
+// report at once when it more than doubled (docs/design.md §12, "The
+// fleet's first second"). A few map reads and a clock read; no write.
+func (l *Limiter) FleetPoll() (uint64, error) {
+	_, total, err := l.FleetEstimate()
+	return total, err
 }
 
 // profiles reads the in-budget profiles of window id (Cur) and of the one

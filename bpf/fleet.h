@@ -32,6 +32,7 @@
 #define __TL_FLEET_H
 
 #include "maps.h"
+#include "smooth_q.h"
 
 /* The bpf_ktime_get_ns (CLOCK_MONOTONIC) until which the sums hold,
  * written by the agent (bpf.Limiter.SetFleetView): at each report
@@ -52,6 +53,24 @@ volatile __u64 tl_fleet_fb_mult = TL_SMOOTH_ONE;
  * written by the program (fleet_refresh) and by the agent with a new
  * view. */
 volatile __u32 tl_fleet_stale;
+
+/* The packets since its rate's reference a CPU needs to latch an onset
+ * (docs/design.md §12, "The fleet's first second"; tiers.FleetLatchMin):
+ * TL_SMOOTH_ONSET_MIN over the fleet's member count, rounded up, written
+ * by the agent with the count (bpf.Limiter.SetFleetOwn): a flood that
+ * reaches every member at once reaches each at 1/members of its rate. */
+volatile __u64 tl_fleet_latch_min = TL_SMOOTH_ONSET_MIN;
+
+/* The least packets since the reference that latch: tl_fleet_latch_min
+ * (1 to TL_SMOOTH_ONSET_MIN) with the view, TL_SMOOTH_ONSET_MIN past its
+ * expiry (alone, a member latches as a single host). */
+static __always_inline __u64 tl_fleet_latch_least(void)
+{
+	__u64 m = tl_fleet_latch_min;
+	if (tl_fleet_stale || m > TL_SMOOTH_ONSET_MIN)
+		return TL_SMOOTH_ONSET_MIN;
+	return m ? m : 1;
+}
 
 /* At a CPU's refresh (once per tick): whether the view has expired,
  * written only when that changed. */
@@ -78,13 +97,57 @@ __noinline __u64 tl_fleet_scale(__u64 r)
 	return x > TL_FLEET_RHAT_MAX ? TL_FLEET_RHAT_MAX : x;
 }
 
+/* The others' sum o a packet is judged on at own R̂ r, with the view
+ * (docs/design.md §12, "The fleet's first second"; tiers.FleetOthersNow):
+ * o while this CPU is not latched; latched, while own, this member's R̂ at
+ * the report o answers, is below TL_SMOOTH_ONSET_MIN (it was idle), the
+ * equal-share prior max(o, (members − 1) × r), members − 1 at most
+ * TL_FLEET_MEMBERS_MAX; else o scaled by the rise r/own, at most
+ * TL_FLEET_RISE_CAP, with inv = 2^48/own from the agent (no division per
+ * packet): (r − own) × inv >> 32 is the rise less one on 16 fractional
+ * bits, below 2^20, and no product passes 2^64 for o ≤ 2^46 and r < 2^48.
+ * At most TL_FLEET_OTHERS_MAX. 0 members (the agent has not written
+ * them, or wrote 0 in fallback) is the plain fleet: o. tot picks the
+ * total's globals (tl_fleet_others, tl_fleet_own, tl_fleet_inv), else the
+ * in-budget ones. A global function, so that the verifier checks its
+ * branches once, not at each state of its three callers; its frame, a
+ * few registers, adds to the caller's chain beside sm_refresh's larger
+ * one. Past the view's expiry it is not called: the fallback judges
+ * alone, unscaled. */
+__noinline __u64 tl_fleet_others_now(__u64 r, __u32 tot, __u32 onset)
+{
+	__u64 o = tot ? tl_fleet_others : tl_fleet_others_in;
+	__u64 m = tl_fleet_members;
+	if (!onset || !m)
+		return o;
+	__u64 own = tot ? tl_fleet_own : tl_fleet_own_in;
+	if (own < TL_SMOOTH_ONSET_MIN && m > 1) {
+		m = m - 1 < TL_FLEET_MEMBERS_MAX ? m - 1 : TL_FLEET_MEMBERS_MAX;
+		__u64 p = m * (r < TL_FLEET_OTHERS_MAX ? r : TL_FLEET_OTHERS_MAX);
+		if (p > TL_FLEET_OTHERS_MAX)
+			p = TL_FLEET_OTHERS_MAX;
+		return p > o ? p : o;
+	}
+	if (!o || r <= own)
+		return o;
+	__u64 inv = tot ? tl_fleet_inv : tl_fleet_inv_in;
+	__u64 x;
+	if (!own || r - own >= (TL_FLEET_RISE_CAP - 1) * own)
+		x = o * TL_FLEET_RISE_CAP;
+	else
+		x = o + sm_mul_shr(o, ((r - own) * inv) >> 32, 16);
+	return x < TL_FLEET_OTHERS_MAX ? x : TL_FLEET_OTHERS_MAX;
+}
+
 /* The fleet's R̂ of this member's own estimate r, R̂_in (tot 0) or
- * R̂_tot (tot 1): with the view, r plus the others' sum of the same kind;
- * past its expiry, tl_fleet_scale's. */
-static __always_inline __u64 tl_fleet_rhat(__u64 r, __u32 tot)
+ * R̂_tot (tot 1), on a CPU latched or not (onset): with the view, r plus
+ * the others' sum of the same kind as tl_fleet_others_now scales it;
+ * past its expiry, tl_fleet_scale's, the own/inv/members globals
+ * ignored. */
+static __always_inline __u64 tl_fleet_rhat(__u64 r, __u32 tot, __u32 onset)
 {
 	if (__builtin_expect(!tl_fleet_stale, 1))
-		return r + (tot ? tl_fleet_others : tl_fleet_others_in);
+		return r + tl_fleet_others_now(r, tot, onset);
 	return tl_fleet_scale(r);
 }
 

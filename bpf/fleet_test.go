@@ -26,22 +26,25 @@ func fleetPolicyBPF(t *testing.T, fleetMax uint64, window time.Duration) tiers.P
 }
 
 // The fleet's others' in-budget sum X joins the program's R̂ of in-budget
-// packets (docs/design.md §12), whatever their total: windows of 300
-// packets (without budgets, all in budget), each judged in its first
-// ticks of an hour's window, are dropped at the model's q(own R̂ + X)
-// within 5σ, the model on the program's clock (since issue 39 R̂ is the
-// packets' rate over the hour, read from the clock after the onset, which
-// drops nearly all of them); with X = 0 that is the plain smooth model,
-// and Active's max is fleet.max.
+// packets (docs/design.md §12), whatever their total: 300 packets per
+// 300 ms window paced in real time on one CPU (without budgets, all in
+// budget; own R̂ about 300 of fleet.max 1,000) are dropped at the model's
+// q(own R̂ + X) within 5σ, the model on the program's clock reads; with X
+// = 0 that is the plain smooth model (it drops next to none), with X =
+// 10,000 nearly all; and Active's max is fleet.max. Before, each window
+// was judged at full speed in an hour's window, which since issue 39's
+// onset from the recent rate drops every packet whatever X.
 func TestFleetOthersProgram(t *testing.T) {
 	pinCPU(t, 0) // the onset is latched per CPU, the model's is one CPU's
 	const (
 		fleetMax = 1000
 		perWin   = 300
-		windows  = 30
+		windows  = 4
+		window   = 300 * time.Millisecond
 	)
-	p := fleetPolicyBPF(t, fleetMax, time.Hour)
+	p := fleetPolicyBPF(t, fleetMax, window)
 	frame := UDP4(t, 514)
+	var drops []float64
 	for _, o := range [][2]uint64{{0, 0}, {500, 500}, {2000, 9000}, {10000, 10000}} {
 		x, total := o[0], o[1]
 		h := newHarness(t, p)
@@ -54,6 +57,7 @@ func TestFleetOthersProgram(t *testing.T) {
 		if in, tot, err := h.l.FleetOthers(); err != nil || in != x || tot != total {
 			t.Fatalf("FleetOthers %d, %d, %v; want %d, %d", in, tot, err, x, total)
 		}
+		h.expire()
 		m := model.NewModel(p, h.tab, nil)
 		m.SetTick(h.l.TickNs())
 		if x != 0 {
@@ -61,33 +65,37 @@ func TestFleetOthersProgram(t *testing.T) {
 		}
 		var want, variance float64
 		dropped := 0
-		for range windows {
-			// The model takes the program's clock and expiries: the
-			// onset's rate outlives the window (docs/design.md §9).
-			h.expire()
-			m.SetWindow(monotonicNow(t)-uint64(time.Hour+time.Millisecond), m.N())
-			for range perWin {
-				now := monotonicNow(t)
-				if h.run(frame) != xdpPass {
-					dropped++
-				}
-				m.Packet(now)
-				_, thr := h.tab.Smooth(m.Estimate() + x)
-				q := tiers.DropRatio(thr)
-				want += q
-				variance += q * (1 - q)
+		n := fleetPaced(t, window, windows, perWin, func(_ int, now uint64) {
+			if h.run(frame) != xdpPass {
+				dropped++
 			}
-		}
+			m.Packet(now)
+			_, thr := h.tab.Smooth(m.Estimate() + x)
+			q := tiers.DropRatio(thr)
+			want += q
+			variance += q * (1 - q)
+		})
 		sigma := math.Sqrt(variance)
-		t.Logf("others %d: dropped %d of %d, model %.1f ± %.1f", x, dropped, windows*perWin, want, sigma)
+		t.Logf("others %d: dropped %d of %d, model %.1f ± %.1f", x, dropped, n, want, sigma)
 		if math.Abs(float64(dropped)-want) > 5*sigma+1 {
 			t.Errorf("others %d: dropped %d, want %.1f ± 5 × %.1f", x, dropped, want, sigma)
 		}
+		drops = append(drops, want/float64(n))
+	}
+	// The sums show: each larger X drops more, from next to none to most.
+	for i := 1; i < len(drops); i++ {
+		if drops[i] <= drops[i-1] {
+			t.Errorf("the model's drop fractions %v: want each larger sum to drop more", drops)
+		}
+	}
+	if drops[0] > 0.1 || drops[len(drops)-1] < 0.8 {
+		t.Errorf("the model's drop fractions %v: want at most 0.1 with no sums, at least 0.8 with 10,000", drops)
 	}
 }
 
-// FleetEstimate reads the program's own live R̂, the others left out: 32 n
-// in the onset of a fresh hour's window after n ≥ 16 packets, and the
+// FleetEstimate reads the program's own live R̂, the others left out: in
+// the onset of a fresh hour's window after n ≥ 16 packets, the model's
+// (EstimateAt: the estimator it judges with, E), and the
 // ending window's count once it has expired; without budgets R̂_in and
 // R̂_tot are equal. SetFleetOthers bounds each sum by
 // tiers.MaxFleetOthers and the in-budget sum by the total, in either
@@ -114,15 +122,25 @@ func TestFleetEstimateProgram(t *testing.T) {
 	}
 	h.expire()
 	const n = 100
+	m := model.NewModel(p, h.tab, nil)
+	m.SetTick(h.l.TickNs())
 	for range n {
+		m.Packet(monotonicNow(t))
 		h.run(frame)
 	}
+	before := monotonicNow(t)
 	in, got, err := h.l.FleetEstimate()
+	after := monotonicNow(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != 32*n || in != got {
-		t.Errorf("onset: FleetEstimate %d, %d, want %d twice (32 n, all in budget)", in, got, 32*n)
+	// The estimator it judges with (issue 39): latched, E of the
+	// packets since the latch from the clock, which falls as the clock
+	// runs on with no packet; the model's at the clock reads either side.
+	_, hi := m.EstimateAt(before)
+	_, lo := m.EstimateAt(after)
+	if float64(got) < 0.9*float64(lo) || float64(got) > 1.1*float64(hi) || in != got || !m.Latched() {
+		t.Errorf("onset: FleetEstimate %d, %d, want the model's EstimateAt between %d and %d (within 10 %%), twice (all in budget), latched (%v)", in, got, lo, hi, m.Latched())
 	}
 	h.expire()
 	if in, got, _ := h.l.FleetEstimate(); got+1 < n || got > n || in != got {

@@ -421,8 +421,14 @@ const (
 	LimiterVarTlContractBtf     = "tl_contract_btf"
 	LimiterVarTlFleetExpiry     = "tl_fleet_expiry"
 	LimiterVarTlFleetFbMult     = "tl_fleet_fb_mult"
+	LimiterVarTlFleetInv        = "tl_fleet_inv"
+	LimiterVarTlFleetInvIn      = "tl_fleet_inv_in"
+	LimiterVarTlFleetLatchMin   = "tl_fleet_latch_min"
+	LimiterVarTlFleetMembers    = "tl_fleet_members"
 	LimiterVarTlFleetOthers     = "tl_fleet_others"
 	LimiterVarTlFleetOthersIn   = "tl_fleet_others_in"
+	LimiterVarTlFleetOwn        = "tl_fleet_own"
+	LimiterVarTlFleetOwnIn      = "tl_fleet_own_in"
 	LimiterVarTlFleetStale      = "tl_fleet_stale"
 	LimiterVarTlIfCount         = "tl_if_count"
 	LimiterVarTlIfIndex         = "tl_if_index"
@@ -515,8 +521,14 @@ type LimiterVariableSpecs struct {
 	TlContractBtf   *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
 	TlFleetExpiry   *ebpf.VariableSpec `ebpf:"tl_fleet_expiry"`
 	TlFleetFbMult   *ebpf.VariableSpec `ebpf:"tl_fleet_fb_mult"`
+	TlFleetInv      *ebpf.VariableSpec `ebpf:"tl_fleet_inv"`
+	TlFleetInvIn    *ebpf.VariableSpec `ebpf:"tl_fleet_inv_in"`
+	TlFleetLatchMin *ebpf.VariableSpec `ebpf:"tl_fleet_latch_min"`
+	TlFleetMembers  *ebpf.VariableSpec `ebpf:"tl_fleet_members"`
 	TlFleetOthers   *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.VariableSpec `ebpf:"tl_fleet_others_in"`
+	TlFleetOwn      *ebpf.VariableSpec `ebpf:"tl_fleet_own"`
+	TlFleetOwnIn    *ebpf.VariableSpec `ebpf:"tl_fleet_own_in"`
 	TlFleetStale    *ebpf.VariableSpec `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
@@ -610,8 +622,14 @@ type LimiterVariables struct {
 	TlContractBtf   *ebpf.Variable `ebpf:"tl_contract_btf"`
 	TlFleetExpiry   *ebpf.Variable `ebpf:"tl_fleet_expiry"`
 	TlFleetFbMult   *ebpf.Variable `ebpf:"tl_fleet_fb_mult"`
+	TlFleetInv      *ebpf.Variable `ebpf:"tl_fleet_inv"`
+	TlFleetInvIn    *ebpf.Variable `ebpf:"tl_fleet_inv_in"`
+	TlFleetLatchMin *ebpf.Variable `ebpf:"tl_fleet_latch_min"`
+	TlFleetMembers  *ebpf.Variable `ebpf:"tl_fleet_members"`
 	TlFleetOthers   *ebpf.Variable `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.Variable `ebpf:"tl_fleet_others_in"`
+	TlFleetOwn      *ebpf.Variable `ebpf:"tl_fleet_own"`
+	TlFleetOwnIn    *ebpf.Variable `ebpf:"tl_fleet_own_in"`
 	TlFleetStale    *ebpf.Variable `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`

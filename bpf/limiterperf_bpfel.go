@@ -46,8 +46,14 @@ const (
 	limiterPerfVarTlContractBtf     = "tl_contract_btf"
 	limiterPerfVarTlFleetExpiry     = "tl_fleet_expiry"
 	limiterPerfVarTlFleetFbMult     = "tl_fleet_fb_mult"
+	limiterPerfVarTlFleetInv        = "tl_fleet_inv"
+	limiterPerfVarTlFleetInvIn      = "tl_fleet_inv_in"
+	limiterPerfVarTlFleetLatchMin   = "tl_fleet_latch_min"
+	limiterPerfVarTlFleetMembers    = "tl_fleet_members"
 	limiterPerfVarTlFleetOthers     = "tl_fleet_others"
 	limiterPerfVarTlFleetOthersIn   = "tl_fleet_others_in"
+	limiterPerfVarTlFleetOwn        = "tl_fleet_own"
+	limiterPerfVarTlFleetOwnIn      = "tl_fleet_own_in"
 	limiterPerfVarTlFleetStale      = "tl_fleet_stale"
 	limiterPerfVarTlIfCount         = "tl_if_count"
 	limiterPerfVarTlIfIndex         = "tl_if_index"
@@ -141,8 +147,14 @@ type limiterPerfVariableSpecs struct {
 	TlContractBtf   *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
 	TlFleetExpiry   *ebpf.VariableSpec `ebpf:"tl_fleet_expiry"`
 	TlFleetFbMult   *ebpf.VariableSpec `ebpf:"tl_fleet_fb_mult"`
+	TlFleetInv      *ebpf.VariableSpec `ebpf:"tl_fleet_inv"`
+	TlFleetInvIn    *ebpf.VariableSpec `ebpf:"tl_fleet_inv_in"`
+	TlFleetLatchMin *ebpf.VariableSpec `ebpf:"tl_fleet_latch_min"`
+	TlFleetMembers  *ebpf.VariableSpec `ebpf:"tl_fleet_members"`
 	TlFleetOthers   *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.VariableSpec `ebpf:"tl_fleet_others_in"`
+	TlFleetOwn      *ebpf.VariableSpec `ebpf:"tl_fleet_own"`
+	TlFleetOwnIn    *ebpf.VariableSpec `ebpf:"tl_fleet_own_in"`
 	TlFleetStale    *ebpf.VariableSpec `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
@@ -238,8 +250,14 @@ type limiterPerfVariables struct {
 	TlContractBtf   *ebpf.Variable `ebpf:"tl_contract_btf"`
 	TlFleetExpiry   *ebpf.Variable `ebpf:"tl_fleet_expiry"`
 	TlFleetFbMult   *ebpf.Variable `ebpf:"tl_fleet_fb_mult"`
+	TlFleetInv      *ebpf.Variable `ebpf:"tl_fleet_inv"`
+	TlFleetInvIn    *ebpf.Variable `ebpf:"tl_fleet_inv_in"`
+	TlFleetLatchMin *ebpf.Variable `ebpf:"tl_fleet_latch_min"`
+	TlFleetMembers  *ebpf.Variable `ebpf:"tl_fleet_members"`
 	TlFleetOthers   *ebpf.Variable `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.Variable `ebpf:"tl_fleet_others_in"`
+	TlFleetOwn      *ebpf.Variable `ebpf:"tl_fleet_own"`
+	TlFleetOwnIn    *ebpf.Variable `ebpf:"tl_fleet_own_in"`
 	TlFleetStale    *ebpf.Variable `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`

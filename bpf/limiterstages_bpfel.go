@@ -46,8 +46,14 @@ const (
 	limiterStagesVarTlContractBtf     = "tl_contract_btf"
 	limiterStagesVarTlFleetExpiry     = "tl_fleet_expiry"
 	limiterStagesVarTlFleetFbMult     = "tl_fleet_fb_mult"
+	limiterStagesVarTlFleetInv        = "tl_fleet_inv"
+	limiterStagesVarTlFleetInvIn      = "tl_fleet_inv_in"
+	limiterStagesVarTlFleetLatchMin   = "tl_fleet_latch_min"
+	limiterStagesVarTlFleetMembers    = "tl_fleet_members"
 	limiterStagesVarTlFleetOthers     = "tl_fleet_others"
 	limiterStagesVarTlFleetOthersIn   = "tl_fleet_others_in"
+	limiterStagesVarTlFleetOwn        = "tl_fleet_own"
+	limiterStagesVarTlFleetOwnIn      = "tl_fleet_own_in"
 	limiterStagesVarTlFleetStale      = "tl_fleet_stale"
 	limiterStagesVarTlIfCount         = "tl_if_count"
 	limiterStagesVarTlIfIndex         = "tl_if_index"
@@ -141,8 +147,14 @@ type limiterStagesVariableSpecs struct {
 	TlContractBtf   *ebpf.VariableSpec `ebpf:"tl_contract_btf"`
 	TlFleetExpiry   *ebpf.VariableSpec `ebpf:"tl_fleet_expiry"`
 	TlFleetFbMult   *ebpf.VariableSpec `ebpf:"tl_fleet_fb_mult"`
+	TlFleetInv      *ebpf.VariableSpec `ebpf:"tl_fleet_inv"`
+	TlFleetInvIn    *ebpf.VariableSpec `ebpf:"tl_fleet_inv_in"`
+	TlFleetLatchMin *ebpf.VariableSpec `ebpf:"tl_fleet_latch_min"`
+	TlFleetMembers  *ebpf.VariableSpec `ebpf:"tl_fleet_members"`
 	TlFleetOthers   *ebpf.VariableSpec `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.VariableSpec `ebpf:"tl_fleet_others_in"`
+	TlFleetOwn      *ebpf.VariableSpec `ebpf:"tl_fleet_own"`
+	TlFleetOwnIn    *ebpf.VariableSpec `ebpf:"tl_fleet_own_in"`
 	TlFleetStale    *ebpf.VariableSpec `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
@@ -237,8 +249,14 @@ type limiterStagesVariables struct {
 	TlContractBtf   *ebpf.Variable `ebpf:"tl_contract_btf"`
 	TlFleetExpiry   *ebpf.Variable `ebpf:"tl_fleet_expiry"`
 	TlFleetFbMult   *ebpf.Variable `ebpf:"tl_fleet_fb_mult"`
+	TlFleetInv      *ebpf.Variable `ebpf:"tl_fleet_inv"`
+	TlFleetInvIn    *ebpf.Variable `ebpf:"tl_fleet_inv_in"`
+	TlFleetLatchMin *ebpf.Variable `ebpf:"tl_fleet_latch_min"`
+	TlFleetMembers  *ebpf.Variable `ebpf:"tl_fleet_members"`
 	TlFleetOthers   *ebpf.Variable `ebpf:"tl_fleet_others"`
 	TlFleetOthersIn *ebpf.Variable `ebpf:"tl_fleet_others_in"`
+	TlFleetOwn      *ebpf.Variable `ebpf:"tl_fleet_own"`
+	TlFleetOwnIn    *ebpf.Variable `ebpf:"tl_fleet_own_in"`
 	TlFleetStale    *ebpf.Variable `ebpf:"tl_fleet_stale"`
 	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`

@@ -320,4 +320,20 @@ volatile __u32 tl_record_share = TL_THR_ALWAYS;
 volatile __u64 tl_fleet_others_in;
 volatile __u64 tl_fleet_others;
 
+/* The fleet's first second (docs/design.md §12; fleet.h tl_fleet_others_now):
+ * what the sums above answer, written by the agent with them
+ * (bpf.Limiter.SetFleetOwn): this member's own R̂_in and R̂_tot at the
+ * report, 2^48 over each (tiers.FleetRiseInv, 0 for 0), and the fleet's
+ * member count the store returned, this member included. During its own
+ * onset a member scales the sums by its rise since the report, or, idle
+ * at it, judges the others at the equal-share prior; 0 members is the
+ * plain fleet. The agent writes them before the sums: a packet between
+ * the stores scales an old sum by a rise measured from the new report,
+ * for the microseconds between them. */
+volatile __u64 tl_fleet_own_in;
+volatile __u64 tl_fleet_own;
+volatile __u64 tl_fleet_inv_in;
+volatile __u64 tl_fleet_inv;
+volatile __u64 tl_fleet_members;
+
 #endif /* __TL_MAPS_H */

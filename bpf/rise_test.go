@@ -214,7 +214,7 @@ func TestFleetEstimateProfile(t *testing.T) {
 	w := h.window()
 	tick := now >> tiers.SmoothTickShift
 	st := tiers.SmoothState{Elapsed: tick - min(tick, w.StartNs>>tiers.SmoothTickShift), Ticks: h.tab.Settings.SmoothTicks, Gap: w.Gap, Prev: w.LastCount}
-	even, _ := tiers.LiveEstimates(st, w.Count, w.LastCount, min(w.Count, 1920), false, false, 0, tiers.Profiles{})
+	even, _ := tiers.LiveEstimates(st, w.Count, w.LastCount, min(w.Count, 1920), tiers.LiveLatch{}, false, 0, tiers.Profiles{})
 	t.Logf("40 %% in: R̂_in %d (model %d, the even spread about %d), R̂_tot %d (model %d); window %+v", in, wantIn, even, total, wantTotal, w)
 	if d := math.Abs(float64(in) - float64(wantIn)); d > 0.03*float64(wantIn) {
 		t.Errorf("R̂_in %d, the model's %d: want within 3 %%", in, wantIn)

@@ -246,12 +246,12 @@ static __always_inline __u64 sm_latch(struct tl_smooth_cpu *c, struct tl_window 
 {
 	__u64 ea = 0;
 	*el = 0;
-	__u64 ca = sm_recent(c, s, a, l, &ea, el);
+	__u64 ca = sm_recent(c, s, a, l, &ea, el), least = tl_fleet_latch_least();
 	__u64 st = a + c->base_tot;
 	__u64 th = st + (st >> TL_SMOOTH_LATCH_SHIFT);
 	if (th < 2 * c->lat)
 		th = 2 * c->lat;
-	if (ca >= TL_SMOOTH_ONSET_MIN && ea > th) {
+	if (ca >= least && ea > th) {
 		c->lat = ea;
 		c->o_tick = c->ref_tick = c->cand_tick = c->tick;
 		c->o_ns = bpf_ktime_get_ns();
@@ -260,7 +260,7 @@ static __always_inline __u64 sm_latch(struct tl_smooth_cpu *c, struct tl_window 
 		c->clock = 1;
 		if (READ_ONCE(w->onset) != id + 1)
 			w->onset = id + 1;
-	} else if (c->lat && ca >= TL_SMOOTH_ONSET_MIN && ea <= st) {
+	} else if (c->lat && ca >= least && ea <= st) {
 		c->lat = 0;
 	}
 	return ea;
@@ -347,7 +347,10 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 	__u64 xh = READ_ONCE(w->exh_in), el;
 	__u64 ea = sm_latch(c, w, s, pos->id, n + c->ex, n > xh ? n - xh : 0, &el);
 	__u64 rhat = sm_rhat(w, s, c, n, ea, el);
-	rhat = tl_fleet_rhat(rhat, 0); /* the fleet's R̂_in (docs/design.md §12): the others' in-budget sum joins it, or the fallback (fleet.h) */
+	/* the fleet's R̂_in (docs/design.md §12): the others' in-budget sum
+	 * joins it, scaled by this member's rise while it is latched, or past
+	 * the view's expiry the fallback (fleet.h) */
+	rhat = tl_fleet_rhat(rhat, 0, c->lat != 0);
 	return sm_entry(s, slot, c, rhat, tier, thr) ? c : NULL;
 }
 
@@ -403,10 +406,11 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		/* The fleet's sums (docs/design.md §12, model.Model.overSmooth):
 		 * the others' in-budget R̂ joins R̂_in, their total R̂_tot, so
 		 * the fleet's over-budget packets share P(R_fleet) −
-		 * P(R_fleet,in); past the view's expiry both at the
-		 * fallback's multiplier (fleet.h). */
-		rin = tl_fleet_rhat(rin, 0);
-		rtot = tl_fleet_rhat(rtot, 1);
+		 * P(R_fleet,in), each scaled by this member's rise while it is
+		 * latched (fleet.h tl_fleet_others_now); past the view's expiry
+		 * both at the fallback's multiplier, unscaled. */
+		rin = tl_fleet_rhat(rin, 0, c->lat != 0);
+		rtot = tl_fleet_rhat(rtot, 1, c->lat != 0);
 		if (!c->ex_r || !sm_near(rtot, c->ex_r) || !sm_near(rin, c->ex_rin))
 			sm_share_memo(c, s, slot, rin, rtot);
 		*thr = c->ex_thr;

@@ -48,7 +48,13 @@ func SmoothClockRate(count, elNs, windowNs uint64) uint64 {
 // rate E over them projected over a window past 5/4 of the sliding count
 // s.
 func SmoothLatches(count, e, s uint64) bool {
-	return count >= SmoothOnsetMin && e > s+s>>SmoothLatchShift
+	return SmoothLatchesFrom(count, SmoothOnsetMin, e, s)
+}
+
+// SmoothLatchesFrom is SmoothLatches with least, not SmoothOnsetMin,
+// packets since the reference: a fleet member's FleetLatchMin.
+func SmoothLatchesFrom(count, least, e, s uint64) bool {
+	return count >= least && e > s+s>>SmoothLatchShift
 }
 
 // SmoothReleases reports whether a latched CPU releases its onset: at
@@ -56,5 +62,14 @@ func SmoothLatches(count, e, s uint64) bool {
 // sliding count s (S has caught up with the rate, docs/design.md §9
 // property 4).
 func SmoothReleases(count, e, s uint64) bool {
-	return count >= SmoothOnsetMin && e <= s
+	return SmoothReleasesFrom(count, SmoothOnsetMin, e, s)
+}
+
+// SmoothReleasesFrom is SmoothReleases with least, not SmoothOnsetMin,
+// packets since the reference: a fleet member's FleetLatchMin, so that a
+// latch on the noise of a member's light share (a few packets) releases
+// as soon as it latched, and a flood after it latches afresh, its rate
+// read from the clock from the step (docs/design.md §12).
+func SmoothReleasesFrom(count, least, e, s uint64) bool {
+	return count >= least && e <= s
 }

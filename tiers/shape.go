@@ -174,6 +174,18 @@ func (c SmoothCoef) Onset(n uint64) bool {
 	return n >= SmoothOnsetMin && mulShift(n, c.Mult) > 2*c.Sliding(n)
 }
 
+// FleetOnset reports whether a fleet member's window whose live count n
+// is below SmoothOnsetMin is an onset on the fleet's count (docs/design.md
+// §12, "The fleet's first second"): n × members, members the fleet's
+// count at the last answer, is at least SmoothOnsetMin, and F is over
+// twice S as in Onset. A flood that reaches every member at once reaches
+// each at 1/members of its rate, and the fleet has seen SmoothOnsetMin
+// packets when each member has seen SmoothOnsetMin/members.
+func (c SmoothCoef) FleetOnset(n, members uint64) bool {
+	return members > 1 && n > 0 && n < SmoothOnsetMin && n*members >= SmoothOnsetMin &&
+		mulShift(n, c.Mult) > 2*c.Sliding(n)
+}
+
 // Estimate returns R̂, the estimate of the window's offered count for a
 // packet whose live count (this packet included) is n, in a window that
 // is an onset or not: max(S, F) in an onset, S otherwise (Sliding, Onset).

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tierlimit/tierlimit/tiers"
 	"github.com/tierlimit/tierlimit/tiers/storeurl"
 )
 
@@ -36,6 +37,9 @@ type Controller struct {
 	lastOK     time.Time // when the store last answered
 	members    int       // the member count it last returned; 0 before any
 	lastEst    Sums      // the estimates last read from the program
+	lastRep    Sums      // the estimates of the last report answered, as reported
+	ownSet     Sums      // what the program was last given as its own R̂ at the report (SetFleetOwn)
+	again      bool      // a report at a poll was answered since the last regular report
 	inFallback bool
 	estFailed  bool // a FleetEstimate error was logged and not yet cleared
 	setFailed  bool // a SetFleetOthers error was logged and not yet cleared
@@ -121,7 +125,7 @@ func Start(cfg Config, lim Limiter, fb Fallback, log *slog.Logger) (*Controller,
 		c.enterFallback(0)
 	} else {
 		c.m.reports(resultOK).Add(1)
-		c.joined(time.Now(), sent, v)
+		c.joined(time.Now(), sent, v, false)
 		c.log.Info("joined the fleet", "store", c.store, "members", v.members, "others", v.others.Total, "others_in", v.others.In)
 	}
 	go c.run()
@@ -227,29 +231,70 @@ func (c *Controller) Close() error {
 	return err
 }
 
-// run reports every report interval until Close.
+// run reports every report interval until Close, and between reports
+// polls the program's estimate every report/10 (at least 1 ms): it
+// reports at once when its R̂_tot more than doubled since the last report,
+// or, after such a report, rose by a quarter (tiers.FleetReportNow;
+// docs/design.md §12, "The fleet's first second"). A poll is one
+// FleetEstimate, a few map reads.
 func (c *Controller) run() {
 	defer close(c.done)
 	every := c.cfg.Load().Report
-	t := time.NewTicker(every)
+	t := time.NewTicker(pollEvery(every))
 	defer t.Stop()
+	next := time.Now().Add(every)
 	for {
 		select {
 		case <-c.stop:
 			return
 		case <-t.C:
 		}
-		c.tick()
+		if now := time.Now(); !now.Before(next) {
+			c.tick(false)
+			c.again = false
+			if next = next.Add(every); next.Before(now) {
+				next = now.Add(every)
+			}
+		} else if !c.fl.pending && c.pollNow() {
+			// An early report only when none is in flight (inflight.go).
+			c.tick(true)
+		}
 		if r := c.cfg.Load().Report; r != every {
 			every = r
-			t.Reset(every)
+			t.Reset(pollEvery(every))
+			next = time.Now().Add(every)
 		}
 	}
 }
 
+// pollEvery is the poll interval of report: report/10, at least 1 ms.
+func pollEvery(report time.Duration) time.Duration {
+	return max(report/10, time.Millisecond)
+}
+
+// poller is a Limiter that can be polled between reports
+// (*bpf.Limiter.FleetPoll): its R̂_tot, as FleetEstimate reads it. A
+// Limiter without it is not polled, and reports at its regular pace only.
+type poller interface {
+	FleetPoll() (total uint64, err error)
+}
+
+// pollNow reads the program's R̂_tot and says whether to report at once
+// (tiers.FleetReportNow); never in fallback, nor when the estimate cannot
+// be read.
+func (c *Controller) pollNow() bool {
+	p, ok := c.lim.(poller)
+	if !ok || c.inFallback {
+		return false
+	}
+	total, err := p.FleetPoll()
+	return err == nil && tiers.FleetReportNow(total, c.lastRep.Total, c.again)
+}
+
 // tick is one report: read R̂, one round trip bounded by report, hand the
-// others' sum to the program. It never waits longer than report.
-func (c *Controller) tick() {
+// others' sum to the program. It never waits longer than report. early
+// says it is a poll's (run).
+func (c *Controller) tick(early bool) {
 	cfg := c.cfg.Load()
 	est := c.estimate()
 	start := time.Now()
@@ -258,7 +303,7 @@ func (c *Controller) tick() {
 	slow := now.Sub(start) > cfg.Report
 	c.m.reports(resultOf(err, slow)).Add(1)
 	if err == nil {
-		c.joined(now, sent, v)
+		c.joined(now, sent, v, early)
 		return
 	}
 	c.m.storeUp.Store(0)
@@ -278,8 +323,9 @@ func (c *Controller) tick() {
 }
 
 // joined applies an answer of the store: rejoin if in fallback, then hand
-// the others' sums to the program (through Config.Bound when set).
-func (c *Controller) joined(now time.Time, est Sums, v view) {
+// the program the others' sums (through Config.Bound when set) with what
+// they answer (setOwn). early says the report was a poll's.
+func (c *Controller) joined(now time.Time, est Sums, v view, early bool) {
 	expiry := monoNow() + uint64(c.cfg.Load().TTL)
 	c.lastOK = now
 	c.m.viewAt.Store(now.UnixNano())
@@ -294,6 +340,26 @@ func (c *Controller) joined(now time.Time, est Sums, v view) {
 		o := b(est, others)
 		others = Sums{In: max(o.In, others.In), Total: max(o.Total, others.Total)}
 	}
+	// What the sums answer (the report's own estimates, as sent: est),
+	// then the view: a packet between the two scales an old sum from the
+	// new report, for the microseconds between them.
+	rep := est
+	own := rep
+	if early {
+		// At a poll the member keeps the base of its rise, its own R̂ at
+		// its last regular report, until its next one: the others'
+		// sums still stand for the traffic before the flood, and its
+		// rise is their best guess until then (docs/design.md §12;
+		// model.FleetModel.Advance). Idle at its last report, it keeps
+		// the equal-share prior through its first report at a poll.
+		own = c.ownSet
+		if !c.again && c.ownSet.Total < tiers.SmoothOnsetMin {
+			own = Sums{}
+		}
+	}
+	c.again = c.again || early
+	c.lastRep = rep
+	c.setOwn(own, v.members)
 	// The view first: leaving fallback with the fallback's view (0)
 	// would judge the fleet's table alone until it came.
 	c.writeView(others, expiry)
@@ -320,6 +386,9 @@ func (c *Controller) enterFallback(members int) {
 		c.log.Error("enter fleet fallback", "err", err)
 	}
 	c.inFallback = true
+	// In fallback the own R̂, its inverse and the member count scale
+	// nothing (the program ignores them past the view's expiry too).
+	c.setOwn(Sums{}, 0)
 	c.writeView(Sums{}, c.fallbackExpiry(monoNow(), c.cfg.Load()))
 	c.m.fallback.Store(1)
 	c.m.others.Store(0)
@@ -341,6 +410,31 @@ func (c *Controller) estimate() Sums {
 	c.estFailed = false
 	c.lastEst = est
 	return est
+}
+
+// ownSetter is a Limiter that takes what the others' sums answer
+// (*bpf.Limiter.SetFleetOwn): this member's R̂ at the report and the
+// member count, for the fleet's first second (docs/design.md §12).
+type ownSetter interface {
+	SetFleetOwn(in, total, members uint64) error
+}
+
+// setOwn hands the program own, this member's estimates at the report
+// the next sums answer, and the member count, when the Limiter takes
+// them; before writeView, so that a packet between the two scales an old
+// sum from the new report. A failure is logged once, as setOthers's.
+func (c *Controller) setOwn(own Sums, members int) {
+	c.ownSet = own
+	s, ok := c.lim.(ownSetter)
+	if !ok {
+		return
+	}
+	if err := s.SetFleetOwn(own.In, own.Total, uint64(max(members, 0))); err != nil {
+		if !c.setFailed {
+			c.log.Error("write this member's report to the program", "err", err)
+			c.setFailed = true
+		}
+	}
 }
 
 // resultOf classifies a report: slow when it hit its deadline or took

@@ -8,7 +8,12 @@
 // reads the others' sums in one round trip (one server-side script), and
 // hands the sums to the program (Limiter.SetFleetOthers), which judges
 // in-budget packets on R̂_in + the others' in-budget sum and over-budget
-// ones on the share of P(R̂_tot + their total) − P(R̂_in + their in). Limiting
+// ones on the share of P(R̂_tot + their total) − P(R̂_in + their in). Between
+// reports it polls the program every report/10 and reports at once when
+// its R̂ more than doubled, and with each answer it hands the program its
+// own R̂ at the report and the member count, by which the program scales
+// the sums during its own onset (docs/design.md §12, "The fleet's first
+// second"; the Limiter's optional FleetPoll and SetFleetOwn). Limiting
 // never waits for the store: a store that is down, slow or refuses the
 // password leaves the last view in place for ttl, after which the
 // controller enters fallback (Fallback.EnterFallback) until the store

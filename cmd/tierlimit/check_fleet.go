@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
 )
 
 // fleetShares are the shares of the fleet's load one member carries in
@@ -47,6 +48,7 @@ func printFleetCheck(out io.Writer, p tiers.Policy, t tiers.Table) error {
 	if p.Auto != nil {
 		fmt.Fprintf(out, "  with max: auto, a member never passes more than its learnt max allows on its own R̂\n")
 	}
+	printFleetOnset(out, p, t)
 	fmt.Fprintln(out, "fleet pass rate: the fleet offered R passes P(R); a member carrying a share of R passes that share of P(R)")
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "OFFERED\tR\tFLEET P(R)\tPASS RATE\tPASSED\t")
@@ -69,6 +71,40 @@ func printFleetCheck(out io.Writer, p tiers.Policy, t tiers.Table) error {
 		fmt.Fprintln(w)
 	}
 	return w.Flush()
+}
+
+// fleetOnsetMembers are the fleet sizes whose first window check prints.
+var fleetOnsetMembers = []int{3, 30}
+
+// fleetOnsetPackets bounds the packets check simulates per fleet size for
+// the first window (a few seconds at most): fewer runs for a larger
+// fleet.max, none past 400,000.
+const fleetOnsetPackets = 4e6
+
+// printFleetOnset prints the fleet's first-window bound (docs/design.md
+// §12, "The fleet's first second"): what the fleet model passes in the
+// first window-long span of a flood of 10 × fleet.max that reaches 3 and
+// 30 members at once from idle, as multiples of P(R_fleet), the mean and
+// the most over up to 8 runs at random phases (fleetOnsetPackets); and a warning when report is
+// longer than window/10, where the members learn of each other's flood
+// too late for the bound.
+func printFleetOnset(out io.Writer, p tiers.Policy, t tiers.Table) {
+	f := p.Fleet
+	if f.Report > p.Window/10 {
+		fmt.Fprintf(out, "  warning: fleet.report %s is longer than window/10 (%s): a flood that reaches every member at once passes more than 1.25 × P(R_fleet) in its first window; set fleet.report to at most %s\n",
+			f.Report, p.Window/10, p.Window/10)
+	}
+	flood := 10 * float64(f.Max)
+	runs := min(8, int(fleetOnsetPackets/flood))
+	if runs == 0 {
+		fmt.Fprintf(out, "  first window of a flood reaching every member at once: at most 1.1 × P(R_fleet) on the mean, 1.25 × in a run, with report ≤ window/10 (docs/design.md §12; not simulated here above fleet.max %d)\n", int(fleetOnsetPackets/10))
+		return
+	}
+	fmt.Fprintf(out, "  first window of a flood of 10 × fleet.max reaching every member at once from idle (the fleet model, %d runs; the contract: at most 1.1 × P(R_fleet) on the mean, 1.25 × in a run, with report ≤ window/10):\n", runs)
+	for _, n := range fleetOnsetMembers {
+		mean, worst := model.FleetFirstWindow(p, t, n, 0, flood, runs, 1)
+		fmt.Fprintf(out, "    %d members: %.2f × P(R_fleet) on the mean, %.2f × at most\n", n, mean, worst)
+	}
 }
 
 // fleetLoadName is a smoothLoads name of max as one of fleet.max.

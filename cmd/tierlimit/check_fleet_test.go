@@ -75,3 +75,34 @@ func TestCheckFleet(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckFleetOnset: check prints the fleet's first-window bound for 3
+// and 30 members (docs/design.md §12, "The fleet's first second"), and
+// warns when fleet.report is longer than window/10.
+func TestCheckFleetOnset(t *testing.T) {
+	const src = "max: 1000\nwindow: 1s\nfleet:\n  name: syslog-eu\n  store: redis://10.0.0.5:6379/0\n  max: 1000\n"
+	warning := "warning: fleet.report 200ms is longer than window/10 (100ms)"
+	for _, c := range []struct {
+		name, src string
+		warn      bool
+	}{
+		{"report 100ms", src + "  report: 100ms\n", false},
+		{"report 200ms", src + "  report: 200ms\n", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, raw, errs := runCmd(t, "check", "--config", writeFile(t, "p.yaml", c.src))
+			if code != 0 {
+				t.Fatalf("exit %d, stderr %q", code, errs)
+			}
+			out := strings.Join(strings.Fields(raw), " ")
+			for _, w := range []string{"first window of a flood of 10 × fleet.max reaching every member at once from idle", "3 members:", "30 members:"} {
+				if !strings.Contains(out, w) {
+					t.Errorf("check output lacks %q:\n%s", w, raw)
+				}
+			}
+			if got := strings.Contains(out, warning); got != c.warn {
+				t.Errorf("check output has the warning %q: %v, want %v:\n%s", warning, got, c.warn, raw)
+			}
+		})
+	}
+}

@@ -1,8 +1,9 @@
 // Package model is the pure-Go reference model of the XDP limiter that the
 // BPF tests compare against: the frame classifier (Classify, ClassifyOn),
 // one limiter judging a stream of selected packets (Model) and a fleet of
-// them (FleetModel), each on a policy as package tiers compiles it. Only
-// tests import it. It needs no kernel support and touches nothing outside
+// them (FleetModel), each on a policy as package tiers compiles it. Tests
+// import it, and tierlimit check for the fleet's first window
+// (FleetFirstWindow). It needs no kernel support and touches nothing outside
 // memory.
 package model
 
@@ -80,6 +81,9 @@ type Model struct {
 	othersIn  uint64           // the fleet's others' in-budget sum (SetFleetOthers)
 	lastThr   uint32           // the latest packet's drop threshold, for tests' expectations
 	others    uint64           // and their total, in and over budget
+	ownIn     uint64           // own R̂_in at the report the sums answer (SetFleetOwn)
+	ownTot    uint64           // and own R̂_tot
+	members   uint64           // the fleet's member count at the last answer, 0 without one
 
 	// The recent rate (docs/design.md §9, tiers.SmoothRecentMult): the
 	// reference sample (tick, all selected packets, in-budget packets of
@@ -387,14 +391,14 @@ func (m *Model) latch(nowNs, a uint64) (ea, el uint64) {
 	ca, ea, el := m.recent(nowNs, a, l)
 	s := m.coefTot.Sliding(a)
 	switch {
-	case tiers.SmoothLatches(ca, ea, s) && ea > 2*m.lat:
+	case tiers.SmoothLatchesFrom(ca, tiers.FleetLatchMin(m.members), ea, s) && ea > 2*m.lat:
 		m.latched, m.onset, m.lat = true, true, ea
 		tick := nowNs / m.tickNs
 		m.oTick, m.oNs, m.oA, m.oM = tick, nowNs, a, l
 		m.refTick, m.refA, m.refN = tick, a, l
 		m.candTick, m.candA, m.candN = tick, a, l
 		m.clock = true
-	case m.latched && tiers.SmoothReleases(ca, ea, s):
+	case m.latched && tiers.SmoothReleasesFrom(ca, tiers.FleetLatchMin(m.members), ea, s):
 		m.latched, m.lat = false, 0
 	}
 	return ea, el
@@ -440,7 +444,7 @@ func (m *Model) smooth(nowNs uint64) (int, uint32) {
 		rhat = m.coefTot.Sliding(m.count)
 	}
 	m.lastEstim = rhat
-	return m.table.Smooth(rhat + m.othersIn)
+	return m.table.Smooth(rhat + m.fleetIn(rhat))
 }
 
 // SetFleetOthers sets the sums of the other fleet members' last reported
@@ -502,7 +506,7 @@ func (m *Model) overSmooth(nowNs uint64) uint32 {
 	// joins R̂_in and their total R̂_tot, so that the fleet's
 	// over-budget packets share P(R_fleet) − P(R_fleet,in), each member's
 	// in proportion to its over-budget load.
-	rin, rtot = rin+m.othersIn, rtot+m.others
+	rin, rtot = rin+m.fleetIn(rin), rtot+m.fleetTot(rtot)
 	if m.exR == 0 || !near(rtot, m.exR) || !near(rin, m.exRin) {
 		m.exR, m.exRin = max(rtot, 1), rin
 		m.exThr = m.table.ShareThreshold(rin, rtot)
