@@ -142,9 +142,9 @@ func partition(t *testing.T, bin, fb string, k, localMax int) {
 	}
 	healed := time.Now()
 	// docs/design.md §12, Partitions: within ttl (the report or dial in
-	// flight when the heal came), the backoff's cap (1 s) and a report,
-	// with a report of margin.
-	rejoin := e2eTTL + time.Second + 2*e2eReport
+	// flight when the heal came), the backoff's cap (1 s) and go-redis's
+	// probe of a failed address (once a second), with a report of margin.
+	rejoin := e2eTTL + 2*time.Second + e2eReport
 	back := allWithin(lab, rejoin, func(i int) bool { return gauge(t, lab, i, "tierlimit_fleet_fallback") == 0 })
 	for i, d := range back {
 		if d < 0 {
