@@ -402,17 +402,24 @@ func TestFleetSentinel(t *testing.T) {
 const fleetACL = "on >member-pw resetkeys ~{tierlimit:fleet:acl}:* resetchannels -@all +hello +auth +ping +client|setname +evalsha +eval " +
 	"+time +get +set +del +pttl +pexpire +hget +hset +hdel +hlen +hgetall +zadd +zrem +zcard +zrangebyscore"
 
+// aclStore starts a store with the ACL user "member" of fleetACL and
+// returns it, its URL as that user and the user's password file.
+func aclStore(t *testing.T) (r *testenv.Redis, store, passwordFile string) {
+	t.Helper()
+	r = testenv.StartRedis(t, testenv.RedisOptions{})
+	r.CLI(t, 0, append([]string{"acl", "setuser", "member"}, strings.Fields(fleetACL)...)...)
+	passwordFile = filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(passwordFile, []byte("member-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return r, strings.Replace(r.URL(), "redis://", "redis://member@", 1), passwordFile
+}
+
 // TestFleetACL: members that log in as an ACL user limited to the fleet's
 // keys share as any member does, and the same user refused another
 // fleet's keys is ErrAuth at start.
 func TestFleetACL(t *testing.T) {
-	r := testenv.StartRedis(t, testenv.RedisOptions{})
-	r.CLI(t, 0, append([]string{"acl", "setuser", "member"}, strings.Fields(fleetACL)...)...)
-	pf := filepath.Join(t.TempDir(), "pw")
-	if err := os.WriteFile(pf, []byte("member-pw\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	store := strings.Replace(r.URL(), "redis://", "redis://member@", 1)
+	_, store, pf := aclStore(t)
 	var ms []*member
 	for i, est := range []uint64{60, 30, 10} {
 		cfg := testConfig(store, "acl", string(rune('a'+i)))

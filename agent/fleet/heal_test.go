@@ -3,14 +3,11 @@ package fleet_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tierlimit/tierlimit/internal/testenv"
 )
 
 // TestFleetSumHeals: the members' own ACL user (the one of
@@ -20,13 +17,7 @@ import (
 // entry is gone within one report interval (the sums are rebuilt from the
 // entries once they are a report old).
 func TestFleetSumHeals(t *testing.T) {
-	r := testenv.StartRedis(t, testenv.RedisOptions{})
-	r.CLI(t, 0, append([]string{"acl", "setuser", "member"}, strings.Fields(fleetACL)...)...)
-	pf := filepath.Join(t.TempDir(), "pw")
-	if err := os.WriteFile(pf, []byte("member-pw\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	store := strings.Replace(r.URL(), "redis://", "redis://member@", 1)
+	r, store, pf := aclStore(t)
 	var ms []*member
 	for i, est := range [][2]uint64{{400, 600}, {300, 300}, {100, 100}} {
 		cfg := testConfig(store, "acl", string(rune('a'+i)))

@@ -63,24 +63,7 @@ func TestFleetPartitionE2E(t *testing.T) {
 }
 
 func partition(t *testing.T, bin, fb string, k, localMax int) {
-	lab, err := newFleetLab("tlcut", bin, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leftovers(t, lab.net.Names)
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	rd := testenv.StartRedis(t, testenv.RedisOptions{NetNS: lab.net.Store, Addr: lab.net.StoreAddr})
-	t.Cleanup(func() {
-		if t.Failed() {
-			for i := range lab.members {
-				t.Logf("member %d log:\n%s", i, lab.logOf(i))
-			}
-		}
-	})
+	lab, rd := startFleetLab(t, "tlcut", bin, 3, labOpts{})
 	cfg, err := lab.writePolicy("fleet.yaml", chaosPolicy(rd.URL(), fb, localMax))
 	if err != nil {
 		t.Fatal(err)

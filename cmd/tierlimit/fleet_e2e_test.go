@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -70,24 +71,7 @@ func TestFleetE2E(t *testing.T) {
 	testenv.Require(t)
 	testenv.RequireRedis(t)
 	bin := cli(t)
-	lab, err := newFleetLab("tltest", bin, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leftovers(t, lab.net.Names)
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	rd := testenv.StartRedis(t, testenv.RedisOptions{NetNS: lab.net.Store, Addr: lab.net.StoreAddr})
-	t.Cleanup(func() {
-		if t.Failed() {
-			for i := range lab.members {
-				t.Logf("member %d log:\n%s", i, lab.logOf(i))
-			}
-		}
-	})
+	lab, rd := startFleetLab(t, "tltest", bin, 3, labOpts{})
 	fleetCfg, err := lab.writePolicy("fleet.yaml", e2ePolicy(rd.URL(), true))
 	if err != nil {
 		t.Fatal(err)
@@ -417,17 +401,7 @@ func checkStoreFaults(t *testing.T, lab *fleetLab, rd *testenv.Redis) {
 func TestFleetSIGHUP(t *testing.T) {
 	testenv.Require(t)
 	testenv.RequireRedis(t)
-	lab, err := newFleetLab("tltest", cli(t), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leftovers(t, lab.net.Names)
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	rd := testenv.StartRedis(t, testenv.RedisOptions{NetNS: lab.net.Store, Addr: lab.net.StoreAddr, Password: "first-one"})
+	lab, rd := startFleetLab(t, "tltest", cli(t), 1, labOpts{redis: testenv.RedisOptions{Password: "first-one"}})
 	pw, err := lab.writePolicy("fleet.secret", "first-one\n")
 	if err != nil {
 		t.Fatal(err)
@@ -483,4 +457,44 @@ fleet: {name: tlhup, store: %q, max: 600, report: 100ms, ttl: 3s, password_file:
 	if log := lab.logOf(0); strings.Contains(log, "second-one") || strings.Contains(log, "first-one") {
 		t.Errorf("the secret is in the log")
 	}
+}
+
+// labOpts is how startFleetLab builds a lab.
+type labOpts struct {
+	pinned bool                 // the members pin under a bpffs directory of the test's
+	redis  testenv.RedisOptions // the store's options; its namespace and address are the lab's
+}
+
+// startFleetLab makes a lab of n members named prefix (newFleetLab), checks
+// for leftovers, starts the store in its namespace and removes both when t
+// ends; members' logs are logged when t failed. With o.pinned the members
+// pin under a fresh directory of /sys/fs/bpf (the test skips without one).
+func startFleetLab(t *testing.T, prefix, bin string, n int, o labOpts) (*fleetLab, *testenv.Redis) {
+	t.Helper()
+	lab, err := newFleetLab(prefix, bin, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leftovers(t, lab.net.Names)
+	if o.pinned {
+		if lab.pinRoot, err = os.MkdirTemp("/sys/fs/bpf", prefix+"-"); err != nil {
+			lab.Close()
+			t.Skipf("no bpffs at /sys/fs/bpf to pin in: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		if err := lab.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	o.redis.NetNS, o.redis.Addr = lab.net.Store, lab.net.StoreAddr
+	rd := testenv.StartRedis(t, o.redis)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i := range lab.members {
+				t.Logf("member %d log:\n%s", i, lab.logOf(i))
+			}
+		}
+	})
+	return lab, rd
 }

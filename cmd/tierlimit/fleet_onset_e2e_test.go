@@ -33,17 +33,7 @@ const onsetChunk = 100 * time.Millisecond
 func TestFleetOnsetE2E(t *testing.T) {
 	testenv.Require(t)
 	testenv.RequireRedis(t)
-	lab, err := newFleetLab("tlonset", cli(t), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leftovers(t, lab.net.Names)
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	rd := testenv.StartRedis(t, testenv.RedisOptions{NetNS: lab.net.Store, Addr: lab.net.StoreAddr})
+	lab, rd := startFleetLab(t, "tlonset", cli(t), 3, labOpts{})
 	cfg, err := lab.writePolicy("fleet.yaml", fmt.Sprintf(`mode: enforce
 shape: smooth
 window: 1s

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -41,28 +40,7 @@ func TestFleetPinnedE2E(t *testing.T) {
 	testenv.Require(t)
 	testenv.RequireRedis(t)
 	bin := cli(t)
-	lab, err := newFleetLab("tlpin", bin, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leftovers(t, lab.net.Names)
-	if lab.pinRoot, err = os.MkdirTemp("/sys/fs/bpf", "tlpin-"); err != nil {
-		lab.Close()
-		t.Skipf("no bpffs at /sys/fs/bpf to pin in: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	rd := testenv.StartRedis(t, testenv.RedisOptions{NetNS: lab.net.Store, Addr: lab.net.StoreAddr})
-	t.Cleanup(func() {
-		if t.Failed() {
-			for i := range lab.members {
-				t.Logf("member %d log:\n%s", i, lab.logOf(i))
-			}
-		}
-	})
+	lab, rd := startFleetLab(t, "tlpin", bin, 3, labOpts{pinned: true})
 	cfg, err := lab.writePolicy("fleet.yaml", e2ePolicy(rd.URL(), true))
 	if err != nil {
 		t.Fatal(err)
