@@ -102,8 +102,12 @@ func TestDemoNoisySource(t *testing.T) {
 // §6): those judged before the noisy group has spent its budget, a
 // surge within budget until then. The noisy sender spends its budget in
 // the first 1 % of the window here; the rest is the onset estimate's
-// reading of light senders that send in step (docs/design.md §9).
-const onsetLightLoss = 0.05
+// reading of light senders that send in step (docs/design.md §9). §6
+// bounds it at 5 % over a run of onsets and 10 % in one window: under the
+// onset from the recent rate (issue 39) the light packets judged in the
+// flood's first milliseconds are judged at its rate, and one window of
+// 200 light packets lost 11 (5.5 %) in CI.
+const onsetLightLoss = 0.10
 
 // onsetLightLossAllowed is how many of sent light packets a window may
 // lose: none, but in the smooth shape's onset window onsetLightLoss.
