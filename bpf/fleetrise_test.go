@@ -60,7 +60,11 @@ func TestFleetRiseProgram(t *testing.T) {
 			dropped, first := 0, -1
 			pc := testenv.NewPacer(window, 1)
 			var sent, due float64
-			for el := pc.Now(); el < pc.Span(); el = pc.Now() {
+			// The first 0.6 of the window: past it the recent rate (2 ×
+			// fleet.max) nears the window's count S, and a release at
+			// E ≤ S turns on the pacing's jitter (§9), in the program
+			// and the model apart.
+			for el := pc.Now(); el < pc.Span()*6/10; el = pc.Now() {
 				due = 2 * fleetMax * float64(el) / float64(window)
 				for ; sent < due; sent++ {
 					now := monotonicNow(t)
@@ -84,6 +88,12 @@ func TestFleetRiseProgram(t *testing.T) {
 			}
 			sigma := math.Sqrt(variance)
 			t.Logf("dropped %d of %.0f, model %.1f ± %.1f (with the sums unscaled %.1f); the model latched at packet %d", dropped, sent, want, sigma, unscaled, first)
+			// Real time is judged on what was offered: a loop descheduled
+			// past the pacer's margin (CI's busy machine) offered another
+			// schedule than the one judged, and its window is left out.
+			if !pc.Judged(t, 0) {
+				return
+			}
 			if math.Abs(float64(dropped)-want) > 5*sigma+1 {
 				t.Errorf("dropped %d, want %.1f ± 5 × %.1f", dropped, want, sigma)
 			}
