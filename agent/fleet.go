@@ -38,7 +38,7 @@ type fleetState struct {
 	tables *fleetTables
 
 	// instanceFile is where the controller keeps its instance id across
-	// restarts (SetFleetInstanceFile); "" for none.
+	// restarts (FleetMember.InstanceFile); "" for none.
 	instanceFile string
 }
 
@@ -82,7 +82,7 @@ func FleetConfig(f *tiers.Fleet, member string) fleet.Config {
 // reach, or one that refuses the credentials, is no error: the agent
 // starts in fallback, limiting, and joins once the store answers (a
 // refusal is an ERROR and fleet_auth_failed until then).
-func (a *Agent) StartFleet(p tiers.Policy, member string) (*fleet.Controller, error) {
+func (a *Agent) StartFleet(p tiers.Policy, m FleetMember) (*fleet.Controller, error) {
 	if p.Fleet == nil {
 		return nil, nil
 	}
@@ -94,7 +94,7 @@ func (a *Agent) StartFleet(p tiers.Policy, member string) (*fleet.Controller, er
 		a.applyMu.Unlock()
 		return nil, errors.New("fleet: a controller runs already")
 	}
-	a.fleet.member, a.fleet.started = member, true
+	a.fleet.member, a.fleet.instanceFile, a.fleet.started = m.Name, m.InstanceFile, true
 	a.fleet.boundFor(tiers.State{LearntMax: a.auto.Load().Learnt(p)}.Learnt(p), a.local, true)
 	a.applyMu.Unlock()
 	c, err := fleet.Start(a.fleet.config(p), a.lim, (*fleetSide)(a), a.log)
@@ -117,15 +117,15 @@ func (f *fleetState) config(p tiers.Policy) fleet.Config {
 	return cfg
 }
 
-// SetFleetInstanceFile sets where the next StartFleet keeps this host's
-// instance id across restarts (fleet.Config.InstanceFile), so that a
-// restarted agent replaces its earlier instance in the store at once
-// (docs/design.md §12, Identity); "" keeps none. cmd sets
-// FleetInstanceFile of the state file.
-func (a *Agent) SetFleetInstanceFile(path string) {
-	a.applyMu.Lock()
-	a.fleet.instanceFile = path
-	a.applyMu.Unlock()
+// FleetMember names this agent in its fleet: Name its member name in the
+// store (docs/design.md §12; the host name unless run --fleet-member),
+// InstanceFile where the controller keeps this host's instance id across
+// restarts (fleet.Config.InstanceFile), so that a restarted agent replaces
+// its earlier instance in the store at once (§12, Identity); "" keeps
+// none. cmd sets FleetInstanceFile of the state file.
+type FleetMember struct {
+	Name         string
+	InstanceFile string
 }
 
 // FleetInstanceFile is the instance file beside the agent's state file

@@ -98,7 +98,7 @@ select:
 			a.Close()
 		}
 	})
-	c, err := a.StartFleet(pol, "agent")
+	c, err := a.StartFleet(pol, agent.FleetMember{Name: "agent"})
 	if err != nil || c == nil {
 		t.Fatalf("StartFleet: %v, %v", c, err)
 	}

@@ -70,11 +70,11 @@ func TestFleetAutoAgent(t *testing.T) {
 	polB := fleetAutoPolicy(t, r.URL(), 1000, false)
 	a := startAgent(t, newPair(t), attach.XDPGeneric, polA)
 	b := startAgent(t, newPair(t), attach.XDPGeneric, polB)
-	ca, err := a.StartFleet(polA, "auto")
+	ca, err := a.StartFleet(polA, agent.FleetMember{Name: "auto"})
 	if err != nil {
 		t.Fatalf("StartFleet with max: auto: %v", err)
 	}
-	if _, err := b.StartFleet(polB, "other"); err != nil {
+	if _, err := b.StartFleet(polB, agent.FleetMember{Name: "other"}); err != nil {
 		t.Fatal(err)
 	}
 	fleetTab, err := tiers.Compile(polA, 0)
@@ -218,7 +218,7 @@ select:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { coll.Close() })
-	if _, err := a.StartFleet(pol, "learnt"); err != nil {
+	if _, err := a.StartFleet(pol, agent.FleetMember{Name: "learnt"}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -59,7 +59,7 @@ select:
 	if want := tiers.FleetFallbackMult(3000, 2000); exp != 0 || !stale || mult != want {
 		t.Errorf("before the first report: expiry %d, stale %v, multiplier %d; want expired (0) and %d (the local max 2000)", exp, stale, mult, want)
 	}
-	if _, err := a.StartFleet(pol, "agent"); err != nil {
+	if _, err := a.StartFleet(pol, agent.FleetMember{Name: "agent"}); err != nil {
 		t.Fatal(err)
 	}
 	share2 := tiers.FleetFallbackMult(3000, 1500)

@@ -60,7 +60,7 @@ func checkFleetStore(ctx context.Context, p tiers.Policy) error {
 
 // fleetStarter is what startFleet needs of the agent (*agent.Agent).
 type fleetStarter interface {
-	StartFleet(p tiers.Policy, member string) (*fleet.Controller, error)
+	StartFleet(p tiers.Policy, m agent.FleetMember) (*fleet.Controller, error)
 }
 
 // startFleet starts the fleet controller when p has a fleet block
@@ -71,11 +71,11 @@ type fleetStarter interface {
 // an unreadable password_file (naming fleet.password_file) or
 // sentinel_password_file, a bad ca_file, cert_file or key_file, store or
 // other key, and a fleet with max: auto.
-func startFleet(a fleetStarter, p tiers.Policy, member string) error {
+func startFleet(a fleetStarter, p tiers.Policy, m agent.FleetMember) error {
 	if p.Fleet == nil {
 		return nil
 	}
-	_, err := a.StartFleet(p, member)
+	_, err := a.StartFleet(p, m)
 	return explainFleet(err, p.Fleet)
 }
 

@@ -269,8 +269,7 @@ func checkBeforeAttach(ctx context.Context, p tiers.Policy) (automax.DropSource,
 // start is logged.
 func startRooms(ctx context.Context, log *slog.Logger, a *agent.Agent, p tiers.Policy, f runFlags, src automax.DropSource) error {
 	startAutoMax(ctx, log, a, p, src)
-	a.SetFleetInstanceFile(agent.FleetInstanceFile(f.stateFile))
-	if err := startFleet(a, p, f.fleetMember); err != nil {
+	if err := startFleet(a, p, agent.FleetMember{Name: f.fleetMember, InstanceFile: agent.FleetInstanceFile(f.stateFile)}); err != nil {
 		return err
 	}
 	logFleet(log, p, f.fleetMember)
