@@ -16,8 +16,9 @@
  * (active slot, selectors, exempt sources, tier table); host.h (frames
  * the kernel discards: another host's MAC, martians); segments.h (UDP
  * super-packets); sources.h (per-source budgets); window.h (the shared
- * window); smooth.h (the smooth shape) with smooth_q.h (its pass
- * probability), smooth_prof.h (its in-budget profile) and fleet.h (the
+ * window) with overflow.h (a saturated window's per-CPU slots); smooth.h
+ * (the smooth shape) with smooth_q.h (its pass probability), smooth_rate.h
+ * (the recent rate and its latch), smooth_prof.h (its in-budget profile) and fleet.h (the
  * fleet's view and the fallback it applies alone); severity.h
  * (<PRI> and severity rules); verdict.h (mode and draw, counters, a
  * first fragment's verdict for the rest, TL_STAGE); record.h (samples of
