@@ -121,6 +121,12 @@ type Config struct {
 	// The fleet_others metric stays the store's total. Nil writes the sums
 	// as they are.
 	Bound func(own, others Sums) Sums
+	// License, when set (the policy has fleet: and license:), makes the
+	// day's spend the fleet's: each report adds the ledger's spend to the
+	// day's key and hands the ledger the fleet's total (docs/design.md
+	// §12, "One license for the fleet"). A reload may set, change or clear
+	// it.
+	License *License
 }
 
 // The values of Config.Fallback.

@@ -48,6 +48,8 @@ type view struct {
 	// this member's are not those of the most members (Agreement).
 	conflicts, groups int
 	differs           bool
+	// lic is what the report's license add answered; nil without one.
+	lic *licenseView
 }
 
 // dial opens the store o names. Its errors wrap ErrCAFile, ErrCertFile,

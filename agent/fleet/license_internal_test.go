@@ -1,0 +1,149 @@
+package fleet
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tierlimit/tierlimit/internal/testenv"
+)
+
+// shortDays is a license of days of length d, aligned to Unix time 0 in
+// UTC: a test's compressed day.
+func shortDays(d time.Duration) *License {
+	return &License{Day: func(t time.Time) (time.Time, time.Time) {
+		s := t.Truncate(d)
+		return s, s.Add(d)
+	}}
+}
+
+// licReport runs one report of member m with the add a on fleet name.
+func licReport(t *testing.T, c redis.UniversalClient, name, m string, a *licenseAdd) view {
+	t.Helper()
+	e := entry{Member: m, Instance: "00000000000000aa", Est: Sums{In: 1, Total: 1}, TTL: time.Second,
+		Report: 100 * time.Millisecond, Window: time.Second, Max: 1000, Digest: "ab", Lic: a}
+	v, err := report(context.Background(), c, name, e)
+	if err != nil {
+		t.Fatalf("report seq %d: %v", a.Seq, err)
+	}
+	if v.lic == nil {
+		t.Fatalf("report seq %d: no license answer", a.Seq)
+	}
+	return v
+}
+
+// TestLicenseScriptAdds: the report script adds each instance's bytes to
+// the day the store's clock is in and returns the day's total; an add
+// whose answer was lost is counted once when its bytes come again in the
+// next add, and a report overtaken by a later one adds nothing.
+func TestLicenseScriptAdds(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := redis.NewClient(&redis.Options{Addr: r.Addrs[0]})
+	defer c.Close()
+	l := shortDays(time.Hour) // no boundary within the test, but for an hour's bad luck: checked below
+	days := l.days(time.Now())
+	add := func(seq, acked, d uint64) *licenseAdd {
+		return &licenseAdd{Seq: seq, Acked: acked, D: d, Days: days, Keep: time.Minute}
+	}
+	type step struct {
+		name           string
+		seq, acked, d  uint64
+		want, wantMine uint64
+	}
+	for _, s := range []step{
+		{"first add", 1, 0, 100, 100, 100},
+		{"its answer lost: its bytes again with 50 more", 2, 0, 150, 150, 150},
+		{"answered: 30 new", 3, 2, 30, 180, 180},
+		{"the lost report itself, overtaken, arrives late", 2, 0, 150, 180, 180},
+		{"the same report twice", 3, 2, 30, 180, 180},
+		{"two lost answers in a row", 4, 3, 10, 190, 190},
+		{"", 5, 3, 25, 205, 205},
+		{"answered at last", 6, 3, 40, 220, 220},
+	} {
+		v := licReport(t, c, "lic", "a", add(s.seq, s.acked, s.d))
+		if v.lic.day != 1 || v.lic.total != s.want {
+			t.Errorf("%s (seq %d acked %d d %d): day %d total %d; want day 1 total %d", s.name, s.seq, s.acked, s.d, v.lic.day, v.lic.total, s.want)
+		}
+		if got, _ := c.HGet(context.Background(), dayKey("lic", days[1]), "a#00000000000000aa").Result(); got == "" ||
+			got[len(got)-len(strconv.FormatUint(s.wantMine, 10)):] != strconv.FormatUint(s.wantMine, 10) {
+			t.Errorf("%s: the instance's record %q; want its spend %d", s.name, got, s.wantMine)
+		}
+	}
+	// Another member's adds go to the same total.
+	v := licReport(t, c, "lic", "b", add(1, 0, 1000))
+	if v.lic.total != 1220 {
+		t.Errorf("b's add: total %d; want 1220", v.lic.total)
+	}
+	if ttl := c.PTTL(context.Background(), dayKey("lic", days[1])).Val(); ttl <= time.Minute || ttl > time.Minute+time.Hour {
+		t.Errorf("the day's key lives %v; want the rest of its day + a minute", ttl)
+	}
+	// A total that is not a number is rebuilt from the instances' spend.
+	c.HSet(context.Background(), dayKey("lic", days[1]), "total", "garbage")
+	if v := licReport(t, c, "lic", "b", add(2, 1, 5)); v.lic.total != 1225 {
+		t.Errorf("after a corrupt total: %d; want 1225 rebuilt from the records", v.lic.total)
+	}
+	// Days that hold not the store's clock: nothing is added, the
+	// store's time comes back.
+	past := l.days(time.Now().Add(-10 * time.Hour))
+	a := &licenseAdd{Seq: 3, Acked: 2, D: 7, Days: past, Keep: time.Minute}
+	if v := licReport(t, c, "lic", "b", a); v.lic.day != -1 || time.Since(v.lic.now).Abs() > time.Minute {
+		t.Errorf("days 10 h ago: day %d, store time %v; want -1 and now", v.lic.day, v.lic.now)
+	}
+	if n := c.Exists(context.Background(), dayKey("lic", past[0]), dayKey("lic", past[1]), dayKey("lic", past[2])).Val(); n != 0 {
+		t.Errorf("days the store is not in: %d keys written", n)
+	}
+}
+
+// TestLicenseScriptDayRolls: adds of two members across days of 500 ms
+// each land in the day the store's TIME is in, whatever the days the
+// member passed (one of three); the days' totals sum to the bytes added.
+func TestLicenseScriptDayRolls(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := redis.NewClient(&redis.Options{Addr: r.Addrs[0]})
+	defer c.Close()
+	l := shortDays(500 * time.Millisecond)
+	seq := map[string]uint64{}
+	var sum uint64
+	seen := map[time.Time]uint64{}
+	deadline := time.Now().Add(1600 * time.Millisecond)
+	for i := 0; time.Now().Before(deadline); i++ {
+		m := []string{"a", "b"}[i%2]
+		// Member b estimates the store's clock 400 ms ahead: its days
+		// are not the store's, but one of its three is.
+		at := time.Now()
+		if m == "b" {
+			at = at.Add(400 * time.Millisecond)
+		}
+		seq[m]++
+		days := l.days(at)
+		a := &licenseAdd{Seq: seq[m], Acked: seq[m] - 1, D: 10, Days: days, Keep: time.Minute}
+		v := licReport(t, c, "roll", m, a)
+		if v.lic.day < 0 {
+			t.Fatalf("report %d: the store's time %v in none of %v", i, v.lic.now, days)
+		}
+		d := days[v.lic.day]
+		if v.lic.now.Before(d.start) || !v.lic.now.Before(d.end) {
+			t.Errorf("report %d: added to [%v, %v) at the store's %v", i, d.start, d.end, v.lic.now)
+		}
+		sum += 10
+		seen[d.start] = v.lic.total
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(seen) < 3 {
+		t.Fatalf("the adds spanned %d days; want 3 or more", len(seen))
+	}
+	var got uint64
+	for s := range seen {
+		n, err := c.HGet(context.Background(), dayKey("roll", span{s, s.Add(500 * time.Millisecond)}), "total").Uint64()
+		if err != nil {
+			t.Fatalf("day %v: %v", s, err)
+		}
+		got += n
+	}
+	if got != sum {
+		t.Errorf("the days hold %d bytes; %d were added", got, sum)
+	}
+}
