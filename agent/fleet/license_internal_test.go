@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -147,3 +148,85 @@ func TestLicenseScriptDayRolls(t *testing.T) {
 		t.Errorf("the days hold %d bytes; %d were added", got, sum)
 	}
 }
+
+// hostLedger is a ledger that records what the controller tells it.
+type hostLedger struct {
+	mu     sync.Mutex
+	passed uint64
+	acked  uint64
+	days   []time.Time
+	totals []uint64
+}
+
+func (l *hostLedger) TakeSpend() (uint64, func(bool)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.passed
+	return p - l.acked, func(ok bool) {
+		if ok {
+			l.mu.Lock()
+			l.acked = p
+			l.mu.Unlock()
+		}
+	}
+}
+
+func (l *hostLedger) FleetSpent(day time.Time, total uint64, _ int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.days, l.totals = append(l.days, day), append(l.totals, total)
+}
+
+func (*hostLedger) Unreachable() {}
+
+// TestLicenseHostClockOff: a member whose clock is three days ahead
+// adds nothing at its first report (the store's clock is in none of its
+// days) and, from the store's TIME in that answer, adds to the store's
+// day from its second on: the day is the store's, never the member's.
+func TestLicenseHostClockOff(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := redis.NewClient(&redis.Options{Addr: r.Addrs[0]})
+	defer c.Close()
+	hostNow = func() time.Time { return time.Now().Add(72 * time.Hour) }
+	defer func() { hostNow = time.Now }()
+	l := &hostLedger{passed: 500}
+	lic := shortDays(24 * time.Hour)
+	lic.Ledger = l
+	ctl, err := Start(Config{Name: "skew", Member: "a", Store: "redis://" + r.Addrs[0], Max: 1000,
+		Report: 50 * time.Millisecond, TTL: time.Second, License: lic}, nopLimiter{}, nopFallback{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		l.mu.Lock()
+		n, acked := len(l.days), l.acked
+		l.mu.Unlock()
+		if n > 0 && acked == 500 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	if len(l.days) == 0 || !l.days[0].Equal(today) || l.totals[0] != 500 || l.acked != 500 {
+		t.Fatalf("told days %v totals %v, acked %d; want today %v, 500, 500", l.days, l.totals, l.acked, today)
+	}
+	if n := c.Exists(context.Background(), dayKey("skew", lic.days(hostNow())[1])).Val(); n != 0 {
+		t.Errorf("the member's own (wrong) day was written")
+	}
+}
+
+// nopLimiter is a program with no traffic; nopFallback an agent that
+// takes the fallback as it comes.
+type nopLimiter struct{}
+
+func (nopLimiter) FleetEstimate() (uint64, uint64, error) { return 0, 0, nil }
+func (nopLimiter) SetFleetOthers(uint64, uint64) error    { return nil }
+
+type nopFallback struct{}
+
+func (nopFallback) EnterFallback(int) error { return nil }
+func (nopFallback) LeaveFallback() error    { return nil }

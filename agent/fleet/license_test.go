@@ -1,0 +1,274 @@
+package fleet_test
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tierlimit/tierlimit/agent/fleet"
+	"github.com/tierlimit/tierlimit/internal/testenv"
+)
+
+// ledger stands where the license guard stands (agent/license): bytes
+// the test passes, the spend it hands over and the acks it gets back, and
+// what the controller tells it.
+type ledger struct {
+	mu            sync.Mutex
+	passed, acked uint64
+	taking        bool // a TakeSpend not yet acked
+	spent         []spentCall
+	unreachable   int
+	bad           string // a call out of order
+}
+
+type spentCall struct {
+	day     time.Time
+	total   uint64
+	members int
+}
+
+func (l *ledger) pass(n uint64) {
+	l.mu.Lock()
+	l.passed += n
+	l.mu.Unlock()
+}
+
+func (l *ledger) TakeSpend() (uint64, func(bool)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.taking {
+		l.bad = "TakeSpend before the last one's ack"
+	}
+	l.taking = true
+	p := l.passed
+	return p - l.acked, func(ok bool) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if !l.taking {
+			l.bad = "ack twice"
+		}
+		l.taking = false
+		if ok {
+			l.acked = p
+		}
+	}
+}
+
+func (l *ledger) FleetSpent(day time.Time, total uint64, members int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.spent = append(l.spent, spentCall{day, total, members})
+}
+
+func (l *ledger) Unreachable() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.unreachable++
+}
+
+// last is the last FleetSpent call, and how many came.
+func (l *ledger) last() (spentCall, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.spent) == 0 {
+		return spentCall{}, 0
+	}
+	return l.spent[len(l.spent)-1], len(l.spent)
+}
+
+func (l *ledger) state() (passed, acked uint64, unreachable int, bad string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.passed, l.acked, l.unreachable, l.bad
+}
+
+// days is a license of days of length d aligned to Unix time 0 in UTC.
+func days(d time.Duration) func(time.Time) (time.Time, time.Time) {
+	return func(t time.Time) (time.Time, time.Time) {
+		s := t.Truncate(d)
+		return s, s.Add(d)
+	}
+}
+
+// licMember joins a member whose ledger is l, with days of length d.
+func licMember(t *testing.T, store, name, member string, l *ledger, d time.Duration) *member {
+	t.Helper()
+	cfg := testConfig(store, name, member)
+	cfg.License = &fleet.License{Ledger: l, Day: days(d)}
+	return join(t, cfg, 100)
+}
+
+// settled waits until every ledger has had all it passed acknowledged and
+// was told a total of want with the day's start, and the store's key
+// holds want.
+func settled(t *testing.T, c *redis.Client, name string, want uint64, day func(time.Time) (time.Time, time.Time), ls ...*ledger) {
+	t.Helper()
+	for i, l := range ls {
+		ok := waitFor(30, func() bool {
+			p, a, _, _ := l.state()
+			s, _ := l.last()
+			return p == a && s.total == want
+		})
+		if !ok {
+			p, a, _, bad := l.state()
+			s, n := l.last()
+			t.Errorf("ledger %d: passed %d, acked %d, last told %d of %d calls (day %v, %d members); want all acked and %d (%s)",
+				i, p, a, s.total, n, s.day, s.members, want, bad)
+		}
+	}
+	s, _ := ls[0].last()
+	start, end := day(s.day)
+	key := "{tierlimit:fleet:" + name + "}:lic:" + start.Format("2006-01-02")
+	if end.Sub(start) < 20*time.Hour {
+		key = "{tierlimit:fleet:" + name + "}:lic:" + start.UTC().Format("2006-01-02T15:04:05.000Z")
+	}
+	if got, err := c.HGet(context.Background(), key, "total").Uint64(); err != nil || got != want {
+		t.Errorf("store %s total: %d (%v); want %d", key, got, err, want)
+	}
+}
+
+// TestFleetLicenseShared: three members' bytes add up to one day's total
+// in the store, which each member's ledger is told, with three members,
+// and every byte passed is acknowledged once.
+func TestFleetLicenseShared(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := redis.NewClient(&redis.Options{Addr: r.Addrs[0]})
+	defer c.Close()
+	ls := []*ledger{{}, {}, {}}
+	for i, l := range ls {
+		licMember(t, r.URL(), "lic", string(rune('a'+i)), l, 24*time.Hour)
+	}
+	var sum uint64
+	for range 20 {
+		for i, l := range ls {
+			n := uint64(1000 * (i + 1))
+			l.pass(n)
+			sum += n
+		}
+		time.Sleep(testReport / 3)
+	}
+	settled(t, c, "lic", sum, days(24*time.Hour), ls...)
+	for i, l := range ls {
+		s, _ := l.last()
+		if s.members != 3 || !s.day.Equal(time.Now().Truncate(24*time.Hour)) {
+			t.Errorf("ledger %d: told %d members, day %v; want 3 and today", i, s.members, s.day)
+		}
+		if _, _, u, bad := l.state(); u != 0 || bad != "" {
+			t.Errorf("ledger %d: unreachable %d times (%s); want none", i, u, bad)
+		}
+	}
+}
+
+// TestFleetLicenseDayRolls: over days of one second, each ledger is told
+// the day the store's clock is in, the totals restart with each day, and
+// the days' final totals sum to every byte passed.
+func TestFleetLicenseDayRolls(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := redis.NewClient(&redis.Options{Addr: r.Addrs[0]})
+	defer c.Close()
+	const day = time.Second
+	ls := []*ledger{{}, {}}
+	for i, l := range ls {
+		licMember(t, r.URL(), "roll", string(rune('a'+i)), l, day)
+	}
+	var sum uint64
+	end := time.Now().Add(3500 * time.Millisecond)
+	for time.Now().Before(end) {
+		for _, l := range ls {
+			l.pass(100)
+			sum += 100
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(5 * testReport)
+	starts := map[time.Time]bool{}
+	for i, l := range ls {
+		l.mu.Lock()
+		var prev spentCall
+		for _, s := range l.spent {
+			starts[s.day] = true
+			if s.day.Before(prev.day) || (s.day.Equal(prev.day) && s.total < prev.total) {
+				t.Errorf("ledger %d: told day %v total %d after day %v total %d", i, s.day, s.total, prev.day, prev.total)
+			}
+			if s.day.Truncate(day) != s.day {
+				t.Errorf("ledger %d: day start %v is not a day's", i, s.day)
+			}
+			prev = s
+		}
+		l.mu.Unlock()
+		if p, a, _, bad := l.state(); p != a || bad != "" {
+			t.Errorf("ledger %d: passed %d, acked %d (%s)", i, p, a, bad)
+		}
+	}
+	if len(starts) < 3 {
+		t.Fatalf("the ledgers were told %d days; want 3 or more over 3.5 s of 1 s days", len(starts))
+	}
+	var got uint64
+	for s := range starts {
+		n, err := c.HGet(context.Background(), "{tierlimit:fleet:roll}:lic:"+s.UTC().Format("2006-01-02T15:04:05.000Z"), "total").Uint64()
+		if err != nil {
+			t.Fatalf("day %v: %v", s, err)
+		}
+		got += n
+	}
+	if got != sum {
+		t.Errorf("the days hold %d bytes; %d were passed", got, sum)
+	}
+}
+
+// TestFleetLicensePartition: the store stopped mid-day (SIGSTOP: the
+// reports in flight hang, their connections are dropped with commands
+// unread) puts every member's ledger out of reach once, after ttl; bytes
+// passed meanwhile are added when the store comes back, and the day's
+// total is every byte passed: none lost, none counted twice (the reports
+// abandoned in the socket run when the store resumes).
+func TestFleetLicensePartition(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := redis.NewClient(&redis.Options{Addr: r.Addrs[0]})
+	defer c.Close()
+	ls := []*ledger{{}, {}, {}}
+	for i, l := range ls {
+		licMember(t, r.URL(), "part", string(rune('a'+i)), l, 24*time.Hour)
+	}
+	var sum uint64
+	passFor := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			for _, l := range ls {
+				l.pass(50)
+				sum += 50
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	passFor(500 * time.Millisecond)
+	before, _ := ls[0].last()
+	r.Signal(t, syscall.SIGSTOP)
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			r.Signal(t, syscall.SIGCONT)
+		}
+	})
+	passFor(testTTL + 5*testReport)
+	for i, l := range ls {
+		if _, _, u, _ := l.state(); u != 1 {
+			t.Errorf("ledger %d: unreachable %d times after ttl with the store stopped; want once", i, u)
+		}
+	}
+	r.Signal(t, syscall.SIGCONT)
+	stopped = false
+	passFor(500 * time.Millisecond)
+	settled(t, c, "part", sum, days(24*time.Hour), ls...)
+	if after, _ := ls[0].last(); after.total <= before.total || !after.day.Equal(before.day) {
+		t.Errorf("after the store came back: day %v total %d; before it stopped %v %d", after.day, after.total, before.day, before.total)
+	}
+	for i, l := range ls {
+		if _, _, u, bad := l.state(); u != 1 || bad != "" {
+			t.Errorf("ledger %d: unreachable %d times (%s); want once", i, u, bad)
+		}
+	}
+}
