@@ -152,6 +152,19 @@ func TestFleetLicenseShared(t *testing.T) {
 		time.Sleep(testReport / 3)
 	}
 	settled(t, c, "lic", sum, days(24*time.Hour), ls...)
+	// status --license reads the same day from the store, no member
+	// needed: the total and each member's part of it.
+	d, err := fleet.LicenseStatus(context.Background(), testConfig(r.URL(), "lic", ""), fleet.License{Day: days(24 * time.Hour)})
+	if err != nil {
+		t.Fatalf("LicenseStatus: %v", err)
+	}
+	var parts uint64
+	for _, m := range d.Members {
+		parts += m.Bytes
+	}
+	if d.Total != sum || len(d.Members) != 3 || d.Members[0].Name != "c" || parts != sum || !d.Start.Equal(time.Now().Truncate(24*time.Hour)) {
+		t.Errorf("LicenseStatus: %+v; want total %d today, c busiest of 3 members", d, sum)
+	}
 	for i, l := range ls {
 		s, _ := l.last()
 		if s.members != 3 || !s.day.Equal(time.Now().Truncate(24*time.Hour)) {
