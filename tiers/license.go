@@ -217,4 +217,4 @@ func mulDiv(a, b, c uint64) uint64 {
 
 // countsBytes says whether p counts bytes (count: bytes), which a
 // license needs.
-func (p Policy) countsBytes() bool { return false }
+func (p Policy) countsBytes() bool { return p.Count == CountBytes }

@@ -157,3 +157,63 @@ func TestLicensePace(t *testing.T) {
 		t.Errorf("quiet: max %d, want ceil(1000/0.88) = 1137", pc.Max)
 	}
 }
+
+func TestParseLicense(t *testing.T) {
+	p, err := ParseYAML([]byte(`count: bytes
+max: 10MB
+license:
+  per_day: 500GB
+  day_starts: "06:30"
+  zone: America/Chicago
+  warn_at: 75%
+  burst: {window: 5m, max: 3x}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := p.License
+	if l == nil || l.PerDay != 500e9 || l.DayStarts != 6*time.Hour+30*time.Minute || l.ZoneName != "America/Chicago" ||
+		l.WarnAt != Pct(75) || l.Burst.Window != 5*time.Minute || l.Burst.Max != Pct(300) {
+		t.Fatalf("license = %+v", l)
+	}
+	// Defaults: UTC, 00:00, 80 %, no burst.
+	p, err = ParseYAML([]byte("count: bytes\nmax: 10MB\nlicense: {per_day: 1TiB}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := p.License; l.PerDay != 1<<40 || l.Zone != time.UTC || l.DayStarts != 0 || l.WarnAt != DefaultWarnAt || l.Burst.Window != 0 {
+		t.Fatalf("defaults: %+v", l)
+	}
+	q := p.Clone()
+	q.License.PerDay = 1
+	if p.License.PerDay == 1 {
+		t.Error("Clone shares the license")
+	}
+}
+
+// TestEffectiveLicense: the smaller of LicenseMax and the max in force
+// (the learnt max under max: auto) wins; a fleet's fleet.max is capped.
+func TestEffectiveLicense(t *testing.T) {
+	p, err := ParseYAML([]byte("count: bytes\nmax: 10MB\nlicense: {per_day: 1TB}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ lic, want uint64 }{{0, 10e6}, {4e6, 4e6}, {20e6, 10e6}} {
+		if q, _ := Effective(p, State{LicenseMax: c.lic}); q.Max != c.want {
+			t.Errorf("LicenseMax %d: max %d, want %d", c.lic, q.Max, c.want)
+		}
+	}
+	a, err := ParseYAML([]byte("count: bytes\nmax: auto\nauto: {start: 10MB}\nlicense: {per_day: 1TB}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, _ := Effective(a, State{LearntMax: 3e6, LicenseMax: 4e6}); q.Max != 3e6 {
+		t.Errorf("learnt 3MB, license 4MB: max %d", q.Max)
+	}
+	if q, _ := Effective(a, State{LearntMax: 5e6, LicenseMax: 4e6}); q.Max != 4e6 {
+		t.Errorf("learnt 5MB, license 4MB: max %d", q.Max)
+	}
+	if p.Max != 10e6 {
+		t.Error("Effective changed the given policy")
+	}
+}

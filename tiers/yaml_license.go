@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -26,9 +27,13 @@ func (ps *yamlParser) license(key string, v *yaml.Node) (*License, error) {
 	l := License{Zone: time.UTC, ZoneName: "UTC", WarnAt: DefaultWarnAt}
 	seen, err := ps.mapping(key, v, []field{
 		{"per_day", func(key string, v *yaml.Node) error {
-			n, ok := sizeNode(v)
-			if !ok {
-				return typeErr(key, v, "a volume such as 500GB or 2TiB")
+			s, err := scalar(key, v, "a volume such as 500GB or 2TiB")
+			if err != nil {
+				return err
+			}
+			n, _, err := ParseSize(s)
+			if err != nil && !(errors.Is(err, ErrSize) && n == 0) { // 0 is Validate's: a per_day of 0
+				return valueErr(key, v, ErrType, "%v", err)
 			}
 			l.PerDay = n
 			ps.written[key] = nodeValue(v)
