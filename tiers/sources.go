@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"strconv"
+	"strings"
 )
 
 // Fair shedding (docs/design.md §6): per-source budgets.
@@ -56,8 +57,8 @@ type Sources struct {
 	// Budget is each group's share of a window as a percent of Max, in
 	// (0, 100]. It is used when BudgetPackets is 0.
 	Budget Percent
-	// BudgetPackets is each group's share of a window in packets,
-	// 1..min(Max, MaxBudgetPackets). When non-zero it is the budget and
+	// BudgetPackets is each group's share of a window in packets (bytes
+	// under count: bytes), 1..min(Max, MaxBudgetPackets). When non-zero it is the budget and
 	// Budget must be 0.
 	BudgetPackets uint64
 	// PrefixV4 and PrefixV6 are the prefix lengths that group IPv4 (1..32)
@@ -83,24 +84,25 @@ func (s Sources) String() string {
 	return s.Budget.String()
 }
 
-// validate checks s against a policy whose max is valid; off is valid.
-func (s Sources) validate(max uint64) error {
+// validate checks s against a policy whose max is valid and that counts c
+// (BudgetPackets is in bytes under CountBytes); off is valid.
+func (s Sources) validate(max uint64, c Count) error {
 	if !s.Enabled() {
 		return nil
 	}
 	if s.BudgetPackets != 0 {
 		if s.Budget.micro != 0 {
-			return configErr("sources.budget", s.String(), ErrBudget, "a budget is a percent or a packet count, not both")
+			return configErr("sources.budget", s.String(), ErrBudget, "a budget is a percent or a count, not both")
 		}
 		if s.BudgetPackets > min(max, MaxBudgetPackets) {
-			return configErr("sources.budget", s.String(), ErrBudget, "must be from 1 to max (%d) packets", max)
+			return configErr("sources.budget", s.String(), ErrBudget, "must be from 1 to max (%d) %s, and at most %d", max, c.Unit(), uint64(MaxBudgetPackets))
 		}
 	} else {
 		if s.Budget.micro < 0 || s.Budget.micro > microHundred {
 			return configErr("sources.budget", s.String(), ErrBudget, "must be more than 0%% and at most 100%%")
 		}
 		if thresholdOf(max, s.Budget.micro) == 0 {
-			return configErr("sources.budget", s.String(), ErrBudget, "%s of max %d is less than one packet", s.Budget, max)
+			return configErr("sources.budget", s.String(), ErrBudget, "%s of max %d is less than one %s", s.Budget, max, strings.TrimSuffix(c.Unit(), "s"))
 		}
 	}
 	if s.PrefixV4 < 1 || s.PrefixV4 > 32 {
