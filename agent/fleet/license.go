@@ -25,12 +25,15 @@ type LicenseLedger interface {
 // and reports the fleet's to, and the license's day.
 type License struct {
 	Ledger LicenseLedger
-	// Day returns the license day that holds t: its start, in the
-	// license's zone (the key's date is the start's date there), and the
-	// next day's start (tiers' day math: day_starts in the zone, days of
-	// 23 and 25 hours at DST). It must be a pure function of t, the same
-	// on every member, with start <= t < end.
-	Day func(t time.Time) (start, end time.Time)
+	// Day returns the license day that holds t, a time on the store's
+	// clock: its bounds on that clock, [start, end), and its start as the
+	// ledger and the key name it, named: the same instant as start, in
+	// the license's zone (the key's date is its date there), but for a
+	// test whose license clock runs faster than the store's (a compressed
+	// day). The door's is tiers.License.DayOf (day_starts in the zone,
+	// days of 23 and 25 hours at DST). It must be a pure function of t,
+	// the same on every member, with start <= t < end.
+	Day func(t time.Time) (start, end, named time.Time)
 }
 
 // maxDaySpend bounds what a day key holds, and what one report adds:
@@ -47,30 +50,33 @@ func dayKeep(d span) time.Duration { return max(d.end.Sub(d.start), time.Minute)
 // clock is off.
 var hostNow = time.Now
 
-// span is one license day, [start, end).
-type span struct{ start, end time.Time }
+// span is one license day, [start, end) on the store's clock, and its
+// start as the ledger names it (License.Day).
+type span struct{ start, end, named time.Time }
 
 // days returns the license days before, at and after t: the three keys a
 // report may add to. The store's TIME picks one of them, so a member whose
 // estimate of the store's clock is off by less than a day adds to the day
 // the store is in.
 func (l *License) days(t time.Time) [3]span {
-	s, e := l.Day(t)
-	ps, _ := l.Day(s.Add(-time.Nanosecond))
-	_, ne := l.Day(e)
-	return [3]span{{ps, s}, {s, e}, {e, ne}}
+	var d [3]span
+	d[1].start, d[1].end, d[1].named = l.Day(t)
+	d[0].start, d[0].end, d[0].named = l.Day(d[1].start.Add(-time.Nanosecond))
+	d[2].start, d[2].end, d[2].named = l.Day(d[1].end)
+	return d
 }
 
 // dayKey is the key of the fleet name's license day d:
-// {tierlimit:fleet:NAME}:lic:YYYY-MM-DD, the date of the day's start in
-// the license's zone; a day shorter than 20 hours (a test's compressed
-// day) adds its start's UTC time to the ms, so that two days of one date
-// never share a key. The hash tag keeps it in the slot of the fleet's
-// other keys (one script reaches them on one Cluster node).
+// {tierlimit:fleet:NAME}:lic:YYYY-MM-DD, the date of the day's start
+// (named) in the license's zone; a day shorter than 20 hours on the
+// store's clock (a test's compressed day) adds the named start's time to
+// the ms, so that two days of one date never share a key. The hash tag
+// keeps it in the slot of the fleet's other keys (one script reaches them
+// on one Cluster node).
 func dayKey(name string, d span) string {
-	label := d.start.Format("2006-01-02")
+	label := d.named.Format("2006-01-02")
 	if d.end.Sub(d.start) < 20*time.Hour {
-		label = d.start.UTC().Format("2006-01-02T15:04:05.000Z")
+		label = d.named.Format("2006-01-02T15:04:05.000Z07:00")
 	}
 	return "{tierlimit:fleet:" + name + "}:lic:" + label
 }
@@ -161,7 +167,7 @@ func (c *Controller) spent(cfg *Config, a *licenseAdd, v view, at time.Time) {
 	}
 	s.acked = a.Seq
 	if l := cfg.License; l != nil && l.Ledger != nil {
-		l.Ledger.FleetSpent(a.Days[v.lic.day].start, v.lic.total, v.members)
+		l.Ledger.FleetSpent(a.Days[v.lic.day].named, v.lic.total, v.members)
 	}
 }
 

@@ -15,9 +15,9 @@ import (
 // shortDays is a license of days of length d, aligned to Unix time 0 in
 // UTC: a test's compressed day.
 func shortDays(d time.Duration) *License {
-	return &License{Day: func(t time.Time) (time.Time, time.Time) {
-		s := t.Truncate(d)
-		return s, s.Add(d)
+	return &License{Day: func(t time.Time) (time.Time, time.Time, time.Time) {
+		s := t.UTC().Truncate(d)
+		return s, s.Add(d), s
 	}}
 }
 
@@ -138,7 +138,7 @@ func TestLicenseScriptDayRolls(t *testing.T) {
 	}
 	var got uint64
 	for s := range seen {
-		n, err := c.HGet(context.Background(), dayKey("roll", span{s, s.Add(500 * time.Millisecond)}), "total").Uint64()
+		n, err := c.HGet(context.Background(), dayKey("roll", span{s, s.Add(500 * time.Millisecond), s}), "total").Uint64()
 		if err != nil {
 			t.Fatalf("day %v: %v", s, err)
 		}

@@ -16,9 +16,10 @@ import (
 // LicenseDay is the fleet's spend on one license day as the store holds
 // it (status --license with fleet:).
 type LicenseDay struct {
-	// Start and End bound the day the store's clock is in, [Start, End);
-	// StoreTime is that clock at the query.
-	Start, End, StoreTime time.Time
+	// Start and End bound the day the store's clock is in, [Start, End)
+	// on that clock (License.Day's start and end); Named is its start as
+	// the license names it; StoreTime is the store's clock at the query.
+	Start, End, Named, StoreTime time.Time
 	// Total is the fleet's bytes that day: what its members added.
 	Total uint64
 	// Members is each instance's bytes that day, most first.
@@ -108,7 +109,7 @@ func LicenseStatus(ctx context.Context, cfg Config, lic License) (LicenseDay, er
 // readDay reads a day's hash (licenseLua): its total, and each
 // instance's spend; fields it cannot read are left out.
 func readDay(d span, now time.Time, h []any) LicenseDay {
-	out := LicenseDay{Start: d.start, End: d.end, StoreTime: now}
+	out := LicenseDay{Start: d.start, End: d.end, Named: d.named, StoreTime: now}
 	for i := 0; i+1 < len(h); i += 2 {
 		f, _ := h[i].(string)
 		v, _ := h[i+1].(string)

@@ -87,10 +87,10 @@ func (l *ledger) state() (passed, acked uint64, unreachable int, bad string) {
 }
 
 // days is a license of days of length d aligned to Unix time 0 in UTC.
-func days(d time.Duration) func(time.Time) (time.Time, time.Time) {
-	return func(t time.Time) (time.Time, time.Time) {
-		s := t.Truncate(d)
-		return s, s.Add(d)
+func days(d time.Duration) func(time.Time) (time.Time, time.Time, time.Time) {
+	return func(t time.Time) (time.Time, time.Time, time.Time) {
+		s := t.UTC().Truncate(d)
+		return s, s.Add(d), s
 	}
 }
 
@@ -105,7 +105,7 @@ func licMember(t *testing.T, store, name, member string, l *ledger, d time.Durat
 // settled waits until every ledger has had all it passed acknowledged and
 // was told a total of want with the day's start, and the store's key
 // holds want.
-func settled(t *testing.T, c *redis.Client, name string, want uint64, day func(time.Time) (time.Time, time.Time), ls ...*ledger) {
+func settled(t *testing.T, c *redis.Client, name string, want uint64, day func(time.Time) (time.Time, time.Time, time.Time), ls ...*ledger) {
 	t.Helper()
 	for i, l := range ls {
 		ok := waitFor(30, func() bool {
@@ -121,10 +121,10 @@ func settled(t *testing.T, c *redis.Client, name string, want uint64, day func(t
 		}
 	}
 	s, _ := ls[0].last()
-	start, end := day(s.day)
+	start, end, _ := day(s.day)
 	key := "{tierlimit:fleet:" + name + "}:lic:" + start.Format("2006-01-02")
 	if end.Sub(start) < 20*time.Hour {
-		key = "{tierlimit:fleet:" + name + "}:lic:" + start.UTC().Format("2006-01-02T15:04:05.000Z")
+		key = "{tierlimit:fleet:" + name + "}:lic:" + start.Format("2006-01-02T15:04:05.000Z07:00")
 	}
 	if got, err := c.HGet(context.Background(), key, "total").Uint64(); err != nil || got != want {
 		t.Errorf("store %s total: %d (%v); want %d", key, got, err, want)
