@@ -41,4 +41,6 @@ func (c *Compressed) Now() time.Time {
 }
 
 // Scale is factor × d.
-func (c *Compressed) Scale(d time.Duration) time.Duration { return time.Duration(float64(d) * c.factor) }
+func (c *Compressed) Scale(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * c.factor)
+}
