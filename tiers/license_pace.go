@@ -67,8 +67,7 @@ type Pace struct {
 //     by bisection; so the tiers' shedding of more than max × P(R)/R is
 //     corrected for (at 2× the average rate the default tiers pass 0.44
 //     of what they are offered, not 0.5). With R at or under T (no need
-//     to shed) the max is the one whose passes can never exceed T, T ÷
-//     the curve's limit, or T when the last tier passes some;
+//     to shed) it is LicenseMaxFor's: all of R passes;
 //   - the max is at least the floor, Protected ÷ protect_budget, so that
 //     §7's drop debt (at most protect_budget × max) carries every
 //     protected datagram the tiers would drop: protected traffic passes
@@ -100,20 +99,26 @@ func (l *License) Pace(in PaceInput) Pace {
 
 // LicenseMaxFor returns the max under which tiers pass target bytes of a
 // window offered offered bytes, in expectation (LicensePassed): the least
-// M with LicensePassed(tiers, M, offered) ≥ target; with offered at or
-// under target, the max whose passes never exceed target (target ÷ the
-// curve's limit, or target when the last tier passes some). 0 for a
-// target of 0.
+// M with LicensePassed(tiers, M, offered) ≥ target. With offered at or
+// under target (nothing need be shed) it is the larger of the max whose
+// passes never exceed target (target ÷ the curve's limit, or target when
+// the last tier passes some) and the one that passes all of offered
+// (offered ÷ the first tier's at): a rise within the window passes at
+// most limit ÷ at_1 × target (1.26 × for the default tiers) before the
+// next window's law sees it. 0 for a target of 0.
 func LicenseMaxFor(tiers []Tier, target, offered uint64) uint64 {
 	if target == 0 {
 		return 0
 	}
-	limit := passLimit(tiers)
 	if offered <= target {
-		if limit == 0 {
-			return target
+		m := target
+		if limit := passLimit(tiers); limit > 0 {
+			m = uint64(math.Ceil(float64(target) / limit))
 		}
-		return uint64(math.Ceil(float64(target) / limit))
+		if len(tiers) > 0 && tiers[0].At.micro > 0 {
+			m = max(m, uint64(math.Ceil(float64(offered)/tiers[0].At.Ratio())))
+		}
+		return m
 	}
 	lo, hi := 1.0, float64(MaxPackets)
 	if LicensePassed(tiers, hi, float64(offered)) < float64(target) {

@@ -1,0 +1,345 @@
+// Package license is the license guard (docs/design.md §13): it paces
+// each window's byte budget on a SIEM's ingest license (tiers.License),
+// reading the program's passed bytes, and hands the budget to the agent,
+// which applies it through its one apply path (tiers.State.LicenseMax);
+// it keeps the day's spend across restarts in a state file, warns at
+// warn_at and when the day is spent (a log line, an RFC 5424 event
+// through the episodes' sender, metrics), and with fleet: paces on the
+// fleet's remainder (FleetSpent, the fleet room's LicenseLedger). It
+// knows nothing of the agent. Linux only, as the program it reads.
+package license
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/tiers"
+)
+
+// Limiter is what the guard reads of the limiter: *bpf.Limiter.
+type Limiter interface {
+	Stats() (bpf.Stats, error)
+}
+
+// Notify sends an event in the episode reports' format to
+// events.syslog (record.Episodes.Notice, through the door): severity,
+// time, MSGID, structured data (name, value pairs) and text; it returns
+// whether a destination is configured.
+type Notify func(sev int, now time.Time, msgID string, params [][2]string, msg string) bool
+
+// Config is what the door gives the guard.
+type Config struct {
+	Log *slog.Logger
+	Lim Limiter
+	// Clock is the license manager's time (Real; Compressed in tests).
+	Clock Clock
+	// Mu is the door's apply lock; Apply applies the policy in force
+	// again with Mu held, reading the new budget (Guard.Max).
+	Mu    sync.Locker
+	Apply func() error
+	// Notify sends the warnings' events; nil sends none.
+	Notify Notify
+	// State is the state file (StatePathFor); "" keeps none.
+	State string
+	// Policy is the policy in force at start.
+	Policy tiers.Policy
+}
+
+// saveEvery bounds how often the state file is written: at most once a
+// second of real time, at a day's change and at stop. A crash loses
+// nothing of the spend while the program's pinned counters survive (the
+// state holds the counter it was written at); without them, at most the
+// last second.
+const saveEvery = time.Second
+
+// applyStep is the least relative change of the budget that is applied
+// (1/64, 1.6 %): a new max is a new table, and the law's integral
+// correction makes up for what a smaller change would have passed.
+const applyStep = 64
+
+// Guard is the license guard of an agent.
+type Guard struct {
+	cfg Config
+
+	mu       sync.Mutex
+	lic      *tiers.License // nil: the policy has no license, the guard idles
+	window   time.Duration
+	tiers    []tiers.Tier
+	protect  tiers.Percent
+	day      tiers.LicenseDay
+	spent    uint64 // the day's spend: own, or the fleet's total as last answered plus own since
+	own      uint64 // own spend in the day
+	counters counts // the program's counters at the last read
+	primed   bool   // counters are set
+	offered  uint64 // selected bytes per window, the last window's
+	protPeak uint64 // protected bytes per window, the recent peak
+	burst    []uint64
+	rate     float64 // bytes passed per second of license time, recently
+	pace     tiers.Pace
+	max      uint64 // the budget in force (State.LicenseMax)
+	warned   int    // 0, levelWarn or levelSpent: the day's warnings given
+	lastSave time.Time
+	fleet    fleetPart
+
+	warnings [2]atomic.Uint64
+}
+
+// counts are what the guard reads of the program's counters, bytes.
+type counts struct{ passed, offered, protected uint64 }
+
+// readCounts reads the passed, offered (selected) and protected bytes
+// of s: passed are the bytes delivered to the host (pass and would_drop,
+// what a collector receives), from the program's per-CPU counters.
+func readCounts(s bpf.Stats) counts {
+	pass, would := s.SelectedTotal(tiers.VerdictPass), s.SelectedTotal(tiers.VerdictWouldDrop)
+	c := counts{passed: pass.Bytes + would.Bytes}
+	for _, v := range tiers.Verdicts {
+		c.offered += s.SelectedTotal(v).Bytes
+		c.protected += s.Severity[tiers.SevProtected][v].Bytes
+	}
+	return c
+}
+
+// New makes the guard of cfg.Policy, taking up the day's spend from the
+// state file when it is of the same day.
+func New(cfg Config) *Guard {
+	if cfg.Clock == nil {
+		cfg.Clock = Real{}
+	}
+	g := &Guard{cfg: cfg}
+	g.setPolicy(cfg.Policy)
+	g.resume()
+	return g
+}
+
+// setPolicy takes p's license, window and tiers (g.mu held, or before
+// run); a new day's start resets the spend.
+func (g *Guard) setPolicy(p tiers.Policy) {
+	g.lic, g.window, g.tiers, g.protect = p.License.Clone(), p.Window, p.Tiers, tiers.Percent{}
+	if p.Severity != nil && len(p.Severity.Protect) > 0 {
+		g.protect = p.Severity.ProtectBudget
+	}
+	if g.lic == nil {
+		g.max = 0
+		return
+	}
+	if day := g.lic.DayOf(g.cfg.Clock.Now()); !day.Start.Equal(g.day.Start) {
+		g.newDay(day)
+	}
+}
+
+// newDay starts day: nothing spent, no warning given.
+func (g *Guard) newDay(day tiers.LicenseDay) {
+	g.day, g.spent, g.own, g.warned, g.burst = day, 0, 0, 0, nil
+	g.fleet.newDay()
+}
+
+// resume takes up the state file's spend when it is of today; the
+// program's counter, when it is at or past the one saved (the pinned
+// maps survived), adds what passed while no agent read it.
+func (g *Guard) resume() {
+	if g.lic == nil || g.cfg.State == "" {
+		return
+	}
+	s, err := ReadState(g.cfg.State)
+	if err != nil {
+		if !missing(err) {
+			g.cfg.Log.Warn("license: state file", "error", err)
+		}
+		return
+	}
+	if !s.DayStart.Equal(g.day.Start) {
+		g.cfg.Log.Info("license: the state file is of another day", "day_start", s.DayStart, "today", g.day.Start)
+		return
+	}
+	g.spent, g.own, g.rate = s.Spent, s.Own, s.Rate
+	if st, err := g.cfg.Lim.Stats(); err == nil {
+		c := readCounts(st)
+		if c.passed >= s.Counter {
+			g.spent += c.passed - s.Counter
+			g.own += c.passed - s.Counter
+		}
+		g.counters, g.primed = c, true
+	}
+	g.cfg.Log.Info("license: the day's spend taken up", "spent", s.Spent, "day_start", g.day.Start)
+}
+
+// Start runs the guard until ctx ends or stop says so: a pacing each
+// window of the policy in force, then the state written.
+func (g *Guard) Start(ctx context.Context, stop func() bool) {
+	go g.run(ctx, stop)
+}
+
+func (g *Guard) run(ctx context.Context, stop func() bool) {
+	last := time.Now()
+	defer g.save(true)
+	for {
+		g.mu.Lock()
+		w := max(g.window, 10*time.Millisecond)
+		g.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(w):
+		}
+		if stop() {
+			return
+		}
+		now := time.Now()
+		if g.Tick(now.Sub(last)) {
+			g.cfg.Mu.Lock()
+			if err := g.cfg.Apply(); err != nil {
+				g.cfg.Log.Warn("license: apply the window's budget", "error", err)
+			}
+			g.cfg.Mu.Unlock()
+		}
+		last = now
+		g.save(false)
+	}
+}
+
+// Tick paces one window, elapsed real time after the last: it reads the
+// program's counters, adds what passed to the day's spend, computes the
+// budget (tiers.License.Pace) and gives the warnings due. It returns
+// whether the budget changed enough to be applied (applyStep).
+func (g *Guard) Tick(elapsed time.Duration) bool {
+	st, err := g.cfg.Lim.Stats()
+	now := g.cfg.Clock.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lic == nil {
+		return false
+	}
+	if err != nil {
+		g.cfg.Log.Warn("license: read the counters", "error", err)
+		return false
+	}
+	if !g.day.Contains(now) {
+		g.newDay(g.lic.DayOf(now))
+		g.lastSave = time.Time{}
+	}
+	d := g.delta(readCounts(st), elapsed)
+	g.spent += d.passed
+	g.own += d.passed
+	g.fleet.add(d.passed)
+	if lt := g.cfg.Clock.Scale(elapsed).Seconds(); lt > 0 {
+		g.rate += 0.2 * (float64(d.passed)/lt - g.rate)
+	}
+	g.pushBurst(d.passed)
+	g.pace = g.lic.Pace(g.input(now))
+	g.warn(now)
+	old := g.max
+	if diff := max(g.pace.Max, old) - min(g.pace.Max, old); old == 0 || diff > old/applyStep || g.pace.Target == 0 && g.pace.Max != old {
+		g.max = g.pace.Max
+		return true
+	}
+	return false
+}
+
+// delta returns what passed, was offered and was protected since the
+// last read, the offered and protected scaled to one window; a counter
+// that went back (new maps) counts from 0.
+func (g *Guard) delta(c counts, elapsed time.Duration) counts {
+	prev := g.counters
+	if !g.primed {
+		prev = c
+	}
+	g.counters, g.primed = c, true
+	sub := func(a, b uint64) uint64 {
+		if a < b {
+			return a
+		}
+		return a - b
+	}
+	d := counts{passed: sub(c.passed, prev.passed), offered: sub(c.offered, prev.offered), protected: sub(c.protected, prev.protected)}
+	if elapsed > 0 {
+		g.offered = uint64(float64(d.offered) * float64(g.window) / float64(elapsed))
+		prot := uint64(float64(d.protected) * float64(g.window) / float64(elapsed))
+		g.protPeak = max(g.protPeak-g.protPeak/8, prot)
+	}
+	return d
+}
+
+// pushBurst keeps the last burst window's passes, one entry a window.
+func (g *Guard) pushBurst(passed uint64) {
+	if g.lic.Burst.Window <= 0 {
+		return
+	}
+	n := int(max(1, g.lic.Burst.Window/max(g.cfg.Clock.Scale(g.window), 1)))
+	g.burst = append(g.burst, passed)
+	if len(g.burst) >= n {
+		g.burst = g.burst[len(g.burst)-(n-1):]
+	}
+}
+
+// input is the law's input for the window opening at now.
+func (g *Guard) input(now time.Time) tiers.PaceInput {
+	var burst uint64
+	for _, b := range g.burst {
+		burst += b
+	}
+	in := tiers.PaceInput{Day: g.day, Now: now, Window: g.cfg.Clock.Scale(g.window), Spent: g.spent, Offered: g.offered,
+		BurstSpent: burst, Protected: g.protPeak, Tiers: g.tiers, ProtectBudget: g.protect}
+	g.fleet.input(&in, g.own)
+	return in
+}
+
+// Max returns the window's byte budget for given, the policy in force
+// (tiers.State.LicenseMax): 0 when it has no license, when none is paced
+// yet, or g is nil.
+func (g *Guard) Max(given tiers.Policy) uint64 {
+	if g == nil || given.License == nil {
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.max
+}
+
+// Reloaded takes p, the new policy in force (the door's apply lock
+// held): its license, window and tiers; the day's spend stays while the
+// day's start does.
+func (g *Guard) Reloaded(p tiers.Policy) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.setPolicy(p)
+}
+
+// save writes the state file, at most once per saveEvery unless force.
+func (g *Guard) save(force bool) {
+	g.mu.Lock()
+	if g.lic == nil || g.cfg.State == "" || !force && time.Since(g.lastSave) < saveEvery {
+		g.mu.Unlock()
+		return
+	}
+	g.lastSave = time.Now()
+	s := g.stateLocked()
+	g.mu.Unlock()
+	if err := writeState(g.cfg.State, s); err != nil {
+		g.cfg.Log.Warn("license: state file", "error", err)
+	}
+}
+
+// stateLocked is the state to write (g.mu held).
+func (g *Guard) stateLocked() State {
+	return State{DayStart: g.day.Start, DayEnd: g.day.End, Spent: g.spent, Counter: g.counters.passed, Own: g.own,
+		PerDay: g.lic.PerDay, Zone: g.lic.ZoneName, Rate: g.rate, Target: g.pace.Target, Max: g.max,
+		Window: g.window.String(), Members: g.fleet.members, Saved: g.cfg.Clock.Now()}
+}
+
+// Snapshot returns the guard's state now (for tests, check and status).
+func (g *Guard) Snapshot() State {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lic == nil {
+		return State{}
+	}
+	return g.stateLocked()
+}
