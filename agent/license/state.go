@@ -110,4 +110,3 @@ func writeState(path string, s State) error {
 
 // missing says whether err is a state file that is not there.
 func missing(err error) bool { return errors.Is(err, fs.ErrNotExist) }
-

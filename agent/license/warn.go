@@ -2,6 +2,7 @@ package license
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -28,7 +29,7 @@ func (g *Guard) warn(now time.Time) {
 	switch {
 	case g.spent >= g.lic.PerDay:
 		level = levelSpent
-	case g.spent >= uint64(float64(g.lic.PerDay)*g.lic.WarnAt.Ratio()):
+	case float64(g.spent) >= math.Floor(float64(g.lic.PerDay)*g.lic.WarnAt.Ratio()):
 		level = levelWarn
 	}
 	for l := g.warned + 1; l <= level; l++ {
@@ -81,6 +82,7 @@ func (g *Guard) projected() uint64 {
 var (
 	descs       promdesc.Set
 	budgetDesc  = descs.Metric("license_budget_bytes", "The license's daily volume (license.per_day), bytes.")
+	warnAtDesc  = descs.Metric("license_warn_bytes", "The spend at which the license warns: warn_at × per_day, bytes.")
 	spentDesc   = descs.Metric("license_spent_bytes", "Bytes passed in the license day so far (the fleet's total with fleet:).")
 	projDesc    = descs.Metric("license_projected_bytes", "The day's spend at its end at the current rate, bytes.")
 	paceDesc    = descs.Metric("license_pace_bytes", "The pacing line: per_day × the share of the license day gone, bytes.")
@@ -110,6 +112,7 @@ func (g *Guard) Collect(ch chan<- prometheus.Metric) {
 	now := g.cfg.Clock.Now()
 	gone := min(max(now.Sub(g.day.Start), 0), g.day.Len())
 	promdesc.Gauge(ch, budgetDesc, float64(g.lic.PerDay))
+	promdesc.Gauge(ch, warnAtDesc, math.Floor(float64(g.lic.PerDay)*g.lic.WarnAt.Ratio()))
 	promdesc.Gauge(ch, spentDesc, float64(g.spent))
 	promdesc.Gauge(ch, projDesc, float64(g.projected()))
 	promdesc.Gauge(ch, paceDesc, float64(g.lic.PerDay)*float64(gone)/float64(g.day.Len()))
