@@ -285,3 +285,56 @@ func TestFleetLicensePartition(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetLicenseACL: members logged in as the ACL user limited to their
+// fleet's keys and the scripts' commands (fleetACL, docs/operations.md)
+// add to the license's day and read it back (LicenseStatus): the license
+// needs no command more.
+func TestFleetLicenseACL(t *testing.T) {
+	r, store, pf := aclStore(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addrs[0]})
+	defer c.Close()
+	ls := []*ledger{{}, {}}
+	for i, l := range ls {
+		cfg := testConfig(store, "acl", string(rune('a'+i)))
+		cfg.PasswordFile = pf
+		cfg.License = &fleet.License{Ledger: l, Day: days(24 * time.Hour)}
+		join(t, cfg, 10)
+		l.pass(700)
+	}
+	settled(t, c, "acl", 1400, days(24*time.Hour), ls...)
+	cfg := testConfig(store, "acl", "")
+	cfg.PasswordFile = pf
+	if d, err := fleet.LicenseStatus(context.Background(), cfg, fleet.License{Day: days(24 * time.Hour)}); err != nil || d.Total != 1400 {
+		t.Errorf("LicenseStatus as the ACL user: %+v, %v; want a total of 1400", d, err)
+	}
+}
+
+// TestFleetLicenseCluster: on a Redis Cluster of 3 masters the day's keys
+// share the fleet's hash slot, so the report script reaches them with
+// the entries (a script over several slots fails), and LicenseStatus
+// reads the day back.
+func TestFleetLicenseCluster(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{Cluster: 3})
+	ls := []*ledger{{}, {}, {}}
+	for i, l := range ls {
+		licMember(t, r.URL(), "clu", string(rune('a'+i)), l, 24*time.Hour)
+		l.pass(uint64(100 * (i + 1)))
+	}
+	ok := waitFor(30, func() bool {
+		for _, l := range ls {
+			if s, _ := l.last(); s.total != 600 {
+				return false
+			}
+		}
+		return true
+	})
+	if !ok {
+		s, n := ls[0].last()
+		t.Fatalf("ledger a told %d in %d calls; want 600", s.total, n)
+	}
+	d, err := fleet.LicenseStatus(context.Background(), testConfig(r.URL(), "clu", ""), fleet.License{Day: days(24 * time.Hour)})
+	if err != nil || d.Total != 600 || len(d.Members) != 3 {
+		t.Errorf("LicenseStatus on the cluster: %+v, %v; want 600 from 3 members", d, err)
+	}
+}
