@@ -217,8 +217,9 @@ func parseLicense(res []any) (*licenseView, error) {
 //	                 sequence number), the bytes that adds after its
 //	                 ack point brought (X) and its own bytes that day
 //
-// It adds D less X when the record (the one with the greatest SEQ among
-// the three days) is of a report after ACKED: that report's answer was
+// It adds D less X when the record (the one in the day added to, else
+// the one with the greatest SEQ among the other two) is of a report
+// after ACKED: that report's answer was
 // lost, its bytes are in D again. A report older than the record is one
 // that a later report overtook (a connection abandoned with its command
 // sent): it adds nothing. A total that is not a number is rebuilt from
@@ -246,14 +247,23 @@ local function spend(l, now, field)
   end
   if i < 0 then return -1, 0 end
   local key = KEYS[3 + i]
-  local S, X, mine = -1, 0, 0
-  for j = 1, 3 do
+  -- The instance's record: in the day added to when it added to it
+  -- before (the store's clock never goes back a day, so no other day
+  -- holds a later one), else the greatest among the other two.
+  local S, X, mine, found = -1, 0, 0, false
+  local function rec(j)
     local v = redis.call('HGET', KEYS[3 + j], field)
     local rs, rx, rm
     if v then rs, rx, rm = string.match(v, '^(%%d+) (%%d+) (%%d+)$') end
     if rs and #rs <= 16 and #rx <= 16 and #rm <= 16 then
       if tonumber(rs) > S then S, X = tonumber(rs), tonumber(rx) end
-      if j == i then mine = tonumber(rm) end
+      if j == i then mine, found = tonumber(rm), true end
+    end
+  end
+  rec(i)
+  if not found then
+    for j = 1, 3 do
+      if j ~= i then rec(j) end
     end
   end
   local tv = redis.call('HGET', key, 'total')
@@ -273,9 +283,13 @@ local function spend(l, now, field)
     x = math.max(l.d, X)
   end
   total = math.min(total + add, LCAP)
-  redis.call('HSET', key, field, string.format('%%d %%d %%d', l.seq, x, math.min(mine + add, LCAP)))
-  redis.call('HSET', key, 'total', string.format('%%d', total))
-  redis.call('PEXPIRE', key, string.format('%%d', math.max(math.floor((l.b[i + 1] - now) / 1000) + l.keep, 1000)))
+  redis.call('HSET', key, field, string.format('%%d %%d %%d', l.seq, x, math.min(mine + add, LCAP)),
+    'total', string.format('%%d', total))
+  if not found then
+    -- The instance's first add to the day: the key's expiry (the same
+    -- for every member), set again.
+    redis.call('PEXPIRE', key, string.format('%%d', math.max(math.floor((l.b[i + 1] - now) / 1000) + l.keep, 1000)))
+  end
   return i - 1, total
 end
 `, maxDaySpend)

@@ -230,3 +230,49 @@ type nopFallback struct{}
 
 func (nopFallback) EnterFallback(int) error { return nil }
 func (nopFallback) LeaveFallback() error    { return nil }
+
+// BenchmarkFleetReportLicense: one report's round trip and the store's
+// CPU for it (redis-server's, from /proc), without and with the
+// license's add (the three days' records read, the total and the
+// instance's record written), alternated twice in one run.
+func BenchmarkFleetReportLicense(b *testing.B) {
+	r := testenv.StartRedis(b, testenv.RedisOptions{})
+	c := redis.NewClient(&redis.Options{Addr: r.Addrs[0]})
+	defer c.Close()
+	l := shortDays(24 * time.Hour)
+	ctx := context.Background()
+	for _, round := range []string{"1", "2"} {
+		for _, lic := range []bool{false, true} {
+			name := "plain-" + round
+			if lic {
+				name = "license-" + round
+			}
+			b.Run(name, func(b *testing.B) {
+				var seq uint64
+				one := func() error {
+					e := entry{Member: "m", Instance: "00000000000000aa", Est: Sums{In: 500, Total: 1000}, TTL: time.Second,
+						Report: 100 * time.Millisecond, Window: time.Second, Max: 1000, Digest: "ab"}
+					if lic {
+						seq++
+						e.Lic = &licenseAdd{Seq: seq, Acked: seq - 1, D: 1500, Days: l.days(time.Now()), Keep: time.Minute}
+					}
+					_, err := report(ctx, c, "bench", e)
+					return err
+				}
+				for range 100 {
+					one()
+				}
+				cpu0, _ := testenv.ProcCPU(r.PID(0))
+				b.ResetTimer()
+				for range b.N {
+					if err := one(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				cpu1, _ := testenv.ProcCPU(r.PID(0))
+				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "server-µs/op")
+			})
+		}
+	}
+}
