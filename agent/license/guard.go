@@ -86,6 +86,10 @@ type Guard struct {
 	fleet    fleetPart
 
 	warnings [2]atomic.Uint64
+
+	stopOnce sync.Once
+	stopCh   chan struct{} // closed by Stop
+	done     chan struct{} // closed when run has ended (nil: not started)
 }
 
 // counts are what the guard reads of the program's counters, bytes.
@@ -110,7 +114,7 @@ func New(cfg Config) *Guard {
 	if cfg.Clock == nil {
 		cfg.Clock = Real{}
 	}
-	g := &Guard{cfg: cfg}
+	g := &Guard{cfg: cfg, stopCh: make(chan struct{})}
 	g.setPolicy(cfg.Policy)
 	g.resume()
 	return g
@@ -168,10 +172,29 @@ func (g *Guard) resume() {
 	g.cfg.Log.Info("license: the day's spend taken up", "spent", s.Spent, "day_start", g.day.Start)
 }
 
-// Start runs the guard until ctx ends or stop says so: a pacing each
-// window of the policy in force, then the state written.
+// Start runs the guard until ctx ends, Stop or stop says so: a pacing
+// each window of the policy in force, then the state written.
 func (g *Guard) Start(ctx context.Context, stop func() bool) {
-	go g.run(ctx, stop)
+	g.done = make(chan struct{})
+	go func() {
+		defer close(g.done)
+		g.run(ctx, stop)
+	}()
+}
+
+// Stop ends the guard's run and waits for it, the state written: the
+// door calls it before it takes the apply lock to close (run may wait
+// for that lock). g nil does nothing.
+func (g *Guard) Stop() {
+	if g == nil {
+		return
+	}
+	g.stopOnce.Do(func() { close(g.stopCh) })
+	if g.done != nil {
+		<-g.done
+		return
+	}
+	g.save(true)
 }
 
 func (g *Guard) run(ctx context.Context, stop func() bool) {
@@ -183,6 +206,8 @@ func (g *Guard) run(ctx context.Context, stop func() bool) {
 		g.mu.Unlock()
 		select {
 		case <-ctx.Done():
+			return
+		case <-g.stopCh:
 			return
 		case <-time.After(w):
 		}
