@@ -160,7 +160,7 @@ func (g *Guard) resume() {
 		g.cfg.Log.Info("license: the state file is of another day", "day_start", s.DayStart, "today", g.day.Start)
 		return
 	}
-	g.spent, g.own, g.rate = s.Spent, s.Own, s.Rate
+	g.spent, g.own, g.rate, g.warned = s.Spent, s.Own, s.Rate, min(max(s.Warned, 0), levelSpent)
 	if st, err := g.cfg.Lim.Stats(); err == nil {
 		c := readCounts(st)
 		if c.passed >= s.Counter {
@@ -356,7 +356,7 @@ func (g *Guard) save(force bool) {
 func (g *Guard) stateLocked() State {
 	return State{DayStart: g.day.Start, DayEnd: g.day.End, Spent: g.spent, Counter: g.counters.passed, Own: g.own,
 		PerDay: g.lic.PerDay, Zone: g.lic.ZoneName, Rate: g.rate, Target: g.pace.Target, Max: g.max,
-		Window: g.window.String(), Members: g.fleet.members, Saved: g.cfg.Clock.Now()}
+		Window: g.window.String(), Members: g.fleet.members, Warned: g.warned, Saved: g.cfg.Clock.Now()}
 }
 
 // Snapshot returns the guard's state now (for tests, check and status).

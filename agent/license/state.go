@@ -41,6 +41,9 @@ type State struct {
 	Max     uint64    `json:"max"`
 	Window  string    `json:"window"`
 	Members int       `json:"members,omitempty"`
+	// Warned is the day's warnings given: 1 warn_at, 2 spent too; a
+	// restart does not give them again.
+	Warned int `json:"warned,omitempty"`
 	Saved   time.Time `json:"saved"`
 }
 
