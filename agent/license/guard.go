@@ -95,6 +95,10 @@ type Guard struct {
 // counts are what the guard reads of the program's counters, bytes.
 type counts struct{ passed, offered, protected uint64 }
 
+// Passed returns the bytes of s the guard counts as passed: delivered to
+// the host (pass and would_drop, what a collector receives).
+func Passed(s bpf.Stats) uint64 { return readCounts(s).passed }
+
 // readCounts reads the passed, offered (selected) and protected bytes
 // of s: passed are the bytes delivered to the host (pass and would_drop,
 // what a collector receives), from the program's per-CPU counters.
