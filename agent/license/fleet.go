@@ -61,11 +61,14 @@ func (g *Guard) TakeSpend() (uint64, func(ok bool)) {
 	return d, func(ok bool) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		if !g.day.Start.Equal(day) { // a new day: the old day's passes are the old day's
-			return
+		if g.day.Start.Equal(day) { // a new day forgot the old day's in flight
+			g.fleet.inflight -= min(d, g.fleet.inflight)
 		}
-		g.fleet.inflight -= min(d, g.fleet.inflight)
 		if !ok {
+			// Given again, whatever the day (the contract): the store
+			// counts bytes in the day it takes them, and its check of a
+			// retried add (agent/fleet's script subtracts what a report
+			// whose answer was lost brought) needs them in the next add.
 			g.fleet.unacked += d
 		}
 	}
