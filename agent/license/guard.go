@@ -204,6 +204,7 @@ func (g *Guard) Stop() {
 func (g *Guard) run(ctx context.Context, stop func() bool) {
 	last := time.Now()
 	defer g.save(true)
+	g.paced(g.Tick(0)) // the first budget at once, not a window later
 	for {
 		g.mu.Lock()
 		w := max(g.window, 10*time.Millisecond)
@@ -219,15 +220,21 @@ func (g *Guard) run(ctx context.Context, stop func() bool) {
 			return
 		}
 		now := time.Now()
-		if g.Tick(now.Sub(last)) {
-			g.cfg.Mu.Lock()
-			if err := g.cfg.Apply(); err != nil {
-				g.cfg.Log.Warn("license: apply the window's budget", "error", err)
-			}
-			g.cfg.Mu.Unlock()
-		}
+		g.paced(g.Tick(now.Sub(last)))
 		last = now
 		g.save(false)
+	}
+}
+
+// paced applies the policy in force again when the budget changed.
+func (g *Guard) paced(changed bool) {
+	if !changed {
+		return
+	}
+	g.cfg.Mu.Lock()
+	defer g.cfg.Mu.Unlock()
+	if err := g.cfg.Apply(); err != nil {
+		g.cfg.Log.Warn("license: apply the window's budget", "error", err)
 	}
 }
 
