@@ -254,7 +254,8 @@ func (a *Agent) Close() error {
 		return nil
 	}
 	close(a.stopLocal)
-	a.fleet.stop() // leaves the fleet; before applyMu, which its loop may wait for
+	a.fleet.stop()      // leaves the fleet; before applyMu, which its loop may wait for
+	a.lic.Load().Stop() // the license's state written; before applyMu, likewise
 	waitOut(&a.refreshMu)
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()

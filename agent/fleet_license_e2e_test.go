@@ -59,10 +59,9 @@ select:
 	if _, err := a.StartFleet(pol, agent.FleetMember{Name: "agent"}); err != nil {
 		t.Fatal(err)
 	}
-	// The guard counts from its first read of the program's counters, a
-	// window after it starts (agent/license: what passes before is not
-	// in the day's spend).
-	time.Sleep(pol.Window + 200*time.Millisecond)
+	// The guard counts from its first read of the program's counters, as
+	// its run starts (agent/license).
+	time.Sleep(200 * time.Millisecond)
 	tx := testenv.NewSender(t, p.Send, netip.AddrPortFrom(p.CollAddr, 514))
 	if n, err := tx.Pace(ctx, 200, time.Second, 3*time.Second, func(i int) []byte { return testenv.SyslogMessage(0, i) }); err != nil || n != 200 {
 		t.Fatalf("sent %d of 200: %v", n, err)

@@ -148,9 +148,9 @@ func (r *licenseRun) passedNow() []uint64 {
 }
 
 const (
-	licWindow  = 200 * time.Millisecond // the smooth shape's least
-	licWindows = 100
-	licSteps   = 10 // steps a window
+	flWindow  = 200 * time.Millisecond // the smooth shape's least
+	flWindows = 100
+	flSteps   = 10 // steps a window
 )
 
 // runLicenseDay runs three members sharing one license (per_day) over a
@@ -171,9 +171,9 @@ const (
 func runLicenseDay(t *testing.T, name string, hook func(r *licenseRun, step int)) *licenseRun {
 	rd := testenv.StartRedis(t, testenv.RedisOptions{})
 	const (
-		factor  = int64(24 * time.Hour / (licWindows * licWindow)) // 24 h in 20 s
+		factor  = int64(24 * time.Hour / (flWindows * flWindow)) // 24 h in 20 s
 		perDay  = 1_000_000_000
-		average = perDay / licWindows // bytes a window
+		average = perDay / flWindows // bytes a window
 	)
 	p, err := tiers.ParseYAML([]byte(fmt.Sprintf(`count: bytes
 shape: smooth
@@ -215,7 +215,7 @@ fleet: {name: %s, store: %q, max: %d, report: 25ms, ttl: 1s}
 	}
 	time.Sleep(time.Until(dayStart))
 	for _, g := range gs {
-		g.Tick(0) // its first read of the counters, before anything passed
+		g.Tick(0) // its first read of the counters, before anything passed (run's own may come after the first step)
 		g.Start(ctx, func() bool { return false })
 	}
 	var offeredDay float64
@@ -237,30 +237,30 @@ fleet: {name: %s, store: %q, max: %d, report: 25ms, ttl: 1s}
 				maxes[i] = e.Fleet.Max
 			}
 		}
-		next = next.Add(licWindow / licSteps)
+		next = next.Add(flWindow / flSteps)
 		time.Sleep(time.Until(next))
-		if time.Since(next) > licWindow/licSteps {
+		if time.Since(next) > flWindow/flSteps {
 			behind++
 		}
 		for i, m := range ms {
-			pass := float64(m.offered) * tiers.LicensePassed(p.Tiers, float64(maxes[i]), fleetR) / fleetR / licSteps
+			pass := float64(m.offered) * tiers.LicensePassed(p.Tiers, float64(maxes[i]), fleetR) / fleetR / flSteps
 			if alone[i] { // judged alone on its own load
-				pass = tiers.LicensePassed(p.Tiers, float64(maxes[i]), float64(m.offered)) / licSteps
+				pass = tiers.LicensePassed(p.Tiers, float64(maxes[i]), float64(m.offered)) / flSteps
 			}
 			m.mu.Lock()
 			m.passed += uint64(pass)
-			m.sel += m.offered / licSteps
+			m.sel += m.offered / flSteps
 			m.est = m.offered
 			m.mu.Unlock()
 			r.inDay += float64(uint64(pass))
-			offeredDay += float64(m.offered / licSteps)
+			offeredDay += float64(m.offered / flSteps)
 		}
 		if hook != nil {
 			hook(r, step)
 		}
 	}
 	t.Logf("the day: %d windows, offered %.0f (%.2f × per_day), passed %.0f = %.4f × per_day; the pacer was behind in %d of %d steps",
-		licWindows, offeredDay, offeredDay/perDay, r.inDay, r.inDay/perDay, behind, step)
+		flWindows, offeredDay, offeredDay/perDay, r.inDay, r.inDay/perDay, behind, step)
 	if math.Abs(r.inDay/perDay-1) > 0.01 {
 		t.Errorf("the fleet passed %.4f × per_day in the day; want within 1 %%", r.inDay/perDay)
 	}
@@ -355,7 +355,7 @@ func TestFleetLicensePartition(t *testing.T) {
 	}
 	// The day's pace for the remainder: (per_day − spent) over the time
 	// left at the stop, for the span's windows.
-	want := float64(r.perDay-atStop) * float64(resume-from) / float64(licWindows*licSteps-stop)
+	want := float64(r.perDay-atStop) * float64(resume-from) / float64(flWindows*flSteps-stop)
 	t.Logf("in fallback (steps %d..%d): the fleet passed %.0f, the remainder at the day's pace %.0f (%.3f ×); the members %v",
 		from, resume, span, want, span/want, func() []float64 {
 			out := make([]float64, len(p0))

@@ -65,8 +65,9 @@ type Pace struct {
 //     T: M with Passed(M, R) = T, Passed the tiers' pass curve (the
 //     ordinal expectation, which the smooth shape's P(R) is, §9), found
 //     by bisection; so the tiers' shedding of more than max × P(R)/R is
-//     corrected for (at 2× the average rate the default tiers pass 0.44
-//     of what they are offered, not 0.5). With R at or under T (no need
+//     corrected for (at 2× the average rate the default tiers pass 0.88
+//     max, not max), so the spend follows the pacing line rather than
+//     lagging it all day. With R at or under T (no need
 //     to shed) it is LicenseMaxFor's: all of R passes;
 //   - the max is at least the floor, Protected ÷ protect_budget, so that
 //     §7's drop debt (at most protect_budget × max) carries every

@@ -217,3 +217,40 @@ func TestEffectiveLicense(t *testing.T) {
 		t.Error("Effective changed the given policy")
 	}
 }
+
+// TestLicensePaceDSTDays: on the 23 h and 25 h days the law paces the
+// day as the zone has it: the average rate is per_day over 23 h (25 h),
+// and a day offered 2 × that rate, walked window by window at the tiers'
+// expectation, ends at per_day (within 0.1 %) at the day's end, not an
+// hour early or late.
+func TestLicensePaceDSTDays(t *testing.T) {
+	l := chicago(t)
+	l.PerDay = 1e9
+	tiers := Default().Tiers
+	for _, c := range []struct {
+		date time.Time
+		len  time.Duration
+	}{
+		{time.Date(2026, 3, 8, 12, 0, 0, 0, l.Zone), 23 * time.Hour},
+		{time.Date(2026, 11, 1, 12, 0, 0, 0, l.Zone), 25 * time.Hour},
+	} {
+		day := l.DayOf(c.date)
+		w := time.Minute
+		avg := l.Average(day, w)
+		if want := uint64(1e9 * float64(w) / float64(c.len)); avg != want {
+			t.Errorf("%s: average %d per minute, want %d", day.Start, avg, want)
+		}
+		var spent float64
+		var at time.Time
+		for now := day.Start; now.Before(day.End); now = now.Add(w) {
+			pc := l.Pace(PaceInput{Day: day, Now: now, Window: w, Spent: uint64(spent), Offered: 2 * avg, Tiers: tiers})
+			spent += min(LicensePassed(tiers, float64(pc.Max), float64(2*avg)), float64(2*avg))
+			if at.IsZero() && spent >= 0.999e9 {
+				at = now.Add(w)
+			}
+		}
+		if spent < 0.999e9 || spent > 1.001e9 || at.Before(day.End.Add(-10*time.Minute)) {
+			t.Errorf("%s (%s): spent %.0f, per_day reached at %s; want 1e9 at the day's end %s", day.Start, day.Len(), spent, at, day.End)
+		}
+	}
+}

@@ -86,10 +86,18 @@ type Guard struct {
 	fleet    fleetPart
 
 	warnings [2]atomic.Uint64
+
+	stopOnce sync.Once
+	stopCh   chan struct{} // closed by Stop
+	done     chan struct{} // closed when run has ended (nil: not started)
 }
 
 // counts are what the guard reads of the program's counters, bytes.
 type counts struct{ passed, offered, protected uint64 }
+
+// Passed returns the bytes of s the guard counts as passed: delivered to
+// the host (pass and would_drop, what a collector receives).
+func Passed(s bpf.Stats) uint64 { return readCounts(s).passed }
 
 // readCounts reads the passed, offered (selected) and protected bytes
 // of s: passed are the bytes delivered to the host (pass and would_drop,
@@ -110,7 +118,7 @@ func New(cfg Config) *Guard {
 	if cfg.Clock == nil {
 		cfg.Clock = Real{}
 	}
-	g := &Guard{cfg: cfg}
+	g := &Guard{cfg: cfg, stopCh: make(chan struct{})}
 	g.setPolicy(cfg.Policy)
 	g.resume()
 	return g
@@ -156,7 +164,7 @@ func (g *Guard) resume() {
 		g.cfg.Log.Info("license: the state file is of another day", "day_start", s.DayStart, "today", g.day.Start)
 		return
 	}
-	g.spent, g.own, g.rate = s.Spent, s.Own, s.Rate
+	g.spent, g.own, g.rate, g.warned = s.Spent, s.Own, s.Rate, min(max(s.Warned, 0), levelSpent)
 	if st, err := g.cfg.Lim.Stats(); err == nil {
 		c := readCounts(st)
 		if c.passed >= s.Counter {
@@ -168,15 +176,35 @@ func (g *Guard) resume() {
 	g.cfg.Log.Info("license: the day's spend taken up", "spent", s.Spent, "day_start", g.day.Start)
 }
 
-// Start runs the guard until ctx ends or stop says so: a pacing each
-// window of the policy in force, then the state written.
+// Start runs the guard until ctx ends, Stop or stop says so: a pacing
+// each window of the policy in force, then the state written.
 func (g *Guard) Start(ctx context.Context, stop func() bool) {
-	go g.run(ctx, stop)
+	g.done = make(chan struct{})
+	go func() {
+		defer close(g.done)
+		g.run(ctx, stop)
+	}()
+}
+
+// Stop ends the guard's run and waits for it, the state written: the
+// door calls it before it takes the apply lock to close (run may wait
+// for that lock). g nil does nothing.
+func (g *Guard) Stop() {
+	if g == nil {
+		return
+	}
+	g.stopOnce.Do(func() { close(g.stopCh) })
+	if g.done != nil {
+		<-g.done
+		return
+	}
+	g.save(true)
 }
 
 func (g *Guard) run(ctx context.Context, stop func() bool) {
 	last := time.Now()
 	defer g.save(true)
+	g.paced(g.Tick(0)) // the first budget at once, not a window later
 	for {
 		g.mu.Lock()
 		w := max(g.window, 10*time.Millisecond)
@@ -184,21 +212,29 @@ func (g *Guard) run(ctx context.Context, stop func() bool) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-g.stopCh:
+			return
 		case <-time.After(w):
 		}
 		if stop() {
 			return
 		}
 		now := time.Now()
-		if g.Tick(now.Sub(last)) {
-			g.cfg.Mu.Lock()
-			if err := g.cfg.Apply(); err != nil {
-				g.cfg.Log.Warn("license: apply the window's budget", "error", err)
-			}
-			g.cfg.Mu.Unlock()
-		}
+		g.paced(g.Tick(now.Sub(last)))
 		last = now
 		g.save(false)
+	}
+}
+
+// paced applies the policy in force again when the budget changed.
+func (g *Guard) paced(changed bool) {
+	if !changed {
+		return
+	}
+	g.cfg.Mu.Lock()
+	defer g.cfg.Mu.Unlock()
+	if err := g.cfg.Apply(); err != nil {
+		g.cfg.Log.Warn("license: apply the window's budget", "error", err)
 	}
 }
 
@@ -331,7 +367,7 @@ func (g *Guard) save(force bool) {
 func (g *Guard) stateLocked() State {
 	return State{DayStart: g.day.Start, DayEnd: g.day.End, Spent: g.spent, Counter: g.counters.passed, Own: g.own,
 		PerDay: g.lic.PerDay, Zone: g.lic.ZoneName, Rate: g.rate, Target: g.pace.Target, Max: g.max,
-		Window: g.window.String(), Members: g.fleet.members, Saved: g.cfg.Clock.Now()}
+		Window: g.window.String(), Members: g.fleet.members, Warned: g.warned, Saved: g.cfg.Clock.Now()}
 }
 
 // Snapshot returns the guard's state now (for tests, check and status).

@@ -34,14 +34,17 @@ type State struct {
 	// per second of license time recently (the projection's), Target and
 	// Max the last window's pacing; Members the fleet's member count (0
 	// without fleet:).
-	PerDay  uint64    `json:"per_day"`
-	Zone    string    `json:"zone"`
-	Rate    float64   `json:"rate"`
-	Target  uint64    `json:"target"`
-	Max     uint64    `json:"max"`
-	Window  string    `json:"window"`
-	Members int       `json:"members,omitempty"`
-	Saved   time.Time `json:"saved"`
+	PerDay  uint64  `json:"per_day"`
+	Zone    string  `json:"zone"`
+	Rate    float64 `json:"rate"`
+	Target  uint64  `json:"target"`
+	Max     uint64  `json:"max"`
+	Window  string  `json:"window"`
+	Members int     `json:"members,omitempty"`
+	// Warned is the day's warnings given: 1 warn_at, 2 spent too; a
+	// restart does not give them again.
+	Warned int       `json:"warned,omitempty"`
+	Saved  time.Time `json:"saved"`
 }
 
 // StatePathFor returns the license state file beside the episode state
