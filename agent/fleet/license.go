@@ -127,8 +127,9 @@ type licenseState struct {
 	// host's clock then.
 	skew  time.Duration
 	known bool
-	// unreachable says Unreachable was called and no answer since.
-	unreachable bool
+	// unreachable says Unreachable was called and no answer since;
+	// badDays that a bad day function was logged.
+	unreachable, badDays bool
 }
 
 // takeSpend takes the ledger's spend since its last acknowledged add into
@@ -139,13 +140,25 @@ func (c *Controller) takeSpend(cfg *Config) *licenseAdd {
 		return nil
 	}
 	s := &c.lic
-	d, ack := l.Ledger.TakeSpend()
-	s.seq++
 	t := hostNow()
 	if s.known {
 		t = t.Add(s.skew)
 	}
 	days := l.days(t)
+	if !days[0].start.Before(days[1].start) || !days[1].start.Before(days[2].start) || !days[2].start.Before(days[2].end) ||
+		days[1].start.After(t) || !t.Before(days[1].end) {
+		// A day function that does not tile time would have the script
+		// refuse the report, and the fleet's sharing with it: no add.
+		if !s.badDays {
+			c.log.Error("fleet license: the license's days around this time do not follow each other: no spend added", "at", t,
+				"days", fmt.Sprint(days))
+			s.badDays = true
+		}
+		return nil
+	}
+	s.badDays = false
+	d, ack := l.Ledger.TakeSpend()
+	s.seq++
 	return &licenseAdd{Seq: s.seq, Acked: s.acked, D: d, Days: days, Keep: dayKeep(days[1]), ack: ack}
 }
 

@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -336,5 +337,32 @@ func TestFleetLicenseCluster(t *testing.T) {
 	d, err := fleet.LicenseStatus(context.Background(), testConfig(r.URL(), "clu", ""), fleet.License{Day: days(24 * time.Hour)})
 	if err != nil || d.Total != 600 || len(d.Members) != 3 {
 		t.Errorf("LicenseStatus on the cluster: %+v, %v; want 600 from 3 members", d, err)
+	}
+}
+
+// TestFleetLicenseBadDays: a day function that does not tile time (here
+// one day for all time, which the day after cannot follow) adds nothing,
+// says so once as an ERROR, and leaves the fleet's sharing as it is: the
+// script is never handed days it would refuse.
+func TestFleetLicenseBadDays(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	l := &ledger{}
+	l.pass(100)
+	cfg := testConfig(r.URL(), "bad", "a")
+	epoch := time.Unix(0, 0)
+	cfg.License = &fleet.License{Ledger: l, Day: func(time.Time) (time.Time, time.Time, time.Time) {
+		return epoch, epoch.Add(100 * 365 * 24 * time.Hour), epoch
+	}}
+	a := join(t, cfg, 100)
+	b := join(t, testConfig(r.URL(), "bad", "b"), 50)
+	shares(t, 20, a, b)
+	if _, n := l.last(); n != 0 {
+		t.Errorf("the ledger was told %d totals; want none", n)
+	}
+	if p, acked, _, _ := l.state(); acked != 0 || p != 100 {
+		t.Errorf("acked %d of %d; want nothing added", acked, p)
+	}
+	if n := strings.Count(a.log.String(), "do not follow each other"); n != 1 {
+		t.Errorf("the bad days said %d times; want once:\n%s", n, a.log)
 	}
 }
