@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tierlimit/tierlimit/internal/testenv"
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // shortDays is a license of days of length d, aligned to Unix time 0 in
@@ -286,6 +287,34 @@ func BenchmarkFleetReportLicense(b *testing.B) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestLicenseDaysDST: the three days around a DST change in the
+// license's zone (tiers.License.DayOf) tile time, the change's day 23 h
+// long, and each day's key is its start's date in the zone.
+func TestLicenseDaysDST(t *testing.T) {
+	p, err := tiers.ParseYAML([]byte("count: bytes\nmax: 1MB\nlicense: {per_day: 1GB, zone: America/Chicago}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &License{Day: func(t time.Time) (time.Time, time.Time, time.Time) {
+		d := p.License.DayOf(t)
+		return d.Start, d.End, d.Start
+	}}
+	chicago, _ := time.LoadLocation("America/Chicago")
+	days := l.days(time.Date(2026, 3, 8, 12, 0, 0, 0, chicago))
+	wantLen := []time.Duration{24 * time.Hour, 23 * time.Hour, 24 * time.Hour}
+	for i, d := range days {
+		if got := d.end.Sub(d.start); got != wantLen[i] {
+			t.Errorf("day %d: %v long; want %v", i, got, wantLen[i])
+		}
+		if i > 0 && !days[i-1].end.Equal(d.start) {
+			t.Errorf("day %d starts at %v, the day before ends at %v", i, d.start, days[i-1].end)
+		}
+		if want := "{tierlimit:fleet:f}:lic:2026-03-0" + string(rune('7'+i)); dayKey("f", d) != want {
+			t.Errorf("day %d key %q; want %q", i, dayKey("f", d), want)
 		}
 	}
 }
