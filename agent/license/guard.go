@@ -95,19 +95,27 @@ type Guard struct {
 // counts are what the guard reads of the program's counters, bytes.
 type counts struct{ passed, offered, protected uint64 }
 
-// Passed returns the bytes of s the guard counts as passed: delivered to
-// the host (pass and would_drop, what a collector receives).
+// Passed returns the bytes of s the guard counts as passed: the payload
+// delivered to the host (bpf.Stats.PassedBytes).
 func Passed(s bpf.Stats) uint64 { return readCounts(s).passed }
 
 // readCounts reads the passed, offered (selected) and protected bytes
-// of s: passed are the bytes delivered to the host (pass and would_drop,
-// what a collector receives), from the program's per-CPU counters.
+// of s, the syslog payload that count: bytes counts (bpf.Stats.Payload,
+// docs/design.md §2): passed are what the host received (pass and
+// would_drop, and the TCP segments counted and never shed:
+// bpf.Stats.PassedBytes), offered every verdict's. The program counts the
+// severity classes by frame, so the protected payload is the protected
+// frames' bytes at the selected traffic's ratio of payload to frame.
 func readCounts(s bpf.Stats) counts {
-	pass, would := s.SelectedTotal(tiers.VerdictPass), s.SelectedTotal(tiers.VerdictWouldDrop)
-	c := counts{passed: pass.Bytes + would.Bytes}
+	c := counts{passed: s.PassedBytes(), offered: s.TCPCounted.Bytes}
+	var frames, prot uint64
 	for _, v := range tiers.Verdicts {
-		c.offered += s.SelectedTotal(v).Bytes
-		c.protected += s.Severity[tiers.SevProtected][v].Bytes
+		c.offered += s.Payload[v].Bytes
+		frames += s.SelectedTotal(v).Bytes + s.OverBudget[v].Bytes
+		prot += s.Severity[tiers.SevProtected][v].Bytes
+	}
+	if frames > 0 {
+		c.protected = uint64(float64(prot) * float64(c.offered-s.TCPCounted.Bytes) / float64(frames))
 	}
 	return c
 }

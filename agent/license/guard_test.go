@@ -89,7 +89,7 @@ func licPolicy(t *testing.T, perDay string) tiers.Policy {
 // takes the spend up with what passed while none ran; the warnings are
 // not given again.
 func TestGuardSpendWarnResume(t *testing.T) {
-	p := licPolicy(t, "100KB")
+	p := licPolicy(t, "50KB")
 	r := newRig(t, p)
 	state := filepath.Join(t.TempDir(), "license.json")
 	clock := license.NewCompressed(time.Date(2026, 6, 1, 1, 0, 0, 0, time.UTC), 1)
@@ -105,7 +105,7 @@ func TestGuardSpendWarnResume(t *testing.T) {
 			t.Fatalf("spent %d, the program passed %d", got, passed)
 		}
 	}
-	if passed < 100e3 {
+	if passed < 50e3 {
 		t.Fatalf("passed %d bytes, want the day spent (frames of %d bytes)", passed, len(r.frame))
 	}
 	if len(r.events) != 2 || r.events[0] != "license-warn" || r.events[1] != "license-spent" {
