@@ -71,7 +71,7 @@ select:
 		if err != nil {
 			t.Fatal(err)
 		}
-		return st.SelectedTotal(tiers.VerdictPass).Bytes + st.SelectedTotal(tiers.VerdictWouldDrop).Bytes
+		return st.PassedBytes() // the payload bytes that passed, as the guard counts them
 	}
 	var d fleet.LicenseDay
 	ok := soon(10*time.Second, func() bool {

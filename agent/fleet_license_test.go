@@ -73,8 +73,8 @@ func (m *simMember) Stats() (bpf.Stats, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var s bpf.Stats
-	s.Selected[0][tiers.VerdictPass].Bytes = m.passed
-	s.Selected[0][tiers.VerdictDrop].Bytes = m.sel - m.passed
+	s.Payload[tiers.VerdictPass].Bytes = m.passed
+	s.Payload[tiers.VerdictDrop].Bytes = m.sel - m.passed
 	return s, nil
 }
 
