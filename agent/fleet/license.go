@@ -10,7 +10,10 @@ import (
 // (docs/design.md §12, "One license for the fleet"): agent/license's
 // guard implements it, and the agent hands it over in Config.License when
 // the policy has both fleet: and license:. Its methods are called from the
-// report loop, and ack from the report worker, never two at once.
+// report loop, one at a time, and ack from the report worker, once per
+// TakeSpend and before the next TakeSpend, but possibly while the loop
+// calls Unreachable (a report in flight when the member enters fallback):
+// the ledger locks what they share.
 type LicenseLedger interface {
 	// TakeSpend returns the bytes passed since the last acknowledged add; ack(true) after the store took them.
 	TakeSpend() (delta uint64, ack func(ok bool))
@@ -69,8 +72,8 @@ func (l *License) days(t time.Time) [3]span {
 // dayKey is the key of the fleet name's license day d:
 // {tierlimit:fleet:NAME}:lic:YYYY-MM-DD, the date of the day's start
 // (named) in the license's zone; a day shorter than 20 hours on the
-// store's clock (a test's compressed day) adds the named start's time to
-// the ms, so that two days of one date never share a key. The hash tag
+// store's clock (a test's compressed day) adds the named start's time of
+// day, to the ms, so that two days of one date never share a key. The hash tag
 // keeps it in the slot of the fleet's other keys (one script reaches them
 // on one Cluster node).
 func dayKey(name string, d span) string {
