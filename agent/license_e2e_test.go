@@ -134,6 +134,10 @@ func TestLicenseDayE2E(t *testing.T) {
 		t.Errorf("restart: spent %d before, %d after (day %s); want it kept", before.Spent, after.Spent, after.DayStart)
 	}
 
+	time.Sleep(time.Duration(float64(origin.Add(24*time.Hour).Sub(clock.Now()))/licFactor) - 300*time.Millisecond)
+	late := g.Snapshot()
+	t.Logf("at %s: spent %d (%.1f%%), target %d, budget %d per window", clock.Now().Format("15:04"), late.Spent,
+		100*float64(late.Spent)/float64(licPerDay), late.Target, late.Max)
 	sent := <-sentc
 	time.Sleep(500 * time.Millisecond) // the last datagrams through the program
 	m := gather(t, a)

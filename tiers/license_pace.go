@@ -55,7 +55,9 @@ type Pace struct {
 // Pace returns the window's pacing by the law of docs/design.md §13:
 //
 //   - the target is the remainder paced on the time left:
-//     T = (per_day − spent) × window ÷ left (left at least one window),
+//     T = (per_day − spent) × window ÷ left (left at least 1 ms: under a
+//     window left it is the window's budget at the rate that spends the
+//     remainder by the day's end, when the traffic stops there too),
 //     so that a window that passed less than its target raises the
 //     targets that follow (the law's integral correction);
 //   - T is at most the burst cap: burst.max × per_day ÷ day × window,
@@ -80,7 +82,10 @@ func (l *License) Pace(in PaceInput) Pace {
 	if in.PerDay != 0 {
 		perDay = in.PerDay
 	}
-	left := max(in.Day.End.Sub(in.Now), in.Window)
+	// Under a window left, the target is still a window's budget: at the
+	// rate that spends the remainder by the day's end (a millisecond at
+	// least, so that it stays finite).
+	left := max(in.Day.End.Sub(in.Now), time.Millisecond)
 	pc := Pace{Left: max(in.Day.End.Sub(in.Now), 0)}
 	if in.Spent < perDay {
 		pc.Target = mulDiv(perDay-in.Spent, uint64(in.Window), uint64(left))

@@ -56,6 +56,11 @@ type Config struct {
 // last second.
 const saveEvery = time.Second
 
+// ticksPerWindow is how often the guard paces in a window of the
+// policy: twice, so that a window's budget follows the spend within half
+// a window when ticks come late on a loaded host.
+const ticksPerWindow = 2
+
 // applyStep is the least relative change of the budget that is applied
 // (1/64, 1.6 %): a new max is a new table, and the law's integral
 // correction makes up for what a smaller change would have passed.
@@ -77,7 +82,7 @@ type Guard struct {
 	primed   bool   // counters are set
 	offered  uint64 // selected bytes per window, the last window's
 	protPeak uint64 // protected bytes per window, the recent peak
-	burst    []uint64
+	burst    []burstEntry
 	rate     float64 // bytes passed per second of license time, recently
 	pace     tiers.Pace
 	max      uint64 // the budget in force (State.LicenseMax)
@@ -185,7 +190,8 @@ func (g *Guard) resume() {
 }
 
 // Start runs the guard until ctx ends, Stop or stop says so: a pacing
-// each window of the policy in force, then the state written.
+// twice a window of the policy in force (ticksPerWindow), then the
+// state written.
 func (g *Guard) Start(ctx context.Context, stop func() bool) {
 	g.done = make(chan struct{})
 	go func() {
@@ -215,7 +221,7 @@ func (g *Guard) run(ctx context.Context, stop func() bool) {
 	g.paced(g.Tick(0)) // the first budget at once, not a window later
 	for {
 		g.mu.Lock()
-		w := max(g.window, 10*time.Millisecond)
+		w := max(g.window/ticksPerWindow, 10*time.Millisecond)
 		g.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -246,7 +252,7 @@ func (g *Guard) paced(changed bool) {
 	}
 }
 
-// Tick paces one window, elapsed real time after the last: it reads the
+// Tick paces, elapsed real time after the last tick: it reads the
 // program's counters, adds what passed to the day's spend, computes the
 // budget (tiers.License.Pace) and gives the warnings due. It returns
 // whether the budget changed enough to be applied (applyStep).
@@ -273,7 +279,7 @@ func (g *Guard) Tick(elapsed time.Duration) bool {
 	if lt := g.cfg.Clock.Scale(elapsed).Seconds(); lt > 0 {
 		g.rate += 0.2 * (float64(d.passed)/lt - g.rate)
 	}
-	g.pushBurst(d.passed)
+	g.pushBurst(now, d.passed)
 	g.pace = g.lic.Pace(g.input(now))
 	g.warn(now)
 	old := g.max
@@ -308,23 +314,43 @@ func (g *Guard) delta(c counts, elapsed time.Duration) counts {
 	return d
 }
 
-// pushBurst keeps the last burst window's passes, one entry a window.
-func (g *Guard) pushBurst(passed uint64) {
+// burstEntry is what passed in one tick, at its license time.
+type burstEntry struct {
+	at     time.Time
+	passed uint64
+}
+
+// pushBurst keeps the passes of the last burst window, by tick.
+func (g *Guard) pushBurst(now time.Time, passed uint64) {
 	if g.lic.Burst.Window <= 0 {
 		return
 	}
-	n := int(max(1, g.lic.Burst.Window/max(g.cfg.Clock.Scale(g.window), 1)))
-	g.burst = append(g.burst, passed)
-	if len(g.burst) >= n {
-		g.burst = g.burst[len(g.burst)-(n-1):]
+	g.burst = append(g.burst, burstEntry{now, passed})
+	i := 0
+	for i < len(g.burst) && !g.burst[i].at.After(now.Add(-g.lic.Burst.Window)) {
+		i++
 	}
+	g.burst = g.burst[i:]
+}
+
+// burstSpent are the bytes passed in the burst window's time before the
+// window that opens at now (the last Burst.Window − window).
+func (g *Guard) burstSpent(now time.Time) uint64 {
+	from := now.Add(-g.lic.Burst.Window + g.cfg.Clock.Scale(g.window))
+	var n uint64
+	for _, e := range g.burst {
+		if e.at.After(from) {
+			n += e.passed
+		}
+	}
+	return n
 }
 
 // input is the law's input for the window opening at now.
 func (g *Guard) input(now time.Time) tiers.PaceInput {
 	var burst uint64
-	for _, b := range g.burst {
-		burst += b
+	if g.lic.Burst.Window > 0 {
+		burst = g.burstSpent(now)
 	}
 	in := tiers.PaceInput{Day: g.day, Now: now, Window: g.cfg.Clock.Scale(g.window), Spent: g.spent, Offered: g.offered,
 		BurstSpent: burst, Protected: g.protPeak, Tiers: g.tiers, ProtectBudget: g.protect}

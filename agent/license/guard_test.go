@@ -195,3 +195,33 @@ func TestGuardFleetLedger(t *testing.T) {
 		t.Errorf("unreachable: target %d, want about %d", s.Target, want)
 	}
 }
+
+// TestGuardBurstWindow: what passed in the rolling burst window lowers
+// the window's target: the cap less the passes of the burst window's
+// time before the window.
+func TestGuardBurstWindow(t *testing.T) {
+	p, err := tiers.ParseYAML([]byte("count: bytes\nmax: 10MB\nselect: [{proto: udp, ports: [514]}]\nlicense: {per_day: 8640MB, burst: {window: 1m, max: 1x}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, p)
+	clock := license.NewCompressed(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC), 1)
+	g := r.guard(p, clock, "")
+	g.Tick(time.Second)
+	// per_day 8,640 MB: 100 kB/s on average; the cap 6 MB a minute, 100 kB
+	// a window. Nothing passed: the target is the cap per window.
+	if s := g.Snapshot(); s.Target != 100_000 {
+		t.Fatalf("target %d, want the cap per window 100000", s.Target)
+	}
+	passed := r.send(t, 50_000) // about 3.4 MB in the burst window
+	g.Tick(time.Second)
+	want := 6_000_000 - passed
+	if s := g.Snapshot(); s.Target != min(100_000, want) {
+		t.Errorf("after %d passed: target %d, want %d", passed, s.Target, min(100_000, want))
+	}
+	passed += r.send(t, 40_000) // past the cap: about 6.1 MB
+	g.Tick(time.Second)
+	if s := g.Snapshot(); passed > 6_000_000 && s.Target != 1 {
+		t.Errorf("burst window spent (%d passed): target %d, want 1", passed, s.Target)
+	}
+}
