@@ -110,12 +110,14 @@ func (m *simMember) LeaveFallback() error {
 // licenseRun is one compressed license day of three fleet members
 // (runLicenseDay).
 type licenseRun struct {
-	rd     *testenv.Redis
-	ms     []*simMember
-	gs     []*license.Guard
-	logs   []*logBuf
-	perDay uint64
-	inDay  float64 // the fleet's passes in the day
+	rd               *testenv.Redis
+	p                tiers.Policy
+	ms               []*simMember
+	gs               []*license.Guard
+	logs             []*logBuf
+	perDay           uint64
+	dayStart, dayEnd time.Time // the license day in real time
+	inDay            float64   // the fleet's passes in the day
 }
 
 // logBuf is a log several goroutines write.
@@ -169,96 +171,30 @@ const (
 // in the day end within 1 % of per_day and that the store's days hold
 // every byte passed.
 func runLicenseDay(t *testing.T, name string, hook func(r *licenseRun, step int)) *licenseRun {
-	rd := testenv.StartRedis(t, testenv.RedisOptions{})
-	const (
-		factor  = int64(24 * time.Hour / (flWindows * flWindow)) // 24 h in 20 s
-		perDay  = 1_000_000_000
-		average = perDay / flWindows // bytes a window
-	)
-	p, err := tiers.ParseYAML([]byte(fmt.Sprintf(`count: bytes
-shape: smooth
-window: 200ms
-max: %d
-select: [{proto: udp, ports: [514]}]
-license: {per_day: %d, zone: UTC}
-fleet: {name: %s, store: %q, max: %d, report: 25ms, ttl: 1s}
-`, 40*average, perDay, name, rd.URL(), 4*average)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The license day starts 2 s of real time from now.
-	now := time.Now()
-	origin := p.License.DayOf(now).End
-	clk := fastClock{origin: origin, start: now.Add(2 * time.Second), factor: factor}
-	day := p.License.DayOf(clk.at(clk.start))
-	dayStart, dayEnd := clk.real(day.Start), clk.real(day.End)
-
-	shares := []uint64{50, 30, 20}
-	r := &licenseRun{rd: rd, perDay: perDay, ms: make([]*simMember, 3), gs: make([]*license.Guard, 3), logs: make([]*logBuf, 3)}
-	ms, gs := r.ms, r.gs
+	r := startLicenseRun(t, name)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for i := range ms {
-		ms[i] = &simMember{offered: 2 * average * shares[i] / 100}
-		r.logs[i] = &logBuf{}
-		var mu sync.Mutex
-		gs[i] = license.New(license.Config{Log: slog.New(slog.NewTextHandler(r.logs[i], nil)), Lim: ms[i], Clock: clk, Mu: &mu,
-			Apply: func() error { return nil }, Policy: p})
-		cfg := agent.FleetConfig(p.Fleet, string(rune('a'+i)))
-		cfg.Window, cfg.Digest = p.Window, p.FleetDigest()
-		cfg.License = &fleet.License{Ledger: gs[i], Day: clk.day(p.License)}
-		c, err := fleet.Start(cfg, ms[i], ms[i], nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-	}
-	time.Sleep(time.Until(dayStart))
-	for _, g := range gs {
+	time.Sleep(time.Until(r.dayStart))
+	for _, g := range r.gs {
 		g.Tick(0) // its first read of the counters, before anything passed (run's own may come after the first step)
 		g.Start(ctx, func() bool { return false })
 	}
 	var offeredDay float64
 	var behind int
 	step := 0
-	for next := dayStart; next.Before(dayEnd); step++ {
-		var fleetR float64
-		maxes := make([]uint64, len(ms))
-		alone := make([]bool, len(ms))
-		for i, m := range ms {
-			fleetR += float64(m.offered)
-			m.mu.Lock()
-			st := tiers.State{LicenseMax: gs[i].Max(p), Fallback: m.alone, Members: m.members}
-			alone[i] = m.alone
-			m.mu.Unlock()
-			e, _ := tiers.Effective(p, st)
-			maxes[i] = e.Max
-			if e.Fleet != nil && !alone[i] {
-				maxes[i] = e.Fleet.Max
-			}
-		}
+	for next := r.dayStart; next.Before(r.dayEnd); step++ {
+		maxes, alone := r.inForce()
 		next = next.Add(flWindow / flSteps)
 		time.Sleep(time.Until(next))
 		if time.Since(next) > flWindow/flSteps {
 			behind++
 		}
-		for i, m := range ms {
-			pass := float64(m.offered) * tiers.LicensePassed(p.Tiers, float64(maxes[i]), fleetR) / fleetR / flSteps
-			if alone[i] { // judged alone on its own load
-				pass = tiers.LicensePassed(p.Tiers, float64(maxes[i]), float64(m.offered)) / flSteps
-			}
-			m.mu.Lock()
-			m.passed += uint64(pass)
-			m.sel += m.offered / flSteps
-			m.est = m.offered
-			m.mu.Unlock()
-			r.inDay += float64(uint64(pass))
-			offeredDay += float64(m.offered / flSteps)
-		}
+		offeredDay += r.pass(maxes, alone)
 		if hook != nil {
 			hook(r, step)
 		}
 	}
+	perDay := float64(r.perDay)
 	t.Logf("the day: %d windows, offered %.0f (%.2f × per_day), passed %.0f = %.4f × per_day; the pacer was behind in %d of %d steps",
 		flWindows, offeredDay, offeredDay/perDay, r.inDay, r.inDay/perDay, behind, step)
 	if math.Abs(r.inDay/perDay-1) > 0.01 {
@@ -276,11 +212,96 @@ fleet: {name: %s, store: %q, max: %d, report: 25ms, ttl: 1s}
 	if stored := r.storedEventually(t, ctx, name, all); stored != all {
 		t.Errorf("the store's days hold %d bytes; the members passed %d", stored, all)
 	}
-	for i, g := range gs {
+	for i, g := range r.gs {
 		s := g.Snapshot()
 		t.Logf("member %d: guard day %v spent %d own %d members %d max %d", i, s.DayStart, s.Spent, s.Own, s.Members, s.Max)
 	}
 	return r
+}
+
+// startLicenseRun starts runLicenseDay's store, guards and fleet
+// controllers, its day 2 s of real time from now.
+func startLicenseRun(t *testing.T, name string) *licenseRun {
+	rd := testenv.StartRedis(t, testenv.RedisOptions{})
+	const (
+		factor  = int64(24 * time.Hour / (flWindows * flWindow)) // 24 h in 20 s
+		perDay  = 1_000_000_000
+		average = perDay / flWindows // bytes a window
+	)
+	p, err := tiers.ParseYAML([]byte(fmt.Sprintf(`count: bytes
+shape: smooth
+window: 200ms
+max: %d
+select: [{proto: udp, ports: [514]}]
+license: {per_day: %d, zone: UTC}
+fleet: {name: %s, store: %q, max: %d, report: 25ms, ttl: 1s}
+`, 40*average, perDay, name, rd.URL(), 4*average)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	clk := fastClock{origin: p.License.DayOf(now).End, start: now.Add(2 * time.Second), factor: factor}
+	day := p.License.DayOf(clk.at(clk.start))
+	shares := []uint64{50, 30, 20}
+	r := &licenseRun{rd: rd, p: p, perDay: perDay, dayStart: clk.real(day.Start), dayEnd: clk.real(day.End),
+		ms: make([]*simMember, 3), gs: make([]*license.Guard, 3), logs: make([]*logBuf, 3)}
+	for i := range r.ms {
+		m := &simMember{offered: 2 * average * shares[i] / 100}
+		r.ms[i], r.logs[i] = m, &logBuf{}
+		var mu sync.Mutex
+		r.gs[i] = license.New(license.Config{Log: slog.New(slog.NewTextHandler(r.logs[i], nil)), Lim: m, Clock: clk, Mu: &mu,
+			Apply: func() error { return nil }, Policy: p})
+		cfg := agent.FleetConfig(p.Fleet, string(rune('a'+i)))
+		cfg.Window, cfg.Digest = p.Window, p.FleetDigest()
+		cfg.License = &fleet.License{Ledger: r.gs[i], Day: clk.day(p.License)}
+		c, err := fleet.Start(cfg, m, m, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	return r
+}
+
+// inForce is each member's max in force (tiers.Effective of its guard's
+// budget; in fallback the fallback's) and whether it judges alone.
+func (r *licenseRun) inForce() ([]uint64, []bool) {
+	maxes, alone := make([]uint64, len(r.ms)), make([]bool, len(r.ms))
+	for i, m := range r.ms {
+		m.mu.Lock()
+		st := tiers.State{LicenseMax: r.gs[i].Max(r.p), Fallback: m.alone, Members: m.members}
+		alone[i] = m.alone
+		m.mu.Unlock()
+		e, _ := tiers.Effective(r.p, st)
+		maxes[i] = e.Max
+		if e.Fleet != nil && !alone[i] {
+			maxes[i] = e.Fleet.Max
+		}
+	}
+	return maxes, alone
+}
+
+// pass runs one step of the members' programs under maxes and returns
+// what was offered in it.
+func (r *licenseRun) pass(maxes []uint64, alone []bool) (offered float64) {
+	var fleetR float64
+	for _, m := range r.ms {
+		fleetR += float64(m.offered)
+	}
+	for i, m := range r.ms {
+		pass := float64(m.offered) * tiers.LicensePassed(r.p.Tiers, float64(maxes[i]), fleetR) / fleetR / flSteps
+		if alone[i] { // judged alone on its own load
+			pass = tiers.LicensePassed(r.p.Tiers, float64(maxes[i]), float64(m.offered)) / flSteps
+		}
+		m.mu.Lock()
+		m.passed += uint64(pass)
+		m.sel += m.offered / flSteps
+		m.est = m.offered
+		m.mu.Unlock()
+		r.inDay += float64(uint64(pass))
+		offered += float64(m.offered / flSteps)
+	}
+	return offered
 }
 
 // storedEventually is the sum of the fleet name's day totals in the
