@@ -169,3 +169,49 @@ func judgedOne(t *testing.T, h *harness, before bpf.Stats, d model.Decision, ret
 	*modelDrops += pr
 	*variance += pr * (1 - pr)
 }
+
+// TestBytesSmoothProgram: the smooth shape under count: bytes judges each
+// datagram at q(R̂) with R̂ in bytes per window: R̂ injected at 0.5 (tier 0:
+// no q to memoise, it passes), 2, 10
+// and 1000 × a max of 1 GB, a datagram of 1000 payload bytes reads R̂ =
+// the injected bytes plus its own, and its threshold is the model's
+// (tiers.Table.Smooth) to the bit; then datagrams pass at R̂ (1 − q) =
+// P(R̂) (more than 0 of the 25 expected: 5 sigma).
+func TestBytesSmoothProgram(t *testing.T) {
+	p := bytesPolicy(t, 1_000_000_000)
+	p.Shape, p.Window = tiers.ShapeSmooth, 20*time.Second
+	h := newHarnessOpts(t, p, bpf.Options{})
+	const size = 1000
+	frame := udpSized(t, false, 1, size)
+	for _, k := range []float64{0.5, 2, 10, 1000} {
+		r := uint64(k * float64(p.Max))
+		h.injectEstimate(r)
+		h.run(frame)
+		c := h.smoothCPU()
+		_, want := h.tab.Smooth(c.HiR)
+		pr := h.tab.Expected(c.HiR).Passed
+		t.Logf("R̂ %g × max: R̂ %d bytes, thr %#x (model %#x), P(R̂) %.0f bytes", k, c.HiR, c.HiThr, want, pr)
+		if k <= 1 {
+			if c.HiThr != 0 {
+				t.Errorf("R̂ %g × max: threshold %#x, want 0 (tier 0)", k, c.HiThr)
+			}
+			continue
+		}
+		if c.HiR < r+size || c.HiR > r+size+r/1000 {
+			t.Errorf("R̂ %g × max: the program's R̂ is %d bytes, want %d (the injected bytes and the datagram's)", k, c.HiR, r+size)
+		}
+		if c.HiThr != want {
+			t.Errorf("R̂ %g × max: threshold %#x, the model's %#x", k, c.HiThr, want)
+		}
+		st := h.stats()
+		before := st.SelectedTotal(tiers.VerdictPass).Packets
+		n := uint32(25 * float64(c.HiR) / pr)
+		h.repeat(frame, n)
+		st = h.stats()
+		got := st.SelectedTotal(tiers.VerdictPass).Packets - before
+		t.Logf("R̂ %g × max: %d of %d datagrams passed, %.1f expected", k, got, n, float64(n)*pr/float64(c.HiR))
+		if got == 0 {
+			t.Errorf("R̂ %g × max: none of %d passed", k, n)
+		}
+	}
+}

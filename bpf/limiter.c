@@ -183,8 +183,8 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	 * past the headers walked, and one of TL_PLEN_FRAME). */
 	if (segs > 1 || p.uncl || p.plen == TL_PLEN_FRAME)
 		p.plen = bytes > pri_off ? bytes - pri_off : 0;
-	/* A judged packet weighs at least 1: an empty datagram or a SYN is
-	 * judged past the bytes before it. */
+	/* A SYN or an empty datagram weighs 0: judged at the bytes before
+	 * it (past saturation in the last tier, window.h window_count). */
 	p.wt = s->flags & TL_COUNT_BYTES ? p.plen : segs;
 	if (s->src_budget && has_l3 && sel != TL_SEL_COUNTED) {
 		int act = source_budget(ctx, &p, s, slot, w, bytes, sev, segs);
