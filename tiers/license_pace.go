@@ -54,10 +54,11 @@ type Pace struct {
 
 // Pace returns the window's pacing by the law of docs/design.md §13:
 //
-//   - the target is the remainder paced on the time left:
-//     T = (per_day − spent) × window ÷ left (left at least 1 ms: under a
-//     window left it is the window's budget at the rate that spends the
-//     remainder by the day's end, when the traffic stops there too),
+//   - the target is the remainder paced on the time left less a window
+//     (the lead: half the time left under two windows; at least 1 ms):
+//     T = (per_day − spent) × window ÷ (left − window), so that a late
+//     tick or traffic that stops at the day's end still finds the day
+//     spent,
 //     so that a window that passed less than its target raises the
 //     targets that follow (the law's integral correction);
 //   - T is at most the burst cap: burst.max × per_day ÷ day × window,
@@ -82,10 +83,13 @@ func (l *License) Pace(in PaceInput) Pace {
 	if in.PerDay != 0 {
 		perDay = in.PerDay
 	}
-	// Under a window left, the target is still a window's budget: at the
-	// rate that spends the remainder by the day's end (a millisecond at
-	// least, so that it stays finite).
-	left := max(in.Day.End.Sub(in.Now), time.Millisecond)
+	// The remainder is paced to be spent a window before the day's end
+	// (halfway through the time left, under two windows; a millisecond
+	// at least, so that the target stays finite): a tick that comes late,
+	// or traffic that stops at the day's end, still finds the remainder
+	// spent. The target stays a window's budget at that rate.
+	left := in.Day.End.Sub(in.Now)
+	left = max(left-in.Window, left/2, time.Millisecond)
 	pc := Pace{Left: max(in.Day.End.Sub(in.Now), 0)}
 	if in.Spent < perDay {
 		pc.Target = mulDiv(perDay-in.Spent, uint64(in.Window), uint64(left))
