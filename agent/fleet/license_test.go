@@ -366,3 +366,36 @@ func TestFleetLicenseBadDays(t *testing.T) {
 		t.Errorf("the bad days said %d times; want once:\n%s", n, a.log)
 	}
 }
+
+// TestFleetLicenseReload: a reload that gives the member a license (a
+// policy that gains license:) adds its spend from the next report on;
+// one that takes it away stops the adds, the ledger keeping what it
+// passed since.
+func TestFleetLicenseReload(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := redis.NewClient(&redis.Options{Addr: r.Addrs[0]})
+	defer c.Close()
+	cfg := testConfig(r.URL(), "rel", "a")
+	m := join(t, cfg, 10)
+	l := &ledger{}
+	l.pass(300)
+	cfg.License = &fleet.License{Ledger: l, Day: days(24 * time.Hour)}
+	if err := m.c.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, c, "rel", 300, days(24*time.Hour), l)
+	cfg.License = nil
+	if err := m.c.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * testReport) // a report in flight may still carry an add
+	_, n := l.last()
+	l.pass(200)
+	time.Sleep(5 * testReport)
+	if _, n2 := l.last(); n2 != n {
+		t.Errorf("the ledger was told %d totals more after the license went away", n2-n)
+	}
+	if p, acked, _, _ := l.state(); p != 500 || acked != 300 {
+		t.Errorf("passed %d, acked %d; want 500 and 300", p, acked)
+	}
+}
