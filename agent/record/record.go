@@ -85,7 +85,10 @@ func payloadSeverity(frame []byte) int {
 // SampleComment is a sample's packet comment and log form:
 // "tier=3 reason=tier severity=info group=10.0.0.0/24 verdict=drop", with
 // "dry_run=true" after a would_drop; "-" for a tier or severity the sample
-// does not have.
+// does not have; then "facility=auth" when the program read the <PRI>,
+// and "pass=0.25 weight=4", the pass probability in force when the packet
+// was judged and its weight 1/pass (docs/design.md §10), when the sample
+// says ("weight=+Inf" at pass 0).
 func SampleComment(s bpf.Sample) string {
 	tier, sev := "-", "-"
 	if s.Tier >= 0 {
@@ -101,6 +104,12 @@ func SampleComment(s bpf.Sample) string {
 	c := fmt.Sprintf("tier=%s reason=%s severity=%s class=%s group=%s verdict=%s", tier, s.Reason, sev, s.Class, group, s.Verdict)
 	if s.Verdict == tiers.VerdictWouldDrop {
 		c += " dry_run=true"
+	}
+	if s.Facility >= 0 {
+		c += " facility=" + tiers.FacilityName(s.Facility)
+	}
+	if q := s.PassProbability(); q >= 0 {
+		c += " pass=" + strconv.FormatFloat(q, 'g', 6, 64) + " weight=" + strconv.FormatFloat(1/q, 'g', 6, 64)
 	}
 	return c
 }

@@ -1,0 +1,199 @@
+package bpf_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/tierlimit/tierlimit/bpf"
+	"github.com/tierlimit/tierlimit/tiers"
+	"github.com/tierlimit/tierlimit/tiers/model"
+)
+
+// facilityPolicy protects emerg and the security facilities (auth,
+// authpriv, audit, alert: docs/design.md §7), sheds debug first, and samples
+// every shed packet (the cap's burst, 10000, outlasts the tests' sheds).
+func facilityPolicy(tb testing.TB, max uint64) tiers.Policy {
+	tb.Helper()
+	p := ordinalDefault()
+	p.Max, p.Window = max, time.Hour
+	p.Severity = &tiers.Severity{Protect: []int{0}, ProtectBudget: tiers.Pct(5), ShedFirst: []int{7},
+		ProtectFacilities: []int{4, 10, 13, 14}}
+	p.Record = tiers.Record{Samples: tiers.MaxRecordSamples, Snaplen: 64}
+	if err := p.Validate(); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// TestFacilityModel runs every facility (0..23) at severities emerg, err,
+// info and debug, in random order, through the program and the model
+// (model.PacketPRI) on deterministic tiers (0 % and 100 %), so that
+// protection, payment and shed-first are deterministic too: packet by
+// packet the action, n, the debt, the class counted, the protection and
+// the payment agree, and each shed packet's sample names its facility,
+// severity and class and carries the model's pass probability.
+func TestFacilityModel(t *testing.T) {
+	p := facilityPolicy(t, 1000)
+	// Tier 1 drops all (protection runs up the debt), tier 2 none (the
+	// others pay it off; shed-first in tier 1 takes tier 2's 0 %), tier 3
+	// all.
+	p.Tiers = []tiers.Tier{{At: tiers.Pct(50), Drop: tiers.Pct(100)}, {At: tiers.Pct(80), Drop: tiers.Pct(0)}, {At: tiers.Pct(120), Drop: tiers.Pct(100)}}
+	h := newHarness(t, p)
+	rd := samplesOf(t, h)
+	m := model.NewModel(p, h.tab, func() uint32 { t.Fatal("model drew a random number"); return 0 })
+	var pris []int
+	for fac := range tiers.NumFacilities {
+		for _, sev := range []int{0, 3, 6, 7} {
+			pris = append(pris, fac<<3|sev)
+		}
+	}
+	rng := rand.New(rand.NewPCG(41, 3))
+	var now uint64 = 1
+	var want []model.Decision // the shed packets' decisions, in order
+	var wantPRI []int
+	byClass := map[string]int{}
+	check := func(upTo int) {
+		got := drain(t, rd)
+		if len(got) != len(want) {
+			t.Fatalf("packet %d: %d samples, want one per shed packet: %d", upTo, len(got), len(want))
+		}
+		for i, s := range got {
+			d, pri := want[i], wantPRI[i]
+			if s.Format != bpf.SampleFormat || s.Facility != pri>>3 || s.Severity != pri&7 || s.Class != d.Class || s.Pass != d.Pass {
+				t.Fatalf("sample of <%d>: format %d facility %d severity %d class %v pass %#x; model class %v pass %#x",
+					pri, s.Format, s.Facility, s.Severity, s.Class, s.Pass, d.Class, d.Pass)
+			}
+		}
+		want, wantPRI = want[:0], wantPRI[:0]
+	}
+	for i := range 6000 {
+		if i%1500 == 1499 {
+			h.expire()
+			now += uint64(p.Window) + 1
+		}
+		pri := pris[rng.IntN(len(pris))]
+		now++
+		d := m.PacketPRI(now, pri)
+		before := h.stats()
+		ret := h.run(syslog4(t, fmt.Sprintf("<%d>1 - h a - - - x", pri)))
+		after := h.stats()
+		wantRet := uint32(xdpPass)
+		if d.Verdict == tiers.VerdictDrop {
+			wantRet = xdpDrop
+			want, wantPRI = append(want, d), append(wantPRI, pri)
+		}
+		if ret != wantRet || h.window().Count != d.N || h.window().Debt != m.Debt() {
+			t.Fatalf("packet %d (<%d>, n=%d, tier %d, class %v): action %d debt %d, model %v debt %d",
+				i, pri, d.N, d.Tier, d.Class, ret, h.window().Debt, d.Verdict, m.Debt())
+		}
+		if got := classMoved(before, after); got != int(d.Class) {
+			t.Fatalf("packet %d (<%d>): class %d, model %v", i, pri, got, d.Class)
+		}
+		prot := after.ProtectedPass.Packets - before.ProtectedPass.Packets
+		paid := after.PaidDrop.Packets - before.PaidDrop.Packets
+		if (prot == 1) != d.Protected || (paid == 1) != d.Paid {
+			t.Fatalf("packet %d (<%d>): protected %d paid %d, model %v %v", i, pri, prot, paid, d.Protected, d.Paid)
+		}
+		byClass[fmt.Sprintf("%v/%v", d.Class, d.Verdict)]++
+		if len(want) >= 500 {
+			check(i)
+		}
+	}
+	check(6000)
+	if byClass["protected/pass"] == 0 || byClass["normal/drop"] == 0 || byClass["shed_first/drop"] == 0 || byClass["protected/drop"] == 0 {
+		t.Fatalf("the test exercised too little: %v", byClass)
+	}
+	t.Logf("6000 packets of 24 facilities × 4 severities, all as the model: %v", byClass)
+}
+
+// TestSamplePassProbability: on the seed's random tiers, each sampled shed
+// packet carries the pass probability in force at its count n: ^thr of
+// the model's threshold there (tiers.Table.Lookup; a shed-first packet's
+// tiers.SeverityTable.ShedDrops of its tier), 0 for one dropped to pay
+// the debt.
+func TestSamplePassProbability(t *testing.T) {
+	p := facilityPolicy(t, 1000)
+	h := newHarness(t, p)
+	rd := samplesOf(t, h)
+	rng := rand.New(rand.NewPCG(41, 6))
+	var want []uint32
+	fractional := 0
+	for i := range 8000 {
+		if i%2000 == 0 {
+			h.expire()
+		}
+		pri := []int{14, 15, 38, 11}[rng.IntN(4)] // user.info, user.debug, auth.info (protected), user.err
+		sampled, _ := recordCounts(t, h)
+		before := h.stats()
+		h.run(syslog4(t, fmt.Sprintf("<%d>x", pri)))
+		after := h.stats()
+		if s, _ := recordCounts(t, h); s == sampled {
+			continue
+		}
+		n := h.window().Count
+		tier, thr := h.tab.Lookup(n)
+		if h.tab.Severity.ClassOfPRI(pri) == tiers.SevShedFirst {
+			thr = h.tab.Severity.ShedDrops[tier]
+		}
+		if after.PaidDrop.Packets != before.PaidDrop.Packets {
+			thr = tiers.AlwaysDrop
+		}
+		if thr != 0 && thr != tiers.AlwaysDrop {
+			fractional++
+		}
+		want = append(want, ^thr)
+		if len(want)%500 == 0 {
+			checkPass(t, drain(t, rd), want)
+			want = want[:0]
+		}
+	}
+	checkPass(t, drain(t, rd), want)
+	if fractional < 100 {
+		t.Fatalf("%d samples at a fractional threshold: the test exercised too little", fractional)
+	}
+	t.Logf("8000 packets: every sample's pass probability as the model's, %d at a fractional threshold", fractional)
+}
+
+func checkPass(t *testing.T, got []bpf.Sample, want []uint32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d samples, want %d", len(got), len(want))
+	}
+	for i, s := range got {
+		if s.Pass != want[i] {
+			t.Fatalf("sample %d: pass %#x (%.6f), want %#x", i, s.Pass, s.PassProbability(), want[i])
+		}
+	}
+}
+
+// TestDecodeSampleFormat1 reads a sample as an older program wrote it
+// (format 1: 304 bytes, padding where format and pass are now, the data at
+// byte 48), as an agent that adopts a pinned ring may find: its fields as
+// they were, no facility, no pass probability.
+func TestDecodeSampleFormat1(t *testing.T) {
+	raw := make([]byte, 48+bpf.RecordSnapMax)
+	binary.LittleEndian.PutUint64(raw[0:], 12345)
+	binary.LittleEndian.PutUint32(raw[8:], 3)   // ifindex
+	binary.LittleEndian.PutUint32(raw[12:], 90) // len
+	binary.LittleEndian.PutUint32(raw[16:], 60) // caplen
+	copy(raw[20:], []byte{2, byte(bpf.ReasonShedFirst), byte(tiers.VerdictDrop), 7, byte(tiers.SevShedFirst), 4, 24})
+	copy(raw[32:], []byte{10, 1, 2, 0})
+	for i := range raw[48:] {
+		raw[48+i] = byte(i)
+	}
+	s, err := bpf.DecodeSample(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Format != 1 || s.Facility != -1 || s.PassProbability() != -1 || s.Tier != 2 || s.Severity != 7 ||
+		s.Class != tiers.SevShedFirst || s.Group != netip.MustParsePrefix("10.1.2.0/24") || len(s.Data) != 60 || s.Data[59] != 59 {
+		t.Fatalf("format 1 sample read as %+v", s)
+	}
+	if _, err := bpf.DecodeSample(raw[:100]); err == nil {
+		t.Fatal("a 100-byte sample decoded")
+	}
+}
