@@ -62,6 +62,9 @@ type Recorder struct {
 	head   int
 	groups map[netip.Prefix]uint64 // samples by group since resetGroups
 	nGroup uint64                  // their total
+	// groupInv holds, by group, its samples that carry a pass
+	// probability q < 1 and their sum of 1/(1 − q) (weights.go).
+	groupInv map[netip.Prefix]invSum
 
 	written, lost atomic.Uint64 // samples kept, and those the agent could not write
 	dirErr        atomic.Bool   // the last write failed: logged once until it works again
@@ -136,7 +139,8 @@ func ParseSampleComment(c string) (map[string]string, error) {
 // newRecorder makes a recorder of rd's samples, in memory only until it
 // gets a dir (setDir, startDir).
 func newRecorder(log *slog.Logger, rd sampleReader) (*Recorder, error) {
-	rec := &Recorder{log: log, rd: rd, recent: make([]bpf.Sample, 0, RecentSamples), groups: map[netip.Prefix]uint64{}}
+	rec := &Recorder{log: log, rd: rd, recent: make([]bpf.Sample, 0, RecentSamples), groups: map[netip.Prefix]uint64{},
+		groupInv: map[netip.Prefix]invSum{}}
 	mono, err := sysutil.Monotonic()
 	if err != nil {
 		return nil, err
@@ -194,6 +198,15 @@ func (r *Recorder) keep(s bpf.Sample) {
 	r.head = (r.head + 1) % RecentSamples
 	if s.Group.IsValid() {
 		r.groups[s.Group]++
+		if q := s.PassProbability(); q >= 0 && q < 1 {
+			if r.groupInv == nil {
+				r.groupInv = map[netip.Prefix]invSum{}
+			}
+			w := r.groupInv[s.Group]
+			w.n++
+			w.inv += 1 / (1 - q)
+			r.groupInv[s.Group] = w
+		}
 	}
 	r.nGroup++
 	r.mu.Unlock()
@@ -255,11 +268,14 @@ func (r *Recorder) Recent() []bpf.Sample {
 	return append(append([]bpf.Sample(nil), r.recent[r.head:]...), r.recent[:r.head]...)
 }
 
-// GroupShare is a source group's share of an episode's samples.
+// GroupShare is a source group's share of an episode's samples, and the
+// estimate of its pass fraction from them (weights.go passEstimate; nil
+// when none of its samples carries a pass probability).
 type GroupShare struct {
 	Group   netip.Prefix `json:"group"`
 	Samples uint64       `json:"samples"`
 	Share   float64      `json:"share"`
+	PassEst *float64     `json:"pass_est,omitempty"`
 }
 
 // topGroups returns the n groups with the most samples since the last
@@ -277,6 +293,7 @@ func (r *Recorder) topGroups(n int) ([]GroupShare, uint64) {
 	}
 	for i := range out {
 		out[i].Share = float64(out[i].Samples) / float64(max(r.nGroup, 1))
+		out[i].PassEst = r.groupInv[out[i].Group].passEstimate()
 	}
 	return out, r.nGroup
 }
@@ -286,6 +303,7 @@ func (r *Recorder) resetGroups() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	clear(r.groups)
+	clear(r.groupInv)
 	r.nGroup = 0
 }
 
