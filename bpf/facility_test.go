@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit/bpf"
+	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 	"github.com/tierlimit/tierlimit/tiers/model"
 )
@@ -195,5 +196,37 @@ func TestDecodeSampleFormat1(t *testing.T) {
 	}
 	if _, err := bpf.DecodeSample(raw[:100]); err == nil {
 		t.Fatal("a 100-byte sample decoded")
+	}
+}
+
+// TestSamplePassSmooth: under the smooth shape a sampled packet carries
+// the pass probability q(R̂) it was drawn at: ^thr of the model's
+// threshold at the program's R̂ (tiers.Table.Smooth), R̂ injected far past
+// max so that the packet is shed for sure but for q (about 10⁻⁴).
+func TestSamplePassSmooth(t *testing.T) {
+	p := tiers.Default()
+	p.Window = 20 * time.Second
+	p.Record = tiers.Record{Samples: tiers.MaxRecordSamples, Snaplen: 64}
+	h := newHarnessOpts(t, p, bpf.Options{})
+	rd := samplesOf(t, h)
+	checked := 0
+	for _, k := range []uint64{1e4, 3e4, 1e5} {
+		h.injectEstimate(k * p.Max)
+		sampled, _ := recordCounts(t, h)
+		h.run(UDP4(t, 514))
+		if s, _ := recordCounts(t, h); s == sampled {
+			continue // passed, at q
+		}
+		c := h.smoothCPU()
+		_, want := h.tab.Smooth(c.HiR)
+		got := drain(t, rd)
+		if len(got) != 1 || got[0].Pass != ^want || c.HiThr != want {
+			t.Fatalf("R̂ %d: samples %+v, want one at pass %#x (model threshold %#x, the program's %#x)", c.HiR, got, ^want, want, c.HiThr)
+		}
+		t.Logf("R̂ %d: sample's pass probability %.3g, the model's q", c.HiR, got[0].PassProbability())
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("none of 3 packets shed: q is at most 10⁻⁴")
 	}
 }
