@@ -230,3 +230,54 @@ func TestSamplePassSmooth(t *testing.T) {
 		t.Fatal("none of 3 packets shed: q is at most 10⁻⁴")
 	}
 }
+
+// TestSamplePassOverBudget: with per-source budgets, a sampled packet
+// carries the pass probability of the threshold it was judged at, in
+// budget (its count's) or over (the capacity in-budget traffic leaves,
+// smooth.h over_budget_thr): the model's Decision.Pass packet by packet,
+// which depends on the counts alone, not on either side's draws.
+func TestSamplePassOverBudget(t *testing.T) {
+	p := ordinalDefault()
+	p.Window, p.Max = time.Hour, 100
+	p.Sources = tiers.Sources{BudgetPackets: 5, PrefixV4: 32, PrefixV6: 64}
+	p.Record = tiers.Record{Samples: tiers.MaxRecordSamples, Snaplen: 64}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, p)
+	rd := samplesOf(t, h)
+	m := model.NewModel(p, h.tab, rand.New(rand.NewPCG(41, 9)).Uint32)
+	m.SetTick(h.l.TickNs())
+	m.SetSketchSeeds(h.l.SketchSeeds())
+	h.expire()
+	rng := rand.New(rand.NewPCG(41, 10))
+	var want []uint32
+	over, fractional := 0, 0
+	now := uint64(1e9)
+	for i := range 1500 {
+		if i%150 == 149 { // a new window, through the fractional tiers again
+			h.expire()
+			now += uint64(p.Window) + uint64(time.Millisecond)
+		}
+		now++
+		src := netip.AddrFrom4([4]byte{198, 51, 100, byte(1 + rng.IntN(12))})
+		d := m.PacketFrom(now, src)
+		sampled, _ := recordCounts(t, h)
+		h.run(udpFrom(t, src))
+		if s, _ := recordCounts(t, h); s == sampled {
+			continue
+		}
+		want = append(want, d.Pass)
+		if d.OverBudget {
+			over++
+		}
+		if d.Pass != 0 && d.Pass != ^uint32(0) {
+			fractional++
+		}
+	}
+	checkPass(t, drain(t, rd), want)
+	if over < 100 || fractional < 20 {
+		t.Fatalf("%d samples over budget, %d at a fractional threshold: the test exercised too little", over, fractional)
+	}
+	t.Logf("%d samples, %d over budget, %d at a fractional threshold: each one's pass probability the model's", len(want), over, fractional)
+}
