@@ -246,18 +246,32 @@ func TestSamplePassOverBudget(t *testing.T) {
 	}
 	h := newHarness(t, p)
 	rd := samplesOf(t, h)
-	m := model.NewModel(p, h.tab, rand.New(rand.NewPCG(41, 9)).Uint32)
-	m.SetTick(h.l.TickNs())
-	m.SetSketchSeeds(h.l.SketchSeeds())
-	h.expire()
+	// Each window starts afresh on both sides: the program's previous
+	// window emptied, so that the next one expects nothing of it whatever
+	// the real gap (its expect_in), and a new model.
+	var m *model.Model
+	fresh := func() {
+		var w bpf.LimiterTlWindow
+		if err := h.l.WindowMap().Lookup(uint32(0), &w); err != nil {
+			t.Fatal(err)
+		}
+		w.StartNs, w.StartJiffies = monotonicNow(t)-uint64(p.Window)-uint64(time.Millisecond), 0
+		w.Count, w.LastCount, w.ExCount, w.PrevEx, w.ExpectIn, w.ExhIn = 0, 0, 0, 0, 0, 0
+		if err := h.l.WindowMap().Put(uint32(0), &w); err != nil {
+			t.Fatal(err)
+		}
+		m = model.NewModel(p, h.tab, rand.New(rand.NewPCG(41, 9)).Uint32)
+		m.SetTick(h.l.TickNs())
+		m.SetSketchSeeds(h.l.SketchSeeds())
+	}
+	fresh()
 	rng := rand.New(rand.NewPCG(41, 10))
 	var want []uint32
 	over, fractional := 0, 0
 	now := uint64(1e9)
 	for i := range 1500 {
 		if i%150 == 149 { // a new window, through the fractional tiers again
-			h.expire()
-			now += uint64(p.Window) + uint64(time.Millisecond)
+			fresh()
 		}
 		now++
 		src := netip.AddrFrom4([4]byte{198, 51, 100, byte(1 + rng.IntN(12))})
