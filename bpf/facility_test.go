@@ -44,6 +44,10 @@ func TestFacilityModel(t *testing.T) {
 	// all.
 	p.Tiers = []tiers.Tier{{At: tiers.Pct(50), Drop: tiers.Pct(100)}, {At: tiers.Pct(80), Drop: tiers.Pct(0)}, {At: tiers.Pct(120), Drop: tiers.Pct(100)}}
 	h := newHarness(t, p)
+	// The pinned settings read back (tierlimit status) name the facilities.
+	if a, err := h.l.Active(); err != nil || a.Severity.Facilities != h.tab.Severity.Facilities || a.Severity.Facilities != 1<<4|1<<10|1<<13|1<<14 {
+		t.Fatalf("Active: facilities %#x (%v), want %#x", a.Severity.Facilities, err, h.tab.Severity.Facilities)
+	}
 	rd := samplesOf(t, h)
 	m := model.NewModel(p, h.tab, func() uint32 { t.Fatal("model drew a random number"); return 0 })
 	var pris []int
