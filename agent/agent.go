@@ -55,6 +55,7 @@ import (
 
 	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/agent/automax"
+	"github.com/tierlimit/tierlimit/agent/license"
 	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/bpf"
@@ -106,6 +107,7 @@ type Agent struct {
 
 	auto   atomic.Pointer[automax.Controller] // the adaptive-max controller, once started
 	record atomic.Pointer[record.Episodes]    // the shed record, once started
+	lic    atomic.Pointer[license.Guard]      // the license guard, once started
 	fleet  fleetState                         // the fleet controller, once started (fleet.go)
 
 	// given is the policy in force as given (New's or the last
@@ -252,7 +254,8 @@ func (a *Agent) Close() error {
 		return nil
 	}
 	close(a.stopLocal)
-	a.fleet.stop() // leaves the fleet; before applyMu, which its loop may wait for
+	a.fleet.stop()      // leaves the fleet; before applyMu, which its loop may wait for
+	a.lic.Load().Stop() // the license's state written; before applyMu, likewise
 	waitOut(&a.refreshMu)
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()

@@ -91,7 +91,7 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 //     part (r.commit).
 func (a *Agent) apply(ctx context.Context, given tiers.Policy, r rooms) error {
 	st := tiers.State{LearntMax: a.auto.Load().Learnt(given), Fallback: a.fleet.in, Members: a.fleet.members,
-		LastShare: a.fleet.last, Local: a.local}
+		LastShare: a.fleet.last, Local: a.local, LicenseMax: a.lic.Load().Max(given)}
 	p, fit := tiers.Effective(given, st)
 	tab, err := tiers.Compile(p, a.lim.Tick())
 	if err != nil {
@@ -155,6 +155,7 @@ func (r *newPolicy) abort() {
 func (r *newPolicy) commit(given, p tiers.Policy, st tiers.State) {
 	a := r.a
 	a.auto.Load().Reloaded(given, r.src) // the fleet's policy, not its fallback
+	a.lic.Load().Reloaded(given)
 	a.fleet.reloaded(st.Learnt(given), st.Local)
 	r.rc.Commit()
 }

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tierlimit/tierlimit/agent/automax"
+	"github.com/tierlimit/tierlimit/agent/license"
 	"github.com/tierlimit/tierlimit/agent/record"
 	"github.com/tierlimit/tierlimit/internal/sysutil"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -37,6 +39,48 @@ func (a *Agent) StartAutoMax(ctx context.Context, p tiers.Policy, src automax.Dr
 	m.Start(ctx, a.closed.Load)
 	return m, nil
 }
+
+// StartLicense starts the license guard (docs/design.md §13) of policy
+// p, the policy New or the last Reload applied, on clock c (nil: the
+// real one), keeping the day's spend in statePath ("" for none; the
+// default is license.StatePathFor of the episode state file). It runs
+// whatever the policy, so that a reload can turn `license:` on, until ctx
+// ends or the agent closes: each window it paces the byte budget and
+// applies it through the one apply path (tiers.State.LicenseMax); its
+// warnings' events go through the shed record's sender (StartRecord).
+// Returns an error when a guard runs already.
+func (a *Agent) StartLicense(ctx context.Context, p tiers.Policy, statePath string, c license.Clock) (*license.Guard, error) {
+	apply := func() error { // the window's budget changed: the policy in force again
+		if a.closed.Load() {
+			return errClosed
+		}
+		return a.apply(context.Background(), a.given, inForce{a})
+	}
+	notify := func(sev int, now time.Time, msgID string, params [][2]string, msg string) bool {
+		ps := make([]record.Param, len(params))
+		for i, q := range params {
+			ps[i] = record.Param{Name: q[0], Value: q[1]}
+		}
+		return a.record.Load().Notice(sev, now, msgID, ps, msg)
+	}
+	g := license.New(license.Config{Log: a.log, Lim: a.lim, Clock: c, Mu: &a.applyMu, Apply: apply, Notify: notify,
+		State: statePath, Policy: p})
+	if !a.lic.CompareAndSwap(nil, g) {
+		return nil, fmt.Errorf("license guard: a guard runs already")
+	}
+	g.Start(ctx, a.closed.Load)
+	return g, nil
+}
+
+// License returns the license guard, or nil when none runs.
+func (a *Agent) License() *license.Guard { return a.lic.Load() }
+
+// licenseCollector exports the license guard's metrics while one runs.
+type licenseCollector struct{ a *Agent }
+
+func (l licenseCollector) Describe(ch chan<- *prometheus.Desc) { license.Describe(ch) }
+
+func (l licenseCollector) Collect(ch chan<- prometheus.Metric) { l.a.lic.Load().Collect(ch) }
 
 // DefaultStatePath is the episode state file of the agent of pinPath
 // (docs/design.md §10): record.DefaultStatePath for DefaultPinPath, else

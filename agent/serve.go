@@ -165,7 +165,7 @@ func (l *connCap) track(nc net.Conn, s http.ConnState) {
 // process collectors.
 func (a *Agent) Registry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(a.Collector(), fleetCollector{a}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(a.Collector(), fleetCollector{a}, licenseCollector{a}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 

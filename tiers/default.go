@@ -53,5 +53,6 @@ func (p Policy) Clone() Policy {
 		f := *p.Fleet
 		p.Fleet = &f
 	}
+	p.License = p.License.Clone()
 	return p
 }

@@ -20,6 +20,10 @@ type State struct {
 	// Local is the host's destinations, for dests: local rules, as the
 	// agent last read them.
 	Local []LocalDest
+	// LicenseMax is the window's byte budget the license allows
+	// (License.Pace's Max, docs/design.md §13), bytes per window; 0 when
+	// the policy has no license or none is paced yet.
+	LicenseMax uint64
 }
 
 // Learnt returns given as the fleet and the adaptive max know it: with
@@ -40,6 +44,10 @@ func (s State) Learnt(given Policy) Policy {
 //     fleet off; with max: auto its max is the smaller of the fallback's
 //     and the learnt one, so that a member never passes more than its
 //     collector takes;
+//   - with a license, its max is at most s.LicenseMax (the smaller of it
+//     and the max in force, learnt or given, wins; §13): with fleet: (and
+//     not in fallback) fleet.max, the fleet's table, else max; per-source
+//     budgets, percents of max, keep their shares of it;
 //   - its dests: local rules hold the host's destinations of s.Local that
 //     fit (FitLocal), the rest left uncounted, as fit says.
 //
@@ -54,6 +62,27 @@ func Effective(given Policy, s State) (Policy, LocalFit) {
 		}
 		p = q
 	}
+	p = p.withLicenseMax(s.LicenseMax)
 	fit := FitLocal(p, s.Local)
 	return p.WithLocal(fit.Kept), fit
+}
+
+// withLicenseMax returns p with its max at most m (fleet.max with a
+// fleet, else max), p itself when m is 0, p has no license or its max is
+// m or less already.
+func (p Policy) withLicenseMax(m uint64) Policy {
+	switch {
+	case m == 0 || p.License == nil:
+		return p
+	case p.Fleet != nil:
+		if m >= p.Fleet.Max {
+			return p
+		}
+		q := p.Clone()
+		q.Fleet.Max = m
+		return q
+	case m >= p.Max:
+		return p
+	}
+	return p.WithMax(m)
 }

@@ -150,6 +150,9 @@ func (p Policy) String() string {
 	if p.Fleet != nil {
 		fmt.Fprintf(&b, " fleet=[%s]", p.Fleet)
 	}
+	if p.License != nil {
+		fmt.Fprintf(&b, " license=[%s]", p.License)
+	}
 	return b.String()
 }
 

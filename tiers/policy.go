@@ -174,4 +174,7 @@ type Policy struct {
 	// (docs/design.md §12): the table is compiled for Fleet.Max
 	// (TableMax), and Max is kept for the fallback.
 	Fleet *Fleet
+	// License, when not nil, paces each window's byte budget on a SIEM's
+	// ingest license (docs/design.md §13); it needs count: bytes.
+	License *License
 }

@@ -103,6 +103,9 @@ func (p Policy) Validate() error {
 	if err := p.Fleet.validate(p); err != nil {
 		return err
 	}
+	if err := p.License.validate(p.countsBytes()); err != nil {
+		return err
+	}
 	if p.Auto != nil {
 		return p.Auto.validate(p)
 	}

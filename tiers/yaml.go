@@ -390,6 +390,10 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 			p.Fleet, err = ps.fleet(key, v)
 			return err
 		}},
+		{"license", func(key string, v *yaml.Node) (err error) {
+			p.License, err = ps.license(key, v)
+			return err
+		}},
 	})
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -106,7 +107,10 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	printSourcesCheck(out, p, t)
 	printSeverityCheck(out, p, t)
 	printRecordCheck(out, p)
-	return printFleetCheck(out, p, t)
+	if err := printFleetCheck(out, p, t); err != nil {
+		return err
+	}
+	return printLicenseCheck(out, p, time.Now())
 }
 
 // amount words n of what a policy counting c counts: "40000 selected

@@ -20,6 +20,7 @@ import (
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/agent/automax"
+	"github.com/tierlimit/tierlimit/agent/license"
 	"github.com/tierlimit/tierlimit/agent/pin"
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -269,6 +270,9 @@ func checkBeforeAttach(ctx context.Context, p tiers.Policy) (automax.DropSource,
 // start is logged.
 func startRooms(ctx context.Context, log *slog.Logger, a *agent.Agent, p tiers.Policy, f runFlags, src automax.DropSource) error {
 	startAutoMax(ctx, log, a, p, src)
+	if _, err := a.StartLicense(ctx, p, licenseStatePath(f.stateFile), nil); err != nil {
+		log.Error("license guard: not started", "error", err)
+	}
 	if err := startFleet(a, p, agent.FleetMember{Name: f.fleetMember, InstanceFile: agent.FleetInstanceFile(f.stateFile)}); err != nil {
 		return err
 	}
@@ -277,6 +281,15 @@ func startRooms(ctx context.Context, log *slog.Logger, a *agent.Agent, p tiers.P
 		log.Error("shed record: not started; shedding goes on unrecorded", "error", err)
 	}
 	return nil
+}
+
+// licenseStatePath is the license state file beside the episode state
+// file stateFile; "" (no state) keeps none.
+func licenseStatePath(stateFile string) string {
+	if stateFile == "" {
+		return ""
+	}
+	return license.StatePathFor(stateFile)
 }
 
 // serveAndRun serves the metrics on ln (none when nil), watches the

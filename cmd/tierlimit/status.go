@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -26,6 +27,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 	var shed bool
 	var stateFile string
 	var fleetOn bool
+	var licenseOn bool
 	var config string
 	cmd := &cobra.Command{
 		Use:   "status [--json] [--top N] [--shed] [--fleet --config F]",
@@ -43,11 +45,22 @@ keeps (--state-file), so it works with no agent running.
 
 --fleet lists the members of the fleet that the policy in --config names,
 as its store holds them: each member's last reported estimate and how long
-ago the store heard from it. It asks the store, not an agent.`,
+ago the store heard from it. It asks the store, not an agent.
+
+--license prints today's license spend, its projection at the recent
+rate by the day's end, and the pacing (the window's target and budget),
+from the license state file the agent keeps beside the episode state
+(license.json), with no agent running.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if shed && fleetOn {
-				return usageErrorf("--shed and --fleet: give one")
+			if n := countTrue(shed, fleetOn, licenseOn); n > 1 {
+				return usageErrorf("--shed, --fleet and --license: give one")
+			}
+			if licenseOn {
+				if !cmd.Flags().Changed("state-file") {
+					stateFile = agent.DefaultStatePath(pinPath)
+				}
+				return statusLicense(g.stdout, licenseStatePath(stateFile), asJSON, time.Now())
 			}
 			if shed {
 				if !cmd.Flags().Changed("state-file") { // the one run keeps for --pin-path
@@ -89,6 +102,7 @@ ago the store heard from it. It asks the store, not an agent.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().IntVar(&top, "top", 0, "also list the N source groups with the most packets over budget")
 	cmd.Flags().BoolVar(&shed, "shed", false, "print the open or last shedding episode")
+	cmd.Flags().BoolVar(&licenseOn, "license", false, "print today's license spend, projection and pacing, from the agent's license state file")
 	cmd.Flags().BoolVar(&fleetOn, "fleet", false, "list the members of the --config policy's fleet, from its store")
 	cmd.Flags().StringVar(&config, "config", "", "policy file whose fleet: section names the store, for --fleet")
 	cmd.Flags().StringVar(&stateFile, "state-file", agent.DefaultStatePath(agent.DefaultPinPath), "the agent's episode state file, for --shed (default: the one run keeps for --pin-path)")

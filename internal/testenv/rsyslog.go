@@ -50,17 +50,34 @@ func RequireRsyslog(tb testing.TB) string {
 // after the namespace was made, so that it stops before the namespace goes.
 func StartRsyslog(tb testing.TB, ns *NS, addr netip.AddrPort) *Rsyslog {
 	tb.Helper()
-	return startRsyslog(tb, ns, addr, "udp")
+	return startRsyslog(tb, ns, addr, "udp", fileFormat)
 }
+
+// StartRsyslogRaw is StartRsyslog writing each message as it came, its
+// raw bytes (%rawmsg%: the UDP payload, unparsed) and a line feed, so that
+// the file's bytes less one a line are the payload bytes it received.
+// The messages must hold no line feed and no NUL (rsyslog escapes control
+// characters).
+func StartRsyslogRaw(tb testing.TB, ns *NS, addr netip.AddrPort) *Rsyslog {
+	tb.Helper()
+	return startRsyslog(tb, ns, addr, "udp", rawFormat)
+}
+
+// The omfile templates: rsyslog's file format, and the raw message.
+const (
+	fileFormat = `template="RSYSLOG_FileFormat"`
+	rawFormat  = `template="tlraw"`
+	rawDecl    = `template(name="tlraw" type="string" string="%rawmsg%\n")` + "\n"
+)
 
 // StartRsyslogTCP is StartRsyslog listening on TCP addr (imtcp), which
 // takes octet-counted and line-feed framed messages (RFC 6587 §3.4).
 func StartRsyslogTCP(tb testing.TB, ns *NS, addr netip.AddrPort) *Rsyslog {
 	tb.Helper()
-	return startRsyslog(tb, ns, addr, "tcp")
+	return startRsyslog(tb, ns, addr, "tcp", fileFormat)
 }
 
-func startRsyslog(tb testing.TB, ns *NS, addr netip.AddrPort, proto string) *Rsyslog {
+func startRsyslog(tb testing.TB, ns *NS, addr netip.AddrPort, proto, template string) *Rsyslog {
 	tb.Helper()
 	bin := RequireRsyslog(tb)
 	dir := tb.TempDir()
@@ -74,10 +91,14 @@ input(type="imudp" address=%q port="%d" rcvbufSize="16m")`, addr.Addr().String()
 		input = fmt.Sprintf(`module(load="imtcp")
 input(type="imtcp" address=%q port="%d")`, addr.Addr().String(), addr.Port())
 	}
+	decl := ""
+	if template == rawFormat {
+		decl = rawDecl
+	}
 	cfg := fmt.Sprintf(`global(workDirectory=%q)
 %s
-*.* action(type="omfile" file=%q template="RSYSLOG_FileFormat")
-`, dir, input, r.Out)
+%s*.* action(type="omfile" file=%q %s)
+`, dir, input, decl, r.Out, template)
 	if err := os.WriteFile(conf, []byte(cfg), 0o644); err != nil {
 		tb.Fatal(err)
 	}

@@ -593,3 +593,13 @@ func (m *Model) N() uint64 { return m.count }
 func (m *Model) SetWindow(startNs, count uint64) {
 	m.open, m.start, m.count = true, startNs, count
 }
+
+// Apply takes table t in place of the model's, as bpf.Limiter.Apply
+// writes a new policy slot under a running program: the window, its
+// count and debt, and the smooth shape's estimate stay; the memos of the
+// old table's thresholds are dropped. The license's pacing (docs/design.md
+// §13) applies a new max each window this way.
+func (m *Model) Apply(t tiers.Table) {
+	m.table, m.sources = t, t.Sources
+	m.exR, m.lastThr = 0, 0
+}
