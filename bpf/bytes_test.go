@@ -215,3 +215,44 @@ func TestBytesSmoothProgram(t *testing.T) {
 		}
 	}
 }
+
+// TestBytesSeverityDebt: under count: bytes the drop debt (docs/design.md
+// §7) is in bytes. Max 100 KB, one tier at 10 % that drops everything, a
+// protect budget of 4 % (4000 bytes): datagrams of random sizes, protected
+// (<10>, crit) or not (<14>, info), in the program and in model.Weighed,
+// take the same verdict one by one, and the window's debt is the model's:
+// a protected datagram past the tier passes while the debt plus its bytes
+// stays within 4000.
+func TestBytesSeverityDebt(t *testing.T) {
+	p := bytesPolicy(t, 100_000)
+	p.Tiers = []tiers.Tier{{At: tiers.Pct(10), Drop: tiers.Pct(100)}}
+	p.Severity = &tiers.Severity{Protect: []int{2}, ProtectBudget: tiers.Pct(4)}
+	h := newHarness(t, p)
+	ref := model.NewModel(p, h.tab, nil)
+	h.expire()
+	rng := rand.New(rand.NewPCG(5, 6))
+	var protected int
+	for i := range 600 {
+		pri, sev := "<14>", 6
+		if rng.IntN(3) == 0 {
+			pri, sev = "<10>", 2
+		}
+		n := 4 + rng.IntN(900)
+		payload := pri + string(make([]byte, n-len(pri)))
+		ret := h.run(syslog4(t, payload))
+		d := ref.Weighed(uint64(i+1), netip.Addr{}, sev, uint32(n))
+		if got, want := ret == xdpDrop, d.Verdict == tiers.VerdictDrop; got != want {
+			t.Fatalf("datagram %d (%d bytes, severity %d, n %d): program drop %v, model %v", i, n, sev, d.N, got, want)
+		}
+		if w := h.window(); w.Debt != ref.Debt() || w.Count != d.N {
+			t.Fatalf("datagram %d: program debt %d, n %d; model %d, %d", i, w.Debt, w.Count, ref.Debt(), d.N)
+		}
+		if d.Protected {
+			protected++
+		}
+	}
+	t.Logf("600 datagrams: %d protected passes, debt %d bytes of 4000", protected, ref.Debt())
+	if protected == 0 || ref.Debt() == 0 || ref.Debt() > 4000 {
+		t.Fatalf("%d protected passes, debt %d: the test judged nothing", protected, ref.Debt())
+	}
+}

@@ -142,3 +142,26 @@ func TestCountBytesBadInput(t *testing.T) {
 		t.Errorf("Validate = %v", err)
 	}
 }
+
+// TestCountBytesFleet: fleet.max takes a size under count: bytes, and the
+// fleet's digest tells a member that counts bytes from one that counts
+// packets (docs/design.md §12, "Agreement"); a packet policy's digest is
+// the one it had before count existed.
+func TestCountBytesFleet(t *testing.T) {
+	const fleet = "fleet: {name: f, store: \"redis://127.0.0.1:6379\", max: 2GB}\n"
+	p, err := ParseYAML([]byte("count: bytes\nmax: 1GB\n" + fleet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Fleet.Max != 2e9 || p.TableMax() != 2e9 {
+		t.Fatalf("fleet.max %d, table max %d; want 2e9", p.Fleet.Max, p.TableMax())
+	}
+	q := p.Clone()
+	q.Count, q.Max, q.Fleet.Max = CountPackets, 1e9, 2e9
+	if p.FleetDigest() == q.FleetDigest() {
+		t.Errorf("the same digest %s for count: bytes and count: packets", p.FleetDigest())
+	}
+	if _, err := ParseYAML([]byte("max: 100\n" + fleet)); !errors.Is(err, ErrUnit) || !strings.Contains(err.Error(), `fleet.max: "2GB"`) {
+		t.Errorf("fleet.max with a unit on a packet policy: %v", err)
+	}
+}

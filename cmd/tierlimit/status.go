@@ -124,6 +124,7 @@ type statusJSON struct {
 	Policy     struct {
 		Mode     string       `json:"mode"`
 		WindowNs int64        `json:"window_ns"`
+		Count    string       `json:"count"` // packets or bytes: the unit of the *_packets fields below and of window
 		Max      uint64       `json:"max_packets"`
 		Tiers    []tierJSON   `json:"tiers"`
 		Table    tableJSONish `json:"table"`
@@ -134,12 +135,16 @@ type statusJSON struct {
 		Tier        int    `json:"tier"`
 		Opened      uint64 `json:"opened"`
 	} `json:"window"`
-	Selected   []selectedJSON    `json:"selected"`
-	Unselected uint64            `json:"unselected_packets"`
-	Exempt     uint64            `json:"exempt_packets"`
-	Fragments  map[string]uint64 `json:"fragment_packets"`
-	Severity   *severityJSON     `json:"severity,omitempty"`
-	Sources    *sourcesJSON      `json:"sources,omitempty"`
+	Selected []selectedJSON `json:"selected"`
+	// The payload bytes of selected packets passed and dropped
+	// (bpf.Stats.PassedBytes, docs/design.md §5).
+	PassedBytes  uint64            `json:"passed_bytes"`
+	DroppedBytes uint64            `json:"dropped_bytes"`
+	Unselected   uint64            `json:"unselected_packets"`
+	Exempt       uint64            `json:"exempt_packets"`
+	Fragments    map[string]uint64 `json:"fragment_packets"`
+	Severity     *severityJSON     `json:"severity,omitempty"`
+	Sources      *sourcesJSON      `json:"sources,omitempty"`
 }
 
 type tierJSON struct {
@@ -172,6 +177,8 @@ func writeStatusJSON(w io.Writer, st agent.Status, src *agent.Sources) error {
 	out.Policy.Mode = pol.Mode.String()
 	out.Policy.WindowNs = pol.Window.Nanoseconds()
 	out.Policy.Max = pol.Max
+	out.Policy.Count = pol.Count.Unit()
+	out.PassedBytes, out.DroppedBytes = st.Stats.PassedBytes(), st.Stats.Payload[tiers.VerdictDrop].Bytes
 	out.Policy.Table = tableJSONish{Entries: pol.TableLen, Step: 1 << pol.Shift}
 	for k := 0; k <= len(pol.Bounds); k++ {
 		t := tierJSON{Tier: k, DropRatio: pol.DropRatios[k]}
@@ -217,8 +224,8 @@ func writeStatus(w io.Writer, st agent.Status) error {
 		fmt.Fprintf(w, "  %s (ifindex %d): %s XDP, link %d, program %d\n", l.Iface, l.Ifindex, l.Mode, l.LinkID, l.ProgramID)
 	}
 	writeLayoutStatus(w, st)
-	fmt.Fprintf(w, "\npolicy: mode %s, window %v, max %d packets, table %d entries, step %d\n\n",
-		pol.Mode, pol.Window, pol.Max, pol.TableLen, uint64(1)<<pol.Shift)
+	fmt.Fprintf(w, "\npolicy: mode %s, window %v, max %d %s, table %d entries, step %d\n\n",
+		pol.Mode, pol.Window, pol.Max, pol.Count.Unit(), pol.TableLen, uint64(1)<<pol.Shift)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "tier\tfrom n\tdrop\tpass\tdrop\twould_drop\t")
 	for k := 0; k <= len(pol.Bounds); k++ {
@@ -231,8 +238,9 @@ func writeStatus(w io.Writer, st agent.Status) error {
 			s[tiers.VerdictPass].Packets, s[tiers.VerdictDrop].Packets, s[tiers.VerdictWouldDrop].Packets)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\nwindow: n=%d (tier %d), previous window %d packets, %d windows opened\n",
-		st.WindowPackets, st.CurrentTier, st.LastWindowPackets, st.WindowsOpened)
+	fmt.Fprintf(w, "\nwindow: n=%d (tier %d), previous window %d %s, %d windows opened\n",
+		st.WindowPackets, st.CurrentTier, st.LastWindowPackets, pol.Count.Unit(), st.WindowsOpened)
+	fmt.Fprintf(w, "payload: passed %d bytes, dropped %d bytes\n", st.Stats.PassedBytes(), st.Stats.Payload[tiers.VerdictDrop].Bytes)
 	fmt.Fprintf(w, "unselected %d packets, exempt %d, non-first fragments passed %d, dropped %d\n",
 		st.Stats.Unselected.Packets, st.Stats.Exempt.Packets, st.Stats.FragmentPass.Packets, st.Stats.FragmentDrop.Packets)
 	writeSeverityStatus(w, st)
