@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tierlimit/tierlimit/agent/fleet"
@@ -40,6 +41,11 @@ type fleetState struct {
 	// instanceFile is where the controller keeps its instance id across
 	// restarts (FleetMember.InstanceFile); "" for none.
 	instanceFile string
+	// ledger is the license guard (StartLicense) as the controller's
+	// fleet.LicenseLedger, nil when none runs: with a policy that has
+	// license: the day's spend is the fleet's (docs/design.md §12, "One
+	// license for the fleet").
+	ledger fleet.LicenseLedger
 }
 
 // fleetTables is what a member with max: auto folds into the others' sums at
@@ -68,6 +74,13 @@ func FleetConfig(f *tiers.Fleet, member string) fleet.Config {
 // while the store is out of reach. Close stops it and leaves the fleet.
 // It returns nil, nil when p has no fleet.
 //
+// With license: beside fleet: and a license guard started before
+// (StartLicense), the guard is the controller's fleet.LicenseLedger: each
+// report adds this member's passed bytes to the fleet's day in the store
+// and hands the guard the fleet's total (docs/design.md §12, "One license
+// for the fleet"); a reload that adds, changes or removes license: takes
+// effect at the next report.
+//
 // With max: auto (docs/design.md §12) the member never passes more than
 // its learnt max allows on its own R̂: at each report the controller
 // writes tiers.FleetOthersWithAuto(fleet table, learnt max's table, own
@@ -95,6 +108,9 @@ func (a *Agent) StartFleet(p tiers.Policy, m FleetMember) (*fleet.Controller, er
 		return nil, errors.New("fleet: a controller runs already")
 	}
 	a.fleet.member, a.fleet.instanceFile, a.fleet.started = m.Name, m.InstanceFile, true
+	if g := a.lic.Load(); g != nil {
+		a.fleet.ledger = g
+	}
 	a.fleet.boundFor(tiers.State{LearntMax: a.auto.Load().Learnt(p)}.Learnt(p), a.local, true)
 	a.applyMu.Unlock()
 	c, err := fleet.Start(a.fleet.config(p), a.lim, (*fleetSide)(a), a.log)
@@ -107,14 +123,27 @@ func (a *Agent) StartFleet(p tiers.Policy, m FleetMember) (*fleet.Controller, er
 
 // config is FleetConfig for the agent's member, with the fold of
 // max: auto as its Bound, the settings the members compare (the window
-// and the table's digest, docs/design.md §12, Agreement) and the
-// instance file.
+// and the table's digest, docs/design.md §12, Agreement), the instance
+// file and, when p has license: and a guard runs, the license.
 func (f *fleetState) config(p tiers.Policy) fleet.Config {
 	cfg := FleetConfig(p.Fleet, f.member)
 	cfg.Bound = f.bound.Fold
 	cfg.Window, cfg.Digest = p.Window, p.FleetDigest()
 	cfg.InstanceFile = f.instanceFile
+	if p.License != nil && f.ledger != nil {
+		cfg.License = &fleet.License{Ledger: f.ledger, Day: LicenseDay(p.License)}
+	}
 	return cfg
+}
+
+// LicenseDay is l's day as fleet.License.Day takes it: the license day
+// that holds t on the store's clock (tiers.License.DayOf, in the
+// license's zone), named by its start.
+func LicenseDay(l *tiers.License) func(time.Time) (start, end, named time.Time) {
+	return func(t time.Time) (time.Time, time.Time, time.Time) {
+		d := l.DayOf(t)
+		return d.Start, d.End, d.Start
+	}
 }
 
 // FleetMember names this agent in its fleet: Name its member name in the

@@ -32,6 +32,7 @@ type Controller struct {
 	m     metrics
 	cm    connMetrics
 	fl    inflight
+	lic   licenseState // the license's adds (license.go), the loop's
 
 	// Loop state: the loop goroutine's alone once Start has returned.
 	lastOK     time.Time // when the store last answered
@@ -393,6 +394,7 @@ func (c *Controller) enterFallback(members int) {
 	c.m.fallback.Store(1)
 	c.m.others.Store(0)
 	c.m.offered.Store(c.lastEst.Total)
+	c.licenseUnreachable()
 }
 
 // estimate reads this member's R̂_in and R̂_tot; on an error it logs once

@@ -19,6 +19,13 @@
 // controller enters fallback (Fallback.EnterFallback) until the store
 // answers again.
 //
+// With a license (Config.License: the policy has fleet: and license:)
+// the day's spend is the fleet's: each report adds the member's passed
+// bytes (LicenseLedger.TakeSpend) to one key per license day, in the same
+// script, on the day the store's clock is in, and hands the ledger the
+// fleet's total (FleetSpent); in fallback the ledger is told Unreachable
+// (license.go; docs/design.md §12, "One license for the fleet").
+//
 // A fleet's state is three keys with the hash tag {tierlimit:fleet:NAME}
 // (redis.go), so one ACL limits a member to its fleet (docs/design.md §12,
 // Trust); TestFleetACL runs members under this one:
@@ -121,6 +128,12 @@ type Config struct {
 	// The fleet_others metric stays the store's total. Nil writes the sums
 	// as they are.
 	Bound func(own, others Sums) Sums
+	// License, when set (the policy has fleet: and license:), makes the
+	// day's spend the fleet's: each report adds the ledger's spend to the
+	// day's key and hands the ledger the fleet's total (docs/design.md
+	// §12, "One license for the fleet"). A reload may set, change or clear
+	// it.
+	License *License
 }
 
 // The values of Config.Fallback.

@@ -20,7 +20,9 @@ import (
 type answer struct {
 	v   view
 	err error
-	est Sums // the estimates the answered report wrote
+	est Sums        // the estimates the answered report wrote
+	lic *licenseAdd // the license's add it carried, nil for none
+	at  time.Time   // when the store answered
 }
 
 // errNoAnswer is a report's result when its store has not answered within
@@ -51,8 +53,15 @@ type request struct {
 func (c *Controller) worker(reqs <-chan request, answers chan<- answer) {
 	for r := range reqs {
 		v, err := c.st.report(r.ctx, r.cfg.Name, r.e)
+		at := hostNow()
 		r.cancel()
-		answers <- answer{v, err, r.e.Est}
+		if l := r.e.Lic; l != nil && l.ack != nil {
+			// The ledger's spend is in the store when the script
+			// answered with a day; else it comes again in the next add
+			// (never lost; the script never counts it twice).
+			l.ack(err == nil && v.lic != nil && v.lic.day >= 0)
+		}
+		answers <- answer{v, err, r.e.Est, r.e.Lic, at}
 	}
 }
 
@@ -60,6 +69,8 @@ func (c *Controller) worker(reqs <-chan request, answers chan<- answer) {
 // most wait for the answer of the report in flight. It returns that answer,
 // or errNoAnswer, with the estimates that report wrote (est, or an earlier
 // report's when one was in flight). A report's own deadline is cfg.TTL.
+// A report sent takes the license ledger's spend with it (takeSpend), and
+// an answer hands the ledger the fleet's day total (spent).
 func (c *Controller) reportWithin(cfg *Config, est Sums, wait time.Duration) (view, Sums, error) {
 	f := &c.fl
 	if f.reqs == nil {
@@ -74,12 +85,17 @@ func (c *Controller) reportWithin(cfg *Config, est Sums, wait time.Duration) (vi
 	if !f.pending {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.TTL)
 		f.pending, f.cancel = true, cancel
-		f.reqs <- request{ctx, cancel, cfg, c.entry(cfg, est)}
+		e := c.entry(cfg, est)
+		e.Lic = c.takeSpend(cfg)
+		f.reqs <- request{ctx, cancel, cfg, e}
 	}
 	select {
 	case a := <-f.answers:
 		f.pending = false
 		f.timer.Stop()
+		if a.err == nil {
+			c.spent(cfg, a.lic, a.v, a.at)
+		}
 		return a.v, a.est, a.err
 	case <-f.timer.C:
 		return view{}, est, errNoAnswer

@@ -77,6 +77,11 @@ func (s *redisStore) members(ctx context.Context, name string) ([]Member, error)
 	return members(ctx, s.get(), name)
 }
 
+func (s *redisStore) license(ctx context.Context, name string, days [3]span) (int, LicenseDay, error) {
+	i, d, err := licenseDay(ctx, s.get(), name, days)
+	return i, d, refusal(err)
+}
+
 func (s *redisStore) close() error { return s.get().Close() }
 
 // follow resolves the store's host names again in the background when

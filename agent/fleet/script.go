@@ -95,10 +95,15 @@ end
 // for none): it is dropped at once, 9 "IN TOTAL" as this instance last
 // wrote them, answered ("" before its first answer): an entry that holds
 // other estimates, or none, was written by someone else, and the sums
-// are rebuilt. Numbers leave as Lua numbers
+// are rebuilt, 10 the license's add ("" for none: licenseLua; KEYS 4 to
+// 6 are then its three days), which makes the reply 9 values: the
+// store's TIME (µs), the day added to and its total (licenseView).
+// Numbers leave as Lua numbers
 // (doubles, exact below 2^53; the reply truncates them to integers) or
 // through string.format('%d').
-var reportScript = redis.NewScript(commonLua + `
+var reportScript = redis.NewScript(commonLua + licenseLua + `
+local lic = licenseArgs()
+if type(lic) == 'string' then return redis.error_reply('ERR tierlimit: ' .. lic) end
 local ein, etot = ARGV[3], ARGV[4]
 if #ein > 15 or #etot > 15 or not string.find(ein, '^%d+$') or not string.find(etot, '^%d+$') then
   return redis.error_reply('ERR tierlimit: estimates must be whole numbers with in <= total <= ' .. CAP)
@@ -220,6 +225,10 @@ if string.find(tail, mine, 2, true) ~= 2 or (#tail > k and string.byte(tail, k +
   differs = 1
   if groups < 2 then groups = 2 end
 end
+if lic then
+  local d, total = spend(lic, now, field)
+  return {sin - ein, stot - etot, count, others, groups, differs, nowS, d, string.format('%d', total)}
+end
 return {sin - ein, stot - etot, count, others, groups, differs}
 `)
 
@@ -258,6 +267,8 @@ type entry struct {
 	Window time.Duration
 	Max    uint64
 	Digest string
+	// Lic is the license's add (license.go), nil without a license.
+	Lic *licenseAdd
 }
 
 // settings is the entry's settings as the script compares them: "TTL
@@ -309,22 +320,30 @@ func report(ctx context.Context, c redis.UniversalClient, name string, e entry) 
 		p := clampSums(*e.Prev)
 		prev = strconv.FormatUint(p.In, 10) + " " + strconv.FormatUint(p.Total, 10)
 	}
-	res, err := reportScript.Run(ctx, c, keys(name), e.field(), e.Member,
+	ks, lic := keys(name), ""
+	if e.Lic != nil {
+		ks, lic = append(ks, e.Lic.keys(name)...), e.Lic.arg()
+	}
+	res, err := reportScript.Run(ctx, c, ks, e.field(), e.Member,
 		strconv.FormatUint(est.In, 10), strconv.FormatUint(est.Total, 10), e.settings(digest),
-		max(e.Report, rebuildEvery).Microseconds(), expireMS, fieldOf(e.Member, e.Replaces), prev).Slice()
+		max(e.Report, rebuildEvery).Microseconds(), expireMS, fieldOf(e.Member, e.Replaces), prev, lic).Slice()
 	if err != nil {
 		return view{}, err
 	}
-	return parseView(res)
+	return parseView(res, e.Lic != nil)
 }
 
-// parseView reads reportScript's reply.
-func parseView(res []any) (view, error) {
-	if len(res) != 6 {
-		return view{}, fmt.Errorf("fleet report script returned %d values, want 6", len(res))
+// parseView reads reportScript's reply: 6 values, 9 with a license's add.
+func parseView(res []any, lic bool) (view, error) {
+	want := 6
+	if lic {
+		want = 9
+	}
+	if len(res) != want {
+		return view{}, fmt.Errorf("fleet report script returned %d values, want %d", len(res), want)
 	}
 	var n [6]int64
-	for i, r := range res {
+	for i, r := range res[:6] {
 		switch v := r.(type) {
 		case int64:
 			n[i] = v
@@ -341,6 +360,13 @@ func parseView(res []any) (view, error) {
 	v := view{members: int(n[2]), conflicts: int(max(n[3], 0)), groups: int(max(n[4], 0)), differs: n[5] != 0}
 	v.others.Total = uint64(max(n[1], 0))
 	v.others.In = min(uint64(max(n[0], 0)), v.others.Total)
+	if lic {
+		l, err := parseLicense(res[6:])
+		if err != nil {
+			return view{}, err
+		}
+		v.lic = l
+	}
 	return v, nil
 }
 

@@ -81,6 +81,20 @@ func (c *Controller) Members(ctx context.Context) ([]Member, error) {
 // makes one round trip within ctx, and closes it. Its errors are Start's,
 // and ErrAuth when the store refuses the credentials.
 func Status(ctx context.Context, cfg Config) ([]Member, error) {
+	st, err := statusStore(ctx, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer st.close()
+	ms, err := busiestFirst(st.members(ctx, cfg.Name))
+	if err != nil && isAuth(err) {
+		return nil, fmt.Errorf("%w: %s: %v", ErrAuth, storeurl.Redact(cfg.Store), err)
+	}
+	return ms, err
+}
+
+// statusStore opens cfg's store for one query, as Status does.
+func statusStore(ctx context.Context, cfg *Config) (store, error) {
 	if cfg.Report <= 0 {
 		cfg.Report = time.Second
 	}
@@ -104,19 +118,10 @@ func Status(ctx context.Context, cfg Config) ([]Member, error) {
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
-	st, err := dial(&connOptions{su: su, cfg: cfg, dials: new(atomic.Uint64), log: slog.New(slog.DiscardHandler),
+	return dial(&connOptions{su: su, cfg: *cfg, dials: new(atomic.Uint64), log: slog.New(slog.DiscardHandler),
 		creds:  func(context.Context) (string, string, error) { return su.Username, pw, nil },
 		report: func() time.Duration { return timeout },
 		ttl:    func() time.Duration { return timeout }})
-	if err != nil {
-		return nil, err
-	}
-	defer st.close()
-	ms, err := busiestFirst(st.members(ctx, cfg.Name))
-	if err != nil && isAuth(err) {
-		return nil, fmt.Errorf("%w: %s: %v", ErrAuth, storeurl.Redact(cfg.Store), err)
-	}
-	return ms, err
 }
 
 // busiestFirst sorts ms by estimate, highest first, then by name and

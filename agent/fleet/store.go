@@ -33,6 +33,9 @@ type store interface {
 	// members lists fleet name's entries as the store holds them, in no
 	// order, each with its age on the store's clock.
 	members(ctx context.Context, name string) ([]Member, error)
+	// license reads fleet name's license day among days that the
+	// store's clock is in (license_status.go): its index, -1 for none.
+	license(ctx context.Context, name string, days [3]span) (int, LicenseDay, error)
 	// close releases the connections; it may wait for a hung one.
 	close() error
 }
@@ -48,6 +51,8 @@ type view struct {
 	// this member's are not those of the most members (Agreement).
 	conflicts, groups int
 	differs           bool
+	// lic is what the report's license add answered; nil without one.
+	lic *licenseView
 }
 
 // dial opens the store o names. Its errors wrap ErrCAFile, ErrCertFile,

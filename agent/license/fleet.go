@@ -24,9 +24,12 @@ type fleetPart struct {
 	fbBase   uint64 // own spend when it was lost
 }
 
-// newDay forgets the day's fleet total and the passes of the last day.
+// newDay forgets the day's fleet total. The passes not yet in the store
+// (unacked, in flight) stay: the store counts bytes in the day it takes
+// them (docs/design.md §12, "One license for the fleet"), so they are the
+// new day's, and dropping them would lose them from every day.
 func (f *fleetPart) newDay() {
-	f.total, f.unacked, f.inflight = 0, 0, 0
+	f.total = 0
 }
 
 // add counts own passes not yet added to the fleet's total.
@@ -57,13 +60,10 @@ func (g *Guard) TakeSpend() (uint64, func(ok bool)) {
 	defer g.mu.Unlock()
 	d := g.fleet.unacked
 	g.fleet.unacked, g.fleet.inflight = 0, g.fleet.inflight+d
-	day := g.day.Start
 	return d, func(ok bool) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		if g.day.Start.Equal(day) { // a new day forgot the old day's in flight
-			g.fleet.inflight -= min(d, g.fleet.inflight)
-		}
+		g.fleet.inflight -= min(d, g.fleet.inflight)
 		if !ok {
 			// Given again, whatever the day (the contract): the store
 			// counts bytes in the day it takes them, and its check of a

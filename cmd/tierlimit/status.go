@@ -30,7 +30,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 	var licenseOn bool
 	var config string
 	cmd := &cobra.Command{
-		Use:   "status [--json] [--top N] [--shed] [--fleet --config F]",
+		Use:   "status [--json] [--top N] [--shed] [--fleet --config F] [--license [--config F]]",
 		Short: "Show the pinned limiter: interfaces, policy, window and totals",
 		Long: `status reads the pinned links and maps, with no agent running, and prints the
 interfaces and their XDP mode, the policy in force (tiers with thresholds and
@@ -50,11 +50,17 @@ ago the store heard from it. It asks the store, not an agent.
 --license prints today's license spend, its projection at the recent
 rate by the day's end, and the pacing (the window's target and budget),
 from the license state file the agent keeps beside the episode state
-(license.json), with no agent running.`,
+(license.json), with no agent running. With --config F of a policy with
+fleet: and license:, it reads the fleet's day from the fleet's store
+instead: the day the store's clock is in, the fleet's total and each
+member's part.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if n := countTrue(shed, fleetOn, licenseOn); n > 1 {
 				return usageErrorf("--shed, --fleet and --license: give one")
+			}
+			if licenseOn && config != "" {
+				return statusLicenseFleet(cmd.Context(), g.stdout, config, asJSON)
 			}
 			if licenseOn {
 				if !cmd.Flags().Changed("state-file") {
@@ -104,7 +110,7 @@ from the license state file the agent keeps beside the episode state
 	cmd.Flags().BoolVar(&shed, "shed", false, "print the open or last shedding episode")
 	cmd.Flags().BoolVar(&licenseOn, "license", false, "print today's license spend, projection and pacing, from the agent's license state file")
 	cmd.Flags().BoolVar(&fleetOn, "fleet", false, "list the members of the --config policy's fleet, from its store")
-	cmd.Flags().StringVar(&config, "config", "", "policy file whose fleet: section names the store, for --fleet")
+	cmd.Flags().StringVar(&config, "config", "", "policy file whose fleet: section names the store, for --fleet (and --license: the fleet's day from the store)")
 	cmd.Flags().StringVar(&stateFile, "state-file", agent.DefaultStatePath(agent.DefaultPinPath), "the agent's episode state file, for --shed (default: the one run keeps for --pin-path)")
 	return cmd
 }
