@@ -76,7 +76,11 @@ func (r *rig) guard(p tiers.Policy, c license.Clock, state string) *license.Guar
 
 func licPolicy(t *testing.T, perDay string) tiers.Policy {
 	t.Helper()
-	p, err := tiers.ParseYAML([]byte("count: bytes\nmax: 10MB\nselect: [{proto: udp, ports: [514]}]\nlicense: {per_day: " + perDay + ", warn_at: 50%}\n"))
+	// The ordinal shape: these tests count what the program passed, and
+	// the smooth shape's onset (docs/design.md §9) would shed a chunk of
+	// BPF_PROG_TEST_RUN's packets, all in a few of the clock's ticks, at
+	// a recent rate far above max, depending on where the ticks fall.
+	p, err := tiers.ParseYAML([]byte("count: bytes\nshape: ordinal\nmax: 10MB\nselect: [{proto: udp, ports: [514]}]\nlicense: {per_day: " + perDay + ", warn_at: 50%}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +204,11 @@ func TestGuardFleetLedger(t *testing.T) {
 // the window's target: the cap less the passes of the burst window's
 // time before the window.
 func TestGuardBurstWindow(t *testing.T) {
-	p, err := tiers.ParseYAML([]byte("count: bytes\nmax: 10MB\nselect: [{proto: udp, ports: [514]}]\nlicense: {per_day: 8640MB, burst: {window: 1m, max: 1x}}\n"))
+	// The ordinal shape: these tests count what the program passed, and
+	// the smooth shape's onset (docs/design.md §9) would shed a chunk of
+	// BPF_PROG_TEST_RUN's packets, all in a few of the clock's ticks, at
+	// a recent rate far above max, depending on where the ticks fall.
+	p, err := tiers.ParseYAML([]byte("count: bytes\nshape: ordinal\nmax: 10MB\nselect: [{proto: udp, ports: [514]}]\nlicense: {per_day: 8640MB, burst: {window: 1m, max: 1x}}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
