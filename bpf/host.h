@@ -27,6 +27,7 @@
 #include "include/bpf_helpers.h"
 #include "include/bpf_endian.h"
 #include "consts.h"
+#include "calls.h"
 #include "types.h"
 #include "parse.h"
 
@@ -141,6 +142,7 @@ static __always_inline int martian6(const struct ipv6hdr *ip6, int tcp, int syn)
  * inline on 6.18, and no faster in BenchmarkHostChecks). */
 __noinline int tl_host_discards(struct xdp_md *ctx, __u64 a1)
 {
+	TL_FN(TL_HOST_DISCARDS);
 	if (!ctx)
 		return 0;
 	void *data = (void *)(long)ctx->data;

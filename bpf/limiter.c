@@ -138,6 +138,7 @@ static __always_inline int judge_close(struct xdp_md *ctx, void *data, const str
  * offset, and bounds checked. */
 __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 {
+	TL_FN(TL_JUDGE);
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 bytes = data_end - data;
@@ -204,6 +205,7 @@ unselected:
  * stack of a chain of calls at 512 bytes. */
 static __noinline int tl_parse(struct xdp_md *ctx, __u64 *args)
 {
+	TL_FN(TL_PARSE);
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 bytes = data_end - data;
@@ -238,6 +240,7 @@ int tierlimit(struct xdp_md *ctx)
 {
 	__u64 args[2] = {};
 
+	TL_FN(PACKETS);
 	TL_STAGE(TL_STAGE_ENTRY, XDP_DROP);
 	int act = tl_parse(ctx, args);
 	if (act != TL_JUDGE)

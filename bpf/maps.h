@@ -336,4 +336,8 @@ volatile __u64 tl_fleet_inv_in;
 volatile __u64 tl_fleet_inv;
 volatile __u64 tl_fleet_members;
 
+/* The calls counted for tests (TL_COUNT_CALLS): after every map, before
+ * any helper call of the headers that include this one. */
+#include "calls.h"
+
 #endif /* __TL_MAPS_H */

@@ -28,6 +28,7 @@ struct window_clock {
  * restart that switched the source. */
 __noinline __u64 tl_tick_switched(__u64 window_ns, __u64 window_jiffies, __u64 tick, __u64 now, __u64 start_ns)
 {
+	TL_FN(TL_TICK_SWITCHED);
 	if (!window_jiffies)
 		return start_ns >> TL_SMOOTH_TICK_SHIFT;
 	if (!now)
@@ -236,7 +237,13 @@ struct window_pos {
 	__u64 n;    /* the packet's 1-based count in its window */
 	__u64 id;   /* the window's id, tl_window.opened */
 	__u64 tick; /* window_tick of the reading */
+	__u64 own;  /* this CPU's overflow count of id after this packet, when
+		     * it took the saturated path (overflow_add); else
+		     * TL_OWN_UNREAD: sm_ovf reads it (tl_overflow_own) */
 };
+
+/* window_pos.own when the packet did not count on its CPU's slot. */
+#define TL_OWN_UNREAD (~0ULL)
 
 static __always_inline void window_count(struct tl_window *w, const struct tl_settings *s, struct window_pos *pos,
 					 __u32 segs)
@@ -247,6 +254,7 @@ static __always_inline void window_count(struct tl_window *w, const struct tl_se
 	pos->tick = window_tick(s, &t);
 	if (expired && __sync_bool_compare_and_swap(&w->start_ns, t.start, t.now)) {
 		window_open(w, s, pos->tick, &t);
+		pos->own = TL_OWN_UNREAD;
 		/* The rest of a super-packet's datagrams join the new window
 		 * behind its first. */
 		pos->n = segs > 1 ? __sync_fetch_and_add(&w->count, segs - 1) + segs : 1;
@@ -256,7 +264,8 @@ static __always_inline void window_count(struct tl_window *w, const struct tl_se
 	__u64 c = READ_ONCE(w->count);
 	__u64 id = READ_ONCE(w->opened);
 	pos->id = id;
-	if (c + 1 >= s->last_n && overflow_add(w, id, 0, segs)) {
+	pos->own = TL_OWN_UNREAD;
+	if (c + 1 >= s->last_n && overflow_add(w, id, 0, segs, &pos->own)) {
 		pos->n = c + segs;
 		return;
 	}
