@@ -74,23 +74,28 @@ func hotPaths() []hotPath {
 	return []hotPath{
 		{"ordinal/pass", policy(100_000_000), udp4, nil, 2, 0},
 		{"ordinal/pass-ipv6", policy(100_000_000), udp6, nil, 2, 0},
-		{"ordinal/pass-host", localDests(policy(100_000_000)), udp4, host, 3, 0},
+		{"ordinal/pass-host", localDests(policy(100_000_000)), udp4, host, 2, 0},
+		{"ordinal/pass-host-ipv6", localDests(policy(100_000_000)), udp6, host, 2, 0},
 		{"ordinal/random", policy(100, tiers.Tier{At: tiers.Pct(1), Drop: tiers.Pct(50)}), udp4, nil, 2, 1},
 		{"ordinal/drop", policy(100), udp4, nil, 2, 0},
 		{"ordinal/pass-severity", withSeverity(policy(100_000_000)), udp4, nil, 2, 0},
 		{"ordinal/drop-severity", withSeverity(policy(100)), udp4, nil, 2, 0},
 		{"ordinal/sources-pass", withSources(policy(100_000_000), within), udp4, nil, 2, 0},
 		{"ordinal/sources-over", withSources(policy(100_000_000), over), udp4, nil, 2, 1},
-		{"smooth/pass", smooth(policy(100_000_000)), udp4, nil, 2, 0},
-		{"smooth/drop", smooth(policy(100)), udp4, nil, 2, 0},
-		{"smooth/sources-pass", smooth(withSources(policy(100_000_000), within)), udp4, nil, 2, 0},
-		// A flood of one group over budget may latch an onset again
-		// (its rate steps past the in-budget S): then, for
-		// TL_SMOOTH_CLOCK_TICKS, the clock per packet and the share's
-		// memo recomputed as R̂ moves (sm_share_memo).
+		// Smooth: a CPU latched on an onset reads the clock per packet
+		// for TL_SMOOTH_CLOCK_TICKS (smooth_rate.h sm_recent); a flood
+		// in chunks may latch again in the steady state, so each smooth
+		// path allows that one bpf_ktime_get_ns. A flood of one group
+		// over budget latched also recomputes the share's memo as R̂
+		// moves (sm_share_memo), and draws with bpf_get_prandom_u32.
+		{"smooth/pass", smooth(policy(100_000_000)), udp4, nil, 2, 1},
+		{"smooth/drop", smooth(policy(100)), udp4, nil, 2, 1},
+		{"smooth/sources-pass", smooth(withSources(policy(100_000_000), within)), udp4, nil, 2, 1},
 		{"smooth/sources-over", smooth(withSources(policy(100), over)), udp4, nil, 3, 2},
-		{"smooth/fleet-pass", fleet(100_000_000), udp4, fleetView, 3, 0},
-		{"smooth/fleet-drop", fleet(100), udp4, fleetView, 3, 0},
+		// With the fleet's view, a latched CPU scales the others' sums
+		// by its rise (fleet.h tl_fleet_others_now): a call.
+		{"smooth/fleet-pass", fleet(100_000_000), udp4, fleetView, 3, 1},
+		{"smooth/fleet-drop", fleet(100), udp4, fleetView, 3, 1},
 	}
 }
 
