@@ -57,8 +57,9 @@ KERNEL_SUITE=${KERNEL_SUITE:-1}
 # verifier's budget and the deepest chain of stack frames (issue 42; not
 # TestHotPathCalls, whose counting build costs the verifier 334k on
 # 6.18), the kernel probes and the layout, the test_run verdict tables,
-# the reference-model tests of both shapes, the kernel as the oracle, and a collector reached through IPVS (part 1); about 3 minutes
-# under TCG. BPF_RUN=. runs them all but BPF_SKIP's
+# the reference-model tests of both shapes, the kernel as the oracle,
+# and a collector reached through IPVS (part 1); about 3 minutes under
+# TCG. BPF_RUN=. runs them all but BPF_SKIP's
 # (the long differential and traffic ones): about 11 minutes. Not
 # TestWindowEdge: its gate case judges the tick gate against the clock to
 # the millisecond, and a TCG guest's jiffies lag (one run of three: a packet
