@@ -87,11 +87,11 @@ func hotPaths() []hotPath {
 		// in chunks may latch again in the steady state, so each smooth
 		// path allows that one bpf_ktime_get_ns. A flood of one group
 		// over budget latched also recomputes the share's memo as R̂
-		// moves (sm_share_memo), and draws with bpf_get_prandom_u32.
+		// moves (sm_share_memo); it draws from the CPU's generator.
 		{"smooth/pass", smooth(policy(100_000_000)), udp4, nil, 2, 1},
 		{"smooth/drop", smooth(policy(100)), udp4, nil, 2, 1},
 		{"smooth/sources-pass", smooth(withSources(policy(100_000_000), within)), udp4, nil, 2, 1},
-		{"smooth/sources-over", smooth(withSources(policy(100), over)), udp4, nil, 3, 2},
+		{"smooth/sources-over", smooth(withSources(policy(100), over)), udp4, nil, 3, 1},
 		// With the fleet's view, a latched CPU scales the others' sums
 		// by its rise (fleet.h tl_fleet_others_now): a call.
 		{"smooth/fleet-pass", fleet(100_000_000), udp4, fleetView, 3, 1},

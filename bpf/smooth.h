@@ -301,9 +301,15 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
  * share of P(R̂_tot) − P(R̂_in), memoised per CPU (sm_share_memo).
  *
  * A super-packet of segs datagrams counts as segs over-budget packets and
- * takes its last datagram's position. */
+ * takes its last datagram's position.
+ *
+ * *drop is whether the policy drops the packet at *thr (never in mode
+ * off): the draw, from this CPU's generator in the smooth shape (sm_drop,
+ * no helper call), else bpf_get_prandom_u32 (draw_drop). Returns 0 when
+ * there is no threshold to read (a map that cannot be read): the caller
+ * judges the packet at TL_THR_ALWAYS. */
 static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_settings *s, __u32 slot,
-					   __u64 id, __u64 tick, __u32 segs, __u32 *thr)
+					   __u64 id, __u64 tick, __u32 segs, __u32 *thr, int *drop)
 {
 	__u64 in = READ_ONCE(w->count);
 	if (s->shape == TL_SHAPE_SMOOTH) {
@@ -346,6 +352,9 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		if (!c->ex_r || !sm_near(rtot, c->ex_r) || !sm_near(rin, c->ex_rin))
 			sm_share_memo(c, s, slot, rin, rtot);
 		*thr = c->ex_thr;
+		/* The draw from this CPU's generator (sm_drop), not the
+		 * helper's: no call. */
+		*drop = s->mode != TL_MODE_OFF && sm_drop(c, c->ex_thr);
 		return 1;
 	}
 	__u64 expect = READ_ONCE(w->expect_in);
@@ -357,10 +366,14 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		 * all (source_stats counts the packet; only the smooth shape
 		 * reads the per-CPU over-budget counts). */
 		*thr = s->last_thr;
+		*drop = s->mode != TL_MODE_OFF && draw_drop(*thr);
 		return 1;
 	}
 	pos = base + __sync_fetch_and_add(&w->ex_count, segs) + segs;
-	return tier_entry(s, slot, pos, &tier, thr);
+	if (!tier_entry(s, slot, pos, &tier, thr))
+		return 0;
+	*drop = s->mode != TL_MODE_OFF && draw_drop(*thr);
+	return 1;
 }
 
 #endif /* __TL_SMOOTH_H */

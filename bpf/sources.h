@@ -234,9 +234,10 @@ static __always_inline int source_budget(struct xdp_md *ctx, const struct pkt *p
 	/* Over budget: judged on the capacity in-budget traffic leaves
 	 * (smooth.h over_budget_thr), never counted in the window's n. */
 	__u32 thr, verdict = TL_PASS;
-	if (!over_budget_thr(w, s, slot, id, tick, segs, &thr))
-		thr = TL_THR_ALWAYS;
-	if (s->mode != TL_MODE_OFF && draw_drop(thr))
+	int drop = 0;
+	if (!over_budget_thr(w, s, slot, id, tick, segs, &thr, &drop))
+		drop = s->mode != TL_MODE_OFF; /* at TL_THR_ALWAYS */
+	if (drop)
 		verdict = mode_verdict(s);
 	count(&source_stats, verdict, segs, bytes);
 	if (verdict != TL_PASS && s->rec_samples && record_token(s))
