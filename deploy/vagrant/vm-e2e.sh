@@ -55,7 +55,7 @@ DEB_LIFE=${DEB_LIFE:-1}
 KERNEL_SUITE=${KERNEL_SUITE:-1}
 # The bpf tests that run on the collector's kernel (issue 25 part 4): the
 # verifier's budget and the deepest chain of stack frames (issue 42; not
-# TestHotPathCalls, whose counting build costs the verifier 334k on
+# TestHotPathCalls, whose counting build costs the verifier 335k on
 # 6.18), the kernel probes and the layout, the test_run verdict tables,
 # the reference-model tests of both shapes, the kernel as the oracle,
 # and a collector reached through IPVS (part 1); about 3 minutes under
