@@ -297,3 +297,20 @@ func kernelRelease(tb testing.TB) string {
 	}
 	return unix.ByteSliceToString(uts.Release[:])
 }
+
+// TestCallsCountEveryFunction fails when a function of the program has no
+// counter in the calls build (enum tl_call, TL_FN at its top): its calls
+// would go uncounted in TestHotPathCalls.
+func TestCallsCountEveryFunction(t *testing.T) {
+	names := callNames(t)
+	spec, err := bpf.LoadLimiter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	funcs, _ := callGraph(spec.Programs["tierlimit"].Instructions)
+	for _, f := range funcs[1:] {
+		if !slices.Contains(names, f) {
+			t.Errorf("function %s has no counter in bpf/calls.h (enum tl_call TL_CALL_%s, and TL_FN(%s) at its top)", f, strings.ToUpper(f), strings.ToUpper(f))
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	limiterCallsMapActiveSlot        = "active_slot"
+	limiterCallsMapBytesStats        = "bytes_stats"
 	limiterCallsMapDestCache         = "dest_cache"
 	limiterCallsMapExemptSources     = "exempt_sources"
 	limiterCallsMapFragVerdicts      = "frag_verdicts"
@@ -114,6 +115,7 @@ type limiterCallsProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type limiterCallsMapSpecs struct {
 	ActiveSlot        *ebpf.MapSpec `ebpf:"active_slot"`
+	BytesStats        *ebpf.MapSpec `ebpf:"bytes_stats"`
 	DestCache         *ebpf.MapSpec `ebpf:"dest_cache"`
 	ExemptSources     *ebpf.MapSpec `ebpf:"exempt_sources"`
 	FragVerdicts      *ebpf.MapSpec `ebpf:"frag_verdicts"`
@@ -187,6 +189,7 @@ func (o *limiterCallsObjects) Close() error {
 // It can be passed to loadLimiterCallsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type limiterCallsMaps struct {
 	ActiveSlot        *ebpf.Map `ebpf:"active_slot"`
+	BytesStats        *ebpf.Map `ebpf:"bytes_stats"`
 	DestCache         *ebpf.Map `ebpf:"dest_cache"`
 	ExemptSources     *ebpf.Map `ebpf:"exempt_sources"`
 	FragVerdicts      *ebpf.Map `ebpf:"frag_verdicts"`
@@ -217,6 +220,7 @@ type limiterCallsMaps struct {
 func (m *limiterCallsMaps) Close() error {
 	return _LimiterCallsClose(
 		m.ActiveSlot,
+		m.BytesStats,
 		m.DestCache,
 		m.ExemptSources,
 		m.FragVerdicts,

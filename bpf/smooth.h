@@ -36,6 +36,7 @@
 #include "maps.h"
 #include "policy.h"
 #include "window.h"
+#include "verdict.h"
 
 #include "smooth_q.h"
 #include "smooth_prof.h"
