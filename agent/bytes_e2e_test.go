@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
@@ -35,6 +38,7 @@ func TestBytesKernelOracle(t *testing.T) {
 			testenv.Require(t)
 			p := newPair(t)
 			a := startAgent(t, p, mode, pol)
+			bytesMetricsLint(t, a)
 			rng := rand.New(rand.NewPCG(41, uint64(len(mode))))
 			for _, dst := range []netip.AddrPort{netip.AddrPortFrom(p.CollAddr, 514), netip.AddrPortFrom(p.CollAddr6, 514)} {
 				rx := testenv.NewReceiver(t, p.Coll, dst)
@@ -88,5 +92,35 @@ func TestBytesKernelOracle(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// bytesMetricsLint: under count: bytes the agent exports the _bytes twins
+// of the window's and the policy's gauges, not the _packets ones
+// (docs/design.md §5), and its metrics pass promlint.
+func bytesMetricsLint(t *testing.T, a *agent.Agent) {
+	t.Helper()
+	problems, err := testutil.CollectAndLint(a.Collector())
+	if err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", err, problems)
+	}
+	m := gather(t, a)
+	for _, name := range []string{"tierlimit_window_bytes", "tierlimit_last_window_bytes", "tierlimit_policy_max_bytes",
+		"tierlimit_passed_bytes_total", "tierlimit_dropped_bytes_total", "tierlimit_policy_source_budget_bytes"} {
+		if _, ok := m[name]; !ok {
+			t.Errorf("no %s under count: bytes", name)
+		}
+	}
+	if _, ok := m[`tierlimit_policy_tier_threshold_bytes{tier="1"}`]; !ok {
+		t.Errorf("no tierlimit_policy_tier_threshold_bytes{tier=\"1\"} under count: bytes")
+	}
+	for _, name := range []string{"tierlimit_window_packets", "tierlimit_last_window_packets", "tierlimit_policy_max_packets",
+		"tierlimit_policy_source_budget_packets", `tierlimit_policy_tier_threshold_packets{tier="1"}`} {
+		if _, ok := m[name]; ok {
+			t.Errorf("%s exported under count: bytes", name)
+		}
+	}
+	if m["tierlimit_policy_max_bytes"] != 1e12 {
+		t.Errorf("policy_max_bytes %v, want 1e12", m["tierlimit_policy_max_bytes"])
 	}
 }

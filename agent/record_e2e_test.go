@@ -151,6 +151,7 @@ func TestRecordEpisodeVeth(t *testing.T) {
 	ping(t, p.Send, p.CollAddr.String(), 1, "0.2")
 
 	const flood = 4 * time.Second
+	m0 := gather(t, a)
 	start := time.Now()
 	floodFrom(t, p, []netip.Addr{srcA, srcB}, []int{2000, 1000}, flood)
 	end := time.Now()
@@ -184,6 +185,7 @@ func TestRecordEpisodeVeth(t *testing.T) {
 	checkPcapDir(t, dir, srcA, srcB)
 
 	m := gather(t, a)
+	checkWeights(t, reps, m0, m)
 	if m.sum("tierlimit_shedding") != 0 || m.sum("tierlimit_shed_episodes_total") != 1 ||
 		m.sum("tierlimit_shed_samples_total", `result="written"`) < 100 ||
 		m.sum("tierlimit_event_reports_total", `result="sent"`) != float64(len(reps)) ||
@@ -195,6 +197,38 @@ func TestRecordEpisodeVeth(t *testing.T) {
 	}
 	if saved, err := record.ReadEpisode(state); err != nil || saved.ID != 1 || saved.Open || len(saved.Top) < 2 {
 		t.Errorf("state file: %+v, %v", saved, err)
+	}
+}
+
+// checkWeights: the reports' spans follow each other, each one's
+// pass_frac is its passed / offered, and together they count the flood's
+// selected datagrams as the metrics do (m0 before it, m after the close),
+// less those of the flood's first window before the tick that saw its
+// first shed (at most recordMax: none is shed before n passes 70 % of it).
+func checkWeights(t *testing.T, reps []report, m0, m metrics) {
+	t.Helper()
+	var offered, passed float64
+	prevTo := ""
+	for _, r := range reps {
+		var o, p, f float64
+		_, err1 := fmtSscan(r.params["offered"], &o)
+		_, err2 := fmtSscan(r.params["passed"], &p)
+		_, err3 := fmtSscan(r.params["pass_frac"], &f)
+		if err1 != nil || err2 != nil || err3 != nil || o > 0 && math.Abs(f-p/o) > 5e-6 || o == 0 && f != 1 ||
+			prevTo != "" && r.params["weights_from"] != prevTo {
+			t.Errorf("%s report: offered %q passed %q pass_frac %q from %q (last to %q)", r.event, r.params["offered"],
+				r.params["passed"], r.params["pass_frac"], r.params["weights_from"], prevTo)
+		}
+		prevTo = r.params["weights_to"]
+		offered += o
+		passed += p
+	}
+	total := m.sum("tierlimit_selected_packets_total") - m0.sum("tierlimit_selected_packets_total")
+	pass := m.sum("tierlimit_selected_packets_total", `verdict="pass"`) - m0.sum("tierlimit_selected_packets_total", `verdict="pass"`)
+	t.Logf("reports' weights: %.0f passed of %.0f offered; metrics: %.0f of %.0f", passed, offered, pass, total)
+	if offered > total || offered < total-recordMax || passed > pass || passed < pass-recordMax {
+		t.Errorf("reports count %.0f passed of %.0f offered, metrics %.0f of %.0f (at most %d before the first span)",
+			passed, offered, pass, total, recordMax)
 	}
 }
 

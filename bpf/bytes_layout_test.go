@@ -4,6 +4,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/tierlimit/tierlimit/bpf"
 	. "github.com/tierlimit/tierlimit/internal/testenv"
@@ -22,7 +23,7 @@ func TestMigrateFromLayout4(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := ordinalDefault()
-	p.Max = 1_000_000
+	p.Max, p.Window = 1_000_000, time.Hour // no window ends during the test
 	old, err := bpf.LoadObject(bpf.Options{PinPath: pin, TickNs: kernelTick(t)}, "testdata/layout-4/limiter_bpfel.o")
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ static __always_inline int follow_fragment(struct xdp_md *ctx, struct pkt *p, __
 		struct tl_settings *s = active_settings(&zero, &slot);
 		if (s && s->rec_samples && record_token(s))
 			tl_record(ctx, record_meta(p, (void *)(long)ctx->data, slot, TL_RECORD_NONE,
-						   TL_REASON_FRAGMENT, TL_DROP, -1));
+						   TL_REASON_FRAGMENT, TL_DROP, -1), TL_THR_ALWAYS);
 		return XDP_DROP;
 	}
 	count(&misc_stats, TL_MISC_FRAG_PASS, 1, bytes);

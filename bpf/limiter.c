@@ -49,9 +49,9 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 /* Never read: puts the shared enums in BTF for bpf2go (types.h). */
 const struct tl_contract *tl_contract_btf __attribute__((unused));
 
-/* The severity of p's <PRI> when s reads severities (docs/design.md §7):
- * TL_SEV_NONE for a packet whose <PRI> is not read (not UDP, or
- * unclassified), -1 for one with no <PRI>. The payload is at pri_off from
+/* p's <PRI> (0..191: facility and severity) when s reads severities
+ * (docs/design.md §7): TL_SEV_NONE for a packet whose <PRI> is not read
+ * (not UDP, or unclassified), -1 for one with no <PRI>. The payload is at pri_off from
  * data, bounded so that the verifier can range-check a pointer at it
  * (TL_PRI_OFF_MAX: a payload further in is read as having no <PRI>). */
 static __always_inline int judge_sev(struct xdp_md *ctx, const struct tl_settings *s, const struct pkt *p,
@@ -95,41 +95,42 @@ static __always_inline int judge_exempt(const struct pkt *p, __u32 slot, const s
 }
 
 /* The verdict of a packet at window position pos: its tier (into *tier)
- * and threshold from the tier table, or from the smooth shape
- * (smooth.h), then its severity's rule (severity.h) or the draw
- * (verdict.h). Returns -1 when there is no tier to read: the packet goes
- * unselected. */
+ * and threshold (into *thr: the one it was drawn at, severity.h) from the
+ * tier table, or from the smooth shape (smooth.h), then its <PRI>'s rule
+ * (severity.h) or the draw (verdict.h). Returns -1 when there is no tier
+ * to read: the packet goes unselected. */
 static __always_inline int judge_tier(struct tl_window *w, const struct tl_settings *s, __u32 slot,
-				      struct window_pos *pos, int sev, __u64 bytes, __u32 segs, __u32 wt, __u32 *tier)
+				      struct window_pos *pos, int pri, __u64 bytes, __u32 segs, __u32 wt, __u32 *tier,
+				      __u32 *thr)
 {
 	struct tl_smooth_cpu *sc = NULL;
-	__u32 thr;
 
 	if (s->shape == TL_SHAPE_SMOOTH) {
-		sc = sm_judge(w, s, slot, pos, tier, &thr);
+		sc = sm_judge(w, s, slot, pos, tier, thr);
 		if (!sc)
 			return -1;
-	} else if (!tier_entry(s, slot, pos->n, tier, &thr)) {
+	} else if (!tier_entry(s, slot, pos->n, tier, thr)) {
 		return -1;
 	}
-	if (sev != TL_SEV_NONE)
-		return tl_severity_judge(s, w, sev, *tier, thr, bytes, segs, wt);
-	if (s->mode != TL_MODE_OFF && (sc ? sm_drop(sc, thr) : draw_drop(thr)))
+	if (pri != TL_SEV_NONE)
+		return tl_severity_judge(s, w, pri, *tier, thr, bytes, segs, wt);
+	if (s->mode != TL_MODE_OFF && (sc ? sm_drop(sc, *thr) : draw_drop(*thr)))
 		return mode_verdict(s);
 	return TL_PASS;
 }
 
 /* Counts a judged packet's segs datagrams under its tier and verdict,
- * samples it when shed (record.h), remembers a first fragment's verdict
- * for the rest (verdict.h), and returns its XDP action. */
+ * samples it when shed (record.h; thr the threshold it was drawn at),
+ * remembers a first fragment's verdict for the rest (verdict.h), and
+ * returns its XDP action. */
 static __always_inline int judge_close(struct xdp_md *ctx, void *data, const struct pkt *p,
-				       const struct tl_settings *s, __u32 slot, __u32 tier, __u32 verdict, int sev,
-				       __u32 segs, __u64 bytes)
+				       const struct tl_settings *s, __u32 slot, __u32 tier, __u32 thr, __u32 verdict,
+				       int pri, __u32 segs, __u64 bytes)
 {
 	count(&stats, tier * TL_VERDICTS + verdict, segs, bytes);
 	count(&bytes_stats, verdict, segs, p->plen);
 	if (verdict != TL_PASS && s->rec_samples && record_token(s))
-		tl_record(ctx, record_meta(p, data, slot, tier, TL_REASON_TIER, verdict, sev));
+		tl_record(ctx, record_meta(p, data, slot, tier, TL_REASON_TIER, verdict, pri), thr);
 	if (p->frag == FRAG_FIRST)
 		remember_first(p, verdict);
 	return xdp_action(verdict);
@@ -162,7 +163,7 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 		goto unselected;
 	/* Read the <PRI> now, so that the cursor is dead from here on: the
 	 * verifier then need not tell apart the parser's paths below. */
-	int sev = judge_sev(ctx, s, &p, data, data_end, pri_off);
+	int pri = judge_sev(ctx, s, &p, data, data_end, pri_off);
 	int sel = judge_selected(ctx, a1, &p, slot, s);
 	if (!sel)
 		goto unselected;
@@ -192,11 +193,11 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	 * past the headers walked, and one of TL_PLEN_FRAME). */
 	if (segs > 1 || p.uncl || p.plen == TL_PLEN_FRAME)
 		p.plen = bytes > pri_off ? bytes - pri_off : 0;
-	/* A judged packet weighs at least 1: an empty datagram or a SYN is
-	 * judged past the bytes before it. */
+	/* A SYN or an empty datagram weighs 0: judged at the bytes before
+	 * it (past saturation in the last tier, window.h window_count). */
 	p.wt = s->flags & TL_COUNT_BYTES ? p.plen : segs;
 	if (s->src_budget && has_l3 && sel != TL_SEL_COUNTED) {
-		int act = source_budget(ctx, &p, s, slot, w, bytes, sev, segs);
+		int act = source_budget(ctx, &p, s, slot, w, bytes, pri, segs);
 		if (act >= 0)
 			return act;
 	}
@@ -210,11 +211,11 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 		return XDP_PASS;
 	}
 
-	__u32 tier;
-	int verdict = judge_tier(w, s, slot, &pos, sev, bytes, segs, p.wt, &tier);
+	__u32 tier, thr;
+	int verdict = judge_tier(w, s, slot, &pos, pri, bytes, segs, p.wt, &tier, &thr);
 	if (verdict < 0)
 		goto unselected;
-	return judge_close(ctx, data, &p, s, slot, tier, verdict, sev, segs, bytes);
+	return judge_close(ctx, data, &p, s, slot, tier, thr, verdict, pri, segs, bytes);
 
 unselected:
 	return pass_unselected(&p, bytes);

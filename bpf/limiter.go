@@ -85,6 +85,9 @@ const (
 	countBytes  = uint32(LimiterTlSettingsFlagTL_COUNT_BYTES)
 
 	sevStats = int(LimiterTlSevStatTL_SEV_STATS)
+	// sevFacShift is where tl_settings.sev_on holds the protected
+	// facilities' mask (tiers.SeverityTable.Facilities).
+	sevFacShift = uint32(LimiterTlConstTL_SEV_FAC_SHIFT)
 )
 
 // verifierTail is how many of the verifier log's last lines a load error
@@ -261,7 +264,7 @@ func (l *Limiter) settings(t tiers.Table) (LimiterTlSettings, error) {
 	copy(set.Drops[:], t.Drops)
 	setShape(&set, t)
 	if sv := t.Severity; sv.On {
-		set.SevOn = 1
+		set.SevOn = 1 | sv.Facilities<<sevFacShift
 		set.ProtectBudget = sv.ProtectBudget
 		copy(set.ShedDrops[:], sv.ShedDrops)
 		if t.Shape == tiers.ShapeSmooth {
@@ -602,7 +605,7 @@ func (l *Limiter) Active() (Active, error) {
 	}
 	if set.SevOn != 0 {
 		a.Severity = tiers.SeverityTable{On: true, ProtectBudget: set.ProtectBudget,
-			ShedDrops: append([]uint32(nil), set.ShedDrops[:set.Tiers+1]...)}
+			ShedDrops: append([]uint32(nil), set.ShedDrops[:set.Tiers+1]...), Facilities: set.SevOn >> sevFacShift}
 		for sev, c := range set.SevClass {
 			a.Severity.Class[sev] = tiers.SeverityClass(c)
 		}

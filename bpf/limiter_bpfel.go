@@ -58,6 +58,8 @@ const (
 	LimiterTlConstTL_C_SMOOTH_CLOCK_BITS  LimiterTlConst = 24
 	LimiterTlConstTL_C_RECORD_SNAP_MAX    LimiterTlConst = 256
 	LimiterTlConstTL_RECORD_NONE          LimiterTlConst = 255
+	LimiterTlConstTL_SAMPLE_FORMAT        LimiterTlConst = 2
+	LimiterTlConstTL_SEV_FAC_SHIFT        LimiterTlConst = 8
 )
 
 type LimiterTlDestCache struct {
@@ -192,8 +194,11 @@ type LimiterTlSample struct {
 	SevClass uint8
 	Family   uint8
 	Prefix   uint8
-	Pad      [5]uint8
+	Format   uint8
+	Pass     uint32
 	Group    [4]uint32
+	Facility uint8
+	Pad      [7]uint8
 	Data     [256]uint8
 }
 

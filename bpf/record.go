@@ -58,12 +58,39 @@ type Sample struct {
 	Reason  Reason
 	Verdict tiers.Verdict
 	// Severity is its <PRI>'s severity 0..7, -1 when the program did not
-	// read one (no severity block, not UDP, no valid <PRI>).
+	// read one (no severity block, not UDP, no valid <PRI>); Facility its
+	// facility 0..23, -1 then too (and in a format 1 sample).
 	Severity int
+	Facility int
 	Class    tiers.SeverityClass
+	// Format is the sample's format: SampleFormat, or 1 for a sample an
+	// older program wrote (no Facility, no Pass).
+	Format int
+	// Pass is the pass probability in force when the packet was judged,
+	// a fraction of 2^32 (PassProbability), as the program stores it: ~thr
+	// of the drop threshold it was drawn at (docs/design.md §10).
+	Pass uint32
 	// Group is its source group: the source masked to the group prefix;
 	// the zero Prefix when the frame's source was not found.
 	Group netip.Prefix
+}
+
+// SampleFormat is the format of this program's samples (TL_SAMPLE_FORMAT):
+// 2 added the facility and the pass probability to format 1.
+const SampleFormat = int(LimiterTlConstTL_SAMPLE_FORMAT)
+
+// PassProbability is the sample's pass probability, 0..1: Pass / 2^32,
+// and 1 for 0xffffffff (a packet that could not be dropped, as
+// tiers.AlwaysDrop is one that could not pass); -1 when the sample does not
+// say (format 1). Its weight for a SIEM is 1 / PassProbability.
+func (s Sample) PassProbability() float64 {
+	switch {
+	case s.Format < 2:
+		return -1
+	case s.Pass == 0xffffffff:
+		return 1
+	}
+	return float64(s.Pass) / (1 << 32)
 }
 
 // RecordBurst returns how many samples the program may take at once at
@@ -152,16 +179,36 @@ func (r *SampleReader) Read() (Sample, error) {
 // Close ends Read.
 func (r *SampleReader) Close() error { return r.rd.Close() }
 
-// DecodeSample decodes one record of the ring (struct tl_sample).
+// sampleV1Data is where a format 1 sample's data began (its facility's
+// byte now), and sampleV1Size its size: an older program's samples.
+const (
+	sampleV1Data = int(unsafe.Offsetof(LimiterTlSample{}.Facility))
+	sampleV1Size = sampleV1Data + RecordSnapMax
+)
+
+// DecodeSample decodes one record of the ring (struct tl_sample), of this
+// program's format or format 1 (an older program's, still in a pinned ring
+// an agent adopts: its fields up to the group where they are now, then the
+// data).
 func DecodeSample(raw []byte) (Sample, error) {
 	var s LimiterTlSample
-	if len(raw) < int(unsafe.Sizeof(s)) {
-		return Sample{}, fmt.Errorf("sample of %d bytes, want %d", len(raw), unsafe.Sizeof(s))
+	whole := unsafe.Slice((*byte)(unsafe.Pointer(&s)), unsafe.Sizeof(s))
+	format := 1
+	switch {
+	case len(raw) >= len(whole) && raw[unsafe.Offsetof(s.Format)] >= 2:
+		// The program wrote the struct in this host's layout
+		// (HostLayout, bpfel): copied whole, byte for byte, whatever
+		// raw's alignment. binary.Decode, field by field through
+		// reflection, took ~2 µs.
+		copy(whole, raw)
+		format = int(s.Format)
+	case len(raw) >= sampleV1Size && raw[unsafe.Offsetof(s.Format)] == 0:
+		copy(whole[:sampleV1Data], raw)
+		copy(s.Data[:], raw[sampleV1Data:sampleV1Size])
+		s.Facility, s.Pass = recordNone, 0
+	default:
+		return Sample{}, fmt.Errorf("sample of %d bytes, want %d (format %d) or %d (format 1)", len(raw), len(whole), SampleFormat, sampleV1Size)
 	}
-	// The program wrote the struct in this host's layout (HostLayout,
-	// bpfel): copied whole, byte for byte, whatever raw's alignment.
-	// binary.Decode, field by field through reflection, took ~2 µs.
-	copy(unsafe.Slice((*byte)(unsafe.Pointer(&s)), unsafe.Sizeof(s)), raw)
 	caplen := min(int(s.Caplen), RecordSnapMax, int(s.Len))
 	out := Sample{
 		Mono:     time.Duration(s.TimeNs),
@@ -172,13 +219,19 @@ func DecodeSample(raw []byte) (Sample, error) {
 		Reason:   Reason(s.Reason),
 		Verdict:  tiers.Verdict(s.Verdict),
 		Severity: int(s.Sev),
+		Facility: int(s.Facility),
 		Class:    tiers.SeverityClass(s.SevClass),
+		Format:   format,
+		Pass:     s.Pass,
 	}
 	if s.Tier == recordNone {
 		out.Tier = -1
 	}
 	if s.Sev == recordNone {
 		out.Severity = -1
+	}
+	if s.Facility == recordNone {
+		out.Facility = -1
 	}
 	var b [16]byte
 	for i, w := range s.Group {

@@ -21,18 +21,19 @@
 #include "maps.h"
 #include "parse.h"
 #include "policy.h"
+#include "severity.h"
 
 /* tl_record's meta argument, bit 0 first:
  *   0..7 offset of the L3 header from data   8 1 for IPv6
  *  16..23 tier     24..31 reason (enum tl_reason)
- *  32..39 verdict  40..47 severity 0..7, or more for none
+ *  32..39 verdict  40..47 the <PRI> 0..191 (parse_pri), or more for none
  *  48..55 the active slot the caller judged with */
 static __always_inline __u64 record_meta(const struct pkt *p, void *data, __u32 slot, __u32 tier,
-					 __u32 reason, __u32 verdict, int sev)
+					 __u32 reason, __u32 verdict, int pri)
 {
 	return ((__u64)((void *)p->l3 - data) & 0xff) | (__u64)(p->l3proto == ETH_P_IPV6) << 8 |
 	       (__u64)(tier & 0xff) << 16 | (__u64)(reason & 0xff) << 24 | (__u64)(verdict & 0xff) << 32 |
-	       (__u64)(sev & 0xff) << 40 | (__u64)(slot & (TL_SLOTS - 1)) << 48;
+	       (__u64)(pri & 0xff) << 40 | (__u64)(slot & (TL_SLOTS - 1)) << 48;
 }
 
 /* Whether the cap lets this shed packet be sampled, for a caller that has
@@ -171,14 +172,15 @@ static __always_inline void record_copy(struct tl_sample *smp, __u8 *data, void 
 }
 
 /* Samples a shed packet if this CPU's bucket has a token: its verdict from
- * meta (record_meta), the rest from the frame and the settings of the
- * caller's slot.
+ * meta (record_meta), its pass probability from thr, the drop threshold
+ * it was drawn at (stored as ~thr: docs/design.md §10), the rest from the
+ * frame and the settings of the caller's slot.
  * Returns 1 when a sample was written. Call it only for a packet the cap
  * let through (record_token), so that an unsampled one pays no call.
  *
  * A global function: the verifier checks it once, with meta unknown, and
  * the paths that call it pay a call. */
-__noinline int tl_record(struct xdp_md *ctx, __u64 meta)
+__noinline int tl_record(struct xdp_md *ctx, __u64 meta, __u32 thr)
 {
 	TL_FN(TL_RECORD);
 	void *data = (void *)(long)ctx->data;
@@ -207,10 +209,10 @@ __noinline int tl_record(struct xdp_md *ctx, __u64 meta)
 	__u32 caplen = len < s->rec_snaplen ? len : s->rec_snaplen;
 	if (caplen > TL_RECORD_SNAP_MAX)
 		caplen = TL_RECORD_SNAP_MAX;
-	__u32 sev = (meta >> 40) & 0xff;
+	__u32 pri = (meta >> 40) & 0xff;
 	__u32 cls = TL_SEV_NORMAL;
-	if (s->sev_on && sev < 8)
-		cls = s->sev_class[sev & 7];
+	if (s->sev_on)
+		cls = pri_class(s, pri);
 	__u32 reason = (meta >> 24) & 0xff;
 	if (reason == TL_REASON_TIER && cls == TL_SEV_SHED_FIRST)
 		reason = TL_REASON_SHED_FIRST;
@@ -222,10 +224,13 @@ __noinline int tl_record(struct xdp_md *ctx, __u64 meta)
 	smp->tier = (meta >> 16) & 0xff;
 	smp->reason = reason;
 	smp->verdict = (meta >> 32) & 0xff;
-	smp->sev = sev < 8 ? sev : TL_RECORD_NONE;
+	smp->sev = pri <= 191 ? pri & 7 : TL_RECORD_NONE;
+	smp->facility = pri <= 191 ? pri >> 3 : TL_RECORD_NONE;
 	smp->sev_class = cls;
 	smp->family = 0;
 	smp->prefix = 0;
+	smp->format = TL_SAMPLE_FORMAT;
+	smp->pass = ~thr;
 	__builtin_memset(smp->_pad, 0, sizeof(smp->_pad));
 	__builtin_memset(smp->group, 0, sizeof(smp->group));
 	record_group(smp, s, data, data_end, meta & 0xff, (meta >> 8) & 1);

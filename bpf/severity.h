@@ -16,8 +16,9 @@
  * §4.1.1): "<", 1 to 3 digits without a leading zero, a value 0..191, ">".
  * len is the payload's length as the UDP header declares it (udp_payload):
  * bytes past it are Ethernet padding, not the datagram's. Returns the
- * severity (PRI mod 8), or -1 when it is missing, malformed or out of
- * range, or the payload ends first. Reads at most 5 bytes. */
+ * PRI, 0..191 (facility PRI >> 3, severity PRI & 7), or -1 when it is
+ * missing, malformed or out of range, or the payload ends first. Reads at
+ * most 5 bytes. */
 static __always_inline int parse_pri(const struct cursor *c, __u32 len)
 {
 	const __u8 *b = c->pos;
@@ -31,7 +32,7 @@ static __always_inline int parse_pri(const struct cursor *c, __u32 len)
 			return -1;
 		__u8 ch = b[i];
 		if (ch == '>')
-			return (i == 1 || v > 191) ? -1 : (int)(v & 7);
+			return (i == 1 || v > 191) ? -1 : (int)v;
 		if (i == 4 || ch < '0' || ch > '9' || (i == 2 && b[1] == '0'))
 			return -1;
 		v = v * 10 + (ch - '0');
@@ -83,6 +84,19 @@ static __always_inline __u32 udp_payload(struct xdp_md *ctx, const struct pkt *p
 	if (!ulen && p->l3proto == ETH_P_IPV6)
 		ulen = bounded16(tl_udp_rest6(ctx, p->l3 - data, off));
 	return ulen > sizeof(*uh) ? ulen - sizeof(*uh) : 0;
+}
+
+/* The class (enum tl_sev_class) of a datagram whose <PRI> is pri (0..191,
+ * parse_pri) under settings s with severity on: protected when its
+ * facility's bit is set in sev_on, whatever its severity; else its
+ * severity's class. TL_SEV_NORMAL for any other pri (none, not read). */
+static __always_inline __u32 pri_class(const struct tl_settings *s, int pri)
+{
+	if (pri < 0 || pri > 191)
+		return TL_SEV_NORMAL;
+	if ((s->sev_on >> TL_SEV_FAC_SHIFT) >> (pri >> 3) & 1)
+		return TL_SEV_PROTECTED;
+	return s->sev_class[pri & 7];
 }
 
 /* Compare-and-swap attempts of one packet on the drop debt; a packet whose
@@ -146,18 +160,19 @@ static __always_inline int severity_verdict(struct tl_window *w, const struct tl
 }
 
 /* The verdict of a selected UDP datagram under a policy with a severity
- * block (docs/design.md §7): sev is its <PRI>'s severity (parse_pri, -1 for
- * none), tier and thr its tier-table entry. Shed-first datagrams take the
+ * block (docs/design.md §7): pri is its <PRI> (parse_pri, -1 for none),
+ * tier and *thr its tier-table entry. Shed-first datagrams take the
  * threshold of shed_drops[tier]; then severity_verdict applies the drop
- * debt, and the class and verdict are counted in severity_stats. s and w
- * are the caller's settings and window; a super-packet's segs datagrams are
- * counted as segs, and charged as wt. Returns TL_PASS, TL_DROP or TL_WOULD_DROP. */
-static __always_inline __u32 tl_severity_judge(const struct tl_settings *s, struct tl_window *w, int sev,
-					       __u32 tier, __u32 thr, __u64 bytes, __u32 segs, __u32 wt)
+ * debt, and the class and verdict are counted in severity_stats. *thr is
+ * left the threshold the datagram was drawn at, TL_THR_ALWAYS for one
+ * dropped to pay the debt (the sample's pass probability, record.h). s
+ * and w are the caller's settings and window; a super-packet's segs
+ * datagrams are counted as segs, and charged as wt (segs, or its bytes
+ * under count: bytes). Returns TL_PASS, TL_DROP or TL_WOULD_DROP. */
+static __always_inline __u32 tl_severity_judge(const struct tl_settings *s, struct tl_window *w, int pri,
+					       __u32 tier, __u32 *thr, __u64 bytes, __u32 segs, __u32 wt)
 {
-	__u32 cls = TL_SEV_NORMAL;
-	if (sev >= 0 && sev < 8)
-		cls = s->sev_class[sev & 7];
+	__u32 cls = pri_class(s, pri);
 	if (cls == TL_SEV_SHED_FIRST) {
 		/* The mask bounds the index for verifiers that do not carry the
 		 * clamp's range over a register copy (Linux 6.1); the clamp keeps
@@ -165,11 +180,17 @@ static __always_inline __u32 tl_severity_judge(const struct tl_settings *s, stru
 		tier &= 0x1f;
 		if (tier > TL_MAX_TIERS)
 			tier = TL_MAX_TIERS;
-		thr = s->shed_drops[tier];
+		*thr = s->shed_drops[tier];
 	}
 	__u32 verdict = TL_PASS;
-	if (s->mode != TL_MODE_OFF && severity_verdict(w, s, cls, draw_drop(thr), bytes, segs, wt))
-		verdict = mode_verdict(s);
+	if (s->mode != TL_MODE_OFF) {
+		int drop = draw_drop(*thr);
+		if (severity_verdict(w, s, cls, drop, bytes, segs, wt)) {
+			verdict = mode_verdict(s);
+			if (!drop)
+				*thr = TL_THR_ALWAYS;
+		}
+	}
 	if (cls >= TL_SEV_CLASSES)
 		cls = TL_SEV_NORMAL;
 	count(&severity_stats, cls * TL_VERDICTS + verdict, segs, bytes);

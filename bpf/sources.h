@@ -219,12 +219,12 @@ static __always_inline void source_top_add(const struct tl_src_key *k, __u64 id,
  * dry-run (would_drop) and off, counted in source_stats and never in the
  * window. A super-packet (segs datagrams, super_segments) is charged segs
  * everywhere: in the sketch, the over-budget counts and source_top. A shed
- * packet is sampled (record.h), with sev its <PRI>'s severity (parse_pri;
+ * packet is sampled (record.h), with pri its <PRI> (parse_pri;
  * negative for none). A first fragment's verdict is remembered for its
  * followers. A stage stop returns XDP_DROP, an action, which tl_judge
  * returns. */
 static __always_inline int source_budget(struct xdp_md *ctx, const struct pkt *p, const struct tl_settings *s,
-					 __u32 slot, struct tl_window *w, __u64 bytes, int sev, __u32 segs)
+					 __u32 slot, struct tl_window *w, __u64 bytes, int pri, __u32 segs)
 {
 	struct tl_src_key k = {};
 	source_group(p, s, &k);
@@ -248,7 +248,7 @@ static __always_inline int source_budget(struct xdp_md *ctx, const struct pkt *p
 	count(&bytes_stats, verdict, segs, p->plen);
 	if (verdict != TL_PASS && s->rec_samples && record_token(s))
 		tl_record(ctx, record_meta(p, (void *)(long)ctx->data, slot, TL_RECORD_NONE, TL_REASON_OVER_BUDGET,
-					   verdict, sev));
+					   verdict, pri), thr);
 	source_top_add(&k, id, segs);
 	if (p->frag == FRAG_FIRST)
 		remember_first(p, verdict);

@@ -57,8 +57,15 @@ enum tl_const {
 	TL_C_SMOOTH_LATCH_SHIFT = TL_SMOOTH_LATCH_SHIFT,
 	TL_C_SMOOTH_CLOCK_BITS = TL_SMOOTH_CLOCK_BITS,
 	TL_C_RECORD_SNAP_MAX = TL_RECORD_SNAP_MAX,
-	/* tl_sample.tier and .sev when unknown (over budget, fragments; no <PRI>) */
+	/* tl_sample.tier, .sev and .facility when unknown (over budget,
+	 * fragments; no <PRI>) */
 	TL_RECORD_NONE = 0xff,
+	/* tl_sample.format of this program's samples: 2 added facility and
+	 * pass; an older program's (format 1) hold 0 there (its padding) */
+	TL_SAMPLE_FORMAT = 2,
+	/* tl_settings.sev_on: bit 0 severity on; from this bit, bit f set for
+	 * each protected facility f (0..23) */
+	TL_SEV_FAC_SHIFT = 8,
 };
 
 /* Drop thresholds on the bpf_get_prandom_u32() scale (tl_entry.thr). */
@@ -226,7 +233,9 @@ struct tl_settings {
 	__u32 dest_rules; /* bit i: select rule i has dests (unclassified frames to them are counted) */
 	/* Severity (docs/design.md §7), read only when sev_on: the most drop debt
 	 * a window may carry, packets; the threshold of a shed-first datagram
-	 * in each tier; the class (enum tl_sev_class) of each severity 0..7. */
+	 * in each tier; sev_on's bit 0, and from bit TL_SEV_FAC_SHIFT the
+	 * facilities protected whatever their severity (bit f: facility f);
+	 * the class (enum tl_sev_class) of each severity 0..7. */
 	__u64 protect_budget;
 	__u32 shed_drops[TL_MAX_TIERS + 1];
 	__u32 sev_on;

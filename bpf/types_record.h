@@ -19,7 +19,10 @@ enum tl_reason {
 };
 
 /* One sampled shed packet, as the program writes it into shed_samples
- * (record.h): its verdict, then the first caplen bytes of its frame. */
+ * (record.h): its verdict, then the first caplen bytes of its frame.
+ * Format TL_SAMPLE_FORMAT (2); an older program's samples (format 1, 304
+ * bytes: format and pass were padding, zero, and data began at byte 48,
+ * where facility is now) are read by bpf.DecodeSample too. */
 struct tl_sample {
 	__u64 time_ns;  /* bpf_ktime_get_ns() (CLOCK_MONOTONIC) */
 	__u32 ifindex;  /* the interface it arrived on */
@@ -32,8 +35,14 @@ struct tl_sample {
 	__u8 sev_class; /* enum tl_sev_class */
 	__u8 family;    /* the group's family, 4 or 6; 0 when not found */
 	__u8 prefix;    /* the group's prefix length */
-	__u8 _pad[5];
+	__u8 format;    /* TL_SAMPLE_FORMAT */
+	/* The pass probability in force when it was judged, a fraction of 2^32:
+	 * ~thr of the threshold it was drawn at (0: always dropped; 0xffffffff
+	 * reads as 1); 0 for a debt payer and a fragment following a drop */
+	__u32 pass;
 	__u32 group[4]; /* the source group: the source address masked as tl_src_key */
+	__u8 facility;  /* its <PRI>'s facility 0..23; TL_RECORD_NONE when not read */
+	__u8 _pad[7];
 	__u8 data[TL_RECORD_SNAP_MAX];
 };
 

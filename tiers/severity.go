@@ -93,6 +93,9 @@ type Severity struct {
 	ProtectBudget Percent
 	// ShedFirst lists the severities shed first, 0..7.
 	ShedFirst []int
+	// ProtectFacilities lists the facilities, 0..23 (facility.go), whose
+	// datagrams are protected whatever their severity.
+	ProtectFacilities []int
 }
 
 // Clone returns a deep copy of s (nil for nil).
@@ -102,6 +105,7 @@ func (s *Severity) Clone() *Severity {
 	}
 	c := *s
 	c.Protect, c.ShedFirst = slices.Clone(s.Protect), slices.Clone(s.ShedFirst)
+	c.ProtectFacilities = slices.Clone(s.ProtectFacilities)
 	return &c
 }
 
@@ -140,6 +144,9 @@ func (s *Severity) validate() error {
 			seen[v] = key
 		}
 	}
+	if err := s.validateFacilities(); err != nil {
+		return err
+	}
 	if b := s.ProtectBudget.micro; b < 0 || b > microHundred {
 		return configErr("severity.protect_budget", s.ProtectBudget.String(), ErrPercentRange, "protect_budget must be from 0%% to 100%% of max")
 	}
@@ -154,6 +161,9 @@ type SeverityTable struct {
 	On bool
 	// Class is the class of each severity 0..7.
 	Class [8]SeverityClass
+	// Facilities has bit f set for each facility f (0..23) whose
+	// datagrams are protected whatever their severity (FacilityMask).
+	Facilities uint32
 	// ProtectBudget is the most packets by which protection may raise a
 	// window's passed count: floor(max × protect_budget / 100).
 	ProtectBudget uint64
@@ -173,6 +183,7 @@ func compileSeverity(p Policy, drops []uint32) SeverityTable {
 	for sev := range st.Class {
 		st.Class[sev] = p.Severity.ClassOf(sev)
 	}
+	st.Facilities = FacilityMask(p.Severity.ProtectFacilities)
 	hi, lo := bits.Mul64(p.Max, uint64(p.Severity.ProtectBudget.micro))
 	st.ProtectBudget, _ = bits.Div64(hi, lo, microHundred)
 	last := len(drops) - 1
@@ -186,37 +197,16 @@ func compileSeverity(p Policy, drops []uint32) SeverityTable {
 	return st
 }
 
-// SyslogSeverity reads the <PRI> at the start of a UDP syslog payload (RFC
-// 5424 §6.2.1, RFC 3164 §4.1.1: "<", 1 to 3 digits without a leading zero,
-// a value 0..191, ">") and returns its severity, PRI mod 8. ok is false for
-// a missing, malformed or out-of-range PRI, which the program treats as
-// class normal. It reads at most the first 5 bytes, as the program does.
+// SyslogSeverity reads the <PRI> at the start of a UDP syslog payload as
+// SyslogPRI does and returns its severity, PRI mod 8.
 func SyslogSeverity(payload []byte) (sev int, ok bool) {
-	if len(payload) < 3 || payload[0] != '<' {
-		return 0, false
-	}
-	v := 0
-	for i := 1; i <= 4; i++ {
-		if i >= len(payload) {
-			return 0, false
-		}
-		c := payload[i]
-		switch {
-		case c == '>':
-			if i == 1 || v > 191 {
-				return 0, false
-			}
-			return v % 8, true
-		case i == 4, c < '0' || c > '9', i == 2 && payload[1] == '0':
-			return 0, false
-		}
-		v = v*10 + int(c-'0')
-	}
-	return 0, false
+	pri, ok := SyslogPRI(payload)
+	return pri & 7, ok
 }
 
 // String returns the block on one line, such as "protect emerg,alert within
-// 5% of max, shed first debug".
+// 5% of max, shed first debug", and ", protect facilities auth,authpriv"
+// when it lists any.
 func (s *Severity) String() string {
 	if s == nil {
 		return "off"
@@ -231,5 +221,9 @@ func (s *Severity) String() string {
 		}
 		return strings.Join(n, ",")
 	}
-	return fmt.Sprintf("protect %s within %s of max, shed first %s", names(s.Protect), s.ProtectBudget, names(s.ShedFirst))
+	out := fmt.Sprintf("protect %s within %s of max, shed first %s", names(s.Protect), s.ProtectBudget, names(s.ShedFirst))
+	if len(s.ProtectFacilities) > 0 {
+		out += ", protect facilities " + facilityList(s.ProtectFacilities)
+	}
+	return out
 }

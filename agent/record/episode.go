@@ -88,6 +88,9 @@ type Episode struct {
 	// groups with the most of them.
 	Samples uint64       `json:"samples"`
 	Top     []GroupShare `json:"top_groups"`
+	// Weights are the pass fractions of the last report's span
+	// (weights.go), for a SIEM to scale its counts back.
+	Weights *Weights `json:"weights,omitempty"`
 }
 
 // Duration is how long the episode has lasted, or lasted.
@@ -136,6 +139,11 @@ type Episodes struct {
 	resumed     bool    // cur was resumed, and its start counters not read yet
 	start, prev bpf.Stats
 	prevAt      time.Time
+	// wFrom is the counters at the start of the next report's span
+	// (weights.go), read at wFromAt; zero until the episode's first.
+	wFrom       bpf.Stats
+	wFromAt     time.Time
+	severity    bool // the policy has a severity block
 	quiet       int
 	nextSummary time.Time
 
@@ -169,6 +177,7 @@ func (e *Episodes) setPolicy(p tiers.Policy) {
 		e.every = tiers.DefaultSummaryEvery
 	}
 	e.mode, e.samples = p.Mode, p.Record.Samples
+	e.severity = p.Severity != nil
 	e.max, e.maxOf = maxOf(p)
 }
 
@@ -242,6 +251,7 @@ func (e *Episodes) tick(now time.Time, st bpf.Stats) {
 		e.prev, e.prevAt = st, now
 		if e.resumed { // counted from here on, beside what it carries
 			e.start, e.resumed = st, false
+			e.wFrom, e.wFromAt = st, now
 		}
 		return
 	}
@@ -249,11 +259,11 @@ func (e *Episodes) tick(now time.Time, st bpf.Stats) {
 	dt := now.Sub(e.prevAt).Seconds()
 	rate := float64(offeredOf(&st)-offeredOf(&e.prev)) / dt
 	e.setShare(float64(shed) / dt)
-	prev := e.prev
+	prev, prevAt := e.prev, e.prevAt
 	e.prev, e.prevAt = st, now
 	switch {
 	case !e.cur.Open && shed > 0:
-		e.open(now, prev, rate)
+		e.open(now, prev, prevAt, rate)
 	case e.cur.Open && shed > 0:
 		e.quiet = 0
 	case e.cur.Open:
@@ -311,11 +321,14 @@ func (e *Episodes) setShare(shedRate float64) {
 	e.share = share
 }
 
-func (e *Episodes) open(now time.Time, start bpf.Stats, rate float64) {
+// open opens an episode at now, whose first shed window began at startAt
+// with counters start.
+func (e *Episodes) open(now time.Time, start bpf.Stats, startAt time.Time, rate float64) {
 	id := e.episodes.Add(1)
 	e.cur = Episode{ID: id, Open: true, Start: now, Interfaces: e.ifaces(), Mode: e.mode.String(), PinPath: e.owner.PinPath, Max: e.max,
 		MaxOf: e.maxOf, OfferedRate: rate}
 	e.start, e.quiet = start, 0
+	e.wFrom, e.wFromAt = start, startAt
 	e.carry = Episode{}
 	e.nextSummary = now.Add(e.every)
 	// The groups are not reset here but at the last episode's close: the
@@ -365,8 +378,17 @@ func (e *Episodes) fill(st bpf.Stats) {
 	e.addCarry()
 }
 
-// report sends and logs one report of the current episode, and saves it.
+// report sends and logs one report of the current episode, and saves it:
+// with the weights of its span, from the last report (or the window that
+// opened it) to the counters of this window, when the tracker read both.
 func (e *Episodes) report(kind string, now time.Time) {
+	if !e.wFromAt.IsZero() && !e.prevAt.IsZero() {
+		w := weightsOf(&e.wFrom, &e.prev, e.wFromAt, e.prevAt, e.severity)
+		e.cur.Weights = &w
+		e.wFrom, e.wFromAt = e.prev, e.prevAt
+	} else {
+		e.cur.Weights = nil // a stale episode closed at start: its spans were reported
+	}
 	c := e.cur
 	params, msg := reportParams(kind, c, now)
 	sev := 5 // notice
@@ -398,6 +420,7 @@ func reportParams(kind string, c Episode, now time.Time) ([]sdParam, string) {
 			p = append(p, sdParam{"max_of", c.MaxOf})
 			of = " (" + c.MaxOf + ")"
 		}
+		p = append(p, weightParams(c.Weights, nil)...)
 		return p, fmt.Sprintf("shedding began on %s: %.0f selected packets/s offered, max %d per window%s",
 			strings.Join(c.Interfaces, ","), c.OfferedRate, c.Max, of)
 	case "close":
@@ -405,10 +428,12 @@ func reportParams(kind string, c Episode, now time.Time) ([]sdParam, string) {
 		p = append(p, sdParam{"duration", d.String()}, sdParam{"shed", strconv.FormatUint(c.Shed, 10)},
 			sdParam{"peak_pps", fmt.Sprintf("%.0f", c.PeakRate)})
 		p = append(p, countParams(c)...)
+		p = append(p, weightParams(c.Weights, c.Top)...)
 		return p, fmt.Sprintf("shedding ended after %s: %d packets shed, peak %.0f selected packets/s", d, c.Shed, c.PeakRate)
 	}
 	p = append(p, sdParam{"shed", strconv.FormatUint(c.Shed, 10)})
 	p = append(p, countParams(c)...)
+	p = append(p, weightParams(c.Weights, c.Top)...)
 	var top []string
 	for _, g := range c.Top {
 		top = append(top, fmt.Sprintf("%s %.1f%%", g.Group, 100*g.Share))

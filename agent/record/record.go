@@ -62,6 +62,9 @@ type Recorder struct {
 	head   int
 	groups map[netip.Prefix]uint64 // samples by group since resetGroups
 	nGroup uint64                  // their total
+	// groupInv holds, by group, its samples that carry a pass
+	// probability q < 1 and their sum of 1/(1 − q) (weights.go).
+	groupInv map[netip.Prefix]invSum
 
 	written, lost atomic.Uint64 // samples kept, and those the agent could not write
 	dirErr        atomic.Bool   // the last write failed: logged once until it works again
@@ -85,7 +88,10 @@ func payloadSeverity(frame []byte) int {
 // SampleComment is a sample's packet comment and log form:
 // "tier=3 reason=tier severity=info group=10.0.0.0/24 verdict=drop", with
 // "dry_run=true" after a would_drop; "-" for a tier or severity the sample
-// does not have.
+// does not have; then "facility=auth" when the program read the <PRI>,
+// and "pass=0.25 weight=4", the pass probability in force when the packet
+// was judged and its weight 1/pass (docs/design.md §10), when the sample
+// says ("weight=+Inf" at pass 0).
 func SampleComment(s bpf.Sample) string {
 	tier, sev := "-", "-"
 	if s.Tier >= 0 {
@@ -101,6 +107,12 @@ func SampleComment(s bpf.Sample) string {
 	c := fmt.Sprintf("tier=%s reason=%s severity=%s class=%s group=%s verdict=%s", tier, s.Reason, sev, s.Class, group, s.Verdict)
 	if s.Verdict == tiers.VerdictWouldDrop {
 		c += " dry_run=true"
+	}
+	if s.Facility >= 0 {
+		c += " facility=" + tiers.FacilityName(s.Facility)
+	}
+	if q := s.PassProbability(); q >= 0 {
+		c += " pass=" + strconv.FormatFloat(q, 'g', 6, 64) + " weight=" + strconv.FormatFloat(1/q, 'g', 6, 64)
 	}
 	return c
 }
@@ -127,7 +139,8 @@ func ParseSampleComment(c string) (map[string]string, error) {
 // newRecorder makes a recorder of rd's samples, in memory only until it
 // gets a dir (setDir, startDir).
 func newRecorder(log *slog.Logger, rd sampleReader) (*Recorder, error) {
-	rec := &Recorder{log: log, rd: rd, recent: make([]bpf.Sample, 0, RecentSamples), groups: map[netip.Prefix]uint64{}}
+	rec := &Recorder{log: log, rd: rd, recent: make([]bpf.Sample, 0, RecentSamples), groups: map[netip.Prefix]uint64{},
+		groupInv: map[netip.Prefix]invSum{}}
 	mono, err := sysutil.Monotonic()
 	if err != nil {
 		return nil, err
@@ -185,6 +198,15 @@ func (r *Recorder) keep(s bpf.Sample) {
 	r.head = (r.head + 1) % RecentSamples
 	if s.Group.IsValid() {
 		r.groups[s.Group]++
+		if q := s.PassProbability(); q >= 0 && q < 1 {
+			if r.groupInv == nil {
+				r.groupInv = map[netip.Prefix]invSum{}
+			}
+			w := r.groupInv[s.Group]
+			w.n++
+			w.inv += 1 / (1 - q)
+			r.groupInv[s.Group] = w
+		}
 	}
 	r.nGroup++
 	r.mu.Unlock()
@@ -246,11 +268,14 @@ func (r *Recorder) Recent() []bpf.Sample {
 	return append(append([]bpf.Sample(nil), r.recent[r.head:]...), r.recent[:r.head]...)
 }
 
-// GroupShare is a source group's share of an episode's samples.
+// GroupShare is a source group's share of an episode's samples, and the
+// estimate of its pass fraction from them (weights.go passEstimate; nil
+// when none of its samples carries a pass probability).
 type GroupShare struct {
 	Group   netip.Prefix `json:"group"`
 	Samples uint64       `json:"samples"`
 	Share   float64      `json:"share"`
+	PassEst *float64     `json:"pass_est,omitempty"`
 }
 
 // topGroups returns the n groups with the most samples since the last
@@ -268,6 +293,7 @@ func (r *Recorder) topGroups(n int) ([]GroupShare, uint64) {
 	}
 	for i := range out {
 		out[i].Share = float64(out[i].Samples) / float64(max(r.nGroup, 1))
+		out[i].PassEst = r.groupInv[out[i].Group].passEstimate()
 	}
 	return out, r.nGroup
 }
@@ -277,6 +303,7 @@ func (r *Recorder) resetGroups() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	clear(r.groups)
+	clear(r.groupInv)
 	r.nGroup = 0
 }
 

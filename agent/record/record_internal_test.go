@@ -29,7 +29,7 @@ import (
 func testSample(i int) bpf.Sample {
 	data := bytes.Repeat([]byte{byte(i)}, 100)
 	return bpf.Sample{Mono: time.Duration(i) * time.Millisecond, Ifindex: 1 + i%2, Len: 300, Data: data,
-		Tier: i % 4, Reason: bpf.Reason(i % bpf.NumReasons), Verdict: tiers.VerdictDrop, Severity: i % 8,
+		Tier: i % 4, Reason: bpf.Reason(i % bpf.NumReasons), Verdict: tiers.VerdictDrop, Severity: i % 8, Facility: -1,
 		Group: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, byte(i), 0}), 24)}
 }
 
@@ -231,6 +231,12 @@ func TestSampleComment(t *testing.T) {
 	s = testSample(6)
 	if c := SampleComment(s); !strings.HasPrefix(c, "tier=2 reason=shed_first severity=info ") {
 		t.Errorf("comment %q", c)
+	}
+	// Format 2: the facility, the pass probability and its weight.
+	s.Facility, s.Format, s.Pass = 4, bpf.SampleFormat, 1<<30
+	kv, err := ParseSampleComment(SampleComment(s))
+	if err != nil || kv["facility"] != "auth" || kv["pass"] != "0.25" || kv["weight"] != "4" {
+		t.Errorf("comment %q: %v, %v", SampleComment(s), kv, err)
 	}
 	if _, err := ParseSampleComment("tier=1 reason"); err == nil {
 		t.Error("a broken comment parsed")

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/tierlimit/tierlimit/agent"
@@ -14,6 +15,7 @@ import (
 type severityJSON struct {
 	ProtectBudget uint64                       `json:"protect_budget_packets"`
 	Classes       map[string][]string          `json:"classes"`
+	Facilities    []string                     `json:"protected_facilities,omitempty"`
 	Packets       map[string]map[string]uint64 `json:"packets"`
 	ProtectedPass uint64                       `json:"protected_passed_packets"`
 	DebtPaid      uint64                       `json:"debt_paid_packets"`
@@ -38,6 +40,7 @@ func severityStatus(st agent.Status) *severityJSON {
 			out.Classes[c.String()] = append(out.Classes[c.String()], tiers.SeverityName(sev))
 		}
 	}
+	out.Facilities = facilityNames(sv.Facilities)
 	for _, c := range tiers.SeverityClasses {
 		out.Packets[c.String()] = map[string]uint64{}
 		for _, v := range tiers.Verdicts {
@@ -56,6 +59,9 @@ func writeSeverityStatus(w io.Writer, st agent.Status) {
 	}
 	fmt.Fprintf(w, "\nseverity (UDP): protected %v, shed first %v, protect budget %d packets per window\n",
 		s.Classes[tiers.SevProtected.String()], s.Classes[tiers.SevShedFirst.String()], s.ProtectBudget)
+	if len(s.Facilities) > 0 {
+		fmt.Fprintf(w, "protected facilities (whatever the severity): %v\n", s.Facilities)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "class\tpass\tdrop\twould_drop\t")
 	for _, c := range tiers.SeverityClasses {
@@ -79,6 +85,9 @@ func printSeverityCheck(out io.Writer, p tiers.Policy, t tiers.Table) {
 	fmt.Fprintf(out, "  protected datagrams pass a drop verdict while the window's drop debt is under %d packets;\n", sv.ProtectBudget)
 	fmt.Fprintln(out, "  unprotected ones that would pass are dropped while the debt is positive, paying it off.")
 	fmt.Fprintf(out, "  the collector gets at most %d packets per window more than the tiers give.\n", sv.ProtectBudget)
+	if sv.Facilities != 0 {
+		fmt.Fprintf(out, "  protected facilities (PRI / 8, whatever the severity, even a shed-first one): %s\n", facilityList(sv.Facilities))
+	}
 	for k := 1; k < len(sv.ShedDrops); k++ {
 		fmt.Fprintf(out, "  shed first in tier %d: drop %s%%\n", k, pct(tiers.DropRatio(sv.ShedDrops[k])))
 	}
@@ -88,6 +97,28 @@ func printSeverityCheck(out io.Writer, p tiers.Policy, t tiers.Table) {
 			break
 		}
 	}
+}
+
+// facilityNames names the facilities of mask (bit f: facility f).
+func facilityNames(mask uint32) []string {
+	var out []string
+	for f := range tiers.NumFacilities {
+		if mask>>f&1 != 0 {
+			out = append(out, tiers.FacilityName(f))
+		}
+	}
+	return out
+}
+
+// facilityList is "auth (4), authpriv (10)": names and numbers of mask.
+func facilityList(mask uint32) string {
+	var out []string
+	for f := range tiers.NumFacilities {
+		if mask>>f&1 != 0 {
+			out = append(out, fmt.Sprintf("%s (%d)", tiers.FacilityName(f), f))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 func pct(ratio float64) string {

@@ -8,10 +8,12 @@ import (
 	"io/fs"
 	"maps"
 	"slices"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/tierlimit/tierlimit/agent/record"
+	"github.com/tierlimit/tierlimit/tiers"
 )
 
 // statusShed prints the episode in the agent's state file (docs/design.md §10).
@@ -72,6 +74,19 @@ func writeEpisode(w io.Writer, ep record.Episode, now time.Time) error {
 		}
 		fmt.Fprintln(tw)
 	}
+	if wt := ep.Weights; wt != nil {
+		fmt.Fprintf(tw, "weights	%s to %s: passed %d of %d (pass_frac %s, weight %s)", wt.From.Local().Format(time.TimeOnly),
+			wt.To.Local().Format(time.TimeOnly), wt.All.Passed, wt.All.Offered, fmtShare(wt.All.Value()), fmtShare(wt.All.Weight()))
+		for _, c := range tiers.SeverityClasses {
+			if f, ok := wt.Classes[c.String()]; ok && f.Offered > 0 {
+				fmt.Fprintf(tw, "; %s %s", c, fmtShare(f.Value()))
+			}
+		}
+		if wt.OverBudget.Offered > 0 {
+			fmt.Fprintf(tw, "; over budget %s", fmtShare(wt.OverBudget.Value()))
+		}
+		fmt.Fprintln(tw)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -81,9 +96,16 @@ func writeEpisode(w io.Writer, ep record.Episode, now time.Time) error {
 	}
 	fmt.Fprintf(w, "\ntop source groups by sampled sheds (%d samples):\n", ep.Samples)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tSAMPLES\tSHARE")
+	fmt.Fprintln(tw, "GROUP\tSAMPLES\tSHARE\tPASS (EST.)")
 	for _, g := range ep.Top {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f%%\n", g.Group, g.Samples, 100*g.Share)
+		est := "-"
+		if g.PassEst != nil {
+			est = fmtShare(*g.PassEst)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f%%\t%s\n", g.Group, g.Samples, 100*g.Share, est)
 	}
 	return tw.Flush()
 }
+
+// fmtShare formats a pass fraction or a weight: up to 4 significant digits.
+func fmtShare(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }

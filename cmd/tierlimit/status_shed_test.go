@@ -27,6 +27,11 @@ func TestStatusShed(t *testing.T) {
 		ByTier: map[string]uint64{"3": 8000000, "2": 500000}, ByReason: map[string]uint64{"tier": 8500000, "over_budget": 500000},
 		Samples: 9000, Top: []record.GroupShare{{Group: netip.MustParsePrefix("10.1.2.0/24"), Samples: 6000, Share: 6000.0 / 9000},
 			{Group: netip.MustParsePrefix("2001:db8::/64"), Samples: 3000, Share: 3000.0 / 9000}}}
+	est := 0.125
+	ep.Top[0].PassEst = &est
+	ep.Weights = &record.Weights{From: start, To: start.Add(10 * time.Second), All: record.Fraction{Passed: 250, Offered: 1000},
+		Classes:    map[string]record.Fraction{"protected": {Passed: 40, Offered: 40}, "normal": {Passed: 210, Offered: 700}, "shed_first": {}},
+		OverBudget: record.Fraction{Passed: 0, Offered: 260}}
 	b, _ := json.Marshal(ep)
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
@@ -34,7 +39,8 @@ func TestStatusShed(t *testing.T) {
 	code, out, _ = runCmd(t, "status", "--shed", "--state-file", path)
 	for _, want := range []string{"episode     7 (closed)", "duration    1m30s", "shed        9000000 packets",
 		"by tier     2: 500000, 3: 8000000", "by reason   over_budget: 500000, tier: 8500000",
-		"top source groups by sampled sheds (9000 samples)", "10.1.2.0/24    6000     66.7%", "2001:db8::/64  3000     33.3%"} {
+		"top source groups by sampled sheds (9000 samples)", "10.1.2.0/24    6000     66.7%  0.125", "2001:db8::/64  3000     33.3%  -",
+		"passed 250 of 1000 (pass_frac 0.25, weight 4); normal 0.3; protected 1; over budget 0"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("exit %d, output lacks %q:\n%s", code, want, out)
 		}

@@ -38,6 +38,11 @@ type Decision struct {
 	// N and Tier are 0, and Verdict is VerdictDrop, VerdictWouldDrop or
 	// VerdictPass by the mode.
 	OverBudget bool
+	// Pass is the pass probability in force when the packet was judged,
+	// as the program stores it in a sample (docs/design.md §10): ^thr of
+	// the threshold it was drawn at, 0 for a Paid packet. Unset under
+	// ModeOff.
+	Pass uint32
 }
 
 // Model is the reference model of the XDP limiter for one stream of
@@ -204,7 +209,8 @@ func (m *Model) PacketFrom(nowNs uint64, src netip.Addr) Decision {
 // PacketSeverity accounts for a selected UDP datagram whose <PRI> has
 // syslog severity sev (tiers.SyslogSeverity; -1 when it has none) under the
 // policy's severity block (docs/design.md §7), as the program does; without one
-// it is Packet. The tier comes from N as in Packet, then:
+// it is Packet. It is PacketPRI of facility 0 (kern). The tier comes from N
+// as in Packet, then:
 //
 //   - a SevShedFirst packet is judged at tiers.SeverityTable.ShedDrops[tier]
 //     instead of its tier's threshold;
@@ -219,17 +225,25 @@ func (m *Model) PacketSeverity(nowNs uint64, sev int) Decision {
 	return m.judge(nowNs, netip.Addr{}, sev)
 }
 
+// PacketPRI is PacketSeverity for a datagram whose <PRI> is pri (0..191,
+// tiers.SyslogPRI; -1 when it has none): its class is
+// tiers.SeverityTable.ClassOfPRI, protected when its facility (pri / 8) is
+// protected whatever its severity (pri mod 8).
+func (m *Model) PacketPRI(nowNs uint64, pri int) Decision {
+	return m.judge(nowNs, netip.Addr{}, pri)
+}
+
 // PacketFromSeverity is a UDP datagram from src with syslog severity sev:
 // the per-source budget first (PacketFrom), then severity (PacketSeverity).
 func (m *Model) PacketFromSeverity(nowNs uint64, src netip.Addr, sev int) Decision {
 	return m.judge(nowNs, src, sev)
 }
 
-// judge is the whole model: window, source budget, tier, severity. sev is
+// judge is the whole model: window, source budget, tier, severity. pri is
 // notUDP for a packet that severity ignores, -1 for a UDP datagram without
-// a valid <PRI>, else its severity.
-func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
-	severity := m.table.Severity.On && sev != notUDP
+// a valid <PRI>, else its <PRI> (0..191).
+func (m *Model) judge(nowNs uint64, src netip.Addr, pri int) Decision {
+	severity := m.table.Severity.On && pri != notUDP
 	var d Decision
 	if !m.open || nowNs > m.start && nowNs-m.start > m.window {
 		m.openWindow(nowNs)
@@ -257,8 +271,8 @@ func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
 	if m.mode == tiers.ModeOff {
 		return d
 	}
-	if severity && sev >= 0 && sev <= 7 {
-		d.Class = m.table.Severity.Class[sev]
+	if severity {
+		d.Class = m.table.Severity.ClassOfPRI(pri)
 		if d.Class == tiers.SevShedFirst {
 			thr = m.table.Severity.ShedDrops[tier]
 			if m.table.Shape == tiers.ShapeSmooth {
@@ -267,6 +281,7 @@ func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
 		}
 	}
 	m.lastThr = thr
+	d.Pass = ^thr
 	drop := m.draw(thr)
 	if severity {
 		switch {
@@ -276,6 +291,7 @@ func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
 			m.debt += m.w
 		case !drop && d.Class != tiers.SevProtected && m.debt > 0:
 			drop, d.Paid = true, true
+			d.Pass = 0
 			m.debt -= min(m.debt, m.w)
 		}
 	}
@@ -511,7 +527,7 @@ func (m *Model) overBudget(nowNs uint64) Decision {
 	} else {
 		_, thr = m.table.Lookup(max(m.count, m.expectIn) + m.ex)
 	}
-	m.lastThr = thr
+	m.lastThr, d.Pass = thr, ^thr
 	if m.mode != tiers.ModeOff && m.draw(thr) {
 		d.Verdict = dropVerdict(m.mode)
 	}
