@@ -87,6 +87,7 @@ static __always_inline void fleet_refresh(void)
  * with a view pays no call. */
 __noinline __u64 tl_fleet_scale(__u64 r)
 {
+	TL_FN(TL_FLEET_SCALE);
 	__u64 k = tl_fleet_fb_mult;
 	if (k > TL_FLEET_MULT_MAX)
 		k = TL_FLEET_MULT_MAX;
@@ -116,6 +117,7 @@ __noinline __u64 tl_fleet_scale(__u64 r)
  * alone, unscaled. */
 __noinline __u64 tl_fleet_others_now(__u64 r, __u32 tot, __u32 onset)
 {
+	TL_FN(TL_FLEET_OTHERS_NOW);
 	__u64 o = tot ? tl_fleet_others : tl_fleet_others_in;
 	__u64 m = tl_fleet_members;
 	if (!onset || !m)
@@ -146,8 +148,14 @@ __noinline __u64 tl_fleet_others_now(__u64 r, __u32 tot, __u32 onset)
  * ignored. */
 static __always_inline __u64 tl_fleet_rhat(__u64 r, __u32 tot, __u32 onset)
 {
-	if (__builtin_expect(!tl_fleet_stale, 1))
+	if (__builtin_expect(!tl_fleet_stale, 1)) {
+		/* tl_fleet_others_now's first case, without the call: every
+		 * packet of a CPU not latched, and every packet without a
+		 * fleet (0 members). */
+		if (!onset || !tl_fleet_members)
+			return r + (tot ? tl_fleet_others : tl_fleet_others_in);
 		return r + tl_fleet_others_now(r, tot, onset);
+	}
 	return tl_fleet_scale(r);
 }
 

@@ -27,6 +27,7 @@
 #include "include/bpf_helpers.h"
 #include "include/bpf_endian.h"
 #include "consts.h"
+#include "calls.h"
 #include "types.h"
 #include "parse.h"
 
@@ -132,6 +133,45 @@ static __always_inline int martian6(const struct ipv6hdr *ip6, int tcp, int syn)
 	return d8[0] == 0xff || (syn && (s[0] | s[1]) == 0 && s[2] == bpf_htonl(0xffff));
 }
 
+/* The first-octet test of tl_host_discards: addresses that no martian
+ * rule touches. IPv4: both first octets in 1-126 or 128-223; IPv6: both
+ * first bytes neither 0x00 (::1, IPv4-mapped) nor 0xff (multicast). */
+static __always_inline int plain_addrs(__u8 sf, __u8 df, int v6)
+{
+	return v6 ? (__u8)(sf - 1) < 0xfe && (__u8)(df - 1) < 0xfe
+		  : (__u8)(sf - 1) < 223 && sf != 127 && (__u8)(df - 1) < 223 && df != 127;
+}
+
+/* Whether Linux certainly keeps this frame by the common case of each
+ * rule, read inline (no call), on an untagged IPv4 or IPv6 frame (its L3
+ * header at 14, as the parser finds it): the interface not described or
+ * not checked; its MAC, or a broadcast or multicast one; addresses that
+ * pass plain_addrs. 0 when a rule needs the rest of its test:
+ * tl_host_discards answers then (a call). It decides only where
+ * tl_host_discards would answer 0 by the same tests, so that the two agree
+ * on every frame. It reads nothing of the parse (pkt_pack's a1), so that
+ * the verifier checks it once, not once per parser path. */
+static __always_inline int host_keeps(struct xdp_md *ctx)
+{
+	const __u8 *eth = (const void *)(long)ctx->data;
+	const void *end = (const void *)(long)ctx->data_end;
+	__u64 word = iface_word(ctx->ingress_ifindex);
+	__u32 flags = word >> TL_IF_FLAG_SHIFT;
+	if ((const void *)(eth + sizeof(struct ethhdr) + 40) > end)
+		return 0;
+	__u16 proto = (__u16)eth[12] << 8 | eth[13];
+	if (proto != ETH_P_IP && proto != ETH_P_IPV6)
+		return 0;
+	if ((flags & TL_IF_MAC) && !(eth[0] & 1) &&
+	    (*(const __u32 *)eth != (__u32)word || *(const __u16 *)(eth + 4) != (__u16)(word >> 32)))
+		return 0;
+	if (!(flags & TL_IF_MARTIAN))
+		return 1;
+	const __u8 *l3 = eth + sizeof(struct ethhdr);
+	int v6 = proto == ETH_P_IPV6;
+	return plain_addrs(l3[v6 ? 8 : 12], l3[v6 ? 24 : 16], v6);
+}
+
 /* Does Linux certainly discard this selected frame (the rules above)? a1
  * is the frame's pkt_pack word, read here field by field: the L3 offset,
  * the family, the unclassified reason, the L4 protocol and the SYN bit.
@@ -141,6 +181,7 @@ static __always_inline int martian6(const struct ipv6hdr *ip6, int tcp, int syn)
  * inline on 6.18, and no faster in BenchmarkHostChecks). */
 __noinline int tl_host_discards(struct xdp_md *ctx, __u64 a1)
 {
+	TL_FN(TL_HOST_DISCARDS);
 	if (!ctx)
 		return 0;
 	void *data = (void *)(long)ctx->data;
@@ -153,16 +194,10 @@ __noinline int tl_host_discards(struct xdp_md *ctx, __u64 a1)
 		return 0;
 	const __u8 *l3 = data + (a1 & 0xff);
 	int v6 = (a1 >> 8) & 1;
-	/* The common case first: addresses that no rule touches. IPv4: both
-	 * first octets in 1-126 or 128-223; IPv6: both first bytes neither
-	 * 0x00 (::1, IPv4-mapped) nor 0xff (multicast). */
+	/* The common case first: addresses that no rule touches. */
 	__u32 so = v6 ? 8 : 12, dof = v6 ? 24 : 16;
-	if (l3 + 40 <= (const __u8 *)end) {
-		__u8 sf = l3[so], df = l3[dof];
-		if (v6 ? (__u8)(sf - 1) < 0xfe && (__u8)(df - 1) < 0xfe
-		       : (__u8)(sf - 1) < 223 && sf != 127 && (__u8)(df - 1) < 223 && df != 127)
-			return 0;
-	}
+	if (l3 + 40 <= (const __u8 *)end && plain_addrs(l3[so], l3[dof], v6))
+		return 0;
 	__u32 uncl = (a1 >> 9) & 7;
 	if (uncl == 1 + TL_UNCL_VLAN_DEPTH)
 		return 0;

@@ -8,6 +8,7 @@
 #include "include/tl_kernel.h"
 #include "include/bpf_helpers.h"
 #include "consts.h"
+#include "calls.h"
 #include "cursor.h"
 
 /* A Jumbo Payload option at o, off bytes into its hop-by-hop header, as
@@ -61,6 +62,7 @@ static __always_inline long hbh_jumbo(const struct pcur *o, __u32 off, __u32 res
  * header (TestVerifierComplexity). */
 __noinline long tl_ipv6_options(struct xdp_md *ctx, __u32 l3, __u32 start, __u32 hlen_nh, __u32 l4len)
 {
+	TL_FN(TL_IPV6_OPTIONS);
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	__u64 flen = end - data;

@@ -9,6 +9,9 @@
 #include "include/bpf_helpers.h"
 #include "consts.h"
 #include "types.h"
+/* The calls counted for tests (TL_COUNT_CALLS): before any helper call of
+ * the headers that include this one. */
+#include "calls.h"
 
 /* A plain load the compiler may not merge or move: for map values that
  * other CPUs write. */

@@ -35,9 +35,12 @@ static __always_inline void overflow_mark(struct tl_window *w, __u64 id)
 /* Counts segs packets of window id on this CPU's overflow slot. Returns 0
  * when the CPU has no slot (numbered TL_MAX_CPUS or more): the caller
  * counts them on the shared count instead. Only this CPU writes its slot.
+ * An in-budget packet (ex 0) gets, in *own when not NULL, the slot's count
+ * after its add: what tl_overflow_own(id) reads next on this CPU, without
+ * the call.
  * The first packet of a window on a CPU reuses the slot of window id - 2,
  * and marks the window as overflowed (overflow_mark). */
-static __always_inline int overflow_add(struct tl_window *w, __u64 id, int ex, __u32 segs)
+static __always_inline int overflow_add(struct tl_window *w, __u64 id, int ex, __u32 segs, __u64 *own)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct tl_overflow *o = bpf_map_lookup_elem(&overflow, &cpu);
@@ -61,6 +64,8 @@ static __always_inline int overflow_add(struct tl_window *w, __u64 id, int ex, _
 	if (!o->packets[i] && READ_ONCE(w->overflowed) != id + 1)
 		overflow_mark(w, id);
 	o->packets[i] += segs;
+	if (own)
+		*own = o->packets[i];
 	return 1;
 }
 
@@ -72,6 +77,7 @@ static __always_inline int overflow_add(struct tl_window *w, __u64 id, int ex, _
  * which it is called. */
 __noinline __u64 tl_overflow_own(__u64 id)
 {
+	TL_FN(TL_OVERFLOW_OWN);
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct tl_overflow *o = bpf_map_lookup_elem(&overflow, &cpu);
 	return o && o->window[id & 1] == id ? o->packets[id & 1] : 0;
@@ -89,6 +95,7 @@ struct overflow_sum_ctx {
 
 static long overflow_sum_cpu(__u32 cpu, struct overflow_sum_ctx *x)
 {
+	TL_FN(OVERFLOW_SUM_CPU);
 	struct tl_overflow *o = bpf_map_lookup_elem(&overflow, &cpu);
 	if (!o)
 		return 1;

@@ -176,6 +176,8 @@ static __always_inline void load_addr(const struct pkt *p, int dst, __u8 out[16]
  *   a1:  0..7  offset of the L3 header from data (at most 14 + 4 * TL_VLAN_MAX)
  *        8     1 for IPv6, 0 for IPv4
  *        9..11 1 + enum tl_unclassified of an unclassified frame; 0: classified
+ *       12     TL_A1_HOST_CHECK: the frame needs tl_host_discards' test
+ *              (set by the entry point: host.h host_keeps)
  *       16..23 l4proto     24..31 frag (FRAG_*)
  *       32..39 syn         40..47 frag_proto
  *       48..63 plen, TL_PLEN_FRAME when 0xffff or more (take it from the frame)
@@ -188,6 +190,8 @@ static __always_inline void load_addr(const struct pkt *p, int dst, __u8 out[16]
 _Static_assert(sizeof(struct ethhdr) + TL_VLAN_MAX * sizeof(struct vlan_hdr) <= 0xff,
 	       "the L3 offset must fit in a1's 8 bits");
 _Static_assert(TL_UNCL_MAX < 7, "an unclassified reason must fit in a1's 3 bits");
+
+#define TL_A1_HOST_CHECK (1ULL << 12)
 
 static __always_inline void pkt_pack(const struct pkt *p, int deep, __u64 payload_off, __u64 *a1, __u64 *a2)
 {

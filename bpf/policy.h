@@ -28,6 +28,7 @@ static __always_inline struct tl_settings *active_settings(__u32 *zero, __u32 *s
  * checks it once, with its argument unknown (TestVerifierComplexity). */
 __noinline int tl_dests_lookup(const struct tl_lpm_key *k)
 {
+	TL_FN(TL_DESTS_LOOKUP);
 	if (!k)
 		return 0;
 	/* A copy on this function's stack: Linux 6.1's verifier takes a global

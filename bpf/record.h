@@ -182,6 +182,7 @@ static __always_inline void record_copy(struct tl_sample *smp, __u8 *data, void 
  * the paths that call it pay a call. */
 __noinline int tl_record(struct xdp_md *ctx, __u64 meta, __u32 thr)
 {
+	TL_FN(TL_RECORD);
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 slot = (meta >> 48) & (TL_SLOTS - 1), zero = 0;

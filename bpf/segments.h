@@ -45,6 +45,7 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
  * verifier checks it once: inlined, it cost +17k instructions. */
 __noinline __u32 tl_dodgy_segments(struct xdp_md *ctx, __u32 gso_size, __u32 off)
 {
+	TL_FN(TL_DODGY_SEGMENTS);
 	if (!ctx || !gso_size)
 		return 1;
 	__u64 len = ctx->data_end - ctx->data;
@@ -97,6 +98,7 @@ static __always_inline __u32 super_segments(struct xdp_md *ctx, int tcp, __u32 o
  * skb once, not on every path of the parser. */
 __noinline int tl_gso_tcp(struct xdp_md *ctx)
 {
+	TL_FN(TL_GSO_TCP);
 	if (!ctx)
 		return 0;
 	return super_segments(ctx, 1, 0, 0) > 1;

@@ -48,6 +48,7 @@ static __always_inline int parse_pri(const struct cursor *c, __u32 len)
  * checks it once, not on every path to judge_sev. */
 __noinline __u32 tl_udp_rest6(struct xdp_md *ctx, __u32 l3, __u32 off)
 {
+	TL_FN(TL_UDP_REST6);
 	if (!ctx)
 		return 0;
 	void *data = (void *)(long)ctx->data;

@@ -36,6 +36,7 @@
 #include "maps.h"
 #include "policy.h"
 #include "window.h"
+#include "verdict.h"
 
 #include "smooth_q.h"
 #include "smooth_prof.h"
@@ -58,10 +59,12 @@ static __always_inline __u64 sm_own_ex(__u64 id)
  * passed 1.7 to 4 × what the model passed:
  * TestSmoothSaturatedTickProgram);
  * the other CPUs' packets since c's refresh are not seen, a tick's worth
- * at most. */
-static __always_inline __u64 sm_ovf(const struct tl_smooth_cpu *c, __u64 id)
+ * at most. own is this CPU's count as its packet's overflow_add left it
+ * (window_pos.own), or TL_OWN_UNREAD: then it is read (tl_overflow_own, a
+ * call), as on a packet that took the shared add. */
+static __always_inline __u64 sm_ovf(const struct tl_smooth_cpu *c, __u64 id, __u64 own)
 {
-	return c->ovf + tl_overflow_own(id);
+	return c->ovf + (own != TL_OWN_UNREAD ? own : tl_overflow_own(id));
 }
 
 /* Whether a is within b/1024 of b (tiers.near). */
@@ -157,6 +160,7 @@ static __always_inline struct tl_smooth_cpu *sm_coef(struct tl_window *w, const 
 static __noinline void sm_refresh(struct tl_smooth_cpu *c, struct tl_window *w, const struct tl_settings *s,
 				  __u64 in, __u64 start)
 {
+	TL_FN(SM_REFRESH);
 	__u64 id = c->id - 1, tick = c->tick;
 	__u64 j = s->sm_ticks ? s->sm_ticks : 1;
 	__u64 e = tick > start ? tick - start : 0;
@@ -272,7 +276,7 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
 	struct tl_smooth_cpu *c = sm_coef(w, s, slot, pos->id, pos->tick, pos->n);
 	if (!c)
 		return NULL;
-	__u64 n = pos->n >= s->last_n ? pos->n - 1 + sm_ovf(c, pos->id) : pos->n;
+	__u64 n = pos->n >= s->last_n ? pos->n - 1 + sm_ovf(c, pos->id, pos->own) : pos->n;
 	__u64 xh = READ_ONCE(w->exh_in), el;
 	__u64 ea = sm_latch(c, w, s, pos->id, n + c->ex, n > xh ? n - xh : 0, &el);
 	__u64 rhat = sm_rhat(w, s, c, n, ea, el);
@@ -298,13 +302,19 @@ static __always_inline struct tl_smooth_cpu *sm_judge(struct tl_window *w, const
  * share of P(R̂_tot) − P(R̂_in), memoised per CPU (sm_share_memo).
  *
  * A super-packet of segs datagrams counts as segs over-budget packets and
- * takes its last datagram's position. */
+ * takes its last datagram's position.
+ *
+ * *drop is whether the policy drops the packet at *thr (never in mode
+ * off): the draw, from this CPU's generator in the smooth shape (sm_drop,
+ * no helper call), else bpf_get_prandom_u32 (draw_drop). Returns 0 when
+ * there is no threshold to read (a map that cannot be read): the caller
+ * judges the packet at TL_THR_ALWAYS. */
 static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_settings *s, __u32 slot,
-					   __u64 id, __u64 tick, __u32 segs, __u32 *thr)
+					   __u64 id, __u64 tick, __u32 segs, __u32 *thr, int *drop)
 {
 	__u64 in = READ_ONCE(w->count);
 	if (s->shape == TL_SHAPE_SMOOTH) {
-		if (!overflow_add(w, id, 1, segs))
+		if (!overflow_add(w, id, 1, segs, NULL))
 			__sync_fetch_and_add(&w->ex_count, segs);
 		struct tl_smooth_cpu *c = sm_coef(w, s, slot, id, tick, in);
 		if (!c)
@@ -320,7 +330,7 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		 * packets on last_n - 1 in-budget packets, R̂_tot fell below
 		 * R̂_in, and they passed at q(R̂_in) where the share is none
 		 * (1.45 × P(R) passed, TestSmoothRiseProgram). */
-		__u64 n = in + 1 >= s->last_n ? in + sm_ovf(c, id) : in;
+		__u64 n = in + 1 >= s->last_n ? in + sm_ovf(c, id, TL_OWN_UNREAD) : in;
 		__u64 own = sm_own_ex(id);
 		__u64 all = n + c->ex + (own > c->ex_own ? own - c->ex_own : 0);
 		__u64 xh = READ_ONCE(w->exh_in), el;
@@ -343,6 +353,9 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		if (!c->ex_r || !sm_near(rtot, c->ex_r) || !sm_near(rin, c->ex_rin))
 			sm_share_memo(c, s, slot, rin, rtot);
 		*thr = c->ex_thr;
+		/* The draw from this CPU's generator (sm_drop), not the
+		 * helper's: no call. */
+		*drop = s->mode != TL_MODE_OFF && sm_drop(c, c->ex_thr);
 		return 1;
 	}
 	__u64 expect = READ_ONCE(w->expect_in);
@@ -354,10 +367,14 @@ static __always_inline int over_budget_thr(struct tl_window *w, const struct tl_
 		 * all (source_stats counts the packet; only the smooth shape
 		 * reads the per-CPU over-budget counts). */
 		*thr = s->last_thr;
+		*drop = s->mode != TL_MODE_OFF && draw_drop(*thr);
 		return 1;
 	}
 	pos = base + __sync_fetch_and_add(&w->ex_count, segs) + segs;
-	return tier_entry(s, slot, pos, &tier, thr);
+	if (!tier_entry(s, slot, pos, &tier, thr))
+		return 0;
+	*drop = s->mode != TL_MODE_OFF && draw_drop(*thr);
+	return 1;
 }
 
 #endif /* __TL_SMOOTH_H */

@@ -100,6 +100,7 @@ static __always_inline __u64 sm_prof_base(const struct tl_smooth_prof *p, __u64 
 #define TL_PROF_NONE (~0ULL)
 __noinline int sm_prof_take(__u64 id, __u64 n, __u64 e, __u64 j)
 {
+	TL_FN(SM_PROF_TAKE);
 	__u32 zero = 0;
 	if (!j || e >= j)
 		return 0;
@@ -113,6 +114,7 @@ __noinline int sm_prof_take(__u64 id, __u64 n, __u64 e, __u64 j)
 
 __noinline __u64 sm_prof_share(__u64 id, __u64 prev, __u64 j, __u64 eg)
 {
+	TL_FN(SM_PROF_SHARE);
 	__u32 zero = 0;
 	struct tl_smooth_prof *p = bpf_map_lookup_elem(&smooth_prof, &zero);
 	if (!p || !id || !j || READ_ONCE(p->tag[(id - 1) & 1][0]) != id)

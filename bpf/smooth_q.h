@@ -134,6 +134,7 @@ static __always_inline __u32 sm_share(const struct tl_settings *s, __u32 slot, s
 static __noinline void sm_share_memo(struct tl_smooth_cpu *c, const struct tl_settings *s, __u32 slot, __u64 rin,
 				     __u64 rtot)
 {
+	TL_FN(SM_SHARE_MEMO);
 	c->ex_r = rtot ? rtot : 1;
 	c->ex_rin = rin;
 	c->ex_thr = sm_share(s, slot & (TL_SLOTS - 1), c, rin, rtot);

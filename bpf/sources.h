@@ -239,9 +239,10 @@ static __always_inline int source_budget(struct xdp_md *ctx, const struct pkt *p
 	/* Over budget: judged on the capacity in-budget traffic leaves
 	 * (smooth.h over_budget_thr), never counted in the window's n. */
 	__u32 thr, verdict = TL_PASS;
-	if (!over_budget_thr(w, s, slot, id, tick, p->wt, &thr))
-		thr = TL_THR_ALWAYS;
-	if (s->mode != TL_MODE_OFF && draw_drop(thr))
+	int drop = 0;
+	if (!over_budget_thr(w, s, slot, id, tick, p->wt, &thr, &drop))
+		drop = s->mode != TL_MODE_OFF; /* at TL_THR_ALWAYS */
+	if (drop)
 		verdict = mode_verdict(s);
 	count(&source_stats, verdict, segs, bytes);
 	count(&bytes_stats, verdict, segs, p->plen);

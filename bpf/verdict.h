@@ -36,7 +36,7 @@ static __always_inline void count(void *map, __u32 key, __u32 packets, __u64 byt
 	 * every field the key came from (the parser's, on every path):
 	 * tl_opaque hides it (cursor.h). */
 	key += tl_opaque;
-	struct tl_stat *st = bpf_map_lookup_elem(map, &key);
+	struct tl_stat *st = tl_lookup_percpu(map, &key);
 	if (st) {
 		st->packets += packets;
 		st->bytes += bytes;

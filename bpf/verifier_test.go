@@ -30,7 +30,13 @@ import (
 // those paths only (super_segments as a whole global function, called on
 // every generic-mode packet, took it to 177,347). Issue 39 (the onset
 // from the recent rate, sm_latch in both smooth judgements) took it to
-// 208,244, with tl_sm_reref folded into the stale reference. The
+// 208,244, with tl_sm_reref folded into the stale reference; it read
+// 223,665 when issue 42 began, and 227,752 after it took the calls off
+// the selected path (the host's common case inline at the entry; a smooth
+// packet's own overflow count from window_count; tl_fleet_others_now only
+// latched with members; the over-budget draw from the CPU's generator),
+// and 208,913 with count: bytes and the severity facilities merged
+// (issue 41; main read 217,080 then). The
 // parser's cost grows ~1.2x
 // per IPv6 extension header walked (TL_IPV6_EXT_MAX 4: 151k, 6: 180k, 8:
 // 243k, 12: 490k, measured before tl_dest_in took 20k off tl_judge), where

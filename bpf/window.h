@@ -28,6 +28,7 @@ struct window_clock {
  * restart that switched the source. */
 __noinline __u64 tl_tick_switched(__u64 window_ns, __u64 window_jiffies, __u64 tick, __u64 now, __u64 start_ns)
 {
+	TL_FN(TL_TICK_SWITCHED);
 	if (!window_jiffies)
 		return start_ns >> TL_SMOOTH_TICK_SHIFT;
 	if (!now)
@@ -236,7 +237,13 @@ struct window_pos {
 	__u64 n;    /* the packet's 1-based count in its window */
 	__u64 id;   /* the window's id, tl_window.opened */
 	__u64 tick; /* window_tick of the reading */
+	__u64 own;  /* this CPU's overflow count of id after this packet, when
+		     * it took the saturated path (overflow_add); else
+		     * TL_OWN_UNREAD: sm_ovf reads it (tl_overflow_own) */
 };
+
+/* window_pos.own when the packet did not count on its CPU's slot. */
+#define TL_OWN_UNREAD (~0ULL)
 
 static __always_inline void window_count(struct tl_window *w, const struct tl_settings *s, struct window_pos *pos,
 					 __u32 wt)
@@ -249,6 +256,7 @@ static __always_inline void window_count(struct tl_window *w, const struct tl_se
 		/* The opener's whole weight (a super-packet's datagrams, or its
 		 * bytes) opens the new window's count. */
 		window_open(w, s, pos->tick, &t, wt);
+		pos->own = TL_OWN_UNREAD;
 		pos->n = wt;
 		pos->id = READ_ONCE(w->opened);
 		return;
@@ -256,7 +264,8 @@ static __always_inline void window_count(struct tl_window *w, const struct tl_se
 	__u64 c = READ_ONCE(w->count);
 	__u64 id = READ_ONCE(w->opened);
 	pos->id = id;
-	if (c + 1 >= s->last_n && overflow_add(w, id, 0, wt)) {
+	pos->own = TL_OWN_UNREAD;
+	if (c + 1 >= s->last_n && overflow_add(w, id, 0, wt, &pos->own)) {
 		/* c + 1 >= last_n: the last entry's, whatever the weight (a
 		 * SYN's 0 under count: bytes too); the smooth shape adds the
 		 * overflow, this packet's included, to c (smooth.h sm_judge). */
