@@ -22,9 +22,6 @@ import (
 // of a dropped frame, as on a driver's receive path. Linux >= 5.18.
 const testXDPLiveFrames = 1 << 1
 
-// liveChunk is the most frames of one live-frames BPF_PROG_TEST_RUN call.
-const liveChunk = 1 << 17
-
 // xdpMD is struct xdp_md (include/uapi/linux/bpf.h), the context that
 // BPF_PROG_TEST_RUN takes for XDP. Data is the metadata length (0) and
 // DataEnd the frame's length; the kernel rejects any other layout.
@@ -140,22 +137,23 @@ func BenchmarkLiveFramesSmooth(b *testing.B) {
 }
 
 // liveChunks runs h's program and then each of controls on frame in
-// live-frames mode on lo of ns, chunk by chunk (liveChunk frames) until b.N
-// frames each, and returns each program's best chunk in Mpps: tierlimit's
+// live-frames mode on lo of ns, chunk by chunk (benchTiming's chunk, sized
+// to the host's tick; chunkRounds of them), and returns each program's best chunk in Mpps: tierlimit's
 // first, then the controls' in order. check judges tierlimit's chunk of n
 // frames from its stats before and after, and returns the frames that
 // count for its rate (those it dropped).
 func liveChunks(b *testing.B, ns *NS, h *harness, frame []byte, check func(s0, s1 bpf.Stats, n uint32) (uint64, error), controls ...*ebpf.Program) []float64 {
 	b.Helper()
 	best := make([]float64, 1+len(controls))
+	chunk := benchTiming(b).Chunk
 	err := ns.Do(func() error {
 		lo, err := netlink.LinkByName("lo")
 		if err != nil {
 			return err
 		}
 		ctx := xdpMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(lo.Attrs().Index)}
-		for done := 0; done < b.N; done += liveChunk {
-			n := uint32(min(liveChunk, b.N-done))
+		for range chunkRounds(b.N, chunk) {
+			n := uint32(chunk)
 			s0, err := h.l.Stats()
 			if err != nil {
 				return err

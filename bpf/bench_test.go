@@ -2,7 +2,6 @@ package bpf_test
 
 import (
 	"encoding/binary"
-	"math"
 	"net/netip"
 	"testing"
 	"time"
@@ -12,9 +11,6 @@ import (
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
-
-// benchChunk is how many packets one BPF_PROG_TEST_RUN call runs.
-const benchChunk = 1 << 17
 
 // BenchmarkProgram measures the program's cost per packet with
 // BPF_PROG_TEST_RUN on each path, beside a bare XDP_DROP program measured
@@ -164,7 +160,7 @@ func benchPaired(b *testing.B, progs benchProgs, frame []byte) {
 	b.ReportMetric(progNs/bareNs, "x-bare")
 	if progs.floor != nil {
 		floorNs := best[2]
-		checkFloorCells(b, progs.cells, uint64(b.N))
+		checkFloorCells(b, progs.cells, chunkPackets(b))
 		b.ReportMetric(floorNs, "floor-ns/pkt")
 		b.ReportMetric(progNs/floorNs, "x-floor")
 		b.ReportMetric(floorNs/bareNs, "floor-x-bare")
@@ -173,30 +169,28 @@ func benchPaired(b *testing.B, progs benchProgs, frame []byte) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// bestChunks runs progs on frame in turn, chunk by chunk (benchChunk
-// packets), until each has run b.N packets, and returns each one's fastest
-// chunk in ns per packet (wall time of the call over its packets): on a
-// shared machine other jobs only ever slow a chunk down.
+// bestChunks runs progs on frame in turn, chunk by chunk (benchTiming's
+// chunk), and returns each one's fastest chunk in ns per packet: the wall
+// time of the call less the call's fixed cost (hostTiming.Fixed), over
+// its packets. On a shared machine other jobs only ever slow a chunk down.
 func bestChunks(b *testing.B, frame []byte, progs ...*ebpf.Program) []float64 {
+	fixed := benchTiming(b).Fixed
 	return chunkMinima(b, func(prog *ebpf.Program, n int) (float64, error) {
 		d, err := timeRun(prog, frame, uint32(n))
-		return float64(d.Nanoseconds()) / float64(n), err
+		return float64((d - fixed).Nanoseconds()) / float64(n), err
 	}, progs...)
 }
 
-// chunkMinima runs progs in turn, chunk by chunk (benchChunk packets),
-// until each has run b.N packets, and returns each one's least ns per
-// packet as perPacket measures a chunk of n.
+// chunkMinima runs progs in turn, chunk by chunk (benchTiming's chunk,
+// sized to the host's tick), for chunkRounds(b.N) rounds, and returns each
+// one's least ns per packet as perPacket measures a chunk of n.
 func chunkMinima(b *testing.B, perPacket func(prog *ebpf.Program, n int) (float64, error), progs ...*ebpf.Program) []float64 {
 	b.Helper()
-	best := make([]float64, len(progs))
-	for i := range best {
-		best[i] = math.Inf(1)
-	}
-	for done := 0; done < b.N; done += benchChunk {
-		n := min(benchChunk, b.N-done)
+	chunk := benchTiming(b).Chunk
+	best := inf(len(progs))
+	for range chunkRounds(b.N, chunk) {
 		for i, prog := range progs {
-			ns, err := perPacket(prog, n)
+			ns, err := perPacket(prog, chunk)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -204,6 +198,12 @@ func chunkMinima(b *testing.B, perPacket func(prog *ebpf.Program, n int) (float6
 		}
 	}
 	return best
+}
+
+// chunkPackets is how many packets chunkMinima runs of each program.
+func chunkPackets(b *testing.B) uint64 {
+	chunk := benchTiming(b).Chunk
+	return uint64(chunkRounds(b.N, chunk) * chunk)
 }
 
 // checkFloorCells fails tb unless every cell of a floor program's map
