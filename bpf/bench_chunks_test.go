@@ -265,7 +265,7 @@ func BenchmarkTiming(b *testing.B) {
 	bare := BareProgram(b, xdpDrop)
 	frame := UDP4(b, 514)
 	off := bestChunks(b, frame, bare)[0]
-	st := statsChunks(b, frame, bare)
+	st := statsChunks(b, func(*ebpf.Program) []byte { return frame }, bare)
 	b.ReportMetric(st.ns[0], "stats-fixed-ns")
 	b.ReportMetric(st.wall[0]-off, "stats-wall-ns")
 	b.ReportMetric(0, "ns/op")
@@ -278,7 +278,8 @@ type statsTimes struct {
 	ns, wall []float64
 }
 
-// statsChunks runs progs in turn chunk by chunk as bestChunks does, with
+// statsChunks runs progs in turn chunk by chunk as bestChunks does, each
+// on frame(prog), with
 // the kernel's run-time statistics on (ebpf.EnableStats: BPF_ENABLE_STATS
 // through a file descriptor, closed after, not the global sysctl), and
 // returns each program's least run time per run as the kernel counts it
@@ -287,7 +288,7 @@ type statsTimes struct {
 // they need no long chunks; their own cost per run is in each figure
 // (BenchmarkTiming's stats-fixed-ns), to be subtracted from both sides of
 // a ratio.
-func statsChunks(b *testing.B, frame []byte, progs ...*ebpf.Program) statsTimes {
+func statsChunks(b *testing.B, frame func(*ebpf.Program) []byte, progs ...*ebpf.Program) statsTimes {
 	b.Helper()
 	closer, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
@@ -302,7 +303,7 @@ func statsChunks(b *testing.B, frame []byte, progs ...*ebpf.Program) statsTimes 
 			if err != nil {
 				b.Fatal(err)
 			}
-			d, err := timeRun(prog, frame, uint32(t.Chunk))
+			d, err := timeRun(prog, frame(prog), uint32(t.Chunk))
 			if err != nil {
 				b.Fatal(err)
 			}
