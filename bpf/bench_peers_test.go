@@ -40,7 +40,8 @@ type peerEntry struct {
 // the run time the kernel counts per run less the bare program's (the
 // statistics' own cost per run and the empty program's, subtracted from
 // both sides of any ratio of them). A peer whose object is missing is
-// left out (no metric), and the log says so.
+// left out (no metric), and the log says so. Last, bpftool's profile of
+// tierlimit's paths (profileEntries), or the reason it cannot run.
 func BenchmarkPeers(b *testing.B) {
 	udp, syn := UDP4(b, 514), TCP4(b, l3afPort, true, false)
 	es := []peerEntry{{"bare", BareProgram(b, xdpPass), udp, xdpPass}}
@@ -88,6 +89,7 @@ func BenchmarkPeers(b *testing.B) {
 		b.ReportMetric(st.ns[i]-st.ns[0], e.name+"-own-ns")
 	}
 	b.ReportMetric(st.ns[0], "stats-fixed-ns")
+	profileEntries(b, es)
 	b.ReportMetric(0, "ns/op")
 }
 
