@@ -117,7 +117,7 @@ func parseSuiteFlags(args []string) (suiteOpts, string, error) {
 	o.flood = cfg
 	fs.StringVar(&o.out, "out", "deploy/bench", "output `dir` for results.md, the plot and raw/")
 	fs.StringVar(&o.bpfTest, "bpf-test", "", "the bpf package's test binary (go test -c ./bpf); empty skips figures 1-3")
-	fs.StringVar(&o.benchtime, "benchtime", "1x", "-test.benchtime of figures 1-3 (packets per measurement; every program runs at least two chunks sized to the host's tick)")
+	fs.StringVar(&o.benchtime, "benchtime", "4194304x", "-test.benchtime of figures 1-3 (packets per measurement, b.N; every program runs at least two chunks sized to the host's tick, more when b.N is more)")
 	fs.IntVar(&o.count, "count", 3, "-test.count of figures 1-3")
 	fs.StringVar(&o.peers, "peers", "", "`dir` of the peers' objects (deploy/bench/peers.sh) for section 6; empty leaves them out, and the page says so")
 	fs.Uint64Var(&o.xdpTxPackets, "xdp-tx-packets", 3_000_000, "frames per run of the xdp-tx flood")
@@ -140,7 +140,7 @@ func parseSuiteFlags(args []string) (suiteOpts, string, error) {
 		o.peers = abs
 	}
 	if o.quick {
-		o.runs, o.count, o.benchtime = 1, 1, "1x"
+		o.runs, o.count, o.benchtime = 1, 1, "262144x"
 		cfg.packets, o.xdpTxPackets = 60_000, 300_000
 	}
 	if o.command == "" {
