@@ -62,7 +62,8 @@ type hostTiming struct {
 	// sizingPackets: the least of its wall time less Fixed and the
 	// kernel's own figure, over three calls. The chunk is sized from it.
 	BareNs float64
-	// Ticks is how many quanta a chunk of the bare program spans.
+	// Ticks is how many quanta a chunk of the bare program spans, of the
+	// coarser of Quantum and CONFIG_HZ's tick.
 	Ticks int
 	// Chunk is the packets of one chunk.
 	Chunk int
@@ -160,7 +161,16 @@ func measureTiming(tb testing.TB) (hostTiming, error) {
 	t.BareNs = max(best, 0.5)
 	t.Chunk = fallbackChunk
 	if t.Quantum > 0 {
-		n := float64(t.Ticks) * float64(t.Quantum.Nanoseconds()) / t.BareNs
+		// On a loaded machine the calls' ends can fall on a finer grid
+		// than the tick (a fraction of it: measured 2.0 ms at HZ=250 while
+		// other jobs ran, the ticks of two CPUs apart by half a tick).
+		// The chunk spans Ticks of the coarser of the two, so that it
+		// spans Ticks of the tick whatever grid this run measured.
+		step := float64(t.Quantum.Nanoseconds())
+		if t.ConfigHZ > 0 {
+			step = max(step, 1e9/float64(t.ConfigHZ))
+		}
+		n := float64(t.Ticks) * step / t.BareNs
 		// Rounded up to a multiple of 2^16 packets.
 		t.Chunk = int(math.Ceil(n/65536)) * 65536
 	}

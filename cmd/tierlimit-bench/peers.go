@@ -76,7 +76,7 @@ func (r *report) hostSection(p func(string, ...any)) {
 		return
 	}
 	q, fixed, hz := r.timing("quantum-ms"), r.timing("fixed-ms"), r.timing("config-hz")
-	p("**Timing** (`BenchmarkTiming`, bpf/bench_chunks_test.go). A BPF_PROG_TEST_RUN call of more than one packet of an XDP program pays a fixed cost that ends on a kernel tick (the kernel swaps the program into the XDP dispatcher around its loop, and each swap waits for an RCU grace period), so a call's wall time moves in steps of a tick: with chunks of 131,072 packets every figure was a multiple of 30.5 ns. The harness measures the step: 64 calls of 1,024 packets, each after a random pause, whose ends fall on a grid; the quantum is the grid's step (the largest step whose phase coherence over the gaps between the calls' ends is at least 0.75 of the best).")
+	p("**Timing** (`BenchmarkTiming`, bpf/bench_chunks_test.go). A BPF_PROG_TEST_RUN call of more than one packet of an XDP program pays a fixed cost that ends on a kernel tick (the kernel swaps the program into the XDP dispatcher around its loop, and each swap waits for an RCU grace period), so a call's wall time moves in steps of a tick: with chunks of 131,072 packets every figure was a multiple of 30.5 ns. The harness measures the step: 64 calls of 1,024 packets, each after a random pause, whose ends fall on a grid; the quantum is the grid's step (the largest step whose phase coherence over the gaps between the calls' ends is at least 0.75 of the best). On a loaded machine the grid can be a fraction of the tick (2.0 ms at HZ=250 has been measured while other jobs ran: the ticks of two CPUs apart by half a tick), so the chunk spans its ticks of the coarser of the quantum and 1/CONFIG_HZ.")
 	p("")
 	p("| | measured (median [min, max] over the runs) |")
 	p("|---|---|")
@@ -84,7 +84,7 @@ func (r *report) hostSection(p func(string, ...any)) {
 	p("| CONFIG_HZ (/proc/config.gz; stated, not used) | %s |", hz.f(0))
 	p("| a call's least fixed cost (1,024 packets) | %s ms, subtracted from every chunk's wall time |", fixed.f(2))
 	p("| bare XDP_DROP, ns per packet (what the chunk is sized from) | %s |", r.timing("bare-ns").f(2))
-	p("| chunk: packets per BPF_PROG_TEST_RUN call | %s (%s quanta of the bare program; a step of one quantum is ≤ 1/%s of any figure) |", r.timing("chunk").f(0), r.timing("ticks").f(0), r.timing("ticks").f(0))
+	p("| chunk: packets per BPF_PROG_TEST_RUN call | %s (%s of the coarser of the quantum and CONFIG_HZ's tick, of the bare program; a step of one quantum is ≤ 1/%s of any figure) |", r.timing("chunk").f(0), r.timing("ticks").f(0), r.timing("ticks").f(0))
 	p("| kernel run-time statistics (BPF_ENABLE_STATS fd): their own cost per run, the bare program's counted run time | %s ns |", r.timing("stats-fixed-ns").f(1))
 	p("| what the statistics add to a run's wall time | %s ns |", r.timing("stats-wall-ns").f(1))
 	p("")
