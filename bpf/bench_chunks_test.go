@@ -163,7 +163,7 @@ func measureTiming(tb testing.TB) (hostTiming, error) {
 	if t.Quantum > 0 {
 		// On a loaded machine the calls' ends can fall on a finer grid
 		// than the tick (a fraction of it: measured 2.0 ms at HZ=250 while
-		// other jobs ran, the ticks of two CPUs apart by half a tick).
+		// other jobs ran; likely the ticks of two CPUs, half a tick apart).
 		// The chunk spans Ticks of the coarser of the two, so that it
 		// spans Ticks of the tick whatever grid this run measured.
 		step := float64(t.Quantum.Nanoseconds())
