@@ -118,6 +118,15 @@ var (
 	currentTierDesc   = metric("current_tier", "Tier of the latest selected packet of the current window (0 below the first threshold).")
 	windowsOpenedDesc = metric("windows_opened_total", "Windows opened since the maps were created.")
 	policyMaxDesc     = metric("policy_max_packets", "The policy's max: selected packets per window the host is meant to handle.")
+	// Their twins under count: bytes (docs/design.md §5): the same counts
+	// in bytes of payload; a policy exports one of the two.
+	windowBytesDesc        = metric("window_bytes", "Payload bytes of selected packets counted in the current window (count: bytes); 0 once it has expired.")
+	lastWindowBytesDesc    = metric("last_window_bytes", "Final count of the previous window under count: bytes: the offered load, in payload bytes.")
+	policyMaxBytesDesc     = metric("policy_max_bytes", "The policy's max under count: bytes: payload bytes of selected packets per window the host is meant to handle.")
+	tierThresholdBytesDesc = metric("policy_tier_threshold_bytes", "First byte count n of each tier (T_k) under count: bytes, as the compiled table applies it.", "tier")
+	passedBytesDesc        = metric("passed_bytes_total", "Payload bytes (UDP or TCP payload: what the collector's socket receives) of selected packets passed: "+
+		"pass and would_drop verdicts, over budget or not, and under count: bytes the TCP segments counted and never shed.")
+	droppedBytesDesc  = metric("dropped_bytes_total", "Payload bytes of selected packets dropped (tiers and over budget).")
 	policyModeDesc    = metric("policy_mode", "1 for the policy's mode (enforce, dry-run, off), 0 for the others.", "mode")
 	tierThresholdDesc = metric("policy_tier_threshold_packets", "First packet count n of each tier (T_k), as the compiled table applies it.", "tier")
 	tierDropDesc      = metric("policy_tier_drop_ratio", "Drop ratio (0..1) of each tier.", "tier")
@@ -148,8 +157,14 @@ func collectTiers(ch chan<- prometheus.Metric, s Snapshot) {
 	for _, u := range tiers.UnclassifiedReasons {
 		counter(ch, unclassifiedDesc, s.Stats.Unclassified[u].Packets, u.String())
 	}
-	gauge(ch, windowPacketsDesc, float64(s.WindowPackets))
-	gauge(ch, lastWindowDesc, float64(s.LastWindowPackets))
+	counter(ch, passedBytesDesc, s.Stats.PassedBytes())
+	counter(ch, droppedBytesDesc, s.Stats.Payload[tiers.VerdictDrop].Bytes)
+	window, last := windowPacketsDesc, lastWindowDesc
+	if s.Policy.Count == tiers.CountBytes {
+		window, last = windowBytesDesc, lastWindowBytesDesc
+	}
+	gauge(ch, window, float64(s.WindowPackets))
+	gauge(ch, last, float64(s.LastWindowPackets))
 	gauge(ch, currentTierDesc, float64(s.CurrentTier))
 	counter(ch, windowsOpenedDesc, s.WindowsOpened)
 }
@@ -157,7 +172,11 @@ func collectTiers(ch chan<- prometheus.Metric, s Snapshot) {
 // collectPolicy emits the active policy: max, mode, and each tier's
 // threshold and drop ratio.
 func collectPolicy(ch chan<- prometheus.Metric, s Snapshot) {
-	gauge(ch, policyMaxDesc, float64(s.Policy.Max))
+	maxDesc, thrDesc := policyMaxDesc, tierThresholdDesc
+	if s.Policy.Count == tiers.CountBytes {
+		maxDesc, thrDesc = policyMaxBytesDesc, tierThresholdBytesDesc
+	}
+	gauge(ch, maxDesc, float64(s.Policy.Max))
 	for _, m := range []tiers.Mode{tiers.ModeEnforce, tiers.ModeDryRun, tiers.ModeOff} {
 		v := 0.0
 		if m == s.Policy.Mode {
@@ -168,7 +187,7 @@ func collectPolicy(ch chan<- prometheus.Metric, s Snapshot) {
 	for t := 0; t <= len(s.Policy.Bounds) && t < len(s.Policy.DropRatios); t++ {
 		tier := strconv.Itoa(t)
 		if t > 0 {
-			gauge(ch, tierThresholdDesc, float64(s.Policy.Bounds[t-1]), tier)
+			gauge(ch, thrDesc, float64(s.Policy.Bounds[t-1]), tier)
 		}
 		gauge(ch, tierDropDesc, s.Policy.DropRatios[t], tier)
 	}

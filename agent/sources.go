@@ -71,6 +71,8 @@ var (
 	overBudgetDesc   = metric("source_over_budget_packets_total", "Selected packets over their source group's budget, by verdict (drop in enforce, would_drop in dry-run, pass in off); not counted in the window.", "verdict")
 	sourcesOverDesc  = metric("sources_over_budget", "Source groups over budget in the current or the previous window (approximate: a bounded table).")
 	sourceBudgetDesc = metric("policy_source_budget_packets", "Packets per source group and window before packets are over budget; 0 when sources are off.")
+	// its twin under count: bytes (docs/design.md §5)
+	sourceBudgetBytesDesc = metric("policy_source_budget_bytes", "Payload bytes per source group and window before packets are over budget, under count: bytes.")
 )
 
 // collectSources emits the per-source budget families of snapshot s.
@@ -79,7 +81,11 @@ func collectSources(ch chan<- prometheus.Metric, s Snapshot) {
 		counter(ch, overBudgetDesc, s.Stats.OverBudget[v].Packets, v.String())
 	}
 	gauge(ch, sourcesOverDesc, float64(s.SourcesOverRecently))
-	gauge(ch, sourceBudgetDesc, float64(s.Policy.Sources.Budget))
+	budget := sourceBudgetDesc
+	if s.Policy.Count == tiers.CountBytes {
+		budget = sourceBudgetBytesDesc
+	}
+	gauge(ch, budget, float64(s.Policy.Sources.Budget))
 }
 
 // Logging of groups that go over budget: one line per group and window, at

@@ -118,6 +118,10 @@
 #define TL_MAX_CPUS 1024
 #endif
 
+/* A source sketch cell's count from which it is full (sources.h
+ * sketch_add): 3 × 2^30, above tiers.MaxBudgetBytes (2^31). */
+#define TL_CELL_FULL 0xC0000000U
+
 /* The smooth shape's estimator (docs/design.md §9; tiers.SmoothFracBits,
  * SmoothMinFrac, SmoothOnsetMin, SmoothTickShift): fixed-point window
  * fractions, the least fraction the extrapolation divides by (1/32), the

@@ -34,7 +34,11 @@ import (
 //	4  smooth_cpu grew (the recent rate's counts of all selected packets,
 //	   the onset's latch and origin: issue 39); every other map is
 //	   layout 3's
-const Layout = 4
+//	5  bytes_stats is new (the payload bytes of selected packets by
+//	   verdict, and of TCP segments counted and never shed: count:
+//	   bytes, issue 41); every other map is layout 4's (tl_settings's
+//	   flags gained TL_COUNT_BYTES, which layout 4 never sets)
+const Layout = 5
 
 // carriedSince holds, for each counter map a migration carries, the oldest
 // layout whose keys and values mean what they mean now. A counter map of
@@ -45,6 +49,7 @@ var carriedSince = map[string]int{
 	LimiterMapMalformedStats: 0,
 	LimiterMapSeverityStats:  0,
 	LimiterMapSourceStats:    0,
+	LimiterMapBytesStats:     5,
 }
 
 // policyMaps hold the policy, which Apply writes anew.
@@ -57,7 +62,7 @@ var policyMaps = map[string]bool{
 // this layout's (same fields at the same offsets, what follows is new),
 // the size of their value: `status` reads their policy through it.
 // TestSettingsPrefix checks it against the testdata objects' BTF.
-var settingsPrefix = map[int]uint32{0: 488, 1: 576, 2: 576, 3: 576}
+var settingsPrefix = map[int]uint32{0: 488, 1: 576, 2: 576, 3: 576, 4: 576}
 
 // windowPrefix is the part of tl_window every layout so far shares:
 // start_ns, count, last_count, opened, start_jiffies (u64 each, in that

@@ -68,9 +68,10 @@ static __always_inline int judge_sev(struct xdp_md *ctx, const struct tl_setting
 static __always_inline int judge_selected(struct xdp_md *ctx, __u64 a1, const struct pkt *p, __u32 slot,
 					  const struct tl_settings *s)
 {
-	if (p->uncl ? !uncl_selected(p, slot, s) : !is_selected(p, slot, s))
+	int sel = p->uncl ? uncl_selected(p, slot, s) : is_selected(p, slot, s);
+	if (!sel)
 		return 0;
-	return !(tl_if_count && tl_host_discards(ctx, a1));
+	return tl_if_count && tl_host_discards(ctx, a1) ? 0 : sel;
 }
 
 /* Whether p comes from an exempt source (policy.h is_exempt): then it is
@@ -91,7 +92,7 @@ static __always_inline int judge_exempt(const struct pkt *p, __u32 slot, const s
  * (verdict.h). Returns -1 when there is no tier to read: the packet goes
  * unselected. */
 static __always_inline int judge_tier(struct tl_window *w, const struct tl_settings *s, __u32 slot,
-				      struct window_pos *pos, int sev, __u64 bytes, __u32 segs, __u32 *tier)
+				      struct window_pos *pos, int sev, __u64 bytes, __u32 segs, __u32 wt, __u32 *tier)
 {
 	struct tl_smooth_cpu *sc = NULL;
 	__u32 thr;
@@ -104,7 +105,7 @@ static __always_inline int judge_tier(struct tl_window *w, const struct tl_setti
 		return -1;
 	}
 	if (sev != TL_SEV_NONE)
-		return tl_severity_judge(s, w, sev, *tier, thr, bytes, segs);
+		return tl_severity_judge(s, w, sev, *tier, thr, bytes, segs, wt);
 	if (s->mode != TL_MODE_OFF && (sc ? sm_drop(sc, thr) : draw_drop(thr)))
 		return mode_verdict(s);
 	return TL_PASS;
@@ -118,6 +119,7 @@ static __always_inline int judge_close(struct xdp_md *ctx, void *data, const str
 				       __u32 segs, __u64 bytes)
 {
 	count(&stats, tier * TL_VERDICTS + verdict, segs, bytes);
+	count(&bytes_stats, verdict, segs, p->plen);
 	if (verdict != TL_PASS && s->rec_samples && record_token(s))
 		tl_record(ctx, record_meta(p, data, slot, tier, TL_REASON_TIER, verdict, sev));
 	if (p->frag == FRAG_FIRST)
@@ -152,7 +154,8 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	/* Read the <PRI> now, so that the cursor is dead from here on: the
 	 * verifier then need not tell apart the parser's paths below. */
 	int sev = judge_sev(ctx, s, &p, data, data_end, pri_off);
-	if (!judge_selected(ctx, a1, &p, slot, s))
+	int sel = judge_selected(ctx, a1, &p, slot, s);
+	if (!sel)
 		goto unselected;
 	/* A frame with more VLAN tags than we walk has no header we know:
 	 * no source to exempt or to group. */
@@ -174,17 +177,32 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	__u32 segs = 1;
 	if (tl_skb_ifaces && !p.uncl)
 		segs = super_segments(ctx, p.l4proto == IPPROTO_TCP, pri_off, 1);
-	if (s->src_budget && has_l3) {
+	/* The weight (docs/design.md §2): under count: bytes the L4 payload,
+	 * a super-packet's being every segment's, as the kernel splits it:
+	 * the frame past the first L4 header (so too an unclassified frame's
+	 * past the headers walked, and one of TL_PLEN_FRAME). */
+	if (segs > 1 || p.uncl || p.plen == TL_PLEN_FRAME)
+		p.plen = bytes > pri_off ? bytes - pri_off : 0;
+	/* A SYN or an empty datagram weighs 0: judged at the bytes before
+	 * it (past saturation in the last tier, window.h window_count). */
+	p.wt = s->flags & TL_COUNT_BYTES ? p.plen : segs;
+	if (s->src_budget && has_l3 && sel != TL_SEL_COUNTED) {
 		int act = source_budget(ctx, &p, s, slot, w, bytes, sev, segs);
 		if (act >= 0)
 			return act;
 	}
 	struct window_pos pos;
-	window_count(w, s, &pos, segs);
+	window_count(w, s, &pos, p.wt);
 	TL_STAGE(TL_STAGE_WINDOW, XDP_DROP);
+	/* A segment of a syn rule's connection under count: bytes: counted,
+	 * never shed (docs/design.md §2). */
+	if (sel == TL_SEL_COUNTED) {
+		count(&bytes_stats, TL_BYTES_TCP_COUNTED, segs, p.plen);
+		return XDP_PASS;
+	}
 
 	__u32 tier;
-	int verdict = judge_tier(w, s, slot, &pos, sev, bytes, segs, &tier);
+	int verdict = judge_tier(w, s, slot, &pos, sev, bytes, segs, p.wt, &tier);
 	if (verdict < 0)
 		goto unselected;
 	return judge_close(ctx, data, &p, s, slot, tier, verdict, sev, segs, bytes);

@@ -82,6 +82,7 @@ const (
 	portSYN     = uint32(LimiterTlPortFlagTL_PORT_SYN)
 	hasExempt   = uint32(LimiterTlSettingsFlagTL_HAS_EXEMPT)
 	anyDest     = uint32(LimiterTlSettingsFlagTL_ANY_DEST)
+	countBytes  = uint32(LimiterTlSettingsFlagTL_COUNT_BYTES)
 
 	sevStats = int(LimiterTlSevStatTL_SEV_STATS)
 )
@@ -275,6 +276,9 @@ func (l *Limiter) settings(t tiers.Table) (LimiterTlSettings, error) {
 	}
 	if t.Selectors.AnyDest {
 		set.Flags |= anyDest
+	}
+	if st.Bytes {
+		set.Flags |= countBytes
 	}
 	l.setSources(&set, t.Sources)
 	setRecord(&set, t.Record, st.TickNs)
@@ -544,6 +548,10 @@ type Active struct {
 	// window as the smooth estimate counts them (at least 1).
 	Shape tiers.Shape
 	Ticks uint64
+	// Count is what the window counts: tiers.CountPackets, or
+	// tiers.CountBytes (docs/design.md §2), in which Max, Bounds, the
+	// sources' budget and the window's counts are bytes.
+	Count tiers.Count
 }
 
 // WindowPolicy is what tiers.WindowNow reads of the policy in force.
@@ -581,6 +589,9 @@ func (l *Limiter) Active() (Active, error) {
 		Sources:    activeSources(&set),
 		Shape:      tiers.Shape(set.Shape),
 		Ticks:      max(set.SmTicks, 1),
+	}
+	if set.Flags&countBytes != 0 {
+		a.Count = tiers.CountBytes
 	}
 	for k := range a.Bounds {
 		a.Bounds[k] = set.Bounds[k]

@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type LimiterTlBytesStat uint32
+
+const (
+	LimiterTlBytesStatTL_BYTES_TCP_COUNTED LimiterTlBytesStat = 3
+	LimiterTlBytesStatTL_BYTES_STATS       LimiterTlBytesStat = 4
+)
+
 type LimiterTlConst uint32
 
 const (
@@ -236,8 +243,9 @@ type LimiterTlSettings struct {
 type LimiterTlSettingsFlag uint32
 
 const (
-	LimiterTlSettingsFlagTL_HAS_EXEMPT LimiterTlSettingsFlag = 1
-	LimiterTlSettingsFlagTL_ANY_DEST   LimiterTlSettingsFlag = 2
+	LimiterTlSettingsFlagTL_HAS_EXEMPT  LimiterTlSettingsFlag = 1
+	LimiterTlSettingsFlagTL_ANY_DEST    LimiterTlSettingsFlag = 2
+	LimiterTlSettingsFlagTL_COUNT_BYTES LimiterTlSettingsFlag = 4
 )
 
 type LimiterTlSevClass uint32
@@ -393,6 +401,7 @@ type LimiterTlWindow struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	LimiterMapActiveSlot        = "active_slot"
+	LimiterMapBytesStats        = "bytes_stats"
 	LimiterMapDestCache         = "dest_cache"
 	LimiterMapExemptSources     = "exempt_sources"
 	LimiterMapFragVerdicts      = "frag_verdicts"
@@ -488,6 +497,7 @@ type LimiterProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterMapSpecs struct {
 	ActiveSlot        *ebpf.MapSpec `ebpf:"active_slot"`
+	BytesStats        *ebpf.MapSpec `ebpf:"bytes_stats"`
 	DestCache         *ebpf.MapSpec `ebpf:"dest_cache"`
 	ExemptSources     *ebpf.MapSpec `ebpf:"exempt_sources"`
 	FragVerdicts      *ebpf.MapSpec `ebpf:"frag_verdicts"`
@@ -559,6 +569,7 @@ func (o *LimiterObjects) Close() error {
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterMaps struct {
 	ActiveSlot        *ebpf.Map `ebpf:"active_slot"`
+	BytesStats        *ebpf.Map `ebpf:"bytes_stats"`
 	DestCache         *ebpf.Map `ebpf:"dest_cache"`
 	ExemptSources     *ebpf.Map `ebpf:"exempt_sources"`
 	FragVerdicts      *ebpf.Map `ebpf:"frag_verdicts"`
@@ -588,6 +599,7 @@ type LimiterMaps struct {
 func (m *LimiterMaps) Close() error {
 	return _LimiterClose(
 		m.ActiveSlot,
+		m.BytesStats,
 		m.DestCache,
 		m.ExemptSources,
 		m.FragVerdicts,

@@ -17,6 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	limiterPerfMapActiveSlot        = "active_slot"
+	limiterPerfMapBytesStats        = "bytes_stats"
 	limiterPerfMapDestCache         = "dest_cache"
 	limiterPerfMapExemptSources     = "exempt_sources"
 	limiterPerfMapFragVerdicts      = "frag_verdicts"
@@ -113,6 +114,7 @@ type limiterPerfProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type limiterPerfMapSpecs struct {
 	ActiveSlot        *ebpf.MapSpec `ebpf:"active_slot"`
+	BytesStats        *ebpf.MapSpec `ebpf:"bytes_stats"`
 	DestCache         *ebpf.MapSpec `ebpf:"dest_cache"`
 	ExemptSources     *ebpf.MapSpec `ebpf:"exempt_sources"`
 	FragVerdicts      *ebpf.MapSpec `ebpf:"frag_verdicts"`
@@ -185,6 +187,7 @@ func (o *limiterPerfObjects) Close() error {
 // It can be passed to loadLimiterPerfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type limiterPerfMaps struct {
 	ActiveSlot        *ebpf.Map `ebpf:"active_slot"`
+	BytesStats        *ebpf.Map `ebpf:"bytes_stats"`
 	DestCache         *ebpf.Map `ebpf:"dest_cache"`
 	ExemptSources     *ebpf.Map `ebpf:"exempt_sources"`
 	FragVerdicts      *ebpf.Map `ebpf:"frag_verdicts"`
@@ -215,6 +218,7 @@ type limiterPerfMaps struct {
 func (m *limiterPerfMaps) Close() error {
 	return _LimiterPerfClose(
 		m.ActiveSlot,
+		m.BytesStats,
 		m.DestCache,
 		m.ExemptSources,
 		m.FragVerdicts,

@@ -17,6 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	limiterStagesMapActiveSlot        = "active_slot"
+	limiterStagesMapBytesStats        = "bytes_stats"
 	limiterStagesMapDestCache         = "dest_cache"
 	limiterStagesMapExemptSources     = "exempt_sources"
 	limiterStagesMapFragVerdicts      = "frag_verdicts"
@@ -113,6 +114,7 @@ type limiterStagesProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type limiterStagesMapSpecs struct {
 	ActiveSlot        *ebpf.MapSpec `ebpf:"active_slot"`
+	BytesStats        *ebpf.MapSpec `ebpf:"bytes_stats"`
 	DestCache         *ebpf.MapSpec `ebpf:"dest_cache"`
 	ExemptSources     *ebpf.MapSpec `ebpf:"exempt_sources"`
 	FragVerdicts      *ebpf.MapSpec `ebpf:"frag_verdicts"`
@@ -185,6 +187,7 @@ func (o *limiterStagesObjects) Close() error {
 // It can be passed to loadLimiterStagesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type limiterStagesMaps struct {
 	ActiveSlot        *ebpf.Map `ebpf:"active_slot"`
+	BytesStats        *ebpf.Map `ebpf:"bytes_stats"`
 	DestCache         *ebpf.Map `ebpf:"dest_cache"`
 	ExemptSources     *ebpf.Map `ebpf:"exempt_sources"`
 	FragVerdicts      *ebpf.Map `ebpf:"frag_verdicts"`
@@ -214,6 +217,7 @@ type limiterStagesMaps struct {
 func (m *limiterStagesMaps) Close() error {
 	return _LimiterStagesClose(
 		m.ActiveSlot,
+		m.BytesStats,
 		m.DestCache,
 		m.ExemptSources,
 		m.FragVerdicts,

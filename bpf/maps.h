@@ -129,6 +129,16 @@ struct {
 	__type(value, struct tl_stat);
 } stats SEC(".maps");
 
+/* The L4 payload of selected packets by verdict, then of TCP segments
+ * counted and never shed (enum tl_bytes_stat), per CPU: packets are
+ * datagrams, bytes their payload (what the collector's socket receives). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TL_BYTES_STATS);
+	__type(key, __u32);
+	__type(value, struct tl_stat);
+} bytes_stats SEC(".maps");
+
 /* Packets that never enter the window, by enum tl_misc, per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

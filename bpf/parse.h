@@ -42,6 +42,7 @@ static __always_inline int parse_udp(struct pcur *c, struct pkt *p)
 	if (ulen < sizeof(*udp) || (ulen > p->l4len && p->frag != FRAG_FIRST))
 		return malformed(p, TL_MAL_UDP_LENGTH);
 	c->off += sizeof(*udp);
+	p->plen = ulen - sizeof(*udp);
 	p->dport = bpf_ntohs(udp->dest);
 	return 0;
 }
@@ -70,6 +71,7 @@ static __always_inline int parse_tcp(struct pcur *c, struct pkt *p)
 	if (c->off + doff > c->len)
 		return PARSE_SHORT;
 	c->off += doff;
+	p->plen = p->l4len - doff;
 	p->dport = bpf_ntohs(tcp->dest);
 	p->syn = tcp->syn && !tcp->ack && !tcp->rst && !tcp->fin;
 	return 0;
@@ -135,6 +137,10 @@ static __always_inline int parse_packet(struct pcur *c, struct pkt *p)
 	return r < 0 ? PKT_UNSELECTED : PKT_L4;
 }
 
+/* pkt.plen as packed: a payload of 0xffff bytes or more (a BIG TCP or
+ * jumbo one) is read from the frame by tl_judge. */
+#define TL_PLEN_FRAME 0xffff
+
 /* The furthest a UDP payload may start for parse_pri to read its <PRI>. */
 #define TL_PRI_OFF_MAX 0x3fff
 
@@ -172,6 +178,7 @@ static __always_inline void load_addr(const struct pkt *p, int dst, __u8 out[16]
  *        9..11 1 + enum tl_unclassified of an unclassified frame; 0: classified
  *       16..23 l4proto     24..31 frag (FRAG_*)
  *       32..39 syn         40..47 frag_proto
+ *       48..63 plen, TL_PLEN_FRAME when 0xffff or more (take it from the frame)
  *   a2:  0..31 frag_id     32..47 dport
  *       48..63 offset of the L4 payload from data (the cursor after UDP/TCP)
  *
@@ -185,8 +192,9 @@ _Static_assert(TL_UNCL_MAX < 7, "an unclassified reason must fit in a1's 3 bits"
 static __always_inline void pkt_pack(const struct pkt *p, int deep, __u64 payload_off, __u64 *a1, __u64 *a2)
 {
 	__u64 uncl = deep ? (__u64)(p->uncl + 1) & 7 : 0;
+	__u64 plen = p->plen < TL_PLEN_FRAME ? p->plen : TL_PLEN_FRAME;
 	*a1 = (p->l3off & 0xff) | (__u64)(p->l3proto == ETH_P_IPV6) << 8 | uncl << 9 | (__u64)p->l4proto << 16 |
-	      (__u64)p->frag << 24 | (__u64)p->syn << 32 | (__u64)p->frag_proto << 40;
+	      (__u64)p->frag << 24 | (__u64)p->syn << 32 | (__u64)p->frag_proto << 40 | plen << 48;
 	*a2 = p->frag_id | (__u64)p->dport << 32 | (payload_off & 0xffff) << 48;
 }
 
@@ -205,6 +213,7 @@ static __always_inline __u32 pkt_unpack(struct pkt *p, __u64 a1, __u64 a2, void 
 	p->frag = a1 >> 24;
 	p->syn = a1 >> 32;
 	p->frag_proto = a1 >> 40;
+	p->plen = a1 >> 48;
 	p->frag_id = (__u32)a2;
 	p->dport = a2 >> 32;
 	return a2 >> 48;

@@ -44,6 +44,13 @@ struct pkt {
 	__u32 l4len;     /* bytes from the cursor to the IP-declared end */
 	__u32 l3off;     /* offset of the IP header from data */
 	__u8 l2group;    /* the destination MAC is broadcast or multicast */
+	/* The L4 payload's bytes (docs/design.md §2, count: bytes): the UDP
+	 * length less its header (a first fragment's: the whole datagram's),
+	 * or what follows the TCP header; tl_judge takes a super-packet's and
+	 * TL_PLEN_FRAME's from the frame. wt is the packet's weight in the
+	 * window: plen under count: bytes, else its datagrams (tl_judge). */
+	__u32 plen;
+	__u32 wt;
 };
 
 /* A byte-swapped 16-bit length, with a mask the verifier sees: Linux 6.1's

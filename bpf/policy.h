@@ -63,25 +63,31 @@ static __always_inline int dests_same(const struct pkt *p, const struct tl_dest_
 	return *(const __u64 *)dc->addr == d[0] && *(const __u64 *)(dc->addr + 8) == d[1];
 }
 
-/* Does one of rules (bit i: select rule i) hold the packet's destination
- * in its dests? Answered from this CPU's dest_cache when it holds the
+/* Which of rules (bit i: select rule i) hold the packet's destination
+ * in their dests? Answered from this CPU's dest_cache when it holds the
  * same address (family and slot), whatever rules it was asked for, else
  * from the trie (tl_dests_lookup): a collector's traffic, all to one
  * address, then costs a few compares per packet and no trie walk
  * (BenchmarkProgram selected-pass-local). */
-static __always_inline int dests_hold(const struct pkt *p, __u32 slot, __u32 rules)
+static __always_inline __u32 dests_hold(const struct pkt *p, __u32 slot, __u32 rules)
 {
 	__u32 tag = (p->l3proto == ETH_P_IPV6 ? TL_LPM_TAG_IPV6 : 0) | slot << TL_DEST_RULE_BITS;
 	__u32 zero = 0;
 	struct tl_dest_cache *dc = bpf_map_lookup_elem(&dest_cache, &zero);
 	if (dc && dc->state && dc->tag == tag && dests_same(p, dc))
-		return (dc->rules & rules) != 0;
+		return dc->rules & rules;
 	struct tl_lpm_key k = { .prefixlen = TL_LPM_TAG_BITS + TL_LPM_ADDR_BITS, .tag = tag };
 	load_addr(p, 1, k.addr);
-	return (tl_dests_lookup(&k) & rules) != 0;
+	return tl_dests_lookup(&k) & rules;
 }
 
-/* Does a select rule of this slot count the packet? */
+/* is_selected's answer for a TCP segment that is no SYN, to a port and
+ * destination a syn rule selects, under count: bytes: its payload counts
+ * in the window, and it is never shed (docs/design.md §2). */
+#define TL_SEL_COUNTED 2
+
+/* Does a select rule of this slot count the packet? 1: judge it;
+ * TL_SEL_COUNTED: count it only; 0: no. */
 static __always_inline int is_selected(const struct pkt *p, __u32 slot, const struct tl_settings *s)
 {
 	__u32 key = (slot * 2 + (p->l4proto == IPPROTO_TCP)) * TL_PORT_KEYS + p->dport;
@@ -93,9 +99,15 @@ static __always_inline int is_selected(const struct pkt *p, __u32 slot, const st
 	if ((pe->flags & TL_PORT_SYN) && p->syn)
 		return 1;
 	/* The rules with dests that select this port; a rule that counts
-	 * SYNs only (syn_rules) does not count a packet without one. */
-	__u32 rules = pe->cidr_rules & (p->syn ? ~0U : ~s->syn_rules);
-	return rules && dests_hold(p, slot, rules);
+	 * SYNs only (syn_rules) does not judge a packet without one, which
+	 * under count: bytes it counts (TL_SEL_COUNTED): one lookup for both. */
+	__u32 judged = p->syn ? ~0U : ~s->syn_rules;
+	__u32 bytes = s->flags & TL_COUNT_BYTES;
+	__u32 rules = pe->cidr_rules & (bytes ? ~0U : judged);
+	__u32 held = rules ? dests_hold(p, slot, rules) : 0;
+	if (held & judged)
+		return 1;
+	return bytes && !p->syn && (held || (pe->flags & TL_PORT_SYN)) ? TL_SEL_COUNTED : 0;
 }
 
 /* Does a select rule of this slot count an unclassified frame (docs/design.md

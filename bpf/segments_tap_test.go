@@ -37,7 +37,8 @@ const (
 // UDP_L4) reaches generic XDP with gso_segs 0 (virtio_net_hdr_to_skb marks
 // it SKB_GSO_DODGY, for the kernel to count when it segments it); the
 // program must count the datagrams the socket receives, not 1, in both
-// shapes.
+// shapes, and their payload bytes (passed_bytes_total) as the socket
+// receives them.
 func TestTapSuperPackets(t *testing.T) {
 	testenv.Require(t)
 	for _, shape := range []tiers.Shape{tiers.ShapeOrdinal, tiers.ShapeSmooth} {
@@ -113,6 +114,11 @@ func tapSuperPackets(t *testing.T, shape tiers.Shape) {
 	}
 	if counted != uint64(got) {
 		t.Errorf("the program counted %d datagrams of %d super-packets, the socket received %d", counted, len(sizes), got)
+	}
+	// Their payload (count: bytes weighs them so, docs/design.md §2): the
+	// bytes recvmsg returned of the segments.
+	if _, bytes := rx.Bytes(); s1.PassedBytes()-s0.PassedBytes() != uint64(bytes) {
+		t.Errorf("the program counted %d payload bytes of the super-packets, the socket received %d", s1.PassedBytes()-s0.PassedBytes(), bytes)
 	}
 }
 

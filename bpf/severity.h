@@ -88,12 +88,13 @@ static __always_inline __u32 udp_payload(struct xdp_md *ctx, const struct pkt *p
  * attempts all lose to other CPUs keeps its tier verdict. */
 #define TL_DEBT_TRIES 4
 
-/* Severity-aware shedding (docs/design.md §7) of a UDP packet of class cls and
- * segs datagrams whose tier says drop (1) or pass (0); returns the final
- * drop. A protected packet takes a drop verdict as a pass when its segs
- * fit under protect_budget, and adds them to the window's debt; any other
+/* Severity-aware shedding (docs/design.md §7) of a UDP packet of class cls,
+ * segs datagrams and weight wt (segs, or its bytes under count: bytes)
+ * whose tier says drop (1) or pass (0); returns the final
+ * drop. A protected packet takes a drop verdict as a pass when its wt
+ * fits under protect_budget, and adds it to the window's debt; any other
  * packet takes a pass verdict as a drop while the debt is positive, and
- * pays off up to segs of it.
+ * pays off up to wt of it.
  *
  * The bound: every change to the debt is one compare-and-swap from a value
  * the packet read to a value computed from it, within [0, protect_budget]
@@ -109,16 +110,16 @@ static __always_inline __u32 udp_payload(struct xdp_md *ctx, const struct pkt *p
  * that lowers the budget below the debt lets payers pay it down; no
  * protected packet passes until it is under. */
 static __always_inline int severity_verdict(struct tl_window *w, const struct tl_settings *s, __u32 cls,
-					    int drop, __u64 bytes, __u32 segs)
+					    int drop, __u64 bytes, __u32 segs, __u32 wt)
 {
 	__u64 d = READ_ONCE(w->debt);
 	if (drop && cls == TL_SEV_PROTECTED) {
 		__u64 budget = s->protect_budget;
 #pragma unroll
 		for (int i = 0; i < TL_DEBT_TRIES; i++) {
-			if (d > budget || segs > budget - d)
+			if (d > budget || wt > budget - d)
 				return drop;
-			__u64 seen = __sync_val_compare_and_swap(&w->debt, d, d + segs);
+			__u64 seen = __sync_val_compare_and_swap(&w->debt, d, d + wt);
 			if (seen == d) {
 				count(&severity_stats, TL_SEV_PROTECTED_PASS, segs, bytes);
 				return 0;
@@ -133,7 +134,7 @@ static __always_inline int severity_verdict(struct tl_window *w, const struct tl
 	for (int i = 0; i < TL_DEBT_TRIES; i++) {
 		if ((__s64)d <= 0)
 			return drop;
-		__u64 seen = __sync_val_compare_and_swap(&w->debt, d, d > segs ? d - segs : 0);
+		__u64 seen = __sync_val_compare_and_swap(&w->debt, d, d > wt ? d - wt : 0);
 		if (seen == d) {
 			count(&severity_stats, TL_SEV_PAID_DROP, segs, bytes);
 			return 1;
@@ -149,9 +150,9 @@ static __always_inline int severity_verdict(struct tl_window *w, const struct tl
  * threshold of shed_drops[tier]; then severity_verdict applies the drop
  * debt, and the class and verdict are counted in severity_stats. s and w
  * are the caller's settings and window; a super-packet's segs datagrams are
- * charged and counted as segs. Returns TL_PASS, TL_DROP or TL_WOULD_DROP. */
+ * counted as segs, and charged as wt. Returns TL_PASS, TL_DROP or TL_WOULD_DROP. */
 static __always_inline __u32 tl_severity_judge(const struct tl_settings *s, struct tl_window *w, int sev,
-					       __u32 tier, __u32 thr, __u64 bytes, __u32 segs)
+					       __u32 tier, __u32 thr, __u64 bytes, __u32 segs, __u32 wt)
 {
 	__u32 cls = TL_SEV_NORMAL;
 	if (sev >= 0 && sev < 8)
@@ -166,7 +167,7 @@ static __always_inline __u32 tl_severity_judge(const struct tl_settings *s, stru
 		thr = s->shed_drops[tier];
 	}
 	__u32 verdict = TL_PASS;
-	if (s->mode != TL_MODE_OFF && severity_verdict(w, s, cls, draw_drop(thr), bytes, segs))
+	if (s->mode != TL_MODE_OFF && severity_verdict(w, s, cls, draw_drop(thr), bytes, segs, wt))
 		verdict = mode_verdict(s);
 	if (cls >= TL_SEV_CLASSES)
 		cls = TL_SEV_NORMAL;

@@ -64,13 +64,18 @@ static __always_inline void source_group(const struct pkt *p, const struct tl_se
  * (wid, 1); a CPU that loses the swap adds to what the winner wrote. A CPU
  * that read a current cell and adds just after another CPU reset it for a
  * newer window (a window boundary) adds to the newer window: an
- * overestimate of one, which a count-min sketch allows anyway. A count of
- * 2^32 packets in one window would carry into the window id (not reachable
- * at line rate within tiers.MaxWindow per cell). */
+ * overestimate of one, which a count-min sketch allows anyway. A cell
+ * that holds TL_CELL_FULL or more of its window (bytes, under count:
+ * bytes) is over any budget (tiers.MaxBudgetBytes is below it) and is
+ * not added to, so that its count, with what CPUs racing past the check
+ * add (2^30 more: 16384 of the largest datagrams), never carries into the
+ * window id. */
 static __always_inline __u32 sketch_add(__u64 *cell, __u64 old, __u64 wid, __u32 segs)
 {
-	if ((old >> TL_CELL_COUNT_BITS) != (wid >> TL_CELL_COUNT_BITS) &&
-	    __sync_bool_compare_and_swap(cell, old, wid | segs))
+	int cur = (old >> TL_CELL_COUNT_BITS) == (wid >> TL_CELL_COUNT_BITS);
+	if (cur && (__u32)old >= TL_CELL_FULL)
+		return (__u32)old;
+	if (!cur && __sync_bool_compare_and_swap(cell, old, wid | segs))
 		return segs;
 	__u64 v = __sync_fetch_and_add(cell, segs) + segs;
 	if ((v >> TL_CELL_COUNT_BITS) != (wid >> TL_CELL_COUNT_BITS))
@@ -226,7 +231,7 @@ static __always_inline int source_budget(struct xdp_md *ctx, const struct pkt *p
 	__u64 tick;
 	__u64 id = source_window(w, s, &tick);
 	TL_STAGE(TL_STAGE_GROUP, XDP_DROP);
-	int over = sketch_over(&k, s, w, id, segs);
+	int over = sketch_over(&k, s, w, id, p->wt);
 	TL_STAGE(TL_STAGE_SKETCH, XDP_DROP);
 	if (!over)
 		return -1;
@@ -234,11 +239,12 @@ static __always_inline int source_budget(struct xdp_md *ctx, const struct pkt *p
 	/* Over budget: judged on the capacity in-budget traffic leaves
 	 * (smooth.h over_budget_thr), never counted in the window's n. */
 	__u32 thr, verdict = TL_PASS;
-	if (!over_budget_thr(w, s, slot, id, tick, segs, &thr))
+	if (!over_budget_thr(w, s, slot, id, tick, p->wt, &thr))
 		thr = TL_THR_ALWAYS;
 	if (s->mode != TL_MODE_OFF && draw_drop(thr))
 		verdict = mode_verdict(s);
 	count(&source_stats, verdict, segs, bytes);
+	count(&bytes_stats, verdict, segs, p->plen);
 	if (verdict != TL_PASS && s->rec_samples && record_token(s))
 		tl_record(ctx, record_meta(p, (void *)(long)ctx->data, slot, TL_RECORD_NONE, TL_REASON_OVER_BUDGET,
 					   verdict, sev));

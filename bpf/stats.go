@@ -51,6 +51,22 @@ type Stats struct {
 	// reason (tiers.Unclassified): they are judged as selected, and are in
 	// Selected (or Exempt) too.
 	Unclassified [NumUnclassified]Counter
+	// Payload counts the selected packets of Selected and OverBudget
+	// together by tiers.Verdict, in other units: Packets are datagrams,
+	// Bytes their L4 payload (what the collector's socket receives from
+	// them; docs/design.md §2, §5), not their frames.
+	Payload [NumVerdicts]Counter
+	// TCPCounted counts, under count: bytes, the TCP segments of a syn
+	// rule's connections that the window counts and never sheds (their
+	// payload, as Payload); they are in no other counter.
+	TCPCounted Counter
+}
+
+// PassedBytes is the L4 payload of the selected packets that passed (pass
+// and would_drop verdicts, and TCPCounted): what count: bytes counts of
+// them, and a SIEM meters.
+func (s *Stats) PassedBytes() uint64 {
+	return s.Payload[tiers.VerdictPass].Bytes + s.Payload[tiers.VerdictWouldDrop].Bytes + s.TCPCounted.Bytes
 }
 
 // SelectedTotal sums Selected over tiers for verdict v.
@@ -117,6 +133,13 @@ func (l *Limiter) Stats() (Stats, error) {
 	}
 	if err := sumInto(l.objs.UnclassifiedStats, "unclassified_stats", uncl); err != nil {
 		return Stats{}, err
+	}
+	// An earlier layout's object (the tests' baselines) has no bytes_stats.
+	pay := []*Counter{&st.Payload[0], &st.Payload[1], &st.Payload[2], &st.TCPCounted}
+	if l.objs.BytesStats != nil {
+		if err := sumInto(l.objs.BytesStats, "bytes_stats", pay); err != nil {
+			return Stats{}, err
+		}
 	}
 	return st, nil
 }

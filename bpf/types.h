@@ -145,6 +145,15 @@ enum tl_port_flag {
 enum tl_settings_flag {
 	TL_HAS_EXEMPT = 1, /* the exempt trie holds prefixes for this slot */
 	TL_ANY_DEST = 2,   /* a select rule without dests: it counts unclassified frames to any destination */
+	TL_COUNT_BYTES = 4, /* count: bytes: a packet weighs its L4 payload's bytes, not 1 (docs/design.md §2) */
+};
+
+/* bytes_stats keys: the payload bytes (and datagrams) of selected packets
+ * by verdict, tiers and over-budget alike, and of the TCP segments that
+ * count: bytes counts but never sheds (docs/design.md §2, §5). */
+enum tl_bytes_stat {
+	TL_BYTES_TCP_COUNTED = TL_VERDICTS, /* after the verdicts: a segment of a syn rule's connection */
+	TL_BYTES_STATS = TL_VERDICTS + 1,
 };
 
 /* What the program checks of a frame on an interface the agent described
@@ -363,6 +372,7 @@ struct tl_contract {
 	enum tl_verdict verdict;
 	enum tl_mode mode;
 	enum tl_misc misc;
+	enum tl_bytes_stat bytes_stat;
 	enum tl_port_flag port_flag;
 	enum tl_settings_flag settings_flag;
 	enum tl_if_flag if_flag;

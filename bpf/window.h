@@ -169,7 +169,7 @@ static __always_inline int window_expired(struct tl_window *w, const struct tl_s
  * the exchange's for the packets counted between the two); a CPU that
  * reads one early, with the old id, judges one packet on the new values. */
 static __always_inline void window_open(struct tl_window *w, const struct tl_settings *s, __u64 tick,
-					const struct window_clock *t)
+					const struct window_clock *t, __u32 wt)
 {
 	__u64 old_tick = w->start_tick;
 	/* The old window opened under the other tick source (a restart
@@ -214,7 +214,7 @@ static __always_inline void window_open(struct tl_window *w, const struct tl_set
 	 * 1 with the old window's estimate, and passed
 	 * (TestWindowGapProgram, TestWindowGapModel). */
 	__sync_fetch_and_add(&w->opened, 1);
-	__u64 prev = __sync_lock_test_and_set(&w->count, 1);
+	__u64 prev = __sync_lock_test_and_set(&w->count, wt);
 	if (prev != pre)
 		w->last_count = prev;
 	/* A packet of the old window may still add to or pay the debt
@@ -239,28 +239,31 @@ struct window_pos {
 };
 
 static __always_inline void window_count(struct tl_window *w, const struct tl_settings *s, struct window_pos *pos,
-					 __u32 segs)
+					 __u32 wt)
 {
 	struct window_clock t;
 
 	int expired = window_expired(w, s, &t);
 	pos->tick = window_tick(s, &t);
 	if (expired && __sync_bool_compare_and_swap(&w->start_ns, t.start, t.now)) {
-		window_open(w, s, pos->tick, &t);
-		/* The rest of a super-packet's datagrams join the new window
-		 * behind its first. */
-		pos->n = segs > 1 ? __sync_fetch_and_add(&w->count, segs - 1) + segs : 1;
+		/* The opener's whole weight (a super-packet's datagrams, or its
+		 * bytes) opens the new window's count. */
+		window_open(w, s, pos->tick, &t, wt);
+		pos->n = wt;
 		pos->id = READ_ONCE(w->opened);
 		return;
 	}
 	__u64 c = READ_ONCE(w->count);
 	__u64 id = READ_ONCE(w->opened);
 	pos->id = id;
-	if (c + 1 >= s->last_n && overflow_add(w, id, 0, segs)) {
-		pos->n = c + segs;
+	if (c + 1 >= s->last_n && overflow_add(w, id, 0, wt)) {
+		/* c + 1 >= last_n: the last entry's, whatever the weight (a
+		 * SYN's 0 under count: bytes too); the smooth shape adds the
+		 * overflow, this packet's included, to c (smooth.h sm_judge). */
+		pos->n = c + 1;
 		return;
 	}
-	__u64 n = __sync_fetch_and_add(&w->count, segs) + segs;
+	__u64 n = __sync_fetch_and_add(&w->count, wt) + wt;
 	/* After the fetch_add, which orders them (above). */
 	id = READ_ONCE(w->opened);
 	pos->id = id;

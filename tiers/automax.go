@@ -21,7 +21,7 @@ const DefaultAutoStart = 40000
 // AutoMax are the bounds of an adaptive max (`max: auto`, docs/design.md §8). The
 // agent moves Policy.Max within [Floor, Ceiling] from the collector sockets'
 // receive-buffer drops; Policy.Max holds the max in force, Start when parsed.
-// All three are packets per window.
+// All three are packets per window (bytes under count: bytes).
 type AutoMax struct {
 	// Start is the max when the agent starts (default DefaultAutoStart).
 	Start uint64
@@ -45,10 +45,18 @@ func (a AutoMax) String() string {
 	return s
 }
 
-// defaults fills in the bounds that the file left out (0).
-func (a *AutoMax) defaults() {
+// DefaultAutoStartBytes is the start of an adaptive max under count:
+// bytes: DefaultAutoStart lines of 1000 bytes, 40 MB per window.
+const DefaultAutoStartBytes = DefaultAutoStart * 1000
+
+// defaults fills in the bounds that the file left out (0), for a policy
+// that counts c.
+func (a *AutoMax) defaults(c Count) {
 	if a.Start == 0 {
 		a.Start = DefaultAutoStart
+		if c == CountBytes {
+			a.Start = DefaultAutoStartBytes
+		}
 	}
 	if a.Floor == 0 {
 		a.Floor = max(1, a.Start/40)
@@ -61,14 +69,14 @@ func (a *AutoMax) defaults() {
 	}
 }
 
-// checkRange checks that each bound is a count of packets; keys are named
-// as in YAML ("auto.floor").
-func (a AutoMax) checkRange() error {
+// checkRange checks that each bound is a count of packets (bytes when c is
+// CountBytes); keys are named as in YAML ("auto.floor").
+func (a AutoMax) checkRange(c Count) error {
 	for _, f := range []struct {
 		key string
 		v   uint64
 	}{{"auto.start", a.Start}, {"auto.floor", a.Floor}, {"auto.ceiling", a.Ceiling}} {
-		if err := checkPackets(f.key, f.v, ErrAuto); err != nil {
+		if err := checkPackets(f.key, f.v, ErrAuto, c); err != nil {
 			return err
 		}
 	}

@@ -38,7 +38,8 @@ var (
 	// (0, MaxAtPercent], drop in [0, 100]; or finer than 0.000001 percent
 	// (at most six decimal places), which Compile could not do exactly.
 	ErrPercentRange = errors.New("percent out of range")
-	// ErrMax: max is not in [1, MaxPackets] packets.
+	// ErrMax: max is not in [1, MaxPackets] packets (or bytes under
+	// count: bytes).
 	ErrMax = errors.New("max out of range")
 	// ErrEmptySelect: select is present but empty; a policy that selects
 	// nothing is almost certainly a mistake.
@@ -52,8 +53,9 @@ var (
 	ErrProto = errors.New("unknown proto")
 	// ErrMode: a mode other than enforce, dry-run or off.
 	ErrMode = errors.New("unknown mode")
-	// ErrCount: a count other than packets or syn, or count: syn on a udp
-	// rule (only TCP has connection attempts).
+	// ErrCount: a rule's count other than packets or syn, or count: syn on
+	// a udp rule (only TCP has connection attempts); or a policy's count
+	// other than packets or bytes.
 	ErrCount = errors.New("bad count")
 	// ErrShape: a shape other than smooth or ordinal.
 	ErrShape = errors.New("unknown shape")
@@ -65,6 +67,11 @@ var (
 	// ErrBudget: a sources budget that is not a percent in (0, 100] or a
 	// packet count in [1, max], or a percent of max under one packet.
 	ErrBudget = errors.New("bad budget")
+	// ErrSize: a size of 0, or one no uint64 holds (ParseSize).
+	ErrSize = errors.New("bad size")
+	// ErrUnit: a byte unit (500MB) on a policy that counts packets: the
+	// unit needs count: bytes (docs/design.md §3).
+	ErrUnit = errors.New("byte unit on a packet policy")
 	// ErrPrefixLen: a sources prefix length outside 1..32 (prefix_v4) or
 	// 1..128 (prefix_v6).
 	ErrPrefixLen = errors.New("bad prefix length")

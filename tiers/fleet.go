@@ -193,7 +193,7 @@ func (f *Fleet) validate(p Policy) error {
 	if err != nil {
 		return configErr("fleet.store", "", ErrFleet, "%v", err) // never repeated: it may hold a password
 	}
-	if err := checkPackets("fleet.max", f.Max, ErrMax); err != nil {
+	if err := checkPackets("fleet.max", f.Max, ErrMax, p.Count); err != nil {
 		return err
 	}
 	switch {

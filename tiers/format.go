@@ -46,15 +46,27 @@ func (p Proto) String() string {
 	return "proto(" + strconv.Itoa(int(p)) + ")"
 }
 
-// String returns "packets", "syn", or "Count(N)" for an undefined value.
+// String returns "packets", "syn", "bytes", or "Count(N)" for an
+// undefined value.
 func (c Count) String() string {
 	switch c {
 	case CountPackets:
 		return "packets"
 	case CountSYN:
 		return "syn"
+	case CountBytes:
+		return "bytes"
 	}
 	return "Count(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Unit names what a policy that counts c counts: "bytes" for CountBytes,
+// else "packets".
+func (c Count) Unit() string {
+	if c == CountBytes {
+		return "bytes"
+	}
+	return "packets"
 }
 
 // String returns the config spelling: "514" for one port, "1000-2000" for a
@@ -109,6 +121,9 @@ func (t Tier) String() string {
 func (p Policy) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s window=%s max=%d shape=%s", p.Mode, p.Window, p.Max, p.Shape)
+	if p.Count == CountBytes {
+		b.WriteString(" count=bytes")
+	}
 	if p.Auto != nil {
 		fmt.Fprintf(&b, " auto=[%s]", p.Auto)
 	}

@@ -36,7 +36,9 @@ const (
 	ProtoUDP Proto = 17
 )
 
-// Count says which packets of a selected flow enter the window.
+// Count says which packets of a selected flow enter the window (a Rule's
+// count: packets or syn), and what a policy counts of them (Policy.Count:
+// packets or bytes, docs/design.md §2).
 type Count uint8
 
 const (
@@ -45,6 +47,12 @@ const (
 	// CountSYN counts only TCP connection attempts (SYN without ACK); other
 	// segments of the rule pass uncounted. Valid for tcp only.
 	CountSYN
+	// CountBytes makes a policy count bytes of syslog payload: each
+	// selected UDP datagram weighs its UDP payload length (what the
+	// collector's socket receives), and max, the tiers, the source budgets,
+	// the auto bounds and the fleet's max and sums are in bytes. Valid for
+	// Policy.Count only.
+	CountBytes
 )
 
 // PortRange is an inclusive range of L4 destination ports, 1..65535.
@@ -133,8 +141,13 @@ type Policy struct {
 	// ShapeSmooth.
 	Shape Shape
 	// Max is the number of selected packets per window the host is meant
-	// to handle (the seed's limiter.max).
+	// to handle (the seed's limiter.max); in bytes under CountBytes.
 	Max uint64
+	// Count is what the window counts (docs/design.md §2): CountPackets
+	// (the zero value, the seed's) or CountBytes, the bytes of syslog
+	// payload. Every count of the policy is in this unit: Max, the tiers'
+	// thresholds, Sources, Auto's bounds and Fleet.Max.
+	Count Count
 	// Tiers in strictly increasing At order.
 	Tiers []Tier
 	// Select lists the rules; a packet matching any rule is selected.

@@ -30,6 +30,10 @@ type Settings struct {
 	LastN      uint64
 	// HasExempt is set when the policy exempts sources.
 	HasExempt bool
+	// Bytes is set when the policy counts bytes (count: bytes): each
+	// selected datagram weighs its UDP payload length, not 1
+	// (docs/design.md §2), and every count above is in bytes.
+	Bytes bool
 	// Rules, Dests and LocalDests count the select rules, their dests
 	// prefixes and their local destinations, and Exempts the exempt
 	// prefixes: what the program's limits bound (bpf.ErrPolicy).
@@ -53,7 +57,7 @@ func SmoothTick(tickNs uint64) uint64 {
 // t, for the kernel's tick tickNs.
 func compileSettings(p Policy, t Table, tickNs uint64) Settings {
 	s := Settings{TickNs: tickNs, Mode: p.Mode, Window: p.Window, Max: p.TableMax(),
-		HasExempt: len(p.Exempt) > 0, Rules: len(p.Select), Exempts: len(p.Exempt), LocalBudget: LocalBudget(p)}
+		HasExempt: len(p.Exempt) > 0, Bytes: p.Count == CountBytes, Rules: len(p.Select), Exempts: len(p.Exempt), LocalBudget: LocalBudget(p)}
 	if tickNs != 0 {
 		s.WindowTicks = uint64(p.Window.Nanoseconds()) / tickNs
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"strconv"
+	"strings"
 )
 
 // Fair shedding (docs/design.md §6): per-source budgets.
@@ -49,6 +50,9 @@ const (
 	// MaxBudgetPackets is the largest budget in packets: a cell holds a
 	// 32-bit count.
 	MaxBudgetPackets = math.MaxUint32 - 1
+	// MaxBudgetBytes is the largest budget in bytes (count: bytes): below
+	// SketchCellFull, so that a cell's count never carries.
+	MaxBudgetBytes = 1 << 31
 )
 
 // Sources configures fair shedding. The zero value is off.
@@ -56,8 +60,8 @@ type Sources struct {
 	// Budget is each group's share of a window as a percent of Max, in
 	// (0, 100]. It is used when BudgetPackets is 0.
 	Budget Percent
-	// BudgetPackets is each group's share of a window in packets,
-	// 1..min(Max, MaxBudgetPackets). When non-zero it is the budget and
+	// BudgetPackets is each group's share of a window in packets (bytes
+	// under count: bytes), 1..min(Max, MaxBudgetPackets). When non-zero it is the budget and
 	// Budget must be 0.
 	BudgetPackets uint64
 	// PrefixV4 and PrefixV6 are the prefix lengths that group IPv4 (1..32)
@@ -83,24 +87,29 @@ func (s Sources) String() string {
 	return s.Budget.String()
 }
 
-// validate checks s against a policy whose max is valid; off is valid.
-func (s Sources) validate(max uint64) error {
+// validate checks s against a policy whose max is valid and that counts c
+// (BudgetPackets is in bytes under CountBytes); off is valid.
+func (s Sources) validate(max uint64, c Count) error {
 	if !s.Enabled() {
 		return nil
 	}
 	if s.BudgetPackets != 0 {
 		if s.Budget.micro != 0 {
-			return configErr("sources.budget", s.String(), ErrBudget, "a budget is a percent or a packet count, not both")
+			return configErr("sources.budget", s.String(), ErrBudget, "a budget is a percent or a count, not both")
 		}
-		if s.BudgetPackets > min(max, MaxBudgetPackets) {
-			return configErr("sources.budget", s.String(), ErrBudget, "must be from 1 to max (%d) packets", max)
+		limit := uint64(MaxBudgetPackets)
+		if c == CountBytes {
+			limit = MaxBudgetBytes
+		}
+		if s.BudgetPackets > min(max, limit) {
+			return configErr("sources.budget", s.String(), ErrBudget, "must be from 1 to max (%d) %s, and at most %d", max, c.Unit(), limit)
 		}
 	} else {
 		if s.Budget.micro < 0 || s.Budget.micro > microHundred {
 			return configErr("sources.budget", s.String(), ErrBudget, "must be more than 0%% and at most 100%%")
 		}
 		if thresholdOf(max, s.Budget.micro) == 0 {
-			return configErr("sources.budget", s.String(), ErrBudget, "%s of max %d is less than one packet", s.Budget, max)
+			return configErr("sources.budget", s.String(), ErrBudget, "%s of max %d is less than one %s", s.Budget, max, strings.TrimSuffix(c.Unit(), "s"))
 		}
 	}
 	if s.PrefixV4 < 1 || s.PrefixV4 > 32 {
@@ -115,8 +124,9 @@ func (s Sources) validate(max uint64) error {
 // SourceBudget is the compiled form of Sources, as the program's settings
 // hold it. The zero value is off.
 type SourceBudget struct {
-	// Budget is the packets per group and window; 0 is off. A percent is
-	// floor(Max × Budget / 100).
+	// Budget is the packets (bytes under count: bytes) per group and
+	// window; 0 is off. A percent is floor(Max × Budget / 100), at most
+	// MaxBudgetPackets (MaxBudgetBytes).
 	Budget uint32
 	// PrefixV4 and PrefixV6 are the grouping prefix lengths.
 	PrefixV4, PrefixV6 uint8
@@ -138,7 +148,11 @@ func compileSources(p Policy) SourceBudget {
 	if s.BudgetPackets != 0 {
 		b.Budget = uint32(s.BudgetPackets)
 	} else {
-		b.Budget = uint32(min(thresholdOf(p.Max, s.Budget.micro), MaxBudgetPackets))
+		limit := uint64(MaxBudgetPackets)
+		if p.Count == CountBytes {
+			limit = MaxBudgetBytes // a percent of a max past 20 GiB
+		}
+		b.Budget = uint32(min(thresholdOf(p.Max, s.Budget.micro), limit))
 	}
 	b.Mask4, b.Mask6 = encodeMasks(s.PrefixV4, s.PrefixV6)
 	return b
@@ -267,6 +281,18 @@ func NewSketch(seeds SketchSeeds) *Sketch {
 // window including this packet: the least of its cells, never less than
 // the true count.
 func (s *Sketch) Add(group netip.Prefix, window uint64) uint32 {
+	return s.AddN(group, window, 1)
+}
+
+// SketchCellFull is the count from which a cell is full (bpf/consts.h
+// TL_CELL_FULL): it is over any budget (MaxBudgetBytes is below it), and
+// not added to, so that a count of bytes never carries into the window id.
+const SketchCellFull = 3 << 30
+
+// AddN is Add for a packet of weight w (1, or its bytes under count:
+// bytes, docs/design.md §2): each cell of the group's gains w, but a full
+// one (SketchCellFull), which keeps its count.
+func (s *Sketch) AddN(group netip.Prefix, window uint64, w uint32) uint32 {
 	wid := uint64(uint32(window)) << 32
 	est := uint32(math.MaxUint32)
 	for r := range s.seeds {
@@ -274,7 +300,9 @@ func (s *Sketch) Add(group netip.Prefix, window uint64) uint32 {
 		if *c&^math.MaxUint32 != wid {
 			*c = wid
 		}
-		*c++
+		if uint32(*c) < SketchCellFull {
+			*c += uint64(w)
+		}
 		est = min(est, uint32(*c))
 	}
 	return est
@@ -298,6 +326,12 @@ func (s *Sketch) Over(group netip.Prefix, window uint64, budget uint32) bool {
 // shape, docs/design.md §6). The estimate never falls below the group's
 // true count: a group that shares its cells spends its budget early.
 func (s *Sketch) OverSpent(group netip.Prefix, window uint64, budget uint32) (over, spent bool) {
+	return s.OverSpentN(group, window, budget, 1)
+}
+
+// OverSpentN is OverSpent for a packet of weight w: spent when its add
+// took the group's estimate from below the budget to it or past it.
+func (s *Sketch) OverSpentN(group netip.Prefix, window uint64, budget, w uint32) (over, spent bool) {
 	wid := uint64(uint32(window)) << 32
 	est := uint32(math.MaxUint32)
 	for r := range s.seeds {
@@ -310,8 +344,8 @@ func (s *Sketch) OverSpent(group netip.Prefix, window uint64, budget uint32) (ov
 	if est > budget {
 		return true, false
 	}
-	est = s.Add(group, window)
-	return est > budget, est == budget
+	est = s.AddN(group, window, w)
+	return est > budget, est >= budget && est-min(est, w) < budget
 }
 
 // SketchFalsePositive bounds the probability that a group with few packets

@@ -6,17 +6,19 @@ import (
 	"strconv"
 )
 
-// configErr builds a *ConfigError whose Err wraps sentinel, followed by the
-// formatted detail when format is not empty.
 // checkPackets is the one range check of a count of packets per window
-// (max, and the auto block's bounds): from 1 to MaxPackets. The parsers
-// leave it to Validate, and name the value as written.
-func checkPackets(key string, n uint64, sentinel error) *ConfigError {
+// (max, fleet.max and the auto block's bounds), or of bytes when c is
+// CountBytes: from 1 to MaxPackets. The parsers leave it to Validate, and
+// name the value as written.
+func checkPackets(key string, n uint64, sentinel error, c Count) *ConfigError {
 	if n == 0 || n > MaxPackets {
-		return configErr(key, strconv.FormatUint(n, 10), sentinel, "must be from 1 to %d packets", uint64(MaxPackets))
+		return configErr(key, strconv.FormatUint(n, 10), sentinel, "must be from 1 to %d %s", uint64(MaxPackets), c.Unit())
 	}
 	return nil
 }
+
+// configErr builds a *ConfigError whose Err wraps sentinel, followed by the
+// formatted detail when format is not empty.
 
 func configErr(key, value string, sentinel error, format string, args ...any) *ConfigError {
 	err := sentinel
@@ -30,7 +32,8 @@ func configErr(key, value string, sentinel error, format string, args ...any) *C
 // first fault as a *ConfigError (Line 0; the parsers fill it in), or nil.
 // Keys are named as in YAML: "mode", "tiers[1].at", "select[0].ports[2]".
 //
-// Returns ErrMode for an undefined Mode; ErrWindow when Window is not in
+// Returns ErrMode for an undefined Mode; ErrCount for a Count other than
+// CountPackets or CountBytes; ErrWindow when Window is not in
 // (0, MaxWindow]; ErrMax when Max is not in [1, MaxPackets]; ErrEmptyTiers
 // for no tiers; ErrTooMany for more than MaxTiers tiers or MaxSelectRules
 // rules; ErrPercentRange when an At is not in (0, MaxAtPercent], a Drop not
@@ -60,12 +63,15 @@ func (p Policy) Validate() error {
 		return configErr("window", p.Window.String(), ErrWindow,
 			"shape smooth needs a window of at least %s: its estimate counts the window in kernel ticks (10ms at HZ 100), and a window of fewer than 20 ticks would pass up to twice P(R); set shape: ordinal for a shorter window", SmoothMinWindow)
 	}
+	if p.Count != CountPackets && p.Count != CountBytes {
+		return configErr("count", p.Count.String(), ErrCount, "want packets or bytes")
+	}
 	if p.Auto != nil {
-		if err := p.Auto.checkRange(); err != nil {
+		if err := p.Auto.checkRange(p.Count); err != nil {
 			return err
 		}
 	}
-	if err := checkPackets("max", p.Max, ErrMax); err != nil {
+	if err := checkPackets("max", p.Max, ErrMax, p.Count); err != nil {
 		return err
 	}
 	if err := p.validateTiers(); err != nil {
@@ -88,7 +94,7 @@ func (p Policy) Validate() error {
 	if err := p.validatePrefixes(); err != nil {
 		return err
 	}
-	if err := p.Sources.validate(p.Max); err != nil {
+	if err := p.Sources.validate(p.Max, p.Count); err != nil {
 		return err
 	}
 	if err := p.Record.validate(); err != nil {

@@ -88,21 +88,57 @@ type yamlParser struct {
 	// cannot hold as written (packets, the window: 2h is 2h0m0s), for
 	// Validate's errors.
 	written map[string]string
+	// units are the values written with a byte unit, in the order met.
+	units []unitAt
 }
 
-// packets reads a whole number of packets (an !!int scalar), which
-// Validate range-checks (checkPackets): a negative count reads as 0 and one
-// past int64 as MaxPackets+1, and the error names the value as written.
-func (ps *yamlParser) packets(key string, v *yaml.Node) uint64 {
+// packets reads a whole number of packets or bytes: an !!int scalar, or
+// a size with a byte unit such as 500MB (ParseSize), which Validate
+// range-checks (checkPackets): a negative count reads as 0 and one past
+// int64 as MaxPackets+1, and the error names the value as written. A size
+// with a unit is remembered (units), so that a policy that counts packets
+// refuses it (unitErr); text that is no size is ErrType naming want.
+func (ps *yamlParser) packets(key string, v *yaml.Node, want string) (uint64, error) {
 	ps.written[key] = nodeValue(v)
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" {
+		n, unit, err := ParseSize(v.Value)
+		switch {
+		case errors.Is(err, ErrSize) && unit:
+			ps.units = append(ps.units, unitAt{key, v})
+			return min(n, MaxPackets+1), nil
+		case err != nil || !unit: // a number in quotes is text, as before units
+			return 0, typeErr(key, v, want)
+		}
+		ps.units = append(ps.units, unitAt{key, v})
+		return min(n, MaxPackets+1), nil
+	}
+	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
+		return 0, typeErr(key, v, want)
+	}
 	var i int64
 	switch err := v.Decode(&i); {
 	case err != nil:
-		return MaxPackets + 1
+		return MaxPackets + 1, nil
 	case i < 0:
-		return 0
+		return 0, nil
 	}
-	return uint64(i)
+	return uint64(i), nil
+}
+
+// unitAt is a value written with a byte unit, and its key.
+type unitAt struct {
+	key string
+	v   *yaml.Node
+}
+
+// unitErr refuses the first byte unit of a policy that counts packets
+// (ErrUnit), naming its key and value.
+func (ps *yamlParser) unitErr(p *Policy) error {
+	if p.Count == CountBytes || len(ps.units) == 0 {
+		return nil
+	}
+	u := ps.units[0]
+	return valueErr(u.key, u.v, ErrUnit, "a byte unit needs count: bytes (this policy counts %s); write count: bytes, or a whole number of packets", p.Count)
 }
 
 // locate fills in the line of a Validate error from the key, or from the
@@ -309,16 +345,17 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 			ps.written[key] = nodeValue(v)
 			return windowField(key, v, p)
 		}},
-		{"max", func(key string, v *yaml.Node) error {
+		{"max", func(key string, v *yaml.Node) (err error) {
 			if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == "auto" {
 				isAuto = true
 				return nil
 			}
-			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
-				return typeErr(key, v, "a whole number of packets, or auto")
-			}
-			p.Max = ps.packets(key, v)
-			return nil
+			p.Max, err = ps.packets(key, v, "a whole number of packets (or a size such as 500MB under count: bytes), or auto")
+			return err
+		}},
+		{"count", func(key string, v *yaml.Node) (err error) {
+			p.Count, err = choice(key, v, "packets or bytes", map[string]Count{"packets": CountPackets, "bytes": CountBytes}, ErrCount)
+			return err
 		}},
 		{"tiers", func(key string, v *yaml.Node) error {
 			tiers, err := ps.tiers(key, v)
@@ -357,7 +394,10 @@ func (ps *yamlParser) policy(root *yaml.Node, p *Policy) error {
 	if err != nil {
 		return err
 	}
-	return ps.autoYAML(p, isAuto, autoBlock)
+	if err := ps.autoYAML(p, isAuto, autoBlock); err != nil {
+		return err
+	}
+	return ps.unitErr(p)
 }
 
 // modeField parses policy key mode into p.Mode.

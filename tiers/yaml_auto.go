@@ -26,7 +26,7 @@ func (ps *yamlParser) autoYAML(p *Policy, isAuto bool, block *yaml.Node) error {
 			return err
 		}
 	}
-	a.defaults()
+	a.defaults(p.Count)
 	p.Auto = &a
 	p.Max = a.Start
 	return nil
@@ -35,11 +35,10 @@ func (ps *yamlParser) autoYAML(p *Policy, isAuto bool, block *yaml.Node) error {
 // autoField reads a bound; 0 and what no uint64 holds are kept as
 // MaxPackets+1, so that defaults leaves them and Validate refuses them.
 func (ps *yamlParser) autoField(dst *uint64) func(key string, v *yaml.Node) error {
-	return func(key string, v *yaml.Node) error {
-		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
-			return typeErr(key, v, "a whole number of packets")
+	return func(key string, v *yaml.Node) (err error) {
+		if *dst, err = ps.packets(key, v, "a whole number of packets (or a size such as 500MB under count: bytes)"); err != nil {
+			return err
 		}
-		*dst = ps.packets(key, v)
 		if *dst == 0 {
 			*dst = MaxPackets + 1
 		}

@@ -71,12 +71,9 @@ func (ps *yamlParser) fleet(key string, v *yaml.Node) (*Fleet, error) {
 		{"server_name", text(&f.ServerName, "a DNS name")},
 		{"sentinel_password_file", text(&f.SentinelPasswordFile, "an absolute path")},
 		{"sentinel_user", text(&f.SentinelUser, "an ACL user name")},
-		{"max", func(key string, v *yaml.Node) error {
-			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
-				return typeErr(key, v, "a whole number of packets per window")
-			}
-			f.Max = ps.packets(key, v)
-			return nil
+		{"max", func(key string, v *yaml.Node) (err error) {
+			f.Max, err = ps.packets(key, v, "a whole number of packets per window (or a size such as 500MB under count: bytes)")
+			return err
 		}},
 		{"report", duration(&f.Report)},
 		{"ttl", duration(&f.TTL)},

@@ -146,27 +146,12 @@ func rateNode(v *yaml.Node) (uint64, bool) {
 	return n, err == nil
 }
 
-// sizeNode reads a byte size: a whole number, or one with a unit (B, KiB,
-// MiB, GiB, TiB, or KB, MB, GB, TB in powers of 1000).
+// sizeNode reads a byte size: a whole number, or one with a unit
+// (ParseSize); false for anything else, for 0 and for one past 2^62.
 func sizeNode(v *yaml.Node) (uint64, bool) {
 	if v.Kind != yaml.ScalarNode || isNull(v) {
 		return 0, false
 	}
-	s := strings.TrimSpace(v.Value)
-	mult := uint64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   uint64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}} {
-		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
-			s, mult = strings.TrimSpace(rest), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || n > (1<<62)/mult {
-		return 0, false
-	}
-	return n * mult, true
+	n, _, err := ParseSize(v.Value)
+	return n, err == nil && n <= 1<<62
 }

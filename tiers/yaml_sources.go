@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -34,7 +35,7 @@ func (ps *yamlParser) sources(key string, v *yaml.Node) (Sources, error) {
 	}
 	seen, err := ps.mapping(key, v, []field{
 		{"budget", func(key string, v *yaml.Node) error {
-			return budgetNode(key, v, &s)
+			return ps.budgetNode(key, v, &s)
 		}},
 		{"prefix_v4", prefix(&s.PrefixV4, 32)},
 		{"prefix_v6", prefix(&s.PrefixV6, 128)},
@@ -50,9 +51,10 @@ func (ps *yamlParser) sources(key string, v *yaml.Node) (Sources, error) {
 }
 
 // budgetNode parses a budget: text ending in % is a percent of max, a whole
-// number is packets; anything else is ErrType, and a zero budget ErrBudget.
-func budgetNode(key string, v *yaml.Node, s *Sources) error {
-	const want = "a percent of max such as 10% or a whole number of packets"
+// number is packets (bytes under count: bytes), a size with a byte unit
+// (64KB) is bytes; anything else is ErrType, and a zero budget ErrBudget.
+func (ps *yamlParser) budgetNode(key string, v *yaml.Node, s *Sources) error {
+	const want = "a percent of max such as 10%, a whole number of packets, or a size such as 64KB under count: bytes"
 	if v.Kind != yaml.ScalarNode || isNull(v) {
 		return typeErr(key, v, want)
 	}
@@ -60,7 +62,7 @@ func budgetNode(key string, v *yaml.Node, s *Sources) error {
 	case v.ShortTag() == "!!int":
 		var n int64
 		if err := v.Decode(&n); err != nil || n < 1 {
-			return valueErr(key, v, ErrBudget, "want at least 1 packet")
+			return valueErr(key, v, ErrBudget, "want at least 1")
 		}
 		s.BudgetPackets = uint64(n)
 	case v.ShortTag() == "!!str" && strings.HasSuffix(strings.TrimSpace(v.Value), "%"):
@@ -72,6 +74,17 @@ func budgetNode(key string, v *yaml.Node, s *Sources) error {
 			return valueErr(key, v, ErrBudget, "must be more than 0%%")
 		}
 		s.Budget = pc
+	case v.ShortTag() == "!!str":
+		n, unit, err := ParseSize(v.Value)
+		switch {
+		case errors.Is(err, ErrSize):
+			return valueErr(key, v, ErrBudget, "want at least 1 and at most %d", uint64(MaxBudgetPackets))
+		case err != nil || !unit:
+			return typeErr(key, v, want)
+		}
+		ps.units = append(ps.units, unitAt{key, v})
+		s.BudgetPackets = n
+		ps.written[key] = v.Value
 	default:
 		return typeErr(key, v, want)
 	}

@@ -54,10 +54,14 @@ func startAutoMax(ctx context.Context, log *slog.Logger, a autoStarter, p tiers.
 }
 
 // printAuto writes the auto settings and the control law of an adaptive
-// max, for check.
-func printAuto(w io.Writer, a tiers.AutoMax) {
-	fmt.Fprintf(w, "max\tauto: starts at %d, moves within [%d, %d] selected packets per window; the tables below are at start\n",
-		a.Start, a.Floor, a.Ceiling)
+// max, for check; its bounds count c.
+func printAuto(w io.Writer, a tiers.AutoMax, c tiers.Count) {
+	unit := "selected packets"
+	if c == tiers.CountBytes {
+		unit = "bytes of syslog payload"
+	}
+	fmt.Fprintf(w, "max\tauto: starts at %d, moves within [%d, %d] %s per window; the tables below are at start\n",
+		a.Start, a.Floor, a.Ceiling, unit)
 	fmt.Fprintf(w, "auto signal\treceive-buffer drops of the UDP sockets on the selected ports (sock_diag per socket, else /proc/net/snmp RcvbufErrors), judged once per window, in the middle of the next\n")
 	if a.NetNS != "" {
 		fmt.Fprintf(w, "auto netns\t%s: the signal is read in that network namespace, where the collector's sockets live; run refuses to start when it cannot be read there\n", a.NetNS)

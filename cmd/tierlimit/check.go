@@ -81,13 +81,14 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	fmt.Fprintf(w, "mode\t%s\n", p.Mode)
 	fmt.Fprintf(w, "window\t%s\n", p.Window)
 	fmt.Fprintf(w, "shape\t%s\n", shapeSummary(p.Shape))
+	printCount(w, p)
 	if p.Auto != nil {
-		printAuto(w, *p.Auto)
+		printAuto(w, *p.Auto, p.Count)
 	} else {
-		fmt.Fprintf(w, "max\t%d selected packets per window\n", p.Max)
+		fmt.Fprintf(w, "max\t%s per window\n", amount(p.Count, p.Max))
 	}
 	if p.Fleet != nil {
-		fmt.Fprintf(w, "fleet.max\t%d selected packets per window for the whole fleet: the tables below are for it (max is this host's own, for the fallback)\n", p.Fleet.Max)
+		fmt.Fprintf(w, "fleet.max\t%s per window for the whole fleet: the tables below are for it (max is this host's own, for the fallback)\n", amount(p.Count, p.Fleet.Max))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -111,6 +112,36 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	}
 	printCPUCheck(out, hostRoot)
 	return nil
+}
+
+// amount words n of what a policy counting c counts: "40000 selected
+// packets", or "10000000 bytes (10 MB) of syslog payload" under count:
+// bytes.
+func amount(c tiers.Count, n uint64) string {
+	if c == tiers.CountBytes {
+		return fmt.Sprintf("%d bytes (%s) of syslog payload", n, tiers.FormatSize(n))
+	}
+	return fmt.Sprintf("%d selected packets", n)
+}
+
+// printCount prints what the window counts (docs/design.md §2), and under
+// count: bytes how TCP counts.
+func printCount(w io.Writer, p tiers.Policy) {
+	if p.Count != tiers.CountBytes {
+		fmt.Fprintf(w, "count\tpackets: each selected datagram (and TCP SYN, or segment under a count: packets rule) counts 1\n")
+		return
+	}
+	fmt.Fprintf(w, "count\tbytes: each selected UDP datagram weighs its payload (UDP length - 8: what the collector's socket receives); max, the tiers, the budgets and the fleet's sums are bytes\n")
+	for _, r := range p.Select {
+		if r.Proto != tiers.ProtoTCP {
+			continue
+		}
+		if r.Count == tiers.CountSYN {
+			fmt.Fprintf(w, "tcp\t%s: SYNs are judged at the window's bytes (a SYN weighs its payload, 0); every other segment's payload is counted in the window and never shed\n", r)
+		} else {
+			fmt.Fprintf(w, "tcp\t%s: every segment is judged, weighing its TCP payload\n", r)
+		}
+	}
 }
 
 // printRecordCheck prints the shed record and where episodes are reported
@@ -137,7 +168,7 @@ func printRecordCheck(out io.Writer, p tiers.Policy) {
 func printTiers(out io.Writer, p tiers.Policy, t tiers.Table) error {
 	rounded := t.Shift > 0
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprint(w, "TIER\tAT\tPACKETS n\tDROP")
+	fmt.Fprintf(w, "TIER\tAT\t%s n\tDROP", strings.ToUpper(p.Count.Unit()))
 	if rounded {
 		fmt.Fprint(w, "\tTABLE FROM n")
 	}
@@ -165,17 +196,18 @@ func printTiers(out io.Writer, p tiers.Policy, t tiers.Table) error {
 }
 
 // printTable prints the table's size, step and rounding.
-func printTable(out io.Writer, _ tiers.Policy, t tiers.Table) error {
+func printTable(out io.Writer, p tiers.Policy, t tiers.Table) error {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	unit := p.Count.Unit()
 	switch {
 	case t.Shift == 0:
-		fmt.Fprintf(w, "table\t%d entries, step 1 packet\trounding: exact\n", t.Len())
+		fmt.Fprintf(w, "table\t%d entries, step 1 %s\trounding: exact\n", t.Len(), strings.TrimSuffix(unit, "s"))
 	case t.MaxRoundingError == 0:
-		fmt.Fprintf(w, "table\t%d entries, step %d packets (n >> %d)\trounding: exact, every threshold is a multiple of the step\n",
-			t.Len(), uint64(1)<<t.Shift, t.Shift)
+		fmt.Fprintf(w, "table\t%d entries, step %d %s (n >> %d)\trounding: exact, every threshold is a multiple of the step\n",
+			t.Len(), uint64(1)<<t.Shift, unit, t.Shift)
 	default:
-		fmt.Fprintf(w, "table\t%d entries, step %d packets (n >> %d)\trounding: tier boundaries move later by at most %d packets\n",
-			t.Len(), uint64(1)<<t.Shift, t.Shift, t.MaxRoundingError)
+		fmt.Fprintf(w, "table\t%d entries, step %d %s (n >> %d)\trounding: tier boundaries move later by at most %d %s\n",
+			t.Len(), uint64(1)<<t.Shift, unit, t.Shift, t.MaxRoundingError, unit)
 	}
 	return w.Flush()
 }
@@ -190,6 +222,9 @@ func printExpected(out io.Writer, p tiers.Policy, t tiers.Table) error {
 		fmt.Fprintln(out, "expected per window (mode off: nothing is dropped; as if mode were enforce)")
 	default:
 		fmt.Fprintln(out, "expected per window")
+	}
+	if p.Count == tiers.CountBytes {
+		fmt.Fprintln(out, "(in bytes: n, PASSED and DROPPED are bytes of payload; ± σ is for 1-byte datagrams, and grows with √ of their size)")
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "OFFERED\tn\tPASSED\t± σ\tDROPPED\tDROP %\t")

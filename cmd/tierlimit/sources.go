@@ -78,8 +78,8 @@ func printSourcesCheck(w io.Writer, p tiers.Policy, t tiers.Table) {
 		return
 	}
 	b := t.Sources
-	fmt.Fprintf(w, "\nsources: budget %s = %d packets per window for each /%d (IPv4) or /%d (IPv6) source group\n",
-		p.Sources, b.Budget, b.PrefixV4, b.PrefixV6)
+	fmt.Fprintf(w, "\nsources: budget %s = %d %s per window for each /%d (IPv4) or /%d (IPv6) source group\n",
+		p.Sources, b.Budget, p.Count.Unit(), b.PrefixV4, b.PrefixV6)
 	if p.Fleet != nil {
 		printFleetSources(w, p)
 	}

@@ -46,6 +46,7 @@ type Receiver struct {
 	perBurst map[int]int
 	perPRI   map[int]int // by the message's syslog <PRI>, -1 without one
 	total    int
+	bytes    int // the bytes recvmsg returned, over all datagrams
 	last     time.Time
 	done     chan struct{}
 }
@@ -107,6 +108,7 @@ func (r *Receiver) loop() {
 		pri := priOf(buf[:n])
 		r.mu.Lock()
 		r.total++
+		r.bytes += n
 		if ok {
 			r.perBurst[b]++
 		}
@@ -177,6 +179,14 @@ func (r *Receiver) Counts() (perBurst map[int]int, total int) {
 		perBurst[k] = v
 	}
 	return perBurst, r.total
+}
+
+// Bytes returns the datagrams received and the bytes recvmsg returned of
+// them: what a collector's socket receives, the kernel's count.
+func (r *Receiver) Bytes() (datagrams, bytes int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total, r.bytes
 }
 
 // Sender is an unconnected UDP socket inside a namespace. Being

@@ -56,6 +56,7 @@ type Model struct {
 
 	sources tiers.SourceBudget
 	sketch  *tiers.Sketch // nil while sources are off
+	w       uint64        // the weight of the packet being judged: 1, or its bytes (Weighed)
 	opened  uint64        // windows opened: the sketch's window id
 
 	ex       uint64 // over-budget packets in the window (docs/design.md §6)
@@ -115,7 +116,7 @@ func NewModel(p tiers.Policy, t tiers.Table, rand func() uint32) *Model {
 		rand = randUint32
 	}
 	m := &Model{table: t, mode: p.Mode, window: uint64(p.Window), rand: rand, sources: t.Sources,
-		tickNs: 1 << tiers.SmoothTickShift}
+		tickNs: 1 << tiers.SmoothTickShift, w: 1}
 	if t.Sources.Budget != 0 {
 		m.sketch = tiers.NewSketch(tiers.SketchSeeds{})
 	}
@@ -151,6 +152,37 @@ func randUint32() uint32 { return rand.Uint32() }
 // when thr is neither 0 nor AlwaysDrop, and never under ModeOff.
 func (m *Model) Packet(nowNs uint64) Decision {
 	return m.judge(nowNs, netip.Addr{}, notUDP)
+}
+
+// Weighed is the packet of PacketFromSeverity (src invalid: no budget;
+// sev notUDP, -2: no severity) with weight w: under count: bytes
+// (docs/design.md §2) its L4 payload's bytes, as the program weighs it. It
+// adds w where the other methods add 1: to the window's count (its N is
+// the bytes counted before it plus w, so a packet of weight 0, a SYN, is
+// judged at the bytes before it), to its group's cells (tiers.Sketch.AddN:
+// over budget when the estimate, w included, exceeds the budget), to the
+// over-budget count, and to or from the drop debt (a protected packet
+// passes while the debt plus w stays within the budget; a payer takes w
+// off, down to 0).
+func (m *Model) Weighed(nowNs uint64, src netip.Addr, sev int, w uint32) Decision {
+	m.w = uint64(w)
+	d := m.judge(nowNs, src, sev)
+	m.w = 1
+	return d
+}
+
+// NotUDP is Weighed's sev for a packet that severity ignores (not UDP).
+const NotUDP = notUDP
+
+// Counted accounts for a TCP segment that count: bytes counts and never
+// sheds (a segment of a syn rule's connection, docs/design.md §2), of
+// weight w: the window rule, then w added to the window's count. It is
+// judged by nothing: no budget, no tier, no verdict.
+func (m *Model) Counted(nowNs uint64, w uint32) {
+	if !m.open || nowNs > m.start && nowNs-m.start > m.window {
+		m.openWindow(nowNs)
+	}
+	m.count += uint64(w)
 }
 
 // notUDP is judge's sev for a packet that severity ignores.
@@ -204,7 +236,7 @@ func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
 		d.WindowOpened = true
 	}
 	if m.sketch != nil && src.IsValid() {
-		over, spent := m.sketch.OverSpent(m.sources.Group(src), m.opened, m.sources.Budget)
+		over, spent := m.sketch.OverSpentN(m.sources.Group(src), m.opened, m.sources.Budget, uint32(m.w))
 		if spent && m.table.Shape == tiers.ShapeSmooth {
 			m.exhIn += uint64(m.sources.Budget)
 		}
@@ -212,7 +244,7 @@ func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
 			return m.overBudget(nowNs)
 		}
 	}
-	m.count++
+	m.count += m.w
 	d.N = m.count
 	var tier int
 	var thr uint32
@@ -238,12 +270,13 @@ func (m *Model) judge(nowNs uint64, src netip.Addr, sev int) Decision {
 	drop := m.draw(thr)
 	if severity {
 		switch {
-		case drop && d.Class == tiers.SevProtected && m.debt < m.table.Severity.ProtectBudget:
+		case drop && d.Class == tiers.SevProtected && m.debt <= m.table.Severity.ProtectBudget &&
+			m.w <= m.table.Severity.ProtectBudget-m.debt:
 			drop, d.Protected = false, true
-			m.debt++
+			m.debt += m.w
 		case !drop && d.Class != tiers.SevProtected && m.debt > 0:
 			drop, d.Paid = true, true
-			m.debt--
+			m.debt -= min(m.debt, m.w)
 		}
 	}
 	if drop {
@@ -471,7 +504,7 @@ func (m *Model) SetFleetOthers(in, total uint64) {
 // (tiers.Table.ShareThreshold), computed per tick.
 func (m *Model) overBudget(nowNs uint64) Decision {
 	d := Decision{OverBudget: true}
-	m.ex++
+	m.ex += m.w
 	var thr uint32
 	if m.table.Shape == tiers.ShapeSmooth {
 		thr = m.overSmooth(nowNs)
