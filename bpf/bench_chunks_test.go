@@ -374,3 +374,11 @@ func TestQuantumOf(t *testing.T) {
 		t.Errorf("gaps on no grid: quantum %v, want 0", q)
 	}
 }
+
+// benchPassMax is the max of the benchmarks' pass paths (a window of an
+// hour): its tier 0 holds 0.7 × 2^36, about 4.8·10^10 packets, a thousand
+// chunks of the largest size a host makes, so a pass path stays on tier
+// 0, and a group within its budget, however long the chunks (at 10^8 the
+// tick-sized chunks of BenchmarkStages' sketch stages took a group over
+// its budget).
+const benchPassMax = 1 << 36

@@ -46,11 +46,11 @@ func BenchmarkProgram(b *testing.B) {
 		// none (the floor is bare: no floor program).
 		atomics int
 	}{
-		// Tier 0 for 7*10^7 packets: every packet passes.
-		{"selected-pass", policy(100_000_000), UDP4(b, 514), 1},
+		// Tier 0 for 0.7 × benchPassMax packets: every packet passes.
+		{"selected-pass", policy(benchPassMax), UDP4(b, 514), 1},
 		// selected-pass with the rules' dests: local resolved as the
 		// agent does, to a host's dozen destinations: one LPM lookup more.
-		{"selected-pass-local", localDests(policy(100_000_000)), UDP4(b, 514), 1},
+		{"selected-pass-local", localDests(policy(benchPassMax)), UDP4(b, 514), 1},
 		// From n = 1, a 50% tier: every packet draws bpf_get_prandom_u32.
 		{"selected-random", policy(100, tiers.Tier{At: tiers.Pct(1), Drop: tiers.Pct(50)}), UDP4(b, 514), 1},
 		// From n = 100, the 100% tier: every packet is dropped, no draw,
@@ -60,25 +60,25 @@ func BenchmarkProgram(b *testing.B) {
 		// Severity on (docs/design.md §7): the <PRI> is read and classed on
 		// every selected UDP packet; <134> is local0.info, class normal,
 		// which never touches the debt on these paths.
-		{"selected-pass-severity", withSeverity(policy(100_000_000)), UDP4(b, 514), 1},
+		{"selected-pass-severity", withSeverity(policy(benchPassMax)), UDP4(b, 514), 1},
 		{"selected-drop-severity", withSeverity(policy(100)), UDP4(b, 514), 0},
 		// selected-pass with per-source budgets on (docs/design.md §6): the
 		// group stays within its budget, so each packet pays the hash and
 		// the sketch's TL_SKETCH_ROWS cells, then the tiers as before.
-		{"sources-pass", withSources(policy(100_000_000), within), UDP4(b, 514), 1 + bpf.SketchRows},
-		{"sources-pass-ipv6", withSources(policy(100_000_000), within), UDP6(b, 514), 1 + bpf.SketchRows},
+		{"sources-pass", withSources(policy(benchPassMax), within), UDP4(b, 514), 1 + bpf.SketchRows},
+		{"sources-pass-ipv6", withSources(policy(benchPassMax), within), UDP6(b, 514), 1 + bpf.SketchRows},
 		// From the second packet on, over budget: sketch, over-budget
 		// counter and the top table's LRU lookup, then XDP_DROP.
-		{"sources-over", withSources(policy(100_000_000), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514), 0},
+		{"sources-over", withSources(policy(benchPassMax), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514), 0},
 		// The smooth shape (docs/design.md §9): the per-CPU estimate, R̂ and
 		// q(R̂) on every selected packet. smooth-pass stays below T_1
 		// (q = 0, no draw); smooth-drop is a flood far past the table
 		// (q from the memoised closed form, a draw per packet), the
 		// counterpart of selected-random and selected-drop; and the
 		// over-budget path judged at the per-tick share.
-		{"smooth-pass", smooth(policy(100_000_000)), UDP4(b, 514), 1},
+		{"smooth-pass", smooth(policy(benchPassMax)), UDP4(b, 514), 1},
 		{"smooth-drop", smooth(policy(100)), UDP4(b, 514), 0},
-		{"smooth-sources-over", smooth(withSources(policy(100_000_000), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64})), UDP4(b, 514), 0},
+		{"smooth-sources-over", smooth(withSources(policy(benchPassMax), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64})), UDP4(b, 514), 0},
 	}
 	for _, gate := range []bool{true, false} {
 		opts := bpf.Options{}
