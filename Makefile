@@ -51,7 +51,7 @@ lint:
 # passed plot, and issue 42's table beside the peers (section 6). Writes
 # $(BENCH_OUT)/results.md, the PNG and raw/. Every BPF_PROG_TEST_RUN chunk
 # spans 100 ticks of the host's clock (bpf/bench_chunks_test.go): about
-# 20 min on two CPUs.
+# 40 min on two shared CPUs (the chunks' length; figure 1 is most of it).
 #
 # PEERS_DIR: the peers (XDP-Firewall, L3AF ratelimiting, xdp-filter). A
 # directory of their built objects (deploy/bench/peers.sh's output), or of
