@@ -48,17 +48,29 @@ lint:
 
 # The performance suite (issue 6; root, two CPUs, trafgen and nft): figures
 # 1-3 from the bpf benchmarks, figure 4 from veth floods, the offered-vs-
-# passed plot. Writes $(BENCH_OUT)/results.md, the PNG and raw/. < 10 min.
+# passed plot, and issue 42's table beside the peers (section 6). Writes
+# $(BENCH_OUT)/results.md, the PNG and raw/. Every BPF_PROG_TEST_RUN chunk
+# spans 100 ticks of the host's clock (bpf/bench_chunks_test.go): about
+# 40 min on two shared CPUs (the chunks' length; figure 1 is most of it).
+#
+# PEERS_DIR: the peers (XDP-Firewall, L3AF ratelimiting, xdp-filter). A
+# directory of their built objects (deploy/bench/peers.sh's output), or of
+# git snapshots of their repositories, which peers.sh then builds at its
+# pinned commits into $(BENCH_TMP)/peers; unset, section 6 compares with
+# the floor and names the peers not measured.
 BENCH_OUT ?= deploy/bench
 BENCH_TMP ?= $(or $(TMPDIR),/tmp)/tierlimit-bench
 BENCH_FLAGS ?=
+PEERS_DIR ?=
+PEERS_OBJ = $(if $(PEERS_DIR),$(if $(wildcard $(PEERS_DIR)/*.o),$(abspath $(PEERS_DIR)),$(abspath $(BENCH_TMP))/peers))
 
 bench:
 	@mkdir -p $(BENCH_TMP)
+	$(if $(PEERS_DIR),$(if $(wildcard $(PEERS_DIR)/*.o),,CLANG_VERSION=$(CLANG_VERSION) bash deploy/bench/peers.sh $(PEERS_DIR) $(BENCH_TMP)/peers))
 	$(GO) test -c -tags tlstages,tlperf -o $(BENCH_TMP)/bpf.test ./bpf/
 	$(GO) build -o $(BENCH_TMP)/tierlimit-bench ./cmd/tierlimit-bench
 	$(BENCH_TMP)/tierlimit-bench suite -out $(BENCH_OUT) -bpf-test $(BENCH_TMP)/bpf.test \
-		-command 'make bench' $(BENCH_FLAGS)
+		-command 'make bench$(if $(PEERS_DIR), PEERS_DIR=$(PEERS_DIR))' $(if $(PEERS_OBJ),-peers $(PEERS_OBJ)) $(BENCH_FLAGS)
 
 # CI's smoke run of the same harness: 1 run each, short floods, no timing
 # assertions; writes to a scratch directory, not deploy/bench.

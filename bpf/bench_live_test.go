@@ -22,9 +22,6 @@ import (
 // of a dropped frame, as on a driver's receive path. Linux >= 5.18.
 const testXDPLiveFrames = 1 << 1
 
-// liveChunk is the most frames of one live-frames BPF_PROG_TEST_RUN call.
-const liveChunk = 1 << 17
-
 // xdpMD is struct xdp_md (include/uapi/linux/bpf.h), the context that
 // BPF_PROG_TEST_RUN takes for XDP. Data is the metadata length (0) and
 // DataEnd the frame's length; the kernel rejects any other layout.
@@ -140,22 +137,23 @@ func BenchmarkLiveFramesSmooth(b *testing.B) {
 }
 
 // liveChunks runs h's program and then each of controls on frame in
-// live-frames mode on lo of ns, chunk by chunk (liveChunk frames) until b.N
-// frames each, and returns each program's best chunk in Mpps: tierlimit's
+// live-frames mode on lo of ns, chunk by chunk (benchTiming's chunk, sized
+// to the host's tick; chunkRounds of them), and returns each program's best chunk in Mpps: tierlimit's
 // first, then the controls' in order. check judges tierlimit's chunk of n
 // frames from its stats before and after, and returns the frames that
 // count for its rate (those it dropped).
 func liveChunks(b *testing.B, ns *NS, h *harness, frame []byte, check func(s0, s1 bpf.Stats, n uint32) (uint64, error), controls ...*ebpf.Program) []float64 {
 	b.Helper()
 	best := make([]float64, 1+len(controls))
+	chunk := benchTiming(b).Chunk
 	err := ns.Do(func() error {
 		lo, err := netlink.LinkByName("lo")
 		if err != nil {
 			return err
 		}
 		ctx := xdpMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(lo.Attrs().Index)}
-		for done := 0; done < b.N; done += liveChunk {
-			n := uint32(min(liveChunk, b.N-done))
+		for range chunkRounds(b.N, chunk) {
+			n := uint32(chunk)
 			s0, err := h.l.Stats()
 			if err != nil {
 				return err
@@ -241,16 +239,14 @@ func runLive(prog *ebpf.Program, frame []byte, ctx xdpMD, repeat uint32) (time.D
 	return d, nil
 }
 
-// scalingRounds is how many rounds BenchmarkScaling splits b.N into.
-const scalingRounds = 32
-
 // BenchmarkScaling measures how tierlimit scales from one CPU to two running
 // at once, beside a bare XDP_DROP program measured the same way (how well the
 // machine itself scales two test runs). Each worker is a locked thread pinned
 // with sched_setaffinity (BPF_PROG_TEST_RUN's cpu field is EINVAL for XDP);
-// the two are released together. b.N is split into scalingRounds rounds, each
-// running tierlimit on 1 and 2 CPUs and bare on 1 and 2 CPUs, and each rate is
-// the best round's: on a shared machine other jobs only ever slow a round
+// the two are released together. Each round (chunkRounds of them) runs
+// tierlimit on 1 and 2 CPUs and bare on 1 and 2 CPUs, each CPU a chunk
+// (benchTiming's, sized to the host's tick), and each rate is the best
+// round's: on a shared machine other jobs only ever slow a round
 // down. selected-pass is below T_last, where every packet adds to the shared
 // window count (one cache line); selected-drop is a saturated window, where
 // packets count on their own CPU; unselected, the control, never reaches
@@ -267,8 +263,8 @@ func BenchmarkScaling(b *testing.B) {
 		p     tiers.Policy
 		frame []byte
 	}{
-		// Tier 0 for 7*10^7 packets: shared count, table lookup, stats.
-		{"selected-pass", func() tiers.Policy { p := ordinalDefault(); p.Window, p.Max = time.Hour, 100_000_000; return p }(), UDP4(b, 514)},
+		// Tier 0 for 0.7 × benchPassMax packets: shared count, table lookup, stats.
+		{"selected-pass", func() tiers.Policy { p := ordinalDefault(); p.Window, p.Max = time.Hour, benchPassMax; return p }(), UDP4(b, 514)},
 		// Saturated: per-CPU overflow count, stats, drop.
 		{"selected-drop", dropPolicy(), UDP4(b, 514)},
 		// The control: parse, policy and selector lookups, per-CPU
@@ -294,15 +290,16 @@ func BenchmarkScaling(b *testing.B) {
 				return st.OverBudget[tiers.VerdictDrop].Packets + st.OverBudget[tiers.VerdictPass].Packets
 			}
 			c0, o0 := h.window().Count, overAll()
-			n := uint32(max(b.N/scalingRounds, 1))
+			chunk := benchTiming(b).Chunk
+			n, rounds := uint32(chunk), chunkRounds(b.N, chunk)
 			var one, two, bareOne, bareTwo float64
-			for range scalingRounds {
+			for range rounds {
 				for _, m := range []struct {
 					prog *ebpf.Program
 					cpus []int
 					best *float64
 				}{{h.l.Program(), cpus[:1], &one}, {h.l.Program(), cpus, &two}, {bare, cpus[:1], &bareOne}, {bare, cpus, &bareTwo}} {
-					r, err := rate(m.prog, frame, n, m.cpus)
+					r, err := rate(m.prog, frame, n, m.cpus, benchTiming(b).Fixed)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -312,7 +309,7 @@ func BenchmarkScaling(b *testing.B) {
 			// Every packet is in the one window (none opens in an hour),
 			// counted exactly whether on the shared count or per CPU.
 			// Over budget, they are dropped and counted as such instead.
-			ran, want, wantOver := 3*uint64(n)*scalingRounds, uint64(0), uint64(0)
+			ran, want, wantOver := 3*uint64(n)*uint64(rounds), uint64(0), uint64(0)
 			switch path.name {
 			case "unselected":
 			case "sources-over", "smooth-sources-over":
@@ -341,8 +338,8 @@ func BenchmarkScaling(b *testing.B) {
 
 // rate runs prog on n packets on each of cpus at once (pinnedRuns) and
 // returns the total rate in Mpps over the wall time from the release to
-// the last finish.
-func rate(prog *ebpf.Program, frame []byte, n uint32, cpus []int) (float64, error) {
+// the last finish, less fixed (a call's fixed cost, hostTiming.Fixed).
+func rate(prog *ebpf.Program, frame []byte, n uint32, cpus []int, fixed time.Duration) (float64, error) {
 	counts := make([]uint32, len(cpus))
 	for i := range counts {
 		counts[i] = n
@@ -351,6 +348,7 @@ func rate(prog *ebpf.Program, frame []byte, n uint32, cpus []int) (float64, erro
 	if err != nil {
 		return 0, err
 	}
+	d = max(d-fixed, time.Microsecond)
 	return float64(n) * float64(len(cpus)) / float64(d.Nanoseconds()) * 1e3, nil
 }
 

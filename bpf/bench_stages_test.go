@@ -68,10 +68,10 @@ func BenchmarkStages(b *testing.B) {
 	}{
 		// BenchmarkProgram's paths of the same names.
 		{"selected-drop", policy(100), policyStages},
-		{"selected-pass", policy(100_000_000), policyStages},
-		{"sources-pass", withSources(policy(100_000_000), inBudget), sourceStages},
+		{"selected-pass", policy(benchPassMax), policyStages},
+		{"sources-pass", withSources(policy(benchPassMax), inBudget), sourceStages},
 		// Over budget: the packet never reaches the window.
-		{"sources-over", withSources(policy(100_000_000), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}),
+		{"sources-over", withSources(policy(benchPassMax), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}),
 			[]stage{stEntry, stParsed, stJudge, stPolicy, stGroup, stSketch, stFull}},
 	} {
 		b.Run(path.name, func(b *testing.B) {
@@ -102,8 +102,8 @@ func BenchmarkStages(b *testing.B) {
 				progs = append(progs, h.l.Program())
 			}
 			best := bestChunks(b, frame, append(progs, bare)...)
-			if got := counted(hs[full]) - c0; got != uint64(b.N) {
-				b.Fatalf("the programs counted %d packets, want the whole program's %d: a stage load counted (it must stop before the stats)", got, b.N)
+			if got, want := counted(hs[full])-c0, chunkPackets(b); got != want {
+				b.Fatalf("the programs counted %d packets, want the whole program's %d: a stage load counted (it must stop before the stats)", got, want)
 			}
 			bareNs := best[len(hs)]
 			for i, st := range path.stages {

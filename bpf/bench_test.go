@@ -2,7 +2,6 @@ package bpf_test
 
 import (
 	"encoding/binary"
-	"math"
 	"net/netip"
 	"testing"
 	"time"
@@ -12,9 +11,6 @@ import (
 	. "github.com/tierlimit/tierlimit/internal/testenv"
 	"github.com/tierlimit/tierlimit/tiers"
 )
-
-// benchChunk is how many packets one BPF_PROG_TEST_RUN call runs.
-const benchChunk = 1 << 17
 
 // BenchmarkProgram measures the program's cost per packet with
 // BPF_PROG_TEST_RUN on each path, beside a bare XDP_DROP program measured
@@ -50,11 +46,11 @@ func BenchmarkProgram(b *testing.B) {
 		// none (the floor is bare: no floor program).
 		atomics int
 	}{
-		// Tier 0 for 7*10^7 packets: every packet passes.
-		{"selected-pass", policy(100_000_000), UDP4(b, 514), 1},
+		// Tier 0 for 0.7 × benchPassMax packets: every packet passes.
+		{"selected-pass", policy(benchPassMax), UDP4(b, 514), 1},
 		// selected-pass with the rules' dests: local resolved as the
 		// agent does, to a host's dozen destinations: one LPM lookup more.
-		{"selected-pass-local", localDests(policy(100_000_000)), UDP4(b, 514), 1},
+		{"selected-pass-local", localDests(policy(benchPassMax)), UDP4(b, 514), 1},
 		// From n = 1, a 50% tier: every packet draws bpf_get_prandom_u32.
 		{"selected-random", policy(100, tiers.Tier{At: tiers.Pct(1), Drop: tiers.Pct(50)}), UDP4(b, 514), 1},
 		// From n = 100, the 100% tier: every packet is dropped, no draw,
@@ -64,25 +60,25 @@ func BenchmarkProgram(b *testing.B) {
 		// Severity on (docs/design.md §7): the <PRI> is read and classed on
 		// every selected UDP packet; <134> is local0.info, class normal,
 		// which never touches the debt on these paths.
-		{"selected-pass-severity", withSeverity(policy(100_000_000)), UDP4(b, 514), 1},
+		{"selected-pass-severity", withSeverity(policy(benchPassMax)), UDP4(b, 514), 1},
 		{"selected-drop-severity", withSeverity(policy(100)), UDP4(b, 514), 0},
 		// selected-pass with per-source budgets on (docs/design.md §6): the
 		// group stays within its budget, so each packet pays the hash and
 		// the sketch's TL_SKETCH_ROWS cells, then the tiers as before.
-		{"sources-pass", withSources(policy(100_000_000), within), UDP4(b, 514), 1 + bpf.SketchRows},
-		{"sources-pass-ipv6", withSources(policy(100_000_000), within), UDP6(b, 514), 1 + bpf.SketchRows},
+		{"sources-pass", withSources(policy(benchPassMax), within), UDP4(b, 514), 1 + bpf.SketchRows},
+		{"sources-pass-ipv6", withSources(policy(benchPassMax), within), UDP6(b, 514), 1 + bpf.SketchRows},
 		// From the second packet on, over budget: sketch, over-budget
 		// counter and the top table's LRU lookup, then XDP_DROP.
-		{"sources-over", withSources(policy(100_000_000), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514), 0},
+		{"sources-over", withSources(policy(benchPassMax), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64}), UDP4(b, 514), 0},
 		// The smooth shape (docs/design.md §9): the per-CPU estimate, R̂ and
 		// q(R̂) on every selected packet. smooth-pass stays below T_1
 		// (q = 0, no draw); smooth-drop is a flood far past the table
 		// (q from the memoised closed form, a draw per packet), the
 		// counterpart of selected-random and selected-drop; and the
 		// over-budget path judged at the per-tick share.
-		{"smooth-pass", smooth(policy(100_000_000)), UDP4(b, 514), 1},
+		{"smooth-pass", smooth(policy(benchPassMax)), UDP4(b, 514), 1},
 		{"smooth-drop", smooth(policy(100)), UDP4(b, 514), 0},
-		{"smooth-sources-over", smooth(withSources(policy(100_000_000), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64})), UDP4(b, 514), 0},
+		{"smooth-sources-over", smooth(withSources(policy(benchPassMax), tiers.Sources{BudgetPackets: 1, PrefixV4: 32, PrefixV6: 64})), UDP4(b, 514), 0},
 	}
 	for _, gate := range []bool{true, false} {
 		opts := bpf.Options{}
@@ -164,7 +160,7 @@ func benchPaired(b *testing.B, progs benchProgs, frame []byte) {
 	b.ReportMetric(progNs/bareNs, "x-bare")
 	if progs.floor != nil {
 		floorNs := best[2]
-		checkFloorCells(b, progs.cells, uint64(b.N))
+		checkFloorCells(b, progs.cells, chunkPackets(b))
 		b.ReportMetric(floorNs, "floor-ns/pkt")
 		b.ReportMetric(progNs/floorNs, "x-floor")
 		b.ReportMetric(floorNs/bareNs, "floor-x-bare")
@@ -173,30 +169,28 @@ func benchPaired(b *testing.B, progs benchProgs, frame []byte) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// bestChunks runs progs on frame in turn, chunk by chunk (benchChunk
-// packets), until each has run b.N packets, and returns each one's fastest
-// chunk in ns per packet (wall time of the call over its packets): on a
-// shared machine other jobs only ever slow a chunk down.
+// bestChunks runs progs on frame in turn, chunk by chunk (benchTiming's
+// chunk), and returns each one's fastest chunk in ns per packet: the wall
+// time of the call less the call's fixed cost (hostTiming.Fixed), over
+// its packets. On a shared machine other jobs only ever slow a chunk down.
 func bestChunks(b *testing.B, frame []byte, progs ...*ebpf.Program) []float64 {
+	fixed := benchTiming(b).Fixed
 	return chunkMinima(b, func(prog *ebpf.Program, n int) (float64, error) {
 		d, err := timeRun(prog, frame, uint32(n))
-		return float64(d.Nanoseconds()) / float64(n), err
+		return float64((d - fixed).Nanoseconds()) / float64(n), err
 	}, progs...)
 }
 
-// chunkMinima runs progs in turn, chunk by chunk (benchChunk packets),
-// until each has run b.N packets, and returns each one's least ns per
-// packet as perPacket measures a chunk of n.
+// chunkMinima runs progs in turn, chunk by chunk (benchTiming's chunk,
+// sized to the host's tick), for chunkRounds(b.N) rounds, and returns each
+// one's least ns per packet as perPacket measures a chunk of n.
 func chunkMinima(b *testing.B, perPacket func(prog *ebpf.Program, n int) (float64, error), progs ...*ebpf.Program) []float64 {
 	b.Helper()
-	best := make([]float64, len(progs))
-	for i := range best {
-		best[i] = math.Inf(1)
-	}
-	for done := 0; done < b.N; done += benchChunk {
-		n := min(benchChunk, b.N-done)
+	chunk := benchTiming(b).Chunk
+	best := inf(len(progs))
+	for range chunkRounds(b.N, chunk) {
 		for i, prog := range progs {
-			ns, err := perPacket(prog, n)
+			ns, err := perPacket(prog, chunk)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -204,6 +198,12 @@ func chunkMinima(b *testing.B, perPacket func(prog *ebpf.Program, n int) (float6
 		}
 	}
 	return best
+}
+
+// chunkPackets is how many packets chunkMinima runs of each program.
+func chunkPackets(b *testing.B) uint64 {
+	chunk := benchTiming(b).Chunk
+	return uint64(chunkRounds(b.N, chunk) * chunk)
 }
 
 // checkFloorCells fails tb unless every cell of a floor program's map

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"net"
-	"strings"
 	"time"
 )
 
@@ -76,6 +75,11 @@ type report struct {
 	// carried holds figures 4 and 5 of an earlier results.md, when this
 	// run did not make them (-floods=false).
 	carried string
+	// peersFrom is -peers, and peerSources its peers.txt lines.
+	peersFrom   string
+	peerSources []string
+	// profileLine is BenchmarkPeers' line about bpftool's profile.
+	profileLine string
 }
 
 func yes(ok bool) string {
@@ -105,6 +109,7 @@ func (r *report) write(w io.Writer) {
 	p("| nft | %s |", r.env.nft)
 	p("| commit | %s |", r.env.commit)
 	p("")
+	r.hostSection(p)
 	p("Every figure is the **median [min, max]** over the runs (%d for figures 1–3, %d for figure 4). A ratio is computed within each run, from measurements taken side by side in that run, and then summarised the same way. The machine is shared (other jobs may run on its CPUs), so the spread is part of the result.", o.count, o.runs)
 	p("")
 	r.targets(p)
@@ -116,6 +121,7 @@ func (r *report) write(w io.Writer) {
 	if r.carried != "" {
 		fmt.Fprint(w, r.carried)
 	}
+	r.peersSection(p)
 	r.history(p)
 	p("## Reproducing")
 	p("")
@@ -130,6 +136,7 @@ func (r *report) targets(p func(string, ...any)) {
 	p("|---|---|---|")
 	if len(r.bench) > 0 {
 		r.benchTargets(p)
+		r.peerTargets(p)
 	}
 	for _, s := range r.floods {
 		nft := s.ratio(methodNFT, methodXDP, floodResult.CPUPerMShed)
@@ -151,7 +158,7 @@ func (r *report) fig1(p func(string, ...any)) {
 	}
 	p("## 1. Program cost (BPF_PROG_TEST_RUN)")
 	p("")
-	p("`BenchmarkProgram` (bpf/bench_test.go): ns per packet of a BPF_PROG_TEST_RUN of %s packets in chunks of %d, alternating chunk by chunk with a bare `XDP_DROP` program on the same frame; a chunk's time is the wall time of its call over its packets (the kernel's own figure is whole ns per packet, too coarse for a bare program that takes a few), and each program's figure is its fastest chunk's, since on a shared machine other jobs only ever slow a chunk down. *gate* is the agent's configuration (the tick gate skips `bpf_ktime_get_ns` inside a window's ticks); *exact* reads the clock for every selected packet. selected-pass is tier 0, selected-random a 50%% tier (one `bpf_get_prandom_u32`), selected-drop the 100%% tier (a saturated window: the fast path), unselected a TCP/22 segment. The *-severity* paths are selected-pass and selected-drop with a severity block (docs/design.md §7: the `<PRI>` is read and classed; `<134>`, class normal). The *sources-* paths have per-source budgets on (docs/design.md §6): sources-pass (and its IPv6 twin) is selected-pass with every packet within its group's budget, so each also hashes its group and adds to the sketch's cells; sources-over is a group over its budget from the second packet on (the sketch read, the over-budget counter and the top table, then XDP_DROP).", strings.TrimSuffix(r.opts.benchtime, "x"), 1<<17)
+	p("`BenchmarkProgram` (bpf/bench_test.go): ns per packet of BPF_PROG_TEST_RUN %s, alternating chunk by chunk with a bare `XDP_DROP` program on the same frame; a chunk's time is the wall time of its call, less the call's fixed cost, over its packets (the kernel's own figure is whole ns per packet, too coarse for a bare program that takes a few), and each program's figure is its fastest chunk's, since on a shared machine other jobs only ever slow a chunk down. *gate* is the agent's configuration (the tick gate skips `bpf_ktime_get_ns` inside a window's ticks); *exact* reads the clock for every selected packet. selected-pass is tier 0, selected-random a 50%% tier (one `bpf_get_prandom_u32`), selected-drop the 100%% tier (a saturated window: the fast path), unselected a TCP/22 segment. The *-severity* paths are selected-pass and selected-drop with a severity block (docs/design.md §7: the `<PRI>` is read and classed; `<134>`, class normal). The *sources-* paths have per-source budgets on (docs/design.md §6): sources-pass (and its IPv6 twin) is selected-pass with every packet within its group's budget, so each also hashes its group and adds to the sketch's cells; sources-over is a group over its budget from the second packet on (the sketch read, the over-budget counter and the top table, then XDP_DROP).", r.chunkText())
 	p("")
 	p("| path | tierlimit ns/pkt | bare XDP_DROP ns/pkt | ratio |")
 	p("|---|---|---|---|")
@@ -187,7 +194,7 @@ func (r *report) fig2(p func(string, ...any)) {
 	tl, bare, x := r.liveStat()
 	p("## 2. Live frames (BPF_F_TEST_XDP_LIVE_FRAMES)")
 	p("")
-	p("`BenchmarkLiveFrames` (bpf/bench_live_test.go): the kernel builds a real `xdp_frame` for every repetition on `lo` of a namespace the benchmark makes, runs the program and carries out its verdict, as a driver's receive path does (page pool recycling of dropped frames included). tierlimit runs its drop path (a window opened by a packet, as in traffic, so the tick gate spares the clock as under the agent, and saturated: the 100%% tier); every program is checked to return XDP_DROP before any live run, and tierlimit's counters are checked after each, so no frame reaches a stack. Mpps from wall time, %s frames per measurement in chunks of %d, alternating with bare XDP_DROP and with *touch*, an XDP_DROP that first reads the frame's IPv4 protocol and UDP port (what reading the headers of a frame the kernel has just built costs, apart from tierlimit); each figure is the program's fastest chunk.", strings.TrimSuffix(r.opts.benchtime, "x"), 1<<17)
+	p("`BenchmarkLiveFrames` (bpf/bench_live_test.go): the kernel builds a real `xdp_frame` for every repetition on `lo` of a namespace the benchmark makes, runs the program and carries out its verdict, as a driver's receive path does (page pool recycling of dropped frames included). tierlimit runs its drop path (a window opened by a packet, as in traffic, so the tick gate spares the clock as under the agent, and saturated: the 100%% tier); every program is checked to return XDP_DROP before any live run, and tierlimit's counters are checked after each, so no frame reaches a stack. Mpps from wall time, %s, alternating with bare XDP_DROP and with *touch*, an XDP_DROP that first reads the frame's IPv4 protocol and UDP port (what reading the headers of a frame the kernel has just built costs, apart from tierlimit); each figure is the program's fastest chunk.", r.chunkText())
 	p("")
 	p("| | Mpps (1 CPU) |")
 	p("|---|---|")

@@ -24,7 +24,7 @@ import (
 // suiteOpts are the suite's flags.
 type suiteOpts struct {
 	out, bpfTest, benchtime, command string
-	benchFrom                        string
+	benchFrom, peers                 string
 	sources                          []string
 	runs, count                      int
 	quick, floods                    bool
@@ -54,7 +54,10 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	start := time.Now()
-	rep := &report{opts: o, env: environment(), start: start}
+	rep := &report{opts: o, env: environment(), start: start, peersFrom: o.peers}
+	if o.peers != "" {
+		rep.peerSources = readPeerSources(o.peers)
+	}
 
 	if o.benchFrom != "" {
 		out, err := os.ReadFile(o.benchFrom)
@@ -64,6 +67,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if rep.bench = parseBench(out); len(rep.bench) == 0 {
 			return fmt.Errorf("%s holds no benchmark results", o.benchFrom)
 		}
+		rep.profileLine = profileReason(out)
 	} else if o.bpfTest != "" {
 		if err := rep.runBPFFigures(ctx, raw, stderr); err != nil {
 			return err
@@ -113,8 +117,9 @@ func parseSuiteFlags(args []string) (suiteOpts, string, error) {
 	o.flood = cfg
 	fs.StringVar(&o.out, "out", "deploy/bench", "output `dir` for results.md, the plot and raw/")
 	fs.StringVar(&o.bpfTest, "bpf-test", "", "the bpf package's test binary (go test -c ./bpf); empty skips figures 1-3")
-	fs.StringVar(&o.benchtime, "benchtime", "4194304x", "-test.benchtime of figures 1-3 (packets per measurement)")
-	fs.IntVar(&o.count, "count", 7, "-test.count of figures 1-3")
+	fs.StringVar(&o.benchtime, "benchtime", "4194304x", "-test.benchtime of figures 1-3 (packets per measurement, b.N; every program runs at least two chunks sized to the host's tick, more when b.N is more)")
+	fs.IntVar(&o.count, "count", 3, "-test.count of figures 1-3")
+	fs.StringVar(&o.peers, "peers", "", "`dir` of the peers' objects (deploy/bench/peers.sh) for section 6; empty leaves them out, and the page says so")
 	fs.Uint64Var(&o.xdpTxPackets, "xdp-tx-packets", 3_000_000, "frames per run of the xdp-tx flood")
 	sources := fs.String("sources", "trafgen", "flood sources of figure 4, comma-separated: trafgen, xdp-tx (exploratory: see results.md)")
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: 1 run each, short floods, 3 sweep points (CI; no timing claims)")
@@ -126,6 +131,14 @@ func parseSuiteFlags(args []string) (suiteOpts, string, error) {
 	}
 	o.runs = *runs
 	o.sources = strings.Split(*sources, ",")
+	if o.peers != "" {
+		// The bpf test binary runs in bpf/.
+		abs, err := filepath.Abs(o.peers)
+		if err != nil {
+			return suiteOpts{}, "", usageError{fmt.Errorf("-peers %s: %w", o.peers, err)}
+		}
+		o.peers = abs
+	}
 	if o.quick {
 		o.runs, o.count, o.benchtime = 1, 1, "262144x"
 		cfg.packets, o.xdpTxPackets = 60_000, 300_000
@@ -161,6 +174,7 @@ func (rep *report) runBPFFigures(ctx context.Context, raw string, stderr io.Writ
 		return err
 	}
 	rep.bench = parseBench(out)
+	rep.profileLine = profileReason(out)
 	if len(rep.bench) == 0 {
 		return errors.New("the bpf benchmarks printed no results")
 	}
@@ -216,7 +230,7 @@ func carriedFloods(md string) string {
 
 // benchPattern is the -test.bench of figures 1-3: every benchmark that the
 // report reads, with all their sub-benchmarks.
-const benchPattern = "^(BenchmarkProgram|BenchmarkBarePass|BenchmarkLiveFrames|BenchmarkLiveFramesSources|BenchmarkScaling|BenchmarkStages|BenchmarkRecord|BenchmarkLiveFramesRecord|BenchmarkRecordTransport)$"
+const benchPattern = "^(BenchmarkTiming|BenchmarkPeers|BenchmarkProgram|BenchmarkBarePass|BenchmarkLiveFrames|BenchmarkLiveFramesSources|BenchmarkScaling|BenchmarkStages|BenchmarkRecord|BenchmarkLiveFramesRecord|BenchmarkRecordTransport)$"
 
 func runBPFBench(ctx context.Context, o suiteOpts, stderr io.Writer) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, o.bpfTest, "-test.run", "^$",
@@ -227,7 +241,11 @@ func runBPFBench(ctx context.Context, o suiteOpts, stderr io.Writer) ([]byte, er
 	if _, err := os.Stat(cmd.Dir); err != nil {
 		cmd.Dir = ""
 	}
-	cmd.Env = append(os.Environ(), "TIERLIMIT_REQUIRE_BPF=1")
+	cmd.Env = append(os.Environ(), "TIERLIMIT_REQUIRE_BPF=1", "TIERLIMIT_PEERS_DIR="+o.peers)
+	if o.quick {
+		// CI's smoke run: chunks of a few ticks (bpf/bench_chunks_test.go).
+		cmd.Env = append(cmd.Env, "TIERLIMIT_BENCH_TICKS=5")
+	}
 	var out bytes.Buffer
 	cmd.Stdout = io.MultiWriter(&out, stderr)
 	cmd.Stderr = stderr

@@ -30,8 +30,9 @@ several offered loads. It names the shape; for smooth it prints the pass
 rate the tiers allow at 0.5 to 10 × max and how the program estimates the
 offered load. With a fleet, the tables are for fleet.max, and it prints the
 fleet's pass rate and what one member passes of a share of it. With per-source budgets it states how they share the
-capacity in-budget traffic leaves. Without --config it checks the embedded
-default.
+capacity in-budget traffic leaves. Last, it names the CPU mitigations that
+make the program's calls and returns pay a thunk on this host. Without
+--config it checks the embedded default.
 
 A bad policy is reported on one line, naming the key, the value and the line,
 with exit code 2.`,
@@ -110,7 +111,11 @@ func printCheck(out io.Writer, source string, p tiers.Policy, t tiers.Table) err
 	if err := printFleetCheck(out, p, t); err != nil {
 		return err
 	}
-	return printLicenseCheck(out, p, time.Now())
+	if err := printLicenseCheck(out, p, time.Now()); err != nil {
+		return err
+	}
+	printCPUCheck(out, hostRoot)
+	return nil
 }
 
 // amount words n of what a policy counting c counts: "40000 selected
