@@ -211,7 +211,11 @@ __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 		return XDP_PASS;
 	}
 
-	__u32 tier, thr;
+	/* thr set before judge_tier: Linux 6.1's verifier walks paths where
+	 * no threshold was read (it cannot tell them infeasible), and with
+	 * thr undefined clang may leave a pointer in its register there,
+	 * whose 4-byte spill 6.1 refuses ("invalid size of register spill"). */
+	__u32 tier, thr = 0;
 	int verdict = judge_tier(w, s, slot, &pos, pri, bytes, segs, p.wt, &tier, &thr);
 	if (verdict < 0)
 		goto unselected;

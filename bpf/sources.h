@@ -238,7 +238,7 @@ static __always_inline int source_budget(struct xdp_md *ctx, const struct pkt *p
 
 	/* Over budget: judged on the capacity in-budget traffic leaves
 	 * (smooth.h over_budget_thr), never counted in the window's n. */
-	__u32 thr, verdict = TL_PASS;
+	__u32 thr = TL_THR_ALWAYS, verdict = TL_PASS;
 	int drop = 0;
 	if (!over_budget_thr(w, s, slot, id, tick, p->wt, &thr, &drop))
 		drop = s->mode != TL_MODE_OFF; /* at TL_THR_ALWAYS */
