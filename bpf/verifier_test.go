@@ -52,8 +52,13 @@ const verifierBudget = 250_000
 // 303,582 before the checks of frames Linux discards (host.h): 6.1 pays
 // for tl_judge's branch on tl_host_discards what 6.18 prunes (153.6k
 // there, a thousand fewer than before). Kernels between 6.1 and 6.18 have
-// not been measured; they get this budget too.
-const verifierBudgetBefore618 = 700_000
+// not been measured; they get this budget too. Wave 6 (issue 41's count:
+// bytes and facilities, issue 42's calls taken off the selected path, the
+// drawn threshold kept for samples) took 6.1 to 837,604 (CI's VM step,
+// 2026-12-02), over the 700,000 it had: the budget is 900,000, 90 % of the
+// kernel's limit, until issue 42's 6.1 item brings the count back under
+// 700,000 (6.18 read 208,913 of the same program).
+const verifierBudgetBefore618 = 900_000
 
 // budgetFor is the verifier budget on Linux release rel (uname -r).
 func budgetFor(rel string) int {
