@@ -72,9 +72,6 @@ func (a *Agent) StartLicense(ctx context.Context, p tiers.Policy, statePath stri
 	return g, nil
 }
 
-// License returns the license guard, or nil when none runs.
-func (a *Agent) License() *license.Guard { return a.lic.Load() }
-
 // licenseCollector exports the license guard's metrics while one runs.
 type licenseCollector struct{ a *Agent }
 
