@@ -145,15 +145,21 @@ func statusFleet(ctx context.Context, w io.Writer, config string, asJSON bool) e
 	defer cancel()
 	ms, err := fleet.Status(ctx, agent.FleetConfig(f, "status"))
 	if err != nil {
-		if e := explainFleet(err, f); e != err {
-			return e
-		}
-		return fmt.Errorf("fleet %s: the store %s: %w", f.Name, storeurl.Redact(f.Store), err)
+		return storeError(err, f)
 	}
 	if asJSON {
 		return writeFleetJSON(w, f, ms)
 	}
 	return writeFleet(w, f, ms)
+}
+
+// storeError words an error of a status read from fleet f's store:
+// explainFleet's wording when it has one, else the store's URL, redacted.
+func storeError(err error, f *tiers.Fleet) error {
+	if e := explainFleet(err, f); e != err {
+		return e
+	}
+	return fmt.Errorf("fleet %s: the store %s: %w", f.Name, storeurl.Redact(f.Store), err)
 }
 
 // fleetJSON is status --fleet --json.

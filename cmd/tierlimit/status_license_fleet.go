@@ -32,10 +32,7 @@ func statusLicenseFleet(ctx context.Context, w io.Writer, config string, asJSON 
 	defer cancel()
 	d, err := fleet.LicenseStatus(ctx, agent.FleetConfig(f, "status"), fleet.License{Day: agent.LicenseDay(p.License)})
 	if err != nil {
-		if e := explainFleet(err, f); e != err {
-			return e
-		}
-		return fmt.Errorf("fleet %s: the store %s: %w", f.Name, storeurl.Redact(f.Store), err)
+		return storeError(err, f)
 	}
 	if asJSON {
 		return writeLicenseFleetJSON(w, p, d)
