@@ -170,6 +170,10 @@ func load(opts Options, spec *ebpf.CollectionSpec) (*Limiter, error) {
 		l.Close()
 		return nil, err
 	}
+	if err := l.initWindow(); err != nil {
+		l.Close()
+		return nil, err
+	}
 	g, err := newGrace()
 	if err != nil {
 		l.Close()

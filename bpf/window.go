@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -83,6 +84,36 @@ func (w Window) put(v *LimiterTlWindow) {
 // Counts is w for tiers.WindowNow.
 func (w Window) Counts() tiers.WindowCounts {
 	return tiers.WindowCounts{StartNs: w.StartNs, Count: w.Count, LastCount: w.LastCount, Opened: w.Opened, Debt: w.Debt, Gap: w.Gap, Onset: w.Onset, StartTick: w.StartTick}
+}
+
+// initWindow makes a window that never opened (fresh maps: the map's value
+// all zero) read as expired, so that the first selected packet opens the
+// first window, as the seed's rule and the model (tiers/model) have it. A
+// zero start_ns is the clock's 0, the boot: on a host up for less than a
+// window (tiers.MaxWindow is an hour), the program would count from load
+// into a window that began at boot and ends at uptime = window, shorter than
+// a window from the first packet. start_ns is put MaxWindow and 1 ns before
+// now (wrapping below 0 early in boot: window.h compares the difference
+// signed, so it reads as more than any window either way); start_jiffies
+// stays 0, so the tick gate reads the clock. A window the program has
+// counted in (pinned maps reused) is left as it is.
+func (l *Limiter) initWindow() error {
+	var v LimiterTlWindow
+	if err := l.objs.Window.Lookup(uint32(0), &v); err != nil {
+		return fmt.Errorf("read window: %w", err)
+	}
+	if v != (LimiterTlWindow{}) {
+		return nil
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return fmt.Errorf("read the clock: %w", err)
+	}
+	v.StartNs = uint64(ts.Nano()) - uint64(tiers.MaxWindow) - 1
+	if err := l.objs.Window.Put(uint32(0), &v); err != nil {
+		return fmt.Errorf("write window: %w", err)
+	}
+	return nil
 }
 
 // SetWindow overwrites the window state, for tests and tools that preload
