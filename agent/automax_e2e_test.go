@@ -97,7 +97,7 @@ func TestAutoMaxSlowCollector(t *testing.T) {
 
 	r.noCollector()
 	// 1. A fixed max with the collector up.
-	if err := a.Reload(autoTestPolicy(t, false)); err != nil {
+	if err := a.Reload(context.Background(), autoTestPolicy(t, false)); err != nil {
 		t.Fatal(err)
 	}
 	coll, err := sandbox.NewSlowCollector(p.Coll, r.dst, autoRcvbuf, autoSlow)
@@ -196,7 +196,7 @@ func (r *autoRun) fixedMax(coll *sandbox.SlowCollector) {
 // autoMax is phase 2: max: auto.
 func (r *autoRun) autoMax(coll *sandbox.SlowCollector) {
 	t, a, am := r.t, r.a, r.am
-	if err := a.Reload(autoTestPolicy(t, true)); err != nil {
+	if err := a.Reload(context.Background(), autoTestPolicy(t, true)); err != nil {
 		t.Fatal(err)
 	}
 	m0 := gather(t, a)
@@ -238,7 +238,7 @@ func (r *autoRun) autoMax(coll *sandbox.SlowCollector) {
 func (r *autoRun) reloadKeepsLearnt() {
 	t, a, am := r.t, r.a, r.am
 	learnt := am.Max()
-	if err := a.Reload(autoTestPolicy(t, true)); err != nil {
+	if err := a.Reload(context.Background(), autoTestPolicy(t, true)); err != nil {
 		t.Fatal(err)
 	}
 	if got, act := am.Max(), gather(t, a)["tierlimit_policy_max_packets"]; got > learnt*12/10 || act > float64(learnt)*1.2 ||

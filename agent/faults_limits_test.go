@@ -94,7 +94,7 @@ func TestPrefixLimits(t *testing.T) {
 	pol.Select = append(pol.Select, tiers.Rule{Proto: tiers.ProtoUDP, Ports: []tiers.PortRange{{First: 515, Last: 515}}, Dests: v6})
 	a := startAgent(t, p, attach.XDPAuto, pol)
 	for i := range 3 {
-		if err := a.Reload(pol); err != nil {
+		if err := a.Reload(context.Background(), pol); err != nil {
 			t.Fatalf("reload %d of the unchanged policy: %v", i+1, err)
 		}
 	}
@@ -110,7 +110,7 @@ func TestPrefixLimits(t *testing.T) {
 	if !errors.As(checkErr, &ce) || ce.Key != "exempt.sources" || !errors.Is(checkErr, tiers.ErrTooMany) || !strings.Contains(checkErr.Error(), strconv.Itoa(tiers.MaxPrefixes)) {
 		t.Fatalf("Validate with %d exempt prefixes: %v, want ErrTooMany on exempt.sources naming %d", len(over.Exempt), checkErr, tiers.MaxPrefixes)
 	}
-	if err := a.Reload(over); err == nil || err.Error() != checkErr.Error() {
+	if err := a.Reload(context.Background(), over); err == nil || err.Error() != checkErr.Error() {
 		t.Fatalf("reload with one prefix too many: %v, want the same error as check: %v", err, checkErr)
 	}
 
@@ -126,13 +126,13 @@ func TestPrefixLimits(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := a.ReloadContext(ctx, changed); !errors.Is(err, context.Canceled) {
+	if err := a.Reload(ctx, changed); !errors.Is(err, context.Canceled) {
 		t.Fatalf("reload with an ended context: %v, want context.Canceled", err)
 	}
 	if act, err := a.Limiter().Active(); err != nil || act.Max != 100 {
 		t.Fatalf("after an abandoned reload: max %d (%v), want the old 100", act.Max, err)
 	}
-	if err := a.Reload(changed); err != nil {
+	if err := a.Reload(context.Background(), changed); err != nil {
 		t.Fatalf("reload after an abandoned one: %v", err)
 	}
 	if act, _ := a.Limiter().Active(); act.Max != 77 {
@@ -162,7 +162,7 @@ func TestManyPortRanges(t *testing.T) {
 	a := startAgent(t, p, attach.XDPAuto, pol)
 	started := time.Since(start)
 	start = time.Now()
-	if err := a.Reload(pol); err != nil {
+	if err := a.Reload(context.Background(), pol); err != nil {
 		t.Fatal(err)
 	}
 	reloaded := time.Since(start)

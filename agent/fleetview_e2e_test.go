@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ select:
 	if exp > at+uint64(time.Second) || exp+uint64(time.Second) < at {
 		t.Errorf("joined: the view expires %v from now; want within ttl (1s)", time.Duration(exp-at))
 	}
-	if err := a.Reload(policy("last")); err != nil {
+	if err := a.Reload(context.Background(), policy("last")); err != nil {
 		t.Fatal(err)
 	}
 	if _, mult, _, _ = a.Limiter().FleetView(); mult != share2 {

@@ -254,7 +254,7 @@ func TestGoodputSmooth(t *testing.T) {
 	smooth := r.measure(5 * time.Second)
 	t.Logf("smooth, last 5 windows: %v", smooth)
 
-	if err := r.a.Reload(goodputPolicy(t, "ordinal", fmt.Sprint(goodputC))); err != nil {
+	if err := r.a.Reload(context.Background(), goodputPolicy(t, "ordinal", fmt.Sprint(goodputC))); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(2 * time.Second)

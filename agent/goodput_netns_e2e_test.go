@@ -101,7 +101,7 @@ func TestGoodputAutoMaxNetNS(t *testing.T) {
 	am := autoGoodput(t, r, pol, src)
 
 	bad := goodputAutoPolicy(t, "/run/netns/tltest-none", sel)
-	err = r.a.Reload(bad)
+	err = r.a.Reload(context.Background(), bad)
 	if !errors.Is(err, automax.ErrSignalNetNS) {
 		t.Errorf("reload with auto.netns %s: %v, want %v", bad.Auto.NetNS, err, automax.ErrSignalNetNS)
 	}
@@ -118,11 +118,11 @@ func TestGoodputAutoMaxNetNS(t *testing.T) {
 	sockets("after the refused reload", 1)
 	// A reload that names another namespace moves the signal there: the
 	// agent's own, with no collector socket; then back to the pod's.
-	if err := r.a.Reload(goodputAutoPolicy(t, p.Coll.Path, sel)); err != nil {
+	if err := r.a.Reload(context.Background(), goodputAutoPolicy(t, p.Coll.Path, sel)); err != nil {
 		t.Fatal(err)
 	}
 	sockets("auto.netns the agent's namespace", 0)
-	if err := r.a.Reload(pol); err != nil {
+	if err := r.a.Reload(context.Background(), pol); err != nil {
 		t.Fatal(err)
 	}
 	sockets("auto.netns the pod's again", 1)

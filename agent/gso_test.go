@@ -132,7 +132,7 @@ func TestSuperPacketsAfterRaise(t *testing.T) {
 	p, a, rx, dst := gsoSetup(t, gsoPolicy(t, "max: 100\n"+tiersYAML))
 	gsoSend(t, p, rx, dst, 10, 100, "<134>")
 	_, before := rx.Counts()
-	if err := a.Reload(gsoPolicy(t, "max: 1000\n"+tiersYAML)); err != nil {
+	if err := a.Reload(context.Background(), gsoPolicy(t, "max: 1000\n"+tiersYAML)); err != nil {
 		t.Fatal(err)
 	}
 	gsoSend(t, p, rx, dst, 10, 10, "<134>")

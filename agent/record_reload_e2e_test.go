@@ -115,7 +115,7 @@ func TestRecordReloadLive(t *testing.T) {
 		if err := q.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.Reload(q); err != nil {
+		if err := a.Reload(context.Background(), q); err != nil {
 			t.Fatalf("reload: %v", err)
 		}
 	}
@@ -175,12 +175,12 @@ func refuseBadRecord(t *testing.T, a *agent.Agent, q tiers.Policy) {
 	}
 	bad := q
 	bad.Record.Dir = filepath.Join(file, "shed")
-	if err := a.Reload(bad); !errors.Is(err, record.ErrDir) {
+	if err := a.Reload(context.Background(), bad); !errors.Is(err, record.ErrDir) {
 		t.Errorf("reload with a dir under a file: %v, want ErrRecordDir", err)
 	}
 	bad = q
 	bad.Record.Snaplen = 0
-	if err := a.Reload(bad); !errors.Is(err, tiers.ErrRecord) {
+	if err := a.Reload(context.Background(), bad); !errors.Is(err, tiers.ErrRecord) {
 		t.Errorf("reload with snaplen 0: %v, want ErrRecord", err)
 	}
 }

@@ -21,11 +21,11 @@ const DefaultDebounce = 200 * time.Millisecond
 
 // Reloadable is what a Reloader swaps policies into: *Agent.
 type Reloadable interface {
-	// ReloadContext applies p, or keeps the old policy and returns why
+	// Reload applies p, or keeps the old policy and returns why
 	// not; it counts the attempt in either case. It gives up, keeping the
 	// old policy, when ctx ends before p is active (the agent's SIGTERM
 	// during a reload that writes tens of thousands of prefixes).
-	ReloadContext(ctx context.Context, p tiers.Policy) error
+	Reload(ctx context.Context, p tiers.Policy) error
 	// ReloadFailed counts a reload that failed before a policy existed.
 	ReloadFailed()
 	// ConfigWatch says how config file changes are noticed now.
@@ -40,15 +40,11 @@ var errClosed = errors.New("agent closed")
 // record and events settings live (record.Change); a new record dir
 // the agent cannot make or write refuses the reload (record.ErrDir). With an adaptive-max controller
 // running (StartAutoMax), a p with the same auto bounds as the policy in
-// force keeps the learnt max instead of p.Max.
-func (a *Agent) Reload(p tiers.Policy) error {
-	return a.ReloadContext(context.Background(), p)
-}
-
-// ReloadContext is Reload that gives up when ctx ends (SIGTERM) before the
-// new policy is active, keeping the old one: a reload that writes tens of
-// thousands of prefixes takes seconds (bpf.Limiter.Apply).
-func (a *Agent) ReloadContext(ctx context.Context, p tiers.Policy) error {
+// force keeps the learnt max instead of p.Max. It gives up when ctx ends
+// (SIGTERM) before the new policy is active, keeping the old one: a reload
+// that writes tens of thousands of prefixes takes seconds
+// (bpf.Limiter.Apply).
+func (a *Agent) Reload(ctx context.Context, p tiers.Policy) error {
 	err := a.reload(ctx, p)
 	if err != nil {
 		a.reloadErr.Add(1)
@@ -69,7 +65,7 @@ func (a *Agent) reload(ctx context.Context, p tiers.Policy) error {
 		return errClosed
 	}
 	// A reload is a new given policy: on error the old one stays in
-	// force, and ReloadContext counts it.
+	// force, and Reload counts it.
 	return a.apply(ctx, p, &newPolicy{a: a})
 }
 
@@ -384,7 +380,7 @@ func (r *Reloader) reload(ctx context.Context, target Reloadable, trigger string
 	if r.cfg.Mode != nil {
 		p.Mode = *r.cfg.Mode
 	}
-	if err := target.ReloadContext(ctx, p); err != nil {
+	if err := target.Reload(ctx, p); err != nil {
 		if ctx.Err() != nil {
 			r.log.Warn("reload interrupted by shutdown, the old policy keeps running", "trigger", trigger, "error", err)
 			return

@@ -36,7 +36,7 @@ type fakeTarget struct {
 
 func newFake() *fakeTarget { return &fakeTarget{applied: make(chan int, 100)} }
 
-func (f *fakeTarget) ReloadContext(ctx context.Context, p tiers.Policy) error {
+func (f *fakeTarget) Reload(ctx context.Context, p tiers.Policy) error {
 	if f.block != nil {
 		f.started <- struct{}{}
 		select {

@@ -152,7 +152,7 @@ func TestSeverityFlood(t *testing.T) {
 	// The same flood without severity: crit is shed like everything else.
 	plain := pol.Clone()
 	plain.Severity = nil
-	if err := a.Reload(plain); err != nil {
+	if err := a.Reload(context.Background(), plain); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1200 * time.Millisecond) // let the last window expire

@@ -153,7 +153,7 @@ func fairShedding(t *testing.T, shape tiers.Shape) {
 	st := fairSourceMetrics(t, a, overA)
 
 	// The same traffic without sources, after a reload.
-	if err := a.Reload(plain); err != nil {
+	if err := a.Reload(context.Background(), plain); err != nil {
 		t.Fatal(err)
 	}
 	ptab, err := tiers.Compile(plain, 0)

@@ -7,11 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-
-	"github.com/tierlimit/tierlimit/bpf"
-	. "github.com/tierlimit/tierlimit/internal/testenv"
 )
 
 // maxStack is the verifier's bound on a chain of BPF-to-BPF frames
@@ -48,17 +44,8 @@ func roundFrame(depth int, by16 bool) int {
 // 6.18's), and fails when the chain passes maxStack under 6.1's rounding,
 // the stricter.
 func TestStackDepth(t *testing.T) {
-	Require(t)
-	spec, err := bpf.LoadLimiter()
-	if err != nil {
-		t.Fatal(err)
-	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats, LogSizeStart: 1 << 20}})
-	if err != nil {
-		t.Fatalf("load: %v", err)
-	}
-	defer coll.Close()
-	m := stackRE.FindStringSubmatch(coll.Programs["tierlimit"].VerifierLog)
+	spec, log := loadWithStats(t)
+	m := stackRE.FindStringSubmatch(log)
 	if m == nil {
 		t.Fatal("no stack depth in the verifier's statistics")
 	}

@@ -71,11 +71,11 @@ func budgetFor(rel string) int {
 
 var processedRE = regexp.MustCompile(`processed (\d+) insns`)
 
-// TestVerifierComplexity loads the program with the verifier's statistics
-// and fails when it needed more than verifierBudget instructions. The usual
-// cause is a value kept live across the parser's many paths (a cursor, a
-// class used as an index), which keeps the verifier from pruning them.
-func TestVerifierComplexity(t *testing.T) {
+// loadWithStats loads the limiter's program with the verifier's
+// statistics (LogLevelStats) and returns its spec and the verifier's log.
+// It needs BPF (Require); the collection is closed at once.
+func loadWithStats(t *testing.T) (*ebpf.CollectionSpec, string) {
+	t.Helper()
 	Require(t)
 	spec, err := bpf.LoadLimiter()
 	if err != nil {
@@ -86,7 +86,15 @@ func TestVerifierComplexity(t *testing.T) {
 		t.Fatalf("load: %v", err)
 	}
 	defer coll.Close()
-	log := coll.Programs["tierlimit"].VerifierLog
+	return spec, coll.Programs["tierlimit"].VerifierLog
+}
+
+// TestVerifierComplexity loads the program with the verifier's statistics
+// and fails when it needed more than verifierBudget instructions. The usual
+// cause is a value kept live across the parser's many paths (a cursor, a
+// class used as an index), which keeps the verifier from pruning them.
+func TestVerifierComplexity(t *testing.T) {
+	_, log := loadWithStats(t)
 	m := processedRE.FindStringSubmatch(log)
 	if m == nil {
 		t.Fatalf("no statistics in the verifier log:\n%s", log)

@@ -75,7 +75,10 @@ func runNoisyDemo(ctx context.Context, g *globals, f demoFlags) error {
 		d.pair.Send.Name, d.pair.SendIf, d.pair.Coll.Name, d.pair.CollIf, d.pair.CollAddr, d.srcs[0], noisyLight)
 	fmt.Fprintf(g.stdout, "policies: %s\n          %s\n", plain.String(), fair.String())
 	for i, c := range cases {
-		if err := d.a.Reload(c.pol); err != nil {
+		if err := d.a.Reload(ctx, c.pol); err != nil {
+			if ctx.Err() != nil {
+				return nil // interrupted: the old policy kept, as a Ctrl-C anywhere else
+			}
 			return err
 		}
 		// Each policy starts from idle: two windows without traffic, so
