@@ -280,6 +280,11 @@ int tierlimit(struct xdp_md *ctx)
 	 * instructions verified on 6.18); in tl_parse, or after it, the
 	 * verifier walks it on each of the parser's paths (+27k, +32k). */
 	__u64 check = tl_if_count && !host_keeps(ctx) ? TL_A1_HOST_CHECK : 0;
+	__u64 a1, a2;
+	if (parse_udp4_fast(ctx, &a1, &a2)) {
+		TL_STAGE(TL_STAGE_PARSED, XDP_DROP);
+		return tl_judge(ctx, a1 | check, a2);
+	}
 	int act = tl_parse(ctx, args);
 	if (act != TL_JUDGE)
 		return act;

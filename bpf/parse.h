@@ -202,6 +202,52 @@ static __always_inline void pkt_pack(const struct pkt *p, int deep, __u64 payloa
 	*a2 = p->frag_id | (__u64)p->dport << 32 | (payload_off & 0xffff) << 48;
 }
 
+/* The frame most selected packets are: untagged Ethernet, IPv4 without
+ * options, not a fragment, UDP, every length and the header checksum as
+ * the kernel keeps them. Packs it as tl_parse would (pkt_pack: every field
+ * the same as parse_packet finds) into *a1 and *a2 and returns 1; returns
+ * 0 for any other frame, which tl_parse then parses whole. Inline in the
+ * entry point, at constant offsets: it spares that frame the call of
+ * tl_parse and the parser's spills. Each of its refusals reaches
+ * tl_parse's call with the same state (no packet pointer nor value of
+ * its own is live there), so that the verifier walks the parser once
+ * after it, not once per refusal. */
+static __always_inline int parse_udp4_fast(struct xdp_md *ctx, __u64 *a1, __u64 *a2)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	const struct ethhdr *eth = data;
+	const struct iphdr *ip = data + sizeof(*eth);
+	const struct udphdr *udp = (const void *)(ip + 1);
+
+	if ((void *)(udp + 1) > end)
+		return 0;
+	/* Version 4, IHL 5; no more fragments, offset 0 (DF may be set). */
+	if (eth->h_proto != bpf_htons(ETH_P_IP) || *(const __u8 *)ip != 0x45 || ip->protocol != IPPROTO_UDP ||
+	    (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET)))
+		return 0;
+	const __u32 *w = (const void *)ip;
+	if (!csum_folds((__u64)w[0] + w[1] + w[2] + w[3] + w[4]))
+		return 0;
+	/* parse_ipv4's and parse_udp's lengths: the IP total length within
+	 * the frame, the UDP length from 8 to the IP payload's. */
+	__u32 tot = bpf_ntohs(ip->tot_len), ulen = bpf_ntohs(udp->len);
+	if (ulen < sizeof(*udp) || ulen + sizeof(*ip) > tot || sizeof(*eth) + tot > (__u64)(end - data))
+		return 0;
+	struct pkt p = {
+		.l3off = sizeof(*eth),
+		.l3proto = ETH_P_IP,
+		.l4proto = IPPROTO_UDP,
+		.frag = FRAG_NONE,
+		.frag_proto = IPPROTO_UDP,
+		.frag_id = bpf_ntohs(ip->id),
+		.dport = bpf_ntohs(udp->dest),
+		.plen = ulen - sizeof(*udp),
+	};
+	pkt_pack(&p, 0, sizeof(*eth) + sizeof(*ip) + sizeof(*udp), a1, a2);
+	return 1;
+}
+
 /* Fills p from pkt_pack's a1 and a2 and the frame [data, end), and returns
  * the payload offset. The headers are not checked again here: each reader
  * checks p->l3 against p->end, as the verifier knows nothing of the offset.
