@@ -281,7 +281,7 @@ int tierlimit(struct xdp_md *ctx)
 	 * verifier walks it on each of the parser's paths (+27k, +32k). */
 	__u64 check = tl_if_count && !host_keeps(ctx) ? TL_A1_HOST_CHECK : 0;
 	__u64 a1, a2;
-	if (parse_udp4_fast(ctx, &a1, &a2)) {
+	if (parse_udp_fast(ctx, &a1, &a2)) {
 		TL_STAGE(TL_STAGE_PARSED, XDP_DROP);
 		return tl_judge(ctx, a1 | check, a2);
 	}
