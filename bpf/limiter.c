@@ -10,7 +10,7 @@
  *
  * This file holds the entry point, tl_parse and tl_judge; the rooms they
  * call are headers, in the order a packet meets them: parse.h (UDP and
- * TCP, pkt_pack) over parse_ip.h (Ethernet, VLAN, IPv4, IPv6), cursor.h
+ * TCP, pkt_pack, the common frame's parse_udp_fast) over parse_ip.h (Ethernet, VLAN, IPv4, IPv6), cursor.h
  * (the parsers' cursor) and ipv6_opts.h (hop-by-hop and destination
  * options); fragments.h (fragments that follow a judged first); policy.h
  * (active slot, selectors, exempt sources, tier table); host.h (frames
@@ -280,6 +280,13 @@ int tierlimit(struct xdp_md *ctx)
 	 * instructions verified on 6.18); in tl_parse, or after it, the
 	 * verifier walks it on each of the parser's paths (+27k, +32k). */
 	__u64 check = tl_if_count && !host_keeps(ctx) ? TL_A1_HOST_CHECK : 0;
+	/* The common frame, parsed here (parse.h parse_udp_fast): no call of
+	 * tl_parse. Any other goes to tl_parse. */
+	__u64 a1, a2;
+	if (parse_udp_fast(ctx, &a1, &a2)) {
+		TL_STAGE(TL_STAGE_PARSED, XDP_DROP);
+		return tl_judge(ctx, a1 | check, a2);
+	}
 	int act = tl_parse(ctx, args);
 	if (act != TL_JUDGE)
 		return act;

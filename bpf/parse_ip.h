@@ -102,9 +102,20 @@ static __always_inline int parse_eth(struct pcur *c, struct pkt *p)
 	return proto;
 }
 
+/* Whether a sum of a header's 32-bit words folds to 0xffff: the header
+ * checksum verifies (ip_fast_csum). */
+static __always_inline int csum_folds(__u64 sum)
+{
+	sum = (sum & 0xffffffff) + (sum >> 32);
+	sum = (sum & 0xffffffff) + (sum >> 32);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return sum == 0xffff;
+}
+
 /* The IPv4 header checksum over hlen bytes (a multiple of 4, 20 to 60) at
  * ip, which the caller checked are in the frame: 1 when it verifies, as
- * ip_rcv_core requires (ip_fast_csum). */
+ * ip_rcv_core requires. */
 static __always_inline int ipv4_csum_ok(const struct pcur *c, __u32 hlen)
 {
 	__u32 *w = pc_at(c, 20);
@@ -120,11 +131,7 @@ static __always_inline int ipv4_csum_ok(const struct pcur *c, __u32 hlen)
 			return 0;
 		sum += *o;
 	}
-	sum = (sum & 0xffffffff) + (sum >> 32);
-	sum = (sum & 0xffffffff) + (sum >> 32);
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return sum == 0xffff;
+	return csum_folds(sum);
 }
 
 /* FRAG_NEXT for an offset, else FRAG_FIRST when more fragments follow,
