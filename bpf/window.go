@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/tierlimit/tierlimit/tiers"
 )
@@ -105,11 +104,11 @@ func (l *Limiter) initWindow() error {
 	if v != (LimiterTlWindow{}) {
 		return nil
 	}
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return fmt.Errorf("read the clock: %w", err)
+	now, err := MonotonicNow()
+	if err != nil {
+		return err
 	}
-	v.StartNs = uint64(ts.Nano()) - uint64(tiers.MaxWindow) - 1
+	v.StartNs = now - uint64(tiers.MaxWindow) - 1
 	if err := l.objs.Window.Put(uint32(0), &v); err != nil {
 		return fmt.Errorf("write window: %w", err)
 	}
