@@ -51,7 +51,10 @@ lint:
 # passed plot, and issue 42's table beside the peers (section 6). Writes
 # $(BENCH_OUT)/results.md, the PNG and raw/. Every BPF_PROG_TEST_RUN chunk
 # spans 100 ticks of the host's clock (bpf/bench_chunks_test.go): about
-# 40 min on two shared CPUs (the chunks' length; figure 1 is most of it).
+# 40 min on two shared CPUs (the chunks' length; figure 1 is most of it)
+# where BPF_PROG_TEST_RUN's quantum is the 4 ms tick, and longer where it
+# reads coarser (15.66 ms on a KVM guest on 2026-12-03: chunks of 120 M
+# packets; the timing, live-frames and scaling runs alone took 28 min).
 #
 # PEERS_DIR: the peers (XDP-Firewall, L3AF ratelimiting, xdp-filter). A
 # directory of their built objects (deploy/bench/peers.sh's output), or of
