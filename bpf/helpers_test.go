@@ -170,13 +170,14 @@ func (h *harness) expire() {
 	}
 }
 
-// monotonicNow is the clock bpf_ktime_get_ns reads, in ns.
+// monotonicNow is the clock bpf_ktime_get_ns reads, in ns
+// (bpf.MonotonicNow).
 func monotonicNow(tb testing.TB) uint64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+	now, err := bpf.MonotonicNow()
+	if err != nil {
 		tb.Fatal(err)
 	}
-	return uint64(ts.Nano())
+	return now
 }
 
 // testPolicy is the seed's default with a long window, an exempt prefix per

@@ -87,9 +87,10 @@ func stepPaced(t *testing.T, h *harness, frames [][]byte, window time.Duration, 
 // max is stepMax, 1200 packets a window: the span's pass count is a
 // random draw with a standard deviation of about 5 % of P(R) at 300 and
 // 2.7 % at 1200, so at 1200 the single-run bound lies about 8 of them
-// above the model's mean instead of 4, and a run that the machine's load
-// moved a few σ from the model (+3.8σ once in CI at 300) is still judged
-// on the rule, not on its luck.
+// above the model's mean instead of 4, and a run a few σ above the
+// model's mean (+3.8σ once in CI at 300; a model fed the clock read after
+// each run, not before, gives the same mean) is still judged on the rule,
+// not on its luck.
 func TestSmoothStepProgram(t *testing.T) {
 	const window = 500 * time.Millisecond
 	const stepMax = 1200
