@@ -35,10 +35,24 @@ func TestEpisodeSurvivesRestart(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "episode.json")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	start := func() *Episodes {
+	start := func(ctx context.Context) *Episodes {
 		e := newEpisodes(slog.New(slog.DiscardHandler), nil, nil, p, func() []string { return []string{"veth0"} }, state)
 		go e.send.run(ctx)
 		return e
+	}
+	var got []string
+	buf := make([]byte, 4096)
+	read := func() {
+		ln.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, _, err := ln.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		m, err := parseRFC5424(string(buf[:n]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m.params["event"]+" "+m.params["episode"]+" "+m.params["shed"])
 	}
 	// The pinned counters outlive the agent: both read the same ones.
 	var st bpf.Stats
@@ -49,13 +63,19 @@ func TestEpisodeSurvivesRestart(t *testing.T) {
 		now = now.Add(time.Second)
 		e.tick(now, st)
 	}
-	old := start()
+	oldCtx, stopOld := context.WithCancel(ctx)
+	old := start(oldCtx)
 	step(old, 0)
 	step(old, 100) // opens episode 1
 	step(old, 100)
-	// Restarted mid-flood: the new agent reads the state file.
+	// Restarted mid-flood: the old agent's process ends (its sender
+	// stops once its open reached the SIEM, as a process that exits sends
+	// before it ends or not at all: two live senders would race), and the
+	// new agent reads the state file.
+	read()
+	stopOld()
 	st.Selected[3][tiers.VerdictDrop].Packets += 500 // shed while no agent ran: not counted
-	e := start()
+	e := start(ctx)
 	if c := e.Current(); !c.Open || c.ID != 1 {
 		t.Fatalf("after the restart: %+v, want episode 1 open", c)
 	}
@@ -72,19 +92,8 @@ func TestEpisodeSurvivesRestart(t *testing.T) {
 	if c := e.Current(); !c.Open || c.ID != 2 || c.Shed != 10 {
 		t.Errorf("next episode %+v, want 2 open with 10 shed", c)
 	}
-	var got []string
-	buf := make([]byte, 4096)
 	for len(got) < 3 {
-		ln.SetReadDeadline(time.Now().Add(5 * time.Second))
-		n, _, err := ln.ReadFrom(buf)
-		if err != nil {
-			t.Fatalf("after %v: %v", got, err)
-		}
-		m, err := parseRFC5424(string(buf[:n]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, m.params["event"]+" "+m.params["episode"]+" "+m.params["shed"])
+		read()
 	}
 	if want := []string{"open 1 ", "close 1 250", "open 2 "}; !slices.Equal(got, want) {
 		t.Errorf("the SIEM got %q, want %q", got, want)
