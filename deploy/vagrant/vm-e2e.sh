@@ -178,22 +178,52 @@ outer_cleanup() {
 	exit "$rc"
 }
 
+# reap_stale removes what an earlier run left when it was killed with
+# SIGKILL, so that its EXIT trap never ran: a namespace tlvm-PID and a state
+# directory /var/tmp/tierlimit-vm.PID.* whose PID no longer runs this script.
+# Whatever still runs in such a namespace (qemu, libvirtd) is killed first.
+reap_stale() {
+	local ns pid pids d
+	for ns in $(ip netns list | awk '$1 ~ /^tlvm-[0-9]+$/ {print $1}'); do
+		pid=${ns#tlvm-}
+		if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'vm-e2e'; then
+			continue
+		fi
+		pids=$(ip netns pids "$ns" 2>/dev/null || true)
+		[ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
+		ip netns del "$ns" 2>/dev/null || true
+		log "removed namespace $ns, left by a killed run (PID $pid no longer runs vm-e2e.sh)"
+	done
+	for d in /var/tmp/tierlimit-vm.*; do
+		[ -d "$d" ] || continue
+		pid=${d#/var/tmp/tierlimit-vm.}
+		pid=${pid%%.*}
+		case $pid in '' | *[!0-9]*) continue ;; esac
+		if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'vm-e2e'; then
+			continue
+		fi
+		rm -rf "$d"
+		log "removed $d, left by a killed run"
+	done
+}
+
 outer() {
 	preflight
+	reap_stale
 	build
 	if [ "$BOX" = local ]; then
 		log "make vagrant-box (cached)"
 		VAGRANT="$VAGRANT" timeout --kill-after=30 "${BOX_TIMEOUT:-1800}" bash deploy/vagrant/build-box.sh
 	fi
 	if [ "$SANDBOX" = 0 ]; then
-		STATE=$(mktemp -d /var/tmp/tierlimit-vm.XXXXXX)
+		STATE=$(mktemp -d "/var/tmp/tierlimit-vm.$$.XXXXXX")
 		NS=
 		trap outer_cleanup EXIT
 		trap 'exit 130' INT TERM
 		timeout --signal=TERM --kill-after=60 "$E2E_TIMEOUT" "$0" __run "$STATE"
 		return
 	fi
-	STATE=$(mktemp -d /var/tmp/tierlimit-vm.XXXXXX)
+	STATE=$(mktemp -d "/var/tmp/tierlimit-vm.$$.XXXXXX")
 	trap outer_cleanup EXIT
 	trap 'exit 130' INT TERM
 	ip netns add "$NS"
