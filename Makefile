@@ -53,8 +53,10 @@ lint:
 # spans 100 ticks of the host's clock (bpf/bench_chunks_test.go): about
 # 40 min on two shared CPUs (the chunks' length; figure 1 is most of it)
 # where BPF_PROG_TEST_RUN's quantum is the 4 ms tick, and longer where it
-# reads coarser (15.66 ms on a KVM guest on 2026-12-03: chunks of 120 M
-# packets; the timing, live-frames and scaling runs alone took 28 min).
+# reads coarser (15.66-16.26 ms on a KVM guest on 2026-12-03: chunks of
+# 120-148 M packets; the timing, live-frames and scaling runs alone took
+# over 43 min, so the whole suite takes some 3 h there).
+# BENCH_FLAGS=-count=1 runs figures 1-3 once instead of 3 times.
 #
 # PEERS_DIR: the peers (XDP-Firewall, L3AF ratelimiting, xdp-filter). A
 # directory of their built objects (deploy/bench/peers.sh's output), or of
