@@ -194,15 +194,23 @@ func TestSharingSmooth(t *testing.T) {
 	h.expire()
 	relay := udpFrom(t, netip.MustParseAddr("192.0.2.10"))
 	R := 3 * float64(p.Max)
-	out := smoothRun(t, h, relay, window, R, 5)
-	pr := tab.Expected(uint64(R)).Passed
+	out, _, sent := smoothRunSent(t, h, [][]byte{relay}, window, R, 5)
 	for i := 1; i < len(out)-1; i++ {
 		got := 0
 		for _, v := range out[i] {
 			got += v
 		}
-		sigma := math.Sqrt(R / 4)
-		t.Logf("relay alone at 3 × max, window %d: passed %d, P(R) %.1f", i, got, pr)
+		// Judged on what the window was really sent: a paced run that
+		// stalls (Linux 6.1 in a VM without KVM on a busy host) offers
+		// less than R, and P of less is less.
+		off := float64(sent[i])
+		if off < R/2 {
+			t.Logf("relay alone, window %d: sent %.0f of %.0f, a stalled pace: not judged", i, off, R)
+			continue
+		}
+		pr := tab.Expected(uint64(off)).Passed
+		sigma := math.Sqrt(off / 4)
+		t.Logf("relay alone at 3 × max, window %d: sent %.0f, passed %d, P(sent) %.1f", i, off, got, pr)
 		if math.Abs(float64(got)-pr) > 5*sigma+0.15*pr {
 			t.Errorf("relay alone, window %d: passed %d, want %.1f ± (5 × %.1f + 15%%)", i, got, pr, sigma)
 		}

@@ -36,7 +36,17 @@ func smoothRunFrames(t *testing.T, h *harness, frames [][]byte, window time.Dura
 // shape.
 func smoothRunCounted(t *testing.T, h *harness, frames [][]byte, window time.Duration, rate float64, windows int) ([][10]int, []uint64) {
 	t.Helper()
+	out, offered, _ := smoothRunSent(t, h, frames, window, rate, windows)
+	return out, offered
+}
+
+// smoothRunSent is smoothRunCounted that also returns the frames sent in
+// each window, over-budget ones included (the window's count holds only
+// the in-budget ones).
+func smoothRunSent(t *testing.T, h *harness, frames [][]byte, window time.Duration, rate float64, windows int) ([][10]int, []uint64, []int) {
+	t.Helper()
 	var offered []uint64
+	var sent []int
 	next := 0
 	per := rate / float64(window/time.Millisecond)
 	start := time.Now()
@@ -45,8 +55,9 @@ func smoothRunCounted(t *testing.T, h *harness, frames [][]byte, window time.Dur
 	var credit float64
 	for time.Since(start) < time.Duration(windows)*window {
 		credit += per
-		passed := 0
+		passed, batch := 0, 0
 		for ; credit >= 1; credit-- {
+			batch++
 			frame := frames[next%len(frames)]
 			next++
 			if h.run(frame) == xdpPass {
@@ -62,7 +73,9 @@ func smoothRunCounted(t *testing.T, h *harness, frames [][]byte, window time.Dur
 					offered = append(offered, w.LastCount)
 				}
 				out = append(out, [10]int{})
+				sent = append(sent, 0)
 			}
+			sent[i] += batch
 			el := time.Duration(monotonicNow(t) - w.StartNs)
 			out[i][min(int(el*10/window), 9)] += passed
 		}
@@ -71,7 +84,7 @@ func smoothRunCounted(t *testing.T, h *harness, frames [][]byte, window time.Dur
 	for len(offered) < len(out) {
 		offered = append(offered, 0)
 	}
-	return out, offered
+	return out, offered, sent
 }
 
 // The program's smooth shape against the model's expectation, in real
