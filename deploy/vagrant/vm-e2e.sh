@@ -145,23 +145,35 @@ build_debs() {
 NS=tlvm-$$
 STATE=
 
+# netns_clear kills every process in namespace $1 (TERM for 5 s, then
+# KILL) and deletes it.
+netns_clear() {
+	local pids i
+	for i in 1 2 3 4 5 6 7 8 9 10; do
+		pids=$(ip netns pids "$1" 2>/dev/null || true)
+		[ -n "$pids" ] || break
+		if [ "$i" -le 5 ]; then
+			kill -TERM $pids 2>/dev/null || true
+		else
+			kill -KILL $pids 2>/dev/null || true
+		fi
+		sleep 1
+	done
+	ip netns del "$1" 2>/dev/null || true
+}
+
+# runs_vm_e2e: whether PID $1 is a running vm-e2e.sh.
+runs_vm_e2e() {
+	[ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -q 'vm-e2e'
+}
+
 outer_cleanup() {
-	local rc=$? pids i
+	local rc=$?
 	trap - EXIT INT TERM
 	if [ -n "$NS" ] && ip netns list | grep -qw "^$NS"; then
 		# Whatever the inner side left (libvirtd, virtlogd, qemu, dnsmasq,
 		# vagrant): all of them are in the namespace, and only they are.
-		for i in 1 2 3 4 5 6 7 8 9 10; do
-			pids=$(ip netns pids "$NS" 2>/dev/null || true)
-			[ -n "$pids" ] || break
-			if [ "$i" -le 5 ]; then
-				kill -TERM $pids 2>/dev/null || true
-			else
-				kill -KILL $pids 2>/dev/null || true
-			fi
-			sleep 1
-		done
-		ip netns del "$NS" 2>/dev/null || true
+		netns_clear "$NS"
 	fi
 	if [ -n "$STATE" ] && [ -d "$STATE" ]; then
 		if [ "${KEEP_STATE:-0}" = 1 ]; then
@@ -181,17 +193,14 @@ outer_cleanup() {
 # reap_stale removes what an earlier run left when it was killed with
 # SIGKILL, so that its EXIT trap never ran: a namespace tlvm-PID and a state
 # directory /var/tmp/tierlimit-vm.PID.* whose PID no longer runs this script.
-# Whatever still runs in such a namespace (qemu, libvirtd) is killed first.
+# Whatever still runs in such a namespace (qemu, libvirtd) is killed first
+# (netns_clear).
 reap_stale() {
-	local ns pid pids d
+	local ns pid d
 	for ns in $(ip netns list | awk '$1 ~ /^tlvm-[0-9]+$/ {print $1}'); do
 		pid=${ns#tlvm-}
-		if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'vm-e2e'; then
-			continue
-		fi
-		pids=$(ip netns pids "$ns" 2>/dev/null || true)
-		[ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
-		ip netns del "$ns" 2>/dev/null || true
+		runs_vm_e2e "$pid" && continue
+		netns_clear "$ns"
 		log "removed namespace $ns, left by a killed run (PID $pid no longer runs vm-e2e.sh)"
 	done
 	for d in /var/tmp/tierlimit-vm.*; do
@@ -199,9 +208,7 @@ reap_stale() {
 		pid=${d#/var/tmp/tierlimit-vm.}
 		pid=${pid%%.*}
 		case $pid in '' | *[!0-9]*) continue ;; esac
-		if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'vm-e2e'; then
-			continue
-		fi
+		runs_vm_e2e "$pid" && continue
 		rm -rf "$d"
 		log "removed $d, left by a killed run"
 	done
