@@ -30,13 +30,15 @@ const profileSeconds = 2
 var profiled = []string{"smooth-pass", "ordinal-pass", "drop", "budgets-pass"}
 
 // profileEntries runs `bpftool prog profile` (cycles, instructions,
-// itlb_misses) on each of es named in profiled, pinned in a bpffs
+// itlb_misses) on each of es named in profiled (after their sampled
+// profile by source line, sampleEntries), pinned in a bpffs
 // directory of its own, while BPF_PROG_TEST_RUN drives it on its frame,
 // and reports <name>-cycles, <name>-insns and <name>-itlb per run. When
 // the host has no hardware PMU (a VM that exposes none) or bpftool cannot
 // profile, it logs why (profileLog) and reports nothing.
 func profileEntries(b *testing.B, es []peerEntry) {
 	b.Helper()
+	sampleEntries(b, es)
 	if reason := pmuMissing(); reason != "" {
 		b.Logf("%sskipped: %s", profileLog, reason)
 		return

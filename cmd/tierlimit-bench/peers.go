@@ -169,6 +169,7 @@ func (r *report) peerRatios(p func(string, ...any)) {
 // profileText writes bpftool's profile of the selected paths, or why it
 // did not run (the benchmark's log line, profileLog there).
 func (r *report) profileText(p func(string, ...any)) {
+	r.sampledText(p)
 	if r.profileLine != "" && len(values(r.bench, peersBench, "smooth-pass-cycles")) == 0 {
 		p("**bpftool prog profile** (cycles, instructions, iTLB misses of the selected paths): %s", r.profileLine)
 		p("")
@@ -186,6 +187,46 @@ func (r *report) profileText(p func(string, ...any)) {
 			statOf(values(r.bench, peersBench, path+"-insns")).f(0), statOf(values(r.bench, peersBench, path+"-itlb")).f(3))
 	}
 	p("")
+}
+
+// sampledText writes the sampled profile's lines (bpf/bench_lines_test.go):
+// each selected path's costliest source lines, by share of the program's
+// samples of the software clock.
+func (r *report) sampledText(p func(string, ...any)) {
+	if len(r.sampleLines) == 0 {
+		return
+	}
+	p("**Sampled profile** of the selected paths (the software clock every 10 µs on the thread that drives BPF_PROG_TEST_RUN, 3 s a path; each sample in the program given to the source line of the instruction before it, by the JIT's line info; the costliest lines, as shares of the program's samples, last run):")
+	p("")
+	for _, l := range r.sampleLines {
+		p("- %s", l)
+	}
+	p("")
+}
+
+// sampledLines finds BenchmarkPeers' log lines of the sampled profile in
+// the benchmarks' output: the last run's, one a path.
+func sampledLines(out []byte) []string {
+	byPath := map[string]string{}
+	var order []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		_, after, ok := strings.Cut(sc.Text(), "sampled profile: ")
+		if !ok {
+			continue
+		}
+		path, _, _ := strings.Cut(after, ":")
+		if _, seen := byPath[path]; !seen {
+			order = append(order, path)
+		}
+		byPath[path] = after
+	}
+	ls := make([]string, 0, len(order))
+	for _, path := range order {
+		ls = append(ls, byPath[path])
+	}
+	return ls
 }
 
 // profileReason finds BenchmarkPeers' log line about bpftool's profile in

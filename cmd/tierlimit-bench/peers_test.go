@@ -24,6 +24,7 @@ func peersFixture(withPeers bool) string {
 		}
 		b.WriteString(" 0 ns/op\n")
 	}
+	b.WriteString("    bench_lines_test.go:250: sampled profile: smooth-pass: 14.0% bpf/window.h:275 `n = add`; 6.0% bpf/verdict.h:41 `st->packets += packets;`\n")
 	b.WriteString("    bench_peers_test.go:92: bpftool prog profile: skipped: no hardware PMU on this host\n")
 	return b.String()
 }
@@ -34,7 +35,7 @@ func peersFixture(withPeers bool) string {
 func TestReportPeers(t *testing.T) {
 	for _, with := range []bool{true, false} {
 		out := []byte(peersFixture(with))
-		r := &report{opts: suiteOpts{count: 1}, bench: parseBench(out), profileLine: profileReason(out)}
+		r := &report{opts: suiteOpts{count: 1}, bench: parseBench(out), profileLine: profileReason(out), sampleLines: sampledLines(out)}
 		var b strings.Builder
 		p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 		r.targets(p)
@@ -48,6 +49,7 @@ func TestReportPeers(t *testing.T) {
 			"| BenchmarkPeers smooth-pass ≤ 60 ns (issue 42; on issue 42's AMD EPYC with Safe RET) | 40.0 ns (4.00× bare) | **met** |",
 			"**bpftool prog profile** (cycles, instructions, iTLB misses of the selected paths): skipped: no hardware PMU on this host",
 			"50000000 packets (median over the runs; 100 ticks of 4.00 ms of the bare program",
+			"- smooth-pass: 14.0% bpf/window.h:275 `n = add`; 6.0% bpf/verdict.h:41 `st->packets += packets;`",
 		}
 		if with {
 			wants = append(wants,

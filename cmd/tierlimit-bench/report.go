@@ -80,6 +80,8 @@ type report struct {
 	peerSources []string
 	// profileLine is BenchmarkPeers' line about bpftool's profile.
 	profileLine string
+	// sampleLines are BenchmarkPeers' lines of the sampled profile.
+	sampleLines []string
 }
 
 func yes(ok bool) string {

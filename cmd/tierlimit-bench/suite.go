@@ -68,6 +68,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("%s holds no benchmark results", o.benchFrom)
 		}
 		rep.profileLine = profileReason(out)
+		rep.sampleLines = sampledLines(out)
 	} else if o.bpfTest != "" {
 		if err := rep.runBPFFigures(ctx, raw, stderr); err != nil {
 			return err
@@ -175,6 +176,7 @@ func (rep *report) runBPFFigures(ctx context.Context, raw string, stderr io.Writ
 	}
 	rep.bench = parseBench(out)
 	rep.profileLine = profileReason(out)
+	rep.sampleLines = sampledLines(out)
 	if len(rep.bench) == 0 {
 		return errors.New("the bpf benchmarks printed no results")
 	}
