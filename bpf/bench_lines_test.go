@@ -152,27 +152,26 @@ func sampledProfile(prog *ebpf.Program, frame []byte, d time.Duration) ([]lineSh
 	ring := mem[page:]
 	counts := map[string]int{}
 	in, all := 0, 0
+	// drain reads the records the kernel wrote since the last call
+	// (perf_event_open(2): a perf_event_header, then for a
+	// PERF_RECORD_SAMPLE of PERF_SAMPLE_IP the ip), which may wrap the
+	// ring's end, and hands the ring's space back.
+	var rec [16]byte
 	drain := func() {
 		head := atomic.LoadUint64(&meta.Data_head)
 		tail := meta.Data_tail
 		for tail < head {
-			off := tail % uint64(len(ring))
-			hdr := make([]byte, 8)
-			for i := range hdr {
-				hdr[i] = ring[(off+uint64(i))%uint64(len(ring))]
+			for i := range rec {
+				rec[i] = ring[(tail+uint64(i))%uint64(len(ring))]
 			}
-			typ := binary.NativeEndian.Uint32(hdr[0:])
-			size := uint64(binary.NativeEndian.Uint16(hdr[6:]))
+			typ := binary.NativeEndian.Uint32(rec[0:])
+			size := uint64(binary.NativeEndian.Uint16(rec[6:]))
 			if size < 8 {
-				break
+				break // cannot happen: a header is 8 bytes
 			}
 			if typ == unix.PERF_RECORD_SAMPLE && size >= 16 {
-				ipb := make([]byte, 8)
-				for i := range ipb {
-					ipb[i] = ring[(off+8+uint64(i))%uint64(len(ring))]
-				}
 				all++
-				if l := j.line(binary.NativeEndian.Uint64(ipb)); l != "" {
+				if l := j.line(binary.NativeEndian.Uint64(rec[8:])); l != "" {
 					counts[l]++
 					in++
 				}
