@@ -209,13 +209,7 @@ func (r *report) sampledText(p func(string, ...any)) {
 func sampledLines(out []byte) []string {
 	byPath := map[string]string{}
 	var order []string
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		_, after, ok := strings.Cut(sc.Text(), "sampled profile: ")
-		if !ok {
-			continue
-		}
+	for _, after := range markedLines(out, "sampled profile: ") {
 		path, _, _ := strings.Cut(after, ":")
 		if _, seen := byPath[path]; !seen {
 			order = append(order, path)
@@ -229,14 +223,25 @@ func sampledLines(out []byte) []string {
 	return ls
 }
 
+// markedLines is what follows marker on each line of out that holds it,
+// in order.
+func markedLines(out []byte, marker string) []string {
+	var ls []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		if _, after, ok := strings.Cut(sc.Text(), marker); ok {
+			ls = append(ls, after)
+		}
+	}
+	return ls
+}
+
 // profileReason finds BenchmarkPeers' log line about bpftool's profile in
 // the benchmarks' output.
 func profileReason(out []byte) string {
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		if _, after, ok := strings.Cut(sc.Text(), "bpftool prog profile: "); ok {
-			return after
-		}
+	if ls := markedLines(out, "bpftool prog profile: "); len(ls) > 0 {
+		return ls[0]
 	}
 	return ""
 }
