@@ -220,7 +220,18 @@ func TestUnitManyHostAddresses(t *testing.T) {
 	if got := u.sendSelected(t, p, last, 500); got != 500 {
 		t.Errorf("to the 5,000th address: %d of 500 selected", got)
 	}
-	got := activeDestEntries(t, pin)
+	// The host's destinations may still grow while the test reads them
+	// (the veth's IPv6 link-local address lands once DAD ends, and the
+	// agent follows it), so the trie is judged against the metric read
+	// on either side of it, once the two reads agree.
+	var got int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		local = u.metric(t, "tierlimit_local_dests")
+		got = activeDestEntries(t, pin)
+		if u.metric(t, "tierlimit_local_dests") == local && (float64(got) == local || time.Now().After(deadline)) {
+			break
+		}
+	}
 	t.Logf("%d trie entries for %v destinations", got, local)
 	if float64(got) != local {
 		t.Errorf("the active slot's destination trie holds %d entries for %v destinations, want one each", got, local)
@@ -287,8 +298,17 @@ func TestUnitHostOverLimit(t *testing.T) {
 	u := startAsUnit(t, p.Coll, "--iface", p.CollIf, "--no-pin", "--config", cfg)
 	// Every destination costs one entry (the UDP rules name each), and
 	// 4,096 of them fit beside the dests.
-	local := u.metric(t, "tierlimit_local_dests")
-	if got := u.metric(t, "tierlimit_local_dests_uncounted"); local < 4200 || got != local-4096 {
+	// Read on either side of the uncounted gauge, as the host's
+	// destinations may still grow (an IPv6 link-local address after DAD).
+	var local, got float64
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		local = u.metric(t, "tierlimit_local_dests")
+		got = u.metric(t, "tierlimit_local_dests_uncounted")
+		if u.metric(t, "tierlimit_local_dests") == local && (got == local-4096 || time.Now().After(deadline)) {
+			break
+		}
+	}
+	if local < 4200 || got != local-4096 {
 		t.Errorf("tierlimit_local_dests_uncounted %v of %v destinations, want all but 4,096", got, local)
 	}
 	if !strings.Contains(u.log.String(), "level=ERROR") || !strings.Contains(u.log.String(), "uncounted") {
