@@ -43,50 +43,52 @@ const sampleSeconds = 3
 // sampleTop is how many lines a path's log names.
 const sampleTop = 8
 
-// jitLines maps an address of a loaded program's JIT image to the source
-// line of bpf/ it was compiled from.
+// jitLines maps an address of the JIT images of loaded programs (the
+// entry point and the program it tail-calls) to the source line of bpf/
+// it was compiled from.
 type jitLines struct {
-	lo, hi uint64   // the image's bounds: every function's [ksym, ksym+len)
-	addrs  []uint64 // the JIT addresses of the line infos, sorted
-	lines  []string // file:line of each, as addrs
+	ranges [][2]uint64 // every function's [ksym, ksym+len)
+	addrs  []uint64    // the JIT addresses of the line infos, sorted
+	lines  []string    // file:line of each, as addrs
 	texts  map[string]string
 }
 
-// loadJitLines reads prog's JIT image bounds and line infos. Returns an
-// error when the kernel hides them (kptr_restrict, no BTF).
-func loadJitLines(prog *ebpf.Program) (*jitLines, error) {
-	info, err := prog.Info()
-	if err != nil {
-		return nil, err
-	}
-	ksyms, ok := info.JitedKsymAddrs()
-	lens, ok2 := info.JitedFuncLens()
-	jl, ok3 := info.JitedLineInfos()
-	if !ok || !ok2 || !ok3 || len(ksyms) != len(lens) {
-		return nil, fmt.Errorf("no JIT symbols or line infos for %s (kptr_restrict, or no BTF)", info.Name)
-	}
-	lis, err := info.LineInfos()
-	if err != nil {
-		return nil, fmt.Errorf("line infos of %s: %w", info.Name, err)
-	}
-	if len(lis) != len(jl) {
-		return nil, fmt.Errorf("%s: %d line infos, %d JIT addresses", info.Name, len(lis), len(jl))
-	}
-	j := &jitLines{lo: ^uint64(0), texts: map[string]string{}}
-	for i, k := range ksyms {
-		j.lo = min(j.lo, uint64(k))
-		j.hi = max(j.hi, uint64(k)+uint64(lens[i]))
-	}
+// loadJitLines reads the JIT images' bounds and line infos of progs.
+// Returns an error when the kernel hides them (kptr_restrict, no BTF).
+func loadJitLines(progs ...*ebpf.Program) (*jitLines, error) {
+	j := &jitLines{texts: map[string]string{}}
 	type pair struct {
 		addr uint64
 		line string
 	}
-	ps := make([]pair, len(jl))
-	for i, l := range lis {
-		name := fmt.Sprintf("%s:%d", l.Line.FileName(), l.Line.LineNumber())
-		ps[i] = pair{jl[i], name}
-		if t := strings.TrimSpace(l.Line.Line()); t != "" {
-			j.texts[name] = t
+	var ps []pair
+	for _, prog := range progs {
+		info, err := prog.Info()
+		if err != nil {
+			return nil, err
+		}
+		ksyms, ok := info.JitedKsymAddrs()
+		lens, ok2 := info.JitedFuncLens()
+		jl, ok3 := info.JitedLineInfos()
+		if !ok || !ok2 || !ok3 || len(ksyms) != len(lens) {
+			return nil, fmt.Errorf("no JIT symbols or line infos for %s (kptr_restrict, or no BTF)", info.Name)
+		}
+		lis, err := info.LineInfos()
+		if err != nil {
+			return nil, fmt.Errorf("line infos of %s: %w", info.Name, err)
+		}
+		if len(lis) != len(jl) {
+			return nil, fmt.Errorf("%s: %d line infos, %d JIT addresses", info.Name, len(lis), len(jl))
+		}
+		for i, k := range ksyms {
+			j.ranges = append(j.ranges, [2]uint64{uint64(k), uint64(k) + uint64(lens[i])})
+		}
+		for i, l := range lis {
+			name := fmt.Sprintf("%s:%d", l.Line.FileName(), l.Line.LineNumber())
+			ps = append(ps, pair{jl[i], name})
+			if t := strings.TrimSpace(l.Line.Line()); t != "" {
+				j.texts[name] = t
+			}
 		}
 	}
 	sort.Slice(ps, func(a, b int) bool { return ps[a].addr < ps[b].addr })
@@ -98,9 +100,13 @@ func loadJitLines(prog *ebpf.Program) (*jitLines, error) {
 }
 
 // line is the source line of the instruction before ip (an interrupt's
-// return address), "" outside the image.
+// return address), "" outside the images.
 func (j *jitLines) line(ip uint64) string {
-	if ip <= j.lo || ip >= j.hi {
+	in := false
+	for _, r := range j.ranges {
+		in = in || (ip > r[0] && ip < r[1])
+	}
+	if !in {
 		return ""
 	}
 	i := sort.Search(len(j.addrs), func(i int) bool { return j.addrs[i] > ip-1 }) - 1
@@ -120,8 +126,8 @@ type lineShare struct {
 // the software clock, and returns the program's samples by source line,
 // most first, and the program's share of all samples of the thread in
 // the kernel (the rest is BPF_PROG_TEST_RUN's own loop and the syscall).
-func sampledProfile(prog *ebpf.Program, frame []byte, d time.Duration) ([]lineShare, float64, error) {
-	j, err := loadJitLines(prog)
+func sampledProfile(prog *ebpf.Program, frame []byte, d time.Duration, tail ...*ebpf.Program) ([]lineShare, float64, error) {
+	j, err := loadJitLines(append([]*ebpf.Program{prog}, tail...)...)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -227,7 +233,11 @@ func sampleEntries(b *testing.B, es []peerEntry) {
 		if !slices.Contains(profiled, e.name) {
 			continue
 		}
-		shares, inProg, err := sampledProfile(e.prog, e.frame, sampleSeconds*time.Second)
+		var tail []*ebpf.Program
+		if e.h != nil {
+			tail = append(tail, e.h.l.JudgeProgram())
+		}
+		shares, inProg, err := sampledProfile(e.prog, e.frame, sampleSeconds*time.Second, tail...)
 		if err != nil {
 			b.Logf("%sskipped: %s: %v", sampleLog, e.name, err)
 			return

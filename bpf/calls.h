@@ -22,6 +22,7 @@ enum tl_call {
 	/* BPF-to-BPF functions, by name */
 	TL_CALL_TL_PARSE,
 	TL_CALL_TL_JUDGE,
+	TL_CALL_TL_JUDGE_TAIL, /* a tail call: a jump, no return */
 	TL_CALL_TL_IPV6_OPTIONS,
 	TL_CALL_TL_GSO_TCP,
 	TL_CALL_TL_DODGY_SEGMENTS,

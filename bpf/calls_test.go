@@ -72,30 +72,30 @@ func hotPaths() []hotPath {
 		return p
 	}
 	return []hotPath{
-		{"ordinal/pass", policy(100_000_000), udp4, nil, 2, 0},
-		{"ordinal/pass-ipv6", policy(100_000_000), udp6, nil, 2, 0},
-		{"ordinal/pass-host", localDests(policy(100_000_000)), udp4, host, 2, 0},
-		{"ordinal/pass-host-ipv6", localDests(policy(100_000_000)), udp6, host, 2, 0},
-		{"ordinal/random", policy(100, tiers.Tier{At: tiers.Pct(1), Drop: tiers.Pct(50)}), udp4, nil, 2, 1},
-		{"ordinal/drop", policy(100), udp4, nil, 2, 0},
-		{"ordinal/pass-severity", withSeverity(policy(100_000_000)), udp4, nil, 2, 0},
-		{"ordinal/drop-severity", withSeverity(policy(100)), udp4, nil, 2, 0},
-		{"ordinal/sources-pass", withSources(policy(100_000_000), within), udp4, nil, 2, 0},
-		{"ordinal/sources-over", withSources(policy(100_000_000), over), udp4, nil, 2, 1},
+		{"ordinal/pass", policy(100_000_000), udp4, nil, 0, 0},
+		{"ordinal/pass-ipv6", policy(100_000_000), udp6, nil, 0, 0},
+		{"ordinal/pass-host", localDests(policy(100_000_000)), udp4, host, 0, 0},
+		{"ordinal/pass-host-ipv6", localDests(policy(100_000_000)), udp6, host, 0, 0},
+		{"ordinal/random", policy(100, tiers.Tier{At: tiers.Pct(1), Drop: tiers.Pct(50)}), udp4, nil, 0, 1},
+		{"ordinal/drop", policy(100), udp4, nil, 0, 0},
+		{"ordinal/pass-severity", withSeverity(policy(100_000_000)), udp4, nil, 0, 0},
+		{"ordinal/drop-severity", withSeverity(policy(100)), udp4, nil, 0, 0},
+		{"ordinal/sources-pass", withSources(policy(100_000_000), within), udp4, nil, 0, 0},
+		{"ordinal/sources-over", withSources(policy(100_000_000), over), udp4, nil, 0, 1},
 		// Smooth: a CPU latched on an onset reads the clock per packet
 		// for TL_SMOOTH_CLOCK_TICKS (smooth_rate.h sm_recent); a flood
 		// in chunks may latch again in the steady state, so each smooth
 		// path allows that one bpf_ktime_get_ns. A flood of one group
 		// over budget latched also recomputes the share's memo as R̂
 		// moves (sm_share_memo); it draws from the CPU's generator.
-		{"smooth/pass", smooth(policy(100_000_000)), udp4, nil, 2, 1},
-		{"smooth/drop", smooth(policy(100)), udp4, nil, 2, 1},
-		{"smooth/sources-pass", smooth(withSources(policy(100_000_000), within)), udp4, nil, 2, 1},
-		{"smooth/sources-over", smooth(withSources(policy(100), over)), udp4, nil, 3, 1},
+		{"smooth/pass", smooth(policy(100_000_000)), udp4, nil, 0, 1},
+		{"smooth/drop", smooth(policy(100)), udp4, nil, 0, 1},
+		{"smooth/sources-pass", smooth(withSources(policy(100_000_000), within)), udp4, nil, 0, 1},
+		{"smooth/sources-over", smooth(withSources(policy(100), over)), udp4, nil, 1, 1},
 		// With the fleet's view, a latched CPU scales the others' sums
 		// by its rise (fleet.h tl_fleet_others_now): a call.
-		{"smooth/fleet-pass", fleet(100_000_000), udp4, fleetView, 3, 1},
-		{"smooth/fleet-drop", fleet(100), udp4, fleetView, 3, 1},
+		{"smooth/fleet-pass", fleet(100_000_000), udp4, fleetView, 1, 1},
+		{"smooth/fleet-drop", fleet(100), udp4, fleetView, 1, 1},
 	}
 }
 
@@ -119,7 +119,7 @@ func TestHotPathCalls(t *testing.T) {
 	names := callNames(t)
 	var rows []string
 	for _, path := range hotPaths() {
-		got := pathCalls(t, path, names)
+		got, _ := pathCalls(t, path, names)
 		called, helpers := got.calls(), got.helpersCalled()
 		rows = append(rows, fmt.Sprintf("| %s | %.2f | %.2f | %s |", path.name, called, helpers, got.detail()))
 		if called > path.maxCalls+perTick {
@@ -128,9 +128,45 @@ func TestHotPathCalls(t *testing.T) {
 		if helpers > path.maxHelpers+perTick {
 			t.Errorf("%s: %.2f helper calls no kernel inlines per packet, want at most %v (%s)", path.name, helpers, path.maxHelpers, got.detail())
 		}
+		if got["tl_judge_tail"] != 1 || got["tl_judge"] != 0 {
+			t.Errorf("%s: the judgement tail-called %.2f times and called %.2f per packet, want a tail call each (%s)", path.name, got["tl_judge_tail"], got["tl_judge"], got.detail())
+		}
 	}
 	t.Logf("calls per packet (Linux %s):\n| path | BPF-to-BPF calls | helper calls (not inlined) | what |\n|---|---|---|---|\n%s",
 		kernelRelease(t), strings.Join(rows, "\n"))
+}
+
+// TestJudgeFallback empties the judgement's program array (maps.h
+// tl_jump), as the kernel does when the last process holding it closes it
+// (the agent gone, the program left attached by its pinned link): each
+// packet is then judged by the call of tl_judge, with the same verdict, and
+// none is lost. On a pass and a drop path, against the same path with the
+// tail call.
+func TestJudgeFallback(t *testing.T) {
+	Require(t)
+	names := callNames(t)
+	for _, path := range hotPaths() {
+		if path.name != "ordinal/pass" && path.name != "ordinal/drop" && path.name != "smooth/drop" {
+			continue
+		}
+		_, want := pathCalls(t, path, names)
+		setup := path.setup
+		path.setup = func(tb testing.TB, l *bpf.Limiter) {
+			if setup != nil {
+				setup(tb, l)
+			}
+			if err := l.JumpTable().Delete(uint32(0)); err != nil {
+				tb.Fatalf("empty tl_jump: %v", err)
+			}
+		}
+		got, act := pathCalls(t, path, names)
+		if got["tl_judge"] != 1 || got["tl_judge_tail"] != 0 {
+			t.Errorf("%s: with tl_jump empty, the judgement called %.2f and tail-called %.2f times per packet, want a call each (%s)", path.name, got["tl_judge"], got["tl_judge_tail"], got.detail())
+		}
+		if act != want {
+			t.Errorf("%s: XDP action %d with tl_jump empty, %d with the tail call", path.name, act, want)
+		}
+	}
 }
 
 // callNames reads enum tl_call's names from the calls object's BTF,
@@ -160,7 +196,7 @@ func callNames(tb testing.TB) []string {
 // (TL_SMOOTH_CLOCK_TICKS: a latched CPU reads the clock per packet, the
 // flood's first 64 ms at a 4 ms tick) and the budgets' first ticks, over
 // 1,000 packets.
-func pathCalls(t *testing.T, path hotPath, names []string) callCounts {
+func pathCalls(t *testing.T, path hotPath, names []string) (callCounts, uint32) {
 	t.Helper()
 	const runs = 1000
 	l, err := bpf.LoadObject(bpf.Options{TickNs: kernelTick(t)}, callsObject)
@@ -179,7 +215,8 @@ func pathCalls(t *testing.T, path hotPath, names []string) callCounts {
 		}
 	}
 	zeroCalls(t, h.l.Program())
-	if _, err := runExact(h.l.Program(), frame, runs); err != nil {
+	act, err := runExact(h.l.Program(), frame, runs)
+	if err != nil {
 		t.Fatal(err)
 	}
 	sums := readCalls(t, h.l.Program())
@@ -192,15 +229,19 @@ func pathCalls(t *testing.T, path hotPath, names []string) callCounts {
 	if got["packets"] != 1 {
 		t.Fatalf("%s: %v packets counted per packet run, want 1: the counters are not the calls build's", path.name, got["packets"])
 	}
-	return got
+	return got, act
 }
 
+// tailCalled are the programs the entry point reaches by a tail call: a
+// jump, with no return to pay.
+var tailCalled = []string{"tl_judge_tail"}
+
 // calls is the BPF-to-BPF calls per packet: every counter but the
-// packets and the helpers.
+// packets, the helpers and the tail-called programs.
 func (c callCounts) calls() float64 {
 	var n float64
 	for k, v := range c {
-		if k != "packets" && !strings.HasPrefix(k, "h_") {
+		if k != "packets" && !strings.HasPrefix(k, "h_") && !slices.Contains(tailCalled, k) {
 			n += v
 		}
 	}

@@ -22,7 +22,7 @@ func describeLayout(t *testing.T, spec *ebpf.CollectionSpec) string {
 	var b strings.Builder
 	names := make([]string, 0, len(spec.Maps))
 	for name := range spec.Maps {
-		if name != "" && name[0] != '.' {
+		if pinnedName(name) {
 			names = append(names, name)
 		}
 	}

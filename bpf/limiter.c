@@ -8,7 +8,8 @@
  * entry holds the tier and its drop threshold on the bpf_get_prandom_u32()
  * scale. Everything else passes untouched. docs/design.md §2 has the semantics.
  *
- * This file holds the entry point, tl_parse and tl_judge; the rooms they
+ * This file holds the entry point, tl_parse and the judgement (tl_judge_tail,
+ * tail-called, and tl_judge, its fallback); the rooms they
  * call are headers, in the order a packet meets them: parse.h (UDP and
  * TCP, pkt_pack, the common frame's parse_udp_fast) over parse_ip.h (Ethernet, VLAN, IPv4, IPv6), cursor.h
  * (the parsers' cursor) and ipv6_opts.h (hop-by-hop and destination
@@ -140,16 +141,16 @@ static __always_inline int judge_close(struct xdp_md *ctx, void *data, const str
  * (pkt_pack): settings, selectors, exempt sources, source budget, window,
  * tier table and severity; counts it and returns the XDP action.
  *
- * A global function, so the verifier checks it once, with its arguments
- * unknown, instead of once for every path through the parser that reaches
- * it: VLAN depths, IPv4 options, IPv6 extension-header chains and fragment
- * kinds each leave different packet offsets, and every one of them would
+ * Verified with its arguments unknown (the body of tl_judge_tail, where
+ * they come from a map, and of the global function tl_judge), once,
+ * instead of once for every path through the parser that reaches it: VLAN
+ * depths, IPv4 options, IPv6 extension-header chains and fragment kinds
+ * each leave different packet offsets, and every one of them would
  * otherwise be explored through the selectors' loop and everything after
  * (TestVerifierComplexity). The headers are found again from ctx, by
  * offset, and bounds checked. */
-__noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
+static __always_inline int judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 {
-	TL_FN(TL_JUDGE);
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 bytes = data_end - data;
@@ -225,6 +226,50 @@ unselected:
 	return pass_unselected(&p, bytes);
 }
 
+/* The judgement as a BPF-to-BPF call: what the entry point runs when the
+ * tail call to tl_judge_tail fails (tl_jump empty: no process holds it,
+ * judge_packed). A global function, verified once (judge). */
+__noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
+{
+	TL_FN(TL_JUDGE);
+	return judge(ctx, a1, a2);
+}
+
+/* The judgement as a program of its own, the one slot of tl_jump: the
+ * entry point tail-calls it (judge_packed) with the packet's header fields
+ * in this CPU's tl_judge_args. A tail call is a jump (the x86-64 JIT
+ * patches a constant slot into a direct jmp): the packet pays no call and
+ * no return for its judgement, where a BPF-to-BPF call's return pays the
+ * return thunk of CPUs with SRSO's "Safe RET" (issue 42: 8.7 ns a call on
+ * AMD EPYC). Never attached: run alone, it reads the arguments the entry
+ * point last wrote on this CPU (bounds checked all the same). */
+SEC("xdp")
+int tl_judge_tail(struct xdp_md *ctx)
+{
+	TL_FN(TL_JUDGE_TAIL);
+	__u32 zero = 0;
+	struct tl_judge_args *ja = bpf_map_lookup_elem(&tl_judge_args, &zero);
+	if (!ja)
+		return XDP_PASS;
+	return judge(ctx, ja->a1, ja->a2);
+}
+
+/* Judges the packet packed in a1 and a2: a tail call to tl_judge_tail, or,
+ * when tl_jump holds no program (its last holder closed it: the kernel
+ * empties a program array then, kernel/bpf/arraymap.c
+ * prog_array_map_clear), the same judgement by the call of tl_judge. */
+static __always_inline int judge_packed(struct xdp_md *ctx, __u64 a1, __u64 a2)
+{
+	__u32 zero = 0;
+	struct tl_judge_args *ja = bpf_map_lookup_elem(&tl_judge_args, &zero);
+	if (ja) {
+		ja->a1 = a1;
+		ja->a2 = a2;
+		bpf_tail_call_static(ctx, &tl_jump, 0);
+	}
+	return tl_judge(ctx, a1, a2);
+}
+
 /* tl_parse's result for a packet to judge: not an XDP action. */
 #define TL_JUDGE (-1)
 
@@ -285,10 +330,10 @@ int tierlimit(struct xdp_md *ctx)
 	__u64 a1, a2;
 	if (parse_udp_fast(ctx, &a1, &a2)) {
 		TL_STAGE(TL_STAGE_PARSED, XDP_DROP);
-		return tl_judge(ctx, a1 | check, a2);
+		return judge_packed(ctx, a1 | check, a2);
 	}
 	int act = tl_parse(ctx, args);
 	if (act != TL_JUDGE)
 		return act;
-	return tl_judge(ctx, args[0] | check, args[1]);
+	return judge_packed(ctx, args[0] | check, args[1]);
 }

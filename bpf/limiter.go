@@ -143,8 +143,8 @@ func load(opts Options, spec *ebpf.CollectionSpec) (*Limiter, error) {
 	}
 	var copts ebpf.CollectionOptions
 	if opts.PinPath != "" {
-		for _, m := range spec.Maps {
-			if m.Name == "" || m.Name[0] == '.' {
+		for name, m := range spec.Maps {
+			if !pinnedName(name) {
 				continue
 			}
 			m.Pinning = ebpf.PinByName

@@ -101,6 +101,12 @@ const (
 	LimiterTlIfFlagTL_IF_FLAG_SHIFT LimiterTlIfFlag = 48
 )
 
+type LimiterTlJudgeArgs struct {
+	_  structs.HostLayout
+	A1 uint64
+	A2 uint64
+}
+
 type LimiterTlLpmKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -429,9 +435,12 @@ const (
 	LimiterMapSourceTop         = "source_top"
 	LimiterMapStats             = "stats"
 	LimiterMapTierTable         = "tier_table"
+	LimiterMapTlJudgeArgs       = "tl_judge_args"
+	LimiterMapTlJump            = "tl_jump"
 	LimiterMapUnclassifiedStats = "unclassified_stats"
 	LimiterMapWindow            = "window"
 	LimiterProgTierlimit        = "tierlimit"
+	LimiterProgTlJudgeTail      = "tl_judge_tail"
 	LimiterVarTlContractBtf     = "tl_contract_btf"
 	LimiterVarTlFleetExpiry     = "tl_fleet_expiry"
 	LimiterVarTlFleetFbMult     = "tl_fleet_fb_mult"
@@ -494,7 +503,8 @@ type LimiterSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LimiterProgramSpecs struct {
-	Tierlimit *ebpf.ProgramSpec `ebpf:"tierlimit"`
+	Tierlimit   *ebpf.ProgramSpec `ebpf:"tierlimit"`
+	TlJudgeTail *ebpf.ProgramSpec `ebpf:"tl_judge_tail"`
 }
 
 // LimiterMapSpecs contains maps before they are loaded into the kernel.
@@ -525,6 +535,8 @@ type LimiterMapSpecs struct {
 	SourceTop         *ebpf.MapSpec `ebpf:"source_top"`
 	Stats             *ebpf.MapSpec `ebpf:"stats"`
 	TierTable         *ebpf.MapSpec `ebpf:"tier_table"`
+	TlJudgeArgs       *ebpf.MapSpec `ebpf:"tl_judge_args"`
+	TlJump            *ebpf.MapSpec `ebpf:"tl_jump"`
 	UnclassifiedStats *ebpf.MapSpec `ebpf:"unclassified_stats"`
 	Window            *ebpf.MapSpec `ebpf:"window"`
 }
@@ -597,6 +609,8 @@ type LimiterMaps struct {
 	SourceTop         *ebpf.Map `ebpf:"source_top"`
 	Stats             *ebpf.Map `ebpf:"stats"`
 	TierTable         *ebpf.Map `ebpf:"tier_table"`
+	TlJudgeArgs       *ebpf.Map `ebpf:"tl_judge_args"`
+	TlJump            *ebpf.Map `ebpf:"tl_jump"`
 	UnclassifiedStats *ebpf.Map `ebpf:"unclassified_stats"`
 	Window            *ebpf.Map `ebpf:"window"`
 }
@@ -627,6 +641,8 @@ func (m *LimiterMaps) Close() error {
 		m.SourceTop,
 		m.Stats,
 		m.TierTable,
+		m.TlJudgeArgs,
+		m.TlJump,
 		m.UnclassifiedStats,
 		m.Window,
 	)
@@ -660,12 +676,14 @@ type LimiterVariables struct {
 //
 // It can be passed to LoadLimiterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LimiterPrograms struct {
-	Tierlimit *ebpf.Program `ebpf:"tierlimit"`
+	Tierlimit   *ebpf.Program `ebpf:"tierlimit"`
+	TlJudgeTail *ebpf.Program `ebpf:"tl_judge_tail"`
 }
 
 func (p *LimiterPrograms) Close() error {
 	return _LimiterClose(
 		p.Tierlimit,
+		p.TlJudgeTail,
 	)
 }
 

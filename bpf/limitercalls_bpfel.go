@@ -41,9 +41,12 @@ const (
 	limiterCallsMapStats             = "stats"
 	limiterCallsMapTierTable         = "tier_table"
 	limiterCallsMapTlCalls           = "tl_calls"
+	limiterCallsMapTlJudgeArgs       = "tl_judge_args"
+	limiterCallsMapTlJump            = "tl_jump"
 	limiterCallsMapUnclassifiedStats = "unclassified_stats"
 	limiterCallsMapWindow            = "window"
 	limiterCallsProgTierlimit        = "tierlimit"
+	limiterCallsProgTlJudgeTail      = "tl_judge_tail"
 	limiterCallsVarTlCallBtf         = "tl_call_btf"
 	limiterCallsVarTlContractBtf     = "tl_contract_btf"
 	limiterCallsVarTlFleetExpiry     = "tl_fleet_expiry"
@@ -107,7 +110,8 @@ type limiterCallsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type limiterCallsProgramSpecs struct {
-	Tierlimit *ebpf.ProgramSpec `ebpf:"tierlimit"`
+	Tierlimit   *ebpf.ProgramSpec `ebpf:"tierlimit"`
+	TlJudgeTail *ebpf.ProgramSpec `ebpf:"tl_judge_tail"`
 }
 
 // limiterCallsMapSpecs contains maps before they are loaded into the kernel.
@@ -139,6 +143,8 @@ type limiterCallsMapSpecs struct {
 	Stats             *ebpf.MapSpec `ebpf:"stats"`
 	TierTable         *ebpf.MapSpec `ebpf:"tier_table"`
 	TlCalls           *ebpf.MapSpec `ebpf:"tl_calls"`
+	TlJudgeArgs       *ebpf.MapSpec `ebpf:"tl_judge_args"`
+	TlJump            *ebpf.MapSpec `ebpf:"tl_jump"`
 	UnclassifiedStats *ebpf.MapSpec `ebpf:"unclassified_stats"`
 	Window            *ebpf.MapSpec `ebpf:"window"`
 }
@@ -213,6 +219,8 @@ type limiterCallsMaps struct {
 	Stats             *ebpf.Map `ebpf:"stats"`
 	TierTable         *ebpf.Map `ebpf:"tier_table"`
 	TlCalls           *ebpf.Map `ebpf:"tl_calls"`
+	TlJudgeArgs       *ebpf.Map `ebpf:"tl_judge_args"`
+	TlJump            *ebpf.Map `ebpf:"tl_jump"`
 	UnclassifiedStats *ebpf.Map `ebpf:"unclassified_stats"`
 	Window            *ebpf.Map `ebpf:"window"`
 }
@@ -244,6 +252,8 @@ func (m *limiterCallsMaps) Close() error {
 		m.Stats,
 		m.TierTable,
 		m.TlCalls,
+		m.TlJudgeArgs,
+		m.TlJump,
 		m.UnclassifiedStats,
 		m.Window,
 	)
@@ -278,12 +288,14 @@ type limiterCallsVariables struct {
 //
 // It can be passed to loadLimiterCallsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type limiterCallsPrograms struct {
-	Tierlimit *ebpf.Program `ebpf:"tierlimit"`
+	Tierlimit   *ebpf.Program `ebpf:"tierlimit"`
+	TlJudgeTail *ebpf.Program `ebpf:"tl_judge_tail"`
 }
 
 func (p *limiterCallsPrograms) Close() error {
 	return _LimiterCallsClose(
 		p.Tierlimit,
+		p.TlJudgeTail,
 	)
 }
 

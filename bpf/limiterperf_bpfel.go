@@ -41,9 +41,12 @@ const (
 	limiterPerfMapSourceTop         = "source_top"
 	limiterPerfMapStats             = "stats"
 	limiterPerfMapTierTable         = "tier_table"
+	limiterPerfMapTlJudgeArgs       = "tl_judge_args"
+	limiterPerfMapTlJump            = "tl_jump"
 	limiterPerfMapUnclassifiedStats = "unclassified_stats"
 	limiterPerfMapWindow            = "window"
 	limiterPerfProgTierlimit        = "tierlimit"
+	limiterPerfProgTlJudgeTail      = "tl_judge_tail"
 	limiterPerfVarTlContractBtf     = "tl_contract_btf"
 	limiterPerfVarTlFleetExpiry     = "tl_fleet_expiry"
 	limiterPerfVarTlFleetFbMult     = "tl_fleet_fb_mult"
@@ -106,7 +109,8 @@ type limiterPerfSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type limiterPerfProgramSpecs struct {
-	Tierlimit *ebpf.ProgramSpec `ebpf:"tierlimit"`
+	Tierlimit   *ebpf.ProgramSpec `ebpf:"tierlimit"`
+	TlJudgeTail *ebpf.ProgramSpec `ebpf:"tl_judge_tail"`
 }
 
 // limiterPerfMapSpecs contains maps before they are loaded into the kernel.
@@ -138,6 +142,8 @@ type limiterPerfMapSpecs struct {
 	SourceTop         *ebpf.MapSpec `ebpf:"source_top"`
 	Stats             *ebpf.MapSpec `ebpf:"stats"`
 	TierTable         *ebpf.MapSpec `ebpf:"tier_table"`
+	TlJudgeArgs       *ebpf.MapSpec `ebpf:"tl_judge_args"`
+	TlJump            *ebpf.MapSpec `ebpf:"tl_jump"`
 	UnclassifiedStats *ebpf.MapSpec `ebpf:"unclassified_stats"`
 	Window            *ebpf.MapSpec `ebpf:"window"`
 }
@@ -211,6 +217,8 @@ type limiterPerfMaps struct {
 	SourceTop         *ebpf.Map `ebpf:"source_top"`
 	Stats             *ebpf.Map `ebpf:"stats"`
 	TierTable         *ebpf.Map `ebpf:"tier_table"`
+	TlJudgeArgs       *ebpf.Map `ebpf:"tl_judge_args"`
+	TlJump            *ebpf.Map `ebpf:"tl_jump"`
 	UnclassifiedStats *ebpf.Map `ebpf:"unclassified_stats"`
 	Window            *ebpf.Map `ebpf:"window"`
 }
@@ -242,6 +250,8 @@ func (m *limiterPerfMaps) Close() error {
 		m.SourceTop,
 		m.Stats,
 		m.TierTable,
+		m.TlJudgeArgs,
+		m.TlJump,
 		m.UnclassifiedStats,
 		m.Window,
 	)
@@ -275,12 +285,14 @@ type limiterPerfVariables struct {
 //
 // It can be passed to loadLimiterPerfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type limiterPerfPrograms struct {
-	Tierlimit *ebpf.Program `ebpf:"tierlimit"`
+	Tierlimit   *ebpf.Program `ebpf:"tierlimit"`
+	TlJudgeTail *ebpf.Program `ebpf:"tl_judge_tail"`
 }
 
 func (p *limiterPerfPrograms) Close() error {
 	return _LimiterPerfClose(
 		p.Tierlimit,
+		p.TlJudgeTail,
 	)
 }
 

@@ -40,9 +40,12 @@ const (
 	limiterStagesMapSourceTop         = "source_top"
 	limiterStagesMapStats             = "stats"
 	limiterStagesMapTierTable         = "tier_table"
+	limiterStagesMapTlJudgeArgs       = "tl_judge_args"
+	limiterStagesMapTlJump            = "tl_jump"
 	limiterStagesMapUnclassifiedStats = "unclassified_stats"
 	limiterStagesMapWindow            = "window"
 	limiterStagesProgTierlimit        = "tierlimit"
+	limiterStagesProgTlJudgeTail      = "tl_judge_tail"
 	limiterStagesVarTlBenchStage      = "tl_bench_stage"
 	limiterStagesVarTlContractBtf     = "tl_contract_btf"
 	limiterStagesVarTlFleetExpiry     = "tl_fleet_expiry"
@@ -106,7 +109,8 @@ type limiterStagesSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type limiterStagesProgramSpecs struct {
-	Tierlimit *ebpf.ProgramSpec `ebpf:"tierlimit"`
+	Tierlimit   *ebpf.ProgramSpec `ebpf:"tierlimit"`
+	TlJudgeTail *ebpf.ProgramSpec `ebpf:"tl_judge_tail"`
 }
 
 // limiterStagesMapSpecs contains maps before they are loaded into the kernel.
@@ -137,6 +141,8 @@ type limiterStagesMapSpecs struct {
 	SourceTop         *ebpf.MapSpec `ebpf:"source_top"`
 	Stats             *ebpf.MapSpec `ebpf:"stats"`
 	TierTable         *ebpf.MapSpec `ebpf:"tier_table"`
+	TlJudgeArgs       *ebpf.MapSpec `ebpf:"tl_judge_args"`
+	TlJump            *ebpf.MapSpec `ebpf:"tl_jump"`
 	UnclassifiedStats *ebpf.MapSpec `ebpf:"unclassified_stats"`
 	Window            *ebpf.MapSpec `ebpf:"window"`
 }
@@ -210,6 +216,8 @@ type limiterStagesMaps struct {
 	SourceTop         *ebpf.Map `ebpf:"source_top"`
 	Stats             *ebpf.Map `ebpf:"stats"`
 	TierTable         *ebpf.Map `ebpf:"tier_table"`
+	TlJudgeArgs       *ebpf.Map `ebpf:"tl_judge_args"`
+	TlJump            *ebpf.Map `ebpf:"tl_jump"`
 	UnclassifiedStats *ebpf.Map `ebpf:"unclassified_stats"`
 	Window            *ebpf.Map `ebpf:"window"`
 }
@@ -240,6 +248,8 @@ func (m *limiterStagesMaps) Close() error {
 		m.SourceTop,
 		m.Stats,
 		m.TierTable,
+		m.TlJudgeArgs,
+		m.TlJump,
 		m.UnclassifiedStats,
 		m.Window,
 	)
@@ -274,12 +284,14 @@ type limiterStagesVariables struct {
 //
 // It can be passed to loadLimiterStagesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type limiterStagesPrograms struct {
-	Tierlimit *ebpf.Program `ebpf:"tierlimit"`
+	Tierlimit   *ebpf.Program `ebpf:"tierlimit"`
+	TlJudgeTail *ebpf.Program `ebpf:"tl_judge_tail"`
 }
 
 func (p *limiterStagesPrograms) Close() error {
 	return _LimiterStagesClose(
 		p.Tierlimit,
+		p.TlJudgeTail,
 	)
 }
 

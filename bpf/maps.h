@@ -349,4 +349,30 @@ volatile __u64 tl_fleet_inv_in;
 volatile __u64 tl_fleet_inv;
 volatile __u64 tl_fleet_members;
 
+/* The judgement's arguments, from the entry point to tl_judge_tail across
+ * the tail call (limiter.c judge_packed), per CPU: a tail call keeps no
+ * register but ctx, and XDP runs a packet's programs on one CPU without
+ * preemption. Not pinned: it holds nothing past the packet. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tl_judge_args);
+} tl_judge_args SEC(".maps");
+
+/* The program array of the judgement's tail call: slot 0 holds
+ * tl_judge_tail of the same object (the loader fills it from this
+ * initializer). Not pinned: a reused pinned array would hold an older
+ * load's program. The kernel empties it when the last process holding it
+ * closes it; the entry point then falls back to the call of tl_judge. */
+int tl_judge_tail(struct xdp_md *ctx);
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, int(struct xdp_md *));
+} tl_jump SEC(".maps") = {
+	.values = { [0] = (void *)&tl_judge_tail },
+};
+
 #endif /* __TL_MAPS_H */

@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"fmt"
 	"reflect"
 
 	"github.com/cilium/ebpf"
@@ -10,7 +11,8 @@ import (
 // benchmarks' baselines, testdata/layout-*) may lack maps and variables
 // this build declares (tl_fleet_others came with the fleet, smooth_prof
 // with layout 3): its programs are assigned, and of its maps and
-// variables those it has; the others stay nil, and what needs them
+// variables (and programs: tl_judge_tail came with the judgement's tail
+// call) those it has; the others stay nil, and what needs them
 // returns ErrPolicy (fleet.go). Such a Limiter is for BPF_PROG_TEST_RUN
 // only: it cannot be pinned.
 func loadAssign(spec *ebpf.CollectionSpec, copts *ebpf.CollectionOptions, objs *LimiterObjects) error {
@@ -24,9 +26,17 @@ func loadAssign(spec *ebpf.CollectionSpec, copts *ebpf.CollectionOptions, objs *
 	if err != nil {
 		return err
 	}
-	if err := coll.Assign(&objs.LimiterPrograms); err != nil {
+	progs := reflect.ValueOf(&objs.LimiterPrograms).Elem()
+	for i := range progs.NumField() {
+		name := progs.Type().Field(i).Tag.Get("ebpf")
+		if p, ok := coll.Programs[name]; ok {
+			progs.Field(i).Set(reflect.ValueOf(p))
+			delete(coll.Programs, name) // objs owns it now
+		}
+	}
+	if objs.Tierlimit == nil {
 		coll.Close()
-		return err
+		return fmt.Errorf("object has no program %q", LimiterProgTierlimit)
 	}
 	for i := range maps.NumField() {
 		name := maps.Type().Field(i).Tag.Get("ebpf")

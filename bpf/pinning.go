@@ -23,7 +23,7 @@ func CheckPinned(dir string) error {
 		return err
 	}
 	for name, ms := range spec.Maps {
-		if name == "" || name[0] == '.' {
+		if !pinnedName(name) {
 			continue
 		}
 		path := filepath.Join(dir, name)
@@ -179,7 +179,19 @@ type namedMap struct {
 	name string
 }
 
-// namedMaps lists every map of the program with the name it is pinned
+// unpinned names the maps that hold nothing past a packet or a load, and
+// so are never pinned: the judgement's arguments across its tail call, and
+// the program array of that tail call, which must hold this load's
+// tl_judge_tail (a pinned one reused would hold an older load's).
+var unpinned = map[string]bool{LimiterMapTlJudgeArgs: true, LimiterMapTlJump: true}
+
+// pinnedName reports whether the map of an object named name is pinned
+// under the pin directory: not a section's (.rodata, .bss), not unpinned.
+func pinnedName(name string) bool {
+	return name != "" && name[0] != '.' && !unpinned[name]
+}
+
+// namedMaps lists every pinned map of the program with the name it is pinned
 // under, read from the bpf2go struct's ebpf tags, so that a map added to
 // maps.h is pinned, re-pinned and opened without a list to keep.
 func (l *Limiter) namedMaps() []namedMap {
@@ -187,7 +199,7 @@ func (l *Limiter) namedMaps() []namedMap {
 	var out []namedMap
 	for i := range v.NumField() {
 		name := v.Type().Field(i).Tag.Get("ebpf")
-		if m, ok := v.Field(i).Addr().Interface().(**ebpf.Map); ok && name != "" {
+		if m, ok := v.Field(i).Addr().Interface().(**ebpf.Map); ok && pinnedName(name) {
 			out = append(out, namedMap{m, name})
 		}
 	}

@@ -44,12 +44,19 @@ func roundFrame(depth int, by16 bool) int {
 // 6.18's), and fails when the chain passes maxStack under 6.1's rounding,
 // the stricter.
 func TestStackDepth(t *testing.T) {
-	spec, log := loadWithStats(t)
+	spec, logs := loadWithStats(t)
+	for _, name := range programNames {
+		t.Run(name, func(t *testing.T) { stackDepth(t, spec.Programs[name].Instructions, logs[name]) })
+	}
+}
+
+// stackDepth is TestStackDepth of one program: its instructions and its
+// verifier log.
+func stackDepth(t *testing.T, insns asm.Instructions, log string) {
 	m := stackRE.FindStringSubmatch(log)
 	if m == nil {
 		t.Fatal("no stack depth in the verifier's statistics")
 	}
-	insns := spec.Programs["tierlimit"].Instructions
 	funcs, callees := callGraph(insns)
 	loops := loopCallers(insns)
 	parts := strings.Split(m[1], "+")

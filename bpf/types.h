@@ -215,6 +215,13 @@ struct tl_overflow {
 	__u64 _pad[10];
 };
 
+/* The packet's header fields packed for the judgement (parse.h pkt_pack),
+ * handed across the tail call to tl_judge_tail (maps.h tl_judge_args). */
+struct tl_judge_args {
+	__u64 a1;
+	__u64 a2;
+};
+
 /* The policy of one slot, besides its table and its selectors. */
 struct tl_settings {
 	__u64 window_ns;      /* window length, ns */

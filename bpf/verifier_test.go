@@ -73,10 +73,12 @@ func budgetFor(rel string) int {
 
 var processedRE = regexp.MustCompile(`processed (\d+) insns`)
 
-// loadWithStats loads the limiter's program with the verifier's
-// statistics (LogLevelStats) and returns its spec and the verifier's log.
-// It needs BPF (Require); the collection is closed at once.
-func loadWithStats(t *testing.T) (*ebpf.CollectionSpec, string) {
+// loadWithStats loads the limiter's programs (the entry point and the
+// judgement it tail-calls, each verified on its own) with the verifier's
+// statistics (LogLevelStats) and returns the spec and each program's
+// verifier log by name. It needs BPF (Require); the collection is closed
+// at once.
+func loadWithStats(t *testing.T) (*ebpf.CollectionSpec, map[string]string) {
 	t.Helper()
 	Require(t)
 	spec, err := bpf.LoadLimiter()
@@ -88,29 +90,39 @@ func loadWithStats(t *testing.T) (*ebpf.CollectionSpec, string) {
 		t.Fatalf("load: %v", err)
 	}
 	defer coll.Close()
-	return spec, coll.Programs["tierlimit"].VerifierLog
+	logs := map[string]string{}
+	for name, p := range coll.Programs {
+		logs[name] = p.VerifierLog
+	}
+	return spec, logs
 }
 
-// TestVerifierComplexity loads the program with the verifier's statistics
-// and fails when it needed more than verifierBudget instructions. The usual
-// cause is a value kept live across the parser's many paths (a cursor, a
-// class used as an index), which keeps the verifier from pruning them.
+// programNames are the limiter's programs, the entry point first.
+var programNames = []string{bpf.LimiterProgTierlimit, bpf.LimiterProgTlJudgeTail}
+
+// TestVerifierComplexity loads the programs with the verifier's statistics
+// and fails when one needed more than verifierBudget instructions. The
+// usual cause is a value kept live across the parser's many paths (a
+// cursor, a class used as an index), which keeps the verifier from
+// pruning them.
 func TestVerifierComplexity(t *testing.T) {
-	_, log := loadWithStats(t)
-	m := processedRE.FindStringSubmatch(log)
-	if m == nil {
-		t.Fatalf("no statistics in the verifier log:\n%s", log)
-	}
-	n, _ := strconv.Atoi(m[1])
+	_, logs := loadWithStats(t)
 	var uts unix.Utsname
 	if err := unix.Uname(&uts); err != nil {
 		t.Fatal(err)
 	}
 	rel := unix.ByteSliceToString(uts.Release[:])
 	budget := budgetFor(rel)
-	t.Logf("verifier processed %d instructions on Linux %s (budget %d, kernel limit 1000000)", n, rel, budget)
-	if n > budget {
-		t.Errorf("the verifier processed %d instructions, over the budget of %d", n, budget)
+	for _, name := range programNames {
+		m := processedRE.FindStringSubmatch(logs[name])
+		if m == nil {
+			t.Fatalf("%s: no statistics in the verifier log:\n%s", name, logs[name])
+		}
+		n, _ := strconv.Atoi(m[1])
+		t.Logf("%s: verifier processed %d instructions on Linux %s (budget %d, kernel limit 1000000)", name, n, rel, budget)
+		if n > budget {
+			t.Errorf("%s: the verifier processed %d instructions, over the budget of %d", name, n, budget)
+		}
 	}
 }
 
