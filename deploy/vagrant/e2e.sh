@@ -246,7 +246,7 @@ kernel_suite() {
 	(cd "$SRC/bpf" && TIERLIMIT_REQUIRE_BPF=1 TIERLIMIT_REQUIRE_IPVS=1 timeout 900 "$bin" -test.v -test.count=1 -test.timeout=14m \
 		-test.run "${BPF_RUN:-.}" -test.skip "${BPF_SKIP:-^$}") >"$out" 2>&1 || rc=$?
 	grep -a -E '^(--- (FAIL|SKIP)|PASS$|FAIL$|panic)' "$out" || true
-	grep -a -E 'verifier processed|deepest chain' "$out" | head -5 || true
+	grep -a -E 'verifier processed|deepest chain' "$out" | head -8 || true
 	log "$(grep -c '^--- PASS' "$out") passed, $(grep -c '^--- FAIL' "$out") failed, $(grep -c '^--- SKIP' "$out") skipped; slowest: $(grep -E '^--- PASS' "$out" | sed 's/.*: \(\S*\) (\(.*\)s)/\2 \1/' | sort -rn | head -3 | awk '{ printf "%s %ss, ", $2, $1 }')"
 	if [ "$rc" -ne 0 ]; then
 		# What the failed tests printed (cat -v: a verifier log may hold

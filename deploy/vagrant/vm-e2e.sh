@@ -68,7 +68,7 @@ KERNEL_SUITE=${KERNEL_SUITE:-1}
 # window, and after the oracle's 3 minutes of TCG its pacing missed (one
 # full run of two failed on 2026-12-02; alone it passed); the host runs it
 # in make test, and the smooth shape's test_run tests run here.
-BPF_RUN=${BPF_RUN:-'^(TestVerifierComplexity|TestVerifierBudgetFor|TestStackDepth|TestContract|TestLayoutGolden|TestKernel.*|TestLoadRefusesMissingFeature|TestVerdictTable|TestTruncated|TestFragmentsFollowFirst|TestAddressFamilies|TestTierAccuracy|TestWindow|TestModes|TestSaturationBoundary|TestSeverityParse|TestSourcesDifferential|TestSharingSmooth|TestIPVSCollector)$'}
+BPF_RUN=${BPF_RUN:-'^(TestVerifierComplexity|TestVerifierBudgetFor|TestStackDepth|TestJudgeFallback|TestContract|TestLayoutGolden|TestKernel.*|TestLoadRefusesMissingFeature|TestVerdictTable|TestTruncated|TestFragmentsFollowFirst|TestAddressFamilies|TestTierAccuracy|TestWindow|TestModes|TestSaturationBoundary|TestSeverityParse|TestSourcesDifferential|TestSharingSmooth|TestIPVSCollector)$'}
 BPF_SKIP=${BPF_SKIP:-'^(TestDifferential|TestSeverityDifferential|TestApplySwapsUnderTraffic|TestSeverityDeterministic)$'}
 VAGRANT=${VAGRANT:-vagrant}
 GO=${GO:-go}
