@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/tierlimit/tierlimit/agent"
 	"github.com/tierlimit/tierlimit/agent/attach"
 	"github.com/tierlimit/tierlimit/agent/pin"
@@ -68,6 +70,12 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 	if id := testenv.XDP(t, p.Coll, p.CollIf).ID; id != id1 {
 		t.Fatalf("after the agent stopped: program %d attached, want %d still", id, id1)
 	}
+	// The judgement's program array stays filled past the agent (pinned
+	// beside the program): the program left attached tail-calls it.
+	jump1 := pinnedJump(t, pinPath)
+	if jump1 == 0 {
+		t.Fatal("after the agent stopped: the pinned program_jump is empty")
+	}
 	sendUDP(t, p, 514, 10) // counted while no agent runs
 
 	st, err := agent.ReadStatus(pinPath)
@@ -95,6 +103,25 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 	if len(st.Links) != 1 || st.Links[0].Iface != p.CollIf || st.Links[0].ProgramID != id2 || st.Links[0].Mode != "native" {
 		t.Fatalf("status links %+v, want %s running program %d", st.Links, p.CollIf, id2)
 	}
+	if jump2 := pinnedJump(t, pinPath); jump2 == 0 || jump2 == jump1 {
+		t.Fatalf("after restart: program_jump holds program %d, want the new judgement replacing %d", jump2, jump1)
+	}
+}
+
+// pinnedJump is the id of the program in slot 0 of the program array
+// pinned at <pin>/program_jump (0 when empty).
+func pinnedJump(t *testing.T, pinPath string) uint32 {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinPath, "program_jump"), nil)
+	if err != nil {
+		t.Fatalf("pinned program_jump: %v", err)
+	}
+	defer m.Close()
+	var id uint32
+	if err := m.Lookup(uint32(0), &id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Fatalf("program_jump slot 0: %v", err)
+	}
+	return id
 }
 
 // TestDetachRemovesEverything: after detach no pinned file and no XDP remain.

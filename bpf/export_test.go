@@ -15,10 +15,6 @@ func (l *Limiter) RecordGate() *ebpf.Map { return l.objs.RecordGate }
 // that runs another build of the program on the same maps.
 func (l *Limiter) MapNamed(name string) *ebpf.Map { return l.mapNamed(name) }
 
-// JumpTable is the program array of the judgement's tail call (maps.h
-// tl_jump), for tests that empty it to take the fallback.
-func (l *Limiter) JumpTable() *ebpf.Map { return l.objs.TlJump }
-
 // JudgeProgram is the tail-called judgement (limiter.c tl_judge_tail), for
 // the sampled profile.
 func (l *Limiter) JudgeProgram() *ebpf.Program { return l.objs.TlJudgeTail }

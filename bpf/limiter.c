@@ -227,8 +227,8 @@ unselected:
 }
 
 /* The judgement as a BPF-to-BPF call: what the entry point runs when the
- * tail call to tl_judge_tail fails (tl_jump empty: no process holds it,
- * judge_packed). A global function, verified once (judge). */
+ * tail call to tl_judge_tail fails (tl_jump empty, judge_packed). A global
+ * function, verified once (judge). */
 __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 {
 	TL_FN(TL_JUDGE);
@@ -255,8 +255,8 @@ int tl_judge_tail(struct xdp_md *ctx)
 }
 
 /* Judges the packet packed in a1 and a2: a tail call to tl_judge_tail, or,
- * when tl_jump holds no program (its last holder closed it: the kernel
- * empties a program array then, kernel/bpf/arraymap.c
+ * when tl_jump holds no program (its pin removed and its last holder
+ * closed: the kernel empties a program array then, kernel/bpf/arraymap.c
  * prog_array_map_clear), the same judgement by the call of tl_judge. */
 static __always_inline int judge_packed(struct xdp_md *ctx, __u64 a1, __u64 a2)
 {

@@ -186,6 +186,12 @@ func load(opts Options, spec *ebpf.CollectionSpec) (*Limiter, error) {
 // Program is the XDP program, to attach or to run with BPF_PROG_TEST_RUN.
 func (l *Limiter) Program() *ebpf.Program { return l.objs.Tierlimit }
 
+// JumpTable is the program array of the judgement's tail call (maps.h
+// tl_jump), holding this load's tl_judge_tail: pinned beside the program
+// (agent/pin.Dir.PinProgram), so that it stays filled past the process;
+// nil for an object of an earlier build.
+func (l *Limiter) JumpTable() *ebpf.Map { return l.objs.TlJump }
+
 // Close releases the program and the maps (pinned maps stay pinned).
 func (l *Limiter) Close() error {
 	if l.grace != nil {

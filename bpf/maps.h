@@ -362,9 +362,11 @@ struct {
 
 /* The program array of the judgement's tail call: slot 0 holds
  * tl_judge_tail of the same object (the loader fills it from this
- * initializer). Not pinned: a reused pinned array would hold an older
- * load's program. The kernel empties it when the last process holding it
- * closes it; the entry point then falls back to the call of tl_judge. */
+ * initializer). Never reused from the pin directory's maps (it would hold
+ * an older load's program): the agent pins each load's beside its program
+ * (agent/pin.Dir.PinProgram), as the kernel empties a program array when
+ * its last holder closes it; empty, the entry point falls back to the
+ * call of tl_judge. */
 int tl_judge_tail(struct xdp_md *ctx);
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);

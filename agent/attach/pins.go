@@ -46,7 +46,7 @@ func (p *pins) finish(attached []*Attachment) error {
 			return err
 		}
 	}
-	if err := p.pd.PinProgram(p.lim.Program()); err != nil {
+	if err := p.pd.PinProgram(p.lim.Program(), p.lim.JumpTable()); err != nil {
 		return err
 	}
 	if err := pin.WriteLayout(p.pd.Path(), p.cfg.Version); err != nil {
@@ -118,7 +118,8 @@ func (p *pins) linkPinned(att *Attachment) bool {
 // whether an attachment runs the limiter (Attacher.check).
 func (p *pins) check(attached []*Attachment, healthy func(*Attachment) bool) {
 	_, perr := os.Stat(p.pd.Program())
-	intact := p.pd.Intact() && perr == nil && p.lim.PinnedMaps(p.pd.Maps())
+	_, jerr := os.Stat(p.pd.Jump())
+	intact := p.pd.Intact() && perr == nil && jerr == nil && p.lim.PinnedMaps(p.pd.Maps())
 	for _, att := range attached {
 		if att.link != nil && healthy(att) && !p.linkPinned(att) {
 			intact = false
@@ -167,7 +168,7 @@ func (p *pins) repin(attached []*Attachment, healthy func(*Attachment) bool) err
 			return fmt.Errorf("pin link %s: %w", path, err)
 		}
 	}
-	if err := p.pd.PinProgram(p.lim.Program()); err != nil {
+	if err := p.pd.PinProgram(p.lim.Program(), p.lim.JumpTable()); err != nil {
 		return err
 	}
 	return pin.WriteLayout(p.pd.Path(), p.cfg.Version)

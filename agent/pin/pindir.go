@@ -137,6 +137,10 @@ func (d *Dir) Maps() string    { return filepath.Join(d.path, "maps") }
 func (d *Dir) Links() string   { return filepath.Join(d.path, "links") }
 func (d *Dir) Program() string { return filepath.Join(d.path, "program") }
 
+// Jump is where the program's judgement's program array is pinned
+// (PinProgram).
+func (d *Dir) Jump() string { return filepath.Join(d.path, "program_jump") }
+
 // LinkPin is where the link of interface iface is pinned.
 func (d *Dir) LinkPin(iface string) string { return filepath.Join(d.Links(), PinName(iface)) }
 
@@ -161,20 +165,38 @@ func (d *Dir) Relock() error {
 	return d.MakeSubdirs()
 }
 
-// PinProgram pins prog at <pin>/program, replacing an earlier one.
-func (d *Dir) PinProgram(prog *ebpf.Program) error {
-	// Unpin first: Pin to the path prog was pinned at is a no-op, even
-	// when the file is gone.
-	if err := prog.Unpin(); err != nil {
-		return fmt.Errorf("unpin program: %w", err)
-	}
-	if err := os.Remove(d.Program()); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("unpin program: %w", err)
-	}
-	if err := prog.Pin(d.Program()); err != nil {
+// PinProgram pins prog at <pin>/program and its judgement's program array
+// jump (bpf.Limiter.JumpTable) at <pin>/program_jump, replacing earlier
+// ones. The pin keeps the array filled once the agent's file descriptors
+// close (the kernel empties a program array when its last holder closes
+// it, kernel/bpf/arraymap.c prog_array_map_clear), so that the program
+// left attached goes on tail-calling its judgement; replacing it empties
+// the array of the program before, which by then no link of this run
+// runs (a link of another run falls back to the call of the judgement:
+// docs/design.md §2).
+func (d *Dir) PinProgram(prog *ebpf.Program, jump *ebpf.Map) error {
+	if err := repin(prog, d.Program()); err != nil {
 		return fmt.Errorf("pin program: %w", err)
 	}
+	if err := repin(jump, d.Jump()); err != nil {
+		return fmt.Errorf("pin the program's jump table: %w", err)
+	}
 	return nil
+}
+
+// repin pins o at path, replacing what is there. It unpins o first: Pin to
+// the path o was pinned at is a no-op, even when the file is gone.
+func repin(o interface {
+	Pin(string) error
+	Unpin() error
+}, path string) error {
+	if err := o.Unpin(); err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return o.Pin(path)
 }
 
 // Release drops both locks. After a failed New (failed) it removes the

@@ -60,7 +60,7 @@ func TestDemoNoisySource(t *testing.T) {
 			// in those first milliseconds may be shed: at most
 			// onsetLightLoss of theirs.
 			lost := light[budgets][sent] - light[budgets][passed]
-			if allowed := onsetLightLossAllowed(shape, w == 1, light[budgets][sent]); light[budgets][sent] == 0 || lost > allowed {
+			if allowed := onsetLightLossAllowed(shape, w == 1, light[budgets][sent], noisy[budgets][sent], budget); light[budgets][sent] == 0 || lost > allowed {
 				t.Errorf("%s window %d, budgets: light senders passed %v of %v, want all (at most %v lost)", shape, w, light[budgets][passed], light[budgets][sent], allowed)
 			}
 			if noisy[budgets][passed] <= 2*budget {
@@ -110,10 +110,23 @@ func TestDemoNoisySource(t *testing.T) {
 const onsetLightLoss = 0.10
 
 // onsetLightLossAllowed is how many of sent light packets a window may
-// lose: none, but in the smooth shape's onset window onsetLightLoss.
-func onsetLightLossAllowed(shape string, onset bool, sent float64) float64 {
-	if shape != "smooth" || !onset {
+// lose: none in the ordinal shape; in the smooth shape's onset window
+// onsetLightLoss; in every later smooth window, those judged while the
+// noisy group (noisySent in the window) spends its budget anew at the
+// window's start, a surge within budget after its pause (docs/design.md
+// §6): sent × budget / noisySent in expectation (2 of 200 here), bounded
+// at 5σ over it (Poisson). Measured on AMD EPYC (2026-12-03), before and
+// after the judgement's tail call alike: 1 or 2 of 200 lost in window 2 in
+// 4 of 9 runs, none in the others.
+func onsetLightLossAllowed(shape string, onset bool, sent, noisySent, budget float64) float64 {
+	switch {
+	case shape != "smooth":
+		return 0
+	case onset:
+		return math.Floor(onsetLightLoss * sent)
+	case noisySent <= budget:
 		return 0
 	}
-	return math.Floor(onsetLightLoss * sent)
+	m := sent * budget / noisySent
+	return math.Floor(m + 5*math.Sqrt(m))
 }
