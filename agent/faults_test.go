@@ -113,7 +113,7 @@ func TestPinDirRemovedWhileRunning(t *testing.T) {
 	}
 	waitLog(t, logs, "pinned state removed while the agent runs")
 	waitLog(t, logs, "pinned state restored")
-	for _, f := range []string{"links/" + p.CollIf, "maps/window", "maps/stats", "program"} {
+	for _, f := range []string{"links/" + p.CollIf, "maps/window", "maps/stats", "program", "program_jump"} {
 		deadline := time.Now().Add(2 * time.Second)
 		_, err := os.Stat(filepath.Join(pinPath, f))
 		for ; err != nil && time.Now().Before(deadline); _, err = os.Stat(filepath.Join(pinPath, f)) {
@@ -130,6 +130,9 @@ func TestPinDirRemovedWhileRunning(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "limiter stays attached and pinned") {
 		t.Errorf("stop message does not say the limiter stays:\n%s", logs)
+	}
+	if pinnedJump(t, pinPath) == 0 {
+		t.Error("after the agent stopped: the re-pinned program_jump is empty")
 	}
 	st, err := agent.ReadStatus(pinPath)
 	if err != nil || st.Stats.SelectedPackets() != 7 {

@@ -119,7 +119,7 @@ func TestHotPathCalls(t *testing.T) {
 	names := callNames(t)
 	var rows []string
 	for _, path := range hotPaths() {
-		got, _ := pathCalls(t, path, names)
+		got, _ := pathCalls(t, path, names, false)
 		called, helpers := got.calls(), got.helpersCalled()
 		rows = append(rows, fmt.Sprintf("| %s | %.2f | %.2f | %s |", path.name, called, helpers, got.detail()))
 		if called > path.maxCalls+perTick {
@@ -140,8 +140,10 @@ func TestHotPathCalls(t *testing.T) {
 // tl_jump), as the kernel does when the last process holding it closes it
 // (the agent gone, the program left attached by its pinned link): each
 // packet is then judged by the call of tl_judge, with the same verdict, and
-// none is lost. On a pass and two drop paths, against the same path with
-// the tail call, which it checks is taken (Linux 6.1 runs this in the VM:
+// none is lost; and so when loaded with the judgement called
+// (bpf.Options.JudgeCall, as on a kernel that refuses the tail call). On a
+// pass and two drop paths, against the same path with the tail call, which
+// it checks is taken (Linux 6.1 runs this in the VM:
 // deploy/vagrant/vm-e2e.sh).
 func TestJudgeFallback(t *testing.T) {
 	Require(t)
@@ -150,7 +152,7 @@ func TestJudgeFallback(t *testing.T) {
 		if path.name != "ordinal/pass" && path.name != "ordinal/drop" && path.name != "smooth/drop" {
 			continue
 		}
-		tail, want := pathCalls(t, path, names)
+		tail, want := pathCalls(t, path, names, false)
 		if tail["tl_judge_tail"] != 1 || tail["tl_judge"] != 0 {
 			t.Errorf("%s: the judgement tail-called %.2f and called %.2f times per packet, want a tail call each (%s)", path.name, tail["tl_judge_tail"], tail["tl_judge"], tail.detail())
 		}
@@ -163,12 +165,22 @@ func TestJudgeFallback(t *testing.T) {
 				tb.Fatalf("empty tl_jump: %v", err)
 			}
 		}
-		got, act := pathCalls(t, path, names)
+		got, act := pathCalls(t, path, names, false)
 		if got["tl_judge"] != 1 || got["tl_judge_tail"] != 0 {
 			t.Errorf("%s: with tl_jump empty, the judgement called %.2f and tail-called %.2f times per packet, want a call each (%s)", path.name, got["tl_judge"], got["tl_judge_tail"], got.detail())
 		}
 		if act != want {
 			t.Errorf("%s: XDP action %d with tl_jump empty, %d with the tail call", path.name, act, want)
+		}
+		// Loaded as on a kernel that refuses the tail call beside
+		// BPF-to-BPF calls (bpf.Options.JudgeCall: tl_judge_jump 0).
+		path.setup = setup
+		got, act = pathCalls(t, path, names, true)
+		if got["tl_judge"] != 1 || got["tl_judge_tail"] != 0 {
+			t.Errorf("%s: loaded with JudgeCall, the judgement called %.2f and tail-called %.2f times per packet, want a call each (%s)", path.name, got["tl_judge"], got["tl_judge_tail"], got.detail())
+		}
+		if act != want {
+			t.Errorf("%s: XDP action %d loaded with JudgeCall, %d with the tail call", path.name, act, want)
 		}
 	}
 }
@@ -200,12 +212,15 @@ func callNames(tb testing.TB) []string {
 // (TL_SMOOTH_CLOCK_TICKS: a latched CPU reads the clock per packet, the
 // flood's first 64 ms at a 4 ms tick) and the budgets' first ticks, over
 // 1,000 packets.
-func pathCalls(t *testing.T, path hotPath, names []string) (callCounts, uint32) {
+func pathCalls(t *testing.T, path hotPath, names []string, judgeCall bool) (callCounts, uint32) {
 	t.Helper()
 	const runs = 1000
-	l, err := bpf.LoadObject(bpf.Options{TickNs: kernelTick(t)}, callsObject)
+	l, err := bpf.LoadObject(bpf.Options{TickNs: kernelTick(t), JudgeCall: judgeCall}, callsObject)
 	if err != nil {
 		t.Fatalf("%s: load %s: %v", path.name, callsObject, err)
+	}
+	if l.JudgeTailCalled() == judgeCall {
+		t.Fatalf("%s: JudgeTailCalled %v, loaded with JudgeCall %v", path.name, l.JudgeTailCalled(), judgeCall)
 	}
 	h := newHarnessWith(t, path.p, l)
 	if path.setup != nil {

@@ -254,14 +254,15 @@ int tl_judge_tail(struct xdp_md *ctx)
 	return judge(ctx, ja->a1, ja->a2);
 }
 
-/* Judges the packet packed in a1 and a2: a tail call to tl_judge_tail, or,
- * when tl_jump holds no program (its pin removed and its last holder
- * closed: the kernel empties a program array then, kernel/bpf/arraymap.c
- * prog_array_map_clear), the same judgement by the call of tl_judge. */
+/* Judges the packet packed in a1 and a2: a tail call to tl_judge_tail, or
+ * the same judgement by the call of tl_judge when the kernel allows no
+ * tail call here (tl_judge_jump 0) or tl_jump holds no program (its pin
+ * removed and its last holder closed: the kernel empties a program array
+ * then, kernel/bpf/arraymap.c prog_array_map_clear). */
 static __always_inline int judge_packed(struct xdp_md *ctx, __u64 a1, __u64 a2)
 {
 	__u32 zero = 0;
-	struct tl_judge_args *ja = bpf_map_lookup_elem(&tl_judge_args, &zero);
+	struct tl_judge_args *ja = tl_judge_jump ? bpf_map_lookup_elem(&tl_judge_args, &zero) : NULL;
 	if (ja) {
 		ja->a1 = a1;
 		ja->a2 = a2;

@@ -105,6 +105,12 @@ type Options struct {
 	// packets that cannot be at a window's end (window.h window_expired).
 	// 0 disables the gate: every selected packet reads the clock.
 	TickNs uint64
+	// JudgeCall loads the program with its judgement called (tl_judge)
+	// instead of tail-called (tl_judge_tail), as Load does by itself on a
+	// kernel that refuses a tail call in a program with BPF-to-BPF calls
+	// (docs/design.md §2, "The selected path's calls"): same verdicts, one
+	// call more per selected packet. For tests and benchmarks.
+	JudgeCall bool
 }
 
 // Limiter is the loaded XDP program and its maps.
@@ -115,6 +121,7 @@ type Limiter struct {
 	exempt, dests lpmMirror
 	tickNs        uint64
 	grace         *grace
+	judgeCalled   bool // loaded with tl_judge_jump 0 (Options.JudgeCall)
 	lastSlot      uint32
 	hasPolicy     bool                           // lastSlot is the slot this Limiter made active
 	graced        bool                           // a grace period passed since that flip
@@ -156,7 +163,25 @@ func load(opts Options, spec *ebpf.CollectionSpec) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{tickNs: opts.TickNs}
-	if err := loadAssign(spec, &copts, &l.objs); err != nil {
+	err := errTailCallRefused
+	if !opts.JudgeCall {
+		err = loadAssign(spec, &copts, &l.objs)
+	}
+	if tailCallRefused(err) {
+		// Linux before 6.0 allows a tail call beside BPF-to-BPF calls
+		// only on x86-64's JIT (verifier.c allow_tail_call_in_subprogs):
+		// elsewhere the judgement is called, its tail call dead code.
+		v, ok := spec.Variables[LimiterVarTlJudgeJump]
+		if !ok {
+			return nil, fmt.Errorf("load limiter: %w", err)
+		}
+		if err := v.Set(uint32(0)); err != nil {
+			return nil, fmt.Errorf("load limiter: %s: %w", LimiterVarTlJudgeJump, err)
+		}
+		l.judgeCalled = true
+		err = loadAssign(spec, &copts, &l.objs)
+	}
+	if err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			// The verifier's reason is at the end of its log; the whole
@@ -185,6 +210,35 @@ func load(opts Options, spec *ebpf.CollectionSpec) (*Limiter, error) {
 
 // Program is the XDP program, to attach or to run with BPF_PROG_TEST_RUN.
 func (l *Limiter) Program() *ebpf.Program { return l.objs.Tierlimit }
+
+// JudgeTailCalled reports whether the program tail-calls its judgement
+// (false when loaded with Options.JudgeCall or on a kernel that refuses
+// the tail call: then every selected packet calls tl_judge).
+func (l *Limiter) JudgeTailCalled() bool { return !l.judgeCalled && l.objs.TlJudgeTail != nil }
+
+// errTailCallRefused stands for the verifier's refusal when
+// Options.JudgeCall asks for the judgement called without trying.
+var errTailCallRefused = errors.New("the judgement's tail call is not asked for")
+
+// tailCallRefused reports whether err is the verifier's refusal of a tail
+// call in a program with BPF-to-BPF calls ("tail_calls are not allowed in
+// programs with bpf-to-bpf calls", or "... in non-JITed programs ...":
+// kernel/bpf/verifier.c), or errTailCallRefused.
+func tailCallRefused(err error) bool {
+	if errors.Is(err, errTailCallRefused) {
+		return true
+	}
+	var verr *ebpf.VerifierError
+	if !errors.As(err, &verr) {
+		return false
+	}
+	for _, line := range verr.Log {
+		if strings.Contains(line, "tail_calls are not allowed") {
+			return true
+		}
+	}
+	return strings.Contains(verr.Error(), "tail_calls are not allowed")
+}
 
 // JumpTable is the program array of the judgement's tail call (maps.h
 // tl_jump), holding this load's tl_judge_tail: pinned beside the program

@@ -456,6 +456,7 @@ const (
 	LimiterVarTlIfCount         = "tl_if_count"
 	LimiterVarTlIfIndex         = "tl_if_index"
 	LimiterVarTlIfWord          = "tl_if_word"
+	LimiterVarTlJudgeJump       = "tl_judge_jump"
 	LimiterVarTlOpaque          = "tl_opaque"
 	LimiterVarTlRecordShare     = "tl_record_share"
 	LimiterVarTlSkbIfaces       = "tl_skb_ifaces"
@@ -560,6 +561,7 @@ type LimiterVariableSpecs struct {
 	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.VariableSpec `ebpf:"tl_if_word"`
+	TlJudgeJump     *ebpf.VariableSpec `ebpf:"tl_judge_jump"`
 	TlOpaque        *ebpf.VariableSpec `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
@@ -667,6 +669,7 @@ type LimiterVariables struct {
 	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.Variable `ebpf:"tl_if_word"`
+	TlJudgeJump     *ebpf.Variable `ebpf:"tl_judge_jump"`
 	TlOpaque        *ebpf.Variable `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.Variable `ebpf:"tl_skb_ifaces"`

@@ -63,6 +63,7 @@ const (
 	limiterCallsVarTlIfCount         = "tl_if_count"
 	limiterCallsVarTlIfIndex         = "tl_if_index"
 	limiterCallsVarTlIfWord          = "tl_if_word"
+	limiterCallsVarTlJudgeJump       = "tl_judge_jump"
 	limiterCallsVarTlOpaque          = "tl_opaque"
 	limiterCallsVarTlRecordShare     = "tl_record_share"
 	limiterCallsVarTlSkbIfaces       = "tl_skb_ifaces"
@@ -169,6 +170,7 @@ type limiterCallsVariableSpecs struct {
 	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.VariableSpec `ebpf:"tl_if_word"`
+	TlJudgeJump     *ebpf.VariableSpec `ebpf:"tl_judge_jump"`
 	TlOpaque        *ebpf.VariableSpec `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
@@ -279,6 +281,7 @@ type limiterCallsVariables struct {
 	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.Variable `ebpf:"tl_if_word"`
+	TlJudgeJump     *ebpf.Variable `ebpf:"tl_judge_jump"`
 	TlOpaque        *ebpf.Variable `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.Variable `ebpf:"tl_skb_ifaces"`

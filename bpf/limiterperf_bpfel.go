@@ -62,6 +62,7 @@ const (
 	limiterPerfVarTlIfCount         = "tl_if_count"
 	limiterPerfVarTlIfIndex         = "tl_if_index"
 	limiterPerfVarTlIfWord          = "tl_if_word"
+	limiterPerfVarTlJudgeJump       = "tl_judge_jump"
 	limiterPerfVarTlOpaque          = "tl_opaque"
 	limiterPerfVarTlRecordShare     = "tl_record_share"
 	limiterPerfVarTlSkbIfaces       = "tl_skb_ifaces"
@@ -167,6 +168,7 @@ type limiterPerfVariableSpecs struct {
 	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.VariableSpec `ebpf:"tl_if_word"`
+	TlJudgeJump     *ebpf.VariableSpec `ebpf:"tl_judge_jump"`
 	TlOpaque        *ebpf.VariableSpec `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
@@ -276,6 +278,7 @@ type limiterPerfVariables struct {
 	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.Variable `ebpf:"tl_if_word"`
+	TlJudgeJump     *ebpf.Variable `ebpf:"tl_judge_jump"`
 	TlOpaque        *ebpf.Variable `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.Variable `ebpf:"tl_skb_ifaces"`

@@ -62,6 +62,7 @@ const (
 	limiterStagesVarTlIfCount         = "tl_if_count"
 	limiterStagesVarTlIfIndex         = "tl_if_index"
 	limiterStagesVarTlIfWord          = "tl_if_word"
+	limiterStagesVarTlJudgeJump       = "tl_judge_jump"
 	limiterStagesVarTlOpaque          = "tl_opaque"
 	limiterStagesVarTlRecordShare     = "tl_record_share"
 	limiterStagesVarTlSkbIfaces       = "tl_skb_ifaces"
@@ -167,6 +168,7 @@ type limiterStagesVariableSpecs struct {
 	TlIfCount       *ebpf.VariableSpec `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.VariableSpec `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.VariableSpec `ebpf:"tl_if_word"`
+	TlJudgeJump     *ebpf.VariableSpec `ebpf:"tl_judge_jump"`
 	TlOpaque        *ebpf.VariableSpec `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
@@ -275,6 +277,7 @@ type limiterStagesVariables struct {
 	TlIfCount       *ebpf.Variable `ebpf:"tl_if_count"`
 	TlIfIndex       *ebpf.Variable `ebpf:"tl_if_index"`
 	TlIfWord        *ebpf.Variable `ebpf:"tl_if_word"`
+	TlJudgeJump     *ebpf.Variable `ebpf:"tl_judge_jump"`
 	TlOpaque        *ebpf.Variable `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.Variable `ebpf:"tl_skb_ifaces"`

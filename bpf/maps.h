@@ -351,8 +351,11 @@ volatile __u64 tl_fleet_members;
 
 /* The judgement's arguments, from the entry point to tl_judge_tail across
  * the tail call (limiter.c judge_packed), per CPU: a tail call keeps no
- * register but ctx, and XDP runs a packet's programs on one CPU without
- * preemption. Not pinned: it holds nothing past the packet. */
+ * register but ctx, and XDP runs a packet's programs on one CPU with
+ * bottom halves off, so no other run of the program on that CPU comes
+ * between the write and the read. (BPF_PROG_TEST_RUN only disables
+ * migration: two threads test-running one limiter on one CPU could.) Not
+ * pinned: it holds nothing past the packet. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -368,6 +371,15 @@ struct {
  * its last holder closes it; empty, the entry point falls back to the
  * call of tl_judge. */
 int tl_judge_tail(struct xdp_md *ctx);
+
+/* Whether the entry point tail-calls the judgement (1) or calls tl_judge
+ * (0). Package bpf loads with 0 where the kernel refuses a tail call in a
+ * program with BPF-to-BPF calls (before Linux 6.0 on every JIT but
+ * x86-64's, and with no JIT: kernel/bpf/verifier.c
+ * allow_tail_call_in_subprogs): the tail call is then dead code, which the
+ * verifier never checks. */
+volatile const __u32 tl_judge_jump = 1;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
 	__uint(max_entries, 1);
