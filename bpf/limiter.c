@@ -23,9 +23,10 @@
  * fleet's view and the fallback it applies alone); severity.h
  * (<PRI> and severity rules); verdict.h (mode and draw, counters, a
  * first fragment's verdict for the rest, TL_STAGE); record.h (samples of
- * shed packets). maps.h holds every map; consts.h the limits; types.h and
- * types_record.h the structs and enums Go shares; calls.h the calls a
- * packet pays, counted in a test build (TL_COUNT_CALLS). */
+ * shed packets). maps.h holds every map; consts.h the limits; types.h,
+ * types_record.h and types_sources.h the structs and enums Go shares;
+ * calls.h the calls a packet pays, counted in a test build
+ * (TL_COUNT_CALLS). */
 
 #include "include/tl_kernel.h"
 #include "include/bpf_helpers.h"

@@ -8,6 +8,7 @@
 #include "include/tl_kernel.h"
 #include "consts.h"
 #include "types_record.h"
+#include "types_sources.h"
 
 /* The limits and key encodings that Go must agree with, exported to Go as
  * LimiterTlConst* (bpf2go -type tl_const). */
@@ -343,33 +344,6 @@ struct tl_frag_verdict {
 	__u64 _pad;       /* zero: keeps the 16-byte value of maps pinned before */
 };
 
-/* A source group: the masked source address, as loaded from the header
- * (IPv4 in addr[0], the rest 0), and its family. Key of source_top. */
-struct tl_src_key {
-	__u32 addr[4];
-	__u32 family; /* 4 or 6 */
-};
-
-/* A source group seen over budget, for tierlimit status --top: one CPU's
- * share of it (source_top is per CPU). */
-struct tl_src_top {
-	__u64 packets;     /* packets over budget, all windows */
-	__u64 last_window; /* id (tl_window.opened) of the last window it was over */
-	__u64 windows;     /* windows in which it was over budget */
-};
-
-/* bpf2go -type exports only what the object's BTF holds, and an enum is in
- * BTF only where something has its type: this struct names every enum Go
- * needs, and one pointer to it (never read) puts it in BTF. */
-/* The group this CPU last counted over budget, in window, and its packets
- * not yet added to source_top (source_run, per CPU). */
-struct tl_src_run {
-	struct tl_src_key key;
-	__u32 pad;
-	__u64 window;  /* id (tl_window.opened) of the window of the run */
-	__u64 packets; /* the run's packets after its first, not yet in source_top */
-};
-
 /* Where a benchmark load (verdict.h tl_bench_stage) stops a packet: the
  * stages in the order a selected packet meets them. */
 enum tl_stage {
@@ -382,6 +356,9 @@ enum tl_stage {
 	TL_STAGE_WINDOW = 7,  /* the window's count */
 };
 
+/* bpf2go -type exports only what the object's BTF holds, and an enum is in
+ * BTF only where something has its type: this struct names every enum Go
+ * needs, and one pointer to it (never read) puts it in BTF. */
 struct tl_contract {
 	enum tl_const c;
 	enum tl_thr thr;
