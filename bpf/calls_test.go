@@ -128,9 +128,7 @@ func TestHotPathCalls(t *testing.T) {
 		if helpers > path.maxHelpers+perTick {
 			t.Errorf("%s: %.2f helper calls no kernel inlines per packet, want at most %v (%s)", path.name, helpers, path.maxHelpers, got.detail())
 		}
-		if got["tl_judge_tail"] != 1 || got["tl_judge"] != 0 {
-			t.Errorf("%s: the judgement tail-called %.2f times and called %.2f per packet, want a tail call each (%s)", path.name, got["tl_judge_tail"], got["tl_judge"], got.detail())
-		}
+		got.wantJudged(t, path.name, true)
 	}
 	t.Logf("calls per packet (Linux %s):\n| path | BPF-to-BPF calls | helper calls (not inlined) | what |\n|---|---|---|---|\n%s",
 		kernelRelease(t), strings.Join(rows, "\n"))
@@ -153,9 +151,7 @@ func TestJudgeFallback(t *testing.T) {
 			continue
 		}
 		tail, want := pathCalls(t, path, names, false)
-		if tail["tl_judge_tail"] != 1 || tail["tl_judge"] != 0 {
-			t.Errorf("%s: the judgement tail-called %.2f and called %.2f times per packet, want a tail call each (%s)", path.name, tail["tl_judge_tail"], tail["tl_judge"], tail.detail())
-		}
+		tail.wantJudged(t, path.name, true)
 		setup := path.setup
 		path.setup = func(tb testing.TB, l *bpf.Limiter) {
 			if setup != nil {
@@ -166,9 +162,7 @@ func TestJudgeFallback(t *testing.T) {
 			}
 		}
 		got, act := pathCalls(t, path, names, false)
-		if got["tl_judge"] != 1 || got["tl_judge_tail"] != 0 {
-			t.Errorf("%s: with tl_jump empty, the judgement called %.2f and tail-called %.2f times per packet, want a call each (%s)", path.name, got["tl_judge"], got["tl_judge_tail"], got.detail())
-		}
+		got.wantJudged(t, path.name+", tl_jump empty,", false)
 		if act != want {
 			t.Errorf("%s: XDP action %d with tl_jump empty, %d with the tail call", path.name, act, want)
 		}
@@ -176,9 +170,7 @@ func TestJudgeFallback(t *testing.T) {
 		// BPF-to-BPF calls (bpf.Options.JudgeCall: tl_judge_jump 0).
 		path.setup = setup
 		got, act = pathCalls(t, path, names, true)
-		if got["tl_judge"] != 1 || got["tl_judge_tail"] != 0 {
-			t.Errorf("%s: loaded with JudgeCall, the judgement called %.2f and tail-called %.2f times per packet, want a call each (%s)", path.name, got["tl_judge"], got["tl_judge_tail"], got.detail())
-		}
+		got.wantJudged(t, path.name+", loaded with JudgeCall,", false)
 		if act != want {
 			t.Errorf("%s: XDP action %d loaded with JudgeCall, %d with the tail call", path.name, act, want)
 		}
@@ -249,6 +241,19 @@ func pathCalls(t *testing.T, path hotPath, names []string, judgeCall bool) (call
 		t.Fatalf("%s: %v packets counted per packet run, want 1: the counters are not the calls build's", path.name, got["packets"])
 	}
 	return got, act
+}
+
+// wantJudged fails t unless each packet was judged once, by the tail
+// call of tl_judge_tail (tail) or by the call of tl_judge.
+func (c callCounts) wantJudged(t *testing.T, what string, tail bool) {
+	t.Helper()
+	wantTail, wantCall, want := 1.0, 0.0, "a tail call"
+	if !tail {
+		wantTail, wantCall, want = 0, 1, "a call"
+	}
+	if c["tl_judge_tail"] != wantTail || c["tl_judge"] != wantCall {
+		t.Errorf("%s: the judgement tail-called %.2f and called %.2f times per packet, want %s each (%s)", what, c["tl_judge_tail"], c["tl_judge"], want, c.detail())
+	}
 }
 
 // tailCalled are the programs the entry point reaches by a tail call: a

@@ -163,11 +163,11 @@ func load(opts Options, spec *ebpf.CollectionSpec) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{tickNs: opts.TickNs}
-	err := errTailCallRefused
+	var err error
 	if !opts.JudgeCall {
 		err = loadAssign(spec, &copts, &l.objs)
 	}
-	if tailCallRefused(err) {
+	if opts.JudgeCall || tailCallRefused(err) {
 		// Linux before 6.0 allows a tail call beside BPF-to-BPF calls
 		// only on x86-64's JIT (verifier.c allow_tail_call_in_subprogs):
 		// elsewhere the judgement is called, its tail call dead code.
@@ -216,18 +216,11 @@ func (l *Limiter) Program() *ebpf.Program { return l.objs.Tierlimit }
 // the tail call: then every selected packet calls tl_judge).
 func (l *Limiter) JudgeTailCalled() bool { return !l.judgeCalled && l.objs.TlJudgeTail != nil }
 
-// errTailCallRefused stands for the verifier's refusal when
-// Options.JudgeCall asks for the judgement called without trying.
-var errTailCallRefused = errors.New("the judgement's tail call is not asked for")
-
 // tailCallRefused reports whether err is the verifier's refusal of a tail
 // call in a program with BPF-to-BPF calls ("tail_calls are not allowed in
 // programs with bpf-to-bpf calls", or "... in non-JITed programs ...":
-// kernel/bpf/verifier.c), or errTailCallRefused.
+// kernel/bpf/verifier.c).
 func tailCallRefused(err error) bool {
-	if errors.Is(err, errTailCallRefused) {
-		return true
-	}
 	var verr *ebpf.VerifierError
 	if !errors.As(err, &verr) {
 		return false

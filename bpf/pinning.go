@@ -230,21 +230,32 @@ func (l *Limiter) Repin(dir string) error {
 // limiter's map (same map id).
 func (l *Limiter) PinnedMaps(dir string) bool {
 	for _, f := range l.namedMaps() {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, f.name), &ebpf.LoadPinOptions{ReadOnly: true})
-		if err != nil {
-			return false
-		}
-		a, _ := m.Info()
-		m.Close()
-		b, _ := (*f.dst).Info()
-		if a == nil || b == nil {
-			return false
-		}
-		ida, _ := a.ID()
-		idb, _ := b.ID()
-		if ida != idb {
+		if !pinnedAs(*f.dst, filepath.Join(dir, f.name)) {
 			return false
 		}
 	}
 	return true
+}
+
+// JumpPinned reports whether the program array pinned at path is this
+// limiter's JumpTable (same map id); true for an object without one.
+func (l *Limiter) JumpPinned(path string) bool {
+	return l.objs.TlJump == nil || pinnedAs(l.objs.TlJump, path)
+}
+
+// pinnedAs reports whether the map pinned at path is m (same map id).
+func pinnedAs(m *ebpf.Map, path string) bool {
+	p, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return false
+	}
+	a, _ := p.Info()
+	p.Close()
+	b, _ := m.Info()
+	if a == nil || b == nil {
+		return false
+	}
+	ida, _ := a.ID()
+	idb, _ := b.ID()
+	return ida == idb
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/tierlimit/tierlimit/agent/pin"
@@ -101,32 +100,6 @@ func (p *pins) unpinIfMine(att *Attachment) {
 	}
 }
 
-// jumpPinned reports whether the judgement's program array pinned at
-// <pin>/program_jump is this run's (same map id): another one would leave
-// the running program's array to empty when the agent exits.
-func (p *pins) jumpPinned() bool {
-	jump := p.lim.JumpTable()
-	if jump == nil {
-		return true
-	}
-	m, err := ebpf.LoadPinnedMap(p.pd.Jump(), &ebpf.LoadPinOptions{ReadOnly: true})
-	if err != nil {
-		return false
-	}
-	defer m.Close()
-	a, err := m.Info()
-	if err != nil {
-		return false
-	}
-	b, err := jump.Info()
-	if err != nil {
-		return false
-	}
-	ida, _ := a.ID()
-	idb, _ := b.ID()
-	return ida == idb
-}
-
 // linkPinned reports whether att's link is pinned where it belongs.
 func (p *pins) linkPinned(att *Attachment) bool {
 	if p.pd == nil || att.link == nil {
@@ -145,7 +118,9 @@ func (p *pins) linkPinned(att *Attachment) bool {
 // whether an attachment runs the limiter (Attacher.check).
 func (p *pins) check(attached []*Attachment, healthy func(*Attachment) bool) {
 	_, perr := os.Stat(p.pd.Program())
-	intact := p.pd.Intact() && perr == nil && p.jumpPinned() && p.lim.PinnedMaps(p.pd.Maps())
+	// The judgement's program array too: pinned from another run, this
+	// run's would empty when the agent exits.
+	intact := p.pd.Intact() && perr == nil && p.lim.JumpPinned(p.pd.Jump()) && p.lim.PinnedMaps(p.pd.Maps())
 	for _, att := range attached {
 		if att.link != nil && healthy(att) && !p.linkPinned(att) {
 			intact = false
