@@ -166,7 +166,7 @@ func (d *dialer) dial(ctx context.Context, network, addr string) (net.Conn, erro
 		conn.Close()
 		return nil, err
 	}
-	return tls.Client(conn, cfg), nil
+	return alertConn{tls.Client(conn, cfg)}, nil
 }
 
 // moved resolves every host name the dialer has dialled and reports

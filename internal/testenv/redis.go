@@ -134,7 +134,7 @@ func StartRedis(tb testing.TB, opts RedisOptions) *Redis {
 		tb.Fatalf("StartRedis: a cluster needs at least 3 masters, not %d", opts.Cluster)
 	}
 	if opts.TLS {
-		r.tlsFiles = writeTLS(tb, tb.TempDir(), opts.CertDNS)
+		r.tlsFiles = WriteTLS(tb, tb.TempDir(), opts.CertDNS)
 		r.CAFile = r.tlsFiles[2]
 		if opts.ClientAuth {
 			r.ClientCert, r.ClientKey = r.tlsFiles[3], r.tlsFiles[4]
@@ -488,11 +488,11 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-// writeTLS writes a CA, a server certificate it signs, for 127.0.0.1 and
+// WriteTLS writes a CA, a server certificate it signs, for 127.0.0.1 and
 // localhost (for dnsName alone when set), and a client certificate it
 // signs, into dir, and returns the cert, key, CA, client cert and client
 // key paths.
-func writeTLS(tb testing.TB, dir, dnsName string) [5]string {
+func WriteTLS(tb testing.TB, dir, dnsName string) [5]string {
 	tb.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
