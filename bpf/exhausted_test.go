@@ -21,10 +21,16 @@ import (
 // in-budget count with A's 50 in it was extrapolated from the window's
 // start, 32 × n at first and past T_1 for about 150 ms: light datagrams
 // were shed (TestFairShedding: 18–19 of 20 per light source).
-// noisyLightLoss is the light datagrams of 100 the flood's window may
-// shed (docs/design.md §6): 0–2 were measured in eight runs under the
-// onset from the recent rate (issue 39), none before it.
-const noisyLightLoss = 2
+// noisyLightLoss is the light datagrams of 100, sent on time, the flood's
+// window may shed (docs/design.md §6): none. The live in-budget rate read
+// from the clock after a latch is n − 1 over the time to the n-th
+// (tiers.SmoothClockLive), and a sender that never sends ahead of its
+// schedule cannot make that more than its rate. When it was n over that
+// time, 1 of 100 was lost in 4 of 10 runs (a packet a few milliseconds
+// after a CPU's latch read as 10⁴ a window); a datagram sent late, in a
+// catch-up after the pacing stalled, may still be read so, and is logged,
+// not judged.
+const noisyLightLoss = 0
 
 func TestSmoothNoisyGroupProgram(t *testing.T) {
 	p := tiers.Default()
@@ -35,16 +41,15 @@ func TestSmoothNoisyGroupProgram(t *testing.T) {
 	p.Sources = tiers.Sources{Budget: tiers.Pct(10), PrefixV4: 32, PrefixV6: 64}
 	h := newHarness(t, p)
 	for try := range 3 {
-		lost, ok := noisyGroupRun(t, h)
+		lost, late, ok := noisyGroupRun(t, h)
 		if !ok {
 			t.Logf("try %d: the pacing stalled (the run left its window); again", try+1)
 			continue
 		}
-		// docs/design.md §6: at most noisyLightLoss, the light packets
-		// judged in the first milliseconds after a CPU latches, when the
-		// in-budget rate is read from the clock on a count of one or two.
+		// docs/design.md §6: light groups lose nothing once the noisy
+		// group has spent its budget.
 		if lost > noisyLightLoss {
-			t.Errorf("light sources lost %d of 100 datagrams to a flood whose budget was spent, want at most %d", lost, noisyLightLoss)
+			t.Errorf("light sources lost %d of 100 datagrams sent on time to a flood whose budget was spent (%d more sent late), want at most %d", lost, late, noisyLightLoss)
 		}
 		return
 	}
@@ -52,8 +57,10 @@ func TestSmoothNoisyGroupProgram(t *testing.T) {
 }
 
 // noisyGroupRun is one run of TestSmoothNoisyGroupProgram from idle: the
-// light datagrams lost, and whether the run stayed in its window.
-func noisyGroupRun(t *testing.T, h *harness) (int, bool) {
+// light datagrams lost of those sent on time and of those sent more than
+// a millisecond after their slot, and whether the run stayed in its
+// window.
+func noisyGroupRun(t *testing.T, h *harness) (lost, late int, ok bool) {
 	t.Helper()
 	h.expire()
 	flood := udpFrom(t, netip.MustParseAddr("198.51.100.10"))
@@ -73,26 +80,31 @@ func noisyGroupRun(t *testing.T, h *harness) (int, bool) {
 	}
 	id := h.window().Opened
 	start := time.Now()
-	sentA, sentL, lost := firstA, 0, 0
+	sentA, sentL := firstA, 0
 	for sentL < lightN {
 		el := time.Since(start)
 		if el > spread+50*time.Millisecond {
-			return 0, false
+			return 0, 0, false
 		}
 		for due := min(firstA+int(int64(floodN)*int64(el)/int64(spread)), floodN+firstA); sentA < due; sentA++ {
 			h.run(flood)
 		}
 		for due := min(int(el/lightEv)+1, lightN); sentL < due; sentL++ {
 			if h.run(light[sentL%len(light)]) != xdpPass {
-				lost++
-				t.Logf("light datagram %d (%v into the window) dropped", sentL, el.Round(time.Millisecond))
+				behind := el - time.Duration(sentL)*lightEv
+				if behind > time.Millisecond {
+					late++
+				} else {
+					lost++
+				}
+				t.Logf("light datagram %d (%v into the window, %v after its slot) dropped", sentL, el.Round(time.Millisecond), behind.Round(100*time.Microsecond))
 			}
 		}
 		time.Sleep(time.Millisecond - time.Since(start)%time.Millisecond)
 	}
 	if h.window().Opened != id {
-		return 0, false
+		return 0, 0, false
 	}
-	t.Logf("A sent %d, light sent %d, lost %d", sentA, sentL, lost)
-	return lost, true
+	t.Logf("A sent %d, light sent %d, lost %d on time and %d sent late", sentA, sentL, lost, late)
+	return lost, late, true
 }

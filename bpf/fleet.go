@@ -188,7 +188,8 @@ func (l *Limiter) FleetEstimate() (in, total uint64, err error) {
 // latched in this window, E of all selected packets a (n, the window's
 // count) since its origin on the clock while the CPU reads it so (in the
 // tiers.SmoothClockTicks ticks after its latch, as of its last tick), else since its reference times its per-tick multiplier;
-// with budgets, the live in-budget rate likewise, plus the spent budgets
+// with budgets, the live in-budget rate likewise (on the clock as
+// tiers.SmoothClockLive reads it), plus the spent budgets
 // (exh_in, at most nIn). The most over the CPUs (each reads the host's
 // whole count).
 func (l *Limiter) liveLatch(set *LimiterTlSettings, w Window, n, nIn, now uint64) (tiers.LiveLatch, error) {
@@ -210,7 +211,7 @@ func (l *Limiter) liveLatch(set *LimiterTlSettings, w Window, n, nIn, now uint64
 		var e, el uint64
 		if c.Clock != 0 && now > c.O_ns {
 			e = tiers.SmoothClockRate(sinceCount(n, c.O_a), now-c.O_ns, set.WindowNs)
-			el = tiers.SmoothClockRate(sinceCount(live, c.O_m), now-c.O_ns, set.WindowNs)
+			el = tiers.SmoothClockLive(sinceCount(live, c.O_m), now-c.O_ns, set.WindowNs)
 		} else {
 			e = sinceCount(n, c.RefA) * c.K_rate >> 16
 			el = sinceCount(live, c.RefN) * c.K_rate >> 16

@@ -29,8 +29,9 @@ static __always_inline __u64 sm_since(__u64 x, __u64 ref)
  * (model.Model.recent): in the TL_SMOOTH_CLOCK_TICKS ticks after a latch
  * from the clock since it (tiers.SmoothClockRate: the elapsed part of a
  * window on TL_SMOOTH_CLOCK_BITS bits, at least 2^-24 of it: 215 µs of an
- * hour's window, where 2^-16 was 55 ms), else per tick since the reference
- * (tiers.SmoothRecentMult). */
+ * hour's window, where 2^-16 was 55 ms; the live rate on one packet
+ * fewer, tiers.SmoothClockLive: n − 1 over the time to the n-th), else per
+ * tick since the reference (tiers.SmoothRecentMult). */
 static __always_inline __u64 sm_recent(const struct tl_smooth_cpu *c, const struct tl_settings *s, __u64 a,
 				       __u64 l, __u64 *ea, __u64 *el)
 {
@@ -42,8 +43,10 @@ static __always_inline __u64 sm_recent(const struct tl_smooth_cpu *c, const stru
 		f = f ? f : 1;
 		ca = sm_since(a, c->o_a);
 		*ea = (ca << TL_SMOOTH_CLOCK_BITS) / f;
-		if (s->src_budget)
-			*el = (sm_since(l, c->o_m) << TL_SMOOTH_CLOCK_BITS) / f;
+		if (s->src_budget) {
+			__u64 cl = sm_since(l, c->o_m);
+			*el = cl > 1 ? ((cl - 1) << TL_SMOOTH_CLOCK_BITS) / f : 0;
+		}
 		return ca;
 	}
 	ca = sm_since(a, c->ref_a);

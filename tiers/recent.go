@@ -43,6 +43,23 @@ func SmoothClockRate(count, elNs, windowNs uint64) uint64 {
 	return count << SmoothClockBits / f
 }
 
+// SmoothClockLive is the live in-budget rate over a window read from the
+// clock after a latch: SmoothClockRate of count − 1, count the in-budget
+// packets of groups within their budget since the latch (this one
+// included). count over the time since the latch is the inverse of one
+// gap when count is 1 or 2 (a light group's packet 100 µs after another
+// CPU's latch read as 10⁴ a window, and light groups lost up to 10 % of
+// a window's packets, docs/design.md §6); count − 1 is the rate's
+// unbiased estimate from a Poisson stream's arrivals (n − 1 over the time
+// to the n-th), 0 on the first packet, and within 1/count of count's once
+// the surge it measures has a few packets.
+func SmoothClockLive(count, elNs, windowNs uint64) uint64 {
+	if count < 2 {
+		return 0
+	}
+	return SmoothClockRate(count-1, elNs, windowNs)
+}
+
 // SmoothLatches reports whether a CPU not latched latches an onset: at
 // least SmoothOnsetMin packets since the reference (count), and the
 // rate E over them projected over a window past 5/4 of the sliding count

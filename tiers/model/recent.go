@@ -74,13 +74,13 @@ func since(x, ref uint64) uint64 {
 // recent returns the count of all selected packets since the reference,
 // and the rates of all selected packets a and of live in-budget packets l
 // projected over a window: from the clock since the origin in the
-// tiers.SmoothClockTicks ticks after a latch, else per tick since the
-// reference (tiers.SmoothRecentMult).
+// tiers.SmoothClockTicks ticks after a latch (l's as tiers.SmoothClockLive
+// reads it), else per tick since the reference (tiers.SmoothRecentMult).
 func (m *Model) recent(nowNs, a, l uint64) (ca, ea, el uint64) {
 	if m.clock {
 		ns := nowNs - min(nowNs, m.oNs)
 		ca = since(a, m.oA)
-		return ca, tiers.SmoothClockRate(ca, ns, m.window), tiers.SmoothClockRate(since(l, m.oM), ns, m.window)
+		return ca, tiers.SmoothClockRate(ca, ns, m.window), tiers.SmoothClockLive(since(l, m.oM), ns, m.window)
 	}
 	ca = since(a, m.refA)
 	return ca, mulShift(ca, m.kRate), mulShift(since(l, m.refN), m.kRate)
