@@ -4,7 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"strings"
+	"net"
 	"syscall"
 	"time"
 )
@@ -26,8 +26,9 @@ const alertWait = 100 * time.Millisecond
 // (go-redis's HELLO) reach the closed socket, the server's kernel answers
 // with a reset, and a write after it fails with ECONNRESET (or EPIPE)
 // although the alert sits unread. Write then reads once, under alertWait,
-// and returns the alert's error ("remote error: tls: …", which refusal
-// reads as a refusal of the credentials) with the write's error beside it.
+// and returns the alert's error (crypto/tls's net.OpError "remote error",
+// "remote error: tls: …", which refusal reads as a refusal of the
+// credentials) with the write's error beside it.
 // Any other error, and a reset with no alert before it, is returned as it
 // was.
 type alertConn struct{ *tls.Conn }
@@ -41,7 +42,8 @@ func (c alertConn) Write(b []byte) (int, error) {
 		return n, err
 	}
 	var one [1]byte
-	if _, rerr := c.Conn.Read(one[:]); rerr != nil && strings.Contains(rerr.Error(), "remote error: tls:") {
+	var alert *net.OpError
+	if _, rerr := c.Conn.Read(one[:]); errors.As(rerr, &alert) && alert.Op == "remote error" {
 		return n, fmt.Errorf("%w (the write before it: %w)", rerr, err)
 	}
 	return n, err

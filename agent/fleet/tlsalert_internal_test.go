@@ -2,10 +2,8 @@ package fleet
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"net"
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -50,22 +48,19 @@ func TestAlertConnReset(t *testing.T) {
 // has finished its handshake (refused or not) and closed with a reset,
 // and returns the client's first write's error.
 func writeAfterReset(t *testing.T, server, client [5]string, wrap bool) error {
-	pool := func(ca string) *x509.CertPool {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := x509.NewCertPool()
-		p.AppendCertsFromPEM(pem)
-		return p
+	// The files are read as the dialer reads them (tlsConfig): the
+	// client's configuration is the agent's; the server's takes the
+	// certificate and the CA pool of one built from its files.
+	srv, err := tlsConfig(Config{CAFile: server[2], CertFile: server[0], KeyFile: server[1]}, "")
+	if err != nil {
+		t.Fatal(err)
 	}
-	pair := func(cert, key string) tls.Certificate {
-		c, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
+	cli, err := tlsConfig(Config{CAFile: server[2], CertFile: client[3], KeyFile: client[4]}, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
 	}
+	srvCfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: srv.Certificates,
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: srv.RootCAs}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -78,8 +73,7 @@ func writeAfterReset(t *testing.T, server, client [5]string, wrap bool) error {
 			closed <- err
 			return
 		}
-		s := tls.Server(raw, &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{pair(server[0], server[1])},
-			ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool(server[2])})
+		s := tls.Server(raw, srvCfg)
 		s.SetDeadline(time.Now().Add(10 * time.Second))
 		herr := s.Handshake()
 		raw.(*net.TCPConn).SetLinger(0) // close with a reset
@@ -91,11 +85,13 @@ func writeAfterReset(t *testing.T, server, client [5]string, wrap bool) error {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	c := tls.Client(raw, &tls.Config{MinVersion: tls.VersionTLS13, ServerName: "127.0.0.1", RootCAs: pool(server[2]),
-		Certificates: []tls.Certificate{pair(client[3], client[4])}})
+	c := tls.Client(raw, cli)
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	if err := c.Handshake(); err != nil {
 		t.Fatalf("client handshake: %v", err)
+	}
+	if v := c.ConnectionState().Version; v != tls.VersionTLS13 {
+		t.Fatalf("client handshake: TLS version %#x, want 1.3", v)
 	}
 	select {
 	case herr := <-closed:
