@@ -24,7 +24,8 @@ const maxBackoff = time.Second
 // timed out): the n-th failure in a row waits a random time in [d/2, d],
 // d = min(maxBackoff, report × 2^(n-1)). A refusal of the credentials is
 // tried again at once when a file the connection reads changed since
-// (fingerprint): a rotation rejoins at the next report. A dial refused
+// before the refused attempt (fingerprint, wait): a rotation rejoins at
+// the next report. A dial refused
 // outright is left to go-redis, which after two stops dialling that pool
 // and probes it once a second (internal/pool's dial breaker): a second
 // wait on top of that one would only delay the rejoin.
@@ -49,22 +50,34 @@ func (e backingOffError) Error() string {
 func (e backingOffError) Unwrap() error { return e.last }
 
 // wait returns nil when an attempt may go out now, else a backingOffError.
-// files returns the fingerprint of the files, read only after a refusal.
-func (b *backoff) wait(now time.Time, files func() []byte) error {
+// In a run of failures it also returns the fingerprint of the files as
+// they are before the attempt (files, read once per call then), which
+// done records should the attempt be refused: a file rotated while a
+// refused attempt was on its way is then a change the next call sees, and
+// tried at once. Taken after the refusal instead (as it was), it read the
+// rotated files, matched them at every later call and left the member
+// refused for the whole backoff, up to maxBackoff (TestFleetRotation on a
+// busy CI machine: 9 reports where 2 are the bound; TestBackoffRotation).
+func (b *backoff) wait(now time.Time, files func() []byte) ([]byte, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.failures == 0 || !now.Before(b.next) {
-		return nil
+	if b.failures == 0 {
+		return nil, nil
 	}
-	if b.files != nil && !bytes.Equal(files(), b.files) {
-		return nil // rotated: try the new credentials now
+	fp := files()
+	if !now.Before(b.next) {
+		return fp, nil
 	}
-	return backingOffError{until: b.next, last: b.last}
+	if b.files != nil && !bytes.Equal(fp, b.files) {
+		return fp, nil // rotated: try the new credentials now
+	}
+	return nil, backingOffError{until: b.next, last: b.last}
 }
 
 // done records the outcome of an attempt made at now with the report
-// interval report in force.
-func (b *backoff) done(now time.Time, report time.Duration, err error, files func() []byte) {
+// interval report in force; before is what wait returned for it (nil out
+// of a run of failures: the files are read now, after a first refusal).
+func (b *backoff) done(now time.Time, report time.Duration, err error, before []byte, files func() []byte) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !countsAsFailure(err) {
@@ -80,7 +93,10 @@ func (b *backoff) done(now time.Time, report time.Duration, err error, files fun
 	b.next, b.last = now.Add(d), err
 	b.files = nil
 	if isAuth(err) {
-		b.files = files()
+		b.files = before
+		if b.files == nil {
+			b.files = files()
+		}
 	}
 }
 

@@ -57,12 +57,13 @@ func (s *redisStore) files() []byte { return fingerprint(s.o.cfg) }
 func (s *redisStore) report(ctx context.Context, name string, e entry) (view, error) {
 	now := time.Now()
 	s.follow(now)
-	if err := s.gate.wait(now, s.files); err != nil {
+	before, err := s.gate.wait(now, s.files)
+	if err != nil {
 		return view{}, err
 	}
 	v, err := report(ctx, s.get(), name, e)
 	err = refusal(err)
-	s.gate.done(time.Now(), s.o.report(), err, s.files)
+	s.gate.done(time.Now(), s.o.report(), err, before, s.files)
 	if countsAsFailure(err) {
 		s.sentinelChanged()
 	}
