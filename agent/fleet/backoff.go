@@ -25,10 +25,10 @@ const maxBackoff = time.Second
 // d = min(maxBackoff, report × 2^(n-1)). A refusal of the credentials is
 // tried again at once when a file the connection reads changed since
 // before the refused attempt (fingerprint, wait): a rotation rejoins at
-// the next report. A dial refused
-// outright is left to go-redis, which after two stops dialling that pool
-// and probes it once a second (internal/pool's dial breaker): a second
-// wait on top of that one would only delay the rejoin.
+// the next report. A dial refused outright is left to go-redis, which
+// after two stops dialling that pool and probes it once a second
+// (internal/pool's dial breaker): a second wait on top of that one would
+// only delay the rejoin.
 type backoff struct {
 	mu       sync.Mutex
 	failures int
@@ -50,26 +50,27 @@ func (e backingOffError) Error() string {
 func (e backingOffError) Unwrap() error { return e.last }
 
 // wait returns nil when an attempt may go out now, else a backingOffError.
-// In a run of failures it also returns the fingerprint of the files as
-// they are before the attempt (files, read once per call then), which
-// done records should the attempt be refused: a file rotated while a
-// refused attempt was on its way is then a change the next call sees, and
-// tried at once. Taken after the refusal instead (as it was), it read the
-// rotated files, matched them at every later call and left the member
-// refused for the whole backoff, up to maxBackoff (TestFleetRotation on a
-// busy CI machine: 9 reports where 2 are the bound; TestBackoffRotation).
+// In a run of failures it also returns, for an attempt that goes out, the
+// fingerprint of the files as they are before it (files), which done
+// records should the attempt be refused: a file rotated while the refused
+// attempt was on its way is then a change the next call sees, and is tried
+// at once. Taken after the refusal, the fingerprint was the rotated files'
+// and left the member refused for the whole backoff (TestBackoffRotation).
+// The files are read only when an attempt goes out in a run of failures,
+// or to look for a rotation after a refusal.
 func (b *backoff) wait(now time.Time, files func() []byte) ([]byte, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.failures == 0 {
 		return nil, nil
 	}
-	fp := files()
 	if !now.Before(b.next) {
-		return fp, nil
+		return files(), nil
 	}
-	if b.files != nil && !bytes.Equal(fp, b.files) {
-		return fp, nil // rotated: try the new credentials now
+	if b.files != nil {
+		if fp := files(); !bytes.Equal(fp, b.files) {
+			return fp, nil // rotated: try the new credentials now
+		}
 	}
 	return nil, backingOffError{until: b.next, last: b.last}
 }

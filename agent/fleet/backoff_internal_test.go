@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"errors"
+	"net"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -61,5 +63,16 @@ func TestBackoffRotation(t *testing.T) {
 	count := func() []byte { reads++; return files() }
 	if before, err := b.wait(now.Add(3*maxBackoff), count); err != nil || before != nil || reads != 0 {
 		t.Fatalf("after a success: wait = %q, %v, %d reads; want nil, nil, 0", before, err, reads)
+	}
+
+	// A store out of reach (no refusal): backing off reads no file; the
+	// attempt after the backoff reads them once.
+	t1 := now.Add(4 * maxBackoff)
+	b.done(t1, report, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, nil, count)
+	if _, err := b.wait(t1.Add(time.Millisecond), count); err == nil || reads != 0 {
+		t.Fatalf("backing off from a reset: wait = %v, %d reads; want a backingOffError, 0", err, reads)
+	}
+	if before, err := b.wait(t1.Add(2*maxBackoff), count); err != nil || string(before) != "pw-new" || reads != 1 {
+		t.Fatalf("after the backoff from a reset: wait = %q, %v, %d reads; want the files, nil, 1", before, err, reads)
 	}
 }
