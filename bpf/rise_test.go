@@ -168,13 +168,51 @@ func TestSmoothRiseProgram(t *testing.T) {
 // profile, as its own judging does (docs/design.md §6): 64 sources each at
 // 1.56 × its budget, steady for three windows, then read 40 % into the
 // fourth. The program's R̂_in is the model's EstimateAt on the same packets
-// at the same clock, within 3 %, and near the true in-budget count (64 ×
-// 30 = 1,920, within 10 %), where the even spread reads it high (logged).
+// within 3 %, the model read at the clock either side of the program's
+// read (R̂ falls as the clock runs on with no packet), and near the true
+// in-budget count (64 × 30 = 1,920, within 10 %), where the even spread
+// reads it high (logged).
+//
+// Both hold for steady traffic only. A pacer descheduled for a few
+// milliseconds offers the missed packets in one burst, which the onset
+// rule rightly reads as a surge (docs/design.md §9): R̂_in is then the
+// burst's rate, up to tens of thousands, on the rule's edge, where the
+// program and the model may fall on either side of it (TestSmoothRiseProgram;
+// CI's failure of 76934da: 2,962 against 1,908); a gap without a latch
+// moves the in-budget packets in time, and the profile with them (up to
+// 1,575 where the program and the model agreed). A run with a gap of over
+// 15 ms between packets from two windows before the window's start on,
+// or with the model latched, is not steady: it is logged and run again;
+// the test fails when three runs in a row were not, as testenv.Pacer fails
+// a busy machine. Steady runs here have gaps of 1-5 ms. The loop runs
+// on one CPU, as the model's latch is one CPU's (pinCPU).
 func TestFleetEstimateProfile(t *testing.T) {
+	pinCPU(t, 0)
+	const runs = 3
+	for run := range runs {
+		if fleetEstimateProfile(t) {
+			return
+		}
+		t.Logf("run %d of %d: the offered traffic was not steady (a gap of over 15 ms, or a burst the model latched as an onset): the in-budget count not judged", run+1, runs)
+	}
+	t.Errorf("%d runs in a row were not steady: the machine was too busy for the test to mean anything", runs)
+}
+
+// fleetEstimateProfile is one run of TestFleetEstimateProfile on a fresh
+// program. It reports whether the run was steady (no gap between packets
+// over maxGap, the model unlatched), and judges it only then.
+func fleetEstimateProfile(t *testing.T) bool {
+	t.Helper()
 	const window = 500 * time.Millisecond
 	p := fleetPolicyBPF(t, 300, window)
 	p.Sources = tiers.Sources{BudgetPackets: 30, PrefixV4: 32, PrefixV6: 64}
-	h := newHarnessOpts(t, p, bpf.Options{})
+	l, err := bpf.Load(bpf.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	h := &harness{tb: t, l: l}
+	h.apply(p)
 	h.expire()
 	srcs := make([]netip.Addr, 64)
 	frames := make([][]byte, len(srcs))
@@ -182,7 +220,10 @@ func TestFleetEstimateProfile(t *testing.T) {
 		srcs[i] = netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)})
 		frames[i] = udpFrom(t, srcs[i])
 	}
-	const rate = 3000.0 // 64 × 30 × 1.56
+	const (
+		rate   = 3000.0 // 64 × 30 × 1.56
+		maxGap = 15 * time.Millisecond
+	)
 	ts, _ := riseRun(t, h, frames, window, rate, rate, 3, 3)
 	// On at the same rate until 40 % into the window then open, at most
 	// one window more.
@@ -199,27 +240,38 @@ func TestFleetEstimateProfile(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond - time.Since(start)%time.Millisecond)
 	}
+	before := monotonicNow(t)
 	in, total, err := h.l.FleetEstimate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := monotonicNow(t)
+	after := monotonicNow(t)
 	m := model.NewModel(p, h.tab, nil)
 	m.SetTick(h.l.TickNs())
 	m.SetSketchSeeds(h.l.SketchSeeds())
+	w := h.window()
+	var stall uint64 // the longest gap between packets from two windows before this one's start
 	for i, at := range ts {
 		m.PacketFrom(at, srcs[i%len(srcs)])
+		if i > 0 && at+2*uint64(window) >= w.StartNs {
+			stall = max(stall, at-ts[i-1])
+		}
 	}
-	wantIn, wantTotal := m.EstimateAt(now)
-	w := h.window()
-	tick := now >> tiers.SmoothTickShift
+	hiIn, hiTotal := m.EstimateAt(before)
+	loIn, loTotal := m.EstimateAt(after)
+	tick := after >> tiers.SmoothTickShift
 	st := tiers.SmoothState{Elapsed: tick - min(tick, w.StartNs>>tiers.SmoothTickShift), Ticks: h.tab.Settings.SmoothTicks, Gap: w.Gap, Prev: w.LastCount}
 	even, _ := tiers.LiveEstimates(st, w.Count, w.LastCount, min(w.Count, 1920), tiers.LiveLatch{}, false, 0, tiers.Profiles{})
-	t.Logf("40 %% in: R̂_in %d (model %d, the even spread about %d), R̂_tot %d (model %d); window %+v", in, wantIn, even, total, wantTotal, w)
-	if d := math.Abs(float64(in) - float64(wantIn)); d > 0.03*float64(wantIn) {
-		t.Errorf("R̂_in %d, the model's %d: want within 3 %%", in, wantIn)
+	t.Logf("40 %% in: R̂_in %d (model %d..%d, the even spread about %d), R̂_tot %d (model %d..%d); model latched %v, the longest gap between packets %v; window %+v",
+		in, loIn, hiIn, even, total, loTotal, hiTotal, m.Latched(), time.Duration(stall).Round(10*time.Microsecond), w)
+	if m.Latched() || time.Duration(stall) > maxGap {
+		return false
+	}
+	if float64(in) < 0.97*float64(loIn) || float64(in) > 1.03*float64(hiIn) {
+		t.Errorf("R̂_in %d, the model's %d..%d: want within 3 %%", in, loIn, hiIn)
 	}
 	if math.Abs(float64(in)-1920) > 192 {
 		t.Errorf("R̂_in %d, want the in-budget count 1,920 within 10 %%", in)
 	}
+	return true
 }
