@@ -35,6 +35,7 @@ const (
 	limiterStagesMapSmoothCpu         = "smooth_cpu"
 	limiterStagesMapSmoothProf        = "smooth_prof"
 	limiterStagesMapSourceRun         = "source_run"
+	limiterStagesMapSourceSketch      = "source_sketch"
 	limiterStagesMapSourceStats       = "source_stats"
 	limiterStagesMapSourceTop         = "source_top"
 	limiterStagesMapStats             = "stats"
@@ -65,7 +66,6 @@ const (
 	limiterStagesVarTlOpaque          = "tl_opaque"
 	limiterStagesVarTlRecordShare     = "tl_record_share"
 	limiterStagesVarTlSkbIfaces       = "tl_skb_ifaces"
-	limiterStagesVarTlSketch          = "tl_sketch"
 )
 
 // loadLimiterStages returns the embedded CollectionSpec for limiterStages.
@@ -137,6 +137,7 @@ type limiterStagesMapSpecs struct {
 	SmoothCpu         *ebpf.MapSpec `ebpf:"smooth_cpu"`
 	SmoothProf        *ebpf.MapSpec `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.MapSpec `ebpf:"source_run"`
+	SourceSketch      *ebpf.MapSpec `ebpf:"source_sketch"`
 	SourceStats       *ebpf.MapSpec `ebpf:"source_stats"`
 	SourceTop         *ebpf.MapSpec `ebpf:"source_top"`
 	Stats             *ebpf.MapSpec `ebpf:"stats"`
@@ -171,7 +172,6 @@ type limiterStagesVariableSpecs struct {
 	TlOpaque        *ebpf.VariableSpec `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
-	TlSketch        *ebpf.VariableSpec `ebpf:"tl_sketch"`
 }
 
 // limiterStagesObjects contains all objects after they have been loaded into the kernel.
@@ -213,6 +213,7 @@ type limiterStagesMaps struct {
 	SmoothCpu         *ebpf.Map `ebpf:"smooth_cpu"`
 	SmoothProf        *ebpf.Map `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.Map `ebpf:"source_run"`
+	SourceSketch      *ebpf.Map `ebpf:"source_sketch"`
 	SourceStats       *ebpf.Map `ebpf:"source_stats"`
 	SourceTop         *ebpf.Map `ebpf:"source_top"`
 	Stats             *ebpf.Map `ebpf:"stats"`
@@ -244,6 +245,7 @@ func (m *limiterStagesMaps) Close() error {
 		m.SmoothCpu,
 		m.SmoothProf,
 		m.SourceRun,
+		m.SourceSketch,
 		m.SourceStats,
 		m.SourceTop,
 		m.Stats,
@@ -279,7 +281,6 @@ type limiterStagesVariables struct {
 	TlOpaque        *ebpf.Variable `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.Variable `ebpf:"tl_skb_ifaces"`
-	TlSketch        *ebpf.Variable `ebpf:"tl_sketch"`
 }
 
 // limiterStagesPrograms contains all programs after they have been loaded into the kernel.

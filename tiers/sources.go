@@ -245,7 +245,7 @@ type SketchSeeds [SketchRows][SeedWords]uint64
 // the family f (0 for IPv4, 1 for IPv6). It is strongly universal: two
 // different groups share a column with probability 2^-SketchColBits over
 // random seeds, which is all the count-min sketch's analysis asks of a
-// row. bpf/sources.h's source_cells is the same function.
+// row. bpf/sources.h's source_col is the same function.
 func SourceColumn(group netip.Prefix, a [SeedWords]uint64) uint32 {
 	addr := group.Addr()
 	h := a[5]
@@ -263,7 +263,7 @@ func SourceColumn(group netip.Prefix, a [SeedWords]uint64) uint32 {
 }
 
 // Sketch is the count-min sketch of the reference model: the program's
-// tl_sketch (bpf/maps.h), sequentially. Each cell is a count and the window id
+// source_sketch map, sequentially. Each cell is a count and the window id
 // it belongs to; a cell of another window counts as 0 and is reset by the
 // first packet that touches it, so no pass ever clears the sketch.
 type Sketch struct {
