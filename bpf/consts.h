@@ -103,7 +103,7 @@
 #endif
 #define TL_SKETCH_COLS (1 << TL_SKETCH_COL_BITS)
 /* Seeds per sketch row: a_0..a_4 and b of a multiply-shift hash
- * (sources.h source_col). Fixed by the hash, not a limit: no override. */
+ * (sources.h source_cells). Fixed by the hash, not a limit: no override. */
 #define TL_SEED_WORDS_N 6
 #ifndef TL_SRC_TOP_ENTRIES
 #define TL_SRC_TOP_ENTRIES 1024

@@ -4,7 +4,7 @@
  * A packet's source group is its source address masked per family. The
  * group's count in the current window is estimated by a count-min sketch:
  * TL_SKETCH_ROWS rows of TL_SKETCH_COLS cells, row r placing the group by
- * source_col with its own seeds. tiers.SourceColumn and tiers.Sketch are
+ * source_cells with its own seeds. tiers.SourceColumn and tiers.Sketch are
  * the same functions in Go. Each cell carries the window id it counts for
  * (source_window, window.h), so the sketch is never cleared: a cell of
  * another window counts as 0 and is reset by the first packet that touches
@@ -19,20 +19,36 @@
 #include "window.h"
 #include "smooth.h"
 
-/* The column of a group in one row: the multiply-shift hash (Dietzfelbinger
- * et al. 1997; Thorup 2015, "High speed hashing for integers and strings",
- * vector multiply-shift), strongly universal over the key (x_0..x_3,
- * family): (a_0 x_0 + a_1 x_1 + a_2 x_2 + a_3 x_3 + a_4 [IPv6] + b) mod 2^64,
- * top TL_SKETCH_COL_BITS bits, with 64-bit seeds a_i, b of the row and the
- * 32-bit address words x_i (IPv4: x_0 only). Pairwise independence per row
- * is what the count-min sketch's analysis needs; the products do not depend
- * on each other, so the rows cost a few cycles each. */
-static __always_inline __u32 source_col(const struct tl_src_key *k, const __u64 *a)
+/* The keys of a group's cells in source_sketch, one per row: row r's
+ * column is the multiply-shift hash (Dietzfelbinger et al. 1997; Thorup
+ * 2015, "High speed hashing for integers and strings", vector
+ * multiply-shift), strongly universal over the key (x_0..x_3, family):
+ * (a_0 x_0 + a_1 x_1 + a_2 x_2 + a_3 x_3 + a_4 [IPv6] + b) mod 2^64, top
+ * TL_SKETCH_COL_BITS bits, with 64-bit seeds a_i, b of the row and the
+ * 32-bit address words x_i (IPv4: x_0 only). Pairwise independence per
+ * row is what the count-min sketch's analysis needs; the products do not
+ * depend on each other, so the rows cost a few cycles each. The family is
+ * tested once for all rows, so that an IPv4 group loads no word it does
+ * not hash. key[r] is r * TL_SKETCH_COLS + row r's column. */
+static __always_inline void source_cells(const struct tl_src_key *k, const struct tl_settings *s,
+					 __u32 key[TL_SKETCH_ROWS])
 {
-	__u64 h = a[5] + a[0] * k->addr[0];
-	if (k->family == 6)
-		h += a[1] * k->addr[1] + a[2] * k->addr[2] + a[3] * k->addr[3] + a[4];
-	return h >> (64 - TL_SKETCH_COL_BITS);
+	const __u64 *a = s->src_seeds;
+	__u64 h[TL_SKETCH_ROWS];
+	__u64 x0 = k->addr[0];
+	if (k->family == 6) {
+		__u64 x1 = k->addr[1], x2 = k->addr[2], x3 = k->addr[3];
+#pragma unroll
+		for (__u32 r = 0; r < TL_SKETCH_ROWS; r++, a += TL_SEED_WORDS_N)
+			h[r] = a[5] + a[0] * x0 + a[1] * x1 + a[2] * x2 + a[3] * x3 + a[4];
+	} else {
+#pragma unroll
+		for (__u32 r = 0; r < TL_SKETCH_ROWS; r++, a += TL_SEED_WORDS_N)
+			h[r] = a[5] + a[0] * x0;
+	}
+#pragma unroll
+	for (__u32 r = 0; r < TL_SKETCH_ROWS; r++)
+		key[r] = r * TL_SKETCH_COLS + (__u32)(h[r] >> (64 - TL_SKETCH_COL_BITS));
 }
 
 /* The packet's source group (group_of6 for IPv6, record.h). The address
@@ -111,10 +127,11 @@ static __always_inline int sketch_over(const struct tl_src_key *k, const struct 
 	__u64 *cells[TL_SKETCH_ROWS];
 	__u64 vals[TL_SKETCH_ROWS];
 	__u32 est = 0xffffffff;
+	__u32 key[TL_SKETCH_ROWS];
+	source_cells(k, s, key);
 #pragma unroll
 	for (__u32 r = 0; r < TL_SKETCH_ROWS; r++) {
-		__u32 key = r * TL_SKETCH_COLS + source_col(k, &s->src_seeds[r * TL_SEED_WORDS_N]);
-		__u64 *cell = bpf_map_lookup_elem(&source_sketch, &key);
+		__u64 *cell = bpf_map_lookup_elem(&source_sketch, &key[r]);
 		if (!cell)
 			return 0; /* cannot happen: key < max_entries */
 		cells[r] = cell;

@@ -245,7 +245,7 @@ type SketchSeeds [SketchRows][SeedWords]uint64
 // the family f (0 for IPv4, 1 for IPv6). It is strongly universal: two
 // different groups share a column with probability 2^-SketchColBits over
 // random seeds, which is all the count-min sketch's analysis asks of a
-// row. bpf/sources.h's source_col is the same function.
+// row. bpf/sources.h's source_cells computes it for every row at once.
 func SourceColumn(group netip.Prefix, a [SeedWords]uint64) uint32 {
 	addr := group.Addr()
 	h := a[5]
