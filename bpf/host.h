@@ -172,7 +172,7 @@ static __always_inline int host_keeps(struct xdp_md *ctx)
 	return plain_addrs(l3[v6 ? 8 : 12], l3[v6 ? 24 : 16], v6);
 }
 
-/* Does Linux certainly discard this selected frame (the rules above)? a1
+/* Does Linux certainly discard this frame (the rules above)? a1
  * is the frame's pkt_pack word, read here field by field: the L3 offset,
  * the family, the unclassified reason, the L4 protocol and the SYN bit.
  * A global function, so that the verifier checks it once, with its

@@ -66,22 +66,12 @@ static __always_inline int judge_sev(struct xdp_md *ctx, const struct tl_setting
 	return pri_off <= TL_PRI_OFF_MAX ? parse_pri(&c, udp_payload(ctx, p, data, data_end, pri_off)) : -1;
 }
 
-/* Whether p is selected (policy.h), and for this host: one Linux discards
- * (another host's MAC, a martian: host.h) is not. The entry point answered
- * the common case (host_keeps); a1's TL_A1_HOST_CHECK asks
- * tl_host_discards' call for the rest. */
-static __always_inline int judge_selected(struct xdp_md *ctx, __u64 a1, const struct pkt *p, __u32 slot,
-					  const struct tl_settings *s)
+/* Whether p is selected by the policy (policy.h). A frame Linux discards
+ * (another host's MAC, a martian: host.h) is not selected either: judge
+ * asks tl_host_discards first. */
+static __always_inline int judge_selected(const struct pkt *p, __u32 slot, const struct tl_settings *s)
 {
-	int sel = p->uncl ? uncl_selected(p, slot, s) : is_selected(p, slot, s);
-	if (!sel)
-		return 0;
-	/* The bit apart from a1, in a register of its own: a branch on a1
-	 * itself would split the verifier's states on a1 through the rest of
-	 * tl_judge (+14k instructions on 6.18). */
-	__u64 check = a1 & TL_A1_HOST_CHECK;
-	asm volatile("" : "+r"(check));
-	return check && tl_host_discards(ctx, a1) ? 0 : sel;
+	return p->uncl ? uncl_selected(p, slot, s) : is_selected(p, slot, s);
 }
 
 /* Whether p comes from an exempt source (policy.h is_exempt): then it is
@@ -150,8 +140,30 @@ static __always_inline int judge_close(struct xdp_md *ctx, void *data, const str
  * otherwise be explored through the selectors' loop and everything after
  * (TestVerifierComplexity). The headers are found again from ctx, by
  * offset, and bounds checked. */
-static __always_inline int judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
+static __always_inline int judge(struct xdp_md *ctx, struct tl_judge_args *ja)
 {
+	/* For this host first: one Linux discards is not selected. The entry
+	 * point answered the common case (host.h host_keeps); a1's
+	 * TL_A1_HOST_CHECK asks tl_host_discards' call for the rest, a
+	 * frame the policy may not select either (its verdict is the same:
+	 * unselected). The call comes before anything is derived from the
+	 * arguments, which are read again after it from ja, this CPU's
+	 * tl_judge_args: Linux 6.1's verifier cannot follow a scalar's
+	 * precision back across a call of a subprogram and then marks every
+	 * scalar of every earlier state precise, which stops them pruning
+	 * (kernel/bpf/verifier.c backtrack_insn, -ENOTSUPP at
+	 * BPF_PSEUDO_CALL; followed since Linux 6.4). After the call, an
+	 * offset added to a pointer (the headers', the severity's, the
+	 * sketch's cells) traces back to a load from ja, and stops there:
+	 * tierlimit 709,783 instructions on 6.1 against 840,019 with the call
+	 * inside the judgement (deploy/bench/hotpath.md). The bit apart from
+	 * a1, in a register of its own: a branch on a1 itself would split the
+	 * verifier's states on a1 through the rest of tl_judge (+14k
+	 * instructions on 6.18). */
+	__u64 check = READ_ONCE(ja->a1) & TL_A1_HOST_CHECK;
+	asm volatile("" : "+r"(check));
+	int discards = check && tl_host_discards(ctx, READ_ONCE(ja->a1));
+	__u64 a1 = READ_ONCE(ja->a1), a2 = READ_ONCE(ja->a2);
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 bytes = data_end - data;
@@ -166,7 +178,7 @@ static __always_inline int judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 	/* Read the <PRI> now, so that the cursor is dead from here on: the
 	 * verifier then need not tell apart the parser's paths below. */
 	int pri = judge_sev(ctx, s, &p, data, data_end, pri_off);
-	int sel = judge_selected(ctx, a1, &p, slot, s);
+	int sel = discards ? 0 : judge_selected(&p, slot, s);
 	if (!sel)
 		goto unselected;
 	/* A frame with more VLAN tags than we walk has no header we know:
@@ -229,11 +241,18 @@ unselected:
 
 /* The judgement as a BPF-to-BPF call: what the entry point runs when the
  * tail call to tl_judge_tail fails (tl_jump empty, judge_packed). A global
- * function, verified once (judge). */
+ * function, verified once (judge). It hands judge its arguments in this
+ * CPU's tl_judge_args, as the tail call does (judge says why). */
 __noinline int tl_judge(struct xdp_md *ctx, __u64 a1, __u64 a2)
 {
 	TL_FN(TL_JUDGE);
-	return judge(ctx, a1, a2);
+	__u32 zero = 0;
+	struct tl_judge_args *ja = bpf_map_lookup_elem(&tl_judge_args, &zero);
+	if (!ja)
+		return XDP_PASS;
+	ja->a1 = a1;
+	ja->a2 = a2;
+	return judge(ctx, ja);
 }
 
 /* The judgement as a program of its own, the one slot of tl_jump: the
@@ -252,7 +271,7 @@ int tl_judge_tail(struct xdp_md *ctx)
 	struct tl_judge_args *ja = bpf_map_lookup_elem(&tl_judge_args, &zero);
 	if (!ja)
 		return XDP_PASS;
-	return judge(ctx, ja->a1, ja->a2);
+	return judge(ctx, ja);
 }
 
 /* Judges the packet packed in a1 and a2: a tail call to tl_judge_tail, or
