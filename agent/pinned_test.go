@@ -108,6 +108,48 @@ func TestRestartAdoptsPinnedState(t *testing.T) {
 	}
 }
 
+// TestRestartCarriesSketch: a restarted agent carries the source sketch
+// of the program it replaces (docs/design.md §4, "Restart"; the sketch is
+// the program's own, not pinned): 20 datagrams from one source with a
+// budget of 15 put it 5 over; after the restart, in the same window, the
+// next 10 are all over budget, where an empty sketch would pass them all.
+func TestRestartCarriesSketch(t *testing.T) {
+	testenv.Require(t)
+	p := testenv.NewPair(t)
+	pinPath := testenv.PinPath(t, pin.LockFile)
+	t.Cleanup(func() { p.Coll.Do(func() error { return pin.Detach(pinPath, p.CollIf) }) })
+	pol := defaultPolicy()
+	pol.Window = time.Hour // one window for the whole test
+	pol.Sources = tiers.Sources{BudgetPackets: 15, PrefixV4: 32, PrefixV6: 64}
+	over := func() uint64 {
+		t.Helper()
+		var st agent.Status
+		err := p.Coll.Do(func() (err error) { st, err = agent.ReadStatus(pinPath); return err })
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n uint64
+		for _, c := range st.Stats.OverBudget {
+			n += c.Packets
+		}
+		return n
+	}
+	a := startPinned(t, p, pinPath, pol)
+	sendUDP(t, p, 514, 20)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := over(); got != 5 {
+		t.Fatalf("before the restart: %d datagrams over budget, want 5", got)
+	}
+	a2 := startPinned(t, p, pinPath, pol)
+	defer a2.Close()
+	sendUDP(t, p, 514, 10)
+	if got := over(); got != 15 {
+		t.Fatalf("after the restart: %d datagrams over budget, want 15 (the source's count carried over)", got)
+	}
+}
+
 // pinnedJump is the id of the program in slot 0 of the program array
 // pinned at <pin>/program_jump (0 when empty).
 func pinnedJump(t *testing.T, pinPath string) uint32 {

@@ -192,8 +192,11 @@ func contractMapSizes(t *testing.T, eq eqFunc) {
 	eq("tiers.ShapeOrdinal / TL_SHAPE_ORDINAL", uint64(tiers.ShapeOrdinal), uint64(bpf.LimiterTlShapeTL_SHAPE_ORDINAL))
 	eq("tiers.ShapeSmooth / TL_SHAPE_SMOOTH", uint64(tiers.ShapeSmooth), uint64(bpf.LimiterTlShapeTL_SHAPE_SMOOTH))
 	eq("bpf.SketchRows", uint64(bpf.SketchRows), tiers.SketchRows)
-	eq("source_sketch entries / tiers.SketchRows × tiers.SketchCols", tiers.SketchRows*tiers.SketchCols, size("source_sketch"))
-	eq("source_sketch cell / tiers.SketchCellBytes", tiers.SketchCellBytes, uint64(spec.Maps["source_sketch"].ValueSize))
+	if v, ok := spec.Variables[bpf.LimiterVarTlSketch]; !ok {
+		t.Error("no tl_sketch in the object")
+	} else {
+		eq("tl_sketch bytes / tiers.SketchRows × tiers.SketchCols × tiers.SketchCellBytes", tiers.SketchRows*tiers.SketchCols*tiers.SketchCellBytes, uint64(v.Size()))
+	}
 	eq("cell count bits / 32 (tiers.Sketch)", 32, uint64(bpf.LimiterTlConstTL_CELL_COUNT_BITS))
 	eq("source_stats entries / tiers.NumVerdicts", tiers.NumVerdicts, size("source_stats"))
 	eq("source_top entries / tiers.TopSources", tiers.TopSources, size("source_top"))

@@ -38,7 +38,10 @@ import (
 //	   verdict, and of TCP segments counted and never shed: count:
 //	   bytes, issue 41); every other map is layout 4's (tl_settings's
 //	   flags gained TL_COUNT_BYTES, which layout 4 never sets)
-const Layout = 5
+//	6  source_sketch is gone: the sketch is the program's own, tl_sketch
+//	   in .bss, never pinned (issue 42: a cell addressed directly, not
+//	   by a helper call); every other map is layout 5's
+const Layout = 6
 
 // carriedSince holds, for each counter map a migration carries, the oldest
 // layout whose keys and values mean what they mean now. A counter map of
@@ -62,7 +65,7 @@ var policyMaps = map[string]bool{
 // this layout's (same fields at the same offsets, what follows is new),
 // the size of their value: `status` reads their policy through it.
 // TestSettingsPrefix checks it against the testdata objects' BTF.
-var settingsPrefix = map[int]uint32{0: 488, 1: 576, 2: 576, 3: 576, 4: 576}
+var settingsPrefix = map[int]uint32{0: 488, 1: 576, 2: 576, 3: 576, 4: 576, 5: 576}
 
 // windowPrefix is the part of tl_window every layout so far shares:
 // start_ns, count, last_count, opened, start_jiffies (u64 each, in that

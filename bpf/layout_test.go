@@ -35,6 +35,12 @@ func describeLayout(t *testing.T, spec *ebpf.CollectionSpec) string {
 		describeType(&b, m.Value, 0)
 		b.WriteString("\n")
 	}
+	// The sketch's place in the program's globals (maps.h tl_sketch, since
+	// layout 6): the agent of a restart adopts it from the old program's
+	// (Limiter.AdoptSketch), where this build puts it.
+	if v, ok := spec.Variables[LimiterVarTlSketch]; ok {
+		fmt.Fprintf(&b, "%s %s offset %d size %d\n", v.Name, v.SectionName, v.Offset, v.Size())
+	}
 	return b.String()
 }
 

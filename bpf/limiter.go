@@ -116,6 +116,9 @@ type Options struct {
 // Limiter is the loaded XDP program and its maps.
 type Limiter struct {
 	objs LimiterObjects
+	bss  *ebpf.Map // the program's globals (.bss), the source sketch among them
+	// sketchOff is the sketch's offset in bss (maps.h tl_sketch)
+	sketchOff uint32
 	// exempt and dests mirror the LPM tries, so that Apply writes only
 	// the prefixes that changed.
 	exempt, dests lpmMirror
@@ -163,9 +166,12 @@ func load(opts Options, spec *ebpf.CollectionSpec) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{tickNs: opts.TickNs}
+	if v, ok := spec.Variables[LimiterVarTlSketch]; ok {
+		l.sketchOff = v.Offset
+	}
 	var err error
 	if !opts.JudgeCall {
-		err = loadAssign(spec, &copts, &l.objs)
+		err = loadAssign(spec, &copts, &l.objs, &l.bss)
 	}
 	if opts.JudgeCall || tailCallRefused(err) {
 		// Linux before 6.0 allows a tail call beside BPF-to-BPF calls
@@ -179,7 +185,7 @@ func load(opts Options, spec *ebpf.CollectionSpec) (*Limiter, error) {
 			return nil, fmt.Errorf("load limiter: %s: %w", LimiterVarTlJudgeJump, err)
 		}
 		l.judgeCalled = true
-		err = loadAssign(spec, &copts, &l.objs)
+		err = loadAssign(spec, &copts, &l.objs, &l.bss)
 	}
 	if err != nil {
 		var verr *ebpf.VerifierError
@@ -243,6 +249,9 @@ func (l *Limiter) JumpTable() *ebpf.Map { return l.objs.TlJump }
 func (l *Limiter) Close() error {
 	if l.grace != nil {
 		l.grace.close()
+	}
+	if l.bss != nil {
+		l.bss.Close()
 	}
 	return l.objs.Close()
 }

@@ -430,7 +430,6 @@ const (
 	LimiterMapSmoothCpu         = "smooth_cpu"
 	LimiterMapSmoothProf        = "smooth_prof"
 	LimiterMapSourceRun         = "source_run"
-	LimiterMapSourceSketch      = "source_sketch"
 	LimiterMapSourceStats       = "source_stats"
 	LimiterMapSourceTop         = "source_top"
 	LimiterMapStats             = "stats"
@@ -460,6 +459,7 @@ const (
 	LimiterVarTlOpaque          = "tl_opaque"
 	LimiterVarTlRecordShare     = "tl_record_share"
 	LimiterVarTlSkbIfaces       = "tl_skb_ifaces"
+	LimiterVarTlSketch          = "tl_sketch"
 )
 
 // LoadLimiter returns the embedded CollectionSpec for Limiter.
@@ -531,7 +531,6 @@ type LimiterMapSpecs struct {
 	SmoothCpu         *ebpf.MapSpec `ebpf:"smooth_cpu"`
 	SmoothProf        *ebpf.MapSpec `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.MapSpec `ebpf:"source_run"`
-	SourceSketch      *ebpf.MapSpec `ebpf:"source_sketch"`
 	SourceStats       *ebpf.MapSpec `ebpf:"source_stats"`
 	SourceTop         *ebpf.MapSpec `ebpf:"source_top"`
 	Stats             *ebpf.MapSpec `ebpf:"stats"`
@@ -565,6 +564,7 @@ type LimiterVariableSpecs struct {
 	TlOpaque        *ebpf.VariableSpec `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
+	TlSketch        *ebpf.VariableSpec `ebpf:"tl_sketch"`
 }
 
 // LimiterObjects contains all objects after they have been loaded into the kernel.
@@ -606,7 +606,6 @@ type LimiterMaps struct {
 	SmoothCpu         *ebpf.Map `ebpf:"smooth_cpu"`
 	SmoothProf        *ebpf.Map `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.Map `ebpf:"source_run"`
-	SourceSketch      *ebpf.Map `ebpf:"source_sketch"`
 	SourceStats       *ebpf.Map `ebpf:"source_stats"`
 	SourceTop         *ebpf.Map `ebpf:"source_top"`
 	Stats             *ebpf.Map `ebpf:"stats"`
@@ -638,7 +637,6 @@ func (m *LimiterMaps) Close() error {
 		m.SmoothCpu,
 		m.SmoothProf,
 		m.SourceRun,
-		m.SourceSketch,
 		m.SourceStats,
 		m.SourceTop,
 		m.Stats,
@@ -673,6 +671,7 @@ type LimiterVariables struct {
 	TlOpaque        *ebpf.Variable `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.Variable `ebpf:"tl_skb_ifaces"`
+	TlSketch        *ebpf.Variable `ebpf:"tl_sketch"`
 }
 
 // LimiterPrograms contains all programs after they have been loaded into the kernel.

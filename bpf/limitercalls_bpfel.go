@@ -35,7 +35,6 @@ const (
 	limiterCallsMapSmoothCpu         = "smooth_cpu"
 	limiterCallsMapSmoothProf        = "smooth_prof"
 	limiterCallsMapSourceRun         = "source_run"
-	limiterCallsMapSourceSketch      = "source_sketch"
 	limiterCallsMapSourceStats       = "source_stats"
 	limiterCallsMapSourceTop         = "source_top"
 	limiterCallsMapStats             = "stats"
@@ -67,6 +66,7 @@ const (
 	limiterCallsVarTlOpaque          = "tl_opaque"
 	limiterCallsVarTlRecordShare     = "tl_record_share"
 	limiterCallsVarTlSkbIfaces       = "tl_skb_ifaces"
+	limiterCallsVarTlSketch          = "tl_sketch"
 )
 
 // loadLimiterCalls returns the embedded CollectionSpec for limiterCalls.
@@ -138,7 +138,6 @@ type limiterCallsMapSpecs struct {
 	SmoothCpu         *ebpf.MapSpec `ebpf:"smooth_cpu"`
 	SmoothProf        *ebpf.MapSpec `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.MapSpec `ebpf:"source_run"`
-	SourceSketch      *ebpf.MapSpec `ebpf:"source_sketch"`
 	SourceStats       *ebpf.MapSpec `ebpf:"source_stats"`
 	SourceTop         *ebpf.MapSpec `ebpf:"source_top"`
 	Stats             *ebpf.MapSpec `ebpf:"stats"`
@@ -174,6 +173,7 @@ type limiterCallsVariableSpecs struct {
 	TlOpaque        *ebpf.VariableSpec `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
+	TlSketch        *ebpf.VariableSpec `ebpf:"tl_sketch"`
 }
 
 // limiterCallsObjects contains all objects after they have been loaded into the kernel.
@@ -215,7 +215,6 @@ type limiterCallsMaps struct {
 	SmoothCpu         *ebpf.Map `ebpf:"smooth_cpu"`
 	SmoothProf        *ebpf.Map `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.Map `ebpf:"source_run"`
-	SourceSketch      *ebpf.Map `ebpf:"source_sketch"`
 	SourceStats       *ebpf.Map `ebpf:"source_stats"`
 	SourceTop         *ebpf.Map `ebpf:"source_top"`
 	Stats             *ebpf.Map `ebpf:"stats"`
@@ -248,7 +247,6 @@ func (m *limiterCallsMaps) Close() error {
 		m.SmoothCpu,
 		m.SmoothProf,
 		m.SourceRun,
-		m.SourceSketch,
 		m.SourceStats,
 		m.SourceTop,
 		m.Stats,
@@ -285,6 +283,7 @@ type limiterCallsVariables struct {
 	TlOpaque        *ebpf.Variable `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.Variable `ebpf:"tl_skb_ifaces"`
+	TlSketch        *ebpf.Variable `ebpf:"tl_sketch"`
 }
 
 // limiterCallsPrograms contains all programs after they have been loaded into the kernel.

@@ -36,7 +36,6 @@ const (
 	limiterPerfMapSmoothCpu         = "smooth_cpu"
 	limiterPerfMapSmoothProf        = "smooth_prof"
 	limiterPerfMapSourceRun         = "source_run"
-	limiterPerfMapSourceSketch      = "source_sketch"
 	limiterPerfMapSourceStats       = "source_stats"
 	limiterPerfMapSourceTop         = "source_top"
 	limiterPerfMapStats             = "stats"
@@ -66,6 +65,7 @@ const (
 	limiterPerfVarTlOpaque          = "tl_opaque"
 	limiterPerfVarTlRecordShare     = "tl_record_share"
 	limiterPerfVarTlSkbIfaces       = "tl_skb_ifaces"
+	limiterPerfVarTlSketch          = "tl_sketch"
 )
 
 // loadLimiterPerf returns the embedded CollectionSpec for limiterPerf.
@@ -138,7 +138,6 @@ type limiterPerfMapSpecs struct {
 	SmoothCpu         *ebpf.MapSpec `ebpf:"smooth_cpu"`
 	SmoothProf        *ebpf.MapSpec `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.MapSpec `ebpf:"source_run"`
-	SourceSketch      *ebpf.MapSpec `ebpf:"source_sketch"`
 	SourceStats       *ebpf.MapSpec `ebpf:"source_stats"`
 	SourceTop         *ebpf.MapSpec `ebpf:"source_top"`
 	Stats             *ebpf.MapSpec `ebpf:"stats"`
@@ -172,6 +171,7 @@ type limiterPerfVariableSpecs struct {
 	TlOpaque        *ebpf.VariableSpec `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
+	TlSketch        *ebpf.VariableSpec `ebpf:"tl_sketch"`
 }
 
 // limiterPerfObjects contains all objects after they have been loaded into the kernel.
@@ -214,7 +214,6 @@ type limiterPerfMaps struct {
 	SmoothCpu         *ebpf.Map `ebpf:"smooth_cpu"`
 	SmoothProf        *ebpf.Map `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.Map `ebpf:"source_run"`
-	SourceSketch      *ebpf.Map `ebpf:"source_sketch"`
 	SourceStats       *ebpf.Map `ebpf:"source_stats"`
 	SourceTop         *ebpf.Map `ebpf:"source_top"`
 	Stats             *ebpf.Map `ebpf:"stats"`
@@ -247,7 +246,6 @@ func (m *limiterPerfMaps) Close() error {
 		m.SmoothCpu,
 		m.SmoothProf,
 		m.SourceRun,
-		m.SourceSketch,
 		m.SourceStats,
 		m.SourceTop,
 		m.Stats,
@@ -282,6 +280,7 @@ type limiterPerfVariables struct {
 	TlOpaque        *ebpf.Variable `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.Variable `ebpf:"tl_skb_ifaces"`
+	TlSketch        *ebpf.Variable `ebpf:"tl_sketch"`
 }
 
 // limiterPerfPrograms contains all programs after they have been loaded into the kernel.

@@ -35,7 +35,6 @@ const (
 	limiterStagesMapSmoothCpu         = "smooth_cpu"
 	limiterStagesMapSmoothProf        = "smooth_prof"
 	limiterStagesMapSourceRun         = "source_run"
-	limiterStagesMapSourceSketch      = "source_sketch"
 	limiterStagesMapSourceStats       = "source_stats"
 	limiterStagesMapSourceTop         = "source_top"
 	limiterStagesMapStats             = "stats"
@@ -66,6 +65,7 @@ const (
 	limiterStagesVarTlOpaque          = "tl_opaque"
 	limiterStagesVarTlRecordShare     = "tl_record_share"
 	limiterStagesVarTlSkbIfaces       = "tl_skb_ifaces"
+	limiterStagesVarTlSketch          = "tl_sketch"
 )
 
 // loadLimiterStages returns the embedded CollectionSpec for limiterStages.
@@ -137,7 +137,6 @@ type limiterStagesMapSpecs struct {
 	SmoothCpu         *ebpf.MapSpec `ebpf:"smooth_cpu"`
 	SmoothProf        *ebpf.MapSpec `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.MapSpec `ebpf:"source_run"`
-	SourceSketch      *ebpf.MapSpec `ebpf:"source_sketch"`
 	SourceStats       *ebpf.MapSpec `ebpf:"source_stats"`
 	SourceTop         *ebpf.MapSpec `ebpf:"source_top"`
 	Stats             *ebpf.MapSpec `ebpf:"stats"`
@@ -172,6 +171,7 @@ type limiterStagesVariableSpecs struct {
 	TlOpaque        *ebpf.VariableSpec `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.VariableSpec `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.VariableSpec `ebpf:"tl_skb_ifaces"`
+	TlSketch        *ebpf.VariableSpec `ebpf:"tl_sketch"`
 }
 
 // limiterStagesObjects contains all objects after they have been loaded into the kernel.
@@ -213,7 +213,6 @@ type limiterStagesMaps struct {
 	SmoothCpu         *ebpf.Map `ebpf:"smooth_cpu"`
 	SmoothProf        *ebpf.Map `ebpf:"smooth_prof"`
 	SourceRun         *ebpf.Map `ebpf:"source_run"`
-	SourceSketch      *ebpf.Map `ebpf:"source_sketch"`
 	SourceStats       *ebpf.Map `ebpf:"source_stats"`
 	SourceTop         *ebpf.Map `ebpf:"source_top"`
 	Stats             *ebpf.Map `ebpf:"stats"`
@@ -245,7 +244,6 @@ func (m *limiterStagesMaps) Close() error {
 		m.SmoothCpu,
 		m.SmoothProf,
 		m.SourceRun,
-		m.SourceSketch,
 		m.SourceStats,
 		m.SourceTop,
 		m.Stats,
@@ -281,6 +279,7 @@ type limiterStagesVariables struct {
 	TlOpaque        *ebpf.Variable `ebpf:"tl_opaque"`
 	TlRecordShare   *ebpf.Variable `ebpf:"tl_record_share"`
 	TlSkbIfaces     *ebpf.Variable `ebpf:"tl_skb_ifaces"`
+	TlSketch        *ebpf.Variable `ebpf:"tl_sketch"`
 }
 
 // limiterStagesPrograms contains all programs after they have been loaded into the kernel.

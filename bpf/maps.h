@@ -169,13 +169,16 @@ struct {
 } frag_verdicts SEC(".maps");
 
 /* The count-min sketch of source groups: cell row * TL_SKETCH_COLS + column,
- * a u64 with the count in its low 32 bits and the window id above. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, TL_SKETCH_ROWS * TL_SKETCH_COLS);
-	__type(key, __u32);
-	__type(value, __u64);
-} source_sketch SEC(".maps");
+ * a u64 with the count in its low 32 bits and the window id above. A
+ * global (.bss, 2 MiB), not a map of its own: the program addresses a cell
+ * directly, where an array map's lookup is a helper call (inlined by the
+ * verifier, but a call to the compiler, which spills what r1-r5 hold
+ * around it) and a key on the stack, twice per selected packet with
+ * budgets on (deploy/bench/hotpath.md, layout 6). A section's map is not
+ * among the pinned maps (pinning.go pinnedName): each load starts its
+ * sketch empty, and the agent of a restart copies the old program's into
+ * it (Limiter.AdoptSketch, docs/design.md §11). */
+__u64 tl_sketch[TL_SKETCH_ROWS * TL_SKETCH_COLS];
 
 /* Over-budget packets by verdict (pass in mode off), per CPU. */
 struct {

@@ -15,16 +15,31 @@ import (
 // call) those it has; the others stay nil, and what needs them
 // returns ErrPolicy (fleet.go). Such a Limiter is for BPF_PROG_TEST_RUN
 // only: it cannot be pinned.
-func loadAssign(spec *ebpf.CollectionSpec, copts *ebpf.CollectionOptions, objs *LimiterObjects) error {
+//
+// bss is set to the program's .bss map (its globals, the source sketch
+// among them: Limiter.Globals), nil for an object without one.
+func loadAssign(spec *ebpf.CollectionSpec, copts *ebpf.CollectionOptions, objs *LimiterObjects, bss **ebpf.Map) error {
 	maps := reflect.ValueOf(&objs.LimiterMaps).Elem()
 	vars := reflect.ValueOf(&objs.LimiterVariables).Elem()
-	if hasAll(maps, func(n string) bool { return spec.Maps[n] != nil }) &&
+	if spec.Maps[bssSection] != nil && hasAll(maps, func(n string) bool { return spec.Maps[n] != nil }) &&
 		hasAll(vars, func(n string) bool { return spec.Variables[n] != nil }) {
-		return spec.LoadAndAssign(objs, copts)
+		var all struct {
+			LimiterObjects
+			Bss *ebpf.Map `ebpf:".bss"`
+		}
+		if err := spec.LoadAndAssign(&all, copts); err != nil {
+			return err
+		}
+		*objs, *bss = all.LimiterObjects, all.Bss
+		return nil
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, *copts)
 	if err != nil {
 		return err
+	}
+	if m, ok := coll.Maps[bssSection]; ok {
+		*bss = m
+		delete(coll.Maps, bssSection) // the Limiter owns it now
 	}
 	progs := reflect.ValueOf(&objs.LimiterPrograms).Elem()
 	for i := range progs.NumField() {
@@ -52,6 +67,9 @@ func loadAssign(spec *ebpf.CollectionSpec, copts *ebpf.CollectionOptions, objs *
 	}
 	return nil
 }
+
+// bssSection is the name of the program's map of its zeroed globals.
+const bssSection = ".bss"
 
 // hasAll reports whether has holds for the ebpf tag of every field of v.
 func hasAll(v reflect.Value, has func(name string) bool) bool {

@@ -193,12 +193,13 @@ func groupPrefix(k LimiterTlSrcKey, b tiers.SourceBudget) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom16(a), bits)
 }
 
-// SourceMemory returns the kernel memory (memlock, bytes) of the sketch,
-// the table of groups over budget and the CPUs' runs: fixed at load,
-// whatever the traffic.
+// SourceMemory returns the kernel memory (bytes) of the sketch (its size
+// in the program's .bss, maps.h tl_sketch), the table of groups over
+// budget and the CPUs' runs (memlock): fixed at load, whatever the
+// traffic.
 func (l *Limiter) SourceMemory() (uint64, error) {
-	var total uint64
-	for _, m := range []*ebpf.Map{l.objs.SourceSketch, l.objs.SourceTop, l.objs.SourceRun} {
+	total := uint64(l.objs.TlSketch.Size())
+	for _, m := range []*ebpf.Map{l.objs.SourceTop, l.objs.SourceRun} {
 		info, err := m.Info()
 		if err != nil {
 			return 0, fmt.Errorf("read map info: %w", err)

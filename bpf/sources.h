@@ -3,9 +3,9 @@
  *
  * A packet's source group is its source address masked per family. The
  * group's count in the current window is estimated by a count-min sketch:
- * TL_SKETCH_ROWS rows of TL_SKETCH_COLS cells, row r placing the group by
- * source_cells with its own seeds. tiers.SourceColumn and tiers.Sketch are
- * the same functions in Go. Each cell carries the window id it counts for
+ * TL_SKETCH_ROWS rows of TL_SKETCH_COLS cells (maps.h tl_sketch), row r
+ * placing the group by source_cells with its own seeds. tiers.SourceColumn
+ * and tiers.Sketch are the same functions in Go. Each cell carries the window id it counts for
  * (source_window, window.h), so the sketch is never cleared: a cell of
  * another window counts as 0 and is reset by the first packet that touches
  * it. */
@@ -19,17 +19,17 @@
 #include "window.h"
 #include "smooth.h"
 
-/* The keys of a group's cells in source_sketch, one per row: row r's
- * column is the multiply-shift hash (Dietzfelbinger et al. 1997; Thorup
- * 2015, "High speed hashing for integers and strings", vector
- * multiply-shift), strongly universal over the key (x_0..x_3, family):
- * (a_0 x_0 + a_1 x_1 + a_2 x_2 + a_3 x_3 + a_4 [IPv6] + b) mod 2^64, top
- * TL_SKETCH_COL_BITS bits, with 64-bit seeds a_i, b of the row and the
- * 32-bit address words x_i (IPv4: x_0 only). Pairwise independence per
- * row is what the count-min sketch's analysis needs; the products do not
- * depend on each other, so the rows cost a few cycles each. The family is
- * tested once for all rows, so that an IPv4 group loads no word it does
- * not hash. key[r] is r * TL_SKETCH_COLS + row r's column. */
+/* The cells of a group, one per row: row r's column is the multiply-shift
+ * hash (Dietzfelbinger et al. 1997; Thorup 2015, "High speed hashing for
+ * integers and strings", vector multiply-shift), strongly universal over
+ * the key (x_0..x_3, family): (a_0 x_0 + a_1 x_1 + a_2 x_2 + a_3 x_3 + a_4
+ * [IPv6] + b) mod 2^64, top TL_SKETCH_COL_BITS bits, with 64-bit seeds
+ * a_i, b of the row and the 32-bit address words x_i (IPv4: x_0 only).
+ * Pairwise independence per row is what the count-min sketch's analysis
+ * needs; the products do not depend on each other, so the rows cost a few
+ * cycles each. The family is tested once for all rows, so that an IPv4
+ * group loads no word it does not hash. key[r] is row r's cell,
+ * r * TL_SKETCH_COLS + column. */
 static __always_inline void source_cells(const struct tl_src_key *k, const struct tl_settings *s,
 					 __u32 key[TL_SKETCH_ROWS])
 {
@@ -50,6 +50,9 @@ static __always_inline void source_cells(const struct tl_src_key *k, const struc
 	for (__u32 r = 0; r < TL_SKETCH_ROWS; r++)
 		key[r] = r * TL_SKETCH_COLS + (__u32)(h[r] >> (64 - TL_SKETCH_COL_BITS));
 }
+
+_Static_assert((TL_SKETCH_ROWS & (TL_SKETCH_ROWS - 1)) == 0,
+	       "sketch_over masks a cell's index with the sketch's size, a power of two");
 
 /* The packet's source group (group_of6 for IPv6, record.h). The address
  * words are loaded as they lie in the header and masked with masks
@@ -131,9 +134,9 @@ static __always_inline int sketch_over(const struct tl_src_key *k, const struct 
 	source_cells(k, s, key);
 #pragma unroll
 	for (__u32 r = 0; r < TL_SKETCH_ROWS; r++) {
-		__u64 *cell = bpf_map_lookup_elem(&source_sketch, &key[r]);
-		if (!cell)
-			return 0; /* cannot happen: key < max_entries */
+		/* the mask only tells the verifier what the hash's shift does
+		 * (a power of two: the assertion below) */
+		__u64 *cell = &tl_sketch[key[r] & (TL_SKETCH_ROWS * TL_SKETCH_COLS - 1)];
 		cells[r] = cell;
 		__u64 v = READ_ONCE(*cell);
 		vals[r] = v;

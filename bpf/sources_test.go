@@ -441,8 +441,10 @@ func TestSourcesConcurrent(t *testing.T) {
 }
 
 // TestSourcesSeedsSurviveReload: a Limiter loaded on pinned maps takes over
-// the sketch's seeds, so the current window's group counts stay valid
-// across an agent restart; fresh maps draw new seeds.
+// the sketch's seeds, so the current window's group counts, which it
+// adopts from the program it replaces as the agent of a restart does
+// (AdoptSketch), stay valid across the restart; fresh maps draw new
+// seeds.
 func TestSourcesSeedsSurviveReload(t *testing.T) {
 	Require(t)
 	pin := PinPath(t)
@@ -459,6 +461,9 @@ func TestSourcesSeedsSurviveReload(t *testing.T) {
 	second := newHarnessOpts(t, p, bpf.Options{PinPath: pin})
 	if second.l.SketchSeeds() != first.l.SketchSeeds() {
 		t.Error("a limiter on pinned maps drew new seeds")
+	}
+	if err := second.l.AdoptSketch(first.l.Globals()); err != nil {
+		t.Fatal(err)
 	}
 	// The group's 5 packets of this window still count: the 6th is over.
 	before := overBudget(second.stats())

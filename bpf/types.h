@@ -36,7 +36,7 @@ enum tl_const {
 	TL_C_SKETCH_COLS = TL_SKETCH_COLS,
 	TL_C_SRC_TOP_ENTRIES = TL_SRC_TOP_ENTRIES,
 	TL_C_LRU_LOCAL_FREE = TL_LRU_LOCAL_FREE,
-	/* source_sketch key: row * TL_SKETCH_COLS + column; a cell is a u64,
+	/* tl_sketch index: row * TL_SKETCH_COLS + column; a cell is a u64,
 	 * the count in its low TL_CELL_COUNT_BITS, the window id above */
 	TL_CELL_COUNT_BITS = 32,
 	TL_C_SKETCH_COL_BITS = TL_SKETCH_COL_BITS,

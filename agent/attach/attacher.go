@@ -20,10 +20,13 @@
 package attach
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -232,6 +235,9 @@ func (a *Attacher) Load() (*bpf.Limiter, error) {
 		return nil, err
 	}
 	a.lim = lim
+	if a.pd != nil && a.pd.Migrate == nil {
+		a.adoptSketch(lim)
+	}
 	info, err := lim.Program().Info()
 	if err != nil {
 		return nil, fmt.Errorf("program info: %w", err)
@@ -361,5 +367,30 @@ func subscriptionErrors(log *slog.Logger, done <-chan struct{}, msg string) func
 		default:
 		}
 		log.Warn(msg, "err", err)
+	}
+}
+
+// adoptSketch carries the source sketch of the program pinned in the pin
+// directory, which lim's replaces on the links of a restart, into lim's
+// (bpf.Limiter.AdoptSketch, from the globals pinned beside that program).
+// Without it nothing is lost but the groups' counts of the open window
+// (each group's budget once more in it): a warning when there was a
+// sketch to carry.
+func (a *Attacher) adoptSketch(lim *bpf.Limiter) {
+	old, err := ebpf.LoadPinnedMap(a.pd.Globals(), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return // a first start, or a program of a version before the pin
+	}
+	if err == nil {
+		defer old.Close()
+		err = lim.AdoptSketch(old)
+	}
+	switch {
+	case err == nil:
+		a.log.Info("carried the source sketch of the program replaced", "from", a.pd.Globals())
+	case errors.Is(err, bpf.ErrNoSketch):
+		a.log.Info("the program replaced has no source sketch of this layout: the sketch starts empty", "reason", err)
+	default:
+		a.log.Warn("cannot carry the source sketch of the program replaced: it starts empty (each source group's budget once more in the open window)", "reason", err)
 	}
 }

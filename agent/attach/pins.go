@@ -46,7 +46,7 @@ func (p *pins) finish(attached []*Attachment) error {
 			return err
 		}
 	}
-	if err := p.pd.PinProgram(p.lim.Program(), p.lim.JumpTable()); err != nil {
+	if err := p.pd.PinProgram(p.lim.Program(), p.lim.JumpTable(), p.lim.Globals()); err != nil {
 		return err
 	}
 	if err := pin.WriteLayout(p.pd.Path(), p.cfg.Version); err != nil {
@@ -169,7 +169,7 @@ func (p *pins) repin(attached []*Attachment, healthy func(*Attachment) bool) err
 			return fmt.Errorf("pin link %s: %w", path, err)
 		}
 	}
-	if err := p.pd.PinProgram(p.lim.Program(), p.lim.JumpTable()); err != nil {
+	if err := p.pd.PinProgram(p.lim.Program(), p.lim.JumpTable(), p.lim.Globals()); err != nil {
 		return err
 	}
 	return pin.WriteLayout(p.pd.Path(), p.cfg.Version)

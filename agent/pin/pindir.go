@@ -141,6 +141,11 @@ func (d *Dir) Program() string { return filepath.Join(d.path, "program") }
 // (PinProgram).
 func (d *Dir) Jump() string { return filepath.Join(d.path, "program_jump") }
 
+// Globals is where the program's globals map (bpf.Limiter.Globals, its
+// .bss: the source sketch) is pinned (PinProgram), for the agent of a
+// restart to adopt the sketch from.
+func (d *Dir) Globals() string { return filepath.Join(d.path, "program_globals") }
+
 // LinkPin is where the link of interface iface is pinned.
 func (d *Dir) LinkPin(iface string) string { return filepath.Join(d.Links(), PinName(iface)) }
 
@@ -173,13 +178,20 @@ func (d *Dir) Relock() error {
 // left attached goes on tail-calling its judgement; replacing it empties
 // the array of the program before, which by then no link of this run
 // runs (a link of another run falls back to the call of the judgement:
-// docs/design.md §2).
-func (d *Dir) PinProgram(prog *ebpf.Program, jump *ebpf.Map) error {
+// docs/design.md §2). globals (bpf.Limiter.Globals), when not nil, is
+// pinned at <pin>/program_globals: nothing runs from it; the agent of a
+// restart reads the source sketch from it (bpf.Limiter.AdoptSketch).
+func (d *Dir) PinProgram(prog *ebpf.Program, jump, globals *ebpf.Map) error {
 	if err := repin(prog, d.Program()); err != nil {
 		return fmt.Errorf("pin program: %w", err)
 	}
 	if err := repin(jump, d.Jump()); err != nil {
 		return fmt.Errorf("pin the program's jump table: %w", err)
+	}
+	if globals != nil {
+		if err := repin(globals, d.Globals()); err != nil {
+			return fmt.Errorf("pin the program's globals: %w", err)
+		}
 	}
 	return nil
 }

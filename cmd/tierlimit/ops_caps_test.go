@@ -19,7 +19,8 @@ import (
 
 // TestHardenedCapabilities (issue 11 C14): run, status and detach, the
 // commands a hardened service uses, all work with the shipped unit's
-// capabilities exactly (testenv.AsUnit) and without CAP_SYS_ADMIN; detach
+// capabilities exactly (testenv.AsUnit) and without CAP_SYS_ADMIN; a
+// second run (a restart) carries the source sketch (issue 42); detach
 // recognises the agent's own program although its name cannot be read
 // without CAP_SYS_ADMIN.
 func TestHardenedCapabilities(t *testing.T) {
@@ -37,26 +38,36 @@ func TestHardenedCapabilities(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	var logs testenv.SyncBuffer
-	runCmd := hardened(ctx, "run", "--iface", p.CollIf, "--pin-path", pinPath, "--metrics-addr", "")
-	runCmd.Stderr = &logs
-	if err := runCmd.Start(); err != nil {
-		t.Fatal(err)
+	run := func() string {
+		t.Helper()
+		var logs testenv.SyncBuffer
+		runCmd := hardened(ctx, "run", "--iface", p.CollIf, "--pin-path", pinPath, "--metrics-addr", "")
+		runCmd.Stderr = &logs
+		if err := runCmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- runCmd.Wait() }()
+		deadline := time.Now().Add(15 * time.Second)
+		for !strings.Contains(logs.String(), "msg=started") && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !strings.Contains(logs.String(), "msg=started") {
+			runCmd.Process.Kill()
+			<-done
+			t.Fatalf("run with %s did not start:\n%s", hardenedCaps, logs.String())
+		}
+		runCmd.Process.Signal(syscall.SIGTERM)
+		if err := <-done; err != nil {
+			t.Fatalf("run exited: %v\n%s", err, logs.String())
+		}
+		return logs.String()
 	}
-	done := make(chan error, 1)
-	go func() { done <- runCmd.Wait() }()
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(logs.String(), "msg=started") && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if !strings.Contains(logs.String(), "msg=started") {
-		runCmd.Process.Kill()
-		<-done
-		t.Fatalf("run with %s did not start:\n%s", hardenedCaps, logs.String())
-	}
-	runCmd.Process.Signal(syscall.SIGTERM)
-	if err := <-done; err != nil {
-		t.Fatalf("run exited: %v\n%s", err, logs.String())
+	run()
+	// A restart adopts the source sketch from the globals pinned beside
+	// the program (one map lookup, which CAP_BPF allows).
+	if logs := run(); !strings.Contains(logs, "carried the source sketch") {
+		t.Errorf("a restart with %s did not carry the source sketch:\n%s", hardenedCaps, logs)
 	}
 	if x := testenv.XDP(t, p.Coll, p.CollIf); x.Name != pin.ProgramName {
 		t.Fatalf("after run stopped: %+v, want tierlimit still attached", x)
