@@ -60,12 +60,14 @@ const verifierBudget = 250_000
 // 700,000 (6.18 read 208,913 of the same program). The common frame's
 // inline parse (parse_udp_fast, 7088f8d) took 6.1 to 799,998 (CI's VM step,
 // 2026-12-03; 6.18: 209,004), the call chain's stack 480 of 512 bytes.
-// The sketch's hash with the family tested once for both rows (sources.h
-// source_cells, 2026-12-04): 840,019, and 692,604 for tl_judge_tail (6.18:
-// 207,802 and 152,883). The sketch's cells addressed directly, a pointer
-// plus the hash, would be faster and read 906,400 to 980,478 on 6.1 in
-// five arrangements: deploy/bench/hotpath.md says why and what would make
-// room.
+// The sketch's hash with the family tested once (e7be241, 2026-12-04):
+// 840,019. tl_host_discards asked first in the judgement (6c9b503), so
+// that 6.1's precision walks stop at the arguments' reload instead of
+// falling back to all-precise at that call: 709,783. The sketch's cells
+// addressed directly on top of it (c2b0803): 753,486, and 598,410 for
+// tl_judge_tail (6.18: 225,233 and 152,223); deploy/bench/hotpath.md
+// has every arrangement measured. 6.1's count is back under 900,000 with
+// 16 % to spare, not yet under the 700,000 it had.
 const verifierBudgetBefore618 = 900_000
 
 // budgetFor is the verifier budget on Linux release rel (uname -r).
