@@ -263,7 +263,7 @@ func SourceColumn(group netip.Prefix, a [SeedWords]uint64) uint32 {
 }
 
 // Sketch is the count-min sketch of the reference model: the program's
-// source_sketch map, sequentially. Each cell is a count and the window id
+// tl_sketch (bpf/maps.h), sequentially. Each cell is a count and the window id
 // it belongs to; a cell of another window counts as 0 and is reset by the
 // first packet that touches it, so no pass ever clears the sketch.
 type Sketch struct {
